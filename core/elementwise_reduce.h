@@ -1,0 +1,27 @@
+#ifndef TESSERA_CORE_ELEMENTWISE_REDUCE_H_
+#define TESSERA_CORE_ELEMENTWISE_REDUCE_H_
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/placement.h"
+
+namespace tessera {
+
+// The host reductions collectives need, one implementation for every dtype. float16 and bfloat16
+// are computed in float32 and rounded back to nearest even. For bool, sum/avg/max are logical or
+// and product/min are logical and.
+
+// acc[i] = op(acc[i], in[i]) for `n` elements. kAvg accumulates a sum: finish with DivideInPlace.
+void ReduceInto(ReduceOp op, DType dtype, void* acc, const void* in, int64_t n);
+
+// data[i] /= divisor (integer types truncate toward zero; bool is unchanged). Finishes an average.
+void DivideInPlace(DType dtype, void* data, int64_t n, int64_t divisor);
+
+// Fills `n` elements with the identity of `op` (0 for sum and avg, 1 for product, the lowest value
+// for max, the highest for min; infinities for floating types).
+void FillIdentity(ReduceOp op, DType dtype, void* data, int64_t n);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_ELEMENTWISE_REDUCE_H_
