@@ -1,0 +1,256 @@
+#include "proto/convert.h"
+
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace tessera {
+namespace {
+
+// The enums are converted by value; these pin the numbers that make that correct.
+static_assert(static_cast<int>(DType::kFloat32) == v1::FLOAT32);
+static_assert(static_cast<int>(DType::kFloat64) == v1::FLOAT64);
+static_assert(static_cast<int>(DType::kFloat16) == v1::FLOAT16);
+static_assert(static_cast<int>(DType::kBFloat16) == v1::BFLOAT16);
+static_assert(static_cast<int>(DType::kInt8) == v1::INT8);
+static_assert(static_cast<int>(DType::kUInt8) == v1::UINT8);
+static_assert(static_cast<int>(DType::kInt32) == v1::INT32);
+static_assert(static_cast<int>(DType::kInt64) == v1::INT64);
+static_assert(static_cast<int>(DType::kBool) == v1::BOOL);
+static_assert(static_cast<int>(ReduceOp::kSum) == v1::SUM);
+static_assert(static_cast<int>(ReduceOp::kAvg) == v1::AVG);
+static_assert(static_cast<int>(ReduceOp::kMax) == v1::MAX);
+static_assert(static_cast<int>(ReduceOp::kMin) == v1::MIN);
+static_assert(static_cast<int>(ReduceOp::kProduct) == v1::PRODUCT);
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+// `status` with `context: ` in front of its message, keeping its code.
+absl::Status Prefixed(absl::string_view context, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+}
+
+template <typename T>
+std::vector<int64_t> ToVector(const google::protobuf::RepeatedField<T>& field) {
+  return std::vector<int64_t>(field.begin(), field.end());
+}
+
+// "[2, 1]@[0, 3]".
+std::string ShardToString(std::span<const int64_t> shape, std::span<const int64_t> offset) {
+  return absl::StrCat(ShapeToString(shape), "@", ShapeToString(offset));
+}
+
+// Global size of the spec's tensor in bytes, saturating at int64's maximum.
+int64_t GlobalBytes(const DTensorSpec& spec) {
+  const int64_t elements = NumElements(spec.shape);
+  const int64_t element_size = static_cast<int64_t>(DTypeSize(spec.dtype));
+  if (elements > kInt64Max / element_size) return kInt64Max;
+  return elements * element_size;
+}
+
+// OK iff the derived fields of `meta`, where set, agree with `spec`.
+absl::Status CheckDerivedFields(const v1::DTensorMeta& meta, const DTensorSpec& spec) {
+  if (meta.nbytes() != 0 && meta.nbytes() != GlobalBytes(spec)) {
+    return absl::InvalidArgumentError(absl::StrCat("DTensorMeta.nbytes is ", meta.nbytes(), " but ",
+                                                   spec.ToString(), " has ", GlobalBytes(spec),
+                                                   " bytes"));
+  }
+  if (meta.shards().empty()) return absl::OkStatus();
+  if (meta.shards_size() != spec.mesh.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("DTensorMeta has ", meta.shards_size(),
+                                                   " shards but its mesh has ", spec.mesh.size(),
+                                                   " ranks; give one shard per rank or none"));
+  }
+  for (int i = 0; i < meta.shards_size(); ++i) {
+    const v1::LocalShard& got = meta.shards(i);
+    const int64_t rank = spec.mesh.ranks()[i];
+    const LocalShard want = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(i));
+    const std::vector<int64_t> got_shape = ToVector(got.local_shape());
+    const std::vector<int64_t> got_offset = ToVector(got.global_offset());
+    if (got.rank() != rank || got_shape != want.shape || got_offset != want.offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("DTensorMeta.shards[", i, "] is ", ShardToString(got_shape, got_offset),
+                       " on rank ", got.rank(), " but ", spec.ToString(), " puts ",
+                       ShardToString(want.shape, want.offset), " on rank ", rank));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+v1::DType ToProto(DType dtype) { return static_cast<v1::DType>(dtype); }
+
+absl::StatusOr<DType> FromProto(v1::DType dtype) {
+  const int value = static_cast<int>(dtype);
+  if (value == v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("dtype is DTYPE_UNSPECIFIED; a dtype is required");
+  }
+  if (!IsValidDType(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown dtype number ", value, "; expected 1 (FLOAT32) to 9 (BOOL)"));
+  }
+  return static_cast<DType>(value);
+}
+
+v1::ReduceOp ToProto(ReduceOp op) { return static_cast<v1::ReduceOp>(op); }
+
+absl::StatusOr<ReduceOp> FromProto(v1::ReduceOp op) {
+  const int value = static_cast<int>(op);
+  if (value == v1::REDUCE_OP_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        "reduce op is REDUCE_OP_UNSPECIFIED; a reduce op is required");
+  }
+  for (ReduceOp known : kAllReduceOps) {
+    if (static_cast<int>(known) == value) return known;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown reduce op number ", value, "; expected 1 (SUM) to 5 (PRODUCT)"));
+}
+
+v1::Shape ToProto(std::span<const int64_t> shape) {
+  v1::Shape out;
+  out.mutable_dims()->Add(shape.begin(), shape.end());
+  return out;
+}
+
+absl::StatusOr<Shape> FromProto(const v1::Shape& shape) {
+  Shape out = ToVector(shape.dims());
+  if (absl::Status s = ValidateShape(out); !s.ok()) return s;
+  return out;
+}
+
+v1::Placement ToProto(const Placement& placement) {
+  v1::Placement out;
+  switch (placement.kind) {
+    case Placement::Kind::kShard:
+      out.mutable_shard()->set_dim(placement.dim);
+      break;
+    case Placement::Kind::kReplicate:
+      out.mutable_replicate();
+      break;
+    case Placement::Kind::kPartial:
+      out.mutable_partial()->set_op(ToProto(placement.op));
+      break;
+  }
+  return out;
+}
+
+absl::StatusOr<Placement> FromProto(const v1::Placement& placement) {
+  switch (placement.kind_case()) {
+    case v1::Placement::kShard:
+      return Placement::Shard(placement.shard().dim());
+    case v1::Placement::kReplicate:
+      return Placement::Replicate();
+    case v1::Placement::kPartial: {
+      if (placement.partial().op() == v1::REDUCE_OP_UNSPECIFIED) return Placement::Partial();
+      absl::StatusOr<ReduceOp> op = FromProto(placement.partial().op());
+      if (!op.ok()) return Prefixed("Partial placement", op.status());
+      return Placement::Partial(*op);
+    }
+    case v1::Placement::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "placement has no kind set; set one of shard, replicate or partial");
+}
+
+google::protobuf::RepeatedPtrField<v1::Placement> ToProto(std::span<const Placement> placements) {
+  google::protobuf::RepeatedPtrField<v1::Placement> out;
+  out.Reserve(static_cast<int>(placements.size()));
+  for (const Placement& p : placements) *out.Add() = ToProto(p);
+  return out;
+}
+
+absl::StatusOr<std::vector<Placement>> FromProto(
+    const google::protobuf::RepeatedPtrField<v1::Placement>& placements) {
+  std::vector<Placement> out;
+  out.reserve(placements.size());
+  for (int i = 0; i < placements.size(); ++i) {
+    absl::StatusOr<Placement> p = FromProto(placements[i]);
+    if (!p.ok()) return Prefixed(absl::StrCat("placements[", i, "]"), p.status());
+    out.push_back(*p);
+  }
+  return out;
+}
+
+v1::MeshSpec ToProto(const DeviceMesh& mesh) {
+  v1::MeshSpec out;
+  out.set_device_type(mesh.device_type());
+  out.mutable_shape()->Add(mesh.shape().begin(), mesh.shape().end());
+  for (const std::string& name : mesh.dim_names()) out.add_dim_names(name);
+  out.mutable_ranks()->Add(mesh.ranks().begin(), mesh.ranks().end());
+  return out;
+}
+
+absl::StatusOr<DeviceMesh> FromProto(const v1::MeshSpec& mesh) {
+  // Bound the slot count before DeviceMesh::Create allocates one entry per slot; sizes <= 0 are
+  // left for Create to report.
+  int64_t slots = 1;
+  for (int64_t size : mesh.shape()) {
+    if (size <= 0) continue;
+    if (slots > kMaxMeshSize / size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mesh shape ", ShapeToString(ToVector(mesh.shape())), " has more than ",
+                       kMaxMeshSize, " slots, the most a mesh may have"));
+    }
+    slots *= size;
+  }
+  return DeviceMesh::Create(
+      mesh.device_type(), ToVector(mesh.shape()),
+      std::vector<std::string>(mesh.dim_names().begin(), mesh.dim_names().end()),
+      ToVector(mesh.ranks()));
+}
+
+v1::DTensorMeta ToProto(const DTensorSpec& spec) {
+  v1::DTensorMeta out;
+  *out.mutable_shape() = ToProto(spec.shape);
+  out.set_dtype(ToProto(spec.dtype));
+  *out.mutable_mesh() = ToProto(spec.mesh);
+  *out.mutable_placements() = ToProto(spec.placements);
+  out.mutable_shards()->Reserve(static_cast<int>(spec.mesh.size()));
+  for (int64_t i = 0; i < spec.mesh.size(); ++i) {
+    const LocalShard shard = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(i));
+    v1::LocalShard* s = out.add_shards();
+    s->set_rank(spec.mesh.ranks()[i]);
+    s->mutable_local_shape()->Add(shard.shape.begin(), shard.shape.end());
+    s->mutable_global_offset()->Add(shard.offset.begin(), shard.offset.end());
+  }
+  out.set_nbytes(GlobalBytes(spec));
+  return out;
+}
+
+absl::StatusOr<DTensorSpec> FromProto(const v1::DTensorMeta& meta) {
+  if (!meta.has_shape()) {
+    return absl::InvalidArgumentError(
+        "DTensorMeta has no shape; set one (an empty Shape is a scalar)");
+  }
+  if (!meta.has_mesh()) return absl::InvalidArgumentError("DTensorMeta has no mesh");
+  absl::StatusOr<Shape> shape = FromProto(meta.shape());
+  if (!shape.ok()) return Prefixed("DTensorMeta.shape", shape.status());
+  absl::StatusOr<DType> dtype = FromProto(meta.dtype());
+  if (!dtype.ok()) return Prefixed("DTensorMeta.dtype", dtype.status());
+  if (NumElements(*shape) > kInt64Max / static_cast<int64_t>(DTypeSize(*dtype))) {
+    return absl::InvalidArgumentError(absl::StrCat("a ", DTypeName(*dtype), " tensor of shape ",
+                                                   ShapeToString(*shape),
+                                                   " has more bytes than fit in int64"));
+  }
+  absl::StatusOr<DeviceMesh> mesh = FromProto(meta.mesh());
+  if (!mesh.ok()) return Prefixed("DTensorMeta.mesh", mesh.status());
+  absl::StatusOr<std::vector<Placement>> placements = FromProto(meta.placements());
+  if (!placements.ok()) {
+    return absl::Status(placements.status().code(),
+                        absl::StrCat("DTensorMeta.", placements.status().message()));
+  }
+  absl::StatusOr<DTensorSpec> spec =
+      MakeDTensorSpec(*std::move(mesh), *std::move(placements), *std::move(shape), *dtype);
+  if (!spec.ok()) return spec.status();
+  if (absl::Status s = CheckDerivedFields(meta, *spec); !s.ok()) return s;
+  return spec;
+}
+
+}  // namespace tessera

@@ -1,0 +1,61 @@
+#ifndef TESSERA_PROTO_CONVERT_H_
+#define TESSERA_PROTO_CONVERT_H_
+
+// The one place where core types and tessera.v1 messages meet. ToProto never fails; FromProto
+// validates everything read off the wire and returns INVALID_ARGUMENT naming the bad value.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/device_mesh.h"
+#include "core/dtensor_spec.h"
+#include "core/dtype.h"
+#include "core/placement.h"
+#include "core/shape.h"
+#include "google/protobuf/repeated_ptr_field.h"
+#include "tessera/v1/types.pb.h"
+
+namespace tessera {
+
+// Largest mesh FromProto accepts, so a hostile MeshSpec cannot make it allocate without bound.
+inline constexpr int64_t kMaxMeshSize = int64_t{1} << 20;
+
+v1::DType ToProto(DType dtype);
+// INVALID_ARGUMENT for DTYPE_UNSPECIFIED and for numbers that are not a dtype.
+absl::StatusOr<DType> FromProto(v1::DType dtype);
+
+v1::ReduceOp ToProto(ReduceOp op);
+// INVALID_ARGUMENT for REDUCE_OP_UNSPECIFIED and for numbers that are not a reduce op.
+absl::StatusOr<ReduceOp> FromProto(v1::ReduceOp op);
+
+v1::Shape ToProto(std::span<const int64_t> shape);
+// INVALID_ARGUMENT for negative sizes and element counts past int64 (ValidateShape).
+absl::StatusOr<Shape> FromProto(const v1::Shape& shape);
+
+v1::Placement ToProto(const Placement& placement);
+// INVALID_ARGUMENT if no kind is set or a Partial's op is unknown. An unset Partial op is SUM.
+// Shard dims are checked against a tensor only where there is one (DTensorMeta).
+absl::StatusOr<Placement> FromProto(const v1::Placement& placement);
+
+google::protobuf::RepeatedPtrField<v1::Placement> ToProto(std::span<const Placement> placements);
+// Converts each placement; an error names the index of the bad one.
+absl::StatusOr<std::vector<Placement>> FromProto(
+    const google::protobuf::RepeatedPtrField<v1::Placement>& placements);
+
+// Always writes the ranks explicitly.
+v1::MeshSpec ToProto(const DeviceMesh& mesh);
+// Validates through DeviceMesh::Create; also rejects meshes of more than kMaxMeshSize slots.
+absl::StatusOr<DeviceMesh> FromProto(const v1::MeshSpec& mesh);
+
+// Fills the derived fields too: every rank's local shape and global offset (LocalShapeAndOffsetAt,
+// in the mesh's row-major rank order) and the global size in bytes.
+v1::DTensorMeta ToProto(const DTensorSpec& spec);
+// Validates through MakeDTensorSpec (Shard dims normalized); shape, dtype and mesh are required.
+// The derived fields may be left empty (0 nbytes, no shards); if set, they must match the spec.
+absl::StatusOr<DTensorSpec> FromProto(const v1::DTensorMeta& meta);
+
+}  // namespace tessera
+
+#endif  // TESSERA_PROTO_CONVERT_H_
