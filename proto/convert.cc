@@ -12,6 +12,12 @@ namespace tessera {
 namespace {
 
 // The enums are converted by value; these pin the numbers that make that correct.
+static_assert(static_cast<int>(Collective::kLocalChunk) == v1::LOCAL_CHUNK);
+static_assert(static_cast<int>(Collective::kLocalPartition) == v1::LOCAL_PARTITION);
+static_assert(static_cast<int>(Collective::kAllGather) == v1::ALL_GATHER);
+static_assert(static_cast<int>(Collective::kAllReduce) == v1::ALL_REDUCE);
+static_assert(static_cast<int>(Collective::kReduceScatter) == v1::REDUCE_SCATTER);
+static_assert(static_cast<int>(Collective::kAllToAll) == v1::ALL_TO_ALL);
 static_assert(static_cast<int>(DType::kFloat32) == v1::FLOAT32);
 static_assert(static_cast<int>(DType::kFloat64) == v1::FLOAT64);
 static_assert(static_cast<int>(DType::kFloat16) == v1::FLOAT16);
@@ -251,6 +257,25 @@ absl::StatusOr<DTensorSpec> FromProto(const v1::DTensorMeta& meta) {
   if (!spec.ok()) return spec.status();
   if (absl::Status s = CheckDerivedFields(meta, *spec); !s.ok()) return s;
   return spec;
+}
+
+v1::RedistributePlan ToProto(const RedistributePlan& plan) {
+  v1::RedistributePlan out;
+  for (const RedistributeStep& step : plan.steps) {
+    v1::RedistributeStep* s = out.add_steps();
+    s->set_mesh_dim(step.mesh_dim);
+    *s->mutable_from_placement() = ToProto(step.from);
+    *s->mutable_to_placement() = ToProto(step.to);
+    s->set_collective(static_cast<v1::Collective>(step.collective));
+    if (step.collective == Collective::kAllReduce || step.collective == Collective::kReduceScatter) {
+      s->set_reduce_op(ToProto(step.from.op));
+    }
+    s->set_send_bytes(step.send_bytes);
+    s->set_recv_bytes(step.recv_bytes);
+  }
+  out.set_total_send_bytes(plan.total_send_bytes());
+  out.set_total_recv_bytes(plan.total_recv_bytes());
+  return out;
 }
 
 }  // namespace tessera

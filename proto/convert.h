@@ -13,6 +13,7 @@
 #include "core/dtensor_spec.h"
 #include "core/dtype.h"
 #include "core/placement.h"
+#include "core/redistribute_planner.h"
 #include "core/shape.h"
 #include "google/protobuf/repeated_ptr_field.h"
 #include "tessera/v1/types.pb.h"
@@ -55,6 +56,10 @@ v1::DTensorMeta ToProto(const DTensorSpec& spec);
 // Validates through MakeDTensorSpec (Shard dims normalized); shape, dtype and mesh are required.
 // The derived fields may be left empty (0 nbytes, no shards); if set, they must match the spec.
 absl::StatusOr<DTensorSpec> FromProto(const v1::DTensorMeta& meta);
+
+// A redistribute plan as returned to callers (plans are produced, never read back, so there is
+// no FromProto).
+v1::RedistributePlan ToProto(const RedistributePlan& plan);
 
 }  // namespace tessera
 

@@ -485,3 +485,34 @@ TEST(DTensorConvertTest, RejectsDerivedFieldsThatDisagree) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(PlanToProto, CarriesEveryStepAndTheTotals) {
+  const DTensorSpec src =
+      MakeDTensorSpec(DeviceMesh::Create("cpu", {2, 2}).value(),
+                      {Placement::Partial(ReduceOp::kMax), Placement::Shard(0)}, {8, 6},
+                      DType::kFloat32)
+          .value();
+  const RedistributePlan plan =
+      PlanRedistribute(src, {Placement::Replicate(), Placement::Replicate()}).value();
+  const v1::RedistributePlan msg = ToProto(plan);
+  ASSERT_EQ(msg.steps_size(), static_cast<int>(plan.steps.size()));
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const v1::RedistributeStep& s = msg.steps(static_cast<int>(i));
+    EXPECT_EQ(s.mesh_dim(), plan.steps[i].mesh_dim);
+    EXPECT_EQ(static_cast<int>(s.collective()), static_cast<int>(plan.steps[i].collective));
+    EXPECT_EQ(FromProto(s.from_placement()).value(), plan.steps[i].from);
+    EXPECT_EQ(FromProto(s.to_placement()).value(), plan.steps[i].to);
+    EXPECT_EQ(s.recv_bytes(), plan.steps[i].recv_bytes);
+    if (plan.steps[i].collective == Collective::kAllReduce) {
+      EXPECT_EQ(s.reduce_op(), v1::MAX);
+    }
+  }
+  EXPECT_EQ(msg.total_recv_bytes(), plan.total_recv_bytes());
+  EXPECT_GT(msg.total_recv_bytes(), 0);
+}
+
+}  // namespace
+}  // namespace tessera
