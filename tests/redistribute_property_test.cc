@@ -10,12 +10,11 @@
 #include "core/redistribute_planner.h"
 #include "core/simulated_mesh.h"
 #include "gtest/gtest.h"
-#include "tests/test_tensors.h"
+#include "core/small_integer_tensor.h"
 
 namespace tessera {
 namespace {
 
-using ::tessera::testing::SmallIntTensor;
 
 struct Case {
   Shape mesh;
@@ -105,7 +104,7 @@ TEST_P(RedistributePropertyTest, DistributeThenGatherIsBitExact) {
   const Case& c = GetParam();
   const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh).value();
   SimulatedMesh sim(mesh);
-  const HostTensor full = SmallIntTensor(c.dtype, c.tensor, 7);
+  const HostTensor full = SmallIntegerTensor(c.dtype, c.tensor, 7);
   for (const auto& placements : AllPlacements(mesh.ndim(), static_cast<int>(c.tensor.size()))) {
     const DTensorSpec spec = MakeDTensorSpec(mesh, placements, c.tensor, c.dtype).value();
     const std::string what = spec.ToString();
@@ -125,7 +124,7 @@ TEST_P(RedistributePropertyTest, EveryPairMatchesTheLayoutComputedFromTheFullTen
   const Case& c = GetParam();
   const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh).value();
   SimulatedMesh sim(mesh);
-  const HostTensor full = SmallIntTensor(c.dtype, c.tensor, 11);
+  const HostTensor full = SmallIntegerTensor(c.dtype, c.tensor, 11);
   const auto all = AllPlacements(mesh.ndim(), static_cast<int>(c.tensor.size()));
   // On 3-D meshes every source meets a fixed, spread-out sample of destinations.
   const size_t dst_stride = mesh.ndim() >= 3 ? 7 : 1;

@@ -1,18 +1,10 @@
-#ifndef TESSERA_TESTS_TEST_TENSORS_H_
-#define TESSERA_TESTS_TEST_TENSORS_H_
+#include "core/small_integer_tensor.h"
 
-#include <cstdint>
 #include <random>
 
-#include "core/dtype.h"
-#include "core/host_tensor.h"
+namespace tessera {
 
-namespace tessera::testing {
-
-// A tensor of small integers (in [-8, 8], or [0, 8] for unsigned types, 0/1 for bool) stored in
-// `dtype`: sums, products of a few, and averages of identical copies stay exact in every dtype, so
-// distributed results can be compared bit for bit.
-inline HostTensor SmallIntTensor(DType dtype, const Shape& shape, uint32_t seed) {
+HostTensor SmallIntegerTensor(DType dtype, const Shape& shape, uint32_t seed) {
   HostTensor t = HostTensor::Zeros(dtype, shape).value();
   std::mt19937 gen(seed);
   const bool non_negative = dtype == DType::kUInt8 || dtype == DType::kBool;
@@ -36,6 +28,4 @@ inline HostTensor SmallIntTensor(DType dtype, const Shape& shape, uint32_t seed)
   return t;
 }
 
-}  // namespace tessera::testing
-
-#endif  // TESSERA_TESTS_TEST_TENSORS_H_
+}  // namespace tessera
