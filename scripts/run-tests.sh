@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the dependencies, builds every target with warnings as errors (CUDA kernels too when
+# nvcc and NCCL are found; GPU tests skip without a device) and runs every test with ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+jobs="$(nproc)"
+cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_WERROR=ON \
+  -DTESSERA_CUDA="${TESSERA_CUDA:-AUTO}"
+cmake --build build/test -j"$jobs"
+if grep -q '^CMAKE_CUDA_COMPILER:FILEPATH=/' build/test/CMakeCache.txt; then
+  # The CUDA variant is the main build here; compile the CPU-only variant of the kernels as well,
+  # so that neither side of the #if breaks unnoticed.
+  cmake -S . -B build/cpu-only -G Ninja -DTESSERA_WERROR=ON -DTESSERA_CUDA=OFF \
+    -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
+  cmake --build build/cpu-only --target tessera_kernels -j"$jobs"
+fi
+ctest --test-dir build/test --output-on-failure -j"$jobs" --timeout 900
