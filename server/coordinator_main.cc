@@ -1,0 +1,66 @@
+// tessera-coordinator: the control plane. Serves the client-facing Coordinator service and the
+// worker-facing Registry (with the rendezvous store) on one port, plus gRPC health and reflection.
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/coordinator_service.h"
+#include "server/dispatcher.h"
+#include "server/registry_service.h"
+#include "server/rendezvous_store.h"
+#include "server/worker_registry.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "address to serve on (host:port; port 0 picks one)");
+ABSL_FLAG(std::string, secret, "", "shared secret sent to workers; default $TESSERA_SECRET");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Milliseconds(500),
+          "how often workers heartbeat");
+ABSL_FLAG(absl::Duration, dead_after, absl::Seconds(3),
+          "a worker silent for this long is dead and its meshes are broken");
+ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "largest gRPC message accepted or sent");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("tessera-coordinator --listen=HOST:PORT [--secret=S]");
+  absl::ParseCommandLine(argc, argv);
+  std::string secret = absl::GetFlag(FLAGS_secret);
+  if (secret.empty() && std::getenv("TESSERA_SECRET") != nullptr) secret = std::getenv("TESSERA_SECRET");
+  if (secret.empty()) {
+    std::cerr << "tessera-coordinator: a shared secret is required (--secret or $TESSERA_SECRET)\n";
+    return 2;
+  }
+
+  tessera::WorkerRegistry workers(absl::GetFlag(FLAGS_heartbeat_interval),
+                                  absl::GetFlag(FLAGS_dead_after));
+  tessera::RendezvousStore store;
+  tessera::Dispatcher dispatcher(&workers, secret);
+  tessera::RegistryService registry_service(&workers, &store);
+  tessera::CoordinatorService coordinator_service(&dispatcher, &store);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  const int max_bytes = static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxReceiveMessageSize(max_bytes);
+  builder.SetMaxSendMessageSize(max_bytes);
+  builder.RegisterService(&registry_service);
+  builder.RegisterService(&coordinator_service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::cerr << "tessera-coordinator: cannot listen on " << absl::GetFlag(FLAGS_listen) << "\n";
+    return 1;
+  }
+  // The first line on stdout is the bound port, for launchers that asked for port 0.
+  std::cout << "tessera-coordinator listening on port " << port << std::endl;
+  server->Wait();
+  return 0;
+}

@@ -1,0 +1,39 @@
+#ifndef TESSERA_SERVER_DISPATCHER_H_
+#define TESSERA_SERVER_DISPATCHER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/worker_registry.h"
+#include "tessera/v1/worker.pb.h"
+
+namespace tessera {
+
+// Sends one command to many workers at once: the same payload, each with its own sequence and
+// incarnation, all RPCs in flight together, so the cost per op stays flat as workers grow.
+class Dispatcher {
+ public:
+  Dispatcher(WorkerRegistry* registry, std::string secret);
+
+  // Runs `command` on every worker of `worker_ids` (in that order) and returns their replies in the
+  // same order. Each RPC has deadline `timeout`. On failure returns the most telling error, naming
+  // the worker: a worker that is gone (UNAVAILABLE) before one that timed out, before others.
+  absl::StatusOr<std::vector<v1::CommandReply>> Run(const std::vector<int64_t>& worker_ids,
+                                                    const v1::Command& command,
+                                                    absl::Duration timeout);
+
+  // Attaches the cluster secret to a call to a worker.
+  void Authorize(grpc::ClientContext* context) const;
+
+  WorkerRegistry& registry() { return *registry_; }
+
+ private:
+  WorkerRegistry* registry_;
+  const std::string secret_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_DISPATCHER_H_

@@ -1,0 +1,118 @@
+#include "server/worker_registry.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+
+namespace tessera {
+
+WorkerRegistry::WorkerRegistry(absl::Duration heartbeat_interval, absl::Duration dead_after)
+    : heartbeat_interval_(heartbeat_interval), dead_after_(dead_after) {}
+
+v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  auto channel =
+      grpc::CreateCustomChannel(request.address(), grpc::InsecureChannelCredentials(), args);
+  absl::MutexLock lock(&mu_);
+  int64_t id;
+  if (auto it = id_by_address_.find(request.address()); it != id_by_address_.end()) {
+    id = it->second;
+  } else {
+    id = static_cast<int64_t>(workers_.size());
+    id_by_address_[request.address()] = id;
+  }
+  Entry& e = workers_[id];
+  e.handle = WorkerHandle{id, next_incarnation_++, request.address(), request.device(),
+                          v1::Worker::NewStub(channel)};
+  e.info = request;
+  e.last_heartbeat = absl::Now();
+  e.used_bytes = 0;
+  e.next_sequence = 1;
+  v1::RegisterReply reply;
+  reply.set_worker_id(id);
+  reply.set_incarnation(e.handle.incarnation);
+  reply.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(heartbeat_interval_));
+  return reply;
+}
+
+absl::Status WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(request.worker_id());
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", request.worker_id(), " is not registered"));
+  }
+  if (it->second.handle.incarnation != request.incarnation()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", request.worker_id(), " incarnation ", request.incarnation(),
+                     " is stale; current is ", it->second.handle.incarnation));
+  }
+  it->second.last_heartbeat = absl::Now();
+  it->second.used_bytes = request.used_bytes();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerHandle> WorkerRegistry::Get(int64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("no worker ", id));
+  if (!Alive(it->second, absl::Now())) {
+    return absl::UnavailableError(absl::StrCat("worker ", id, " at ", it->second.handle.address,
+                                               " missed its heartbeats"));
+  }
+  return it->second.handle;
+}
+
+std::vector<int64_t> WorkerRegistry::LiveWorkers(const std::string& device_type) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int64_t> out;
+  const absl::Time now = absl::Now();
+  for (const auto& [id, e] : workers_) {
+    if (Alive(e, now) && absl::StartsWith(e.handle.device, device_type)) out.push_back(id);
+  }
+  return out;
+}
+
+absl::Status WorkerRegistry::CheckAlive(const std::vector<int64_t>& ids) const {
+  for (int64_t id : ids) {
+    if (absl::StatusOr<WorkerHandle> h = Get(id); !h.ok()) return h.status();
+  }
+  return absl::OkStatus();
+}
+
+std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::WorkerInfo> out;
+  const absl::Time now = absl::Now();
+  for (const auto& [id, e] : workers_) {
+    v1::WorkerInfo w;
+    w.set_worker_id(id);
+    w.set_address(e.handle.address);
+    w.set_device(e.handle.device);
+    w.set_alive(Alive(e, now));
+    w.set_memory_budget_bytes(e.info.memory_budget_bytes());
+    w.set_used_bytes(e.used_bytes);
+    w.set_incarnation(e.handle.incarnation);
+    w.set_last_heartbeat_age_ms(absl::ToInt64Milliseconds(now - e.last_heartbeat));
+    w.set_hostname(e.info.hostname());
+    w.set_pid(e.info.pid());
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+std::vector<int64_t> WorkerRegistry::NextSequences(const std::vector<WorkerHandle>& workers) {
+  absl::MutexLock lock(&mu_);
+  std::vector<int64_t> out;
+  out.reserve(workers.size());
+  for (const WorkerHandle& w : workers) {
+    Entry& e = workers_[w.id];
+    // A command for an old incarnation gets a sequence the new one never waits for; the worker
+    // refuses it by incarnation.
+    out.push_back(e.handle.incarnation == w.incarnation ? e.next_sequence++ : -1);
+  }
+  return out;
+}
+
+}  // namespace tessera

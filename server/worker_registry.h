@@ -1,0 +1,71 @@
+#ifndef TESSERA_SERVER_WORKER_REGISTRY_H_
+#define TESSERA_SERVER_WORKER_REGISTRY_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "tessera/v1/coordinator.pb.h"
+#include "tessera/v1/registry.pb.h"
+#include "tessera/v1/worker.grpc.pb.h"
+
+namespace tessera {
+
+// A registered worker as the dispatcher needs it: where to send commands and under which
+// incarnation. Shared, immutable once handed out.
+struct WorkerHandle {
+  int64_t id = 0;
+  int64_t incarnation = 0;
+  std::string address;
+  std::string device;
+  std::shared_ptr<v1::Worker::Stub> stub;
+};
+
+// Every worker that ever registered, with liveness by heartbeat and the per-worker command
+// sequence. A worker keeps its id across restarts (keyed by address); each registration is a new
+// incarnation whose sequence starts again at 1. Thread-safe.
+class WorkerRegistry {
+ public:
+  WorkerRegistry(absl::Duration heartbeat_interval, absl::Duration dead_after);
+
+  v1::RegisterReply Register(const v1::RegisterRequest& request);
+  // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a stale incarnation.
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request);
+
+  // The live handle of worker `id`; UNAVAILABLE naming it if it is dead, NOT_FOUND if unknown.
+  absl::StatusOr<WorkerHandle> Get(int64_t id) const;
+  // Ids of the live workers of `device_type` ("cpu" or "cuda"), ascending.
+  std::vector<int64_t> LiveWorkers(const std::string& device_type) const;
+  // The dead worker among `ids`, if any: the reason a mesh over them is broken.
+  absl::Status CheckAlive(const std::vector<int64_t>& ids) const;
+  std::vector<v1::WorkerInfo> List() const;
+
+  // Reserves the next command sequence of each worker in `workers`, all under one lock, so that
+  // commands of different meshes reach every shared worker in the same relative order.
+  std::vector<int64_t> NextSequences(const std::vector<WorkerHandle>& workers);
+
+ private:
+  struct Entry {
+    WorkerHandle handle;
+    v1::RegisterRequest info;
+    absl::Time last_heartbeat;
+    int64_t used_bytes = 0;
+    int64_t next_sequence = 1;
+  };
+  bool Alive(const Entry& e, absl::Time now) const { return now - e.last_heartbeat <= dead_after_; }
+
+  const absl::Duration heartbeat_interval_;
+  const absl::Duration dead_after_;
+  mutable absl::Mutex mu_;
+  std::map<int64_t, Entry> workers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> id_by_address_ ABSL_GUARDED_BY(mu_);
+  int64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_WORKER_REGISTRY_H_
