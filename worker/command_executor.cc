@@ -1,0 +1,243 @@
+#include "worker/command_executor.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/chunk.h"
+#include "proto/convert.h"
+
+namespace tessera {
+namespace {
+
+v1::LocalTensorInfo Info(const std::string& name, const HostTensor& t) {
+  v1::LocalTensorInfo info;
+  info.set_name(name);
+  info.set_dtype(ToProto(t.dtype()));
+  *info.mutable_shape() = ToProto(t.shape());
+  return info;
+}
+
+// Elements of one row (dim 0 slice) of `shape`.
+int64_t RowElements(const Shape& shape) {
+  return NumElements(std::span<const int64_t>(shape).subspan(1));
+}
+
+Shape WithRows(Shape shape, int64_t rows) {
+  shape[0] = rows;
+  return shape;
+}
+
+}  // namespace
+
+CommandExecutor::CommandExecutor(int64_t worker_id, std::string device, ShardStore* store,
+                                 gloo::rendezvous::Store* rendezvous)
+    : worker_id_(worker_id), device_(std::move(device)), store_(store), rendezvous_(rendezvous) {}
+
+absl::StatusOr<v1::CommandReply> CommandExecutor::Execute(const v1::Command& command) {
+  v1::CommandReply reply;
+  reply.set_sequence(command.sequence());
+  switch (command.kind_case()) {
+    case v1::Command::kSetupMesh:
+      if (absl::Status s = SetupMesh(command.setup_mesh()); !s.ok()) return s;
+      break;
+    case v1::Command::kTeardownMesh:
+      meshes_.erase(command.teardown_mesh().mesh_id());
+      break;
+    case v1::Command::kCollective: {
+      absl::StatusOr<std::vector<v1::LocalTensorInfo>> written = RunCollective(command.collective());
+      if (!written.ok()) return written.status();
+      for (v1::LocalTensorInfo& t : *written) *reply.add_tensors() = std::move(t);
+      break;
+    }
+    case v1::Command::kDeleteTensors:
+      for (const std::string& name : command.delete_tensors().names()) store_->Erase(name);
+      break;
+    case v1::Command::KIND_NOT_SET:
+      return absl::InvalidArgumentError("command has no kind");
+  }
+  reply.set_used_bytes(store_->used_bytes());
+  return reply;
+}
+
+absl::StatusOr<std::unique_ptr<comm::Communicator>> CommandExecutor::Connect(
+    const std::string& prefix, int rank, int size, absl::Duration timeout) {
+  comm::CommunicatorOptions options;
+  options.timeout = timeout;
+  return comm::MakeCommunicator(device_, *rendezvous_, prefix, rank, size, options);
+}
+
+absl::Status CommandExecutor::SetupMesh(const v1::SetupMesh& setup) {
+  absl::StatusOr<DeviceMesh> mesh = FromProto(setup.mesh());
+  if (!mesh.ok()) return mesh.status();
+  absl::StatusOr<std::vector<int64_t>> coord = mesh->CoordinateOf(worker_id_);
+  if (!coord.ok()) return coord.status();
+  const absl::Duration timeout = absl::Milliseconds(setup.timeout_ms());
+  auto comms = std::make_unique<MeshComms>(MeshComms{*mesh, *coord, nullptr, {}});
+  const int64_t position = [&] {
+    int64_t p = 0;
+    for (size_t i = 0; i < coord->size(); ++i) {
+      p = p * mesh->size(static_cast<int>(i)) + (*coord)[i];
+    }
+    return p;
+  }();
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> world =
+      Connect(absl::StrCat(setup.store_prefix(), "all/"), static_cast<int>(position),
+              static_cast<int>(mesh->size()), timeout);
+  if (!world.ok()) return world.status();
+  comms->world = *std::move(world);
+  for (int m = 0; m < mesh->ndim(); ++m) {
+    // A group is named by its first rank, which every member computes the same way.
+    const int64_t first = mesh->GroupAlong(m, *coord)[0];
+    absl::StatusOr<std::unique_ptr<comm::Communicator>> group =
+        Connect(absl::StrCat(setup.store_prefix(), "dim", m, "/g", first, "/"),
+                static_cast<int>((*coord)[m]), static_cast<int>(mesh->size(m)), timeout);
+    if (!group.ok()) return group.status();
+    comms->dims.push_back(*std::move(group));
+  }
+  meshes_[setup.mesh_id()] = std::move(comms);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
+    const v1::RunCollective& c) {
+  auto it = meshes_.find(c.mesh_id());
+  if (it == meshes_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker_id_, " has no communicators for mesh ", c.mesh_id()));
+  }
+  MeshComms& mc = *it->second;
+  if (c.mesh_dim() < -1 || c.mesh_dim() >= mc.mesh.ndim()) {
+    return absl::InvalidArgumentError(absl::StrCat("mesh dim ", c.mesh_dim(), " is out of range"));
+  }
+  comm::Communicator& group = c.mesh_dim() < 0 ? *mc.world : *mc.dims[c.mesh_dim()];
+  if (c.op() == v1::BARRIER) {
+    if (absl::Status s = group.Barrier(); !s.ok()) return s;
+    return std::vector<v1::LocalTensorInfo>{};
+  }
+  absl::StatusOr<std::shared_ptr<const HostTensor>> input = store_->Get(c.input());
+  if (!input.ok()) return input.status();
+  const HostTensor& in = **input;
+  const DType dtype = in.dtype();
+  const int64_t k = group.size();
+  const int me = group.rank();
+  const int root = static_cast<int>(c.root());
+  absl::StatusOr<ReduceOp> op = FromProto(c.reduce_op());
+  const bool splits = c.op() == v1::ALL_GATHER_OP || c.op() == v1::GATHER || c.op() == v1::SCATTER ||
+                      c.op() == v1::REDUCE_SCATTER_OP || c.op() == v1::ALL_TO_ALL_OP;
+  if (splits && in.rank() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", c.input(), "' is a scalar; this collective works along dim 0"));
+  }
+  auto output_of = [&](Shape shape) -> absl::StatusOr<HostTensor> {
+    if (absl::Status s = store_->Reserve(
+            NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype)), c.output());
+        !s.ok()) {
+      return s;
+    }
+    return HostTensor::Zeros(dtype, std::move(shape));
+  };
+  auto keep = [&](HostTensor out) -> absl::StatusOr<std::vector<v1::LocalTensorInfo>> {
+    v1::LocalTensorInfo info = Info(c.output(), out);
+    if (absl::Status s = store_->Put(c.output(), std::move(out)); !s.ok()) return s;
+    return std::vector<v1::LocalTensorInfo>{info};
+  };
+  const int64_t n0 = in.rank() > 0 ? in.shape()[0] : 1;
+  const int64_t row = in.rank() > 0 ? RowElements(in.shape()) : 1;
+  const int64_t c0 = ChunkSize(n0, k);
+  // `in` padded to k chunks of c0 rows, the layout the equal-block collectives need.
+  auto padded_input = [&]() -> absl::StatusOr<HostTensor> {
+    absl::StatusOr<HostTensor> p = output_of(WithRows(in.shape(), k * c0));
+    if (p.ok()) std::memcpy(p->data(), in.data(), in.nbytes());
+    return p;
+  };
+
+  absl::Status status;
+  switch (c.op()) {
+    case v1::BROADCAST: {
+      absl::StatusOr<HostTensor> out = output_of(in.shape());
+      if (!out.ok()) return out.status();
+      std::memcpy(out->data(), in.data(), in.nbytes());
+      status = group.Broadcast(out->data(), out->num_elements(), dtype, root);
+      if (!status.ok()) return status;
+      return keep(*std::move(out));
+    }
+    case v1::ALL_REDUCE_OP:
+    case v1::REDUCE: {
+      if (!op.ok()) return op.status();
+      absl::StatusOr<HostTensor> out = output_of(in.shape());
+      if (!out.ok()) return out.status();
+      std::memcpy(out->data(), in.data(), in.nbytes());
+      status = c.op() == v1::REDUCE
+                   ? group.Reduce(out->data(), out->num_elements(), dtype, *op, root)
+                   : group.AllReduce(out->data(), out->num_elements(), dtype, *op);
+      if (!status.ok()) return status;
+      if (c.op() == v1::REDUCE && me != root) return std::vector<v1::LocalTensorInfo>{};
+      return keep(*std::move(out));
+    }
+    case v1::ALL_GATHER_OP:
+    case v1::GATHER: {
+      absl::StatusOr<HostTensor> out = output_of(WithRows(in.shape(), k * n0));
+      if (!out.ok()) return out.status();
+      status = c.op() == v1::GATHER
+                   ? group.Gather(in.data(), out->data(), in.num_elements(), dtype, root)
+                   : group.AllGather(in.data(), out->data(), in.num_elements(), dtype);
+      if (!status.ok()) return status;
+      if (c.op() == v1::GATHER && me != root) return std::vector<v1::LocalTensorInfo>{};
+      return keep(*std::move(out));
+    }
+    case v1::SCATTER:
+    case v1::REDUCE_SCATTER_OP: {
+      if (c.op() == v1::REDUCE_SCATTER_OP && !op.ok()) return op.status();
+      absl::StatusOr<HostTensor> send = padded_input();
+      if (!send.ok()) return send.status();
+      absl::StatusOr<HostTensor> recv = HostTensor::Zeros(dtype, WithRows(in.shape(), c0));
+      if (!recv.ok()) return recv.status();
+      status = c.op() == v1::SCATTER
+                   ? group.Scatter(send->data(), recv->data(), c0 * row, dtype, root)
+                   : group.ReduceScatter(send->data(), recv->data(), c0 * row, dtype, *op);
+      if (!status.ok()) return status;
+      const ChunkRange mine = ChunkOf(n0, k, me);
+      absl::StatusOr<HostTensor> out = HostTensor::FromBytes(
+          dtype, WithRows(in.shape(), mine.size),
+          {recv->data(), static_cast<size_t>(mine.size * row) * DTypeSize(dtype)});
+      if (!out.ok()) return out.status();
+      return keep(*std::move(out));
+    }
+    case v1::ALL_TO_ALL_OP: {
+      absl::StatusOr<HostTensor> send = padded_input();
+      if (!send.ok()) return send.status();
+      absl::StatusOr<HostTensor> recv = HostTensor::Zeros(dtype, WithRows(in.shape(), k * c0));
+      if (!recv.ok()) return recv.status();
+      status = group.AllToAll(send->data(), recv->data(), c0 * row, dtype);
+      if (!status.ok()) return status;
+      // Every rank sent its chunk `me` of the same n0 rows: k blocks of ChunkOf(n0, k, me) rows.
+      const int64_t rows = ChunkOf(n0, k, me).size;
+      absl::StatusOr<HostTensor> out = output_of(WithRows(in.shape(), k * rows));
+      if (!out.ok()) return out.status();
+      const size_t block = static_cast<size_t>(rows * row) * DTypeSize(dtype);
+      for (int64_t p = 0; p < k; ++p) {
+        std::memcpy(out->data() + p * block,
+                    recv->data() + static_cast<size_t>(p * c0 * row) * DTypeSize(dtype), block);
+      }
+      return keep(*std::move(out));
+    }
+    case v1::SEND_RECV: {
+      const int peer = static_cast<int>(c.peer());
+      if (me == root) {
+        status = group.Send(in.data(), in.num_elements(), dtype, peer, 0);
+        if (!status.ok()) return status;
+        return std::vector<v1::LocalTensorInfo>{};
+      }
+      if (me != peer) return std::vector<v1::LocalTensorInfo>{};
+      absl::StatusOr<HostTensor> out = output_of(in.shape());
+      if (!out.ok()) return out.status();
+      status = group.Recv(out->data(), out->num_elements(), dtype, root, 0);
+      if (!status.ok()) return status;
+      return keep(*std::move(out));
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("collective op ", c.op(), " is not supported"));
+  }
+}
+
+}  // namespace tessera

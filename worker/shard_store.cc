@@ -1,0 +1,59 @@
+#include "worker/shard_store.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+
+absl::Status ShardStore::Reserve(int64_t bytes, const std::string& replacing) const {
+  absl::MutexLock lock(&mu_);
+  int64_t freed = 0;
+  if (auto it = tensors_.find(replacing); !replacing.empty() && it != tensors_.end()) {
+    freed = static_cast<int64_t>(it->second->nbytes());
+  }
+  if (used_ - freed + bytes > budget_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "holding ", bytes, " more bytes would pass the worker's memory budget of ", budget_,
+        " bytes (", used_, " in use)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::Put(const std::string& name, HostTensor tensor) {
+  if (absl::Status s = Reserve(static_cast<int64_t>(tensor.nbytes()), name); !s.ok()) return s;
+  auto shared = std::make_shared<const HostTensor>(std::move(tensor));
+  absl::MutexLock lock(&mu_);
+  if (auto it = tensors_.find(name); it != tensors_.end()) {
+    used_ -= static_cast<int64_t>(it->second->nbytes());
+  }
+  used_ += static_cast<int64_t>(shared->nbytes());
+  tensors_[name] = std::move(shared);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const HostTensor>> ShardStore::Get(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("no local tensor '", name, "'"));
+  return it->second;
+}
+
+void ShardStore::Erase(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = tensors_.find(name); it != tensors_.end()) {
+    used_ -= static_cast<int64_t>(it->second->nbytes());
+    tensors_.erase(it);
+  }
+}
+
+void ShardStore::Clear() {
+  absl::MutexLock lock(&mu_);
+  tensors_.clear();
+  used_ = 0;
+}
+
+int64_t ShardStore::used_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return used_;
+}
+
+}  // namespace tessera

@@ -1,0 +1,41 @@
+#ifndef TESSERA_WORKER_SHARD_STORE_H_
+#define TESSERA_WORKER_SHARD_STORE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/host_tensor.h"
+
+namespace tessera {
+
+// The local tensors a worker holds, by name, within a memory budget. Thread-safe; tensors are
+// shared so that a reader (a download) keeps one alive while a command replaces it.
+class ShardStore {
+ public:
+  explicit ShardStore(int64_t budget_bytes) : budget_(budget_bytes) {}
+
+  // RESOURCE_EXHAUSTED naming the sizes if holding `bytes` more (net of `replacing`, a tensor that
+  // will be dropped) would pass the budget.
+  absl::Status Reserve(int64_t bytes, const std::string& replacing = "") const;
+  // Stores `tensor` as `name`, replacing any tensor of that name; checks the budget first.
+  absl::Status Put(const std::string& name, HostTensor tensor);
+  // NOT_FOUND naming the tensor if absent.
+  absl::StatusOr<std::shared_ptr<const HostTensor>> Get(const std::string& name) const;
+  void Erase(const std::string& name);
+  void Clear();
+  int64_t used_bytes() const;
+  int64_t budget_bytes() const { return budget_; }
+
+ private:
+  const int64_t budget_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<const HostTensor>> tensors_ ABSL_GUARDED_BY(mu_);
+  int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_SHARD_STORE_H_

@@ -1,0 +1,138 @@
+#include "worker/worker_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "proto/convert.h"
+#include "proto/grpc_status.h"
+
+namespace tessera {
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;
+
+}  // namespace
+
+WorkerService::WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes)
+    : secret_(std::move(secret)),
+      device_(std::move(device)),
+      store_(memory_budget_bytes),
+      sequencer_(absl::Seconds(5)) {}
+
+void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
+                                     std::unique_ptr<gloo::rendezvous::Store> rendezvous) {
+  absl::MutexLock lock(&mu_);
+  executor_.reset();
+  store_.Clear();
+  sequencer_.Reset();
+  rendezvous_ = std::move(rendezvous);
+  executor_ = std::make_unique<CommandExecutor>(worker_id, device_, &store_, rendezvous_.get());
+  incarnation_ = incarnation;
+}
+
+grpc::Status WorkerService::Admit(const grpc::ServerContext& context, int64_t incarnation) const {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kSecretMetadataKey);
+  if (it == metadata.end() || std::string(it->second.data(), it->second.size()) != secret_) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "this worker accepts commands from its coordinator only (bad secret)");
+  }
+  absl::MutexLock lock(&mu_);
+  if (incarnation != incarnation_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("command for incarnation ", incarnation,
+                                     " reached incarnation ", incarnation_));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::AwaitTurn(const grpc::ServerContext& context, int64_t sequence) {
+  return ToGrpcStatus(sequencer_.Acquire(sequence, absl::FromChrono(context.deadline())));
+}
+
+grpc::Status WorkerService::Execute(grpc::ServerContext* context, const v1::Command* command,
+                                    v1::CommandReply* reply) {
+  if (grpc::Status s = Admit(*context, command->incarnation()); !s.ok()) return s;
+  if (grpc::Status s = AwaitTurn(*context, command->sequence()); !s.ok()) return s;
+  absl::StatusOr<v1::CommandReply> result;
+  {
+    absl::MutexLock lock(&mu_);
+    result = executor_->Execute(*command);
+  }
+  sequencer_.Done(command->sequence());
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *reply = *std::move(result);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Upload(grpc::ServerContext* context,
+                                   grpc::ServerReader<v1::TensorChunk>* reader,
+                                   v1::UploadReply* reply) {
+  v1::TensorChunk chunk;
+  if (!reader->Read(&chunk)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload had no chunks");
+  }
+  if (grpc::Status s = Admit(*context, chunk.incarnation()); !s.ok()) return s;
+  const int64_t sequence = chunk.sequence();
+  if (grpc::Status s = AwaitTurn(*context, sequence); !s.ok()) return s;
+  auto finish = [&](absl::Status s) {
+    sequencer_.Done(sequence);
+    return ToGrpcStatus(s);
+  };
+  const std::string name = chunk.tensor();
+  absl::StatusOr<DType> dtype = FromProto(chunk.dtype());
+  if (!dtype.ok()) return finish(dtype.status());
+  absl::StatusOr<Shape> shape = FromProto(chunk.shape());
+  if (!shape.ok()) return finish(shape.status());
+  const int64_t want = NumElements(*shape) * static_cast<int64_t>(DTypeSize(*dtype));
+  // Check the budget before taking the bytes; the old tensor of the same name is replaced.
+  if (absl::Status s = store_.Reserve(want, name); !s.ok()) return finish(s);
+  absl::StatusOr<HostTensor> tensor = HostTensor::Uninitialized(*dtype, *shape);
+  if (!tensor.ok()) return finish(tensor.status());
+  int64_t got = 0;
+  do {
+    const int64_t n = static_cast<int64_t>(chunk.data().size());
+    if (got + n > want) {
+      return finish(absl::InvalidArgumentError(
+          absl::StrCat("upload of '", name, "' sent more than the ", want, " bytes of ",
+                       DTypeName(*dtype), ShapeToString(*shape))));
+    }
+    std::memcpy(tensor->data() + got, chunk.data().data(), static_cast<size_t>(n));
+    got += n;
+  } while (reader->Read(&chunk));
+  if (got != want) {
+    return finish(absl::InvalidArgumentError(
+        absl::StrCat("upload of '", name, "' ended after ", got, " of the ", want, " bytes of ",
+                     DTypeName(*dtype), ShapeToString(*shape))));
+  }
+  if (absl::Status s = store_.Put(name, *std::move(tensor)); !s.ok()) return finish(s);
+  reply->set_bytes(got);
+  return finish(absl::OkStatus());
+}
+
+grpc::Status WorkerService::Download(grpc::ServerContext* context,
+                                     const v1::DownloadRequest* request,
+                                     grpc::ServerWriter<v1::TensorChunk>* writer) {
+  if (grpc::Status s = Admit(*context, request->incarnation()); !s.ok()) return s;
+  if (grpc::Status s = AwaitTurn(*context, request->sequence()); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<const HostTensor>> tensor = store_.Get(request->tensor());
+  // The tensor is shared: later commands may run while the bytes stream out.
+  sequencer_.Done(request->sequence());
+  if (!tensor.ok()) return ToGrpcStatus(tensor.status());
+  const HostTensor& t = **tensor;
+  v1::TensorChunk chunk;
+  chunk.set_tensor(request->tensor());
+  chunk.set_dtype(ToProto(t.dtype()));
+  *chunk.mutable_shape() = ToProto(t.shape());
+  size_t offset = 0;
+  do {
+    const size_t n = std::min(kChunkBytes, t.nbytes() - offset);
+    chunk.set_data(reinterpret_cast<const char*>(t.data()) + offset, n);
+    offset += n;
+    if (!writer->Write(chunk)) break;
+    chunk.Clear();
+  } while (offset < t.nbytes());
+  return grpc::Status::OK;
+}
+
+}  // namespace tessera

@@ -1,0 +1,52 @@
+#ifndef TESSERA_WORKER_WORKER_SERVICE_H_
+#define TESSERA_WORKER_WORKER_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "gloo/rendezvous/store.h"
+#include "tessera/v1/worker.grpc.pb.h"
+#include "worker/command_executor.h"
+#include "worker/command_sequencer.h"
+#include "worker/shard_store.h"
+
+namespace tessera {
+
+// The Worker service: checks the caller's secret and the incarnation, admits commands, uploads and
+// downloads in sequence order, and runs them on the executor.
+class WorkerService final : public v1::Worker::Service {
+ public:
+  WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes);
+
+  // Starts a new incarnation (after registering): drops every tensor and communicator.
+  void BeginIncarnation(int64_t worker_id, int64_t incarnation,
+                        std::unique_ptr<gloo::rendezvous::Store> rendezvous);
+  int64_t used_bytes() const { return store_.used_bytes(); }
+
+  grpc::Status Execute(grpc::ServerContext* context, const v1::Command* command,
+                       v1::CommandReply* reply) override;
+  grpc::Status Upload(grpc::ServerContext* context, grpc::ServerReader<v1::TensorChunk>* reader,
+                      v1::UploadReply* reply) override;
+  grpc::Status Download(grpc::ServerContext* context, const v1::DownloadRequest* request,
+                        grpc::ServerWriter<v1::TensorChunk>* writer) override;
+
+ private:
+  // OK if the call carries the secret and is for the current incarnation.
+  grpc::Status Admit(const grpc::ServerContext& context, int64_t incarnation) const;
+  // Waits for `sequence`'s turn; on OK the caller must call sequencer_.Done(sequence).
+  grpc::Status AwaitTurn(const grpc::ServerContext& context, int64_t sequence);
+
+  const std::string secret_;
+  const std::string device_;
+  ShardStore store_;
+  CommandSequencer sequencer_;
+  mutable absl::Mutex mu_;
+  int64_t incarnation_ ABSL_GUARDED_BY(mu_) = -1;
+  std::unique_ptr<gloo::rendezvous::Store> rendezvous_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<CommandExecutor> executor_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_WORKER_SERVICE_H_
