@@ -5,6 +5,7 @@
 #include <string>
 
 #include "client/cli_args.h"
+#include "client/cluster_commands.h"
 #include "client/demo.h"
 #include "client/local_commands.h"
 
@@ -23,6 +24,13 @@ Commands that run the sharding model on this machine (no cluster needed):
       split a tensor file into per-rank safetensors files, redistribute them, join them back
   tessera demo    [--workdir DIR] [--size 1024]
       a tour of the above on generated data, every result checked against a reference
+
+Commands that run or talk to a cluster (--coordinator HOST:PORT, default $TESSERA_COORDINATOR):
+  tessera up      [--workers 4] [--port 50051] [--selfcheck]
+      start a coordinator and N cpu workers on loopback; Ctrl-C stops them all
+  tessera status
+      workers, devices, liveness, memory; meshes and their tensors
+  tessera mesh    create NAME --shape 2,2 [--names dp,tp] [--device cpu] | list | delete NAME
 
 Placements: S(d) / Shard(d), R / Replicate(), P(op) / Partial(op) with op sum|avg|max|min|product.
 )usage";
@@ -56,13 +64,20 @@ int main(int argc, char** argv) {
     cmd = {tessera::cli::RunReshard, {"to", "out", "name", "planner"}};
   } else if (command == "unshard") {
     cmd = {tessera::cli::RunUnshard, {"out", "name"}};
+  } else if (command == "up") {
+    cmd = {tessera::cli::RunUp, {"workers", "port"}};
+  } else if (command == "status") {
+    cmd = {tessera::cli::RunStatus, {"coordinator"}};
+  } else if (command == "mesh") {
+    cmd = {tessera::cli::RunMesh, with_mesh({"coordinator", "shape"})};
   } else if (command == "demo") {
     cmd = {tessera::cli::RunDemo, {"workdir", "size"}};
   } else {
     std::cerr << "tessera: unknown command '" << command << "'\n\n" << kUsage;
     return 2;
   }
-  absl::StatusOr<tessera::cli::Args> args = tessera::cli::Args::Parse(argc, argv, 2, cmd.flags);
+  absl::StatusOr<tessera::cli::Args> args =
+      tessera::cli::Args::Parse(argc, argv, 2, cmd.flags, {"selfcheck"});
   absl::Status status = args.ok() ? cmd.run(*args, std::cout) : args.status();
   if (!status.ok()) {
     std::cerr << "tessera " << command << ": " << status.message() << "\n";

@@ -1,0 +1,117 @@
+#include "client/cluster_selfcheck.h"
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/chunk.h"
+#include "core/elementwise_reduce.h"
+#include "core/small_integer_tensor.h"
+
+namespace tessera {
+namespace {
+
+// Rows [begin, begin + rows) of `t`.
+HostTensor Rows(const HostTensor& t, int64_t begin, int64_t rows) {
+  Shape offsets(t.shape().size(), 0), sizes = t.shape();
+  offsets[0] = begin;
+  sizes[0] = rows;
+  return PackBlock(t, offsets, sizes).value();
+}
+
+// `parts` stacked along dim 0.
+HostTensor Concat(const std::vector<HostTensor>& parts) {
+  Shape shape = parts[0].shape();
+  shape[0] = 0;
+  for (const HostTensor& p : parts) shape[0] += p.shape()[0];
+  HostTensor out = HostTensor::Zeros(parts[0].dtype(), shape).value();
+  size_t offset = 0;
+  for (const HostTensor& p : parts) {
+    std::memcpy(out.data() + offset, p.data(), p.nbytes());
+    offset += p.nbytes();
+  }
+  return out;
+}
+
+HostTensor Sum(const std::vector<HostTensor>& parts) {
+  HostTensor out = parts[0].Clone();
+  for (size_t i = 1; i < parts.size(); ++i) {
+    ReduceInto(ReduceOp::kSum, out.dtype(), out.data(), parts[i].data(), out.num_elements());
+  }
+  return out;
+}
+
+struct Check {
+  const char* name;
+  v1::CollectiveOp op;
+  int64_t root;
+  // The expected result on group rank `r` from the inputs of the group.
+  std::function<HostTensor(const std::vector<HostTensor>&, int64_t)> expect;
+};
+
+}  // namespace
+
+absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::ostream& out) {
+  const std::string mesh = "selfcheck";
+  (void)client.DeleteMesh(mesh);  // left over from an interrupted run, if any
+  absl::StatusOr<v1::MeshInfo> info = client.CreateMesh(mesh, "cpu", {workers});
+  if (!info.ok()) return info.status();
+  out << "created mesh '" << mesh << "' over " << workers << " workers\n";
+  const int64_t k = workers;
+  const Shape shape = {2 * k + 1, 257};  // uneven over k ranks on purpose
+  std::vector<HostTensor> inputs;
+  for (int64_t r = 0; r < k; ++r) {
+    inputs.push_back(SmallIntegerTensor(DType::kFloat32, shape, static_cast<uint32_t>(100 + r)));
+    if (absl::Status s = client.PutLocal(mesh, r, "x", inputs.back()); !s.ok()) return s;
+  }
+  const std::vector<Check> checks = {
+      {"all_reduce(sum)", v1::ALL_REDUCE_OP, 0,
+       [](const std::vector<HostTensor>& in, int64_t) { return Sum(in); }},
+      {"all_gather", v1::ALL_GATHER_OP, 0,
+       [](const std::vector<HostTensor>& in, int64_t) { return Concat(in); }},
+      {"reduce_scatter(sum)", v1::REDUCE_SCATTER_OP, 0,
+       [k](const std::vector<HostTensor>& in, int64_t r) {
+         const ChunkRange c = ChunkOf(in[0].shape()[0], k, r);
+         return Rows(Sum(in), c.offset, c.size);
+       }},
+      {"broadcast(root 1)", v1::BROADCAST, k > 1 ? 1 : 0,
+       [k](const std::vector<HostTensor>& in, int64_t) { return in[k > 1 ? 1 : 0].Clone(); }},
+      {"all_to_all", v1::ALL_TO_ALL_OP, 0,
+       [k](const std::vector<HostTensor>& in, int64_t r) {
+         std::vector<HostTensor> parts;
+         const ChunkRange c = ChunkOf(in[0].shape()[0], k, r);
+         for (const HostTensor& t : in) parts.push_back(Rows(t, c.offset, c.size));
+         return Concat(parts);
+       }},
+  };
+  for (const Check& check : checks) {
+    v1::CollectiveRequest request;
+    request.set_mesh(mesh);
+    request.set_op(check.op);
+    request.set_input("x");
+    request.set_output("y");
+    request.set_reduce_op(v1::SUM);
+    request.set_root(check.root);
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!reply.ok()) return reply.status();
+    for (int64_t r = 0; r < k; ++r) {
+      absl::StatusOr<HostTensor> got = client.GetLocal(mesh, r, "y");
+      if (!got.ok()) return got.status();
+      if (!got->BitEqual(check.expect(inputs, r))) {
+        return absl::InternalError(absl::StrCat(check.name, ": rank ", r,
+                                                " differs from the single-process reference"));
+      }
+    }
+    out << absl::StrFormat("  %-20s on %d ranks of float32%s: %7.2f ms, every rank matches\n",
+                           check.name, k, ShapeToString(shape), ms);
+  }
+  if (absl::Status s = client.DeleteMesh(mesh); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

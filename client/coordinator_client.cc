@@ -1,0 +1,178 @@
+#include "client/coordinator_client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "proto/convert.h"
+#include "proto/grpc_status.h"
+
+namespace tessera {
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;
+// Transfers and mesh set-up may take longer than a plain call.
+constexpr absl::Duration kLongCall = absl::Minutes(10);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const std::string& address, absl::Duration timeout) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(DeadlineAfter(timeout))) {
+    return absl::UnavailableError(absl::StrCat("cannot reach tessera-coordinator at ", address,
+                                               " within ", absl::FormatDuration(timeout)));
+  }
+  return std::unique_ptr<CoordinatorClient>(
+      new CoordinatorClient(address, v1::Coordinator::NewStub(channel), timeout));
+}
+
+void CoordinatorClient::Prepare(grpc::ClientContext* context, absl::Duration timeout) const {
+  context->set_deadline(DeadlineAfter(timeout));
+}
+
+absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers() {
+  grpc::ClientContext context;
+  Prepare(&context, timeout_);
+  v1::ListWorkersReply reply;
+  if (grpc::Status s = stub_->ListWorkers(&context, {}, &reply); !s.ok()) return FromGrpcStatus(s);
+  return std::vector<v1::WorkerInfo>(reply.workers().begin(), reply.workers().end());
+}
+
+absl::StatusOr<v1::MeshInfo> CoordinatorClient::CreateMesh(
+    const std::string& name, const std::string& device_type, const Shape& shape,
+    const std::vector<std::string>& dim_names, const std::vector<int64_t>& worker_ids,
+    absl::Duration collective_timeout) {
+  v1::CreateMeshRequest request;
+  request.set_name(name);
+  request.set_device_type(device_type);
+  for (int64_t d : shape) request.add_shape(d);
+  for (const std::string& n : dim_names) request.add_dim_names(n);
+  for (int64_t w : worker_ids) request.add_worker_ids(w);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(collective_timeout));
+  grpc::ClientContext context;
+  Prepare(&context, collective_timeout + timeout_);
+  v1::MeshInfo reply;
+  if (grpc::Status s = stub_->CreateMesh(&context, request, &reply); !s.ok()) {
+    return FromGrpcStatus(s);
+  }
+  return reply;
+}
+
+absl::StatusOr<v1::MeshInfo> CoordinatorClient::GetMesh(const std::string& name) {
+  v1::GetMeshRequest request;
+  request.set_name(name);
+  grpc::ClientContext context;
+  Prepare(&context, timeout_);
+  v1::MeshInfo reply;
+  if (grpc::Status s = stub_->GetMesh(&context, request, &reply); !s.ok()) return FromGrpcStatus(s);
+  return reply;
+}
+
+absl::StatusOr<std::vector<v1::MeshInfo>> CoordinatorClient::ListMeshes() {
+  grpc::ClientContext context;
+  Prepare(&context, timeout_);
+  v1::ListMeshesReply reply;
+  if (grpc::Status s = stub_->ListMeshes(&context, {}, &reply); !s.ok()) return FromGrpcStatus(s);
+  return std::vector<v1::MeshInfo>(reply.meshes().begin(), reply.meshes().end());
+}
+
+absl::Status CoordinatorClient::DeleteMesh(const std::string& name) {
+  v1::DeleteMeshRequest request;
+  request.set_name(name);
+  grpc::ClientContext context;
+  Prepare(&context, timeout_);
+  v1::DeleteMeshReply reply;
+  return FromGrpcStatus(stub_->DeleteMesh(&context, request, &reply));
+}
+
+absl::Status CoordinatorClient::PutLocal(const std::string& mesh, int64_t rank,
+                                         const std::string& name, const HostTensor& tensor) {
+  grpc::ClientContext context;
+  Prepare(&context, kLongCall);
+  v1::PutLocalReply reply;
+  std::unique_ptr<grpc::ClientWriter<v1::PutLocalChunk>> writer = stub_->PutLocal(&context, &reply);
+  v1::PutLocalChunk chunk;
+  chunk.set_mesh(mesh);
+  chunk.set_rank(rank);
+  chunk.set_tensor(name);
+  chunk.set_dtype(ToProto(tensor.dtype()));
+  *chunk.mutable_shape() = ToProto(tensor.shape());
+  size_t offset = 0;
+  do {
+    const size_t n = std::min(kChunkBytes, tensor.nbytes() - offset);
+    chunk.set_data(reinterpret_cast<const char*>(tensor.data()) + offset, n);
+    offset += n;
+    if (!writer->Write(chunk)) break;  // the server ended the call; Finish says why
+    chunk.Clear();
+  } while (offset < tensor.nbytes());
+  writer->WritesDone();
+  return FromGrpcStatus(writer->Finish());
+}
+
+absl::StatusOr<HostTensor> CoordinatorClient::GetLocal(const std::string& mesh, int64_t rank,
+                                                       const std::string& name) {
+  v1::GetLocalRequest request;
+  request.set_mesh(mesh);
+  request.set_rank(rank);
+  request.set_tensor(name);
+  grpc::ClientContext context;
+  Prepare(&context, kLongCall);
+  std::unique_ptr<grpc::ClientReader<v1::TensorChunk>> reader = stub_->GetLocal(&context, request);
+  v1::TensorChunk chunk;
+  absl::StatusOr<HostTensor> tensor = absl::InternalError("the download sent no chunks");
+  size_t offset = 0;
+  while (reader->Read(&chunk)) {
+    if (offset == 0 && !tensor.ok()) {
+      absl::StatusOr<DType> dtype = FromProto(chunk.dtype());
+      absl::StatusOr<Shape> shape = FromProto(chunk.shape());
+      if (!dtype.ok() || !shape.ok()) {
+        context.TryCancel();
+        return !dtype.ok() ? dtype.status() : shape.status();
+      }
+      tensor = HostTensor::Uninitialized(*dtype, *shape);
+      if (!tensor.ok()) return tensor.status();
+    }
+    if (offset + chunk.data().size() > tensor->nbytes()) {
+      context.TryCancel();
+      return absl::DataLossError(absl::StrCat("download of '", name, "' sent more than ",
+                                              tensor->nbytes(), " bytes"));
+    }
+    std::memcpy(tensor->data() + offset, chunk.data().data(), chunk.data().size());
+    offset += chunk.data().size();
+  }
+  if (grpc::Status s = reader->Finish(); !s.ok()) return FromGrpcStatus(s);
+  if (!tensor.ok()) return tensor.status();
+  if (offset != tensor->nbytes()) {
+    return absl::DataLossError(absl::StrCat("download of '", name, "' ended after ", offset,
+                                            " of ", tensor->nbytes(), " bytes"));
+  }
+  return tensor;
+}
+
+absl::StatusOr<v1::CollectiveReply> CoordinatorClient::RunCollective(
+    const v1::CollectiveRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context, kLongCall);
+  v1::CollectiveReply reply;
+  if (grpc::Status s = stub_->RunCollective(&context, request, &reply); !s.ok()) {
+    return FromGrpcStatus(s);
+  }
+  return reply;
+}
+
+absl::Status CoordinatorClient::DeleteTensor(const std::string& mesh, const std::string& name) {
+  v1::DeleteTensorRequest request;
+  request.set_mesh(mesh);
+  request.set_tensor(name);
+  grpc::ClientContext context;
+  Prepare(&context, timeout_);
+  v1::DeleteTensorReply reply;
+  return FromGrpcStatus(stub_->DeleteTensor(&context, request, &reply));
+}
+
+}  // namespace tessera

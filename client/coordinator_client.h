@@ -1,0 +1,60 @@
+#ifndef TESSERA_CLIENT_COORDINATOR_CLIENT_H_
+#define TESSERA_CLIENT_COORDINATOR_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/host_tensor.h"
+#include "core/shape.h"
+#include "tessera/v1/coordinator.grpc.pb.h"
+
+namespace tessera {
+
+// A connection to tessera-coordinator. Every call has a deadline (the client's timeout unless
+// given) and returns the service's status code and message. Thread-safe.
+class CoordinatorClient {
+ public:
+  // Connects to `address` (host:port), waiting up to `timeout` for the channel to be ready.
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
+      const std::string& address, absl::Duration timeout = absl::Seconds(60));
+
+  absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
+  // init_device_mesh on the service.
+  absl::StatusOr<v1::MeshInfo> CreateMesh(const std::string& name, const std::string& device_type,
+                                          const Shape& shape,
+                                          const std::vector<std::string>& dim_names = {},
+                                          const std::vector<int64_t>& worker_ids = {},
+                                          absl::Duration collective_timeout = absl::Seconds(30));
+  absl::StatusOr<v1::MeshInfo> GetMesh(const std::string& name);
+  absl::StatusOr<std::vector<v1::MeshInfo>> ListMeshes();
+  absl::Status DeleteMesh(const std::string& name);
+
+  // Uploads `tensor` as rank `rank`'s local tensor `name` on `mesh`, in chunks of 1 MiB.
+  absl::Status PutLocal(const std::string& mesh, int64_t rank, const std::string& name,
+                        const HostTensor& tensor);
+  // Downloads rank `rank`'s local tensor `name`.
+  absl::StatusOr<HostTensor> GetLocal(const std::string& mesh, int64_t rank,
+                                      const std::string& name);
+  // Runs a collective on a tensor along a mesh dim (as torch.distributed on a mesh group).
+  absl::StatusOr<v1::CollectiveReply> RunCollective(const v1::CollectiveRequest& request);
+  absl::Status DeleteTensor(const std::string& mesh, const std::string& name);
+
+  const std::string& address() const { return address_; }
+
+ private:
+  CoordinatorClient(std::string address, std::unique_ptr<v1::Coordinator::Stub> stub,
+                    absl::Duration timeout)
+      : address_(std::move(address)), stub_(std::move(stub)), timeout_(timeout) {}
+  void Prepare(grpc::ClientContext* context, absl::Duration timeout) const;
+
+  const std::string address_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  const absl::Duration timeout_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_CLIENT_COORDINATOR_CLIENT_H_

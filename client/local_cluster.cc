@@ -1,0 +1,243 @@
+#include "client/local_cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/coordinator_client.h"
+
+namespace tessera {
+namespace {
+
+std::string RandomSecret() {
+  std::random_device rd;
+  return absl::StrCat(absl::Hex(rd(), absl::kZeroPad8), absl::Hex(rd(), absl::kZeroPad8),
+                      absl::Hex(rd(), absl::kZeroPad8), absl::Hex(rd(), absl::kZeroPad8));
+}
+
+// Waits for a line of `log` that contains `marker` and returns the text after it.
+absl::StatusOr<std::string> WaitForLine(const std::string& log, const std::string& marker,
+                                        pid_t pid, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::ifstream in(log);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (size_t at = line.find(marker); at != std::string::npos) {
+        return line.substr(at + marker.size());
+      }
+    }
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      std::ifstream again(log);
+      std::stringstream text;
+      text << again.rdbuf();
+      return absl::UnavailableError(
+          absl::StrCat("process ", pid, " exited before it was ready; its log ", log, ":\n",
+                       text.str()));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no '", marker, "' in ", log, " within ",
+                                                  absl::FormatDuration(timeout)));
+}
+
+}  // namespace
+
+std::string SelfDirectory() {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : self.parent_path().string();
+}
+
+absl::StatusOr<std::string> FindDaemonBinary(const std::string& name) {
+  const std::filesystem::path self = SelfDirectory();
+  for (const std::filesystem::path& candidate :
+       {self / name, self / ".." / "server" / name, self / ".." / "worker" / name,
+        self / ".." / ".." / "server" / name, self / ".." / ".." / "worker" / name}) {
+    if (access(candidate.c_str(), X_OK) == 0) return candidate.lexically_normal().string();
+  }
+  if (const char* path = std::getenv("PATH")) {
+    for (absl::string_view dir : absl::StrSplit(path, ':', absl::SkipEmpty())) {
+      const std::filesystem::path candidate = std::filesystem::path(std::string(dir)) / name;
+      if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("cannot find ", name, " beside ", self.string(),
+                                          " or on PATH"));
+}
+
+absl::StatusOr<LocalCluster::Process> LocalCluster::Spawn(const std::string& binary,
+                                                          const std::vector<std::string>& args,
+                                                          const std::string& log) {
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot open log ", log));
+  std::vector<std::string> argv_strings = {binary};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string secret_env = absl::StrCat("TESSERA_SECRET=", options_.secret);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fd);
+    return absl::ResourceExhaustedError("fork failed");
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);  // the parent died before prctl took effect
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    putenv(const_cast<char*>(secret_env.c_str()));
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fd);
+  return Process{pid, log, ""};
+}
+
+absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
+  absl::StatusOr<Process> p = Spawn(
+      options_.worker_binary,
+      {absl::StrCat("--coordinator=", address_), "--device=cpu", absl::StrCat("--listen=", listen),
+       absl::StrCat("--memory_budget=", options_.memory_budget_bytes)},
+      absl::StrCat(options_.log_dir, "/worker-", i, ".log"));
+  if (!p.ok()) return p.status();
+  const std::string marker = "serving on ";
+  absl::StatusOr<std::string> rest = WaitForLine(p->log, marker, p->pid, absl::Seconds(30));
+  if (!rest.ok()) return rest.status();
+  // The log may hold an earlier incarnation's line: the address is the same on restart anyway.
+  p->address = rest->substr(0, rest->find(','));
+  if (i < static_cast<int>(workers_.size())) {
+    workers_[i] = *p;
+  } else {
+    workers_.push_back(*p);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions options) {
+  if (options.workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a cluster needs at least one worker, got ",
+                                                   options.workers));
+  }
+  for (auto [path, name] : {std::pair{&options.coordinator_binary, "tessera-coordinator"},
+                            std::pair{&options.worker_binary, "tessera-worker"}}) {
+    if (!path->empty()) continue;
+    absl::StatusOr<std::string> found = FindDaemonBinary(name);
+    if (!found.ok()) return found.status();
+    *path = *found;
+  }
+  if (options.secret.empty()) options.secret = RandomSecret();
+  if (options.log_dir.empty()) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "tessera-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::PermissionDeniedError("cannot create a log directory");
+    }
+    options.log_dir = pattern;
+  }
+  std::filesystem::create_directories(options.log_dir);
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(options)));
+  LocalClusterOptions& o = cluster->options_;
+
+  absl::StatusOr<Process> coordinator = cluster->Spawn(
+      o.coordinator_binary,
+      {absl::StrCat("--listen=127.0.0.1:", o.coordinator_port),
+       absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
+       absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after))},
+      o.log_dir + "/coordinator.log");
+  if (!coordinator.ok()) return coordinator.status();
+  cluster->coordinator_ = *coordinator;
+  absl::StatusOr<std::string> port =
+      WaitForLine(coordinator->log, "listening on port ", coordinator->pid, absl::Seconds(30));
+  if (!port.ok()) return port.status();
+  cluster->address_ = absl::StrCat("127.0.0.1:", *port);
+  for (int i = 0; i < o.workers; ++i) {
+    if (absl::Status s = cluster->StartWorker(i, "127.0.0.1:0"); !s.ok()) return s;
+  }
+  if (absl::Status s = cluster->WaitForAliveWorkers(o.workers, absl::Seconds(30)); !s.ok()) {
+    return s;
+  }
+  return cluster;
+}
+
+LocalCluster::~LocalCluster() { Stop(); }
+
+absl::Status LocalCluster::KillWorker(int i) {
+  if (i < 0 || i >= num_workers() || workers_[i].pid < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("no running worker ", i));
+  }
+  kill(workers_[i].pid, SIGKILL);
+  waitpid(workers_[i].pid, nullptr, 0);
+  workers_[i].pid = -1;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartWorker(int i) {
+  if (i < 0 || i >= num_workers()) return absl::InvalidArgumentError(absl::StrCat("no worker ", i));
+  if (workers_[i].pid >= 0) {
+    if (absl::Status s = KillWorker(i); !s.ok()) return s;
+  }
+  std::filesystem::remove(workers_[i].log);
+  return StartWorker(i, workers_[i].address);
+}
+
+absl::Status LocalCluster::WaitForAliveWorkers(int count, absl::Duration timeout) {
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
+      CoordinatorClient::Connect(address_, timeout);
+  if (!client.ok()) return client.status();
+  const absl::Time deadline = absl::Now() + timeout;
+  int alive = 0;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = (*client)->ListWorkers();
+    if (workers.ok()) {
+      alive = 0;
+      for (const v1::WorkerInfo& w : *workers) alive += w.alive() ? 1 : 0;
+      if (alive >= count) return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(alive, " of ", count,
+                                                  " workers alive after ",
+                                                  absl::FormatDuration(timeout), "; logs in ",
+                                                  options_.log_dir));
+}
+
+void LocalCluster::Stop() {
+  std::vector<pid_t> pids;
+  for (Process& w : workers_) {
+    if (w.pid > 0) pids.push_back(w.pid);
+    w.pid = -1;
+  }
+  if (coordinator_.pid > 0) pids.push_back(coordinator_.pid);
+  coordinator_.pid = -1;
+  for (pid_t pid : pids) kill(pid, SIGTERM);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  for (pid_t pid : pids) {
+    while (waitpid(pid, nullptr, WNOHANG) == 0) {
+      if (absl::Now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+}
+
+}  // namespace tessera
