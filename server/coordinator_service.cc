@@ -273,6 +273,25 @@ grpc::Status CoordinatorService::RunCollective(grpc::ServerContext*,
     absl::MutexLock lock(&mesh.mu);
     mesh.tensors.insert(output);
   }
+  // Ranks that all write an output of one shape must agree on it; a disagreement means the
+  // ranks held inputs of different shapes, which the collective cannot have combined correctly.
+  if (request->op() == v1::BROADCAST || request->op() == v1::ALL_REDUCE_OP ||
+      request->op() == v1::ALL_GATHER_OP) {
+    for (size_t i = 1; i < replies->size(); ++i) {
+      const auto& a = (*replies)[0].tensors();
+      const auto& b = (*replies)[i].tensors();
+      if (a.size() != b.size() || (a.size() == 1 && (a[0].dtype() != b[0].dtype() ||
+                                                     !std::equal(a[0].shape().dims().begin(), a[0].shape().dims().end(),
+                                                                b[0].shape().dims().begin(),
+                                                                b[0].shape().dims().end())))) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat("ranks 0 and ", i, " of mesh '", mesh.name,
+                                         "' disagree on the shape of '", output,
+                                         "': every rank must hold '", request->input(),
+                                         "' with the same shape and dtype"));
+      }
+    }
+  }
   const std::string prefix = WorkerTensorName(mesh, "");
   for (v1::CommandReply& r : *replies) {
     for (v1::LocalTensorInfo& t : *r.mutable_tensors()) {
