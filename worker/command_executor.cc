@@ -30,8 +30,12 @@ Shape WithRows(Shape shape, int64_t rows) {
 }  // namespace
 
 CommandExecutor::CommandExecutor(int64_t worker_id, std::string device, ShardStore* store,
-                                 gloo::rendezvous::Store* rendezvous)
-    : worker_id_(worker_id), device_(std::move(device)), store_(store), rendezvous_(rendezvous) {}
+                                 gloo::rendezvous::Store* rendezvous, std::string collective_host)
+    : worker_id_(worker_id),
+      device_(std::move(device)),
+      store_(store),
+      rendezvous_(rendezvous),
+      collective_host_(std::move(collective_host)) {}
 
 absl::StatusOr<v1::CommandReply> CommandExecutor::Execute(const v1::Command& command) {
   v1::CommandReply reply;
@@ -63,6 +67,7 @@ absl::StatusOr<std::unique_ptr<comm::Communicator>> CommandExecutor::Connect(
     const std::string& prefix, int rank, int size, absl::Duration timeout) {
   comm::CommunicatorOptions options;
   options.timeout = timeout;
+  options.hostname = collective_host_;
   return comm::MakeCommunicator(device_, *rendezvous_, prefix, rank, size, options);
 }
 

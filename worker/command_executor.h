@@ -23,7 +23,7 @@ namespace tessera {
 class CommandExecutor {
  public:
   CommandExecutor(int64_t worker_id, std::string device, ShardStore* store,
-                  gloo::rendezvous::Store* rendezvous);
+                  gloo::rendezvous::Store* rendezvous, std::string collective_host);
 
   absl::StatusOr<v1::CommandReply> Execute(const v1::Command& command);
 
@@ -45,6 +45,7 @@ class CommandExecutor {
   const std::string device_;
   ShardStore* store_;
   gloo::rendezvous::Store* rendezvous_;
+  const std::string collective_host_;
   std::map<int64_t, std::unique_ptr<MeshComms>> meshes_;
 };
 

@@ -26,6 +26,11 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "the coordinator's addres
 ABSL_FLAG(std::string, device, "cpu", "the device served: cpu or cuda:N");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "address to serve on (port 0 picks one)");
 ABSL_FLAG(int64_t, memory_budget, int64_t{4} << 30, "bytes of shards this worker holds at most");
+ABSL_FLAG(std::string, advertise, "",
+          "address the coordinator dials (host:port); default the listen address");
+ABSL_FLAG(std::string, collective_host, "",
+          "host or IP Gloo binds and advertises to peers; default the listen host, or 127.0.0.1 "
+          "when listening on all interfaces");
 ABSL_FLAG(int32_t, threads, 1, "threads for local compute");
 ABSL_FLAG(std::string, secret, "", "shared secret of the cluster; default $TESSERA_SECRET");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "largest gRPC message accepted or sent");
@@ -68,11 +73,11 @@ int main(int argc, char** argv) {
   setenv("OPENBLAS_NUM_THREADS", absl::StrCat(absl::GetFlag(FLAGS_threads)).c_str(), 0);
 
   tessera::WorkerService service(secret, device, absl::GetFlag(FLAGS_memory_budget));
+  const std::string listen = absl::GetFlag(FLAGS_listen);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  const std::string listen = absl::GetFlag(FLAGS_listen);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   const int max_bytes = static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxReceiveMessageSize(max_bytes);
@@ -84,7 +89,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
-  const std::string address = absl::StrCat(host, ":", port);
+  const std::string address = absl::GetFlag(FLAGS_advertise).empty()
+                                  ? absl::StrCat(host, ":", port)
+                                  : absl::GetFlag(FLAGS_advertise);
+  std::string collective_host = absl::GetFlag(FLAGS_collective_host);
+  if (collective_host.empty()) {
+    collective_host = (host == "0.0.0.0" || host == "[::]") ? "127.0.0.1" : host;
+  }
 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_bytes);
@@ -104,7 +115,8 @@ int main(int argc, char** argv) {
   auto begin = [&]() {
     tessera::v1::RegisterReply reply = RegisterLoop(*registry, request);
     service.BeginIncarnation(reply.worker_id(), reply.incarnation(),
-                             std::make_unique<tessera::RpcStore>(registry, absl::Seconds(60)));
+                             std::make_unique<tessera::RpcStore>(registry, absl::Seconds(60)),
+                             collective_host);
     std::cout << "tessera-worker " << reply.worker_id() << " (" << device << ") serving on "
               << address << ", incarnation " << reply.incarnation() << std::endl;
     return reply;

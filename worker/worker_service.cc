@@ -20,13 +20,15 @@ WorkerService::WorkerService(std::string secret, std::string device, int64_t mem
       sequencer_(absl::Seconds(5)) {}
 
 void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
-                                     std::unique_ptr<gloo::rendezvous::Store> rendezvous) {
+                                     std::unique_ptr<gloo::rendezvous::Store> rendezvous,
+                                     const std::string& collective_host) {
   absl::MutexLock lock(&mu_);
   executor_.reset();
   store_.Clear();
   sequencer_.Reset();
   rendezvous_ = std::move(rendezvous);
-  executor_ = std::make_unique<CommandExecutor>(worker_id, device_, &store_, rendezvous_.get());
+  executor_ = std::make_unique<CommandExecutor>(worker_id, device_, &store_, rendezvous_.get(),
+                                                collective_host);
   incarnation_ = incarnation;
 }
 

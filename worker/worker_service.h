@@ -20,8 +20,10 @@ class WorkerService final : public v1::Worker::Service {
   WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes);
 
   // Starts a new incarnation (after registering): drops every tensor and communicator.
+  // `collective_host` is where this worker's Gloo connections bind.
   void BeginIncarnation(int64_t worker_id, int64_t incarnation,
-                        std::unique_ptr<gloo::rendezvous::Store> rendezvous);
+                        std::unique_ptr<gloo::rendezvous::Store> rendezvous,
+                        const std::string& collective_host);
   int64_t used_bytes() const { return store_.used_bytes(); }
 
   grpc::Status Execute(grpc::ServerContext* context, const v1::Command* command,
