@@ -196,7 +196,9 @@ std::string DeviceMesh::ToString() const {
   }
   std::string s = absl::StrCat("DeviceMesh('", device_type_, "', ", body);
   if (!dim_names_.empty()) {
-    absl::StrAppend(&s, ", mesh_dim_names=('", absl::StrJoin(dim_names_, "', '"), "')");
+    // A Python tuple: ('dp', 'tp'), or ('tp',) for one name.
+    absl::StrAppend(&s, ", mesh_dim_names=('", absl::StrJoin(dim_names_, "', '"), "'",
+                    dim_names_.size() == 1 ? ",)" : ")");
   }
   return s + ")";
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace tessera {
 namespace {
@@ -31,6 +32,19 @@ template <typename T>
 T Combine(ReduceOp op, T a, T b) {
   if constexpr (std::is_same_v<T, bool>) {
     return (op == ReduceOp::kProduct || op == ReduceOp::kMin) ? (a && b) : (a || b);
+  } else if constexpr (std::is_integral_v<T>) {
+    // Wraps modulo 2^bits (as NCCL does) instead of overflowing a signed type, which is undefined.
+    using U = std::make_unsigned_t<T>;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+        return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+      case ReduceOp::kProduct:
+        return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+      case ReduceOp::kMax: return std::max(a, b);
+      case ReduceOp::kMin: return std::min(a, b);
+    }
+    return a;
   } else {
     switch (op) {
       case ReduceOp::kSum:
@@ -113,7 +127,11 @@ void DivideInPlace(DType dtype, void* data, int64_t n, int64_t divisor) {
         const float v = (half ? HalfToFloat(p[i]) : BFloat16ToFloat(p[i])) / divisor;
         p[i] = half ? FloatToHalf(v) : FloatToBFloat16(v);
       }
-    } else if constexpr (!std::is_same_v<T, bool>) {
+    } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // In int64: the divisor need not fit in T (a group of 256 ranks averaging uint8).
+      auto* p = static_cast<T*>(data);
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<int64_t>(p[i]) / divisor);
+    } else if constexpr (std::is_floating_point_v<T>) {
       auto* p = static_cast<T*>(data);
       for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(divisor));
     }

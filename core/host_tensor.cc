@@ -108,7 +108,7 @@ absl::StatusOr<HostTensor> HostTensor::FromBytes(DType dtype, Shape shape,
         " bytes, got ", bytes.size()));
   }
   HostTensor t(dtype, std::move(shape));
-  std::memcpy(t.data(), bytes.data(), want);
+  if (want > 0) std::memcpy(t.data(), bytes.data(), want);  // an empty span may hold nullptr
   return t;
 }
 

@@ -56,16 +56,19 @@ absl::StatusOr<int> NormalizeDim(int64_t dim, int rank) {
 
 absl::StatusOr<Shape> ParseShape(absl::string_view text) {
   absl::string_view body = absl::StripAsciiWhitespace(text);
-  if (absl::ConsumePrefix(&body, "[") || absl::ConsumePrefix(&body, "(")) {
-    if (!absl::ConsumeSuffix(&body, "]") && !absl::ConsumeSuffix(&body, ")")) {
-      return absl::InvalidArgumentError(absl::StrCat("shape '", text, "' has no closing bracket"));
+  const bool square = absl::ConsumePrefix(&body, "[");
+  if (square || absl::ConsumePrefix(&body, "(")) {
+    if (!absl::ConsumeSuffix(&body, square ? "]" : ")")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape '", text, "' has no closing '", square ? "]" : ")", "'"));
     }
   }
   Shape shape;
   if (absl::StripAsciiWhitespace(body).empty()) return shape;
-  for (absl::string_view part : absl::StrSplit(body, ',')) {
-    part = absl::StripAsciiWhitespace(part);
-    if (part.empty()) continue;  // allows "(4,)"
+  std::vector<absl::string_view> parts = absl::StrSplit(body, ',');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    absl::string_view part = absl::StripAsciiWhitespace(parts[i]);
+    if (part.empty() && i > 0 && i + 1 == parts.size()) break;  // a trailing comma: "(4,)"
     int64_t v;
     if (!absl::SimpleAtoi(part, &v)) {
       return absl::InvalidArgumentError(
