@@ -1,0 +1,481 @@
+// collectives_bench: bus bandwidth of all_reduce, all_gather, reduce_scatter, all_to_all and
+// broadcast issued by a client through the service (LocalCluster + CoordinatorClient::
+// RunCollective on tensors uploaded once per size), next to raw Gloo (bench/raw_gloo_peer as N
+// processes) and, given a Python with torch, torch.distributed on gloo (bench/torch_peer.py), in
+// the same run so the ratios are meaningful on a noisy machine.
+//
+//   collectives_bench [--workers=2,4] [--bytes=4096,...] [--iterations=30,...] [--warmup=5,...]
+//                     [--rounds=3] [--torch_python=PYTHON --torch_peer=bench/torch_peer.py]
+//                     [--json=out.json]
+//
+// Sizes are nccl-tests sizes (the whole array: the all_gather output, the reduce_scatter and
+// all_to_all input), float32. busbw = bytes / time x (2(n-1)/n all_reduce, (n-1)/n all_gather,
+// reduce_scatter, all_to_all, 1 broadcast). Every figure is a median over all timed calls.
+//
+// Per size, --rounds times: the raw Gloo peer runs every collective (--warmup untimed calls, then
+// --iterations timed ones, each after a barrier and timed on the slowest rank), then the service
+// does the same through RunCollective (timed at the client), so slow spells of a shared machine
+// fall on both. Then --rtt_calls GetMesh calls give the gRPC unary round trip of the latency aim.
+// torch runs once per group size, after the others, with rounds x iterations timed calls.
+
+#include <fcntl.h>
+#include <sched.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/coordinator_client.h"
+#include "client/local_cluster.h"
+#include "core/host_tensor.h"
+
+ABSL_FLAG(std::string, workers, "2,4", "Comma-separated worker counts");
+ABSL_FLAG(std::string, bytes, "4096,65536,1048576,16777216,67108864",
+          "Comma-separated sizes in bytes (the whole array, as nccl-tests)");
+ABSL_FLAG(std::string, iterations, "30,20,10,3,2",
+          "Timed calls per round, one entry per --bytes entry");
+ABSL_FLAG(std::string, warmup, "5,5,3,1,1",
+          "Untimed calls before each collective's timed ones, one entry per --bytes entry");
+ABSL_FLAG(int, rounds, 3, "Alternations of raw Gloo and the service per size");
+ABSL_FLAG(int, rtt_calls, 50, "GetMesh calls per size for the gRPC round trip");
+ABSL_FLAG(std::string, raw_peer, "", "raw_gloo_peer binary; found beside this program if empty");
+ABSL_FLAG(std::string, torch_python, "", "Python with torch for the torch.distributed peer");
+ABSL_FLAG(std::string, torch_peer, "", "Path of bench/torch_peer.py");
+ABSL_FLAG(std::string, json, "", "Where to write the results as JSON");
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kMesh = "collectives_bench";
+constexpr const char* kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                "broadcast"};
+
+// Median and minimum of timed calls, in microseconds.
+struct Timing {
+  double median_us = NAN;
+  double min_us = NAN;
+  int calls = 0;
+};
+
+// One collective at one size on one group size, measured three ways.
+struct Row {
+  int workers;
+  std::string op;
+  int64_t bytes;
+  Timing tessera, raw, torch;
+  double rtt_us;  // GetMesh round trip measured at this size
+};
+
+// Microseconds of every timed call, by collective and size.
+using Samples = std::map<std::pair<std::string, int64_t>, std::vector<double>>;
+
+double BusFactor(const std::string& op, int n) {
+  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "broadcast") return 1.0;
+  return static_cast<double>(n - 1) / n;
+}
+
+// busbw in GB/s (1e9 bytes) for `bytes` moved in `us` microseconds.
+double BusBw(const Row& row, double us) {
+  return static_cast<double>(row.bytes) / (us * 1e-6) / 1e9 * BusFactor(row.op, row.workers);
+}
+
+Timing Summarize(std::vector<double> us) {
+  if (us.empty()) return {};
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us.front(), static_cast<int>(us.size())};
+}
+
+std::vector<int64_t> ParseList(const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < 0) {
+      std::fprintf(stderr, "not a number >= 0: %s\n", std::string(part).c_str());
+      std::exit(2);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+// Runs every argv as a process with output to `log` and waits for all; an error names the log.
+absl::Status RunProcesses(const std::vector<std::vector<std::string>>& argvs,
+                          const std::string& log) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<pid_t> pids;
+  absl::Status status;
+  for (const std::vector<std::string>& args : argvs) {
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    if (int err = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ); err != 0) {
+      status = absl::InternalError(absl::StrCat("cannot start ", args[0], ": ", strerror(err)));
+      break;
+    }
+    pids.push_back(pid);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  for (pid_t pid : pids) {
+    int wstatus = 0;
+    waitpid(pid, &wstatus, 0);
+    if (status.ok() && !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)) {
+      status = absl::InternalError(absl::StrCat(argvs[0][0], " failed; see ", log));
+    }
+  }
+  return status;
+}
+
+// Adds the peers' "<op> <bytes> <us> <us> ..." lines to `samples`.
+absl::Status ReadPeerSamples(const std::string& path, Samples& samples) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("no peer output at ", path));
+  std::string line, op;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    int64_t bytes = 0;
+    if (!(fields >> op >> bytes)) continue;
+    std::vector<double>& us = samples[{op, bytes}];
+    for (double t; fields >> t;) us.push_back(t);
+  }
+  return absl::OkStatus();
+}
+
+// Runs round `round` of the raw Gloo peer as `n` processes on one size.
+absl::Status RunRawGloo(const std::string& binary, const std::string& dir, int n, int64_t bytes,
+                        int64_t iterations, int64_t warmup, int round, Samples& samples) {
+  const std::string tag = absl::StrCat("raw_", n, "_", bytes, "_", round);
+  const std::string store = absl::StrCat(dir, "/", tag, "_store");
+  std::filesystem::create_directories(store);
+  const std::string out = absl::StrCat(dir, "/", tag, ".txt");
+  std::vector<std::vector<std::string>> argvs;
+  for (int r = 0; r < n; ++r) {
+    argvs.push_back({binary, absl::StrCat("--rank=", r), absl::StrCat("--size=", n),
+                     absl::StrCat("--store=", store), absl::StrCat("--bytes=", bytes),
+                     absl::StrCat("--iterations=", iterations),
+                     absl::StrCat("--warmup=", warmup), absl::StrCat("--out=", out)});
+  }
+  if (absl::Status s = RunProcesses(argvs, absl::StrCat(dir, "/", tag, ".log")); !s.ok()) return s;
+  return ReadPeerSamples(out, samples);
+}
+
+// Runs bench/torch_peer.py for `n` processes on every size, rounds x iterations timed calls each.
+absl::Status RunTorch(const std::string& dir, int n, const std::vector<int64_t>& sizes,
+                      std::vector<int64_t> iterations, const std::vector<int64_t>& warmup,
+                      Samples& samples) {
+  for (int64_t& i : iterations) i *= absl::GetFlag(FLAGS_rounds);
+  const std::string out = absl::StrCat(dir, "/torch_", n, ".txt");
+  std::vector<std::vector<std::string>> argvs = {
+      {absl::GetFlag(FLAGS_torch_python), absl::GetFlag(FLAGS_torch_peer),
+       absl::StrCat("--size=", n), absl::StrCat("--bytes=", absl::StrJoin(sizes, ",")),
+       absl::StrCat("--iterations=", absl::StrJoin(iterations, ",")),
+       absl::StrCat("--warmup=", absl::StrJoin(warmup, ",")), absl::StrCat("--out=", out),
+       absl::StrCat("--init=", dir, "/torch_", n, "_init")}};
+  if (absl::Status s = RunProcesses(argvs, absl::StrCat(dir, "/torch_", n, ".log")); !s.ok()) {
+    return s;
+  }
+  return ReadPeerSamples(out, samples);
+}
+
+// The request of collective `op` as the bench issues it: input "x" (or "g", the all_gather
+// input of bytes/n), output "y", sum, root 0.
+v1::CollectiveRequest Request(const std::string& op) {
+  v1::CollectiveRequest request;
+  request.set_mesh(kMesh);
+  const std::map<std::string, v1::CollectiveOp> ops = {
+      {"all_reduce", v1::ALL_REDUCE_OP},         {"all_gather", v1::ALL_GATHER_OP},
+      {"reduce_scatter", v1::REDUCE_SCATTER_OP}, {"all_to_all", v1::ALL_TO_ALL_OP},
+      {"broadcast", v1::BROADCAST}};
+  request.set_op(ops.at(op));
+  request.set_input(op == "all_gather" ? "g" : "x");
+  request.set_output("y");
+  request.set_reduce_op(v1::SUM);
+  request.set_root(0);
+  return request;
+}
+
+// Uploads `name`, `bytes` of float32 ones, to every rank.
+absl::Status Upload(CoordinatorClient& client, int n, const std::string& name, int64_t bytes) {
+  absl::StatusOr<HostTensor> t =
+      HostTensor::Uninitialized(DType::kFloat32, {bytes / static_cast<int64_t>(sizeof(float))});
+  if (!t.ok()) return t.status();
+  std::fill_n(t->data_as<float>(), t->num_elements(), 1.0f);
+  for (int r = 0; r < n; ++r) {
+    if (absl::Status s = client.PutLocal(kMesh, r, name, *t); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Adds `iterations` timed RunCollective calls of `op` (after `warmup` untimed ones) to `us`.
+absl::Status TimeService(CoordinatorClient& client, const std::string& op, int n,
+                         int64_t iterations, int64_t warmup, std::vector<double>& us) {
+  const v1::CollectiveRequest request = Request(op);
+  for (int64_t i = -warmup; i < iterations; ++i) {
+    const Clock::time_point start = Clock::now();
+    absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request);
+    const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    if (!reply.ok()) return reply.status();
+    if (reply->outputs_size() != n) {
+      return absl::InternalError(absl::StrCat(op, " wrote ", reply->outputs_size(), " outputs"));
+    }
+    if (i >= 0) us.push_back(elapsed);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Timing> TimeRoundTrip(CoordinatorClient& client) {
+  std::vector<double> us;
+  for (int i = -5; i < absl::GetFlag(FLAGS_rtt_calls); ++i) {
+    const Clock::time_point start = Clock::now();
+    absl::StatusOr<v1::MeshInfo> mesh = client.GetMesh(kMesh);
+    const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    if (!mesh.ok()) return mesh.status();
+    if (i >= 0) us.push_back(elapsed);
+  }
+  return Summarize(std::move(us));
+}
+
+// Measures every size on a fresh cluster of `n` workers, raw Gloo first at each size.
+absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
+                                              const std::string& raw_peer) {
+  LocalClusterOptions options;
+  options.workers = n;
+  options.log_dir = absl::StrCat(dir, "/cluster_", n);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
+      CoordinatorClient::Connect((*cluster)->address());
+  if (!client.ok()) return client.status();
+  CoordinatorClient& c = **client;
+  absl::StatusOr<v1::MeshInfo> mesh =
+      c.CreateMesh(kMesh, "cpu", {n}, {}, {}, absl::Seconds(120));
+  if (!mesh.ok()) return mesh.status();
+
+  const std::vector<int64_t> sizes = ParseList(absl::GetFlag(FLAGS_bytes));
+  const std::vector<int64_t> iterations = ParseList(absl::GetFlag(FLAGS_iterations));
+  const std::vector<int64_t> warmup = ParseList(absl::GetFlag(FLAGS_warmup));
+  Samples raw, tessera, torch;
+  std::map<int64_t, double> rtt_us;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    const int64_t bytes = sizes[s];
+    if (absl::Status st = Upload(c, n, "x", bytes); !st.ok()) return st;
+    if (absl::Status st = Upload(c, n, "g", bytes / n); !st.ok()) return st;
+    for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+      if (absl::Status st =
+              RunRawGloo(raw_peer, dir, n, bytes, iterations[s], warmup[s], round, raw);
+          !st.ok()) {
+        return st;
+      }
+      for (const char* op : kOps) {
+        if (absl::Status st =
+                TimeService(c, op, n, iterations[s], warmup[s], tessera[{op, bytes}]);
+            !st.ok()) {
+          return st;
+        }
+      }
+    }
+    absl::StatusOr<Timing> rtt = TimeRoundTrip(c);
+    if (!rtt.ok()) return rtt.status();
+    rtt_us[bytes] = rtt->median_us;
+    for (const char* name : {"x", "g", "y"}) {
+      if (absl::Status st = c.DeleteTensor(kMesh, name); !st.ok()) return st;
+    }
+    std::fprintf(stderr, "  %d workers, %lld bytes done\n", n, static_cast<long long>(bytes));
+  }
+  if (!absl::GetFlag(FLAGS_torch_python).empty()) {
+    if (absl::Status st = RunTorch(dir, n, sizes, iterations, warmup, torch); !st.ok()) return st;
+  }
+  std::vector<Row> rows;
+  for (int64_t bytes : sizes) {
+    for (const char* op : kOps) {
+      rows.push_back({n, op, bytes, Summarize(tessera[{op, bytes}]), Summarize(raw[{op, bytes}]),
+                      Summarize(torch[{op, bytes}]), rtt_us[bytes]});
+    }
+  }
+  (void)c.DeleteMesh(kMesh);
+  return rows;
+}
+
+std::string SizeName(int64_t bytes) {
+  if (bytes % (1 << 20) == 0) return absl::StrCat(bytes >> 20, "M");
+  if (bytes % (1 << 10) == 0) return absl::StrCat(bytes >> 10, "K");
+  return absl::StrCat(bytes);
+}
+
+void PrintTable(const std::vector<Row>& rows, bool torch) {
+  std::printf("%-2s %-14s %5s %5s | %10s %10s %10s | %8s %8s %8s | %7s %7s | %7s\n", "n", "op",
+              "size", "calls", "raw us", "tessera us", "torch us", "raw GB/s", "tess GB/s",
+              "trch GB/s", "tess/raw", "trch/raw", "rtt us");
+  for (const Row& r : rows) {
+    std::printf(
+        "%-2d %-14s %5s %5d | %10.1f %10.1f %10.1f | %8.3f %8.3f %8.3f | %7.2fx %7.2fx | %7.1f\n",
+        r.workers, r.op.c_str(), SizeName(r.bytes).c_str(), r.tessera.calls, r.raw.median_us,
+        r.tessera.median_us, r.torch.median_us, BusBw(r, r.raw.median_us),
+        BusBw(r, r.tessera.median_us), BusBw(r, r.torch.median_us),
+        r.raw.median_us / r.tessera.median_us, torch ? r.raw.median_us / r.torch.median_us : NAN,
+        r.rtt_us);
+  }
+  int64_t smallest = rows.front().bytes, largest = rows.front().bytes;
+  for (const Row& r : rows) {
+    smallest = std::min(smallest, r.bytes);
+    largest = std::max(largest, r.bytes);
+  }
+  std::printf("\nAims: at %s busbw >= 0.9x raw Gloo; at %s latency <= raw + one gRPC round trip\n",
+              SizeName(largest).c_str(), SizeName(smallest).c_str());
+  for (const Row& r : rows) {
+    if (r.bytes == largest) {
+      const double ratio = r.raw.median_us / r.tessera.median_us;
+      std::printf("  n=%d %-14s %s busbw ratio %.2fx: %s\n", r.workers, r.op.c_str(),
+                  SizeName(r.bytes).c_str(), ratio, ratio >= 0.9 ? "met" : "MISSED");
+    }
+  }
+  for (const Row& r : rows) {
+    if (r.bytes == smallest) {
+      const double over = r.tessera.median_us - r.raw.median_us;
+      std::printf("  n=%d %-14s %s overhead %.0f us vs rtt %.0f us (%.1f rtt): %s\n", r.workers,
+                  r.op.c_str(), SizeName(r.bytes).c_str(), over, r.rtt_us, over / r.rtt_us,
+                  over <= r.rtt_us ? "met" : "MISSED");
+    }
+  }
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return std::string(line.substr(line.find(':') + 2));
+  }
+  return "unknown";
+}
+
+// The first three fields of /proc/loadavg.
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return absl::StrCat(a, " ", b, " ", c);
+}
+
+std::string Scheduler() {
+  switch (sched_getscheduler(0)) {
+    case SCHED_RR: return "SCHED_RR";
+    case SCHED_FIFO: return "SCHED_FIFO";
+    default: return "SCHED_OTHER";
+  }
+}
+
+std::string JsonNumber(double v) { return std::isnan(v) ? "null" : absl::StrFormat("%.3f", v); }
+
+absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
+                       const std::string& load_at_start) {
+  std::ofstream f(path);
+  if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
+  const std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
+  f << "{\n  \"benchmark\": \"collectives_bench\",\n  \"date\": \"" << date << "\",\n"
+    << "  \"machine\": {\"nproc\": " << std::thread::hardware_concurrency() << ", \"cpu\": \""
+    << CpuModel() << "\", \"scheduler\": \"" << Scheduler() << "\", \"loadavg_at_start\": \""
+    << load_at_start << "\", \"loadavg_at_end\": \"" << LoadAverage() << "\"},\n  \"dtype\": \"float32\",\n  \"bytes\": ["
+    << absl::GetFlag(FLAGS_bytes) << "],\n  \"iterations_per_round\": ["
+    << absl::GetFlag(FLAGS_iterations) << "],\n  \"warmup\": [" << absl::GetFlag(FLAGS_warmup)
+    << "],\n  \"rounds\": " << absl::GetFlag(FLAGS_rounds) << ",\n  \"rows\": [\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    f << absl::StrFormat(
+        "    {\"workers\": %d, \"op\": \"%s\", \"bytes\": %d, \"calls\": %d, "
+        "\"tessera_median_us\": %s, \"tessera_min_us\": %s, \"raw_gloo_median_us\": %s, "
+        "\"raw_gloo_min_us\": %s, \"torch_median_us\": %s, \"tessera_busbw_gbps\": %s, "
+        "\"raw_gloo_busbw_gbps\": %s, \"torch_busbw_gbps\": %s, \"tessera_over_raw\": %s, "
+        "\"torch_over_raw\": %s, \"grpc_rtt_us\": %s}%s\n",
+        r.workers, r.op, r.bytes, r.tessera.calls, JsonNumber(r.tessera.median_us),
+        JsonNumber(r.tessera.min_us), JsonNumber(r.raw.median_us), JsonNumber(r.raw.min_us),
+        JsonNumber(r.torch.median_us), JsonNumber(BusBw(r, r.tessera.median_us)),
+        JsonNumber(BusBw(r, r.raw.median_us)), JsonNumber(BusBw(r, r.torch.median_us)),
+        JsonNumber(r.raw.median_us / r.tessera.median_us),
+        JsonNumber(r.raw.median_us / r.torch.median_us), JsonNumber(r.rtt_us),
+        i + 1 < rows.size() ? "," : "");
+  }
+  f << "  ]\n}\n";
+  return f ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));
+}
+
+int Main() {
+  const std::vector<int64_t> workers = ParseList(absl::GetFlag(FLAGS_workers));
+  const size_t sizes = ParseList(absl::GetFlag(FLAGS_bytes)).size();
+  if (sizes == 0 || ParseList(absl::GetFlag(FLAGS_iterations)).size() != sizes ||
+      ParseList(absl::GetFlag(FLAGS_warmup)).size() != sizes || absl::GetFlag(FLAGS_rounds) < 1) {
+    std::fprintf(stderr, "--iterations and --warmup need one entry per --bytes entry\n");
+    return 2;
+  }
+  const bool torch = !absl::GetFlag(FLAGS_torch_python).empty();
+  if (torch && absl::GetFlag(FLAGS_torch_peer).empty()) {
+    std::fprintf(stderr, "--torch_python needs --torch_peer\n");
+    return 2;
+  }
+  std::string raw_peer = absl::GetFlag(FLAGS_raw_peer);
+  if (raw_peer.empty()) raw_peer = SelfDirectory() + "/raw_gloo_peer";
+  std::string dir = (std::filesystem::temp_directory_path() / "tessera-collectives-XXXXXX").string();
+  if (mkdtemp(dir.data()) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string load_at_start = LoadAverage();
+  std::fprintf(stderr, "scheduler %s, load average %s\n", Scheduler().c_str(),
+               load_at_start.c_str());
+  std::vector<Row> rows;
+  for (int64_t n : workers) {
+    std::fprintf(stderr, "measuring %lld workers (logs in %s)\n", static_cast<long long>(n),
+                 dir.c_str());
+    absl::StatusOr<std::vector<Row>> group = MeasureGroup(static_cast<int>(n), dir, raw_peer);
+    if (!group.ok()) {
+      std::fprintf(stderr, "%s\n", group.status().ToString().c_str());
+      return 1;
+    }
+    rows.insert(rows.end(), group->begin(), group->end());
+  }
+  PrintTable(rows, torch);
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    if (absl::Status s = WriteJson(path, rows, load_at_start); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tessera::Main();
+}
