@@ -50,8 +50,9 @@ T Combine(ReduceOp op, T a, T b) {
       case ReduceOp::kSum:
       case ReduceOp::kAvg: return static_cast<T>(a + b);
       case ReduceOp::kProduct: return static_cast<T>(a * b);
-      case ReduceOp::kMax: return std::max(a, b);
-      case ReduceOp::kMin: return std::min(a, b);
+      // NaN wins, as in torch.maximum / torch.minimum.
+      case ReduceOp::kMax: return (a != a || b != b) ? a + b : std::max(a, b);
+      case ReduceOp::kMin: return (a != a || b != b) ? a + b : std::min(a, b);
     }
     return a;
   }

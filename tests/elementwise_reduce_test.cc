@@ -446,3 +446,20 @@ INSTANTIATE_TEST_SUITE_P(DTypesAndOps, FillIdentityTest,
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(ReduceIntoNaN, MaxAndMinKeepANaNFromEitherSide) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
+    float acc[2] = {1.0f, nan};
+    const float in[2] = {nan, 1.0f};
+    ReduceInto(op, DType::kFloat32, acc, in, 2);
+    EXPECT_TRUE(std::isnan(acc[0])) << ReduceOpName(op);
+    EXPECT_TRUE(std::isnan(acc[1])) << ReduceOpName(op);
+  }
+}
+
+}  // namespace
+}  // namespace tessera
