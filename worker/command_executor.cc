@@ -1,6 +1,7 @@
 #include "worker/command_executor.h"
 
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
@@ -133,13 +134,15 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", c.input(), "' is a scalar; this collective works along dim 0"));
   }
+  // A budget-checked buffer for the output; every use below overwrites all of it, so it is not
+  // zeroed first (that pass costs as much as a copy at large sizes).
   auto output_of = [&](Shape shape) -> absl::StatusOr<HostTensor> {
     if (absl::Status s = store_->Reserve(
             NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype)), c.output());
         !s.ok()) {
       return s;
     }
-    return HostTensor::Zeros(dtype, std::move(shape));
+    return HostTensor::Uninitialized(dtype, std::move(shape));
   };
   auto keep = [&](HostTensor out) -> absl::StatusOr<std::vector<v1::LocalTensorInfo>> {
     v1::LocalTensorInfo info = Info(c.output(), out);
@@ -149,11 +152,17 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
   const int64_t n0 = in.rank() > 0 ? in.shape()[0] : 1;
   const int64_t row = in.rank() > 0 ? RowElements(in.shape()) : 1;
   const int64_t c0 = ChunkSize(n0, k);
-  // `in` padded to k chunks of c0 rows, the layout the equal-block collectives need.
-  auto padded_input = [&]() -> absl::StatusOr<HostTensor> {
+  // `in` as k chunks of c0 rows, the layout the equal-block collectives send: `in` itself when
+  // its rows divide evenly, else a copy zero-padded to k * c0 rows, held in `padded`.
+  std::optional<HostTensor> padded;
+  auto equal_blocks = [&]() -> absl::StatusOr<const std::byte*> {
+    if (k * c0 == n0) return in.data();
     absl::StatusOr<HostTensor> p = output_of(WithRows(in.shape(), k * c0));
-    if (p.ok()) std::memcpy(p->data(), in.data(), in.nbytes());
-    return p;
+    if (!p.ok()) return p.status();
+    std::memcpy(p->data(), in.data(), in.nbytes());
+    std::memset(p->data() + in.nbytes(), 0, p->nbytes() - in.nbytes());
+    padded = *std::move(p);
+    return padded->data();
   };
 
   absl::Status status;
@@ -193,15 +202,16 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     case v1::SCATTER:
     case v1::REDUCE_SCATTER_OP: {
       if (c.op() == v1::REDUCE_SCATTER_OP && !op.ok()) return op.status();
-      absl::StatusOr<HostTensor> send = padded_input();
+      absl::StatusOr<const std::byte*> send = equal_blocks();
       if (!send.ok()) return send.status();
-      absl::StatusOr<HostTensor> recv = HostTensor::Zeros(dtype, WithRows(in.shape(), c0));
+      absl::StatusOr<HostTensor> recv = output_of(WithRows(in.shape(), c0));
       if (!recv.ok()) return recv.status();
       status = c.op() == v1::SCATTER
-                   ? group.Scatter(send->data(), recv->data(), c0 * row, dtype, root)
-                   : group.ReduceScatter(send->data(), recv->data(), c0 * row, dtype, *op);
+                   ? group.Scatter(*send, recv->data(), c0 * row, dtype, root)
+                   : group.ReduceScatter(*send, recv->data(), c0 * row, dtype, *op);
       if (!status.ok()) return status;
       const ChunkRange mine = ChunkOf(n0, k, me);
+      if (mine.size == c0) return keep(*std::move(recv));
       absl::StatusOr<HostTensor> out = HostTensor::FromBytes(
           dtype, WithRows(in.shape(), mine.size),
           {recv->data(), static_cast<size_t>(mine.size * row) * DTypeSize(dtype)});
@@ -209,14 +219,16 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
       return keep(*std::move(out));
     }
     case v1::ALL_TO_ALL_OP: {
-      absl::StatusOr<HostTensor> send = padded_input();
+      absl::StatusOr<const std::byte*> send = equal_blocks();
       if (!send.ok()) return send.status();
-      absl::StatusOr<HostTensor> recv = HostTensor::Zeros(dtype, WithRows(in.shape(), k * c0));
+      absl::StatusOr<HostTensor> recv = output_of(WithRows(in.shape(), k * c0));
       if (!recv.ok()) return recv.status();
-      status = group.AllToAll(send->data(), recv->data(), c0 * row, dtype);
+      status = group.AllToAll(*send, recv->data(), c0 * row, dtype);
       if (!status.ok()) return status;
-      // Every rank sent its chunk `me` of the same n0 rows: k blocks of ChunkOf(n0, k, me) rows.
+      // Every rank sent its chunk `me` of the same n0 rows: k blocks of ChunkOf(n0, k, me) rows,
+      // received as blocks of c0 rows; when the two agree the received buffer is the output.
       const int64_t rows = ChunkOf(n0, k, me).size;
+      if (rows == c0) return keep(*std::move(recv));
       absl::StatusOr<HostTensor> out = output_of(WithRows(in.shape(), k * rows));
       if (!out.ok()) return out.status();
       const size_t block = static_cast<size_t>(rows * row) * DTypeSize(dtype);
