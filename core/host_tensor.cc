@@ -1,6 +1,7 @@
 #include "core/host_tensor.h"
 
 #include <algorithm>
+#include <limits>
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +50,19 @@ absl::Status CheckBlock(const Shape& shape, std::span<const int64_t> offsets,
   return absl::OkStatus();
 }
 
+// A valid shape whose byte count fits in int64, so that nbytes() cannot wrap to a buffer smaller
+// than the tensor.
+absl::Status ValidateTensorShape(DType dtype, const Shape& shape) {
+  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+  if (NumElements(shape) >
+      std::numeric_limits<int64_t>::max() / static_cast<int64_t>(DTypeSize(dtype))) {
+    return absl::InvalidArgumentError(absl::StrCat("a ", DTypeName(dtype), " tensor of shape ",
+                                                   ShapeToString(shape),
+                                                   " has more bytes than fit in int64"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void CopyStrided(const ConstStridedView& src, const StridedView& dst) {
@@ -88,7 +102,7 @@ HostTensor::HostTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::mo
 }
 
 absl::StatusOr<HostTensor> HostTensor::Uninitialized(DType dtype, Shape shape) {
-  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+  if (absl::Status s = ValidateTensorShape(dtype, shape); !s.ok()) return s;
   return HostTensor(dtype, std::move(shape));
 }
 
@@ -100,7 +114,7 @@ absl::StatusOr<HostTensor> HostTensor::Zeros(DType dtype, Shape shape) {
 
 absl::StatusOr<HostTensor> HostTensor::FromBytes(DType dtype, Shape shape,
                                                  std::span<const std::byte> bytes) {
-  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+  if (absl::Status s = ValidateTensorShape(dtype, shape); !s.ok()) return s;
   const size_t want = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   if (bytes.size() != want) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -44,7 +44,7 @@ class HostTensor {
   HostTensor(HostTensor&&) noexcept = default;
   HostTensor& operator=(HostTensor&&) noexcept = default;
 
-  // A zero-filled tensor. INVALID_ARGUMENT for a negative size.
+  // A zero-filled tensor. INVALID_ARGUMENT for a negative size or more bytes than fit in int64.
   static absl::StatusOr<HostTensor> Zeros(DType dtype, Shape shape);
   // A tensor whose contents are left uninitialized (for buffers about to be overwritten).
   static absl::StatusOr<HostTensor> Uninitialized(DType dtype, Shape shape);
