@@ -30,10 +30,10 @@ struct GlooCommunicatorOptions {
   absl::Duration timeout = absl::Seconds(30);
 };
 
-// Communicator for cpu meshes: Gloo collectives over TCP on host buffers. Every dtype and reduce op
-// runs through core's ReduceInto as Gloo's reduction function, so results equal the host reference
-// bit for bit when the reduction order does not matter (and avg is a sum finished with
-// DivideInPlace).
+// Communicator for cpu meshes: Gloo's collectives over TCP on host buffers. Gloo reduces with
+// core's ReduceInto as its reduction callback, so every dtype (bfloat16 and bool included) and op
+// has core's semantics; avg is a sum finished with DivideInPlace. ReduceScatter is an all-to-all
+// followed by a local reduction in rank order; Barrier and every other op is Gloo's own.
 class GlooCommunicator final : public Communicator {
  public:
   // Connects rank `rank` of `size` to its peers through `store`, under keys prefixed by `prefix`
