@@ -1,0 +1,301 @@
+// Bad requests to a real cluster: each gets its status code and a message naming the bad value, and
+// leaves every existing tensor intact and the mesh's communicators working.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/elementwise_reduce.h"
+#include "core/small_integer_tensor.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "proto/grpc_status.h"
+#include "tests/cluster_fixture.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::StatusIs;
+using ::tessera::testing::TensorsMatch;
+using ::tessera::testing::TestCluster;
+using ::tessera::testing::TestClusterOptions;
+
+constexpr int kWorkers = 4;
+constexpr int64_t kBudget = int64_t{1} << 20;  // per worker
+constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
+constexpr auto kNotFound = absl::StatusCode::kNotFound;
+
+// The tensors every test must leave as they were, on every rank of mesh "m".
+const char* const kKept[] = {"a", "b"};
+
+v1::CollectiveRequest Collective(v1::CollectiveOp op, const std::string& mesh_dim,
+                                 const std::string& input, int64_t root = 0) {
+  v1::CollectiveRequest request;
+  request.set_mesh("m");
+  request.set_mesh_dim(mesh_dim);
+  request.set_op(op);
+  request.set_input(input);
+  request.set_output("out");
+  request.set_reduce_op(v1::SUM);
+  request.set_root(root);
+  return request;
+}
+
+// The first chunk of an upload of `tensor` to rank `rank` of mesh "m".
+v1::PutLocalChunk Header(int64_t rank, const std::string& tensor, DType dtype, const Shape& shape) {
+  v1::PutLocalChunk chunk;
+  chunk.set_mesh("m");
+  chunk.set_rank(rank);
+  chunk.set_tensor(tensor);
+  chunk.set_dtype(ToProto(dtype));
+  *chunk.mutable_shape() = ToProto(shape);
+  return chunk;
+}
+
+// Mesh "m" (2x2, dims "dp" and "tp") on a cluster whose workers hold 1 MiB each, with tensors "a"
+// and "b" on every rank.
+class ClusterBadInputTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = new TestCluster;
+    LocalClusterOptions options = TestClusterOptions(kWorkers);
+    options.memory_budget_bytes = kBudget;
+    startup_ = cluster_->Start(std::move(options));
+    if (!startup_.ok()) return;
+    CoordinatorClient& client = *cluster_->client;
+    if (absl::StatusOr<v1::MeshInfo> m = client.CreateMesh("m", "cpu", {2, 2}, {"dp", "tp"});
+        !m.ok()) {
+      startup_ = m.status();
+      return;
+    }
+    kept_ = new std::vector<std::vector<HostTensor>>(kWorkers);
+    for (int64_t r = 0; r < kWorkers; ++r) {
+      (*kept_)[r].push_back(SmallIntegerTensor(DType::kFloat32, {5, 3}, 10 + r));
+      (*kept_)[r].push_back(SmallIntegerTensor(DType::kInt64, {2, 4}, 20 + r));
+      for (size_t t = 0; t < std::size(kKept); ++t) {
+        startup_ = client.PutLocal("m", r, kKept[t], (*kept_)[r][t]);
+        if (!startup_.ok()) return;
+      }
+    }
+    stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(cluster_->cluster->address(),
+                                                         grpc::InsecureChannelCredentials()))
+                .release();
+  }
+
+  static void TearDownTestSuite() {
+    delete stub_;
+    stub_ = nullptr;
+    delete kept_;
+    kept_ = nullptr;
+    cluster_->Stop();
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(startup_.ok()) << "the cluster did not start: " << startup_ << cluster_->LogHint();
+  }
+
+  // Whatever the test did: the mesh is ready, every kept tensor is as uploaded, and a collective on
+  // the mesh still gives the right answer.
+  void TearDown() override {
+    if (!startup_.ok()) return;
+    CoordinatorClient& client = *cluster_->client;
+    absl::StatusOr<v1::MeshInfo> mesh = client.GetMesh("m");
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    EXPECT_TRUE(mesh->ready()) << mesh->broken_reason();
+    for (int64_t r = 0; r < kWorkers; ++r) {
+      for (size_t t = 0; t < std::size(kKept); ++t) {
+        absl::StatusOr<HostTensor> got = client.GetLocal("m", r, kKept[t]);
+        ASSERT_TRUE(got.ok()) << "tensor '" << kKept[t] << "' of rank " << r << ": "
+                              << got.status();
+        EXPECT_TRUE(TensorsMatch(*got, (*kept_)[r][t]))
+            << "tensor '" << kKept[t] << "' of rank " << r << " changed";
+      }
+    }
+    ASSERT_TRUE(client.RunCollective(Collective(v1::ALL_REDUCE_OP, "", "a")).ok());
+    HostTensor sum = (*kept_)[0][0].Clone();
+    for (int64_t r = 1; r < kWorkers; ++r) {
+      ReduceInto(ReduceOp::kSum, sum.dtype(), sum.data(), (*kept_)[r][0].data(),
+                 sum.num_elements());
+    }
+    absl::StatusOr<HostTensor> out = client.GetLocal("m", kWorkers - 1, "out");
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(TensorsMatch(*out, sum)) << "all_reduce after the bad request";
+  }
+
+  // Sends `chunks` as one PutLocal stream, as a client that miscounts its bytes would.
+  static absl::Status RawPutLocal(const std::vector<v1::PutLocalChunk>& chunks) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::PutLocalReply reply;
+    std::unique_ptr<grpc::ClientWriter<v1::PutLocalChunk>> writer =
+        stub_->PutLocal(&context, &reply);
+    for (const v1::PutLocalChunk& chunk : chunks) {
+      if (!writer->Write(chunk)) break;
+    }
+    writer->WritesDone();
+    return FromGrpcStatus(writer->Finish());
+  }
+
+  static CoordinatorClient& client() { return *cluster_->client; }
+
+  static inline TestCluster* cluster_ = nullptr;
+  static inline absl::Status startup_;
+  static inline std::vector<std::vector<HostTensor>>* kept_ = nullptr;
+  static inline v1::Coordinator::Stub* stub_ = nullptr;
+};
+
+TEST_F(ClusterBadInputTest, UnknownMeshIsNotFound) {
+  const std::vector<std::string> names = {"'nope'"};
+  EXPECT_TRUE(StatusIs(client().GetMesh("nope").status(), kNotFound, names));
+  EXPECT_TRUE(StatusIs(client().DeleteMesh("nope"), kNotFound, names));
+  v1::CollectiveRequest request = Collective(v1::ALL_REDUCE_OP, "", "a");
+  request.set_mesh("nope");
+  EXPECT_TRUE(StatusIs(client().RunCollective(request).status(), kNotFound, names));
+  EXPECT_TRUE(StatusIs(client().PutLocal("nope", 0, "a", (*kept_)[0][0]), kNotFound, names));
+  EXPECT_TRUE(StatusIs(client().GetLocal("nope", 0, "a").status(), kNotFound, names));
+  EXPECT_TRUE(StatusIs(client().DeleteTensor("nope", "a"), kNotFound, names));
+}
+
+TEST_F(ClusterBadInputTest, MeshShapeThatDoesNotMatchTheWorkers) {
+  EXPECT_TRUE(StatusIs(client().CreateMesh("nine", "cpu", {3, 3}).status(), kInvalid,
+                       {"[3, 3]", "needs 9", "4 are live"}));
+  EXPECT_TRUE(StatusIs(client().CreateMesh("three_ids", "cpu", {2, 2}, {}, {0, 1, 2}).status(),
+                       kInvalid, {"[2, 2]", "needs 4", "names 3"}));
+  EXPECT_TRUE(StatusIs(client().CreateMesh("twice", "cpu", {2}, {}, {1, 1}).status(), kInvalid,
+                       {"rank 1 appears twice"}));
+  EXPECT_TRUE(
+      StatusIs(client().CreateMesh("stranger", "cpu", {1}, {}, {17}).status(), kNotFound, {"17"}));
+  EXPECT_TRUE(StatusIs(client().CreateMesh("empty_dim", "cpu", {2, 0}).status(), kInvalid,
+                       {"[2, 0]", "size 0 at dim 1"}));
+  EXPECT_TRUE(StatusIs(client().CreateMesh("m", "cpu", {2}).status(),
+                       absl::StatusCode::kAlreadyExists, {"'m'"}));
+  // None of them left a mesh behind.
+  absl::StatusOr<std::vector<v1::MeshInfo>> meshes = client().ListMeshes();
+  ASSERT_TRUE(meshes.ok()) << meshes.status();
+  ASSERT_EQ(meshes->size(), 1u);
+  EXPECT_EQ((*meshes)[0].name(), "m");
+}
+
+TEST_F(ClusterBadInputTest, UnknownDeviceType) {
+  EXPECT_TRUE(StatusIs(client().CreateMesh("t", "tpu", {4}).status(), kInvalid, {"'tpu'"}));
+}
+
+TEST_F(ClusterBadInputTest, DuplicateDimNames) {
+  EXPECT_TRUE(
+      StatusIs(client().CreateMesh("d", "cpu", {2, 2}, {"dp", "dp"}).status(), kInvalid, {"'dp'"}));
+  EXPECT_TRUE(StatusIs(client().CreateMesh("d", "cpu", {2, 2}, {"dp"}).status(), kInvalid,
+                       {"1 names", "2 dims"}));
+}
+
+TEST_F(ClusterBadInputTest, UnknownTensor) {
+  const std::vector<std::string> names = {"'ghost'"};
+  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::ALL_REDUCE_OP, "", "ghost")).status(),
+                       kNotFound, names));
+  EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "ghost").status(), kNotFound, names));
+  EXPECT_TRUE(StatusIs(client().DeleteTensor("m", "ghost"), kNotFound, names));
+}
+
+TEST_F(ClusterBadInputTest, RankOrRootOutOfRange) {
+  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::BROADCAST, "", "a", 4)).status(),
+                       kInvalid, {"root 4", "group of 4"}));
+  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::REDUCE, "", "a", -1)).status(),
+                       kInvalid, {"root -1"}));
+  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::SCATTER, "dp", "a", 2)).status(),
+                       kInvalid, {"root 2", "group of 2"}));
+  v1::CollectiveRequest send = Collective(v1::SEND_RECV, "tp", "a", 1);
+  send.set_peer(1);
+  EXPECT_TRUE(StatusIs(client().RunCollective(send).status(), kInvalid, {"peer 1", "sender 1"}));
+  send.set_peer(2);
+  EXPECT_TRUE(StatusIs(client().RunCollective(send).status(), kInvalid, {"peer 2", "group of 2"}));
+  EXPECT_TRUE(StatusIs(client().GetLocal("m", 4, "a").status(), kInvalid, {"rank 4", "4 ranks"}));
+  EXPECT_TRUE(StatusIs(client().PutLocal("m", -1, "a", (*kept_)[0][0]), kInvalid, {"rank -1"}));
+}
+
+TEST_F(ClusterBadInputTest, UnknownMeshDimOrOp) {
+  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::ALL_GATHER_OP, "pp", "a")).status(),
+                       kInvalid, {"'pp'", "dp, tp"}));
+  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::ALL_GATHER_OP, "2", "a")).status(),
+                       kInvalid, {"mesh dim 2", "2 dims"}));
+  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::ALL_GATHER_OP, "-1", "a")).status(),
+                       kInvalid, {"mesh dim -1"}));
+  EXPECT_TRUE(StatusIs(
+      client().RunCollective(Collective(static_cast<v1::CollectiveOp>(42), "", "a")).status(),
+      kInvalid, {"42"}));
+  EXPECT_TRUE(
+      StatusIs(client().RunCollective(Collective(v1::COLLECTIVE_OP_UNSPECIFIED, "", "a")).status(),
+               kInvalid));
+  v1::CollectiveRequest reduce = Collective(v1::ALL_REDUCE_OP, "", "a");
+  reduce.set_reduce_op(static_cast<v1::ReduceOp>(9));
+  EXPECT_TRUE(StatusIs(client().RunCollective(reduce).status(), kInvalid, {"9"}));
+}
+
+TEST_F(ClusterBadInputTest, UploadThatEndsEarly) {
+  // 60 bytes announced, 20 sent, under the name of a tensor that exists.
+  v1::PutLocalChunk chunk = Header(1, "a", DType::kFloat32, {5, 3});
+  chunk.set_data(std::string(20, '\x7f'));
+  EXPECT_TRUE(StatusIs(RawPutLocal({chunk}), kInvalid, {"ended after 20 of the 60 bytes"}));
+  // A header and nothing else, for a new tensor: not created.
+  EXPECT_TRUE(StatusIs(RawPutLocal({Header(1, "c", DType::kFloat32, {5, 3})}), kInvalid,
+                       {"ended after 0 of the 60 bytes"}));
+  EXPECT_TRUE(StatusIs(client().GetLocal("m", 1, "c").status(), kNotFound, {"'c'"}));
+  EXPECT_TRUE(StatusIs(RawPutLocal({}), kInvalid, {"no chunks"}));
+}
+
+TEST_F(ClusterBadInputTest, UploadThatSendsTooManyBytes) {
+  v1::PutLocalChunk first = Header(2, "a", DType::kFloat32, {5, 3});
+  first.set_data(std::string(60, '\x7f'));
+  v1::PutLocalChunk extra;
+  extra.set_data(std::string(4, '\x7f'));
+  EXPECT_TRUE(StatusIs(RawPutLocal({first, extra}), kInvalid, {"more than the 60 bytes"}));
+  first.set_data(std::string(61, '\x7f'));
+  EXPECT_TRUE(StatusIs(RawPutLocal({first}), kInvalid, {"more than the 60 bytes"}));
+}
+
+TEST_F(ClusterBadInputTest, UploadWithBadHeader) {
+  v1::PutLocalChunk chunk = Header(0, "a", DType::kFloat32, {5, 3});
+  chunk.set_dtype(v1::DTYPE_UNSPECIFIED);
+  EXPECT_TRUE(StatusIs(RawPutLocal({chunk}), kInvalid, {"DTYPE_UNSPECIFIED"}));
+  chunk = Header(0, "a", DType::kFloat32, {5, -3});
+  EXPECT_TRUE(StatusIs(RawPutLocal({chunk}), kInvalid, {"-3"}));
+  chunk = Header(0, "a/b", DType::kFloat32, {1});
+  EXPECT_TRUE(StatusIs(RawPutLocal({chunk}), kInvalid, {"'a/b'"}));
+}
+
+TEST_F(ClusterBadInputTest, TensorOverTheMemoryBudget) {
+  const HostTensor two_mib = HostTensor::Zeros(DType::kFloat32, {512, 1024}).value();
+  const std::vector<std::string> sizes = {"2097152", absl::StrCat(kBudget)};
+  EXPECT_TRUE(StatusIs(client().PutLocal("m", 0, "huge", two_mib),
+                       absl::StatusCode::kResourceExhausted, sizes));
+  EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "huge").status(), kNotFound, {"'huge'"}));
+  // Replacing a kept tensor with one over the budget keeps the old one.
+  EXPECT_TRUE(StatusIs(client().PutLocal("m", 3, "a", two_mib),
+                       absl::StatusCode::kResourceExhausted, sizes));
+
+  // Shapes far past any budget, up to byte counts that overflow 64 bits, are refused up front.
+  for (const Shape& shape : {Shape{int64_t{1} << 40}, Shape{int64_t{1} << 61},
+                             Shape{int64_t{1} << 31, int64_t{1} << 31}}) {
+    SCOPED_TRACE(ShapeToString(shape));
+    absl::Status s = RawPutLocal({Header(0, "vast", DType::kFloat64, shape)});
+    EXPECT_TRUE(s.code() == absl::StatusCode::kResourceExhausted ||
+                s.code() == absl::StatusCode::kInvalidArgument)
+        << s;
+    EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "vast").status(), kNotFound, {"'vast'"}));
+  }
+
+  // A collective whose output would pass the budget fails on every worker before sending a byte.
+  const HostTensor third = HostTensor::Zeros(DType::kFloat32, {300, 256}).value();  // 307200 B
+  for (int64_t r = 0; r < kWorkers; ++r)
+    ASSERT_TRUE(client().PutLocal("m", r, "third", third).ok());
+  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::ALL_GATHER_OP, "", "third")).status(),
+                       absl::StatusCode::kResourceExhausted,
+                       {absl::StrCat(4 * 307200), absl::StrCat(kBudget)}));
+  ASSERT_TRUE(client().DeleteTensor("m", "third").ok());
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,217 @@
+// A worker killed with SIGKILL in the middle of a collective: the call fails with UNAVAILABLE
+// within the mesh's collective timeout, the coordinator and the meshes on the other workers carry
+// on, the broken mesh says which worker it lost, and the worker restarted keeps its id and serves
+// again.
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/elementwise_reduce.h"
+#include "core/small_integer_tensor.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/grpc_status.h"
+#include "tests/cluster_fixture.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::StatusIs;
+using ::tessera::testing::TensorsMatch;
+using ::tessera::testing::TestCluster;
+using ::tessera::testing::TestClusterOptions;
+
+constexpr int kWorkers = 4;
+constexpr int kVictim = kWorkers - 1;  // LocalCluster's index of the worker killed
+constexpr absl::Duration kCollectiveTimeout = absl::Seconds(5);
+
+// The worker with process id `pid`, if registered.
+std::optional<v1::WorkerInfo> WorkerWithPid(CoordinatorClient& client, int64_t pid) {
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
+  if (!workers.ok()) return std::nullopt;
+  for (const v1::WorkerInfo& w : *workers) {
+    if (w.pid() == pid) return w;
+  }
+  return std::nullopt;
+}
+
+std::optional<v1::WorkerInfo> WorkerWithId(CoordinatorClient& client, int64_t id) {
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
+  if (!workers.ok()) return std::nullopt;
+  for (const v1::WorkerInfo& w : *workers) {
+    if (w.worker_id() == id) return w;
+  }
+  return std::nullopt;
+}
+
+v1::CollectiveRequest AllReduceSum(const std::string& mesh, const std::string& input,
+                                   const std::string& output) {
+  v1::CollectiveRequest request;
+  request.set_mesh(mesh);
+  request.set_op(v1::ALL_REDUCE_OP);
+  request.set_reduce_op(v1::SUM);
+  request.set_input(input);
+  request.set_output(output);
+  return request;
+}
+
+// Puts a small tensor on every rank of `mesh`, all-reduces it and checks every rank's result.
+::testing::AssertionResult AllReduceWorks(CoordinatorClient& client, const std::string& mesh,
+                                          int64_t ranks, uint32_t seed) {
+  std::vector<HostTensor> inputs;
+  for (int64_t r = 0; r < ranks; ++r) {
+    inputs.push_back(SmallIntegerTensor(DType::kFloat32, {7, 3}, seed + static_cast<uint32_t>(r)));
+    if (absl::Status s = client.PutLocal(mesh, r, "small", inputs.back()); !s.ok()) {
+      return ::testing::AssertionFailure() << "upload to rank " << r << ": " << s;
+    }
+  }
+  absl::StatusOr<v1::CollectiveReply> reply =
+      client.RunCollective(AllReduceSum(mesh, "small", "small_sum"));
+  if (!reply.ok()) return ::testing::AssertionFailure() << "all_reduce: " << reply.status();
+  HostTensor want = inputs[0].Clone();
+  for (int64_t r = 1; r < ranks; ++r) {
+    ReduceInto(ReduceOp::kSum, want.dtype(), want.data(), inputs[r].data(), want.num_elements());
+  }
+  for (int64_t r = 0; r < ranks; ++r) {
+    absl::StatusOr<HostTensor> got = client.GetLocal(mesh, r, "small_sum");
+    if (!got.ok())
+      return ::testing::AssertionFailure() << "download of rank " << r << ": " << got.status();
+    if (::testing::AssertionResult m = TensorsMatch(*got, want); !m) {
+      return ::testing::AssertionFailure() << "rank " << r << ": " << m.message();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class ClusterFaultsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = new TestCluster;
+    startup_ = cluster_->Start(TestClusterOptions(kWorkers));
+  }
+  static void TearDownTestSuite() {
+    cluster_->Stop();
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(startup_.ok()) << "the cluster did not start: " << startup_ << cluster_->LogHint();
+  }
+
+  static inline TestCluster* cluster_ = nullptr;
+  static inline absl::Status startup_;
+};
+
+TEST_F(ClusterFaultsTest, WorkerKilledDuringAllReduce) {
+  LocalCluster& cluster = *cluster_->cluster;
+  CoordinatorClient& client = *cluster_->client;
+  // Worker ids follow registration; LocalCluster indexes by start order. Pids tie them together.
+  std::vector<int64_t> ids;
+  for (int i = 0; i < kWorkers; ++i) {
+    std::optional<v1::WorkerInfo> w = WorkerWithPid(client, cluster.worker_pid(i));
+    ASSERT_TRUE(w.has_value()) << "worker " << i << " (pid " << cluster.worker_pid(i)
+                               << ") is not registered";
+    ids.push_back(w->worker_id());
+  }
+  const int64_t victim = ids[kVictim];
+  const std::string victim_name = absl::StrCat("worker ", victim);
+  const std::optional<v1::WorkerInfo> before = WorkerWithId(client, victim);
+  ASSERT_TRUE(before.has_value());
+
+  // A mesh on the other workers, set up before the fault, and the mesh that will lose a worker.
+  const std::vector<int64_t> others(ids.begin(), ids.begin() + kVictim);
+  ASSERT_TRUE(client.CreateMesh("others", "cpu", {kVictim}, {}, others, kCollectiveTimeout).ok());
+  ASSERT_TRUE(client.CreateMesh("big", "cpu", {kWorkers}, {}, ids, kCollectiveTimeout).ok());
+  const HostTensor big = HostTensor::Zeros(DType::kFloat32, {16, 1024, 1024}).value();  // 64 MiB
+  for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(client.PutLocal("big", r, "x", big).ok());
+
+  // The all_reduce runs on its own channel with its own deadline, so that nothing can hang here.
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials());
+  std::unique_ptr<v1::Coordinator::Stub> stub = v1::Coordinator::NewStub(channel);
+  const v1::CollectiveRequest request = AllReduceSum("big", "x", "y");
+  std::promise<absl::Status> done;
+  std::future<absl::Status> result = done.get_future();
+  std::thread caller([&] {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::CollectiveReply reply;
+    done.set_value(FromGrpcStatus(stub->RunCollective(&context, request, &reply)));
+  });
+  // By now the workers are in Gloo's ring, which takes about 0.7 s for 64 MiB on 4 ranks here.
+  absl::SleepFor(absl::Milliseconds(250));
+  const bool running = result.wait_for(std::chrono::seconds(0)) == std::future_status::timeout;
+  ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
+  const absl::Time killed = absl::Now();
+  const bool returned = result.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  const absl::Duration waited = absl::Now() - killed;
+  caller.join();
+  ASSERT_TRUE(returned) << "the all_reduce did not return within 60 s of the kill";
+  ASSERT_TRUE(running) << "the all_reduce finished before the kill: " << result.get()
+                       << "; make the tensor larger";
+  const absl::Status failed = result.get();
+  EXPECT_TRUE(StatusIs(failed, absl::StatusCode::kUnavailable));
+  EXPECT_LE(waited, kCollectiveTimeout + absl::Seconds(2))
+      << "the failure took " << waited << " to reach the client: " << failed;
+
+  // The coordinator is up and soon reports the worker dead, still under its id.
+  ASSERT_TRUE(client.ListWorkers().ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  std::optional<v1::WorkerInfo> dead;
+  while (absl::Now() < deadline) {
+    dead = WorkerWithId(client, victim);
+    if (dead.has_value() && !dead->alive()) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(dead.has_value());
+  EXPECT_FALSE(dead->alive()) << victim_name << " still counts as alive after 15 s";
+  for (int i = 0; i < kVictim; ++i) {
+    std::optional<v1::WorkerInfo> w = WorkerWithId(client, ids[i]);
+    ASSERT_TRUE(w.has_value());
+    EXPECT_TRUE(w->alive()) << "worker " << ids[i];
+  }
+
+  // The broken mesh refuses work, naming the worker it lost.
+  EXPECT_TRUE(StatusIs(client.RunCollective(AllReduceSum("big", "x", "z")).status(),
+                       absl::StatusCode::kUnavailable, {victim_name}));
+  EXPECT_TRUE(StatusIs(client.GetLocal("big", 0, "x").status(), absl::StatusCode::kUnavailable,
+                       {victim_name}));
+  EXPECT_TRUE(
+      StatusIs(client.PutLocal("big", 0, "w", big), absl::StatusCode::kUnavailable, {victim_name}));
+  absl::StatusOr<v1::MeshInfo> broken = client.GetMesh("big");
+  ASSERT_TRUE(broken.ok()) << broken.status();
+  EXPECT_FALSE(broken->ready());
+  EXPECT_NE(broken->broken_reason().find(victim_name), std::string::npos)
+      << broken->broken_reason();
+
+  // The mesh on the other workers works, and so does a new one made of live workers.
+  EXPECT_TRUE(AllReduceWorks(client, "others", kVictim, 10));
+  ASSERT_TRUE(client.CreateMesh("live", "cpu", {kVictim}, {}, {}, kCollectiveTimeout).ok());
+  EXPECT_TRUE(AllReduceWorks(client, "live", kVictim, 20));
+
+  // Restarted, the worker registers again under its id, with a new incarnation.
+  ASSERT_TRUE(cluster.RestartWorker(kVictim).ok());
+  ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok());
+  std::optional<v1::WorkerInfo> back = WorkerWithId(client, victim);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(back->alive());
+  EXPECT_EQ(back->pid(), cluster.worker_pid(kVictim));
+  EXPECT_GT(back->incarnation(), before->incarnation());
+  // The old mesh stays broken (its communicators died with the old process) and says why.
+  EXPECT_TRUE(StatusIs(client.RunCollective(AllReduceSum("big", "x", "z")).status(),
+                       absl::StatusCode::kUnavailable, {victim_name, "restarted"}));
+  ASSERT_TRUE(client.DeleteMesh("big").ok());
+  ASSERT_TRUE(client.CreateMesh("again", "cpu", {kWorkers}, {}, ids, kCollectiveTimeout).ok());
+  EXPECT_TRUE(AllReduceWorks(client, "again", kWorkers, 30));
+  EXPECT_TRUE(AllReduceWorks(client, "others", kVictim, 40));
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,137 @@
+// What the cluster tests share: a real local cluster (tessera-coordinator and CPU workers as child
+// processes) started once per test suite, and comparisons of downloaded tensors with a reference.
+#ifndef TESSERA_TESTS_CLUSTER_FIXTURE_H_
+#define TESSERA_TESTS_CLUSTER_FIXTURE_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/coordinator_client.h"
+#include "client/local_cluster.h"
+#include "core/dtype.h"
+#include "core/host_tensor.h"
+#include "core/shape.h"
+#include "gtest/gtest.h"
+
+namespace tessera::testing {
+
+// A cluster of `workers` CPU workers running the daemons built with these tests.
+inline LocalClusterOptions TestClusterOptions(int workers) {
+  LocalClusterOptions options;
+  options.workers = workers;
+  options.coordinator_binary = TESSERA_COORDINATOR_BINARY;
+  options.worker_binary = TESSERA_WORKER_BINARY;
+  return options;
+}
+
+// A started cluster and a client connected to it.
+struct TestCluster {
+  std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<CoordinatorClient> client;
+
+  // Starts the cluster; on failure `client` stays null and the error is returned.
+  absl::Status Start(LocalClusterOptions options) {
+    absl::StatusOr<std::unique_ptr<LocalCluster>> started = LocalCluster::Start(std::move(options));
+    if (!started.ok()) return started.status();
+    cluster = *std::move(started);
+    absl::StatusOr<std::unique_ptr<CoordinatorClient>> connected =
+        CoordinatorClient::Connect(cluster->address(), absl::Seconds(30));
+    if (!connected.ok()) return connected.status();
+    client = *std::move(connected);
+    return absl::OkStatus();
+  }
+
+  // Ends every process; removes their logs unless a test has failed.
+  void Stop() {
+    const std::string logs = cluster ? cluster->log_dir() : "";
+    client.reset();
+    cluster.reset();
+    if (!logs.empty() && ::testing::UnitTest::GetInstance()->Passed()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(logs, ignored);
+    }
+  }
+
+  // Where the processes log, for failure messages.
+  std::string LogHint() const {
+    return cluster ? absl::StrCat(" (logs in ", cluster->log_dir(), ")") : "";
+  }
+};
+
+// Element `i` of `t` as a double (float16 and bfloat16 widened exactly).
+inline double ElementAsDouble(const HostTensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kFloat32:
+      return t.data_as<float>()[i];
+    case DType::kFloat64:
+      return t.data_as<double>()[i];
+    case DType::kFloat16:
+      return HalfToFloat(t.data_as<uint16_t>()[i]);
+    case DType::kBFloat16:
+      return BFloat16ToFloat(t.data_as<uint16_t>()[i]);
+    case DType::kInt8:
+      return t.data_as<int8_t>()[i];
+    case DType::kUInt8:
+      return t.data_as<uint8_t>()[i];
+    case DType::kInt32:
+      return t.data_as<int32_t>()[i];
+    case DType::kInt64:
+      return static_cast<double>(t.data_as<int64_t>()[i]);
+    case DType::kBool:
+      return t.data_as<bool>()[i] ? 1 : 0;
+  }
+  return 0;
+}
+
+// Success iff dtype and shape are equal and every element is within `relative_tolerance` of the
+// larger magnitude of the pair (0: bit for bit); otherwise names the first element that differs.
+inline ::testing::AssertionResult TensorsMatch(const HostTensor& got, const HostTensor& want,
+                                               double relative_tolerance = 0) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) {
+    return ::testing::AssertionFailure()
+           << "got " << DTypeName(got.dtype()) << ShapeToString(got.shape()) << ", want "
+           << DTypeName(want.dtype()) << ShapeToString(want.shape());
+  }
+  const size_t element = DTypeSize(got.dtype());
+  for (int64_t i = 0; i < got.num_elements(); ++i) {
+    if (std::memcmp(got.data() + i * element, want.data() + i * element, element) == 0) continue;
+    const double a = ElementAsDouble(got, i), b = ElementAsDouble(want, i);
+    if (relative_tolerance > 0 &&
+        std::abs(a - b) <= relative_tolerance * std::max(std::abs(a), std::abs(b))) {
+      continue;
+    }
+    return ::testing::AssertionFailure()
+           << DTypeName(got.dtype()) << ShapeToString(got.shape()) << " differs at flat index " << i
+           << ": got " << a << ", want " << b;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Success iff `status` has `code` and its message contains every one of `fragments`.
+inline ::testing::AssertionResult StatusIs(const absl::Status& status, absl::StatusCode code,
+                                           const std::vector<std::string>& fragments = {}) {
+  if (status.code() != code) {
+    return ::testing::AssertionFailure()
+           << "want code " << absl::StatusCodeToString(code) << ", got " << status;
+  }
+  for (const std::string& f : fragments) {
+    if (!absl::StrContains(status.message(), f)) {
+      return ::testing::AssertionFailure()
+             << "message of " << status << " does not name '" << f << "'";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace tessera::testing
+
+#endif  // TESSERA_TESTS_CLUSTER_FIXTURE_H_

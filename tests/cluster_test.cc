@@ -1,0 +1,316 @@
+// Every collective of the Coordinator service, run by real worker processes over Gloo and checked
+// against a single-process reference: collective × reduce op × dtype, each over sizes that are
+// fewer than, uneven over and even over the group, on a 1-D mesh of 4 and on both dims and the
+// whole of a 2x2 mesh.
+
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/chunk.h"
+#include "core/elementwise_reduce.h"
+#include "core/small_integer_tensor.h"
+#include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "tests/cluster_fixture.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::TensorsMatch;
+using ::tessera::testing::TestCluster;
+using ::tessera::testing::TestClusterOptions;
+
+constexpr int kWorkers = 4;
+// Dim 0 sizes of the inputs: fewer rows than ranks, uneven over groups of 2 and 4, even over both.
+constexpr int64_t kRows[] = {1, 5, 8};
+
+// One parameter: a collective, its reduce op when it reduces, and the dtype of its tensors.
+struct CollectiveCase {
+  v1::CollectiveOp op = v1::BARRIER;
+  ReduceOp reduce = ReduceOp::kSum;
+  DType dtype = DType::kFloat32;
+};
+
+bool Reduces(v1::CollectiveOp op) {
+  return op == v1::ALL_REDUCE_OP || op == v1::REDUCE || op == v1::REDUCE_SCATTER_OP;
+}
+
+std::vector<CollectiveCase> AllCases() {
+  std::vector<CollectiveCase> cases;
+  for (v1::CollectiveOp op :
+       {v1::BROADCAST, v1::ALL_REDUCE_OP, v1::REDUCE, v1::ALL_GATHER_OP, v1::GATHER, v1::SCATTER,
+        v1::REDUCE_SCATTER_OP, v1::ALL_TO_ALL_OP, v1::SEND_RECV}) {
+    for (DType dtype : kAllDTypes) {
+      if (!Reduces(op)) {
+        cases.push_back({op, ReduceOp::kSum, dtype});
+        continue;
+      }
+      for (ReduceOp reduce : kAllReduceOps) cases.push_back({op, reduce, dtype});
+    }
+  }
+  cases.push_back({v1::BARRIER});  // moves no data: one case
+  return cases;
+}
+
+std::string CaseName(const ::testing::TestParamInfo<CollectiveCase>& info) {
+  const CollectiveCase& c = info.param;
+  if (c.op == v1::BARRIER) return "barrier";
+  std::string name = v1::CollectiveOp_Name(c.op);
+  if (Reduces(c.op)) absl::StrAppend(&name, "_", ReduceOpName(c.reduce));
+  return absl::StrCat(name, "_", DTypeName(c.dtype));
+}
+
+// Where a collective runs: a mesh, the mesh_dim given to the service, and the process groups that
+// dim makes, each as mesh ranks in group-rank order.
+struct Layout {
+  std::string mesh;
+  std::string mesh_dim;
+  std::vector<std::vector<int64_t>> groups;
+};
+
+const std::vector<Layout>& Layouts() {
+  static const auto* layouts = new std::vector<Layout>{
+      {"line", "0", {{0, 1, 2, 3}}},
+      // On the 2x2 grid, mesh rank 2*i + j sits at (i, j): a dim 0 group is a column, a dim 1
+      // group a row. Dims are named ("dp") and indexed ("1"); "" is the whole mesh.
+      {"grid", "dp", {{0, 2}, {1, 3}}},
+      {"grid", "1", {{0, 1}, {2, 3}}},
+      {"grid", "", {{0, 1, 2, 3}}},
+  };
+  return *layouts;
+}
+
+std::string InputName(DType dtype, int64_t rows) {
+  return absl::StrCat("x_", DTypeName(dtype), "_", rows);
+}
+
+Shape InputShape(int64_t rows) { return {rows, 2, 3}; }
+
+// The reference: plain single-process tensor code.
+
+HostTensor Rows(const HostTensor& t, ChunkRange range) {
+  Shape offsets(t.shape().size(), 0), sizes = t.shape();
+  offsets[0] = range.offset;
+  sizes[0] = range.size;
+  return PackBlock(t, offsets, sizes).value();
+}
+
+HostTensor Concat(const std::vector<HostTensor>& parts) {
+  Shape shape = parts[0].shape();
+  shape[0] = 0;
+  for (const HostTensor& p : parts) shape[0] += p.shape()[0];
+  HostTensor out = HostTensor::Zeros(parts[0].dtype(), shape).value();
+  size_t offset = 0;
+  for (const HostTensor& p : parts) {
+    if (p.nbytes() > 0) std::memcpy(out.data() + offset, p.data(), p.nbytes());
+    offset += p.nbytes();
+  }
+  return out;
+}
+
+// op over the group's tensors in rank order; avg is the sum divided by the group size.
+HostTensor Reduced(ReduceOp op, const std::vector<const HostTensor*>& in) {
+  HostTensor out = in[0]->Clone();
+  for (size_t i = 1; i < in.size(); ++i) {
+    ReduceInto(op, out.dtype(), out.data(), in[i]->data(), out.num_elements());
+  }
+  if (op == ReduceOp::kAvg) {
+    DivideInPlace(out.dtype(), out.data(), out.num_elements(), static_cast<int64_t>(in.size()));
+  }
+  return out;
+}
+
+// What group rank `r` holds after the collective on the group's inputs `in`, or nothing if it
+// writes no output.
+std::optional<HostTensor> Expected(const CollectiveCase& c,
+                                   const std::vector<const HostTensor*>& in, int64_t r,
+                                   int64_t root, int64_t peer) {
+  const int64_t k = static_cast<int64_t>(in.size());
+  const int64_t n = in[0]->shape()[0];
+  switch (c.op) {
+    case v1::BROADCAST:
+      return in[root]->Clone();
+    case v1::ALL_REDUCE_OP:
+      return Reduced(c.reduce, in);
+    case v1::REDUCE:
+      if (r != root) return std::nullopt;
+      return Reduced(c.reduce, in);
+    case v1::ALL_GATHER_OP:
+    case v1::GATHER: {
+      if (c.op == v1::GATHER && r != root) return std::nullopt;
+      std::vector<HostTensor> parts;
+      for (const HostTensor* t : in) parts.push_back(t->Clone());
+      return Concat(parts);
+    }
+    case v1::SCATTER:
+      return Rows(*in[root], ChunkOf(n, k, r));
+    case v1::REDUCE_SCATTER_OP:
+      return Rows(Reduced(c.reduce, in), ChunkOf(n, k, r));
+    case v1::ALL_TO_ALL_OP: {
+      std::vector<HostTensor> parts;
+      for (const HostTensor* t : in) parts.push_back(Rows(*t, ChunkOf(n, k, r)));
+      return Concat(parts);
+    }
+    case v1::SEND_RECV:
+      if (r != peer) return std::nullopt;
+      return in[root]->Clone();
+    default:
+      return std::nullopt;
+  }
+}
+
+// How far a result may be from the reference, relative to its magnitude. Inputs are integers in
+// [-8, 8], so sums (within ±32), maxima, minima and averages over 2 or 4 ranks (a division by a
+// power of two) are exact in every dtype, whatever order the ranks combine in; integer products
+// wrap, which no order changes; float16 holds every product of three inputs (up to 512 < 2^11)
+// exactly, so a product of four rounds once in any order. bfloat16 (8 significant bits) may round a
+// product of three already, and Gloo's all-reduce and reduce combine partial products in their own
+// order (bcube, ring) rather than the reference's rank order: the two are then at most two
+// roundings of 2^-8 apart. Reduce-scatter reduces in rank order, like the reference.
+double Tolerance(const CollectiveCase& c, int64_t group_size) {
+  const bool gloo_order = c.op == v1::ALL_REDUCE_OP || c.op == v1::REDUCE;
+  if (gloo_order && c.reduce == ReduceOp::kProduct && c.dtype == DType::kBFloat16 &&
+      group_size > 2) {
+    return 1.0 / 64;
+  }
+  return 0;
+}
+
+std::string Describe(const std::string& name, DType dtype, const Shape& shape) {
+  return absl::StrCat(name, ": ", DTypeName(dtype), ShapeToString(shape));
+}
+
+// One cluster for the whole suite: meshes "line" (4) and "grid" (2x2, dims "dp" and "tp"), each
+// rank holding an input of every dtype and size.
+class ClusterCollectiveTest : public ::testing::TestWithParam<CollectiveCase> {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = new TestCluster;
+    startup_ = cluster_->Start(TestClusterOptions(kWorkers));
+    if (!startup_.ok()) return;
+    CoordinatorClient& client = *cluster_->client;
+    absl::StatusOr<v1::MeshInfo> line = client.CreateMesh("line", "cpu", {kWorkers});
+    absl::StatusOr<v1::MeshInfo> grid = client.CreateMesh("grid", "cpu", {2, 2}, {"dp", "tp"});
+    if (!line.ok() || !grid.ok()) {
+      startup_ = line.ok() ? grid.status() : line.status();
+      return;
+    }
+    inputs_ = new std::map<std::pair<DType, int64_t>, std::vector<HostTensor>>;
+    for (DType dtype : kAllDTypes) {
+      for (int64_t rows : kRows) {
+        std::vector<HostTensor>& per_rank = (*inputs_)[{dtype, rows}];
+        for (int64_t rank = 0; rank < kWorkers; ++rank) {
+          const uint32_t seed =
+              static_cast<uint32_t>((static_cast<int>(dtype) * 100 + rows) * 10 + rank);
+          per_rank.push_back(SmallIntegerTensor(dtype, InputShape(rows), seed));
+          for (const char* mesh : {"line", "grid"}) {
+            startup_ = client.PutLocal(mesh, rank, InputName(dtype, rows), per_rank.back());
+            if (!startup_.ok()) return;
+          }
+        }
+      }
+    }
+  }
+
+  // The inputs must have come through every collective untouched.
+  static void TearDownTestSuite() {
+    if (startup_.ok()) {
+      for (const auto& [key, per_rank] : *inputs_) {
+        for (const char* mesh : {"line", "grid"}) {
+          for (int64_t rank = 0; rank < kWorkers; ++rank) {
+            absl::StatusOr<HostTensor> got =
+                cluster_->client->GetLocal(mesh, rank, InputName(key.first, key.second));
+            ASSERT_TRUE(got.ok()) << got.status();
+            EXPECT_TRUE(TensorsMatch(*got, per_rank[rank]))
+                << "input " << InputName(key.first, key.second) << " of rank " << rank
+                << " on mesh '" << mesh << "' changed";
+          }
+        }
+      }
+    }
+    delete inputs_;
+    inputs_ = nullptr;
+    cluster_->Stop();
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(startup_.ok()) << "the cluster did not start: " << startup_ << cluster_->LogHint();
+  }
+
+  static inline TestCluster* cluster_ = nullptr;
+  static inline absl::Status startup_;
+  static inline std::map<std::pair<DType, int64_t>, std::vector<HostTensor>>* inputs_ = nullptr;
+  static inline int64_t next_output_ = 0;
+};
+
+TEST_P(ClusterCollectiveTest, EveryGroupMatchesTheReference) {
+  const CollectiveCase& c = GetParam();
+  CoordinatorClient& client = *cluster_->client;
+  for (const Layout& layout : Layouts()) {
+    const int64_t k = static_cast<int64_t>(layout.groups[0].size());
+    for (size_t s = 0; s < std::size(kRows); ++s) {
+      const int64_t rows = kRows[s];
+      // Roots, senders and receivers move with the size so that every group rank takes each part.
+      const int64_t root = static_cast<int64_t>(s + 1) % k;
+      const int64_t peer = static_cast<int64_t>(s) % k;
+      SCOPED_TRACE(absl::StrCat("mesh '", layout.mesh, "' mesh_dim '", layout.mesh_dim, "', ",
+                                DTypeName(c.dtype), ShapeToString(InputShape(rows)), ", root ",
+                                root, ", peer ", peer));
+      v1::CollectiveRequest request;
+      request.set_mesh(layout.mesh);
+      request.set_mesh_dim(layout.mesh_dim);
+      request.set_op(c.op);
+      request.set_input(InputName(c.dtype, rows));
+      const std::string output = absl::StrCat("y", next_output_++);
+      request.set_output(output);
+      request.set_reduce_op(ToProto(c.reduce));
+      request.set_root(root);
+      request.set_peer(peer);
+      absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request);
+      ASSERT_TRUE(reply.ok()) << reply.status();
+
+      const std::vector<HostTensor>& inputs = inputs_->at({c.dtype, rows});
+      std::vector<std::optional<HostTensor>> want(kWorkers);
+      for (const std::vector<int64_t>& group : layout.groups) {
+        std::vector<const HostTensor*> in;
+        for (int64_t rank : group) in.push_back(&inputs[rank]);
+        for (int64_t r = 0; r < k; ++r) want[group[r]] = Expected(c, in, r, root, peer);
+      }
+      // The reply lists the output of every rank that wrote one, in mesh rank order.
+      std::vector<std::string> want_outputs, got_outputs;
+      for (const std::optional<HostTensor>& w : want) {
+        if (w) want_outputs.push_back(Describe(output, w->dtype(), w->shape()));
+      }
+      for (const v1::LocalTensorInfo& t : reply->outputs()) {
+        got_outputs.push_back(Describe(t.name(), FromProto(t.dtype()).value_or(DType::kFloat32),
+                                       FromProto(t.shape()).value_or(Shape{})));
+      }
+      EXPECT_EQ(got_outputs, want_outputs);
+
+      for (int64_t rank = 0; rank < kWorkers; ++rank) {
+        absl::StatusOr<HostTensor> got = client.GetLocal(layout.mesh, rank, output);
+        if (!want[rank]) {
+          EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound)
+              << "mesh rank " << rank << " should have written no output; got " << got.status();
+          continue;
+        }
+        ASSERT_TRUE(got.ok()) << "mesh rank " << rank << ": " << got.status();
+        EXPECT_TRUE(TensorsMatch(*got, *want[rank], Tolerance(c, k))) << "mesh rank " << rank;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCollectives, ClusterCollectiveTest, ::testing::ValuesIn(AllCases()),
+                         CaseName);
+
+}  // namespace
+}  // namespace tessera
