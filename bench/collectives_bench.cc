@@ -52,7 +52,7 @@
 ABSL_FLAG(std::string, workers, "2,4", "Comma-separated worker counts");
 ABSL_FLAG(std::string, bytes, "4096,65536,1048576,16777216,67108864",
           "Comma-separated sizes in bytes (the whole array, as nccl-tests)");
-ABSL_FLAG(std::string, iterations, "30,20,10,3,2",
+ABSL_FLAG(std::string, iterations, "30,20,10,3,3",
           "Timed calls per round, one entry per --bytes entry");
 ABSL_FLAG(std::string, warmup, "5,5,3,1,1",
           "Untimed calls before each collective's timed ones, one entry per --bytes entry");
