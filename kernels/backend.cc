@@ -1,0 +1,398 @@
+#include "kernels/backend.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/convert_value.h"
+#include "kernels/host_element.h"
+
+namespace tessera::kernels {
+namespace {
+
+// OK iff `view` has a valid shape and data for it; errors name the operation and the operand.
+template <typename View>
+absl::Status CheckView(absl::string_view op, absl::string_view operand, const View& view) {
+  if (absl::Status s = ValidateShape(view.shape); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, " ", operand, ": ", s.message()));
+  }
+  if (view.data == nullptr && view.num_elements() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, " ", operand, " of shape ", ShapeToString(view.shape), " has no data"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSameDType(absl::string_view op, DType a, DType b) {
+  if (a == b) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, " needs operands of one dtype; got ", DTypeName(a), " and ", DTypeName(b)));
+}
+
+absl::Status CheckSameShape(absl::string_view op, const Shape& a, const Shape& b) {
+  if (a == b) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, " needs tensors of one shape; got ",
+                                                 ShapeToString(a), " and ", ShapeToString(b)));
+}
+
+absl::Status NeedsFloating(absl::string_view op, DType dtype) {
+  if (IsFloatingPoint(dtype)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, " needs a floating dtype (float32, float64, float16, bfloat16); got ", DTypeName(dtype)));
+}
+
+absl::Status CheckBinarySupported(BinaryOp op, DType dtype) {
+  if (op == BinaryOp::kDiv) return NeedsFloating("div (true division, as torch.div)", dtype);
+  if (op == BinaryOp::kSub && dtype == DType::kBool) {
+    return absl::InvalidArgumentError("sub is not defined on bool tensors (as in PyTorch)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::string_view BinaryOpName(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return "add";
+    case BinaryOp::kSub:
+      return "sub";
+    case BinaryOp::kMul:
+      return "mul";
+    case BinaryOp::kDiv:
+      return "div";
+  }
+  return "invalid";
+}
+
+absl::string_view ActivationName(Activation f) {
+  switch (f) {
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_tanh";
+    case Activation::kTanh:
+      return "tanh";
+  }
+  return "invalid";
+}
+
+absl::string_view DistributionName(Distribution d) {
+  switch (d) {
+    case Distribution::kUniform:
+      return "uniform";
+    case Distribution::kNormal:
+      return "normal";
+  }
+  return "invalid";
+}
+
+DeviceTensor::DeviceTensor(DeviceTensor&& other) noexcept
+    : owner_(std::exchange(other.owner_, nullptr)),
+      data_(std::exchange(other.data_, nullptr)),
+      dtype_(other.dtype_),
+      shape_(std::move(other.shape_)) {}
+
+DeviceTensor& DeviceTensor::operator=(DeviceTensor&& other) noexcept {
+  if (this != &other) {
+    Release();
+    owner_ = std::exchange(other.owner_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    dtype_ = other.dtype_;
+    shape_ = std::move(other.shape_);
+  }
+  return *this;
+}
+
+DeviceTensor::~DeviceTensor() { Release(); }
+
+void DeviceTensor::Release() {
+  if (owner_ != nullptr && data_ != nullptr) owner_->FreeBytes(data_);
+  data_ = nullptr;
+}
+
+absl::StatusOr<DeviceTensor> KernelBackend::Allocate(DType dtype, Shape shape) {
+  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+  const size_t nbytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  std::byte* data = nullptr;
+  if (nbytes > 0) {
+    absl::StatusOr<std::byte*> allocated = AllocateBytes(nbytes);
+    if (!allocated.ok()) return allocated.status();
+    data = *allocated;
+  }
+  return DeviceTensor(this, data, dtype, std::move(shape));
+}
+
+absl::Status KernelBackend::CopyFromHost(std::span<const std::byte> src, const TensorView& dst) {
+  if (absl::Status s = CheckView("copy", "destination", dst); !s.ok()) return s;
+  if (src.size() != dst.nbytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy of ", src.size(), " host bytes into a ", DTypeName(dst.dtype),
+                     " tensor of shape ", ShapeToString(dst.shape), " (", dst.nbytes(), " bytes)"));
+  }
+  if (src.empty()) return absl::OkStatus();
+  return DoCopyFromHost(src.data(), dst.data, src.size());
+}
+
+absl::Status KernelBackend::CopyToHost(const ConstTensorView& src, std::span<std::byte> dst) {
+  if (absl::Status s = CheckView("copy", "source", src); !s.ok()) return s;
+  if (dst.size() != src.nbytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "copy of a ", DTypeName(src.dtype), " tensor of shape ", ShapeToString(src.shape), " (",
+        src.nbytes(), " bytes) into ", dst.size(), " host bytes"));
+  }
+  if (dst.empty()) return Synchronize();
+  return DoCopyToHost(src.data, dst.data(), dst.size());
+}
+
+absl::Status KernelBackend::Copy(const ConstTensorView& src, const TensorView& dst) {
+  if (absl::Status s = CheckView("copy", "source", src); !s.ok()) return s;
+  if (absl::Status s = CheckView("copy", "destination", dst); !s.ok()) return s;
+  if (absl::Status s = CheckSameDType("copy", src.dtype, dst.dtype); !s.ok()) return s;
+  if (src.num_elements() != dst.num_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat("copy from shape ", ShapeToString(src.shape),
+                                                   " into shape ", ShapeToString(dst.shape),
+                                                   ": element counts differ"));
+  }
+  if (src.nbytes() == 0 || src.data == dst.data) return absl::OkStatus();
+  return DoCopy(src.data, dst.data, src.nbytes());
+}
+
+absl::StatusOr<DeviceTensor> KernelBackend::Upload(const HostTensor& host) {
+  absl::StatusOr<DeviceTensor> t = Allocate(host.dtype(), host.shape());
+  if (!t.ok()) return t.status();
+  if (absl::Status s = CopyFromHost(host.bytes(), t->View()); !s.ok()) return s;
+  return t;
+}
+
+absl::StatusOr<HostTensor> KernelBackend::Download(const ConstTensorView& src) {
+  if (absl::Status s = CheckView("download", "source", src); !s.ok()) return s;
+  absl::StatusOr<HostTensor> host = HostTensor::Uninitialized(src.dtype, src.shape);
+  if (!host.ok()) return host.status();
+  if (absl::Status s = CopyToHost(src, host->bytes()); !s.ok()) return s;
+  return host;
+}
+
+absl::Status KernelBackend::Gemm(bool transpose_a, bool transpose_b, double alpha,
+                                 const ConstTensorView& a, const ConstTensorView& b, double beta,
+                                 const TensorView& c) {
+  if (absl::Status s = CheckView("gemm", "a", a); !s.ok()) return s;
+  if (absl::Status s = CheckView("gemm", "b", b); !s.ok()) return s;
+  if (absl::Status s = CheckView("gemm", "c", c); !s.ok()) return s;
+  if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm needs 2-D tensors; got a ", ShapeToString(a.shape), ", b ",
+                     ShapeToString(b.shape), ", c ", ShapeToString(c.shape)));
+  }
+  if (a.dtype != b.dtype || a.dtype != c.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("gemm needs operands of one dtype; got a ",
+                                                   DTypeName(a.dtype), ", b ", DTypeName(b.dtype),
+                                                   ", c ", DTypeName(c.dtype)));
+  }
+  if (absl::Status s = NeedsFloating("gemm", a.dtype); !s.ok()) return s;
+  const int64_t m = transpose_a ? a.shape[1] : a.shape[0];
+  const int64_t k = transpose_a ? a.shape[0] : a.shape[1];
+  const int64_t kb = transpose_b ? b.shape[1] : b.shape[0];
+  const int64_t n = transpose_b ? b.shape[0] : b.shape[1];
+  if (k != kb || c.shape[0] != m || c.shape[1] != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm shapes do not match: op(a) is [", m, ", ", k, "] (a ",
+                     ShapeToString(a.shape), transpose_a ? " transposed" : "", "), op(b) is [", kb,
+                     ", ", n, "] (b ", ShapeToString(b.shape), transpose_b ? " transposed" : "",
+                     "), c is ", ShapeToString(c.shape), "; expected c [", m, ", ", n, "]"));
+  }
+  for (int64_t size : {m, n, k, a.shape[1], b.shape[1]}) {
+    if (size > INT_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat("gemm size ", size, " exceeds the BLAS limit ",
+                                                     INT_MAX, " (a ", ShapeToString(a.shape),
+                                                     ", b ", ShapeToString(b.shape), ")"));
+    }
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  GemmArgs args;
+  args.transpose_a = transpose_a;
+  args.transpose_b = transpose_b;
+  args.m = static_cast<int>(m);
+  args.n = static_cast<int>(n);
+  args.k = static_cast<int>(k);
+  args.lda = static_cast<int>(std::max<int64_t>(1, a.shape[1]));
+  args.ldb = static_cast<int>(std::max<int64_t>(1, b.shape[1]));
+  args.ldc = static_cast<int>(n);
+  args.alpha = alpha;
+  args.beta = beta;
+  args.a = a.data;
+  args.b = b.data;
+  args.c = c.data;
+  args.dtype = a.dtype;
+  return DoGemm(args);
+}
+
+absl::Status KernelBackend::BiasAdd(const TensorView& x, const ConstTensorView& bias) {
+  if (x.rank() < 1 || bias.rank() != 1 || bias.shape[0] != x.shape.back()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bias add needs a 1-D bias of the input's last size; got input ",
+                     ShapeToString(x.shape), " and bias ", ShapeToString(bias.shape)));
+  }
+  return Binary(BinaryOp::kAdd, x, bias, x);
+}
+
+absl::Status KernelBackend::Binary(BinaryOp op, const ConstTensorView& a, const ConstTensorView& b,
+                                   const TensorView& out) {
+  const absl::string_view name = BinaryOpName(op);
+  if (absl::Status s = CheckView(name, "a", a); !s.ok()) return s;
+  if (absl::Status s = CheckView(name, "b", b); !s.ok()) return s;
+  if (absl::Status s = CheckView(name, "out", out); !s.ok()) return s;
+  if (a.dtype != b.dtype || a.dtype != out.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " needs operands of one dtype; got a ",
+                                                   DTypeName(a.dtype), ", b ", DTypeName(b.dtype),
+                                                   ", out ", DTypeName(out.dtype)));
+  }
+  if (absl::Status s = CheckBinarySupported(op, a.dtype); !s.ok()) return s;
+  absl::StatusOr<Shape> shape = BroadcastShapes(a.shape, b.shape);
+  if (!shape.ok()) return shape.status();
+  if (*shape != out.shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " of ", ShapeToString(a.shape), " and ", ShapeToString(b.shape), " gives ",
+        ShapeToString(*shape), ", but out has shape ", ShapeToString(out.shape)));
+  }
+  if (out.num_elements() == 0) return absl::OkStatus();
+  return DoBinary(op, a.dtype, a.data, b.data, out.data,
+                  MakeBroadcastLayout(a.shape, b.shape, out.shape));
+}
+
+absl::Status KernelBackend::Activate(Activation f, const ConstTensorView& x,
+                                     const TensorView& out) {
+  const absl::string_view name = ActivationName(f);
+  if (absl::Status s = CheckView(name, "input", x); !s.ok()) return s;
+  if (absl::Status s = CheckView(name, "output", out); !s.ok()) return s;
+  if (absl::Status s = CheckSameDType(name, x.dtype, out.dtype); !s.ok()) return s;
+  if (absl::Status s = CheckSameShape(name, x.shape, out.shape); !s.ok()) return s;
+  if (f == Activation::kRelu) {
+    if (x.dtype == DType::kBool) {
+      return absl::InvalidArgumentError("relu is not defined on bool tensors");
+    }
+  } else if (absl::Status s = NeedsFloating(name, x.dtype); !s.ok()) {
+    return s;
+  }
+  if (x.num_elements() == 0) return absl::OkStatus();
+  return DoActivate(f, x.dtype, x.data, out.data, x.num_elements());
+}
+
+absl::Status KernelBackend::ReduceAlongDim(ReduceOp op, const ConstTensorView& x, int64_t dim,
+                                           const TensorView& out) {
+  const absl::string_view name = ReduceOpName(op);
+  if (absl::Status s = CheckView(name, "input", x); !s.ok()) return s;
+  if (absl::Status s = CheckView(name, "output", out); !s.ok()) return s;
+  if (absl::Status s = CheckSameDType(name, x.dtype, out.dtype); !s.ok()) return s;
+  if (op == ReduceOp::kAvg) {
+    if (absl::Status s = NeedsFloating("mean", x.dtype); !s.ok()) return s;
+  }
+  absl::StatusOr<int> d = NormalizeDim(dim, x.rank());
+  if (!d.ok()) return d.status();
+  Shape removed = x.shape;
+  removed.erase(removed.begin() + *d);
+  Shape kept = x.shape;
+  kept[*d] = 1;
+  if (out.shape != removed && out.shape != kept) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " along dim ", *d, " of shape ", ShapeToString(x.shape), " gives ",
+                     ShapeToString(removed), " (or ", ShapeToString(kept),
+                     " keeping the dim), but out has shape ", ShapeToString(out.shape)));
+  }
+  ReduceDimArgs args{op, x.dtype, 1, x.shape[*d], 1, x.data, out.data};
+  for (int i = 0; i < *d; ++i) args.outer *= x.shape[i];
+  for (int i = *d + 1; i < x.rank(); ++i) args.inner *= x.shape[i];
+  if (out.num_elements() == 0) return absl::OkStatus();
+  if (args.size == 0) {
+    switch (op) {
+      case ReduceOp::kSum:
+        return Fill(out, 0.0);
+      case ReduceOp::kProduct:
+        return Fill(out, 1.0);
+      case ReduceOp::kAvg:
+        return Fill(out, std::numeric_limits<double>::quiet_NaN());
+      case ReduceOp::kMax:
+      case ReduceOp::kMin:
+        return absl::InvalidArgumentError(absl::StrCat(ReduceOpName(op), " along dim ", *d,
+                                                       " of shape ", ShapeToString(x.shape),
+                                                       ": the dim is empty and has no identity"));
+    }
+  }
+  return DoReduceAlongDim(args);
+}
+
+absl::Status KernelBackend::ReduceInto(ReduceOp op, const TensorView& acc,
+                                       const ConstTensorView& in) {
+  if (absl::Status s = CheckView("reduce", "accumulator", acc); !s.ok()) return s;
+  if (absl::Status s = CheckView("reduce", "input", in); !s.ok()) return s;
+  if (absl::Status s = CheckSameDType("reduce", acc.dtype, in.dtype); !s.ok()) return s;
+  if (absl::Status s = CheckSameShape("reduce", acc.shape, in.shape); !s.ok()) return s;
+  if (acc.num_elements() == 0) return absl::OkStatus();
+  return DoReduceInto(op, acc.dtype, acc.data, in.data, acc.num_elements());
+}
+
+absl::Status KernelBackend::DivideInPlace(const TensorView& data, int64_t divisor) {
+  if (absl::Status s = CheckView("divide", "data", data); !s.ok()) return s;
+  if (divisor < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "divide of a ", DTypeName(data.dtype), " tensor of shape ", ShapeToString(data.shape),
+        " by ", divisor, ": the divisor (a group size) must be positive"));
+  }
+  if (data.num_elements() == 0) return absl::OkStatus();
+  return DoDivideInPlace(data.dtype, data.data, data.num_elements(), divisor);
+}
+
+absl::Status KernelBackend::Cast(const ConstTensorView& src, const TensorView& dst) {
+  if (absl::Status s = CheckView("cast", "source", src); !s.ok()) return s;
+  if (absl::Status s = CheckView("cast", "destination", dst); !s.ok()) return s;
+  if (absl::Status s = CheckSameShape("cast", src.shape, dst.shape); !s.ok()) return s;
+  if (src.num_elements() == 0) return absl::OkStatus();
+  if (src.dtype == dst.dtype) return Copy(src, dst);
+  return DoCast(src.dtype, src.data, dst.dtype, dst.data, src.num_elements());
+}
+
+absl::Status KernelBackend::Fill(const TensorView& out, double value) {
+  if (absl::Status s = CheckView("fill", "output", out); !s.ok()) return s;
+  if (out.num_elements() == 0) return absl::OkStatus();
+  alignas(8) std::byte pattern[8];
+  VisitDType(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = Store<T>(ConvertValue<ComputeType<T>>(value));
+    std::memcpy(pattern, &v, sizeof(T));
+  });
+  return DoFill(out.data, out.num_elements(), pattern, DTypeSize(out.dtype));
+}
+
+absl::Status KernelBackend::RandomFill(Distribution dist, uint64_t seed,
+                                       std::span<const int64_t> global_shape,
+                                       std::span<const int64_t> offset, const TensorView& out) {
+  if (absl::Status s = CheckView("random fill", "output", out); !s.ok()) return s;
+  if (absl::Status s =
+          NeedsFloating(absl::StrCat(DistributionName(dist), " random fill"), out.dtype);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ValidateShape(global_shape); !s.ok()) return s;
+  if (global_shape.size() != out.shape.size() || offset.size() != out.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "random fill of a shard of shape ", ShapeToString(out.shape), " at offset ",
+        ShapeToString(offset), " of global shape ", ShapeToString(global_shape), ": ranks differ"));
+  }
+  for (size_t i = 0; i < global_shape.size(); ++i) {
+    if (offset[i] < 0 || offset[i] + out.shape[i] > global_shape[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("random fill: shard of shape ", ShapeToString(out.shape), " at offset ",
+                       ShapeToString(offset), " does not fit in global shape ",
+                       ShapeToString(global_shape), " (dim ", i, ")"));
+    }
+  }
+  if (out.num_elements() == 0) return absl::OkStatus();
+  return DoRandomFill(RandomFillArgs{dist, seed, ContiguousStrides(global_shape),
+                                     std::vector<int64_t>(offset.begin(), offset.end()), out});
+}
+
+}  // namespace tessera::kernels

@@ -1,0 +1,181 @@
+#ifndef TESSERA_KERNELS_BACKEND_H_
+#define TESSERA_KERNELS_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/dtype.h"
+#include "core/host_tensor.h"
+#include "core/placement.h"
+#include "core/shape.h"
+#include "kernels/broadcast.h"
+#include "kernels/device_tensor.h"
+#include "kernels/ops.h"
+#include "kernels/tensor_view.h"
+
+namespace tessera::kernels {
+
+// "add", "relu", "uniform", ...
+absl::string_view BinaryOpName(BinaryOp op);
+absl::string_view ActivationName(Activation f);
+absl::string_view DistributionName(Distribution d);
+
+// Local compute on tensors in one memory space, the same for every device.
+//
+// Views passed in must lie in this backend's memory space. Each public call checks its arguments
+// and returns INVALID_ARGUMENT naming the bad dtype, shape or value before touching any memory,
+// then runs the backend's implementation. float16 and bfloat16 are computed in float32 and rounded
+// back to nearest even, integers wrap on overflow. Work may be queued asynchronously (CUDA):
+// CopyToHost and Synchronize wait for it. A backend is thread-compatible: one thread at a time.
+class KernelBackend {
+ public:
+  virtual ~KernelBackend() = default;
+  KernelBackend(const KernelBackend&) = delete;
+  KernelBackend& operator=(const KernelBackend&) = delete;
+
+  // The device this backend computes on: "cpu" or "cuda:N".
+  virtual std::string device() const = 0;
+
+  // --- Memory ---
+
+  // An uninitialized tensor in this backend's memory space; RESOURCE_EXHAUSTED if it does not fit.
+  absl::StatusOr<DeviceTensor> Allocate(DType dtype, Shape shape);
+  // Copies `dst.nbytes()` bytes from host memory into `dst`; `src` must have exactly that size.
+  absl::Status CopyFromHost(std::span<const std::byte> src, const TensorView& dst);
+  // Copies `src` into host memory, waiting for queued work; `dst` must have exactly its size.
+  absl::Status CopyToHost(const ConstTensorView& src, std::span<std::byte> dst);
+  // Copies between two tensors of this backend with the same dtype and element count.
+  absl::Status Copy(const ConstTensorView& src, const TensorView& dst);
+  // A new tensor of this backend holding a copy of `host`.
+  absl::StatusOr<DeviceTensor> Upload(const HostTensor& host);
+  // A host copy of `src`.
+  absl::StatusOr<HostTensor> Download(const ConstTensorView& src);
+  // Waits until every queued operation has finished; reports a failure of any of them.
+  virtual absl::Status Synchronize() = 0;
+
+  // --- Compute ---
+
+  // C = alpha * op(A) * op(B) + beta * C on 2-D tensors (Reshaped() folds leading dims into
+  // rows), op(X) = X^T when its flag is set:
+  // op(A) is [M, K], op(B) is [K, N], C is [M, N]. float32 and float64 run the BLAS (OpenBLAS,
+  // cuBLAS); float16 and bfloat16 are computed in float32 and rounded back. With beta == 0, C is
+  // not read (NaN in C does not propagate), as in BLAS.
+  absl::Status Gemm(bool transpose_a, bool transpose_b, double alpha, const ConstTensorView& a,
+                    const ConstTensorView& b, double beta, const TensorView& c);
+
+  // x[..., n] += bias[n]: `bias` is 1-D with x's last size and dtype.
+  absl::Status BiasAdd(const TensorView& x, const ConstTensorView& bias);
+
+  // out = a op b with numpy broadcasting: all three of one dtype, out of the broadcast shape.
+  // `out` may be `a` or `b` when that input has out's shape.
+  absl::Status Binary(BinaryOp op, const ConstTensorView& a, const ConstTensorView& b,
+                      const TensorView& out);
+
+  // out = f(x), same dtype and shape; `out` may be `x`.
+  absl::Status Activate(Activation f, const ConstTensorView& x, const TensorView& out);
+
+  // out = reduction of x along `dim` (negative counts from the end): kSum, kAvg (mean, floating
+  // dtypes only), kMax, kMin, kProduct. `out` has x's shape with `dim` removed or kept as size 1,
+  // and x's dtype. Floating sums and products accumulate in float64, integer ones in 64 bits
+  // (wrapping when stored); max and min propagate NaN as torch.amax does; on bool, sum and max are
+  // logical or, product and min logical and. Over an empty dim, sum gives 0, product 1, mean NaN,
+  // and max and min are INVALID_ARGUMENT.
+  absl::Status ReduceAlongDim(ReduceOp op, const ConstTensorView& x, int64_t dim,
+                              const TensorView& out);
+
+  // acc[i] = op(acc[i], in[i]), the step of a reducing collective; kAvg accumulates a sum, finish
+  // it with DivideInPlace. Same semantics as core's ReduceInto, which the CPU backend calls.
+  absl::Status ReduceInto(ReduceOp op, const TensorView& acc, const ConstTensorView& in);
+  // data[i] /= divisor, as core's DivideInPlace (integers truncate, bool is unchanged); the
+  // divisor is a group size, >= 1.
+  absl::Status DivideInPlace(const TensorView& data, int64_t divisor);
+
+  // dst = src converted elementwise, for every pair of dtypes, same shape. Rule (convert_value.h):
+  // to bool is != 0; floating to integer truncates and saturates, NaN gives 0; integer to integer
+  // wraps; to floating rounds to nearest even.
+  absl::Status Cast(const ConstTensorView& src, const TensorView& dst);
+
+  // Sets every element to `value` converted to out's dtype by Cast's rule.
+  absl::Status Fill(const TensorView& out, double value);
+
+  // Fills the shard of a random tensor of shape `global_shape` that starts at `offset` and has
+  // out's shape, so that every shard equals the same slice of the full tensor filled with the same
+  // seed. Element values are a function of (seed, global linear index) only: Philox4x32-10 keyed by
+  // the seed with the index as counter (kernels/philox.h). kUniform draws from [0, 1) and is
+  // bit-identical across backends; kNormal draws N(0, 1) by Box-Muller. Floating dtypes only.
+  absl::Status RandomFill(Distribution dist, uint64_t seed, std::span<const int64_t> global_shape,
+                          std::span<const int64_t> offset, const TensorView& out);
+
+ protected:
+  KernelBackend() = default;
+
+  // A checked GEMM in row-major terms; leading dimensions are at least 1.
+  struct GemmArgs {
+    bool transpose_a, transpose_b;
+    int m, n, k, lda, ldb, ldc;
+    double alpha, beta;
+    const std::byte* a;
+    const std::byte* b;
+    std::byte* c;
+    DType dtype;
+  };
+  // A checked reduction of x viewed as [outer, size, inner] into out viewed as [outer, inner].
+  struct ReduceDimArgs {
+    ReduceOp op;
+    DType dtype;
+    int64_t outer, size, inner;
+    const std::byte* x;
+    std::byte* out;
+  };
+  // A checked random fill: `out` is the block at `offset` of a tensor with `global_strides`.
+  struct RandomFillArgs {
+    Distribution dist;
+    uint64_t seed;
+    std::vector<int64_t> global_strides;
+    std::vector<int64_t> offset;
+    TensorView out;
+  };
+
+  // The implementations, called with checked arguments and at least one element to produce.
+  virtual absl::StatusOr<std::byte*> AllocateBytes(size_t nbytes) = 0;
+  virtual void FreeBytes(std::byte* data) = 0;
+  virtual absl::Status DoCopyFromHost(const std::byte* src, std::byte* dst, size_t nbytes) = 0;
+  virtual absl::Status DoCopyToHost(const std::byte* src, std::byte* dst, size_t nbytes) = 0;
+  virtual absl::Status DoCopy(const std::byte* src, std::byte* dst, size_t nbytes) = 0;
+  virtual absl::Status DoGemm(const GemmArgs& args) = 0;
+  // `out` and both inputs have the dtype; `layout` walks them (kernels/broadcast.h).
+  virtual absl::Status DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
+                                std::byte* out, const BroadcastLayout& layout) = 0;
+  virtual absl::Status DoActivate(Activation f, DType dtype, const std::byte* x, std::byte* out,
+                                  int64_t n) = 0;
+  virtual absl::Status DoReduceAlongDim(const ReduceDimArgs& args) = 0;
+  virtual absl::Status DoReduceInto(ReduceOp op, DType dtype, std::byte* acc, const std::byte* in,
+                                    int64_t n) = 0;
+  virtual absl::Status DoDivideInPlace(DType dtype, std::byte* data, int64_t n,
+                                       int64_t divisor) = 0;
+  virtual absl::Status DoCast(DType from, const std::byte* src, DType to, std::byte* dst,
+                              int64_t n) = 0;
+  // Writes the `element_size`-byte pattern `value` into `n` consecutive elements.
+  virtual absl::Status DoFill(std::byte* data, int64_t n, const std::byte* value,
+                              size_t element_size) = 0;
+  virtual absl::Status DoRandomFill(const RandomFillArgs& args) = 0;
+
+ private:
+  friend class DeviceTensor;
+};
+
+// The backend for `device`: "cpu", "cuda" (= "cuda:0") or "cuda:N". INVALID_ARGUMENT for another
+// name; FAILED_PRECONDITION when CUDA support is not built or the device is not usable (the message
+// carries the CUDA error's name and number).
+absl::StatusOr<std::unique_ptr<KernelBackend>> MakeBackend(absl::string_view device);
+
+}  // namespace tessera::kernels
+
+#endif  // TESSERA_KERNELS_BACKEND_H_

@@ -1,0 +1,69 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "core/elementwise_reduce.h"
+
+namespace tessera::kernels {
+
+absl::StatusOr<std::byte*> CpuBackend::AllocateBytes(size_t nbytes) {
+  void* p = ::operator new[](nbytes, std::align_val_t{64}, std::nothrow);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", nbytes, " bytes"));
+  }
+  return static_cast<std::byte*>(p);
+}
+
+void CpuBackend::FreeBytes(std::byte* data) { ::operator delete[](data, std::align_val_t{64}); }
+
+absl::Status CpuBackend::DoCopyFromHost(const std::byte* src, std::byte* dst, size_t nbytes) {
+  return DoCopy(src, dst, nbytes);
+}
+
+absl::Status CpuBackend::DoCopyToHost(const std::byte* src, std::byte* dst, size_t nbytes) {
+  return DoCopy(src, dst, nbytes);
+}
+
+absl::Status CpuBackend::DoCopy(const std::byte* src, std::byte* dst, size_t nbytes) {
+  std::memmove(dst, src, nbytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoReduceInto(ReduceOp op, DType dtype, std::byte* acc, const std::byte* in,
+                                      int64_t n) {
+  ::tessera::ReduceInto(op, dtype, acc, in, n);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoDivideInPlace(DType dtype, std::byte* data, int64_t n, int64_t divisor) {
+  ::tessera::DivideInPlace(dtype, data, n, divisor);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoFill(std::byte* data, int64_t n, const std::byte* value,
+                                size_t element_size) {
+  auto fill = [&](auto word) {
+    std::memcpy(&word, value, sizeof(word));
+    std::fill_n(reinterpret_cast<decltype(word)*>(data), n, word);
+  };
+  switch (element_size) {
+    case 1:
+      fill(uint8_t{});
+      break;
+    case 2:
+      fill(uint16_t{});
+      break;
+    case 4:
+      fill(uint32_t{});
+      break;
+    default:
+      fill(uint64_t{});
+      break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::kernels

@@ -1,0 +1,45 @@
+#ifndef TESSERA_KERNELS_CPU_CPU_BACKEND_H_
+#define TESSERA_KERNELS_CPU_CPU_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+
+namespace tessera::kernels {
+
+// The CPU backend: host memory, OpenBLAS GEMM, single-threaded loops elsewhere (one worker per
+// core slot). BLAS threads follow OPENBLAS_NUM_THREADS, read when the process starts.
+// Reductions for collectives are core's ReduceInto and DivideInPlace.
+class CpuBackend final : public KernelBackend {
+ public:
+  CpuBackend() = default;
+
+  std::string device() const override { return "cpu"; }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ protected:
+  absl::StatusOr<std::byte*> AllocateBytes(size_t nbytes) override;
+  void FreeBytes(std::byte* data) override;
+  absl::Status DoCopyFromHost(const std::byte* src, std::byte* dst, size_t nbytes) override;
+  absl::Status DoCopyToHost(const std::byte* src, std::byte* dst, size_t nbytes) override;
+  absl::Status DoCopy(const std::byte* src, std::byte* dst, size_t nbytes) override;
+  absl::Status DoGemm(const GemmArgs& args) override;
+  absl::Status DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
+                        std::byte* out, const BroadcastLayout& layout) override;
+  absl::Status DoActivate(Activation f, DType dtype, const std::byte* x, std::byte* out,
+                          int64_t n) override;
+  absl::Status DoReduceAlongDim(const ReduceDimArgs& args) override;
+  absl::Status DoReduceInto(ReduceOp op, DType dtype, std::byte* acc, const std::byte* in,
+                            int64_t n) override;
+  absl::Status DoDivideInPlace(DType dtype, std::byte* data, int64_t n, int64_t divisor) override;
+  absl::Status DoCast(DType from, const std::byte* src, DType to, std::byte* dst,
+                      int64_t n) override;
+  absl::Status DoFill(std::byte* data, int64_t n, const std::byte* value,
+                      size_t element_size) override;
+  absl::Status DoRandomFill(const RandomFillArgs& args) override;
+};
+
+}  // namespace tessera::kernels
+
+#endif  // TESSERA_KERNELS_CPU_CPU_BACKEND_H_

@@ -1,0 +1,269 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_launch.h"
+
+namespace tessera::kernels {
+namespace {
+
+// "what: cudaErrorX (N): description" with `code`, or OK for cudaSuccess.
+absl::Status CudaStatus(cudaError_t err, absl::string_view what,
+                        absl::StatusCode code = absl::StatusCode::kInternal) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::Status(code, absl::StrCat(what, ": ", cudaGetErrorName(err), " (",
+                                         static_cast<int>(err), "): ", cudaGetErrorString(err)));
+}
+
+absl::Status CublasStatus(cublasStatus_t status, absl::string_view what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(status), " (",
+                                          static_cast<int>(status),
+                                          "): ", cublasGetStatusString(status)));
+}
+
+cuda::DeviceReduceOp ToDevice(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return cuda::DeviceReduceOp::kSum;
+    case ReduceOp::kAvg:
+      return cuda::DeviceReduceOp::kAvg;
+    case ReduceOp::kMax:
+      return cuda::DeviceReduceOp::kMax;
+    case ReduceOp::kMin:
+      return cuda::DeviceReduceOp::kMin;
+    case ReduceOp::kProduct:
+      return cuda::DeviceReduceOp::kProduct;
+  }
+  return cuda::DeviceReduceOp::kSum;
+}
+
+absl::Status RankLimit(absl::string_view what, size_t rank) {
+  if (rank <= static_cast<size_t>(cuda::kMaxRank)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " has ", rank,
+                                                 " dims after merging; the CUDA backend handles up "
+                                                 "to ",
+                                                 cuda::kMaxRank));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the error so that later calls start clean
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device: cudaGetDeviceCount returned ", static_cast<int>(err), " (",
+                     cudaGetErrorName(err), ": ", cudaGetErrorString(err), ")"));
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda:", ordinal, " requested but ", count, " CUDA device(s) are visible"));
+  }
+  const std::string name = absl::StrCat("cuda:", ordinal);
+  if (absl::Status s = CudaStatus(cudaSetDevice(ordinal), absl::StrCat(name, ": cudaSetDevice"),
+                                  absl::StatusCode::kFailedPrecondition);
+      !s.ok()) {
+    return s;
+  }
+  cudaStream_t stream = nullptr;
+  if (absl::Status s = CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                                  absl::StrCat(name, ": cudaStreamCreate"),
+                                  absl::StatusCode::kFailedPrecondition);
+      !s.ok()) {
+    return s;
+  }
+  cublasHandle_t cublas = nullptr;
+  absl::Status s = CublasStatus(cublasCreate(&cublas), absl::StrCat(name, ": cublasCreate"));
+  if (s.ok())
+    s = CublasStatus(cublasSetStream(cublas, stream), absl::StrCat(name, ": cublasSetStream"));
+  if (!s.ok()) {
+    if (cublas != nullptr) cublasDestroy(cublas);
+    cudaStreamDestroy(stream);
+    return absl::FailedPreconditionError(s.message());
+  }
+  return std::unique_ptr<CudaBackend>(new CudaBackend(ordinal, stream, cublas));
+}
+
+absl::StatusOr<std::unique_ptr<KernelBackend>> MakeCudaBackend(int ordinal) {
+  absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(ordinal);
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<KernelBackend>(std::move(*backend));
+}
+
+CudaBackend::~CudaBackend() {
+  UseDevice().IgnoreError();
+  cublasDestroy(cublas_);
+  cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::device() const { return absl::StrCat("cuda:", ordinal_); }
+
+absl::Status CudaBackend::UseDevice() const {
+  return CudaStatus(cudaSetDevice(ordinal_), absl::StrCat(device(), ": cudaSetDevice"));
+}
+
+absl::Status CudaBackend::Synchronize() {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  return CudaStatus(cudaStreamSynchronize(stream_), absl::StrCat(device(), ": queued work failed"));
+}
+
+absl::StatusOr<std::byte*> CudaBackend::AllocateBytes(size_t nbytes) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, nbytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return CudaStatus(err, absl::StrCat(device(), ": cannot allocate ", nbytes, " bytes"),
+                      err == cudaErrorMemoryAllocation ? absl::StatusCode::kResourceExhausted
+                                                       : absl::StatusCode::kInternal);
+  }
+  return static_cast<std::byte*>(p);
+}
+
+void CudaBackend::FreeBytes(std::byte* data) {
+  UseDevice().IgnoreError();
+  cudaFree(data);
+}
+
+absl::Status CudaBackend::DoCopyFromHost(const std::byte* src, std::byte* dst, size_t nbytes) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  if (absl::Status s =
+          CudaStatus(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream_),
+                     absl::StrCat(device(), ": copy of ", nbytes, " bytes from host"));
+      !s.ok()) {
+    return s;
+  }
+  return Synchronize();  // the caller may free `src` on return
+}
+
+absl::Status CudaBackend::DoCopyToHost(const std::byte* src, std::byte* dst, size_t nbytes) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  if (absl::Status s =
+          CudaStatus(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream_),
+                     absl::StrCat(device(), ": copy of ", nbytes, " bytes to host"));
+      !s.ok()) {
+    return s;
+  }
+  return Synchronize();
+}
+
+absl::Status CudaBackend::DoCopy(const std::byte* src, std::byte* dst, size_t nbytes) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  return CudaStatus(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream_),
+                    absl::StrCat(device(), ": device copy of ", nbytes, " bytes"));
+}
+
+absl::Status CudaBackend::DoGemm(const GemmArgs& g) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+  const cublasOperation_t op_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const std::string what = absl::StrCat(device(), ": gemm ", DTypeName(g.dtype), " [", g.m, ", ",
+                                        g.k, "] x [", g.k, ", ", g.n, "]");
+  if (g.dtype == DType::kFloat64) {
+    return CublasStatus(cublasDgemm(cublas_, op_b, op_a, g.n, g.m, g.k, &g.alpha,
+                                    reinterpret_cast<const double*>(g.b), g.ldb,
+                                    reinterpret_cast<const double*>(g.a), g.lda, &g.beta,
+                                    reinterpret_cast<double*>(g.c), g.ldc),
+                        what);
+  }
+  const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+  if (g.dtype == DType::kFloat32) {
+    return CublasStatus(
+        cublasSgemm(cublas_, op_b, op_a, g.n, g.m, g.k, &alpha, reinterpret_cast<const float*>(g.b),
+                    g.ldb, reinterpret_cast<const float*>(g.a), g.lda, &beta,
+                    reinterpret_cast<float*>(g.c), g.ldc),
+        what);
+  }
+  // float16 / bfloat16: cuBLAS accumulates in float32 and rounds C back.
+  const cudaDataType_t type = g.dtype == DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
+  return CublasStatus(
+      cublasGemmEx(cublas_, op_b, op_a, g.n, g.m, g.k, &alpha, g.b, type, g.ldb, g.a, type, g.lda,
+                   &beta, g.c, type, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      what);
+}
+
+absl::Status CudaBackend::DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
+                                   std::byte* out, const BroadcastLayout& layout) {
+  if (absl::Status s = RankLimit(BinaryOpName(op), layout.shape.size()); !s.ok()) return s;
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  cuda::BroadcastIndexer ix;
+  ix.rank = static_cast<int>(layout.shape.size());
+  for (int d = 0; d < ix.rank; ++d) {
+    ix.shape[d] = layout.shape[d];
+    ix.a_strides[d] = layout.a_strides[d];
+    ix.b_strides[d] = layout.b_strides[d];
+  }
+  return CudaStatus(
+      cuda::LaunchBinary(op, dtype, a, b, out, NumElements(layout.shape), ix, stream_),
+      absl::StrCat(device(), ": ", BinaryOpName(op), " ", DTypeName(dtype), " launch"));
+}
+
+absl::Status CudaBackend::DoActivate(Activation f, DType dtype, const std::byte* x, std::byte* out,
+                                     int64_t n) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  return CudaStatus(
+      cuda::LaunchActivate(f, dtype, x, out, n, stream_),
+      absl::StrCat(device(), ": ", ActivationName(f), " ", DTypeName(dtype), " launch"));
+}
+
+absl::Status CudaBackend::DoReduceAlongDim(const ReduceDimArgs& r) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  return CudaStatus(cuda::LaunchReduceAlongDim(ToDevice(r.op), r.dtype, r.x, r.out, r.outer, r.size,
+                                               r.inner, stream_),
+                    absl::StrCat(device(), ": ", ReduceOpName(r.op), " along a dim launch"));
+}
+
+absl::Status CudaBackend::DoReduceInto(ReduceOp op, DType dtype, std::byte* acc,
+                                       const std::byte* in, int64_t n) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  return CudaStatus(cuda::LaunchReduceInto(ToDevice(op), dtype, acc, in, n, stream_),
+                    absl::StrCat(device(), ": reduce ", ReduceOpName(op), " launch"));
+}
+
+absl::Status CudaBackend::DoDivideInPlace(DType dtype, std::byte* data, int64_t n,
+                                          int64_t divisor) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  return CudaStatus(cuda::LaunchDivideInPlace(dtype, data, n, divisor, stream_),
+                    absl::StrCat(device(), ": divide launch"));
+}
+
+absl::Status CudaBackend::DoCast(DType from, const std::byte* src, DType to, std::byte* dst,
+                                 int64_t n) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  return CudaStatus(
+      cuda::LaunchCast(from, src, to, dst, n, stream_),
+      absl::StrCat(device(), ": cast ", DTypeName(from), " to ", DTypeName(to), " launch"));
+}
+
+absl::Status CudaBackend::DoFill(std::byte* data, int64_t n, const std::byte* value,
+                                 size_t element_size) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  uint64_t pattern = 0;
+  std::memcpy(&pattern, value, element_size);
+  return CudaStatus(cuda::LaunchFill(data, n, pattern, static_cast<int>(element_size), stream_),
+                    absl::StrCat(device(), ": fill launch"));
+}
+
+absl::Status CudaBackend::DoRandomFill(const RandomFillArgs& args) {
+  if (absl::Status s = RankLimit("random fill", args.out.shape.size()); !s.ok()) return s;
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  cuda::ShardIndexer shard;
+  shard.rank = args.out.rank();
+  for (int d = 0; d < shard.rank; ++d) {
+    shard.shape[d] = args.out.shape[d];
+    shard.global_strides[d] = args.global_strides[d];
+    shard.start += args.offset[d] * args.global_strides[d];
+  }
+  return CudaStatus(cuda::LaunchRandomFill(args.dist, args.out.dtype, args.seed, shard,
+                                           args.out.data, args.out.num_elements(), stream_),
+                    absl::StrCat(device(), ": random fill launch"));
+}
+
+}  // namespace tessera::kernels

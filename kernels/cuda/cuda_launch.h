@@ -1,0 +1,60 @@
+#ifndef TESSERA_KERNELS_CUDA_CUDA_LAUNCH_H_
+#define TESSERA_KERNELS_CUDA_CUDA_LAUNCH_H_
+
+// Launchers of the CUDA backend's kernels, called by CudaBackend with checked arguments. Each
+// queues work on `stream` and returns the launch error (cudaSuccess if queued). C++17 and free of
+// Abseil types so that nvcc compiles the .cu files that define them.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/ops.h"
+
+namespace tessera::kernels::cuda {
+
+// Largest rank a kernel indexes (after size-1 dims are dropped and contiguous dims merged).
+inline constexpr int kMaxRank = 8;
+
+// ReduceOp of core/placement.h, which device code (C++17) cannot include.
+enum class DeviceReduceOp : int { kSum, kAvg, kMax, kMin, kProduct };
+
+// A broadcast walk (kernels/broadcast.h) over the output's elements.
+struct BroadcastIndexer {
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t a_strides[kMaxRank] = {};
+  int64_t b_strides[kMaxRank] = {};
+};
+
+// A shard of a tensor: its shape and the global strides and index of its first element.
+struct ShardIndexer {
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t global_strides[kMaxRank] = {};
+  int64_t start = 0;
+};
+
+cudaError_t LaunchBinary(BinaryOp op, DType dtype, const void* a, const void* b, void* out,
+                         int64_t n, const BroadcastIndexer& indexer, cudaStream_t stream);
+cudaError_t LaunchActivate(Activation f, DType dtype, const void* x, void* out, int64_t n,
+                           cudaStream_t stream);
+// x viewed as [outer, size, inner] reduced into out [outer, inner]; size >= 1.
+cudaError_t LaunchReduceAlongDim(DeviceReduceOp op, DType dtype, const void* x, void* out,
+                                 int64_t outer, int64_t size, int64_t inner, cudaStream_t stream);
+cudaError_t LaunchReduceInto(DeviceReduceOp op, DType dtype, void* acc, const void* in, int64_t n,
+                             cudaStream_t stream);
+cudaError_t LaunchDivideInPlace(DType dtype, void* data, int64_t n, int64_t divisor,
+                                cudaStream_t stream);
+cudaError_t LaunchCast(DType from, const void* src, DType to, void* dst, int64_t n,
+                       cudaStream_t stream);
+// Writes the low `element_size` bytes of `pattern` into `n` elements.
+cudaError_t LaunchFill(void* data, int64_t n, uint64_t pattern, int element_size,
+                       cudaStream_t stream);
+cudaError_t LaunchRandomFill(Distribution dist, DType dtype, uint64_t seed,
+                             const ShardIndexer& shard, void* out, int64_t n, cudaStream_t stream);
+
+}  // namespace tessera::kernels::cuda
+
+#endif  // TESSERA_KERNELS_CUDA_CUDA_LAUNCH_H_

@@ -1,0 +1,89 @@
+#ifndef TESSERA_KERNELS_TESTING_CONFORMANCE_FIXTURE_H_
+#define TESSERA_KERNELS_TESTING_CONFORMANCE_FIXTURE_H_
+
+// The fixtures of the backend conformance suite (compute_, reduce_ and data_conformance.h): every
+// KernelBackend must pass the same checks against naive host loops. A test binary includes the
+// suite once and defines GetDeviceUnderTest().
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/testing/reference.h"
+
+namespace tessera::kernels::testing {
+
+// The device the suite runs on. With skip_if_unavailable, a FAILED_PRECONDITION from MakeBackend
+// (no such device here) skips every test with its message; otherwise it fails them.
+struct DeviceUnderTest {
+  std::string device;
+  bool skip_if_unavailable = false;
+};
+DeviceUnderTest GetDeviceUnderTest();
+
+// Sets *backend to the process-wide backend under test, or skips / fails the current test.
+inline void AcquireBackend(KernelBackend** backend) {
+  static const auto* const made =
+      new absl::StatusOr<std::unique_ptr<KernelBackend>>(MakeBackend(GetDeviceUnderTest().device));
+  if (made->ok()) {
+    *backend = made->value().get();
+    return;
+  }
+  if (GetDeviceUnderTest().skip_if_unavailable &&
+      made->status().code() == absl::StatusCode::kFailedPrecondition) {
+    GTEST_SKIP() << made->status().message();
+  }
+  FAIL() << "MakeBackend(\"" << GetDeviceUnderTest().device << "\"): " << made->status();
+}
+
+// Shared helpers of the conformance fixtures: moving host tensors to and from the backend.
+class BackendAccess {
+ protected:
+  KernelBackend& backend() { return *backend_; }
+  DeviceTensor Up(const HostTensor& host) { return backend_->Upload(host).value(); }
+  HostTensor Down(const DeviceTensor& t) { return backend_->Download(t.View()).value(); }
+  DeviceTensor Empty(DType dtype, const Shape& shape) {
+    return backend_->Allocate(dtype, shape).value();
+  }
+
+  KernelBackend* backend_ = nullptr;
+};
+
+class KernelTest : public ::testing::Test, public BackendAccess {
+ protected:
+  void SetUp() override { AcquireBackend(&backend_); }
+};
+
+template <typename Param>
+class KernelParamTest : public ::testing::TestWithParam<Param>, public BackendAccess {
+ protected:
+  void SetUp() override { AcquireBackend(&backend_); }
+};
+
+#define TESSERA_ASSERT_OK(expr)                           \
+  do {                                                    \
+    const absl::Status _tessera_status = (expr);          \
+    ASSERT_TRUE(_tessera_status.ok()) << _tessera_status; \
+  } while (0)
+
+// "2x3" for test names; "scalar" for [].
+inline std::string ShapeName(const Shape& shape) {
+  return shape.empty() ? std::string("scalar") : absl::StrJoin(shape, "x");
+}
+
+// The dtypes GEMM and random fills take.
+inline std::vector<DType> FloatingDTypes() {
+  return {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
+}
+
+// Failures reported per test before the rest are dropped, so one bad kernel stays readable.
+inline constexpr int kMaxReportedMismatches = 5;
+
+}  // namespace tessera::kernels::testing
+
+#endif  // TESSERA_KERNELS_TESTING_CONFORMANCE_FIXTURE_H_

@@ -1,0 +1,107 @@
+// The kernel backends' host-side pieces (Philox, broadcasting, the device factory) and the
+// conformance suite run on the CPU backend.
+
+#include <cstdint>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/broadcast.h"
+#include "kernels/philox.h"
+#include "kernels/testing/compute_conformance.h"
+#include "kernels/testing/data_conformance.h"
+#include "kernels/testing/reduce_conformance.h"
+
+namespace tessera::kernels {
+namespace testing {
+
+DeviceUnderTest GetDeviceUnderTest() { return {"cpu", /*skip_if_unavailable=*/false}; }
+
+}  // namespace testing
+
+namespace {
+
+// Known-answer vectors of Random123's tests/kat_vectors (counter, key -> output).
+TEST(PhiloxTest, MatchesRandom123KnownAnswers) {
+  struct Vector {
+    Philox4x32 counter;
+    uint32_t key0, key1;
+    Philox4x32 want;
+  };
+  const Vector vectors[] = {
+      {{{0, 0, 0, 0}}, 0, 0, {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}},
+      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       0xffffffff,
+       0xffffffff,
+       {{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}},
+      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       0xa4093822,
+       0x299f31d0,
+       {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}},
+  };
+  for (const Vector& v : vectors) {
+    const Philox4x32 got = Philox4x32_10(v.counter, v.key0, v.key1);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(got.v[i], v.want.v[i]) << "word " << i;
+  }
+}
+
+TEST(PhiloxTest, ElementCounterIsTheIndexAndKeyIsTheSeed) {
+  const uint64_t seed = 0x0123456789abcdefull, index = 0x00000005fffffffeull;
+  const Philox4x32 got = PhiloxForElement(seed, index);
+  const Philox4x32 want = Philox4x32_10({{0xfffffffe, 0x5, 0, 0}}, 0x89abcdef, 0x01234567);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(got.v[i], want.v[i]);
+}
+
+TEST(PhiloxTest, UniformMapsStayBelowOne) {
+  const Philox4x32 ones = {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}};
+  EXPECT_LT(UniformFloat32(ones), 1.0f);
+  EXPECT_LT(UniformFloat64(ones), 1.0);
+  EXPECT_LT(FloatToHalf(UniformFloat16(ones)), FloatToHalf(1.0f));
+  EXPECT_LT(FloatToBFloat16(UniformBFloat16(ones)), FloatToBFloat16(1.0f));
+  const Philox4x32 zeros = {{0, 0, 0, 0}};
+  EXPECT_EQ(UniformFloat32(zeros), 0.0f);
+  EXPECT_TRUE(std::isfinite(NormalValue(zeros)));
+}
+
+TEST(BroadcastTest, ShapesFollowNumpy) {
+  EXPECT_EQ(BroadcastShapes(Shape{2, 1, 4}, Shape{3, 1}).value(), (Shape{2, 3, 4}));
+  EXPECT_EQ(BroadcastShapes(Shape{}, Shape{5}).value(), (Shape{5}));
+  EXPECT_EQ(BroadcastShapes(Shape{0, 3}, Shape{1}).value(), (Shape{0, 3}));
+  const absl::Status s = BroadcastShapes(Shape{2, 3}, Shape{4}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("[2, 3]"), absl::string_view::npos) << s;
+}
+
+TEST(BroadcastTest, LayoutMergesContiguousDims) {
+  const BroadcastLayout same = MakeBroadcastLayout(Shape{2, 3, 4}, Shape{2, 3, 4}, Shape{2, 3, 4});
+  EXPECT_EQ(same.shape, (Shape{24}));
+  const BroadcastLayout bias = MakeBroadcastLayout(Shape{2, 3, 4}, Shape{4}, Shape{2, 3, 4});
+  EXPECT_EQ(bias.shape, (Shape{6, 4}));
+  EXPECT_EQ(bias.a_strides, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(bias.b_strides, (std::vector<int64_t>{0, 1}));
+}
+
+TEST(MakeBackendTest, ParsesDeviceNames) {
+  absl::StatusOr<std::unique_ptr<KernelBackend>> cpu = MakeBackend("cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->device(), "cpu");
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda0", "CPU"}) {
+    const absl::Status s = MakeBackend(bad).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << s;
+    EXPECT_NE(s.message().find(bad), absl::string_view::npos) << s;
+  }
+}
+
+TEST(MakeBackendTest, CudaIsAvailableOrAFailedPreconditionSayingWhy) {
+  absl::StatusOr<std::unique_ptr<KernelBackend>> cuda = MakeBackend("cuda:0");
+  if (cuda.ok()) {
+    EXPECT_EQ((*cuda)->device(), "cuda:0");
+    return;
+  }
+  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition) << cuda.status();
+  EXPECT_FALSE(cuda.status().message().empty());
+  const absl::Status far = MakeBackend("cuda:4096").status();
+  EXPECT_EQ(far.code(), absl::StatusCode::kFailedPrecondition) << far;
+}
+
+}  // namespace
+}  // namespace tessera::kernels
