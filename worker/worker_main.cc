@@ -1,6 +1,7 @@
 // tessera-worker: serves one device. Listens for the coordinator's commands, registers with it,
 // then heartbeats; registers again (a new incarnation) whenever the coordinator forgets it.
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -69,6 +70,12 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-worker: unknown --device '" << device << "'; expected cpu or cuda:N\n";
     return 2;
   }
+  // Shards come and go in large blocks every op: keep freed memory in the heap for the next one
+  // instead of returning it to the kernel and faulting fresh pages in (glibc mmaps and unmaps every
+  // block past 32 MiB by default, which cost more than a 64 MiB collective in bench/RESULTS.md).
+  // The shard store's budget bounds what the process holds.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   // Local compute threads for BLAS; must be set before the library starts its pool.
   setenv("OPENBLAS_NUM_THREADS", absl::StrCat(absl::GetFlag(FLAGS_threads)).c_str(), 0);
 
