@@ -76,7 +76,7 @@ v1::MeshInfo CoordinatorService::Describe(Mesh& mesh) const {
   info.set_broken_reason(std::string(health.message()));
   info.set_timeout_ms(absl::ToInt64Milliseconds(mesh.timeout));
   absl::MutexLock lock(&mesh.mu);
-  for (const std::string& t : mesh.tensors) info.add_tensors(t);
+  for (const auto& entry : mesh.tensors) info.add_tensors(entry.first);
   return info;
 }
 
@@ -247,10 +247,23 @@ grpc::Status CoordinatorService::RunCollective(grpc::ServerContext*,
   const std::string output = request->output().empty() ? request->input() : request->output();
   if (request->op() != v1::BARRIER) {
     absl::MutexLock lock(&mesh.mu);
-    if (!mesh.tensors.contains(request->input())) {
+    auto it = mesh.tensors.find(request->input());
+    if (it == mesh.tensors.end()) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           absl::StrCat("mesh '", mesh.name, "' has no tensor '", request->input(),
                                        "'"));
+    }
+    // Every rank takes part: one without the input would leave its peers in the collective until
+    // the timeout, which breaks the mesh's communicators for good.
+    std::vector<int64_t> missing;
+    for (size_t r = 0; r < it->second.size(); ++r) {
+      if (!it->second[r]) missing.push_back(static_cast<int64_t>(r));
+    }
+    if (!missing.empty()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("tensor '", request->input(), "' of mesh '", mesh.name,
+                                       "' is not on ranks ", absl::StrJoin(missing, ", "),
+                                       "; a collective needs it on every rank"));
     }
     if (output.empty()) return Invalid("a collective needs an output tensor name");
   }
@@ -271,7 +284,12 @@ grpc::Status CoordinatorService::RunCollective(grpc::ServerContext*,
   if (!replies.ok()) return ToGrpcStatus(replies.status());
   if (request->op() != v1::BARRIER) {
     absl::MutexLock lock(&mesh.mu);
-    mesh.tensors.insert(output);
+    std::vector<bool>& holders =
+        mesh.tensors.try_emplace(output, static_cast<size_t>(mesh.mesh.size()), false)
+            .first->second;
+    for (size_t r = 0; r < replies->size(); ++r) {
+      if ((*replies)[r].tensors_size() > 0) holders[r] = true;
+    }
   }
   // Ranks that all write an output of one shape must agree on it; a disagreement means the
   // ranks held inputs of different shapes, which the collective cannot have combined correctly.

@@ -52,7 +52,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
     std::vector<int64_t> incarnations;
     absl::Duration timeout;
     absl::Mutex mu;
-    std::set<std::string> tensors ABSL_GUARDED_BY(mu);
+    // Tensor names, each with the ranks (row-major positions) that hold it.
+    std::map<std::string, std::vector<bool>> tensors ABSL_GUARDED_BY(mu);
   };
 
   // The named mesh; NOT_FOUND if unknown, UNAVAILABLE naming the worker if it is broken.

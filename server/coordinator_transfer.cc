@@ -37,6 +37,7 @@ grpc::Status CoordinatorService::PutLocal(grpc::ServerContext* context,
   if (absl::Status s = FromProto(chunk.shape()).status(); !s.ok()) return ToGrpcStatus(s);
 
   const std::string name = chunk.tensor();
+  const int64_t rank = chunk.rank();
   absl::StatusOr<WorkerHandle> worker = dispatcher_->registry().Get(mesh.mesh.ranks()[chunk.rank()]);
   if (!worker.ok()) return ToGrpcStatus(worker.status());
   const int64_t sequence = dispatcher_->registry().NextSequences({*worker})[0];
@@ -69,7 +70,8 @@ grpc::Status CoordinatorService::PutLocal(grpc::ServerContext* context,
   }
   reply->set_bytes(uploaded.bytes());
   absl::MutexLock lock(&mesh.mu);
-  mesh.tensors.insert(name);
+  mesh.tensors.try_emplace(name, static_cast<size_t>(mesh.mesh.size()), false)
+      .first->second[static_cast<size_t>(rank)] = true;
   return grpc::Status::OK;
 }
 
@@ -86,10 +88,11 @@ grpc::Status CoordinatorService::GetLocal(grpc::ServerContext* context,
   }
   {
     absl::MutexLock lock(&mesh.mu);
-    if (!mesh.tensors.contains(request->tensor())) {
+    auto it = mesh.tensors.find(request->tensor());
+    if (it == mesh.tensors.end() || !it->second[static_cast<size_t>(request->rank())]) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           absl::StrCat("mesh '", mesh.name, "' has no tensor '",
-                                       request->tensor(), "'"));
+                                       request->tensor(), "' on rank ", request->rank()));
     }
   }
   absl::StatusOr<WorkerHandle> worker =
