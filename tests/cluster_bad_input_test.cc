@@ -200,6 +200,26 @@ TEST_F(ClusterBadInputTest, UnknownTensor) {
   EXPECT_TRUE(StatusIs(client().DeleteTensor("m", "ghost"), kNotFound, names));
 }
 
+TEST_F(ClusterBadInputTest, TensorOnSomeRanksOnly) {
+  // Its own mesh with a short timeout, in case a rank waits in the collective for the others.
+  ASSERT_TRUE(client().CreateMesh("p", "cpu", {kWorkers}, {}, {}, absl::Seconds(2)).ok());
+  ASSERT_TRUE(client().PutLocal("p", 0, "lonely", (*kept_)[0][0]).ok());
+  v1::CollectiveRequest lonely = Collective(v1::ALL_REDUCE_OP, "", "lonely");
+  lonely.set_mesh("p");
+  EXPECT_TRUE(
+      StatusIs(client().RunCollective(lonely).status(), kNotFound, {"'lonely'", "ranks 1, 2, 3"}));
+  EXPECT_TRUE(
+      StatusIs(client().GetLocal("p", 2, "lonely").status(), kNotFound, {"'lonely'", "rank 2"}));
+  // The mesh still runs collectives.
+  for (int64_t r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(client().PutLocal("p", r, "a", (*kept_)[r][0]).ok());
+  }
+  v1::CollectiveRequest request = Collective(v1::ALL_REDUCE_OP, "", "a");
+  request.set_mesh("p");
+  EXPECT_TRUE(client().RunCollective(request).ok());
+  ASSERT_TRUE(client().DeleteMesh("p").ok());
+}
+
 TEST_F(ClusterBadInputTest, RankOrRootOutOfRange) {
   EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::BROADCAST, "", "a", 4)).status(),
                        kInvalid, {"root 4", "group of 4"}));
