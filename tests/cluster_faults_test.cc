@@ -148,11 +148,12 @@ TEST_F(ClusterFaultsTest, WorkerKilledDuringAllReduce) {
   // By now the workers are in Gloo's ring, which takes about 0.7 s for 64 MiB on 4 ranks here.
   absl::SleepFor(absl::Milliseconds(250));
   const bool running = result.wait_for(std::chrono::seconds(0)) == std::future_status::timeout;
-  ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
-  const absl::Time killed = absl::Now();
+  const absl::Status killed = cluster.KillWorker(kVictim);
+  const absl::Time kill_time = absl::Now();
   const bool returned = result.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
-  const absl::Duration waited = absl::Now() - killed;
-  caller.join();
+  const absl::Duration waited = absl::Now() - kill_time;
+  caller.join();  // before any ASSERT can leave this scope
+  ASSERT_TRUE(killed.ok()) << killed;
   ASSERT_TRUE(returned) << "the all_reduce did not return within 60 s of the kill";
   ASSERT_TRUE(running) << "the all_reduce finished before the kill: " << result.get()
                        << "; make the tensor larger";
