@@ -80,7 +80,17 @@ absl::StatusOr<std::vector<v1::CommandReply>> Dispatcher::Run(
     }
     replies.push_back(std::move(calls[i]->reply));
   }
-  if (!worst.ok()) return worst;
+  if (!worst.ok()) {
+    // A peer's death surfaces on the survivors as I/O errors; name the worker that is gone.
+    for (const WorkerHandle& w : workers) {
+      absl::StatusOr<WorkerHandle> now = registry_->Get(w.id);
+      if (!now.ok() && now.status().code() == absl::StatusCode::kUnavailable) {
+        return absl::UnavailableError(
+            absl::StrCat(now.status().message(), "; the command failed: ", worst.message()));
+      }
+    }
+    return worst;
+  }
   return replies;
 }
 
