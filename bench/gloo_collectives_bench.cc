@@ -3,12 +3,14 @@
 // communicator's own AllReduce and ReduceScatter in the same run so the ratios are meaningful on a
 // noisy machine.
 //
-//   gloo_collectives_bench [--ranks 2,4] [--bytes 4096,67108864] [--seconds 1.5] [--only SUBSTR]
-//                          [--json out.json]
+//   gloo_collectives_bench [--ranks 2,4] [--bytes 4096,67108864] [--seconds 1.5] [--rounds 3]
+//                          [--only SUBSTR] [--json out.json]
 //
 // For every (ranks, bytes, algorithm) it builds a fresh Gloo context, times the first call on that
-// fresh connection, then repeats the call for about --seconds and reports the median. Each timed
-// call starts after a barrier and its time is the slowest rank's.
+// fresh connection, then repeats the call for about --seconds and takes the median. Each timed call
+// starts after a barrier and its time is the slowest rank's. Every round measures every case once,
+// interleaved, and the table reports the median over rounds of the first call and of the median,
+// and the best round's median: on a shared machine the best round is the least disturbed one.
 
 #include <algorithm>
 #include <barrier>
@@ -49,6 +51,18 @@ struct Result {
   double median_ms;
   int iterations;
 };
+
+// One case over all rounds.
+struct Summary {
+  Result last;
+  std::vector<double> first_ms;
+  std::vector<double> median_ms;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 // One way to run an allreduce of `count` floats in place on `data`, given this rank's context or
 // communicator.
@@ -103,6 +117,14 @@ std::vector<Algorithm> Algorithms() {
          std::vector<float> out(static_cast<size_t>(block));
          absl::Status s =
              communicator->ReduceScatter(data, out.data(), block, DType::kFloat32, ReduceOp::kSum);
+         if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str()), std::abort();
+       },
+       true},
+      {"GlooCommunicator::AllToAll",
+       [](const auto&, comm::Communicator* communicator, float* data, int64_t count) {
+         const int64_t block = count / communicator->size();
+         std::vector<float> out(static_cast<size_t>(block * communicator->size()));
+         absl::Status s = communicator->AllToAll(data, out.data(), block, DType::kFloat32);
          if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str()), std::abort();
        },
        true},
@@ -184,6 +206,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ranks_list = {2, 4};
   std::vector<int64_t> bytes_list = {4096, 64 << 20};
   double seconds = 1.5;
+  int rounds = 3;
   std::string json_path;
   std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -194,6 +217,8 @@ int main(int argc, char** argv) {
       bytes_list = ParseList(argv[i + 1]);
     } else if (flag == "--seconds") {
       seconds = std::atof(argv[i + 1]);
+    } else if (flag == "--rounds") {
+      rounds = std::max(1, std::atoi(argv[i + 1]));
     } else if (flag == "--only") {
       only = argv[i + 1];
     } else if (flag == "--json") {
@@ -204,22 +229,31 @@ int main(int argc, char** argv) {
     }
   }
   gloo::rendezvous::HashStore store;
-  std::vector<Result> results;
+  std::vector<Summary> summaries;
   int group = 0;
-  std::printf("%-5s %-10s %-34s %12s %12s %6s\n", "ranks", "bytes", "algorithm", "first ms",
-              "median ms", "iters");
-  for (int64_t ranks : ranks_list) {
-    for (int64_t bytes : bytes_list) {
-      for (const Algorithm& algorithm : Algorithms()) {
-        if (algorithm.name.find(only) == std::string::npos) continue;
-        Result r = Measure(store, group++, static_cast<int>(ranks), bytes, algorithm, seconds);
-        std::printf("%-5d %-10lld %-34s %12.3f %12.3f %6d\n", r.ranks,
-                    static_cast<long long>(r.bytes), r.algorithm.c_str(), r.first_ms, r.median_ms,
-                    r.iterations);
-        std::fflush(stdout);
-        results.push_back(r);
+  for (int round = 0; round < rounds; ++round) {
+    size_t index = 0;
+    for (int64_t ranks : ranks_list) {
+      for (int64_t bytes : bytes_list) {
+        for (const Algorithm& algorithm : Algorithms()) {
+          if (algorithm.name.find(only) == std::string::npos) continue;
+          Result r = Measure(store, group++, static_cast<int>(ranks), bytes, algorithm, seconds);
+          if (index == summaries.size()) summaries.push_back({r, {}, {}});
+          Summary& summary = summaries[index++];
+          summary.last = r;
+          summary.first_ms.push_back(r.first_ms);
+          summary.median_ms.push_back(r.median_ms);
+        }
       }
     }
+    std::fprintf(stderr, "round %d of %d done\n", round + 1, rounds);
+  }
+  std::printf("%-5s %-10s %-34s %10s %10s %10s\n", "ranks", "bytes", "algorithm", "first ms",
+              "median ms", "best ms");
+  for (const Summary& s : summaries) {
+    std::printf("%-5d %-10lld %-34s %10.3f %10.3f %10.3f\n", s.last.ranks,
+                static_cast<long long>(s.last.bytes), s.last.algorithm.c_str(), Median(s.first_ms),
+                Median(s.median_ms), *std::min_element(s.median_ms.begin(), s.median_ms.end()));
   }
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
@@ -228,13 +262,15 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::fprintf(f, "[\n");
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Result& r = results[i];
+    for (size_t i = 0; i < summaries.size(); ++i) {
+      const Summary& s = summaries[i];
       std::fprintf(f,
-                   "  {\"ranks\": %d, \"bytes\": %lld, \"algorithm\": \"%s\", \"first_ms\": %.4f, "
-                   "\"median_ms\": %.4f, \"iterations\": %d}%s\n",
-                   r.ranks, static_cast<long long>(r.bytes), r.algorithm.c_str(), r.first_ms,
-                   r.median_ms, r.iterations, i + 1 < results.size() ? "," : "");
+                   "  {\"ranks\": %d, \"bytes\": %lld, \"algorithm\": \"%s\", \"rounds\": %d, "
+                   "\"first_ms\": %.4f, \"median_ms\": %.4f, \"best_ms\": %.4f}%s\n",
+                   s.last.ranks, static_cast<long long>(s.last.bytes), s.last.algorithm.c_str(),
+                   rounds, Median(s.first_ms), Median(s.median_ms),
+                   *std::min_element(s.median_ms.begin(), s.median_ms.end()),
+                   i + 1 < summaries.size() ? "," : "");
     }
     std::fprintf(f, "]\n");
     std::fclose(f);

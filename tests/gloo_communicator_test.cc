@@ -283,6 +283,30 @@ TEST_P(GlooCollectiveTest, ReduceScatterEqualsReferenceBlock) {
   }
 }
 
+// Above 16 MiB of input ReduceScatter switches from an all-to-all to an all-reduce.
+TEST_P(GlooCollectiveTest, LargeReduceScatterEqualsReferenceBlock) {
+  const struct {
+    DType dtype;
+    ReduceOp op;
+  } cases[] = {{DType::kFloat32, ReduceOp::kAvg}, {DType::kInt8, ReduceOp::kProduct}};
+  for (const auto& c : cases) {
+    const int64_t count =
+        (int64_t{17} << 20) / (size() * static_cast<int64_t>(DTypeSize(c.dtype))) + 5;
+    std::vector<Bytes> inputs, outputs(size(), Bytes(count * DTypeSize(c.dtype)));
+    for (int r = 0; r < size(); ++r) inputs.push_back(Values(c.dtype, size() * count, r, 11));
+    ExpectAllOk(OnEveryRank(size(),
+                            [&](int r) {
+                              return comm(r).ReduceScatter(inputs[r].data(), outputs[r].data(),
+                                                           count, c.dtype, c.op);
+                            }),
+                Case(c.dtype, c.op, count));
+    for (int r = 0; r < size(); ++r) {
+      EXPECT_EQ(Diff(outputs[r], Reference(c.op, c.dtype, inputs, r * count, count), c.dtype), "")
+          << Case(c.dtype, c.op, count) << ", rank " << r;
+    }
+  }
+}
+
 TEST_P(GlooCollectiveTest, BroadcastCopiesRoot) {
   for (DType dtype : kAllDTypes) {
     for (int64_t count : kCounts) {

@@ -51,6 +51,22 @@ namespace {
 // connection time, not per call.
 constexpr int64_t kBcubeMaxBytes = int64_t{1} << 20;
 
+// ReduceScatter: up to this many input bytes, an all-to-all (each rank sends and receives
+// (size-1)/size of its input once, in one round) followed by a local reduction in rank order;
+// above, an all-reduce of a copy of the input, keeping this rank's block. Over loopback Gloo's
+// all-to-all sends each block as one message and falls behind the ring's pipelined 1 MiB segments
+// once blocks pass ~8 MiB (bench/RESULTS.md):
+//
+//   ranks  input    all-to-all + reduce   all-reduce (RING)
+//   2      16 MiB        18.6                 20.7
+//   2      64 MiB       155.0                 73.5
+//   4      16 MiB        23.9                 33.5
+//   4      64 MiB       275.3                131.7
+//
+// On a real network, where bytes sent and not memory copies dominate, the all-to-all (half the
+// all-reduce's traffic) may win at every size: re-measure there.
+constexpr int64_t kReduceScatterAllToAllMaxBytes = int64_t{16} << 20;
+
 // Slots of Send/Recv: a prefix no Gloo collective uses (they use 0x01..0x08 in the top byte).
 uint64_t PointToPointSlot(uint32_t tag) { return (uint64_t{0x40} << 56) | (uint64_t{tag} << 8); }
 
@@ -206,10 +222,9 @@ absl::Status GlooCommunicator::DoBroadcast(void* data, int64_t count, DType dtyp
   });
 }
 
-absl::Status GlooCommunicator::DoAllReduce(void* data, int64_t count, DType dtype, ReduceOp op,
-                                           absl::Time deadline) {
-  if (size() == 1) return absl::OkStatus();
-  absl::Status status = CallGloo(deadline, [&] {
+absl::Status GlooCommunicator::SumLikeAllReduce(void* data, int64_t count, DType dtype, ReduceOp op,
+                                                absl::Time deadline) {
+  return CallGloo(deadline, [&] {
     gloo::AllreduceOptions opts(context_);
     opts.setAlgorithm(Bytes(count, dtype) <= kBcubeMaxBytes
                           ? gloo::AllreduceOptions::Algorithm::BCUBE
@@ -222,6 +237,12 @@ absl::Status GlooCommunicator::DoAllReduce(void* data, int64_t count, DType dtyp
     opts.setTimeout(BoundWaits(deadline));
     gloo::allreduce(opts);
   });
+}
+
+absl::Status GlooCommunicator::DoAllReduce(void* data, int64_t count, DType dtype, ReduceOp op,
+                                           absl::Time deadline) {
+  if (size() == 1) return absl::OkStatus();
+  absl::Status status = SumLikeAllReduce(data, count, dtype, op, deadline);
   if (status.ok() && op == ReduceOp::kAvg) DivideInPlace(dtype, data, count, size());
   return status;
 }
@@ -325,20 +346,24 @@ absl::Status GlooCommunicator::DoScatter(const void* send, void* recv, int64_t c
 
 absl::Status GlooCommunicator::DoReduceScatter(const void* send, void* recv, int64_t count,
                                                DType dtype, ReduceOp op, absl::Time deadline) {
-  // An all-to-all moves block r of every rank to rank r, which reduces the blocks in rank order:
-  // each rank sends and receives (size-1)/size of the input once, like a ring reduce-scatter, in
-  // one round instead of size-1, and the result is deterministic.
   const int64_t block = Bytes(count, dtype);
-  std::unique_ptr<std::byte[]> blocks;
-  const std::byte* gathered = static_cast<const std::byte*>(send);
-  if (size() > 1) {
-    blocks = Scratch(size() * block);
-    absl::Status status = DoAllToAll(send, blocks.get(), count, dtype, deadline);
-    if (!status.ok()) return status;
-    gathered = blocks.get();
+  if (size() == 1) {
+    std::memcpy(recv, send, static_cast<size_t>(block));
+    return absl::OkStatus();
   }
-  std::memcpy(recv, gathered, static_cast<size_t>(block));
-  for (int r = 1; r < size(); ++r) ReduceInto(op, dtype, recv, gathered + r * block, count);
+  std::unique_ptr<std::byte[]> scratch = Scratch(size() * block);
+  if (size() * block <= kReduceScatterAllToAllMaxBytes) {
+    // Block r of every rank goes to rank r, which reduces the blocks in rank order.
+    absl::Status status = DoAllToAll(send, scratch.get(), count, dtype, deadline);
+    if (!status.ok()) return status;
+    std::memcpy(recv, scratch.get(), static_cast<size_t>(block));
+    for (int r = 1; r < size(); ++r) ReduceInto(op, dtype, recv, scratch.get() + r * block, count);
+  } else {
+    std::memcpy(scratch.get(), send, static_cast<size_t>(size() * block));
+    absl::Status status = SumLikeAllReduce(scratch.get(), size() * count, dtype, op, deadline);
+    if (!status.ok()) return status;
+    std::memcpy(recv, scratch.get() + rank() * block, static_cast<size_t>(block));
+  }
   if (op == ReduceOp::kAvg) DivideInPlace(dtype, recv, count, size());
   return absl::OkStatus();
 }

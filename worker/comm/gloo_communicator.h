@@ -33,7 +33,8 @@ struct GlooCommunicatorOptions {
 // Communicator for cpu meshes: Gloo's collectives over TCP on host buffers. Gloo reduces with
 // core's ReduceInto as its reduction callback, so every dtype (bfloat16 and bool included) and op
 // has core's semantics; avg is a sum finished with DivideInPlace. ReduceScatter is an all-to-all
-// followed by a local reduction in rank order; Barrier and every other op is Gloo's own.
+// and a local reduction in rank order, or for large inputs an all-reduce (gloo_communicator.cc has
+// the measurements); every other op is Gloo's own.
 class GlooCommunicator final : public Communicator {
  public:
   // Connects rank `rank` of `size` to its peers through `store`, under keys prefixed by `prefix`
@@ -73,6 +74,10 @@ class GlooCommunicator final : public Communicator {
   absl::Status DoRecv(void* data, int64_t count, DType dtype, int peer, uint32_t tag,
                       absl::Time deadline) override;
   absl::Status DoBarrier(absl::Time deadline) override;
+
+  // An all-reduce whose result is the sum-like fold of `op` (kAvg folds as a sum, left undivided).
+  absl::Status SumLikeAllReduce(void* data, int64_t count, DType dtype, ReduceOp op,
+                                absl::Time deadline);
 
   // The tag of the next collective: every rank issues collectives in the same order, so the
   // counters agree and a stray message can never match a later collective.
