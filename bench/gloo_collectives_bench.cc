@@ -64,14 +64,19 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// One way to run an allreduce of `count` floats in place on `data`, given this rank's context or
-// communicator.
+// One collective on `count` floats in `data` (in place, or into `out`, which also holds `count`
+// floats and is allocated and touched before timing), given this rank's context or communicator.
 struct Algorithm {
   std::string name;
-  std::function<void(const std::shared_ptr<gloo::Context>&, comm::Communicator*, float*, int64_t)>
+  std::function<void(const std::shared_ptr<gloo::Context>&, comm::Communicator*, float* data,
+                     float* out, int64_t count)>
       run;
   bool uses_communicator = false;
 };
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str()), std::abort();
+}
 
 void NewStyle(const std::shared_ptr<gloo::Context>& ctx, float* data, int64_t count,
               gloo::AllreduceOptions::Algorithm algorithm) {
@@ -90,42 +95,36 @@ void NewStyle(const std::shared_ptr<gloo::Context>& ctx, float* data, int64_t co
 std::vector<Algorithm> Algorithms() {
   return {
       {"gloo::AllreduceRingChunked",
-       [](const auto& ctx, comm::Communicator*, float* data, int64_t count) {
+       [](const auto& ctx, comm::Communicator*, float* data, float*, int64_t count) {
          gloo::AllreduceRingChunked<float>(ctx, {data}, static_cast<int>(count)).run();
        }},
       {"gloo::AllreduceHalvingDoubling",
-       [](const auto& ctx, comm::Communicator*, float* data, int64_t count) {
+       [](const auto& ctx, comm::Communicator*, float* data, float*, int64_t count) {
          gloo::AllreduceHalvingDoubling<float>(ctx, {data}, static_cast<int>(count)).run();
        }},
       {"gloo::allreduce RING",
-       [](const auto& ctx, comm::Communicator*, float* data, int64_t count) {
+       [](const auto& ctx, comm::Communicator*, float* data, float*, int64_t count) {
          NewStyle(ctx, data, count, gloo::AllreduceOptions::Algorithm::RING);
        }},
       {"gloo::allreduce BCUBE",
-       [](const auto& ctx, comm::Communicator*, float* data, int64_t count) {
+       [](const auto& ctx, comm::Communicator*, float* data, float*, int64_t count) {
          NewStyle(ctx, data, count, gloo::AllreduceOptions::Algorithm::BCUBE);
        }},
       {"GlooCommunicator::AllReduce",
-       [](const auto&, comm::Communicator* communicator, float* data, int64_t count) {
-         absl::Status s = communicator->AllReduce(data, count, DType::kFloat32, ReduceOp::kSum);
-         if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str()), std::abort();
+       [](const auto&, comm::Communicator* communicator, float* data, float* out, int64_t count) {
+         (void)out;
+         Check(communicator->AllReduce(data, count, DType::kFloat32, ReduceOp::kSum));
        },
        true},
       {"GlooCommunicator::ReduceScatter",
-       [](const auto&, comm::Communicator* communicator, float* data, int64_t count) {
-         const int64_t block = count / communicator->size();
-         std::vector<float> out(static_cast<size_t>(block));
-         absl::Status s =
-             communicator->ReduceScatter(data, out.data(), block, DType::kFloat32, ReduceOp::kSum);
-         if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str()), std::abort();
+       [](const auto&, comm::Communicator* communicator, float* data, float* out, int64_t count) {
+         Check(communicator->ReduceScatter(data, out, count / communicator->size(), DType::kFloat32,
+                                           ReduceOp::kSum));
        },
        true},
       {"GlooCommunicator::AllToAll",
-       [](const auto&, comm::Communicator* communicator, float* data, int64_t count) {
-         const int64_t block = count / communicator->size();
-         std::vector<float> out(static_cast<size_t>(block * communicator->size()));
-         absl::Status s = communicator->AllToAll(data, out.data(), block, DType::kFloat32);
-         if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str()), std::abort();
+       [](const auto&, comm::Communicator* communicator, float* data, float* out, int64_t count) {
+         Check(communicator->AllToAll(data, out, count / communicator->size(), DType::kFloat32));
        },
        true},
   };
@@ -158,10 +157,11 @@ Result Measure(gloo::rendezvous::Store& store, int group, int ranks, int64_t byt
         ctx = rctx;
       }
       std::vector<float> data(static_cast<size_t>(count), 1.0f);
+      std::vector<float> out(static_cast<size_t>(count), 0.0f);
       auto run_once = [&] {
         sync.arrive_and_wait();
         const auto t0 = Clock::now();
-        algorithm.run(ctx, communicator.get(), data.data(), count);
+        algorithm.run(ctx, communicator.get(), data.data(), out.data(), count);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         return ms;
       };
@@ -173,6 +173,8 @@ Result Measure(gloo::rendezvous::Store& store, int group, int ranks, int64_t byt
       }
       sync.arrive_and_wait();
       for (int i = 0; i < iterations; ++i) times[r].push_back(run_once());
+      // No rank closes its connections while a peer may still be reading from them.
+      sync.arrive_and_wait();
     });
   }
   for (auto& t : threads) t.join();

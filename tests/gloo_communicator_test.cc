@@ -283,7 +283,7 @@ TEST_P(GlooCollectiveTest, ReduceScatterEqualsReferenceBlock) {
   }
 }
 
-// Above 16 MiB of input ReduceScatter switches from an all-to-all to an all-reduce.
+// Inputs of 17 MiB: large all-to-all messages, and the kept scratch buffer growing.
 TEST_P(GlooCollectiveTest, LargeReduceScatterEqualsReferenceBlock) {
   const struct {
     DType dtype;

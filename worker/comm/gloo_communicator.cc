@@ -33,39 +33,41 @@ namespace tessera::comm {
 namespace {
 
 // AllReduce uses Gloo's new-style gloo::allreduce: BCUBE (recursive halving/doubling generalised
-// to any group size, log(size) rounds) up to kBcubeMaxBytes, RING (bandwidth-optimal) above.
-// Measured with bench/gloo_collectives_bench (ranks as threads over loopback, 2 shared cores,
-// median ms; bench/RESULTS.md has the full table):
+// to any group size, log(size) rounds) up to kBcubeMaxBytes, RING (bandwidth-optimal, pipelined
+// 1 MiB segments) above. Measured with bench/gloo_collectives_bench: float32 sum, ranks as threads
+// over loopback on 2 shared cores at SCHED_RR, median ms of 3 interleaved rounds (bench/RESULTS.md
+// has the full table, 2026-11-22):
 //
 //   ranks  bytes   RingChunked  HalvingDoubling  allreduce RING  allreduce BCUBE
-//   2      4 KiB         3.95         3.78            4.01             4.01
-//   4      4 KiB        21.96         4.11           12.95             4.22
-//   4      1 MiB            -            -           24.5             17.9
-//   4      4 MiB            -            -           58.7             60.0
-//   2      64 MiB       275.1        564.3           277.8            359.4
-//   4      64 MiB       904.8       1284.3           718.6            904.2
+//   2      4 KiB        0.155        0.099            0.154            0.101
+//   4      4 KiB        0.721        0.333            0.914            0.369
+//   4      1 MiB        2.598        2.234            2.335            1.761
+//   2      4 MiB        2.818        3.081            2.187            2.141
+//   4      4 MiB        8.110        9.801            7.014            7.631
+//   2      64 MiB      98.310      131.582           44.927           88.357
+//   4      64 MiB     199.809      343.155          124.658          223.040
 //
-// The old-style classes (AllreduceRingChunked, AllreduceHalvingDoubling) are no faster and would
-// cost more here: they register pair buffers per call, limit counts to int, take a typed
-// ReductionFunction pointer per (op, dtype), and time out only per step with the timeout fixed at
-// connection time, not per call.
+// The old-style classes (AllreduceRingChunked, AllreduceHalvingDoubling) lose at 64 MiB by 2-3x
+// and win nowhere by a margin; they would also register pair buffers per call, limit counts to
+// int, need a typed ReductionFunction per (op, dtype), and time out per step with a timeout fixed
+// at connection time. The first call on a fresh connection was not slower for the new style
+// (64 MiB, 2 ranks: 44.3 ms against 94.2 ms for RingChunked).
 constexpr int64_t kBcubeMaxBytes = int64_t{1} << 20;
 
-// ReduceScatter: up to this many input bytes, an all-to-all (each rank sends and receives
-// (size-1)/size of its input once, in one round) followed by a local reduction in rank order;
-// above, an all-reduce of a copy of the input, keeping this rank's block. Over loopback Gloo's
-// all-to-all sends each block as one message and falls behind the ring's pipelined 1 MiB segments
-// once blocks pass ~8 MiB (bench/RESULTS.md):
+// ReduceScatter is an all-to-all (each rank sends and receives (size-1)/size of its input once, in
+// one round, half the traffic of an all-reduce) and a local reduction in rank order, which also
+// makes the result deterministic. Against an all-reduce of the same input (which a reduce-scatter
+// could also be), same runs as above, median ms:
 //
-//   ranks  input    all-to-all + reduce   all-reduce (RING)
-//   2      16 MiB        18.6                 20.7
-//   2      64 MiB       155.0                 73.5
-//   4      16 MiB        23.9                 33.5
-//   4      64 MiB       275.3                131.7
-//
-// On a real network, where bytes sent and not memory copies dominate, the all-to-all (half the
-// all-reduce's traffic) may win at every size: re-measure there.
-constexpr int64_t kReduceScatterAllToAllMaxBytes = int64_t{16} << 20;
+//   ranks  input    ReduceScatter  AllReduce
+//   4      1 MiB         1.210        1.886
+//   4      16 MiB       25.364       32.424
+//   2      64 MiB       48.044       45.731
+//   4      64 MiB       96.559      136.102
+
+// Scratch buffers up to this size are kept for the next call: fresh pages cost a page fault each,
+// which made a 64 MiB ReduceScatter take 2-3x as long on this machine's VM.
+constexpr int64_t kKeptScratchBytes = int64_t{64} << 20;
 
 // Slots of Send/Recv: a prefix no Gloo collective uses (they use 0x01..0x08 in the top byte).
 uint64_t PointToPointSlot(uint32_t tag) { return (uint64_t{0x40} << 56) | (uint64_t{tag} << 8); }
@@ -123,11 +125,6 @@ gloo::AllreduceOptions::Func ReduceFunction(ReduceOp op, DType dtype) {
     if (c != a) std::memcpy(c, a, n * element_size);
     ReduceInto(op, dtype, c, b, static_cast<int64_t>(n));
   };
-}
-
-// A buffer of `n` bytes whose contents are about to be overwritten.
-std::unique_ptr<std::byte[]> Scratch(int64_t n) {
-  return std::make_unique_for_overwrite<std::byte[]>(static_cast<size_t>(n));
 }
 
 int64_t Bytes(int64_t count, DType dtype) { return count * static_cast<int64_t>(DTypeSize(dtype)); }
@@ -201,6 +198,18 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<TimedGlooContext> context,
 
 GlooCommunicator::~GlooCommunicator() = default;
 
+std::byte* GlooCommunicator::Scratch(int64_t bytes, std::unique_ptr<std::byte[]>& oversized) {
+  if (bytes > kKeptScratchBytes) {
+    oversized = std::make_unique_for_overwrite<std::byte[]>(static_cast<size_t>(bytes));
+    return oversized.get();
+  }
+  if (bytes > scratch_bytes_) {
+    scratch_ = std::make_unique_for_overwrite<std::byte[]>(static_cast<size_t>(bytes));
+    scratch_bytes_ = bytes;
+  }
+  return scratch_.get();
+}
+
 std::chrono::milliseconds GlooCommunicator::BoundWaits(absl::Time deadline) {
   const std::chrono::milliseconds remaining = Remaining(deadline);
   context_->SetWaitTimeout(remaining);
@@ -222,9 +231,10 @@ absl::Status GlooCommunicator::DoBroadcast(void* data, int64_t count, DType dtyp
   });
 }
 
-absl::Status GlooCommunicator::SumLikeAllReduce(void* data, int64_t count, DType dtype, ReduceOp op,
-                                                absl::Time deadline) {
-  return CallGloo(deadline, [&] {
+absl::Status GlooCommunicator::DoAllReduce(void* data, int64_t count, DType dtype, ReduceOp op,
+                                           absl::Time deadline) {
+  if (size() == 1) return absl::OkStatus();
+  absl::Status status = CallGloo(deadline, [&] {
     gloo::AllreduceOptions opts(context_);
     opts.setAlgorithm(Bytes(count, dtype) <= kBcubeMaxBytes
                           ? gloo::AllreduceOptions::Algorithm::BCUBE
@@ -237,12 +247,6 @@ absl::Status GlooCommunicator::SumLikeAllReduce(void* data, int64_t count, DType
     opts.setTimeout(BoundWaits(deadline));
     gloo::allreduce(opts);
   });
-}
-
-absl::Status GlooCommunicator::DoAllReduce(void* data, int64_t count, DType dtype, ReduceOp op,
-                                           absl::Time deadline) {
-  if (size() == 1) return absl::OkStatus();
-  absl::Status status = SumLikeAllReduce(data, count, dtype, op, deadline);
   if (status.ok() && op == ReduceOp::kAvg) DivideInPlace(dtype, data, count, size());
   return status;
 }
@@ -252,15 +256,15 @@ absl::Status GlooCommunicator::DoReduce(void* data, int64_t count, DType dtype, 
   if (size() == 1) return absl::OkStatus();
   // Gloo's ring writes partial results into the output on every rank: off the root that output
   // is scratch, so the caller's data stays unchanged.
-  std::unique_ptr<std::byte[]> scratch;
-  if (rank() != root) scratch = Scratch(Bytes(count, dtype));
+  std::unique_ptr<std::byte[]> oversized;
+  std::byte* scratch = rank() != root ? Scratch(Bytes(count, dtype), oversized) : nullptr;
   absl::Status status = CallGloo(deadline, [&] {
     gloo::ReduceOptions opts(context_);
     WithElementType(dtype, [&](auto t) {
       using T = decltype(t);
       if (rank() != root) {
         opts.setInput(static_cast<T*>(data), static_cast<size_t>(count));
-        opts.setOutput(reinterpret_cast<T*>(scratch.get()), static_cast<size_t>(count));
+        opts.setOutput(reinterpret_cast<T*>(scratch), static_cast<size_t>(count));
       } else {
         opts.setOutput(static_cast<T*>(data), static_cast<size_t>(count));
       }
@@ -351,19 +355,13 @@ absl::Status GlooCommunicator::DoReduceScatter(const void* send, void* recv, int
     std::memcpy(recv, send, static_cast<size_t>(block));
     return absl::OkStatus();
   }
-  std::unique_ptr<std::byte[]> scratch = Scratch(size() * block);
-  if (size() * block <= kReduceScatterAllToAllMaxBytes) {
-    // Block r of every rank goes to rank r, which reduces the blocks in rank order.
-    absl::Status status = DoAllToAll(send, scratch.get(), count, dtype, deadline);
-    if (!status.ok()) return status;
-    std::memcpy(recv, scratch.get(), static_cast<size_t>(block));
-    for (int r = 1; r < size(); ++r) ReduceInto(op, dtype, recv, scratch.get() + r * block, count);
-  } else {
-    std::memcpy(scratch.get(), send, static_cast<size_t>(size() * block));
-    absl::Status status = SumLikeAllReduce(scratch.get(), size() * count, dtype, op, deadline);
-    if (!status.ok()) return status;
-    std::memcpy(recv, scratch.get() + rank() * block, static_cast<size_t>(block));
-  }
+  std::unique_ptr<std::byte[]> oversized;
+  std::byte* scratch = Scratch(size() * block, oversized);
+  // Block r of every rank goes to rank r, which reduces the blocks in rank order.
+  absl::Status status = DoAllToAll(send, scratch, count, dtype, deadline);
+  if (!status.ok()) return status;
+  std::memcpy(recv, scratch, static_cast<size_t>(block));
+  for (int r = 1; r < size(); ++r) ReduceInto(op, dtype, recv, scratch + r * block, count);
   if (op == ReduceOp::kAvg) DivideInPlace(dtype, recv, count, size());
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 #define TESSERA_WORKER_COMM_GLOO_COMMUNICATOR_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,8 +34,8 @@ struct GlooCommunicatorOptions {
 // Communicator for cpu meshes: Gloo's collectives over TCP on host buffers. Gloo reduces with
 // core's ReduceInto as its reduction callback, so every dtype (bfloat16 and bool included) and op
 // has core's semantics; avg is a sum finished with DivideInPlace. ReduceScatter is an all-to-all
-// and a local reduction in rank order, or for large inputs an all-reduce (gloo_communicator.cc has
-// the measurements); every other op is Gloo's own.
+// and a local reduction in rank order (gloo_communicator.cc has the measurements); every other op
+// is Gloo's own. Keeps its largest scratch buffer (at most 64 MiB) between calls.
 class GlooCommunicator final : public Communicator {
  public:
   // Connects rank `rank` of `size` to its peers through `store`, under keys prefixed by `prefix`
@@ -75,10 +76,6 @@ class GlooCommunicator final : public Communicator {
                       absl::Time deadline) override;
   absl::Status DoBarrier(absl::Time deadline) override;
 
-  // An all-reduce whose result is the sum-like fold of `op` (kAvg folds as a sum, left undivided).
-  absl::Status SumLikeAllReduce(void* data, int64_t count, DType dtype, ReduceOp op,
-                                absl::Time deadline);
-
   // The tag of the next collective: every rank issues collectives in the same order, so the
   // counters agree and a stray message can never match a later collective.
   uint32_t NextTag() { return next_tag_++; }
@@ -87,8 +84,14 @@ class GlooCommunicator final : public Communicator {
   // algorithms that take no timeout of their own; returns the remaining time for Gloo's options.
   std::chrono::milliseconds BoundWaits(absl::Time deadline);
 
+  // A buffer of `bytes` for one operation: this communicator's kept scratch, or for very large
+  // requests a buffer owned by `oversized`.
+  std::byte* Scratch(int64_t bytes, std::unique_ptr<std::byte[]>& oversized);
+
   std::shared_ptr<TimedGlooContext> context_;
   uint32_t next_tag_ = 0;
+  std::unique_ptr<std::byte[]> scratch_;  // kept between calls, up to kKeptScratchBytes
+  int64_t scratch_bytes_ = 0;
 };
 
 }  // namespace tessera::comm
