@@ -33,3 +33,5 @@ if(NOT TESSERA_CUDA STREQUAL "OFF")
                         "libnccl: '${NCCL_LIBRARY}')")
   endif()
 endif()
+# Recorded in the cache so scripts can tell which variant a build tree is.
+set(TESSERA_WITH_CUDA_BUILT ${TESSERA_WITH_CUDA} CACHE INTERNAL "Whether the CUDA pieces are built")

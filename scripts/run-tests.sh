@@ -8,7 +8,7 @@ jobs="$(nproc)"
 cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_WERROR=ON \
   -DTESSERA_CUDA="${TESSERA_CUDA:-AUTO}"
 cmake --build build/test -j"$jobs"
-if grep -q '^CMAKE_CUDA_COMPILER:FILEPATH=/' build/test/CMakeCache.txt; then
+if grep -q '^TESSERA_WITH_CUDA_BUILT:INTERNAL=ON' build/test/CMakeCache.txt; then
   # The CUDA variant is the main build here; compile the CPU-only variant of the kernels as well,
   # so that neither side of the #if breaks unnoticed.
   cmake -S . -B build/cpu-only -G Ninja -DTESSERA_WERROR=ON -DTESSERA_CUDA=OFF \
