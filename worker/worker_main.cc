@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   // instead of returning it to the kernel and faulting fresh pages in (glibc mmaps and unmaps every
   // block past 32 MiB by default, which cost more than a 64 MiB collective in bench/RESULTS.md).
   // The shard store's budget bounds what the process holds.
+  mallopt(M_ARENA_MAX, 1);  // one arena: a per-thread arena cannot hold a 64 MiB block
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   // Local compute threads for BLAS; must be set before the library starts its pool.
