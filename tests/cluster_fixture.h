@@ -21,6 +21,7 @@
 #include "core/host_tensor.h"
 #include "core/shape.h"
 #include "gtest/gtest.h"
+#include "kernels/testing/reference.h"
 
 namespace tessera::testing {
 
@@ -67,31 +68,6 @@ struct TestCluster {
   }
 };
 
-// Element `i` of `t` as a double (float16 and bfloat16 widened exactly).
-inline double ElementAsDouble(const HostTensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::kFloat32:
-      return t.data_as<float>()[i];
-    case DType::kFloat64:
-      return t.data_as<double>()[i];
-    case DType::kFloat16:
-      return HalfToFloat(t.data_as<uint16_t>()[i]);
-    case DType::kBFloat16:
-      return BFloat16ToFloat(t.data_as<uint16_t>()[i]);
-    case DType::kInt8:
-      return t.data_as<int8_t>()[i];
-    case DType::kUInt8:
-      return t.data_as<uint8_t>()[i];
-    case DType::kInt32:
-      return t.data_as<int32_t>()[i];
-    case DType::kInt64:
-      return static_cast<double>(t.data_as<int64_t>()[i]);
-    case DType::kBool:
-      return t.data_as<bool>()[i] ? 1 : 0;
-  }
-  return 0;
-}
-
 // Success iff dtype and shape are equal and every element is within `relative_tolerance` of the
 // larger magnitude of the pair (0: bit for bit); otherwise names the first element that differs.
 inline ::testing::AssertionResult TensorsMatch(const HostTensor& got, const HostTensor& want,
@@ -104,7 +80,7 @@ inline ::testing::AssertionResult TensorsMatch(const HostTensor& got, const Host
   const size_t element = DTypeSize(got.dtype());
   for (int64_t i = 0; i < got.num_elements(); ++i) {
     if (std::memcmp(got.data() + i * element, want.data() + i * element, element) == 0) continue;
-    const double a = ElementAsDouble(got, i), b = ElementAsDouble(want, i);
+    const double a = kernels::testing::GetDouble(got, i), b = kernels::testing::GetDouble(want, i);
     if (relative_tolerance > 0 &&
         std::abs(a - b) <= relative_tolerance * std::max(std::abs(a), std::abs(b))) {
       continue;
