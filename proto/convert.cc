@@ -28,6 +28,8 @@ static_assert(static_cast<int>(DType::kInt32) == v1::INT32);
 static_assert(static_cast<int>(DType::kInt64) == v1::INT64);
 static_assert(static_cast<int>(DType::kBool) == v1::BOOL);
 static_assert(static_cast<int>(ReduceOp::kSum) == v1::SUM);
+static_assert(static_cast<int>(OpKind::kMm) == v1::OP_MM);
+static_assert(static_cast<int>(OpKind::kCast) == v1::OP_CAST);
 static_assert(static_cast<int>(ReduceOp::kAvg) == v1::AVG);
 static_assert(static_cast<int>(ReduceOp::kMax) == v1::MAX);
 static_assert(static_cast<int>(ReduceOp::kMin) == v1::MIN);
@@ -275,6 +277,64 @@ v1::RedistributePlan ToProto(const RedistributePlan& plan) {
   }
   out.set_total_send_bytes(plan.total_send_bytes());
   out.set_total_recv_bytes(plan.total_recv_bytes());
+  return out;
+}
+
+absl::StatusOr<RedistributePlan> FromProto(const v1::RedistributePlan& plan, int mesh_ndim) {
+  RedistributePlan out;
+  for (const v1::RedistributeStep& s : plan.steps()) {
+    if (s.mesh_dim() < 0 || s.mesh_dim() >= mesh_ndim) {
+      return absl::InvalidArgumentError(absl::StrCat("plan step on mesh dim ", s.mesh_dim(),
+                                                     " of a mesh of ", mesh_ndim, " dims"));
+    }
+    if (s.collective() < v1::LOCAL_CHUNK || s.collective() > v1::ALL_TO_ALL) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan step has no valid collective (", s.collective(), ")"));
+    }
+    absl::StatusOr<Placement> from = FromProto(s.from_placement());
+    if (!from.ok()) return from.status();
+    absl::StatusOr<Placement> to = FromProto(s.to_placement());
+    if (!to.ok()) return to.status();
+    out.steps.push_back(RedistributeStep{s.mesh_dim(), *from, *to,
+                                         static_cast<Collective>(s.collective()), s.send_bytes(),
+                                         s.recv_bytes()});
+  }
+  return out;
+}
+
+v1::OpCall ToProto(const OpCall& op) {
+  v1::OpCall out;
+  out.set_kind(static_cast<v1::OpKind>(op.kind));
+  for (int d : op.dims) out.add_dims(d);
+  out.set_keepdim(op.keepdim);
+  out.set_dim0(op.dim0);
+  out.set_dim1(op.dim1);
+  out.set_dtype(ToProto(op.dtype));
+  out.set_alpha(op.alpha);
+  out.set_beta(op.beta);
+  out.set_has_alpha_beta(true);
+  return out;
+}
+
+absl::StatusOr<OpCall> FromProto(const v1::OpCall& op) {
+  if (op.kind() < v1::OP_MM || op.kind() > v1::OP_CAST) {
+    return absl::InvalidArgumentError(absl::StrCat("op kind ", op.kind(), " is not an op"));
+  }
+  OpCall out;
+  out.kind = static_cast<OpKind>(op.kind());
+  out.dims.assign(op.dims().begin(), op.dims().end());
+  out.keepdim = op.keepdim();
+  out.dim0 = op.dim0();
+  out.dim1 = op.dim1();
+  if (out.kind == OpKind::kCast) {
+    absl::StatusOr<DType> dtype = FromProto(op.dtype());
+    if (!dtype.ok()) return dtype.status();
+    out.dtype = *dtype;
+  }
+  if (op.has_alpha_beta()) {
+    out.alpha = op.alpha();
+    out.beta = op.beta();
+  }
   return out;
 }
 

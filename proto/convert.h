@@ -12,10 +12,12 @@
 #include "core/device_mesh.h"
 #include "core/dtensor_spec.h"
 #include "core/dtype.h"
+#include "core/op_call.h"
 #include "core/placement.h"
 #include "core/redistribute_planner.h"
 #include "core/shape.h"
 #include "google/protobuf/repeated_ptr_field.h"
+#include "tessera/v1/tensor.pb.h"
 #include "tessera/v1/types.pb.h"
 
 namespace tessera {
@@ -60,6 +62,13 @@ absl::StatusOr<DTensorSpec> FromProto(const v1::DTensorMeta& meta);
 // A redistribute plan as returned to callers (plans are produced, never read back, so there is
 // no FromProto).
 v1::RedistributePlan ToProto(const RedistributePlan& plan);
+// A plan as sent to workers: validates each step's mesh dim against `mesh_ndim`, its placements
+// and its collective.
+absl::StatusOr<RedistributePlan> FromProto(const v1::RedistributePlan& plan, int mesh_ndim);
+
+v1::OpCall ToProto(const OpCall& op);
+// Validates the kind and the cast dtype; attribute values are checked by InferOpOutput.
+absl::StatusOr<OpCall> FromProto(const v1::OpCall& op);
 
 }  // namespace tessera
 
