@@ -17,23 +17,23 @@ namespace tessera {
 // The tensor operations a DTensor can run, named as in PyTorch. Values are the wire values of
 // tessera.v1.OpKind.
 enum class OpKind : int {
-  kMm = 1,         // mm(a[M,K], b[K,N]) -> [M,N]
-  kMatmul = 2,     // matmul(a[...,M,K] or a[K], b[K,N]) -> [...,M,N] or [N]; b must be 2-D
-                   // (torch.matmul's batched or 1-D second operand is not supported)
-  kAddmm = 3,      // addmm(bias, a[M,K], b[K,N]) = beta*bias + alpha*(a @ b); bias broadcasts
-                   // to [M,N] ([N], [M,N], [1,N], [M,1], ...)
-  kAdd = 4,        // a + b, numpy broadcasting
-  kSub = 5,        // a - b
-  kMul = 6,        // a * b
-  kDiv = 7,        // a / b (true division; floating dtypes)
-  kRelu = 8,       // relu(x)
-  kGelu = 9,       // gelu(x), exact erf form
-  kTanh = 10,      // tanh(x)
-  kSum = 11,       // sum(x, dims, keepdim); bool and integer sums give int64, as in PyTorch
-  kMean = 12,      // mean(x, dims, keepdim); floating dtypes
-  kMax = 13,       // amax(x, dims, keepdim)
-  kTranspose = 14, // transpose(x, dim0, dim1)
-  kCast = 15,      // x.to(dtype)
+  kMm = 1,          // mm(a[M,K], b[K,N]) -> [M,N]
+  kMatmul = 2,      // matmul(a[...,M,K] or a[K], b[K,N]) -> [...,M,N] or [N]; b must be 2-D
+                    // (torch.matmul's batched or 1-D second operand is not supported)
+  kAddmm = 3,       // addmm(bias, a[M,K], b[K,N]) = beta*bias + alpha*(a @ b); bias broadcasts
+                    // to [M,N] ([N], [M,N], [1,N], [M,1], ...)
+  kAdd = 4,         // a + b, numpy broadcasting
+  kSub = 5,         // a - b
+  kMul = 6,         // a * b
+  kDiv = 7,         // a / b (true division; floating dtypes)
+  kRelu = 8,        // relu(x)
+  kGelu = 9,        // gelu(x), exact erf form
+  kTanh = 10,       // tanh(x)
+  kSum = 11,        // sum(x, dims, keepdim); bool and integer sums give int64, as in PyTorch
+  kMean = 12,       // mean(x, dims, keepdim); floating dtypes
+  kMax = 13,        // amax(x, dims, keepdim)
+  kTranspose = 14,  // transpose(x, dim0, dim1)
+  kCast = 15,       // x.to(dtype)
 };
 
 // "mm", "addmm", "add", "relu", "sum", ...
@@ -45,12 +45,12 @@ struct OpCall {
   OpKind kind = OpKind::kAdd;
   // kSum, kMean, kMax: dims reduced (negative count from the end); empty means every dim.
   std::vector<int> dims;
-  bool keepdim = false;  // kSum, kMean, kMax
-  int dim0 = 0;          // kTranspose
-  int dim1 = 1;          // kTranspose
+  bool keepdim = false;           // kSum, kMean, kMax
+  int dim0 = 0;                   // kTranspose
+  int dim1 = 1;                   // kTranspose
   DType dtype = DType::kFloat32;  // kCast: the target dtype
-  double alpha = 1.0;    // kAddmm
-  double beta = 1.0;     // kAddmm
+  double alpha = 1.0;             // kAddmm
+  double beta = 1.0;              // kAddmm
 
   // Number of tensor inputs the op takes: 3 for addmm, 2 for mm/matmul/binary ops, else 1.
   int num_inputs() const;

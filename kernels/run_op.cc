@@ -1,0 +1,191 @@
+#include "kernels/run_op.h"
+
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/elementwise_reduce.h"
+
+namespace tessera::kernels {
+namespace {
+
+BinaryOp BinaryOpOf(OpKind kind) {
+  switch (kind) {
+    case OpKind::kSub:
+      return BinaryOp::kSub;
+    case OpKind::kMul:
+      return BinaryOp::kMul;
+    case OpKind::kDiv:
+      return BinaryOp::kDiv;
+    default:
+      return BinaryOp::kAdd;
+  }
+}
+
+Activation ActivationOf(OpKind kind) {
+  switch (kind) {
+    case OpKind::kGelu:
+      return Activation::kGelu;
+    case OpKind::kTanh:
+      return Activation::kTanh;
+    default:
+      return Activation::kRelu;
+  }
+}
+
+// a[..., K] @ b[K, N] into out[..., N], with out = alpha * a @ b + beta * out.
+absl::Status MatmulInto(KernelBackend& backend, double alpha, const ConstTensorView& a,
+                        const ConstTensorView& b, double beta, const TensorView& out) {
+  const int64_t k = a.shape.back();
+  const int64_t rows = NumElements(std::span<const int64_t>(a.shape).first(a.shape.size() - 1));
+  return backend.Gemm(false, false, alpha, Reshaped(a, {rows, k}), b, beta,
+                      Reshaped(out, {rows, b.shape[1]}));
+}
+
+// The transposed copy of `x`, made on the host (a strided copy).
+absl::StatusOr<HostTensor> Transpose(const HostTensor& x, const OpCall& op, const Shape& shape) {
+  const int d0 = NormalizeDim(op.dim0, x.rank()).value();
+  const int d1 = NormalizeDim(op.dim1, x.rank()).value();
+  absl::StatusOr<HostTensor> out = HostTensor::Uninitialized(x.dtype(), shape);
+  if (!out.ok()) return out.status();
+  ConstStridedView src = x.View();
+  std::swap(src.shape[d0], src.shape[d1]);
+  std::swap(src.strides[d0], src.strides[d1]);
+  CopyStrided(src, out->View());
+  return out;
+}
+
+// sum / mean / max over the reduced dims, one dim at a time, from the last.
+absl::StatusOr<HostTensor> Reduce(KernelBackend& backend, const OpCall& op, const HostTensor& x,
+                                  const Shape& global_shape, const OpOutput& out) {
+  absl::StatusOr<std::vector<int>> dims = ReducedDims(op, x.rank());
+  if (!dims.ok()) return dims.status();
+  if (op.kind == OpKind::kMax) {
+    for (int d : *dims) {
+      if (x.shape()[d] != 0) continue;
+      // Nothing local to reduce: the identity, which Partial(max) combines away.
+      absl::StatusOr<HostTensor> identity = HostTensor::Uninitialized(out.dtype, out.shape);
+      if (!identity.ok()) return identity.status();
+      FillIdentity(ReduceOp::kMax, out.dtype, identity->data(), identity->num_elements());
+      return identity;
+    }
+  }
+  absl::StatusOr<DeviceTensor> current = backend.Upload(x);
+  if (!current.ok()) return current.status();
+  if (current->dtype() != out.dtype) {  // an integer sum accumulates in int64
+    absl::StatusOr<DeviceTensor> cast = backend.Allocate(out.dtype, x.shape());
+    if (!cast.ok()) return cast.status();
+    if (absl::Status s = backend.Cast(current->View(), cast->View()); !s.ok()) return s;
+    current = std::move(cast);
+  }
+  const ReduceOp reduce = op.kind == OpKind::kMax ? ReduceOp::kMax : ReduceOp::kSum;
+  for (auto it = dims->rbegin(); it != dims->rend(); ++it) {
+    Shape kept = current->shape();
+    kept[*it] = 1;
+    absl::StatusOr<DeviceTensor> next = backend.Allocate(out.dtype, kept);
+    if (!next.ok()) return next.status();
+    if (absl::Status s = backend.ReduceAlongDim(reduce, current->View(), *it, next->View());
+        !s.ok()) {
+      return s;
+    }
+    current = std::move(next);
+  }
+  TensorView result = Reshaped(current->View(), out.shape);
+  if (op.kind == OpKind::kMean) {
+    // The local sum over the global count, so that shards of a reduced dim sum to the mean.
+    int64_t count = 1;
+    for (int d : *dims) count *= global_shape[d];
+    absl::StatusOr<DeviceTensor> divisor = backend.Allocate(out.dtype, {});
+    if (!divisor.ok()) return divisor.status();
+    if (absl::Status s = backend.Fill(divisor->View(), static_cast<double>(count)); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = backend.Binary(BinaryOp::kDiv, result, divisor->View(), result); !s.ok()) {
+      return s;
+    }
+  }
+  return backend.Download(result);
+}
+
+absl::Status CheckGlobalShapes(absl::Span<const HostTensor* const> inputs,
+                               absl::Span<const Shape> global) {
+  if (global.size() != inputs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run op: ", inputs.size(), " inputs but ", global.size(), " global shapes"));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (static_cast<int>(global[i].size()) != inputs[i]->rank()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("run op: input ", i, " has local shape ", ShapeToString(inputs[i]->shape()),
+                       " but global shape ", ShapeToString(global[i]), " of another rank"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<HostTensor> RunLocalOp(KernelBackend& backend, const OpCall& op,
+                                      absl::Span<const HostTensor* const> inputs,
+                                      absl::Span<const Shape> global_input_shapes) {
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  for (const HostTensor* in : inputs) {
+    shapes.push_back(in->shape());
+    dtypes.push_back(in->dtype());
+  }
+  absl::StatusOr<OpOutput> out = InferOpOutput(op, shapes, dtypes);
+  if (!out.ok()) return out.status();
+  if (absl::Status s = CheckGlobalShapes(inputs, global_input_shapes); !s.ok()) return s;
+  if (op.kind == OpKind::kTranspose) return Transpose(*inputs[0], op, out->shape);
+  if (op.kind == OpKind::kSum || op.kind == OpKind::kMean || op.kind == OpKind::kMax) {
+    return Reduce(backend, op, *inputs[0], global_input_shapes[0], *out);
+  }
+  std::vector<DeviceTensor> in;
+  for (const HostTensor* t : inputs) {
+    absl::StatusOr<DeviceTensor> uploaded = backend.Upload(*t);
+    if (!uploaded.ok()) return uploaded.status();
+    in.push_back(*std::move(uploaded));
+  }
+  absl::StatusOr<DeviceTensor> result = backend.Allocate(out->dtype, out->shape);
+  if (!result.ok()) return result.status();
+  absl::Status s;
+  switch (op.kind) {
+    case OpKind::kMm:
+    case OpKind::kMatmul:
+      s = MatmulInto(backend, 1.0, in[0].View(), in[1].View(), 0.0, result->View());
+      break;
+    case OpKind::kAddmm:
+      // beta * bias enters through Gemm's C, the bias broadcast to the output's shape first.
+      s = backend.Fill(result->View(), 0.0);
+      if (s.ok() && op.beta != 0.0) {
+        s = backend.Binary(BinaryOp::kAdd, result->View(), in[0].View(), result->View());
+      }
+      if (s.ok())
+        s = MatmulInto(backend, op.alpha, in[1].View(), in[2].View(), op.beta, result->View());
+      break;
+    case OpKind::kAdd:
+    case OpKind::kSub:
+    case OpKind::kMul:
+    case OpKind::kDiv:
+      s = backend.Binary(BinaryOpOf(op.kind), in[0].View(), in[1].View(), result->View());
+      break;
+    case OpKind::kRelu:
+    case OpKind::kGelu:
+    case OpKind::kTanh:
+      s = backend.Activate(ActivationOf(op.kind), in[0].View(), result->View());
+      break;
+    case OpKind::kCast:
+      s = backend.Cast(in[0].View(), result->View());
+      break;
+    default:
+      s = absl::InvalidArgumentError(
+          absl::StrCat("run op: no local kernel for ", OpKindName(op.kind)));
+  }
+  if (!s.ok()) return s;
+  return backend.Download(result->View());
+}
+
+}  // namespace tessera::kernels

@@ -1,0 +1,25 @@
+#ifndef TESSERA_KERNELS_RUN_OP_H_
+#define TESSERA_KERNELS_RUN_OP_H_
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/host_tensor.h"
+#include "core/op_call.h"
+#include "core/shape.h"
+#include "kernels/backend.h"
+
+namespace tessera::kernels {
+
+// Computes `op` on one rank's local inputs, already laid out as the chosen strategy requires.
+// `global_input_shapes` are the inputs' global shapes (mean divides by the global count). A Max
+// over a dim that is empty locally gives the reduce identity (core's FillIdentity), as the
+// Partial(max) contract needs. The output's shape and dtype are InferOpOutput's on the local
+// inputs. Inputs are copied into the backend's memory and the result copied back; INVALID_ARGUMENT
+// for inputs that do not fit the op.
+absl::StatusOr<HostTensor> RunLocalOp(KernelBackend& backend, const OpCall& op,
+                                      absl::Span<const HostTensor* const> inputs,
+                                      absl::Span<const Shape> global_input_shapes);
+
+}  // namespace tessera::kernels
+
+#endif  // TESSERA_KERNELS_RUN_OP_H_
