@@ -22,6 +22,12 @@ void DivideInPlace(DType dtype, void* data, int64_t n, int64_t divisor);
 // for max, the highest for min; infinities for floating types).
 void FillIdentity(ReduceOp op, DType dtype, void* data, int64_t n);
 
+// True if a Partial(op) rank off coordinate 0 holds the identity rather than a copy of the value
+// (sum, product); for avg, max and min every rank holds the value.
+inline bool PartitionUsesIdentity(ReduceOp op) {
+  return op == ReduceOp::kSum || op == ReduceOp::kProduct;
+}
+
 }  // namespace tessera
 
 #endif  // TESSERA_CORE_ELEMENTWISE_REDUCE_H_

@@ -196,4 +196,43 @@ absl::Status UnpackBlock(const HostTensor& block, std::span<const int64_t> offse
   return absl::OkStatus();
 }
 
+Shape WithDimSize(Shape shape, int dim, int64_t size) {
+  shape[dim] = size;
+  return shape;
+}
+
+absl::StatusOr<HostTensor> PadTo(const HostTensor& t, Shape shape) {
+  if (shape.size() != t.shape().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot pad a tensor of shape ",
+                                                   ShapeToString(t.shape()), " to shape ",
+                                                   ShapeToString(shape)));
+  }
+  absl::StatusOr<HostTensor> out = HostTensor::Zeros(t.dtype(), std::move(shape));
+  if (!out.ok()) return out.status();
+  const std::vector<int64_t> origin(t.shape().size(), 0);
+  if (absl::Status s = UnpackBlock(t, origin, *out); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<HostTensor> SliceAlong(const HostTensor& t, int dim, int64_t start,
+                                      int64_t length) {
+  if (dim < 0 || dim >= t.rank()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dim ", dim, " is not a dim of shape ", ShapeToString(t.shape())));
+  }
+  std::vector<int64_t> offsets(t.shape().size(), 0);
+  offsets[dim] = start;
+  return PackBlock(t, offsets, WithDimSize(t.shape(), dim, length));
+}
+
+absl::Status PlaceAlong(const HostTensor& block, int dim, int64_t offset, HostTensor& dst) {
+  if (dim < 0 || dim >= dst.rank()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dim ", dim, " is not a dim of shape ", ShapeToString(dst.shape())));
+  }
+  std::vector<int64_t> offsets(dst.shape().size(), 0);
+  offsets[dim] = offset;
+  return UnpackBlock(block, offsets, dst);
+}
+
 }  // namespace tessera

@@ -5,44 +5,6 @@
 #include "core/elementwise_reduce.h"
 
 namespace tessera {
-namespace {
-
-// `t` copied into the origin corner of a zero tensor of `shape` (padding up to the chunk size).
-HostTensor Padded(const HostTensor& t, Shape shape) {
-  HostTensor out = HostTensor::Zeros(t.dtype(), std::move(shape)).value();
-  const std::vector<int64_t> origin(t.shape().size(), 0);
-  UnpackBlock(t, origin, out).IgnoreError();  // fits by construction
-  return out;
-}
-
-// Elements [start, start + length) of `t` along `dim`, as a new tensor.
-HostTensor Slice(const HostTensor& t, int dim, int64_t start, int64_t length) {
-  std::vector<int64_t> offsets(t.shape().size(), 0);
-  Shape sizes = t.shape();
-  offsets[dim] = start;
-  sizes[dim] = length;
-  return PackBlock(t, offsets, sizes).value();
-}
-
-// Writes `block` into `dst` at `offset` along `dim`.
-void Place(const HostTensor& block, int dim, int64_t offset, HostTensor& dst) {
-  std::vector<int64_t> offsets(dst.shape().size(), 0);
-  offsets[dim] = offset;
-  UnpackBlock(block, offsets, dst).IgnoreError();  // fits by construction
-}
-
-Shape WithSize(Shape shape, int dim, int64_t size) {
-  shape[dim] = size;
-  return shape;
-}
-
-// True if a Partial(op) rank off coordinate 0 holds the identity rather than a copy of the value.
-bool PartitionUsesIdentity(ReduceOp op) {
-  return op == ReduceOp::kSum || op == ReduceOp::kProduct;
-}
-
-}  // namespace
-
 SimulatedMesh::SimulatedMesh(const DeviceMesh& mesh)
     : mesh_(mesh), sent_(mesh.size(), 0), received_(mesh.size(), 0) {}
 
@@ -122,7 +84,7 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
         for (int64_t q = 0; q < k; ++q) {
           HostTensor& t = shards[group[q]];
           const ChunkRange r = ChunkOf(t.shape()[step.to.dim], k, q);
-          t = Slice(t, step.to.dim, r.offset, r.size);
+          t = SliceAlong(t, step.to.dim, r.offset, r.size).value();
         }
         break;
       }
@@ -141,11 +103,12 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
         HostTensor out = HostTensor::Zeros(spec.dtype, after_shape).value();
         for (int64_t q = 0; q < k; ++q) {
           const ChunkRange r = ChunkOf(n, k, q);
-          const HostTensor padded = Padded(shards[group[q]], WithSize(after_shape, d, c));
+          const HostTensor padded = PadTo(shards[group[q]], WithDimSize(after_shape, d, c)).value();
           for (int64_t to = 0; to < k; ++to) {
             Transfer(group[q], group[to], static_cast<int64_t>(padded.nbytes()));
           }
-          Place(Slice(padded, d, 0, r.size), d, r.offset, out);
+          const HostTensor rows = SliceAlong(padded, d, 0, r.size).value();
+          if (absl::Status s = PlaceAlong(rows, d, r.offset, out); !s.ok()) return s;
         }
         for (int64_t q = 0; q < k; ++q) shards[group[q]] = out.Clone();
         break;
@@ -185,20 +148,20 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
         const int64_t c = ChunkSize(n, k);
         std::vector<HostTensor> padded;
         for (int64_t q = 0; q < k; ++q) {
-          padded.push_back(Padded(shards[group[q]], WithSize(shape, d, k * c)));
+          padded.push_back(PadTo(shards[group[q]], WithDimSize(shape, d, k * c)).value());
         }
         for (int64_t j = 0; j < k; ++j) {
-          HostTensor acc = Slice(padded[0], d, j * c, c);
+          HostTensor acc = SliceAlong(padded[0], d, j * c, c).value();
           Transfer(group[0], group[j], static_cast<int64_t>(acc.nbytes()));
           for (int64_t q = 1; q < k; ++q) {
-            const HostTensor block = Slice(padded[q], d, j * c, c);
+            const HostTensor block = SliceAlong(padded[q], d, j * c, c).value();
             ReduceInto(step.from.op, spec.dtype, acc.data(), block.data(), block.num_elements());
             Transfer(group[q], group[j], static_cast<int64_t>(block.nbytes()));
           }
           if (step.from.op == ReduceOp::kAvg) {
             DivideInPlace(spec.dtype, acc.data(), acc.num_elements(), k);
           }
-          shards[group[j]] = Slice(acc, d, 0, ChunkOf(n, k, j).size);
+          shards[group[j]] = SliceAlong(acc, d, 0, ChunkOf(n, k, j).size).value();
         }
         break;
       }
@@ -211,19 +174,23 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
         const int64_t cj = ChunkSize(nj, k);
         std::vector<HostTensor> padded;
         for (int64_t p = 0; p < k; ++p) {
+          const Shape& shape = shards[group[p]].shape();
           padded.push_back(
-              Padded(shards[group[p]], WithSize(WithSize(shards[group[p]].shape(), i, ci), j, k * cj)));
+              PadTo(shards[group[p]], WithDimSize(WithDimSize(shape, i, ci), j, k * cj)).value());
         }
         for (int64_t q = 0; q < k; ++q) {
           const ChunkRange rj = ChunkOf(nj, k, q);
           HostTensor out =
-              HostTensor::Zeros(spec.dtype, WithSize(WithSize(padded[0].shape(), i, ni), j, rj.size))
+              HostTensor::Zeros(spec.dtype,
+                                WithDimSize(WithDimSize(padded[0].shape(), i, ni), j, rj.size))
                   .value();
           for (int64_t p = 0; p < k; ++p) {
-            const HostTensor block = Slice(padded[p], j, q * cj, cj);  // what p sends to q
+            const HostTensor block = SliceAlong(padded[p], j, q * cj, cj).value();  // p sends to q
             Transfer(group[p], group[q], static_cast<int64_t>(block.nbytes()));
             const ChunkRange ri = ChunkOf(ni, k, p);
-            Place(Slice(Slice(block, i, 0, ri.size), j, 0, rj.size), i, ri.offset, out);
+            const HostTensor kept =
+                SliceAlong(SliceAlong(block, i, 0, ri.size).value(), j, 0, rj.size).value();
+            if (absl::Status s = PlaceAlong(kept, i, ri.offset, out); !s.ok()) return s;
           }
           shards[group[q]] = std::move(out);  // group members other than q are read from padded
         }

@@ -1,0 +1,36 @@
+#ifndef TESSERA_WORKER_REDISTRIBUTE_STEP_H_
+#define TESSERA_WORKER_REDISTRIBUTE_STEP_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/dtensor_spec.h"
+#include "core/host_tensor.h"
+#include "core/redistribute_planner.h"
+#include "worker/comm/communicator.h"
+
+namespace tessera {
+
+// Runs one planned step on this rank: `local` is its shard of a tensor laid out as `spec`,
+// `coordinate` its mesh coordinate, `group` the communicator of its process group along
+// step.mesh_dim (unused by the local steps; may be null for them). Returns the rank's shard under
+// the step's destination placement, equal bit for bit to what SimulatedMesh computes. Every rank of
+// the group must call it with the same spec and step. INVALID_ARGUMENT if the shard, coordinate,
+// step or group do not fit the spec; the communicator's error if a collective fails.
+absl::StatusOr<HostTensor> RunRedistributeStep(const DTensorSpec& spec,
+                                               const RedistributeStep& step,
+                                               absl::Span<const int64_t> coordinate,
+                                               comm::Communicator* group, const HostTensor& local);
+
+// Runs every step of `plan`, starting from `spec`; `dim_groups[m]` is the communicator of mesh
+// dim m (may be null for a mesh dim whose steps are all local).
+absl::StatusOr<HostTensor> RunRedistributePlan(const DTensorSpec& spec,
+                                               const RedistributePlan& plan,
+                                               absl::Span<const int64_t> coordinate,
+                                               absl::Span<comm::Communicator* const> dim_groups,
+                                               HostTensor local);
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_REDISTRIBUTE_STEP_H_
