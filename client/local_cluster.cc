@@ -159,7 +159,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
       o.coordinator_binary,
       {absl::StrCat("--listen=127.0.0.1:", o.coordinator_port),
        absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
-       absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after))},
+       absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
+       absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace))},
       o.log_dir + "/coordinator.log");
   if (!coordinator.ok()) return coordinator.status();
   cluster->coordinator_ = *coordinator;

@@ -25,6 +25,8 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Milliseconds(500),
           "how often workers heartbeat");
 ABSL_FLAG(absl::Duration, dead_after, absl::Seconds(3),
           "a worker silent for this long is dead and its meshes are broken");
+ABSL_FLAG(absl::Duration, client_grace, absl::Seconds(60),
+          "a client holding a lease that makes no call for this long loses its tensors");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "largest gRPC message accepted or sent");
 
 int main(int argc, char** argv) {
@@ -42,7 +44,8 @@ int main(int argc, char** argv) {
   tessera::RendezvousStore store;
   tessera::Dispatcher dispatcher(&workers, secret);
   tessera::RegistryService registry_service(&workers, &store);
-  tessera::CoordinatorService coordinator_service(&dispatcher, &store);
+  tessera::CoordinatorService coordinator_service(&dispatcher, &store,
+                                                  absl::GetFlag(FLAGS_client_grace));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -25,8 +25,20 @@ bool IsReducing(v1::CollectiveOp op) {
 
 }  // namespace
 
-CoordinatorService::CoordinatorService(Dispatcher* dispatcher, RendezvousStore* store)
-    : dispatcher_(dispatcher), store_(store) {}
+CoordinatorService::CoordinatorService(Dispatcher* dispatcher, RendezvousStore* store,
+                                       absl::Duration client_grace)
+    : dispatcher_(dispatcher), store_(store), leases_(client_grace) {
+  reaper_ = std::thread([this] {
+    const absl::Duration period =
+        std::clamp(leases_.grace() / 4, absl::Milliseconds(50), absl::Seconds(5));
+    while (!stopping_.WaitForNotificationWithTimeout(period)) ReclaimExpired();
+  });
+}
+
+CoordinatorService::~CoordinatorService() {
+  stopping_.Notify();
+  reaper_.join();
+}
 
 std::string CoordinatorService::WorkerTensorName(const Mesh& mesh, const std::string& tensor) {
   return absl::StrCat(mesh.id, "/", tensor);
@@ -182,6 +194,7 @@ grpc::Status CoordinatorService::DeleteMesh(grpc::ServerContext*,
                                             const v1::DeleteMeshRequest* request,
                                             v1::DeleteMeshReply*) {
   std::shared_ptr<Mesh> mesh;
+  std::vector<std::string> dropped;  // its DTensors' worker-side names
   {
     absl::MutexLock lock(&mu_);
     auto it = meshes_.find(request->name());
@@ -191,12 +204,28 @@ grpc::Status CoordinatorService::DeleteMesh(grpc::ServerContext*,
     }
     mesh = it->second;
     meshes_.erase(it);
+    for (auto t = tensors_.begin(); t != tensors_.end();) {
+      if (t->second->mesh != mesh) {
+        ++t;
+        continue;
+      }
+      for (int64_t p = 0; p < mesh->mesh.size(); ++p) {
+        held_bytes_[mesh->mesh.ranks()[p]] -= ShardBytes(t->second->spec, p);
+      }
+      dropped.push_back(WorkerName(t->first));
+      t = tensors_.erase(t);
+    }
   }
   // Tear down on the workers still serving this mesh's incarnation; the others lost it already.
   std::vector<int64_t> live;
   for (size_t i = 0; i < mesh->mesh.ranks().size(); ++i) {
     absl::StatusOr<WorkerHandle> w = dispatcher_->registry().Get(mesh->mesh.ranks()[i]);
     if (w.ok() && w->incarnation == mesh->incarnations[i]) live.push_back(w->id);
+  }
+  if (!dropped.empty()) {
+    v1::Command free;
+    for (const std::string& name : dropped) free.mutable_delete_tensors()->add_names(name);
+    dispatcher_->Run(live, free, kRpcSlack).IgnoreError();  // the teardown below reports failures
   }
   v1::Command command;
   command.mutable_teardown_mesh()->set_mesh_id(mesh->id);

@@ -5,11 +5,15 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "core/device_mesh.h"
+#include "core/dtensor_spec.h"
+#include "server/client_leases.h"
 #include "server/dispatcher.h"
 #include "server/rendezvous_store.h"
 #include "tessera/v1/coordinator.grpc.pb.h"
@@ -20,7 +24,10 @@ namespace tessera {
 // and downloads on the tensors their ranks hold. It computes and checks; workers move the bytes.
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  CoordinatorService(Dispatcher* dispatcher, RendezvousStore* store);
+  // `client_grace`: how long a client's tensors outlive its last call once it held a lease.
+  CoordinatorService(Dispatcher* dispatcher, RendezvousStore* store,
+                     absl::Duration client_grace = absl::Seconds(60));
+  ~CoordinatorService() override;
 
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                            v1::ListWorkersReply* reply) override;
@@ -42,6 +49,36 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status DeleteTensor(grpc::ServerContext*, const v1::DeleteTensorRequest* request,
                             v1::DeleteTensorReply*) override;
 
+  // DTensors (coordinator_tensors.cc, coordinator_tensor_streams.cc).
+  grpc::Status DistributeTensor(grpc::ServerContext* context,
+                                grpc::ServerReader<v1::DistributeChunk>* reader,
+                                v1::TensorInfo* reply) override;
+  grpc::Status FromLocal(grpc::ServerContext* context, grpc::ServerReader<v1::FromLocalChunk>* reader,
+                         v1::TensorInfo* reply) override;
+  grpc::Status ToLocal(grpc::ServerContext* context, const v1::ToLocalRequest* request,
+                       grpc::ServerWriter<v1::TensorData>* writer) override;
+  grpc::Status FullTensor(grpc::ServerContext* context, const v1::FullTensorRequest* request,
+                          grpc::ServerWriter<v1::TensorData>* writer) override;
+  grpc::Status CreateTensor(grpc::ServerContext* context, const v1::CreateTensorRequest* request,
+                            v1::TensorInfo* reply) override;
+  grpc::Status GetTensor(grpc::ServerContext* context, const v1::GetTensorRequest* request,
+                         v1::TensorInfo* reply) override;
+  grpc::Status ListTensors(grpc::ServerContext* context, const v1::ListTensorsRequest* request,
+                           v1::ListTensorsReply* reply) override;
+  grpc::Status FreeTensor(grpc::ServerContext* context, const v1::FreeTensorRequest* request,
+                          v1::FreeTensorReply*) override;
+  grpc::Status Redistribute(grpc::ServerContext* context, const v1::RedistributeRequest* request,
+                            v1::RedistributeReply* reply) override;
+  grpc::Status RunOp(grpc::ServerContext* context, const v1::OpRequest* request,
+                     v1::OpReply* reply) override;
+  grpc::Status Synchronize(grpc::ServerContext* context, const v1::SynchronizeRequest* request,
+                           v1::SynchronizeReply*) override;
+  grpc::Status KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest*,
+                         v1::KeepAliveReply* reply) override;
+
+  // Frees every tensor of clients whose lease expired; run periodically.
+  void ReclaimExpired();
+
  private:
   // A mesh: its workers (as ranks), their incarnations when it was set up, and its tensors.
   struct Mesh {
@@ -55,6 +92,63 @@ class CoordinatorService final : public v1::Coordinator::Service {
     // Tensor names, each with the ranks (row-major positions) that hold it.
     std::map<std::string, std::vector<bool>> tensors ABSL_GUARDED_BY(mu);
   };
+
+  // Work posted to the workers that writes a tensor: done once every worker replied.
+  struct Work {
+    absl::Notification done;
+    absl::Status status;  // written before done is notified
+  };
+  // A DTensor: its spec on a mesh, its owner and the work that writes it. Immutable once made.
+  struct Tensor {
+    std::string name;
+    std::shared_ptr<Mesh> mesh;
+    DTensorSpec spec;
+    std::string owner;
+    std::shared_ptr<Work> write;
+  };
+
+  // The named tensor; NOT_FOUND if unknown.
+  absl::StatusOr<std::shared_ptr<Tensor>> FindTensor(const std::string& name) const;
+  // The named tensor, ready to be read by a new command: its mesh is healthy and the work that
+  // writes it has not failed (its error is returned, naming the tensor).
+  absl::StatusOr<std::shared_ptr<Tensor>> UsableTensor(const std::string& name) const;
+  // Adds a tensor under `requested` (or a fresh name) after checking that each rank's shard fits
+  // its worker's budget next to the tensors already there; ALREADY_EXISTS, INVALID_ARGUMENT for a
+  // bad name, RESOURCE_EXHAUSTED naming the worker.
+  absl::StatusOr<std::shared_ptr<Tensor>> AddTensor(const std::string& requested,
+                                                    std::shared_ptr<Mesh> mesh, DTensorSpec spec,
+                                                    const std::string& owner);
+  // Drops a tensor from the table (not from the workers).
+  void DropTensor(const std::string& name);
+  // Sends `command` to every rank of the tensor's mesh; its result completes `work`.
+  void PostWork(const Mesh& mesh, const v1::Command& command, std::shared_ptr<Work> work);
+  // Frees a tensor's shards on its workers (asynchronously) and drops it.
+  void Release(const Tensor& tensor);
+  v1::TensorInfo Describe(const Tensor& tensor) const;
+  // Bytes of the shard at mesh `position` of a tensor laid out as `spec`.
+  static int64_t ShardBytes(const DTensorSpec& spec, int64_t position) {
+    return NumElements(LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(position)).shape) *
+           static_cast<int64_t>(DTypeSize(spec.dtype));
+  }
+  // The worker-side name of a DTensor.
+  static std::string WorkerName(const std::string& tensor) { return "dt/" + tensor; }
+  // Runs a cross-mesh redistribute: streams the tensor out of its mesh into `dst` (synchronous).
+  grpc::Status MoveAcrossMeshes(grpc::ServerContext* context, const Tensor& src,
+                                std::shared_ptr<Mesh> dst_mesh,
+                                std::vector<Placement> placements, const std::string& output,
+                                const std::string& owner, v1::RedistributeReply* reply);
+  // Where a tensor's values can be read from: its own shards, or (with Partial placements) a
+  // temporary the workers reduce them into first.
+  struct Readable {
+    DTensorSpec spec;
+    std::string worker_tensor;
+    bool temporary = false;
+  };
+  absl::StatusOr<Readable> ReadableLayout(const Tensor& tensor);
+  void DropReadable(const Tensor& tensor, const Readable& readable);
+  // Posts the SpreadTensor that completes an upload, or completes `work` if nothing is to spread.
+  void Spread(const Tensor& tensor, const std::vector<int64_t>& source,
+              const std::vector<int>& broadcast_dims, bool partition, std::shared_ptr<Work> work);
 
   // The named mesh; NOT_FOUND if unknown, UNAVAILABLE naming the worker if it is broken.
   absl::StatusOr<std::shared_ptr<Mesh>> ReadyMesh(const std::string& name) const;
@@ -70,6 +164,13 @@ class CoordinatorService final : public v1::Coordinator::Service {
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Mesh>> meshes_ ABSL_GUARDED_BY(mu_);
   int64_t next_mesh_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, std::shared_ptr<Tensor>> tensors_ ABSL_GUARDED_BY(mu_);
+  int64_t next_tensor_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Bytes of DTensor shards on each worker, by worker id, as the specs say.
+  std::map<int64_t, int64_t> held_bytes_ ABSL_GUARDED_BY(mu_);
+  ClientLeases leases_;
+  absl::Notification stopping_;
+  std::thread reaper_;
 };
 
 }  // namespace tessera

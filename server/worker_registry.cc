@@ -25,7 +25,7 @@ v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
   }
   Entry& e = workers_[id];
   e.handle = WorkerHandle{id, next_incarnation_++, request.address(), request.device(),
-                          v1::Worker::NewStub(channel)};
+                          v1::Worker::NewStub(channel), request.memory_budget_bytes()};
   e.info = request;
   e.last_heartbeat = absl::Now();
   e.used_bytes = 0;

@@ -23,6 +23,7 @@ struct WorkerHandle {
   std::string address;
   std::string device;
   std::shared_ptr<v1::Worker::Stub> stub;
+  int64_t memory_budget_bytes = 0;  // its budget for shards
 };
 
 // Every worker that ever registered, with liveness by heartbeat and the per-worker command

@@ -36,7 +36,8 @@ CommandExecutor::CommandExecutor(int64_t worker_id, std::string device, ShardSto
       device_(std::move(device)),
       store_(store),
       rendezvous_(rendezvous),
-      collective_host_(std::move(collective_host)) {}
+      collective_host_(std::move(collective_host)),
+      kernels_(kernels::MakeBackend("cpu").value()) {}
 
 absl::StatusOr<v1::CommandReply> CommandExecutor::Execute(const v1::Command& command) {
   v1::CommandReply reply;
@@ -57,6 +58,19 @@ absl::StatusOr<v1::CommandReply> CommandExecutor::Execute(const v1::Command& com
     case v1::Command::kDeleteTensors:
       for (const std::string& name : command.delete_tensors().names()) store_->Erase(name);
       break;
+    case v1::Command::kSpreadTensor:
+    case v1::Command::kRedistribute:
+    case v1::Command::kFillTensor:
+    case v1::Command::kRunOp: {
+      absl::StatusOr<v1::LocalTensorInfo> written =
+          command.kind_case() == v1::Command::kSpreadTensor  ? SpreadTensor(command.spread_tensor())
+          : command.kind_case() == v1::Command::kRedistribute ? Redistribute(command.redistribute())
+          : command.kind_case() == v1::Command::kFillTensor   ? FillTensor(command.fill_tensor())
+                                                               : RunOp(command.run_op());
+      if (!written.ok()) return written.status();
+      *reply.add_tensors() = *std::move(written);
+      break;
+    }
     case v1::Command::KIND_NOT_SET:
       return absl::InvalidArgumentError("command has no kind");
   }
@@ -106,12 +120,9 @@ absl::Status CommandExecutor::SetupMesh(const v1::SetupMesh& setup) {
 
 absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     const v1::RunCollective& c) {
-  auto it = meshes_.find(c.mesh_id());
-  if (it == meshes_.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", worker_id_, " has no communicators for mesh ", c.mesh_id()));
-  }
-  MeshComms& mc = *it->second;
+  absl::StatusOr<MeshComms*> found = FindMesh(c.mesh_id());
+  if (!found.ok()) return found.status();
+  MeshComms& mc = **found;
   if (c.mesh_dim() < -1 || c.mesh_dim() >= mc.mesh.ndim()) {
     return absl::InvalidArgumentError(absl::StrCat("mesh dim ", c.mesh_dim(), " is out of range"));
   }

@@ -8,7 +8,9 @@
 
 #include "absl/status/statusor.h"
 #include "core/device_mesh.h"
+#include "core/dtensor_spec.h"
 #include "gloo/rendezvous/store.h"
+#include "kernels/backend.h"
 #include "tessera/v1/worker.pb.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/make_communicator.h"
@@ -17,7 +19,9 @@
 namespace tessera {
 
 // Runs the coordinator's commands on this worker: sets up a mesh's communicators (one for the
-// whole mesh, one per mesh dim group) and runs collectives on local tensors. Every worker of a
+// whole mesh, one per mesh dim group), runs collectives on local tensors, and runs the DTensor
+// commands (spread, redistribute, fill, ops; tensor_commands.cc). Shards live in host memory and
+// are computed on with the CPU kernels. Every worker of a
 // mesh gets the same command and derives its own part from its worker id. Called by one thread at a
 // time (the sequencer orders commands).
 class CommandExecutor {
@@ -37,6 +41,14 @@ class CommandExecutor {
   };
 
   absl::Status SetupMesh(const v1::SetupMesh& setup);
+  absl::StatusOr<MeshComms*> FindMesh(int64_t mesh_id);
+  // The spec of a command, which must be on the mesh `mc`.
+  static absl::StatusOr<DTensorSpec> SpecOnMesh(const v1::DTensorMeta& meta, const MeshComms& mc);
+  static std::vector<comm::Communicator*> DimGroups(MeshComms& mc);
+  absl::StatusOr<v1::LocalTensorInfo> SpreadTensor(const v1::SpreadTensor& s);
+  absl::StatusOr<v1::LocalTensorInfo> Redistribute(const v1::RedistributeTensor& r);
+  absl::StatusOr<v1::LocalTensorInfo> FillTensor(const v1::FillTensor& f);
+  absl::StatusOr<v1::LocalTensorInfo> RunOp(const v1::RunOp& r);
   absl::StatusOr<std::vector<v1::LocalTensorInfo>> RunCollective(const v1::RunCollective& c);
   absl::StatusOr<std::unique_ptr<comm::Communicator>> Connect(const std::string& prefix, int rank,
                                                               int size, absl::Duration timeout);
@@ -47,6 +59,7 @@ class CommandExecutor {
   gloo::rendezvous::Store* rendezvous_;
   const std::string collective_host_;
   std::map<int64_t, std::unique_ptr<MeshComms>> meshes_;
+  std::unique_ptr<kernels::KernelBackend> kernels_;
 };
 
 }  // namespace tessera

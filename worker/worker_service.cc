@@ -39,11 +39,10 @@ grpc::Status WorkerService::Admit(const grpc::ServerContext& context, int64_t in
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         "this worker accepts commands from its coordinator only (bad secret)");
   }
-  absl::MutexLock lock(&mu_);
-  if (incarnation != incarnation_) {
+  if (const int64_t current = incarnation_.load(); incarnation != current) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("command for incarnation ", incarnation,
-                                     " reached incarnation ", incarnation_));
+                                     " reached incarnation ", current));
   }
   return grpc::Status::OK;
 }

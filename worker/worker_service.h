@@ -1,6 +1,7 @@
 #ifndef TESSERA_WORKER_WORKER_SERVICE_H_
 #define TESSERA_WORKER_WORKER_SERVICE_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -44,7 +45,8 @@ class WorkerService final : public v1::Worker::Service {
   ShardStore store_;
   CommandSequencer sequencer_;
   mutable absl::Mutex mu_;
-  int64_t incarnation_ ABSL_GUARDED_BY(mu_) = -1;
+  // Read without mu_ so that queued commands are admitted while another one runs.
+  std::atomic<int64_t> incarnation_{-1};
   std::unique_ptr<gloo::rendezvous::Store> rendezvous_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<CommandExecutor> executor_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,0 +1,269 @@
+#include "server/shard_streams.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "proto/convert.h"
+#include "proto/grpc_status.h"
+
+namespace tessera {
+namespace {
+
+constexpr size_t kWindowBytes = 1 << 20;
+
+absl::Status WorkerError(const WorkerHandle& w, const grpc::Status& s) {
+  absl::Status status = FromGrpcStatus(s);
+  return absl::Status(status.code(),
+                      absl::StrCat("worker ", w.id, " at ", w.address, ": ", status.message()));
+}
+
+}  // namespace
+
+std::vector<int64_t> BlockHolders(const DTensorSpec& spec, const std::vector<int64_t>& source) {
+  std::vector<int64_t> positions;
+  for (int64_t p = 0; p < spec.mesh.size(); ++p) {
+    const std::vector<int64_t> coord = spec.mesh.CoordinateOfIndex(p);
+    bool holds = true;
+    for (int m = 0; m < spec.mesh.ndim(); ++m) {
+      if (!spec.placements[m].is_shard() && coord[m] != source[m]) holds = false;
+    }
+    if (holds) positions.push_back(p);
+  }
+  return positions;
+}
+
+struct ShardScatter::Upload {
+  Upload(const BlockRuns& r, size_t elem) : runs(r), cursor(runs, elem) {}
+  WorkerHandle worker;
+  BlockRuns runs;
+  BlockCursor cursor;
+  grpc::ClientContext context;
+  v1::UploadReply reply;
+  std::unique_ptr<grpc::ClientWriter<v1::TensorChunk>> writer;
+  v1::TensorChunk chunk;  // the header rides on the first write
+  std::string pending;
+  bool sent_first = false;
+  bool open = true;
+};
+
+absl::StatusOr<std::unique_ptr<ShardScatter>> ShardScatter::Open(
+    Dispatcher& dispatcher, const DTensorSpec& spec, const std::vector<int64_t>& positions,
+    const std::string& worker_tensor, absl::Time deadline) {
+  std::unique_ptr<ShardScatter> s(new ShardScatter);
+  s->tensor_ = worker_tensor;
+  s->element_size_ = DTypeSize(spec.dtype);
+  s->expected_ = NumElements(spec.shape) * static_cast<int64_t>(s->element_size_);
+  std::vector<WorkerHandle> workers;
+  for (int64_t p : positions) {
+    absl::StatusOr<WorkerHandle> w = dispatcher.registry().Get(spec.mesh.ranks()[p]);
+    if (!w.ok()) return w.status();
+    workers.push_back(*std::move(w));
+  }
+  const std::vector<int64_t> sequences = dispatcher.registry().NextSequences(workers);
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const LocalShard local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(positions[i]));
+    auto u = std::make_unique<Upload>(BlockRuns(spec.shape, local.offset, local.shape),
+                                      s->element_size_);
+    u->worker = workers[i];
+    u->context.set_deadline(absl::ToChronoTime(deadline));
+    dispatcher.Authorize(&u->context);
+    u->writer = u->worker.stub->Upload(&u->context, &u->reply);
+    u->chunk.set_tensor(worker_tensor);
+    u->chunk.set_dtype(ToProto(spec.dtype));
+    *u->chunk.mutable_shape() = ToProto(local.shape);
+    u->chunk.set_sequence(sequences[i]);
+    u->chunk.set_incarnation(u->worker.incarnation);
+    // The header goes at once: the worker must see this sequence now, or its commands after it
+    // would wait (and, past the gap timeout, skip it).
+    u->sent_first = true;
+    u->open = u->writer->Write(u->chunk);
+    u->chunk.Clear();
+    s->uploads_.push_back(std::move(u));
+  }
+  return s;
+}
+
+ShardScatter::~ShardScatter() {
+  if (!finished_) Cancel();
+}
+
+absl::Status ShardScatter::Flush(Upload& u, bool force) {
+  if (!u.open || (!force && u.pending.size() < kWindowBytes)) return absl::OkStatus();
+  if (u.pending.empty()) return absl::OkStatus();
+  u.chunk.set_data(std::move(u.pending));
+  u.pending.clear();
+  u.sent_first = true;
+  if (!u.writer->Write(u.chunk)) {
+    u.open = false;
+    return absl::OkStatus();  // the worker ended the stream; Finish reports why
+  }
+  u.chunk.Clear();
+  return absl::OkStatus();
+}
+
+absl::Status ShardScatter::Write(absl::string_view bytes) {
+  if (received_ + static_cast<int64_t>(bytes.size()) > expected_) {
+    return absl::InvalidArgumentError(absl::StrCat("the stream sent more than the ", expected_,
+                                                   " bytes of the tensor"));
+  }
+  received_ += static_cast<int64_t>(bytes.size());
+  // Whole elements only: an element split across pieces waits in carry_.
+  std::string joined;
+  if (!carry_.empty()) {
+    joined = carry_ + std::string(bytes);
+    carry_.clear();
+    bytes = joined;
+  }
+  const size_t whole = bytes.size() / element_size_ * element_size_;
+  carry_ = std::string(bytes.substr(whole));
+  if (whole == 0) return absl::OkStatus();
+  const int64_t begin = (received_ - static_cast<int64_t>(carry_.size()) -
+                         static_cast<int64_t>(whole)) / static_cast<int64_t>(element_size_);
+  const int64_t end = begin + static_cast<int64_t>(whole / element_size_);
+  for (auto& u : uploads_) {
+    u->cursor.Take(begin, end, bytes.data(), u->pending);
+    if (absl::Status s = Flush(*u, false); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardScatter::Finish() {
+  finished_ = true;
+  if (received_ != expected_) {
+    Cancel();
+    return absl::InvalidArgumentError(absl::StrCat("the stream ended after ", received_,
+                                                   " of the tensor's ", expected_, " bytes"));
+  }
+  absl::Status first;
+  for (auto& u : uploads_) {
+    if (absl::Status s = Flush(*u, true); !s.ok() && first.ok()) first = s;
+    u->writer->WritesDone();
+  }
+  for (auto& u : uploads_) {
+    grpc::Status s = u->writer->Finish();
+    if (!s.ok() && first.ok()) first = WorkerError(u->worker, s);
+  }
+  return first;
+}
+
+void ShardScatter::Cancel() {
+  finished_ = true;
+  for (auto& u : uploads_) {
+    u->context.TryCancel();
+    u->writer->Finish().IgnoreError();
+  }
+}
+
+struct ShardGather::Download {
+  Download(const BlockRuns& r, size_t elem) : runs(r), cursor(runs, elem) {}
+  WorkerHandle worker;
+  BlockRuns runs;
+  BlockCursor cursor;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::TensorChunk>> reader;
+  std::string buffer;
+  size_t used = 0;
+  bool ended = false;
+};
+
+absl::StatusOr<std::unique_ptr<ShardGather>> ShardGather::Open(Dispatcher& dispatcher,
+                                                               const DTensorSpec& spec,
+                                                               const std::string& worker_tensor,
+                                                               absl::Time deadline) {
+  std::unique_ptr<ShardGather> g(new ShardGather);
+  g->element_size_ = DTypeSize(spec.dtype);
+  g->num_elements_ = NumElements(spec.shape);
+  g->total_ = g->num_elements_ * static_cast<int64_t>(g->element_size_);
+  const std::vector<int64_t> positions =
+      BlockHolders(spec, std::vector<int64_t>(spec.mesh.ndim(), 0));
+  std::vector<WorkerHandle> workers;
+  for (int64_t p : positions) {
+    absl::StatusOr<WorkerHandle> w = dispatcher.registry().Get(spec.mesh.ranks()[p]);
+    if (!w.ok()) return w.status();
+    workers.push_back(*std::move(w));
+  }
+  const std::vector<int64_t> sequences = dispatcher.registry().NextSequences(workers);
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const LocalShard local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(positions[i]));
+    auto d = std::make_unique<Download>(BlockRuns(spec.shape, local.offset, local.shape),
+                                        g->element_size_);
+    d->worker = workers[i];
+    d->context.set_deadline(absl::ToChronoTime(deadline));
+    dispatcher.Authorize(&d->context);
+    v1::DownloadRequest request;
+    request.set_tensor(worker_tensor);
+    request.set_sequence(sequences[i]);
+    request.set_incarnation(d->worker.incarnation);
+    d->reader = d->worker.stub->Download(&d->context, request);
+    g->downloads_.push_back(std::move(d));
+  }
+  return g;
+}
+
+ShardGather::~ShardGather() {
+  for (auto& d : downloads_) {
+    if (!d->ended) {
+      d->context.TryCancel();
+      d->reader->Finish().IgnoreError();
+    }
+  }
+}
+
+bool ShardGather::Next(std::string* out) {
+  out->clear();
+  if (!status_.ok()) return false;
+  if (next_element_ >= num_elements_) {
+    DrainAll();  // a download left unread would be cancelled, perhaps before its worker saw it
+    return false;
+  }
+  const int64_t begin = next_element_;
+  const int64_t end =
+      std::min(num_elements_, begin + static_cast<int64_t>(kWindowBytes / element_size_ + 1));
+  out->resize(static_cast<size_t>(end - begin) * element_size_);
+  for (auto& d : downloads_) {
+    const int64_t need = d->cursor.BytesIn(begin, end);
+    while (static_cast<int64_t>(d->buffer.size() - d->used) < need) {
+      v1::TensorChunk chunk;
+      if (d->ended || !d->reader->Read(&chunk)) {
+        d->ended = true;
+        grpc::Status s = d->reader->Finish();
+        status_ = s.ok() ? absl::DataLossError(absl::StrCat("worker ", d->worker.id, " at ",
+                                                            d->worker.address,
+                                                            " sent fewer bytes than its shard"))
+                         : WorkerError(d->worker, s);
+        out->clear();
+        return false;
+      }
+      if (d->used > 0) {
+        d->buffer.erase(0, d->used);
+        d->used = 0;
+      }
+      d->buffer.append(chunk.data());
+    }
+    d->used +=
+        static_cast<size_t>(d->cursor.Give(begin, end, d->buffer.data() + d->used, out->data()));
+  }
+  next_element_ = end;
+  if (next_element_ >= num_elements_) {
+    DrainAll();
+    if (!status_.ok()) {
+      out->clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+void ShardGather::DrainAll() {
+  for (auto& d : downloads_) {
+    if (d->ended) continue;
+    v1::TensorChunk extra;
+    while (d->reader->Read(&extra)) {}
+    d->ended = true;
+    grpc::Status s = d->reader->Finish();
+    if (!s.ok() && status_.ok()) status_ = WorkerError(d->worker, s);
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,91 @@
+#ifndef TESSERA_SERVER_SHARD_STREAMS_H_
+#define TESSERA_SERVER_SHARD_STREAMS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "core/block_runs.h"
+#include "core/dtensor_spec.h"
+#include "server/dispatcher.h"
+
+namespace tessera {
+
+// Routes a whole tensor's bytes, arriving in flat row-major order in pieces of any size, to the
+// ranks that hold its blocks: one Upload stream per rank, written about 1 MiB at a time, so no
+// more than a window per rank is ever held. Not thread-safe.
+class ShardScatter {
+ public:
+  // Opens uploads of `worker_tensor` to the ranks at mesh `positions` (row-major) of `spec`'s mesh,
+  // each receiving its block under `spec`.
+  static absl::StatusOr<std::unique_ptr<ShardScatter>> Open(Dispatcher& dispatcher,
+                                                            const DTensorSpec& spec,
+                                                            const std::vector<int64_t>& positions,
+                                                            const std::string& worker_tensor,
+                                                            absl::Time deadline);
+  ~ShardScatter();
+
+  // The next bytes of the tensor; INVALID_ARGUMENT past the tensor's size.
+  absl::Status Write(absl::string_view bytes);
+  // Checks that every byte arrived, closes the uploads and reports a worker's failure.
+  absl::Status Finish();
+  // Abandons the uploads: the workers store nothing.
+  void Cancel();
+
+  int64_t expected_bytes() const { return expected_; }
+  int64_t received_bytes() const { return received_; }
+
+ private:
+  struct Upload;
+  ShardScatter() = default;
+  absl::Status Flush(Upload& u, bool force);
+
+  std::string tensor_;
+  size_t element_size_ = 1;
+  int64_t expected_ = 0;
+  int64_t received_ = 0;
+  std::string carry_;  // bytes of an element split across pieces
+  std::vector<std::unique_ptr<Upload>> uploads_;
+  bool finished_ = false;
+};
+
+// Streams a whole tensor out of the ranks that hold its blocks, in flat row-major order, about
+// 1 MiB at a time: one Download stream per distinct block, read only as far as the window needs.
+// The spec must have no Partial placement. Not thread-safe.
+class ShardGather {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShardGather>> Open(Dispatcher& dispatcher,
+                                                           const DTensorSpec& spec,
+                                                           const std::string& worker_tensor,
+                                                           absl::Time deadline);
+  ~ShardGather();
+
+  // The next window of the tensor's bytes in `out`; false at the end or on error (see status()).
+  bool Next(std::string* out);
+  absl::Status status() const { return status_; }
+  int64_t total_bytes() const { return total_; }
+
+ private:
+  struct Download;
+  ShardGather() = default;
+  // Reads every download to its end.
+  void DrainAll();
+
+  size_t element_size_ = 1;
+  int64_t total_ = 0;
+  int64_t next_element_ = 0;
+  int64_t num_elements_ = 0;
+  absl::Status status_;
+  std::vector<std::unique_ptr<Download>> downloads_;
+};
+
+// Mesh positions (row-major) holding the distinct blocks of `spec`: coordinate `source` on every
+// mesh dim that is not Shard, any coordinate on Shard dims.
+std::vector<int64_t> BlockHolders(const DTensorSpec& spec, const std::vector<int64_t>& source);
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_SHARD_STREAMS_H_

@@ -1,0 +1,230 @@
+// CommandExecutor's DTensor commands: spreading uploaded shards to their replicas, running
+// redistribute plans, factories and ops. Every worker of the mesh runs the same command and works
+// out its own part from its mesh coordinate.
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/elementwise_reduce.h"
+#include "kernels/run_op.h"
+#include "proto/convert.h"
+#include "worker/command_executor.h"
+#include "worker/redistribute_step.h"
+
+namespace tessera {
+namespace {
+
+v1::LocalTensorInfo Info(const std::string& name, const HostTensor& t) {
+  v1::LocalTensorInfo info;
+  info.set_name(name);
+  info.set_dtype(ToProto(t.dtype()));
+  *info.mutable_shape() = ToProto(t.shape());
+  return info;
+}
+
+// Makes this rank's shard of a Partial(sum or product) mesh dim hold the identity off coordinate
+// 0, the layout distribute_tensor gives (core's SimulatedMesh::Distribute).
+void PartitionPartials(const DTensorSpec& spec, std::span<const int64_t> coordinate,
+                       HostTensor& shard) {
+  for (int m = 0; m < spec.mesh.ndim(); ++m) {
+    const Placement& p = spec.placements[m];
+    if (p.is_partial() && coordinate[m] != 0 && PartitionUsesIdentity(p.op)) {
+      FillIdentity(p.op, spec.dtype, shard.data(), shard.num_elements());
+    }
+  }
+}
+
+int64_t Bytes(const Shape& shape, DType dtype) {
+  return NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype));
+}
+
+}  // namespace
+
+absl::StatusOr<CommandExecutor::MeshComms*> CommandExecutor::FindMesh(int64_t mesh_id) {
+  auto it = meshes_.find(mesh_id);
+  if (it == meshes_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker_id_, " has no communicators for mesh ", mesh_id));
+  }
+  return it->second.get();
+}
+
+absl::StatusOr<DTensorSpec> CommandExecutor::SpecOnMesh(const v1::DTensorMeta& meta,
+                                                        const MeshComms& mc) {
+  absl::StatusOr<DTensorSpec> spec = FromProto(meta);
+  if (!spec.ok()) return spec.status();
+  if (spec->mesh.shape() != mc.mesh.shape() || spec->mesh.ranks() != mc.mesh.ranks()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec ", spec->ToString(),
+                                                   " is not on the command's mesh"));
+  }
+  return spec;
+}
+
+std::vector<comm::Communicator*> CommandExecutor::DimGroups(MeshComms& mc) {
+  std::vector<comm::Communicator*> groups;
+  for (auto& g : mc.dims) groups.push_back(g.get());
+  return groups;
+}
+
+absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::SpreadTensor& s) {
+  absl::StatusOr<MeshComms*> mc = FindMesh(s.mesh_id());
+  if (!mc.ok()) return mc.status();
+  absl::StatusOr<DTensorSpec> spec = SpecOnMesh(s.spec(), **mc);
+  if (!spec.ok()) return spec.status();
+  const std::vector<int64_t>& coord = (*mc)->coordinate;
+  const std::vector<int64_t> source(s.source_coordinate().begin(), s.source_coordinate().end());
+  const std::vector<int> dims(s.broadcast_dims().begin(), s.broadcast_dims().end());
+  if (source.size() != coord.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("source coordinate has ", source.size(),
+                                                   " entries for a mesh of ", coord.size(), " dims"));
+  }
+  for (int m : dims) {
+    if (m < 0 || m >= spec->mesh.ndim() || source[m] < 0 || source[m] >= spec->mesh.size(m)) {
+      return absl::InvalidArgumentError(absl::StrCat("broadcast along mesh dim ", m, " from ",
+                                                     m >= 0 && m < static_cast<int>(source.size()) ? source[m] : -1,
+                                                     " is outside the mesh"));
+    }
+  }
+  // Ranks at the source coordinate on dims[i..] hold the data before the broadcast along dims[i].
+  auto holds_after = [&](size_t i) {
+    for (size_t j = i; j < dims.size(); ++j) {
+      if (coord[dims[j]] != source[dims[j]]) return false;
+    }
+    return true;
+  };
+  const Shape local = LocalShapeAndOffsetAt(*spec, coord).shape;
+  HostTensor shard;
+  if (holds_after(0)) {
+    absl::StatusOr<std::shared_ptr<const HostTensor>> held = store_->Get(s.tensor());
+    if (!held.ok()) return held.status();
+    if ((*held)->shape() != local || (*held)->dtype() != spec->dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "local tensor '", s.tensor(), "' is ", DTypeName((*held)->dtype()),
+          ShapeToString((*held)->shape()), " but the spec needs ", DTypeName(spec->dtype),
+          ShapeToString(local), " here"));
+    }
+    shard = (*held)->Clone();
+  } else {
+    if (absl::Status st = store_->Reserve(Bytes(local, spec->dtype), s.tensor()); !st.ok()) {
+      return st;
+    }
+    absl::StatusOr<HostTensor> fresh = HostTensor::Uninitialized(spec->dtype, local);
+    if (!fresh.ok()) return fresh.status();
+    shard = *std::move(fresh);
+  }
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (!holds_after(i + 1)) continue;  // this group has no copy yet: nothing to send
+    const int m = dims[i];
+    if (absl::Status st = (*mc)->dims[m]->Broadcast(shard.data(), shard.num_elements(),
+                                                    spec->dtype, static_cast<int>(source[m]));
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (s.partition_partials()) PartitionPartials(*spec, coord, shard);
+  v1::LocalTensorInfo info = Info(s.tensor(), shard);
+  if (absl::Status st = store_->Put(s.tensor(), std::move(shard)); !st.ok()) return st;
+  return info;
+}
+
+absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::Redistribute(
+    const v1::RedistributeTensor& r) {
+  absl::StatusOr<MeshComms*> mc = FindMesh(r.mesh_id());
+  if (!mc.ok()) return mc.status();
+  absl::StatusOr<DTensorSpec> spec = SpecOnMesh(r.spec(), **mc);
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<RedistributePlan> plan = FromProto(r.plan(), spec->mesh.ndim());
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<std::shared_ptr<const HostTensor>> input = store_->Get(r.input());
+  if (!input.ok()) return input.status();
+  // The destination shard is at most the tensor's size on this rank; check the budget for it.
+  DTensorSpec dst = *spec;
+  for (const RedistributeStep& step : plan->steps) dst.placements[step.mesh_dim] = step.to;
+  const Shape out_shape = LocalShapeAndOffsetAt(dst, (*mc)->coordinate).shape;
+  if (absl::Status st = store_->Reserve(Bytes(out_shape, spec->dtype), r.output()); !st.ok()) {
+    return st;
+  }
+  const std::vector<comm::Communicator*> groups = DimGroups(**mc);
+  absl::StatusOr<HostTensor> out =
+      RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, (*input)->Clone());
+  if (!out.ok()) return out.status();
+  v1::LocalTensorInfo info = Info(r.output(), *out);
+  if (absl::Status st = store_->Put(r.output(), *std::move(out)); !st.ok()) return st;
+  return info;
+}
+
+absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::FillTensor(const v1::FillTensor& f) {
+  absl::StatusOr<MeshComms*> mc = FindMesh(f.mesh_id());
+  if (!mc.ok()) return mc.status();
+  absl::StatusOr<DTensorSpec> spec = SpecOnMesh(f.spec(), **mc);
+  if (!spec.ok()) return spec.status();
+  const LocalShard local = LocalShapeAndOffsetAt(*spec, (*mc)->coordinate);
+  if (absl::Status st = store_->Reserve(Bytes(local.shape, spec->dtype), f.output()); !st.ok()) {
+    return st;
+  }
+  absl::StatusOr<HostTensor> shard = HostTensor::Uninitialized(spec->dtype, local.shape);
+  if (!shard.ok()) return shard.status();
+  absl::Status st;
+  if (shard->num_elements() > 0) {
+    const kernels::TensorView view = kernels::ViewOf(*shard);
+    switch (f.factory()) {
+      case v1::ZEROS: st = kernels_->Fill(view, 0.0); break;
+      case v1::EMPTY: st = kernels_->Fill(view, 0.0); break;
+      case v1::ONES: st = kernels_->Fill(view, 1.0); break;
+      case v1::FULL: st = kernels_->Fill(view, f.value()); break;
+      case v1::RAND:
+      case v1::RANDN:
+        st = kernels_->RandomFill(
+            f.factory() == v1::RAND ? kernels::Distribution::kUniform : kernels::Distribution::kNormal,
+            f.seed(), spec->shape, local.offset, view);
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat("factory ", f.factory(), " is not one"));
+    }
+  }
+  if (!st.ok()) return st;
+  PartitionPartials(*spec, (*mc)->coordinate, *shard);
+  v1::LocalTensorInfo info = Info(f.output(), *shard);
+  if (absl::Status s = store_->Put(f.output(), *std::move(shard)); !s.ok()) return s;
+  return info;
+}
+
+absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
+  absl::StatusOr<MeshComms*> mc = FindMesh(r.mesh_id());
+  if (!mc.ok()) return mc.status();
+  absl::StatusOr<OpCall> op = FromProto(r.op());
+  if (!op.ok()) return op.status();
+  const std::vector<comm::Communicator*> groups = DimGroups(**mc);
+  // Inputs that need a new layout are redistributed into temporaries; the others are read as held.
+  std::vector<std::shared_ptr<const HostTensor>> held;
+  std::vector<HostTensor> moved;
+  moved.reserve(r.inputs_size());
+  std::vector<const HostTensor*> inputs;
+  std::vector<Shape> global_shapes;
+  for (const v1::OpInput& in : r.inputs()) {
+    absl::StatusOr<DTensorSpec> spec = SpecOnMesh(in.spec(), **mc);
+    if (!spec.ok()) return spec.status();
+    absl::StatusOr<RedistributePlan> plan = FromProto(in.plan(), spec->mesh.ndim());
+    if (!plan.ok()) return plan.status();
+    absl::StatusOr<std::shared_ptr<const HostTensor>> t = store_->Get(in.tensor());
+    if (!t.ok()) return t.status();
+    global_shapes.push_back(spec->shape);
+    if (plan->steps.empty()) {
+      held.push_back(*t);
+      inputs.push_back(held.back().get());
+      continue;
+    }
+    absl::StatusOr<HostTensor> out =
+        RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, (*t)->Clone());
+    if (!out.ok()) return out.status();
+    moved.push_back(*std::move(out));
+    inputs.push_back(&moved.back());
+  }
+  absl::StatusOr<HostTensor> result = kernels::RunLocalOp(*kernels_, *op, inputs, global_shapes);
+  if (!result.ok()) return result.status();
+  v1::LocalTensorInfo info = Info(r.output(), *result);
+  if (absl::Status st = store_->Put(r.output(), *std::move(result)); !st.ok()) return st;
+  return info;
+}
+
+}  // namespace tessera
