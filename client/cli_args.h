@@ -9,6 +9,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
+// Declares `lhs` from an absl::StatusOr expression, returning its status from the enclosing
+// function if it failed.
+#define TESSERA_ASSIGN(lhs, expr)               \
+  auto lhs##_or = (expr);                       \
+  if (!lhs##_or.ok()) return lhs##_or.status(); \
+  auto lhs = *std::move(lhs##_or)
+
 namespace tessera::cli {
 
 // Command-line arguments of one subcommand: positionals and "--name value" / "--name=value" flags.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "client/tensor_files.h"
 #include "core/npy.h"
 #include "core/small_integer_tensor.h"
 #include "core/redistribute_planner.h"
@@ -16,11 +17,6 @@
 
 namespace tessera::cli {
 namespace {
-
-#define TESSERA_ASSIGN(lhs, expr)              \
-  auto lhs##_or = (expr);                      \
-  if (!lhs##_or.ok()) return lhs##_or.status(); \
-  auto lhs = *std::move(lhs##_or)
 
 absl::StatusOr<DeviceMesh> MeshFromArgs(const Args& args) {
   TESSERA_ASSIGN(mesh_text, args.Required("mesh"));
@@ -36,35 +32,6 @@ absl::StatusOr<PlannerKind> PlannerFromArgs(const Args& args) {
   if (name == "greedy") return PlannerKind::kGreedy;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown --planner '", name, "'; expected min-cost or greedy"));
-}
-
-// Reads one tensor from a .npy file, or the tensor `key` (or the only one) of a .safetensors file.
-absl::StatusOr<HostTensor> ReadTensorFile(const std::string& path, const std::string& key) {
-  if (absl::EndsWith(path, ".npy")) return ReadNpyFile(path);
-  if (!absl::EndsWith(path, ".safetensors")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' is neither .npy nor .safetensors"));
-  }
-  TESSERA_ASSIGN(file, ReadSafetensorsFile(path));
-  if (key.empty() && file.tensors.size() == 1) return std::move(file.tensors.begin()->second);
-  auto it = file.tensors.find(key);
-  if (it == file.tensors.end()) {
-    return absl::NotFoundError(absl::StrCat(path, " has no tensor '", key,
-                                            "'; pass --tensor with one of its ",
-                                            file.tensors.size(), " names"));
-  }
-  return std::move(it->second);
-}
-
-absl::Status WriteTensorFile(const std::string& path, const std::string& key, HostTensor t) {
-  if (absl::EndsWith(path, ".npy")) return WriteNpyFile(path, t);
-  if (!absl::EndsWith(path, ".safetensors")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' is neither .npy nor .safetensors"));
-  }
-  SafetensorsFile file;
-  file.tensors.emplace(key, std::move(t));
-  return WriteSafetensorsFile(path, file);
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {

@@ -8,6 +8,7 @@
 #include "client/cluster_commands.h"
 #include "client/demo.h"
 #include "client/local_commands.h"
+#include "client/tensor_commands.h"
 
 namespace {
 
@@ -31,6 +32,15 @@ Commands that run or talk to a cluster (--coordinator HOST:PORT, default $TESSER
   tessera status
       workers, devices, liveness, memory; meshes and their tensors
   tessera mesh    create NAME --shape 2,2 [--names dp,tp] [--device cpu] | list | delete NAME
+  tessera tensor  put FILE.npy|FILE.safetensors --mesh NAME --placements "S(0)" [--name T]
+                      [--tensor KEY] [--src-rank R]
+                  get NAME --out FILE.npy|FILE.safetensors [--rank R]
+                  redistribute NAME --to "R" [--mesh OTHER] [--name OUT] [--explain]
+                      [--planner min-cost|greedy]
+                  show NAME | list [--mesh NAME] | rm NAME...
+      DTensors on the cluster: distribute a file, read it back whole or one rank's shard,
+      redistribute (or print the plan), draw the layout per rank; the CLI is client "cli"
+      (--client / $TESSERA_CLIENT) and its tensors stay until removed
 
 Placements: S(d) / Shard(d), R / Replicate(), P(op) / Partial(op) with op sum|avg|max|min|product.
 )usage";
@@ -70,6 +80,10 @@ int main(int argc, char** argv) {
     cmd = {tessera::cli::RunStatus, {"coordinator"}};
   } else if (command == "mesh") {
     cmd = {tessera::cli::RunMesh, with_mesh({"coordinator", "shape"})};
+  } else if (command == "tensor") {
+    cmd = {tessera::cli::RunTensor,
+           {"coordinator", "client", "mesh", "placements", "name", "tensor", "src-rank", "out",
+            "rank", "to", "explain", "planner"}};
   } else if (command == "demo") {
     cmd = {tessera::cli::RunDemo, {"workdir", "size"}};
   } else {
@@ -77,7 +91,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   absl::StatusOr<tessera::cli::Args> args =
-      tessera::cli::Args::Parse(argc, argv, 2, cmd.flags, {"selfcheck"});
+      tessera::cli::Args::Parse(argc, argv, 2, cmd.flags, {"selfcheck", "explain"});
   absl::Status status = args.ok() ? cmd.run(*args, std::cout) : args.status();
   if (!status.ok()) {
     std::cerr << "tessera " << command << ": " << status.message() << "\n";
