@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cluster_selfcheck.h"
+#include "client/dtensor_selfcheck.h"
 #include "client/coordinator_client.h"
 #include "client/local_cluster.h"
 #include "core/shape.h"
@@ -66,7 +67,10 @@ absl::Status RunUp(const Args& args, std::ostream& out) {
   if (args.Has("selfcheck")) {
     out << "tessera up: coordinator at " << (*cluster)->address() << " with " << options.workers
         << " cpu workers; running the self-check workload\n";
-    return RunClusterSelfcheck(**client, options.workers, out);
+    if (absl::Status s = RunClusterSelfcheck(**client, options.workers, out); !s.ok()) return s;
+    if (options.workers < 4) return absl::OkStatus();
+    out << "\n";
+    return RunDTensorSelfcheck((*cluster)->address(), out);
   }
   absl::StatusOr<v1::MeshInfo> world =
       (*client)->CreateMesh("world", "cpu", {options.workers}, {"world"});

@@ -1,0 +1,19 @@
+#ifndef TESSERA_CLIENT_DTENSOR_SELFCHECK_H_
+#define TESSERA_CLIENT_DTENSOR_SELFCHECK_H_
+
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace tessera {
+
+// A tensor-parallel workload on a running cluster of at least 4 workers, through the DTensor
+// client: the forward pass of a Megatron-style MLP (column-parallel, then row-parallel linear) on a
+// 2x2 (dp, tp) mesh, then reductions and a move to a 1-D mesh, each result compared with the same
+// computation in one process. Prints the layouts, the implicit redistributions and the timings.
+absl::Status RunDTensorSelfcheck(const std::string& address, std::ostream& out);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CLIENT_DTENSOR_SELFCHECK_H_
