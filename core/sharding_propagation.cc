@@ -1,6 +1,7 @@
 #include "core/sharding_propagation.h"
 
 #include <algorithm>
+#include <map>
 #include <tuple>
 
 #include "absl/status/status.h"
@@ -173,16 +174,21 @@ absl::StatusOr<OpOutput> CheckInputs(const OpCall& op, absl::Span<const DTensorS
   return InferOpOutput(op, shapes, dtypes);
 }
 
-// Every strategy of the product that each input can reach, in order, with its plans.
+// Every strategy of the product that each input can reach, in order, with its plans. With
+// `free_only`, just the first strategy that needs no redistribution at all (none if there is
+// none), found without running the planner: no other strategy can cost less.
 absl::StatusOr<std::vector<PlannedStrategy>> PlannedStrategies(const OpCall& op,
                                                                absl::Span<const DTensorSpec> inputs,
-                                                               const OpOutput& out) {
+                                                               const OpOutput& out,
+                                                               bool free_only = false) {
   absl::StatusOr<DimStrategies> per_dim = StrategiesForOp(op, inputs, out.shape);
   if (!per_dim.ok()) return per_dim.status();
   const DeviceMesh& mesh = inputs[0].mesh;
   const int ndim = mesh.ndim();
   const size_t n = per_dim->size();
   std::vector<PlannedStrategy> result;
+  // The same input target recurs across the product; plan it once.
+  std::map<std::pair<size_t, std::string>, absl::StatusOr<RedistributePlan>> memo;
   std::vector<size_t> choice(ndim, 0);
   while (true) {
     PlannedStrategy planned;
@@ -194,13 +200,29 @@ absl::StatusOr<std::vector<PlannedStrategy>> PlannedStrategies(const OpCall& op,
     }
     bool valid =
         NormalizePlacements(mesh, planned.strategy.output, static_cast<int>(out.shape.size())).ok();
-    for (size_t i = 0; valid && i < inputs.size(); ++i) {
-      absl::StatusOr<RedistributePlan> plan =
-          PlanRedistribute(inputs[i], planned.strategy.inputs[i], PlannerKind::kMinCost);
-      valid = plan.ok();
-      if (valid) planned.plans.push_back(*std::move(plan));
+    if (free_only) {
+      for (size_t i = 0; valid && i < inputs.size(); ++i) {
+        valid = planned.strategy.inputs[i] == inputs[i].placements;
+      }
+      if (valid) {
+        planned.plans.resize(inputs.size());
+        result.push_back(std::move(planned));
+        return result;
+      }
+    } else {
+      for (size_t i = 0; valid && i < inputs.size(); ++i) {
+        auto key = std::make_pair(i, PlacementsToString(planned.strategy.inputs[i]));
+        auto it = memo.find(key);
+        if (it == memo.end()) {
+          it = memo.emplace(key, PlanRedistribute(inputs[i], planned.strategy.inputs[i],
+                                                  PlannerKind::kMinCost))
+                   .first;
+        }
+        valid = it->second.ok();
+        if (valid) planned.plans.push_back(*it->second);
+      }
+      if (valid) result.push_back(std::move(planned));
     }
-    if (valid) result.push_back(std::move(planned));
     // Next combination, the last mesh dim varying fastest.
     int m = ndim - 1;
     while (m >= 0 && ++choice[m] == n) choice[m--] = 0;
@@ -226,7 +248,9 @@ absl::StatusOr<OpSharding> PropagateSharding(const OpCall& op,
                                              absl::Span<const DTensorSpec> inputs) {
   absl::StatusOr<OpOutput> out = CheckInputs(op, inputs);
   if (!out.ok()) return out.status();
-  absl::StatusOr<std::vector<PlannedStrategy>> planned = PlannedStrategies(op, inputs, *out);
+  absl::StatusOr<std::vector<PlannedStrategy>> planned =
+      PlannedStrategies(op, inputs, *out, /*free_only=*/true);
+  if (planned.ok() && planned->empty()) planned = PlannedStrategies(op, inputs, *out);
   if (!planned.ok()) return planned.status();
   // Cost: (bytes received, needs any redistribution); ties keep the earlier strategy.
   using Cost = std::tuple<int64_t, bool>;
