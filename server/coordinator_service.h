@@ -130,6 +130,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
     return NumElements(LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(position)).shape) *
            static_cast<int64_t>(DTypeSize(spec.dtype));
   }
+  // The caller's client id (the "tessera-client" metadata entry); "" for an anonymous caller.
+  static std::string ClientId(const grpc::ServerContext& context);
   // The worker-side name of a DTensor.
   static std::string WorkerName(const std::string& tensor) { return "dt/" + tensor; }
   // Runs a cross-mesh redistribute: streams the tensor out of its mesh into `dst` (synchronous).

@@ -15,12 +15,6 @@ namespace {
 constexpr absl::Duration kTransferTimeout = absl::Minutes(10);
 constexpr size_t kChunkBytes = 1 << 20;
 
-std::string ClientOf(const grpc::ServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("tessera-client");
-  return it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
-}
-
 absl::Time TransferDeadline(const grpc::ServerContext& context) {
   return std::min(absl::FromChrono(context.deadline()), absl::Now() + kTransferTimeout);
 }
@@ -64,7 +58,7 @@ void CoordinatorService::Spread(const Tensor& tensor, const std::vector<int64_t>
 grpc::Status CoordinatorService::DistributeTensor(grpc::ServerContext* context,
                                                   grpc::ServerReader<v1::DistributeChunk>* reader,
                                                   v1::TensorInfo* reply) {
-  const std::string client = ClientOf(*context);
+  const std::string client = ClientId(*context);
   leases_.Touch(client);
   v1::DistributeChunk chunk;
   if (!reader->Read(&chunk)) {
@@ -113,7 +107,7 @@ grpc::Status CoordinatorService::DistributeTensor(grpc::ServerContext* context,
 grpc::Status CoordinatorService::FromLocal(grpc::ServerContext* context,
                                            grpc::ServerReader<v1::FromLocalChunk>* reader,
                                            v1::TensorInfo* reply) {
-  const std::string client = ClientOf(*context);
+  const std::string client = ClientId(*context);
   leases_.Touch(client);
   v1::FromLocalChunk chunk;
   if (!reader->Read(&chunk)) {
@@ -239,7 +233,7 @@ grpc::Status CoordinatorService::FromLocal(grpc::ServerContext* context,
 grpc::Status CoordinatorService::ToLocal(grpc::ServerContext* context,
                                          const v1::ToLocalRequest* request,
                                          grpc::ServerWriter<v1::TensorData>* writer) {
-  leases_.Touch(ClientOf(*context));
+  leases_.Touch(ClientId(*context));
   absl::StatusOr<std::shared_ptr<Tensor>> t = UsableTensor(request->name());
   if (!t.ok()) return ToGrpcStatus(t.status());
   const DTensorSpec& spec = (*t)->spec;
@@ -315,7 +309,7 @@ void CoordinatorService::DropReadable(const Tensor& tensor, const Readable& r) {
 grpc::Status CoordinatorService::FullTensor(grpc::ServerContext* context,
                                             const v1::FullTensorRequest* request,
                                             grpc::ServerWriter<v1::TensorData>* writer) {
-  leases_.Touch(ClientOf(*context));
+  leases_.Touch(ClientId(*context));
   absl::StatusOr<std::shared_ptr<Tensor>> t = UsableTensor(request->name());
   if (!t.ok()) return ToGrpcStatus(t.status());
   absl::StatusOr<Readable> readable = ReadableLayout(**t);

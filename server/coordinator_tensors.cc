@@ -18,13 +18,6 @@ namespace {
 constexpr absl::Duration kRpcSlack = absl::Seconds(10);
 constexpr size_t kMaxNameLength = 200;
 
-// The caller's client id ("tessera-client" metadata); "" for an anonymous caller.
-std::string ClientOf(const grpc::ServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("tessera-client");
-  return it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
-}
-
 grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
@@ -39,6 +32,12 @@ absl::StatusOr<PlannerKind> PlannerOf(v1::Planner p) {
 }
 
 }  // namespace
+
+std::string CoordinatorService::ClientId(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("tessera-client");
+  return it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+}
 
 absl::StatusOr<std::shared_ptr<CoordinatorService::Tensor>> CoordinatorService::FindTensor(
     const std::string& name) const {
@@ -161,7 +160,7 @@ v1::TensorInfo CoordinatorService::Describe(const Tensor& tensor) const {
 grpc::Status CoordinatorService::CreateTensor(grpc::ServerContext* context,
                                               const v1::CreateTensorRequest* request,
                                               v1::TensorInfo* reply) {
-  const std::string client = ClientOf(*context);
+  const std::string client = ClientId(*context);
   leases_.Touch(client);
   absl::StatusOr<std::shared_ptr<Mesh>> mesh = ReadyMesh(request->mesh());
   if (!mesh.ok()) return ToGrpcStatus(mesh.status());
@@ -198,7 +197,7 @@ grpc::Status CoordinatorService::CreateTensor(grpc::ServerContext* context,
 grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,
                                            const v1::GetTensorRequest* request,
                                            v1::TensorInfo* reply) {
-  leases_.Touch(ClientOf(*context));
+  leases_.Touch(ClientId(*context));
   absl::StatusOr<std::shared_ptr<Tensor>> t = FindTensor(request->name());
   if (!t.ok()) return ToGrpcStatus(t.status());
   *reply = Describe(**t);
@@ -208,7 +207,7 @@ grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,
 grpc::Status CoordinatorService::ListTensors(grpc::ServerContext* context,
                                              const v1::ListTensorsRequest* request,
                                              v1::ListTensorsReply* reply) {
-  leases_.Touch(ClientOf(*context));
+  leases_.Touch(ClientId(*context));
   std::vector<std::shared_ptr<Tensor>> tensors;
   {
     absl::MutexLock lock(&mu_);
@@ -223,7 +222,7 @@ grpc::Status CoordinatorService::ListTensors(grpc::ServerContext* context,
 grpc::Status CoordinatorService::FreeTensor(grpc::ServerContext* context,
                                             const v1::FreeTensorRequest* request,
                                             v1::FreeTensorReply*) {
-  const std::string client = ClientOf(*context);
+  const std::string client = ClientId(*context);
   leases_.Touch(client);
   absl::StatusOr<std::shared_ptr<Tensor>> t = FindTensor(request->name());
   if (!t.ok()) return ToGrpcStatus(t.status());
@@ -239,7 +238,7 @@ grpc::Status CoordinatorService::FreeTensor(grpc::ServerContext* context,
 grpc::Status CoordinatorService::Redistribute(grpc::ServerContext* context,
                                               const v1::RedistributeRequest* request,
                                               v1::RedistributeReply* reply) {
-  const std::string client = ClientOf(*context);
+  const std::string client = ClientId(*context);
   leases_.Touch(client);
   absl::StatusOr<std::shared_ptr<Tensor>> src = UsableTensor(request->name());
   if (!src.ok()) return ToGrpcStatus(src.status());
@@ -280,7 +279,7 @@ grpc::Status CoordinatorService::Redistribute(grpc::ServerContext* context,
 
 grpc::Status CoordinatorService::RunOp(grpc::ServerContext* context, const v1::OpRequest* request,
                                        v1::OpReply* reply) {
-  const std::string client = ClientOf(*context);
+  const std::string client = ClientId(*context);
   leases_.Touch(client);
   absl::StatusOr<OpCall> op = FromProto(request->op());
   if (!op.ok()) return ToGrpcStatus(op.status());
@@ -332,7 +331,7 @@ grpc::Status CoordinatorService::RunOp(grpc::ServerContext* context, const v1::O
 grpc::Status CoordinatorService::Synchronize(grpc::ServerContext* context,
                                              const v1::SynchronizeRequest* request,
                                              v1::SynchronizeReply*) {
-  const std::string client = ClientOf(*context);
+  const std::string client = ClientId(*context);
   leases_.Touch(client);
   std::vector<std::shared_ptr<Tensor>> tensors;
   if (request->names().empty()) {
@@ -364,7 +363,7 @@ grpc::Status CoordinatorService::Synchronize(grpc::ServerContext* context,
 
 grpc::Status CoordinatorService::KeepAlive(grpc::ServerContext* context,
                                            const v1::KeepAliveRequest*, v1::KeepAliveReply* reply) {
-  const std::string client = ClientOf(*context);
+  const std::string client = ClientId(*context);
   if (client.empty()) {
     return Invalid("KeepAlive needs a client id in the 'tessera-client' metadata entry");
   }

@@ -18,6 +18,18 @@ absl::Status WorkerError(const WorkerHandle& w, const grpc::Status& s) {
                       absl::StrCat("worker ", w.id, " at ", w.address, ": ", status.message()));
 }
 
+// The live workers at mesh `positions` of `spec`'s mesh.
+absl::StatusOr<std::vector<WorkerHandle>> WorkersAt(Dispatcher& dispatcher, const DTensorSpec& spec,
+                                                    const std::vector<int64_t>& positions) {
+  std::vector<WorkerHandle> workers;
+  for (int64_t p : positions) {
+    absl::StatusOr<WorkerHandle> w = dispatcher.registry().Get(spec.mesh.ranks()[p]);
+    if (!w.ok()) return w.status();
+    workers.push_back(*std::move(w));
+  }
+  return workers;
+}
+
 }  // namespace
 
 std::vector<int64_t> BlockHolders(const DTensorSpec& spec, const std::vector<int64_t>& source) {
@@ -54,18 +66,14 @@ absl::StatusOr<std::unique_ptr<ShardScatter>> ShardScatter::Open(
   s->tensor_ = worker_tensor;
   s->element_size_ = DTypeSize(spec.dtype);
   s->expected_ = NumElements(spec.shape) * static_cast<int64_t>(s->element_size_);
-  std::vector<WorkerHandle> workers;
-  for (int64_t p : positions) {
-    absl::StatusOr<WorkerHandle> w = dispatcher.registry().Get(spec.mesh.ranks()[p]);
-    if (!w.ok()) return w.status();
-    workers.push_back(*std::move(w));
-  }
-  const std::vector<int64_t> sequences = dispatcher.registry().NextSequences(workers);
+  absl::StatusOr<std::vector<WorkerHandle>> workers = WorkersAt(dispatcher, spec, positions);
+  if (!workers.ok()) return workers.status();
+  const std::vector<int64_t> sequences = dispatcher.registry().NextSequences(*workers);
   for (size_t i = 0; i < positions.size(); ++i) {
     const LocalShard local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(positions[i]));
     auto u = std::make_unique<Upload>(BlockRuns(spec.shape, local.offset, local.shape),
                                       s->element_size_);
-    u->worker = workers[i];
+    u->worker = (*workers)[i];
     u->context.set_deadline(absl::ToChronoTime(deadline));
     dispatcher.Authorize(&u->context);
     u->writer = u->worker.stub->Upload(&u->context, &u->reply);
@@ -177,18 +185,14 @@ absl::StatusOr<std::unique_ptr<ShardGather>> ShardGather::Open(Dispatcher& dispa
   g->total_ = g->num_elements_ * static_cast<int64_t>(g->element_size_);
   const std::vector<int64_t> positions =
       BlockHolders(spec, std::vector<int64_t>(spec.mesh.ndim(), 0));
-  std::vector<WorkerHandle> workers;
-  for (int64_t p : positions) {
-    absl::StatusOr<WorkerHandle> w = dispatcher.registry().Get(spec.mesh.ranks()[p]);
-    if (!w.ok()) return w.status();
-    workers.push_back(*std::move(w));
-  }
-  const std::vector<int64_t> sequences = dispatcher.registry().NextSequences(workers);
+  absl::StatusOr<std::vector<WorkerHandle>> workers = WorkersAt(dispatcher, spec, positions);
+  if (!workers.ok()) return workers.status();
+  const std::vector<int64_t> sequences = dispatcher.registry().NextSequences(*workers);
   for (size_t i = 0; i < positions.size(); ++i) {
     const LocalShard local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(positions[i]));
     auto d = std::make_unique<Download>(BlockRuns(spec.shape, local.offset, local.shape),
                                         g->element_size_);
-    d->worker = workers[i];
+    d->worker = (*workers)[i];
     d->context.set_deadline(absl::ToChronoTime(deadline));
     dispatcher.Authorize(&d->context);
     v1::DownloadRequest request;

@@ -10,14 +10,6 @@
 namespace tessera {
 namespace {
 
-v1::LocalTensorInfo Info(const std::string& name, const HostTensor& t) {
-  v1::LocalTensorInfo info;
-  info.set_name(name);
-  info.set_dtype(ToProto(t.dtype()));
-  *info.mutable_shape() = ToProto(t.shape());
-  return info;
-}
-
 // Elements of one row (dim 0 slice) of `shape`.
 int64_t RowElements(const Shape& shape) {
   return NumElements(std::span<const int64_t>(shape).subspan(1));
@@ -38,6 +30,14 @@ CommandExecutor::CommandExecutor(int64_t worker_id, std::string device, ShardSto
       rendezvous_(rendezvous),
       collective_host_(std::move(collective_host)),
       kernels_(kernels::MakeBackend("cpu").value()) {}
+
+v1::LocalTensorInfo CommandExecutor::LocalInfo(const std::string& name, const HostTensor& t) {
+  v1::LocalTensorInfo info;
+  info.set_name(name);
+  info.set_dtype(ToProto(t.dtype()));
+  *info.mutable_shape() = ToProto(t.shape());
+  return info;
+}
 
 absl::StatusOr<v1::CommandReply> CommandExecutor::Execute(const v1::Command& command) {
   v1::CommandReply reply;
@@ -156,7 +156,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     return HostTensor::Uninitialized(dtype, std::move(shape));
   };
   auto keep = [&](HostTensor out) -> absl::StatusOr<std::vector<v1::LocalTensorInfo>> {
-    v1::LocalTensorInfo info = Info(c.output(), out);
+    v1::LocalTensorInfo info = LocalInfo(c.output(), out);
     if (absl::Status s = store_->Put(c.output(), std::move(out)); !s.ok()) return s;
     return std::vector<v1::LocalTensorInfo>{info};
   };

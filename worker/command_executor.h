@@ -40,6 +40,8 @@ class CommandExecutor {
     std::vector<std::unique_ptr<comm::Communicator>> dims;
   };
 
+  // What a command reports about a local tensor it wrote.
+  static v1::LocalTensorInfo LocalInfo(const std::string& name, const HostTensor& t);
   absl::Status SetupMesh(const v1::SetupMesh& setup);
   absl::StatusOr<MeshComms*> FindMesh(int64_t mesh_id);
   // The spec of a command, which must be on the mesh `mc`.

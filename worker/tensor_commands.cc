@@ -14,14 +14,6 @@
 namespace tessera {
 namespace {
 
-v1::LocalTensorInfo Info(const std::string& name, const HostTensor& t) {
-  v1::LocalTensorInfo info;
-  info.set_name(name);
-  info.set_dtype(ToProto(t.dtype()));
-  *info.mutable_shape() = ToProto(t.shape());
-  return info;
-}
-
 // Makes this rank's shard of a Partial(sum or product) mesh dim hold the identity off coordinate
 // 0, the layout distribute_tensor gives (core's SimulatedMesh::Distribute).
 void PartitionPartials(const DTensorSpec& spec, std::span<const int64_t> coordinate,
@@ -122,7 +114,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
     }
   }
   if (s.partition_partials()) PartitionPartials(*spec, coord, shard);
-  v1::LocalTensorInfo info = Info(s.tensor(), shard);
+  v1::LocalTensorInfo info = LocalInfo(s.tensor(), shard);
   if (absl::Status st = store_->Put(s.tensor(), std::move(shard)); !st.ok()) return st;
   return info;
 }
@@ -148,7 +140,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::Redistribute(
   absl::StatusOr<HostTensor> out =
       RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, (*input)->Clone());
   if (!out.ok()) return out.status();
-  v1::LocalTensorInfo info = Info(r.output(), *out);
+  v1::LocalTensorInfo info = LocalInfo(r.output(), *out);
   if (absl::Status st = store_->Put(r.output(), *std::move(out)); !st.ok()) return st;
   return info;
 }
@@ -184,7 +176,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::FillTensor(const v1::FillTe
   }
   if (!st.ok()) return st;
   PartitionPartials(*spec, (*mc)->coordinate, *shard);
-  v1::LocalTensorInfo info = Info(f.output(), *shard);
+  v1::LocalTensorInfo info = LocalInfo(f.output(), *shard);
   if (absl::Status s = store_->Put(f.output(), *std::move(shard)); !s.ok()) return s;
   return info;
 }
@@ -222,7 +214,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
   }
   absl::StatusOr<HostTensor> result = kernels::RunLocalOp(*kernels_, *op, inputs, global_shapes);
   if (!result.ok()) return result.status();
-  v1::LocalTensorInfo info = Info(r.output(), *result);
+  v1::LocalTensorInfo info = LocalInfo(r.output(), *result);
   if (absl::Status st = store_->Put(r.output(), *std::move(result)); !st.ok()) return st;
   return info;
 }
