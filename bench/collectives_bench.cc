@@ -205,7 +205,8 @@ absl::Status RunTorch(const std::string& dir, int n, const std::vector<int64_t>&
 }
 
 // The request of collective `op` as the bench issues it: input "x" (or "g", the all_gather
-// input of bytes/n), output "y", sum, root 0.
+// input of bytes/n), output "y" — or, for all_reduce and broadcast, in place on "x" as
+// torch.distributed and raw Gloo run them — sum, root 0.
 v1::CollectiveRequest Request(const std::string& op) {
   v1::CollectiveRequest request;
   request.set_mesh(kMesh);
@@ -215,7 +216,7 @@ v1::CollectiveRequest Request(const std::string& op) {
       {"broadcast", v1::BROADCAST}};
   request.set_op(ops.at(op));
   request.set_input(op == "all_gather" ? "g" : "x");
-  request.set_output("y");
+  request.set_output(op == "all_reduce" || op == "broadcast" ? "x" : "y");
   request.set_reduce_op(v1::SUM);
   request.set_root(0);
   return request;

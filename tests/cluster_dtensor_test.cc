@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/dtensor.h"
+#include "core/elementwise_reduce.h"
 #include "core/op_call.h"
 #include "core/redistribute_planner.h"
 #include "core/sharding_propagation.h"
@@ -395,6 +396,43 @@ TEST(CrossMesh, MovesKeepTheValues) {
       EXPECT_TRUE(TensorsMatch(*local, want[r])) << "rank " << r;
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The collective API in place (output = input): the workers update the stored buffer.
+
+TEST(InPlaceCollectives, AllReduceAndBroadcastUpdateTheTensor) {
+  CoordinatorClient& c = *shared->cluster.client;
+  std::vector<HostTensor> inputs;
+  for (int r = 0; r < 4; ++r) {
+    inputs.push_back(kernels::testing::RandomTensor(DType::kInt32, {3, 5}, 40 + r, -100, 100));
+    ASSERT_TRUE(c.PutLocal("line", r, "inplace", inputs.back()).ok());
+  }
+  HostTensor sum = inputs[0].Clone();
+  for (int r = 1; r < 4; ++r) {
+    ReduceInto(ReduceOp::kSum, DType::kInt32, sum.data(), inputs[r].data(), sum.num_elements());
+  }
+  v1::CollectiveRequest request;
+  request.set_mesh("line");
+  request.set_op(v1::ALL_REDUCE_OP);
+  request.set_input("inplace");
+  request.set_reduce_op(v1::SUM);
+  ASSERT_TRUE(c.RunCollective(request).ok());
+  for (int r = 0; r < 4; ++r) {
+    absl::StatusOr<HostTensor> got = c.GetLocal("line", r, "inplace");
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, sum)) << "rank " << r;
+  }
+  ASSERT_TRUE(c.PutLocal("line", 2, "inplace", inputs[2]).ok());
+  request.set_op(v1::BROADCAST);
+  request.set_root(2);
+  ASSERT_TRUE(c.RunCollective(request).ok());
+  for (int r = 0; r < 4; ++r) {
+    absl::StatusOr<HostTensor> got = c.GetLocal("line", r, "inplace");
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, inputs[2])) << "rank " << r;
+  }
+  EXPECT_TRUE(c.DeleteTensor("line", "inplace").ok());
 }
 
 // ---------------------------------------------------------------------------------------------

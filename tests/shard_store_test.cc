@@ -40,5 +40,25 @@ TEST(ShardStore, ReadersKeepATensorAliveAcrossReplacement) {
   EXPECT_EQ(store.used_bytes(), 0);
 }
 
+TEST(ShardStore, TakeOrCopyMovesAnUnsharedTensorAndCopiesASharedOne) {
+  ShardStore store(1000);
+  ASSERT_TRUE(store.Put("a", Floats(4)).ok());
+  const std::byte* buffer = store.Get("a").value()->data();
+  absl::StatusOr<HostTensor> taken = store.TakeOrCopy("a");
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(taken->data(), buffer);  // the same buffer, not a copy
+  EXPECT_EQ(store.Get("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.used_bytes(), 0);
+
+  ASSERT_TRUE(store.Put("b", Floats(4)).ok());
+  std::shared_ptr<const HostTensor> reader = store.Get("b").value();
+  absl::StatusOr<HostTensor> copy = store.TakeOrCopy("b");
+  ASSERT_TRUE(copy.ok());
+  EXPECT_NE(copy->data(), reader->data());
+  EXPECT_TRUE(store.Get("b").ok());
+  EXPECT_EQ(store.used_bytes(), 16);
+  EXPECT_EQ(store.TakeOrCopy("c").status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -131,6 +131,9 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     if (absl::Status s = group.Barrier(); !s.ok()) return s;
     return std::vector<v1::LocalTensorInfo>{};
   }
+  if (c.input() == c.output() && (c.op() == v1::BROADCAST || c.op() == v1::ALL_REDUCE_OP)) {
+    return RunInPlace(c, group);
+  }
   absl::StatusOr<std::shared_ptr<const HostTensor>> input = store_->Get(c.input());
   if (!input.ok()) return input.status();
   const HostTensor& in = **input;
@@ -266,6 +269,25 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     default:
       return absl::InvalidArgumentError(absl::StrCat("collective op ", c.op(), " is not supported"));
   }
+}
+
+absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunInPlace(
+    const v1::RunCollective& c, comm::Communicator& group) {
+  absl::StatusOr<ReduceOp> op = FromProto(c.reduce_op());
+  if (c.op() == v1::ALL_REDUCE_OP && !op.ok()) return op.status();
+  // The stored buffer itself is updated (no copy) unless a download is reading it.
+  absl::StatusOr<HostTensor> t = store_->TakeOrCopy(c.input());
+  if (!t.ok()) return t.status();
+  // On failure the tensor is not stored again: the collective may have half-written it, and
+  // the communicator is broken from then on.
+  absl::Status status =
+      c.op() == v1::BROADCAST
+          ? group.Broadcast(t->data(), t->num_elements(), t->dtype(), static_cast<int>(c.root()))
+          : group.AllReduce(t->data(), t->num_elements(), t->dtype(), *op);
+  if (!status.ok()) return status;
+  v1::LocalTensorInfo info = LocalInfo(c.output(), *t);
+  if (absl::Status s = store_->Put(c.output(), *std::move(t)); !s.ok()) return s;
+  return std::vector<v1::LocalTensorInfo>{info};
 }
 
 }  // namespace tessera

@@ -52,6 +52,9 @@ class CommandExecutor {
   absl::StatusOr<v1::LocalTensorInfo> FillTensor(const v1::FillTensor& f);
   absl::StatusOr<v1::LocalTensorInfo> RunOp(const v1::RunOp& r);
   absl::StatusOr<std::vector<v1::LocalTensorInfo>> RunCollective(const v1::RunCollective& c);
+  // broadcast and all_reduce whose output is their input: updated in the stored buffer.
+  absl::StatusOr<std::vector<v1::LocalTensorInfo>> RunInPlace(const v1::RunCollective& c,
+                                                              comm::Communicator& group);
   absl::StatusOr<std::unique_ptr<comm::Communicator>> Connect(const std::string& prefix, int rank,
                                                               int size, absl::Duration timeout);
 

@@ -20,7 +20,7 @@ absl::Status ShardStore::Reserve(int64_t bytes, const std::string& replacing) co
 
 absl::Status ShardStore::Put(const std::string& name, HostTensor tensor) {
   if (absl::Status s = Reserve(static_cast<int64_t>(tensor.nbytes()), name); !s.ok()) return s;
-  auto shared = std::make_shared<const HostTensor>(std::move(tensor));
+  auto shared = std::make_shared<HostTensor>(std::move(tensor));
   absl::MutexLock lock(&mu_);
   if (auto it = tensors_.find(name); it != tensors_.end()) {
     used_ -= static_cast<int64_t>(it->second->nbytes());
@@ -35,6 +35,22 @@ absl::StatusOr<std::shared_ptr<const HostTensor>> ShardStore::Get(const std::str
   auto it = tensors_.find(name);
   if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("no local tensor '", name, "'"));
   return it->second;
+}
+
+absl::StatusOr<HostTensor> ShardStore::TakeOrCopy(const std::string& name) {
+  std::shared_ptr<HostTensor> held;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) {
+      return absl::NotFoundError(absl::StrCat("no local tensor '", name, "'"));
+    }
+    if (it->second.use_count() > 1) return it->second->Clone();
+    held = std::move(it->second);
+    used_ -= static_cast<int64_t>(held->nbytes());
+    tensors_.erase(it);
+  }
+  return std::move(*held);
 }
 
 void ShardStore::Erase(const std::string& name) {

@@ -24,6 +24,10 @@ class ShardStore {
   absl::Status Put(const std::string& name, HostTensor tensor);
   // NOT_FOUND naming the tensor if absent.
   absl::StatusOr<std::shared_ptr<const HostTensor>> Get(const std::string& name) const;
+  // Removes `name` and hands its tensor over for an in-place update when no reader shares it
+  // (the caller stores it again with Put); otherwise leaves it and returns a copy. NOT_FOUND if
+  // absent.
+  absl::StatusOr<HostTensor> TakeOrCopy(const std::string& name);
   void Erase(const std::string& name);
   void Clear();
   int64_t used_bytes() const;
@@ -32,7 +36,8 @@ class ShardStore {
  private:
   const int64_t budget_;
   mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<const HostTensor>> tensors_ ABSL_GUARDED_BY(mu_);
+  // Mutable inside, so that TakeOrCopy can move a tensor out; readers get it as const.
+  std::map<std::string, std::shared_ptr<HostTensor>> tensors_ ABSL_GUARDED_BY(mu_);
   int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
