@@ -120,8 +120,10 @@ class CoordinatorService final : public v1::Coordinator::Service {
                                                     const std::string& owner);
   // Drops a tensor from the table (not from the workers).
   void DropTensor(const std::string& name);
-  // Sends `command` to every rank of the tensor's mesh; its result completes `work`.
-  void PostWork(const Mesh& mesh, const v1::Command& command, std::shared_ptr<Work> work);
+  // Sends `command` to every rank of `mesh`; its result completes `work`. When it fails and one
+  // of `inputs` failed before it, the input's error is the cause reported.
+  void PostWork(const Mesh& mesh, const v1::Command& command, std::shared_ptr<Work> work,
+                std::vector<std::shared_ptr<Tensor>> inputs = {});
   // Frees a tensor's shards on its workers (asynchronously) and drops it.
   void Release(const Tensor& tensor);
   v1::TensorInfo Describe(const Tensor& tensor) const;

@@ -114,7 +114,8 @@ void CoordinatorService::DropTensor(const std::string& name) {
 }
 
 void CoordinatorService::PostWork(const Mesh& mesh, const v1::Command& command,
-                                  std::shared_ptr<Work> work) {
+                                  std::shared_ptr<Work> work,
+                                  std::vector<std::shared_ptr<Tensor>> inputs) {
   std::vector<WorkerHandle> workers;
   for (int64_t id : mesh.mesh.ranks()) {
     absl::StatusOr<WorkerHandle> w = dispatcher_->registry().Get(id);
@@ -126,7 +127,19 @@ void CoordinatorService::PostWork(const Mesh& mesh, const v1::Command& command,
     workers.push_back(*std::move(w));
   }
   dispatcher_->Post(workers, command, mesh.timeout + kRpcSlack,
-                    [work](absl::Status status, std::vector<v1::CommandReply>) {
+                    [work, inputs = std::move(inputs)](absl::Status status,
+                                                       std::vector<v1::CommandReply>) {
+                      for (const auto& in : inputs) {
+                        if (status.ok()) break;
+                        // Its replies came first; its own callback may still be on its way.
+                        if (!in->write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) ||
+                            in->write->status.ok()) {
+                          continue;
+                        }
+                        status = absl::Status(in->write->status.code(),
+                                              absl::StrCat("input '", in->name, "' failed: ",
+                                                           in->write->status.message()));
+                      }
                       work->status = std::move(status);
                       work->done.Notify();
                     });
@@ -272,7 +285,7 @@ grpc::Status CoordinatorService::Redistribute(grpc::ServerContext* context,
   r->set_output(WorkerName((*out)->name));
   *r->mutable_spec() = ToProto(spec);
   *r->mutable_plan() = reply->plan();
-  PostWork(*(*src)->mesh, command, (*out)->write);
+  PostWork(*(*src)->mesh, command, (*out)->write, {*src});
   *reply->mutable_output() = Describe(**out);
   return grpc::Status::OK;
 }
@@ -323,7 +336,7 @@ grpc::Status CoordinatorService::RunOp(grpc::ServerContext* context, const v1::O
       *r->mutable_plan() = in->plan();
     }
   }
-  PostWork(*inputs[0]->mesh, command, (*out)->write);
+  PostWork(*inputs[0]->mesh, command, (*out)->write, inputs);
   *reply->mutable_output() = Describe(**out);
   return grpc::Status::OK;
 }

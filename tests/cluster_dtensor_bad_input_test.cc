@@ -221,5 +221,26 @@ TEST_F(DTensorBadInputTest, AWorkerFailureSurfacesOnTheNextCall) {
   ASSERT_TRUE(cluster_->client->DeleteTensor("pair", "raw").ok());
 }
 
+// An op pipelined behind a failing one: the rank without its input still takes part in the
+// collectives (with zeros), so its peer is not stranded, the error names the input that failed,
+// and the mesh keeps working at once.
+TEST_F(DTensorBadInputTest, AFailureDoesNotStrandThePeersOfAPipelinedCollective) {
+  const HostTensor big = HostTensor::Zeros(DType::kFloat32, {12 << 20}).value();  // 48 MiB
+  ASSERT_TRUE(cluster_->client->PutLocal("pair", 0, "raw", big).ok());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<DTensor> t = client::Zeros(S(), *pair_, {2, 5 << 20}, {Placement::Shard(0)});
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<DTensor> r = t->Redistribute({Placement::Replicate()});  // an all_gather
+  const absl::Status failure = r.ok() ? r->Synchronize() : r.status();
+  EXPECT_TRUE(StatusIs(failure, absl::StatusCode::kResourceExhausted, {t->name()}));
+  ASSERT_TRUE(cluster_->client->DeleteTensor("pair", "raw").ok());
+  absl::StatusOr<DTensor> ok = client::Ones(S(), *pair_, {4, 3}, {Placement::Shard(0)});
+  ASSERT_TRUE(ok.ok());
+  absl::StatusOr<DTensor> gathered = ok->Redistribute({Placement::Replicate()});
+  ASSERT_TRUE(gathered.ok()) << gathered.status();
+  EXPECT_TRUE(gathered->Synchronize().ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "a rank was stranded in a collective";
+}
+
 }  // namespace
 }  // namespace tessera

@@ -3,6 +3,8 @@
 // out its own part from its mesh coordinate.
 
 #include <cstring>
+#include <memory>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "core/elementwise_reduce.h"
@@ -28,6 +30,28 @@ void PartitionPartials(const DTensorSpec& spec, std::span<const int64_t> coordin
 
 int64_t Bytes(const Shape& shape, DType dtype) {
   return NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype));
+}
+
+// This rank's shard of `name`, a tensor laid out as `spec`; when it is missing or not the shape
+// the spec gives, a zero stand-in of that shape, with the reason kept in `failure` (the first one
+// wins). A rank that left a command before its collectives would strand its peers in them until
+// the timeout, which breaks the mesh's communicators for good; so it takes part with zeros and
+// reports the failure afterwards.
+std::shared_ptr<const HostTensor> InputOrStandIn(const ShardStore& store, const std::string& name,
+                                                 const DTensorSpec& spec,
+                                                 std::span<const int64_t> coordinate,
+                                                 absl::Status& failure) {
+  const Shape local = LocalShapeAndOffsetAt(spec, coordinate).shape;
+  absl::StatusOr<std::shared_ptr<const HostTensor>> t = store.Get(name);
+  if (t.ok() && (*t)->shape() == local && (*t)->dtype() == spec.dtype) return *t;
+  if (failure.ok()) {
+    failure = t.ok() ? absl::InvalidArgumentError(absl::StrCat(
+                           "local tensor '", name, "' is ", DTypeName((*t)->dtype()),
+                           ShapeToString((*t)->shape()), " but ", spec.ToString(), " needs ",
+                           DTypeName(spec.dtype), ShapeToString(local), " here"))
+                     : t.status();
+  }
+  return std::make_shared<const HostTensor>(HostTensor::Zeros(spec.dtype, local).value());
 }
 
 }  // namespace
@@ -127,19 +151,21 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::Redistribute(
   if (!spec.ok()) return spec.status();
   absl::StatusOr<RedistributePlan> plan = FromProto(r.plan(), spec->mesh.ndim());
   if (!plan.ok()) return plan.status();
-  absl::StatusOr<std::shared_ptr<const HostTensor>> input = store_->Get(r.input());
-  if (!input.ok()) return input.status();
-  // The destination shard is at most the tensor's size on this rank; check the budget for it.
+  absl::Status failure;  // reported after the collectives (see InputOrStandIn)
+  std::shared_ptr<const HostTensor> input =
+      InputOrStandIn(*store_, r.input(), *spec, (*mc)->coordinate, failure);
   DTensorSpec dst = *spec;
   for (const RedistributeStep& step : plan->steps) dst.placements[step.mesh_dim] = step.to;
   const Shape out_shape = LocalShapeAndOffsetAt(dst, (*mc)->coordinate).shape;
-  if (absl::Status st = store_->Reserve(Bytes(out_shape, spec->dtype), r.output()); !st.ok()) {
-    return st;
+  if (absl::Status st = store_->Reserve(Bytes(out_shape, spec->dtype), r.output());
+      !st.ok() && failure.ok()) {
+    failure = st;
   }
   const std::vector<comm::Communicator*> groups = DimGroups(**mc);
   absl::StatusOr<HostTensor> out =
-      RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, (*input)->Clone());
+      RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, input->Clone());
   if (!out.ok()) return out.status();
+  if (!failure.ok()) return failure;
   v1::LocalTensorInfo info = LocalInfo(r.output(), *out);
   if (absl::Status st = store_->Put(r.output(), *std::move(out)); !st.ok()) return st;
   return info;
@@ -193,25 +219,27 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
   moved.reserve(r.inputs_size());
   std::vector<const HostTensor*> inputs;
   std::vector<Shape> global_shapes;
+  absl::Status failure;  // reported after the collectives (see InputOrStandIn)
   for (const v1::OpInput& in : r.inputs()) {
     absl::StatusOr<DTensorSpec> spec = SpecOnMesh(in.spec(), **mc);
     if (!spec.ok()) return spec.status();
     absl::StatusOr<RedistributePlan> plan = FromProto(in.plan(), spec->mesh.ndim());
     if (!plan.ok()) return plan.status();
-    absl::StatusOr<std::shared_ptr<const HostTensor>> t = store_->Get(in.tensor());
-    if (!t.ok()) return t.status();
+    std::shared_ptr<const HostTensor> t =
+        InputOrStandIn(*store_, in.tensor(), *spec, (*mc)->coordinate, failure);
     global_shapes.push_back(spec->shape);
     if (plan->steps.empty()) {
-      held.push_back(*t);
+      held.push_back(t);
       inputs.push_back(held.back().get());
       continue;
     }
     absl::StatusOr<HostTensor> out =
-        RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, (*t)->Clone());
+        RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, t->Clone());
     if (!out.ok()) return out.status();
     moved.push_back(*std::move(out));
     inputs.push_back(&moved.back());
   }
+  if (!failure.ok()) return failure;
   absl::StatusOr<HostTensor> result = kernels::RunLocalOp(*kernels_, *op, inputs, global_shapes);
   if (!result.ok()) return result.status();
   v1::LocalTensorInfo info = LocalInfo(r.output(), *result);
