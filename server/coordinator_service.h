@@ -150,6 +150,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
   };
   absl::StatusOr<Readable> ReadableLayout(const Tensor& tensor);
   void DropReadable(const Tensor& tensor, const Readable& readable);
+  // Why reading `tensor` failed: its write's error if that failed, else `download`.
+  static absl::Status ReadFailure(const Tensor& tensor, absl::Status download);
   // Posts the SpreadTensor that completes an upload, or completes `work` if nothing is to spread.
   void Spread(const Tensor& tensor, const std::vector<int64_t>& source,
               const std::vector<int>& broadcast_dims, bool partition, std::shared_ptr<Work> work);

@@ -37,6 +37,17 @@ bool HasPartitionedPartial(const DTensorSpec& spec) {
 
 }  // namespace
 
+absl::Status CoordinatorService::ReadFailure(const Tensor& tensor, absl::Status download) {
+  // A read queued behind a write that then failed finds no shard; the write's error is the cause.
+  if (tensor.write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) &&
+      !tensor.write->status.ok()) {
+    return absl::Status(tensor.write->status.code(),
+                        absl::StrCat("tensor '", tensor.name, "' failed: ",
+                                     tensor.write->status.message()));
+  }
+  return download;
+}
+
 void CoordinatorService::Spread(const Tensor& tensor, const std::vector<int64_t>& source,
                                 const std::vector<int>& broadcast_dims, bool partition,
                                 std::shared_ptr<Work> work) {
@@ -262,7 +273,7 @@ grpc::Status CoordinatorService::ToLocal(grpc::ServerContext* context,
     data.Clear();
     any = true;
   }
-  if (!(*gather)->status().ok()) return ToGrpcStatus((*gather)->status());
+  if (!(*gather)->status().ok()) return ToGrpcStatus(ReadFailure(**t, (*gather)->status()));
   if (!any && !writer->Write(data)) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
   }
@@ -329,7 +340,9 @@ grpc::Status CoordinatorService::FullTensor(grpc::ServerContext* context,
       data.Clear();
       any = true;
     }
-    if (status.ok() && !(*gather)->status().ok()) status = ToGrpcStatus((*gather)->status());
+    if (status.ok() && !(*gather)->status().ok()) {
+      status = ToGrpcStatus(ReadFailure(**t, (*gather)->status()));
+    }
     if (status.ok() && !any && !writer->Write(data)) {
       status = grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
     }
