@@ -1,0 +1,825 @@
+// dtensor_bench: the DTensor path through the service (client::DistributeTensor, FullTensor, Add,
+// Redistribute on a LocalCluster of 2 CPU workers) next to its yardsticks in the same run: a raw
+// gRPC server (bench/raw_grpc_peer, bench/raw_peer.proto) moving the same bytes in the same 1 MiB
+// messages, raw Gloo (bench/raw_gloo_peer as 2 processes) and, given a Python with torch, torch
+// DTensor on gloo (bench/torch_dtensor_peer.py as 2 processes).
+//
+//   dtensor_bench [--transfer_bytes=268435456] [--memory_bytes=1073741824]
+//                 [--redistribute_bytes=67108864] [--latency_iterations=1000] [--rounds=3] ...
+//                 [--torch_python=PYTHON --torch_peer=bench/torch_dtensor_peer.py] [--json=out.json]
+//
+// What is timed (client wall clock, float32, Shard(0) on a 1-D mesh of 2 workers):
+//   transfer     distribute_tensor of --transfer_bytes (the call, and the call + Synchronize) and
+//                full_tensor, against a raw Sink (client -> server) and Source (server -> client)
+//                stream of the same bytes; --rounds alternations, median.
+//   memory       the coordinator's peak RSS growth (VmHWM after - VmRSS before, the peak reset
+//                through /proc/<pid>/clear_refs) while distributing --memory_bytes, first thing on
+//                a fresh cluster.
+//   tiny op      Add of two --tiny_elements tensors: the call (it returns once planned), the call
+//                + Synchronize, interleaved with raw unary Pings of the same bytes; then
+//                --pipelined_ops Adds back to back (each output dropped, so freed, as the next
+//                arrives) and one Synchronize; then the same keeping every output to the end.
+//   redistribute Shard(0) -> Replicate of --redistribute_bytes, call + Synchronize, against
+//                raw Gloo all_gather of the same output bytes; --rounds alternations, median.
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/dtensor.h"
+#include "client/local_cluster.h"
+#include "core/host_tensor.h"
+#include "grpcpp/grpcpp.h"
+#include "raw_peer.grpc.pb.h"
+
+ABSL_FLAG(int64_t, transfer_bytes, int64_t{256} << 20, "distribute/full_tensor size");
+ABSL_FLAG(int64_t, memory_bytes, int64_t{1} << 30, "Size distributed for the coordinator RSS");
+ABSL_FLAG(int64_t, redistribute_bytes, int64_t{64} << 20, "Shard(0) -> Replicate size");
+ABSL_FLAG(int, redistribute_iterations, 3, "Timed redistributes (and all_gathers) per round");
+ABSL_FLAG(int, rounds, 5, "Alternations of the yardstick and the service for transfers");
+ABSL_FLAG(int, tiny_elements, 256, "float32 elements of the tiny add");
+ABSL_FLAG(int, latency_iterations, 1000, "Timed tiny adds (and pings) per mode");
+ABSL_FLAG(int, pipelined_ops, 1000, "Adds issued back to back before one Synchronize");
+ABSL_FLAG(int, warmup, 50, "Untimed tiny adds and pings first");
+ABSL_FLAG(int64_t, worker_budget_bytes, int64_t{6} << 30, "Memory budget of each worker");
+ABSL_FLAG(std::string, raw_grpc_peer, "", "raw_grpc_peer binary; beside this program if empty");
+ABSL_FLAG(std::string, raw_gloo_peer, "", "raw_gloo_peer binary; beside this program if empty");
+ABSL_FLAG(std::string, torch_python, "", "Python with torch for the torch DTensor peer");
+ABSL_FLAG(std::string, torch_peer, "", "Path of bench/torch_dtensor_peer.py");
+ABSL_FLAG(std::string, json, "", "Where to write the results as JSON");
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using client::DTensor;
+
+constexpr int kWorkers = 2;
+constexpr size_t kMessageBytes = size_t{1} << 20;
+constexpr const char* kMesh = "dtensor_bench";
+
+double MicrosSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+// Median, mean and minimum of timed calls, in microseconds.
+struct Stats {
+  double p50 = NAN, mean = NAN, min = NAN;
+  int calls = 0;
+};
+
+Stats Summarize(std::vector<double> us) {
+  if (us.empty()) return {};
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], std::accumulate(us.begin(), us.end(), 0.0) / us.size(), us.front(),
+          static_cast<int>(us.size())};
+}
+
+// GB/s (1e9 bytes) for `bytes` in `us` microseconds.
+double Gbps(int64_t bytes, double us) { return static_cast<double>(bytes) / (us * 1e3); }
+
+// CPU milliseconds (user + system) of the client, the coordinator and the workers.
+struct Cpu {
+  double client = 0, coordinator = 0, workers = 0;
+};
+
+// The processes whose CPU time a phase reports.
+struct Pids {
+  pid_t coordinator = -1;
+  std::vector<pid_t> workers;
+};
+
+// utime + stime of `pid` in milliseconds.
+double CpuMillis(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));  // from field 3, the state
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+Cpu CpuNow(const Pids& pids) {
+  Cpu c{CpuMillis(getpid()), CpuMillis(pids.coordinator), 0};
+  for (pid_t w : pids.workers) c.workers += CpuMillis(w);
+  return c;
+}
+
+// Adds (now - start) / calls to `total`.
+void AddCpuSince(const Cpu& start, const Pids& pids, int calls, Cpu& total) {
+  const Cpu now = CpuNow(pids);
+  total.client += (now.client - start.client) / calls;
+  total.coordinator += (now.coordinator - start.coordinator) / calls;
+  total.workers += (now.workers - start.workers) / calls;
+}
+
+// Everything the bench reports; torch fields stay NaN without torch.
+struct Results {
+  int64_t transfer_bytes = 0, memory_bytes = 0, redistribute_bytes = 0;
+  Stats sink, source, distribute_call, distribute, full_tensor;
+  double rss_before_mib = NAN, hwm_after_mib = NAN, rss_after_mib = NAN, memory_distribute_us = NAN;
+  bool hwm_reset = false;
+  Stats ping, add_call, add_sync;
+  double pipelined_ops_per_s = NAN, pipelined_kept_ops_per_s = NAN;
+  Stats all_gather, redistribute;
+  Cpu distribute_cpu, full_tensor_cpu, add_cpu;  // per call
+  Cpu sink_cpu, source_cpu;                      // per call; `coordinator` is the raw peer
+  std::map<std::string, double> torch;
+  double Torch(const std::string& key) const {
+    auto it = torch.find(key);
+    return it == torch.end() ? NAN : it->second;
+  }
+};
+
+// Starts `argv` with stdout and stderr appended to `log`.
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int err = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) return absl::InternalError(absl::StrCat("cannot start ", args[0], ": ", strerror(err)));
+  return pid;
+}
+
+// Runs every argv as a process logging to `log` and waits for all; an error names the log.
+absl::Status RunProcesses(const std::vector<std::vector<std::string>>& argvs,
+                          const std::string& log) {
+  std::vector<pid_t> pids;
+  absl::Status status;
+  for (const std::vector<std::string>& args : argvs) {
+    absl::StatusOr<pid_t> pid = Spawn(args, log);
+    if (!pid.ok()) {
+      status = pid.status();
+      break;
+    }
+    pids.push_back(*pid);
+  }
+  for (pid_t pid : pids) {
+    int wstatus = 0;
+    waitpid(pid, &wstatus, 0);
+    if (status.ok() && !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)) {
+      status = absl::InternalError(absl::StrCat(argvs[0][0], " failed; see ", log));
+    }
+  }
+  return status;
+}
+
+// The pid of this process's child running `binary_name` (the coordinator LocalCluster forked).
+absl::StatusOr<pid_t> ChildNamed(const std::string& binary_name) {
+  const pid_t self = getpid();
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream status(entry.path() / "status");
+    std::string line, name;
+    pid_t ppid = -1;
+    while (std::getline(status, line)) {
+      if (line.rfind("Name:", 0) == 0) std::istringstream(line.substr(5)) >> name;
+      if (line.rfind("PPid:", 0) == 0) std::istringstream(line.substr(5)) >> ppid;
+    }
+    // The kernel keeps 15 characters of the name.
+    if (ppid == self && name == binary_name.substr(0, 15)) return std::stoi(pid);
+  }
+  return absl::NotFoundError(absl::StrCat("no child process ", binary_name));
+}
+
+// A field of /proc/<pid>/status in MiB (VmRSS, VmHWM).
+double ProcStatusMib(pid_t pid, const std::string& field) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      return std::stod(line.substr(field.size() + 1)) / 1024.0;  // kB
+    }
+  }
+  return NAN;
+}
+
+// The raw gRPC yardstick: a raw_grpc_peer child and a stub on it with the client's channel args.
+class RawPeerClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<RawPeerClient>> Start(const std::string& binary,
+                                                              const std::string& dir) {
+    const std::string port_file = dir + "/raw_grpc_peer.port";
+    absl::StatusOr<pid_t> pid =
+        Spawn({binary, "--port_file=" + port_file}, dir + "/raw_grpc_peer.log");
+    if (!pid.ok()) return pid.status();
+    std::unique_ptr<RawPeerClient> peer(new RawPeerClient(*pid));
+    int port = 0;
+    for (int i = 0; i < 200 && port == 0; ++i) {
+      std::ifstream(port_file) >> port;
+      if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (port == 0) return absl::UnavailableError("raw_grpc_peer did not start; see its log");
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    args.SetMaxSendMessageSize(64 << 20);
+    auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                             grpc::InsecureChannelCredentials(), args);
+    if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30))) {
+      return absl::UnavailableError("cannot reach raw_grpc_peer");
+    }
+    peer->stub_ = bench::RawPeer::NewStub(channel);
+    return peer;
+  }
+  pid_t pid() const { return pid_; }
+  ~RawPeerClient() {
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+
+  // Streams `bytes` of `data` to Sink in 1 MiB messages, as DistributeTensor does.
+  absl::Status Sink(const std::byte* data, size_t bytes) {
+    grpc::ClientContext context;
+    bench::Ack ack;
+    auto writer = stub_->Sink(&context, &ack);
+    bench::Blob blob;
+    for (size_t offset = 0; offset < bytes;) {
+      const size_t n = std::min(kMessageBytes, bytes - offset);
+      blob.set_data(reinterpret_cast<const char*>(data) + offset, n);
+      offset += n;
+      if (!writer->Write(blob)) break;
+    }
+    writer->WritesDone();
+    if (grpc::Status s = writer->Finish(); !s.ok()) return absl::InternalError(s.error_message());
+    if (ack.bytes() != static_cast<int64_t>(bytes)) return absl::DataLossError("short Sink");
+    return absl::OkStatus();
+  }
+  // Receives `bytes` from Source into a new buffer, as FullTensor does.
+  absl::Status Source(int64_t bytes) {
+    grpc::ClientContext context;
+    bench::Size size;
+    size.set_bytes(bytes);
+    auto reader = stub_->Source(&context, size);
+    std::unique_ptr<char[]> out(new char[bytes]);
+    bench::Blob blob;
+    int64_t got = 0;
+    while (reader->Read(&blob)) {
+      if (got + static_cast<int64_t>(blob.data().size()) > bytes) break;
+      std::memcpy(out.get() + got, blob.data().data(), blob.data().size());
+      got += static_cast<int64_t>(blob.data().size());
+    }
+    if (grpc::Status s = reader->Finish(); !s.ok()) return absl::InternalError(s.error_message());
+    if (got != bytes) return absl::DataLossError("short Source");
+    return absl::OkStatus();
+  }
+  absl::Status Ping(const bench::Blob& blob) {
+    grpc::ClientContext context;
+    bench::Blob reply;
+    if (grpc::Status s = stub_->Ping(&context, blob, &reply); !s.ok()) {
+      return absl::InternalError(s.error_message());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit RawPeerClient(pid_t pid) : pid_(pid) {}
+  pid_t pid_;
+  std::unique_ptr<bench::RawPeer::Stub> stub_;
+};
+
+absl::StatusOr<HostTensor> Ones(int64_t bytes) {
+  absl::StatusOr<HostTensor> t =
+      HostTensor::Uninitialized(DType::kFloat32, {bytes / static_cast<int64_t>(sizeof(float))});
+  if (t.ok()) std::fill_n(t->data_as<float>(), t->num_elements(), 1.0f);
+  return t;
+}
+
+// Peak RSS growth of the coordinator `pid` while distributing memory_bytes (then freed).
+absl::Status MeasureMemory(client::Session& session, const client::Mesh& mesh, pid_t pid,
+                           Results& r) {
+  absl::StatusOr<HostTensor> t = Ones(r.memory_bytes);
+  if (!t.ok()) return t.status();
+  r.hwm_reset = static_cast<bool>(std::ofstream(absl::StrCat("/proc/", pid, "/clear_refs")) << "5");
+  r.rss_before_mib = ProcStatusMib(pid, "VmRSS");
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<DTensor> d = client::DistributeTensor(session, *t, mesh, {client::Shard(0)});
+  if (!d.ok()) return d.status();
+  if (absl::Status s = d->Synchronize(); !s.ok()) return s;
+  r.memory_distribute_us = MicrosSince(start);
+  r.hwm_after_mib = ProcStatusMib(pid, "VmHWM");
+  r.rss_after_mib = ProcStatusMib(pid, "VmRSS");
+  return absl::OkStatus();
+}
+
+// distribute_tensor / full_tensor next to raw Sink / Source, --rounds alternations.
+absl::Status MeasureTransfer(client::Session& session, const client::Mesh& mesh,
+                             RawPeerClient& raw, const Pids& pids, Results& r) {
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  absl::StatusOr<HostTensor> t = Ones(r.transfer_bytes);
+  if (!t.ok()) return t.status();
+  std::vector<double> sink, source, call, distribute, full;
+  for (int round = -1; round < rounds; ++round) {  // round -1 warms up
+    const Pids peer{raw.pid(), {}};
+    Cpu cpu = CpuNow(peer);
+    Clock::time_point start = Clock::now();
+    if (absl::Status s = raw.Sink(t->data(), t->nbytes()); !s.ok()) return s;
+    if (round >= 0) {
+      sink.push_back(MicrosSince(start));
+      AddCpuSince(cpu, peer, rounds, r.sink_cpu);
+    }
+    cpu = CpuNow(peer);
+    start = Clock::now();
+    if (absl::Status s = raw.Source(r.transfer_bytes); !s.ok()) return s;
+    if (round >= 0) {
+      source.push_back(MicrosSince(start));
+      AddCpuSince(cpu, peer, rounds, r.source_cpu);
+    }
+
+    cpu = CpuNow(pids);
+    start = Clock::now();
+    absl::StatusOr<DTensor> d = client::DistributeTensor(session, *t, mesh, {client::Shard(0)});
+    if (!d.ok()) return d.status();
+    const double call_us = MicrosSince(start);
+    if (absl::Status s = d->Synchronize(); !s.ok()) return s;
+    const double distribute_us = MicrosSince(start);
+    if (round >= 0) AddCpuSince(cpu, pids, rounds, r.distribute_cpu);
+    cpu = CpuNow(pids);
+    start = Clock::now();
+    absl::StatusOr<HostTensor> back = d->FullTensor();
+    if (!back.ok()) return back.status();
+    const double full_us = MicrosSince(start);
+    if (round >= 0) AddCpuSince(cpu, pids, rounds, r.full_tensor_cpu);
+    if (back->nbytes() != t->nbytes() || std::memcmp(back->data(), t->data(), t->nbytes()) != 0) {
+      return absl::DataLossError("full_tensor differs from the distributed tensor");
+    }
+    if (round >= 0) {
+      call.push_back(call_us);
+      distribute.push_back(distribute_us);
+      full.push_back(full_us);
+    }
+  }
+  r.sink = Summarize(sink);
+  r.source = Summarize(source);
+  r.distribute_call = Summarize(call);
+  r.distribute = Summarize(distribute);
+  r.full_tensor = Summarize(full);
+  return absl::OkStatus();
+}
+
+// Tiny Add (call; call + Synchronize) interleaved with raw Pings, then pipelined Adds.
+absl::Status MeasureTinyOp(client::Session& session, const client::Mesh& mesh, RawPeerClient& raw,
+                           const Pids& pids, Results& r) {
+  const int64_t bytes = int64_t{absl::GetFlag(FLAGS_tiny_elements)} * 4;
+  absl::StatusOr<HostTensor> t = Ones(bytes);
+  if (!t.ok()) return t.status();
+  absl::StatusOr<DTensor> a = client::DistributeTensor(session, *t, mesh, {client::Shard(0)});
+  if (!a.ok()) return a.status();
+  absl::StatusOr<DTensor> b = client::DistributeTensor(session, *t, mesh, {client::Shard(0)});
+  if (!b.ok()) return b.status();
+  bench::Blob blob;
+  blob.set_data(std::string(static_cast<size_t>(bytes), '\x01'));
+  std::vector<double> ping, call, sync;
+  const int iterations = absl::GetFlag(FLAGS_latency_iterations);
+  for (int i = -absl::GetFlag(FLAGS_warmup); i < iterations; ++i) {
+    Clock::time_point start = Clock::now();
+    if (absl::Status s = raw.Ping(blob); !s.ok()) return s;
+    const double ping_us = MicrosSince(start);
+    double call_us = 0, sync_us = 0;
+    {
+      start = Clock::now();
+      absl::StatusOr<DTensor> c = client::Add(*a, *b);
+      call_us = MicrosSince(start);
+      if (!c.ok()) return c.status();
+    }
+    {
+      start = Clock::now();
+      absl::StatusOr<DTensor> c = client::Add(*a, *b);
+      if (!c.ok()) return c.status();
+      if (absl::Status s = c->Synchronize(); !s.ok()) return s;
+      sync_us = MicrosSince(start);
+    }
+    if (i >= 0) {
+      ping.push_back(ping_us);
+      call.push_back(call_us);
+      sync.push_back(sync_us);
+    }
+  }
+  r.ping = Summarize(ping);
+  r.add_call = Summarize(call);
+  r.add_sync = Summarize(sync);
+
+  const int ops = absl::GetFlag(FLAGS_pipelined_ops);
+  const Clock::time_point start = Clock::now();
+  DTensor last;
+  for (int i = 0; i < ops; ++i) {
+    absl::StatusOr<DTensor> c = client::Add(*a, *b);
+    if (!c.ok()) return c.status();
+    last = *std::move(c);  // drops, so frees, the previous output
+  }
+  if (absl::Status s = last.Synchronize(); !s.ok()) return s;
+  r.pipelined_ops_per_s = ops / (MicrosSince(start) * 1e-6);
+  last = DTensor();
+
+  std::vector<DTensor> kept;  // the same with every output kept until the end: no FreeTensor
+  kept.reserve(static_cast<size_t>(ops));
+  const Cpu cpu = CpuNow(pids);
+  const Clock::time_point kept_start = Clock::now();
+  for (int i = 0; i < ops; ++i) {
+    absl::StatusOr<DTensor> c = client::Add(*a, *b);
+    if (!c.ok()) return c.status();
+    kept.push_back(*std::move(c));
+  }
+  if (absl::Status s = kept.back().Synchronize(); !s.ok()) return s;
+  r.pipelined_kept_ops_per_s = ops / (MicrosSince(kept_start) * 1e-6);
+  AddCpuSince(cpu, pids, ops, r.add_cpu);
+  return absl::OkStatus();
+}
+
+// Adds the all_gather times of one raw_gloo_peer run (2 processes) to `us`.
+absl::Status RunRawGloo(const std::string& binary, const std::string& dir, int64_t bytes,
+                        int round, std::vector<double>& us) {
+  const std::string store = absl::StrCat(dir, "/gloo_store_", round);
+  std::filesystem::create_directories(store);
+  const std::string out = absl::StrCat(dir, "/gloo_", round, ".txt");
+  std::vector<std::vector<std::string>> argvs;
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    argvs.push_back({binary, absl::StrCat("--rank=", rank), absl::StrCat("--size=", kWorkers),
+                     "--store=" + store, absl::StrCat("--bytes=", bytes),
+                     absl::StrCat("--iterations=", absl::GetFlag(FLAGS_redistribute_iterations)),
+                     "--warmup=1", "--out=" + out});
+  }
+  if (absl::Status s = RunProcesses(argvs, dir + "/raw_gloo_peer.log"); !s.ok()) return s;
+  std::ifstream in(out);
+  std::string line, op;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    int64_t size = 0;
+    if (!(fields >> op >> size) || op != "all_gather") continue;
+    for (double t; fields >> t;) us.push_back(t);
+  }
+  return absl::OkStatus();
+}
+
+// Redistribute Shard(0) -> Replicate next to raw Gloo all_gather, --rounds alternations.
+absl::Status MeasureRedistribute(client::Session& session, const client::Mesh& mesh,
+                                 const std::string& gloo_peer, const std::string& dir,
+                                 Results& r) {
+  absl::StatusOr<HostTensor> t = Ones(r.redistribute_bytes);
+  if (!t.ok()) return t.status();
+  absl::StatusOr<DTensor> x = client::DistributeTensor(session, *t, mesh, {client::Shard(0)});
+  if (!x.ok()) return x.status();
+  if (absl::Status s = x->Synchronize(); !s.ok()) return s;
+  std::vector<double> gloo, service;
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    if (absl::Status s = RunRawGloo(gloo_peer, dir, r.redistribute_bytes, round, gloo); !s.ok()) {
+      return s;
+    }
+    for (int i = -1; i < absl::GetFlag(FLAGS_redistribute_iterations); ++i) {
+      const Clock::time_point start = Clock::now();
+      absl::StatusOr<DTensor> y = x->Redistribute({client::Replicate()});
+      if (!y.ok()) return y.status();
+      if (absl::Status s = y->Synchronize(); !s.ok()) return s;
+      if (i >= 0) service.push_back(MicrosSince(start));
+    }
+  }
+  r.all_gather = Summarize(gloo);
+  r.redistribute = Summarize(service);
+  return absl::OkStatus();
+}
+
+// Reads the flat JSON object of numbers torch_dtensor_peer.py writes.
+std::map<std::string, double> ReadFlatJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  std::map<std::string, double> out;
+  for (size_t q = s.find('"'); q != std::string::npos; q = s.find('"', q)) {
+    const size_t end = s.find('"', q + 1);
+    if (end == std::string::npos) break;
+    const size_t colon = s.find(':', end);
+    if (colon == std::string::npos) break;
+    out[s.substr(q + 1, end - q - 1)] = std::strtod(s.c_str() + colon + 1, nullptr);
+    q = s.find_first_of(",}", colon);
+  }
+  return out;
+}
+
+absl::Status RunTorch(const std::string& dir, Results& r) {
+  const std::string out = dir + "/torch_dtensor.json";
+  std::vector<std::vector<std::string>> argvs = {
+      {absl::GetFlag(FLAGS_torch_python), absl::GetFlag(FLAGS_torch_peer),
+       absl::StrCat("--size=", kWorkers), absl::StrCat("--transfer_bytes=", r.transfer_bytes),
+       absl::StrCat("--transfer_iterations=", absl::GetFlag(FLAGS_rounds)),
+       absl::StrCat("--tiny_elements=", absl::GetFlag(FLAGS_tiny_elements)),
+       absl::StrCat("--latency_iterations=", absl::GetFlag(FLAGS_latency_iterations)),
+       absl::StrCat("--pipelined_ops=", absl::GetFlag(FLAGS_pipelined_ops)),
+       absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
+       absl::StrCat("--redistribute_bytes=", r.redistribute_bytes),
+       absl::StrCat("--redistribute_iterations=",
+                    absl::GetFlag(FLAGS_rounds) * absl::GetFlag(FLAGS_redistribute_iterations)),
+       "--out=" + out}};
+  if (absl::Status s = RunProcesses(argvs, dir + "/torch_dtensor.log"); !s.ok()) return s;
+  r.torch = ReadFlatJson(out);
+  if (r.torch.empty()) return absl::DataLossError("no torch results in " + out);
+  return absl::OkStatus();
+}
+
+std::string Verdict(bool met) { return met ? "met" : "NOT MET"; }
+
+void PrintTable(const Results& r) {
+  const double mib = 1 << 20;
+  std::printf("%-44s | %11s %11s | %11s %11s | %7s %8s\n", "measure", "tessera", "yardstick",
+              "tess GB/s", "yard GB/s", "ratio", "torch");
+  auto transfer = [&](const char* name, const Stats& t, const Stats& y, double torch_us) {
+    std::printf("%-44s | %9.1fms %9.1fms | %11.3f %11.3f | %6.2fx %6.1fms\n", name, t.p50 / 1e3,
+                y.p50 / 1e3, Gbps(r.transfer_bytes, t.p50), Gbps(r.transfer_bytes, y.p50),
+                y.p50 / t.p50, torch_us / 1e3);
+  };
+  const std::string size = absl::StrFormat("%.0f MiB", r.transfer_bytes / mib);
+  transfer(("distribute_tensor " + size + " (+sync) / Sink").c_str(), r.distribute, r.sink,
+           r.Torch("distribute_us"));
+  transfer(("distribute_tensor " + size + " (call) / Sink").c_str(), r.distribute_call, r.sink,
+           NAN);
+  transfer(("full_tensor " + size + " / Source").c_str(), r.full_tensor, r.source,
+           r.Torch("full_tensor_us"));
+  std::printf("%-44s | %9.1fus %9.1fus | %11s %11s | %6.2fx %6.1fus\n",
+              "add 1 KiB, call p50 / Ping p50", r.add_call.p50, r.ping.p50, "", "",
+              r.add_call.p50 / r.ping.p50, r.Torch("add_call_p50_us"));
+  std::printf("%-44s | %9.1fus %9.1fus | %11s %11s | %6.2fx %6.1fus\n",
+              "add 1 KiB, call mean / Ping mean", r.add_call.mean, r.ping.mean, "", "",
+              r.add_call.mean / r.ping.mean, r.Torch("add_call_mean_us"));
+  std::printf("%-44s | %9.1fus %9.1fus | %11s %11s | %6.2fx %6.1fus\n",
+              "add 1 KiB + Synchronize p50 / Ping p50", r.add_sync.p50, r.ping.p50, "", "",
+              r.add_sync.p50 / r.ping.p50, r.Torch("add_sync_p50_us"));
+  std::printf("%-44s | %9.1fus %9.1fus | %11s %11s | %6.2fx %6.1fus\n",
+              "add 1 KiB + Synchronize mean / Ping mean", r.add_sync.mean, r.ping.mean, "", "",
+              r.add_sync.mean / r.ping.mean, r.Torch("add_sync_mean_us"));
+  std::printf("%-44s | %9.0f/s %11s | %11s %11s | %7s %6.0f/s\n", "add 1 KiB pipelined ops/s",
+              r.pipelined_ops_per_s, "", "", "", "", r.Torch("pipelined_ops_per_s"));
+  std::printf("%-44s | %9.0f/s %11s | %11s %11s | %7s %8s\n",
+              "add 1 KiB pipelined, outputs kept, ops/s", r.pipelined_kept_ops_per_s, "", "", "",
+              "", "");
+  const double half = static_cast<double>(kWorkers - 1) / kWorkers;
+  std::printf("%-44s | %9.1fms %9.1fms | %5.3f/%5.3f %5.3f/%5.3f | %6.2fx %6.1fms\n",
+              absl::StrFormat("redistribute S(0)->R %.0f MiB / all_gather", r.redistribute_bytes / mib)
+                  .c_str(),
+              r.redistribute.p50 / 1e3, r.all_gather.p50 / 1e3,
+              Gbps(r.redistribute_bytes, r.redistribute.p50),
+              Gbps(r.redistribute_bytes, r.redistribute.p50) * half,
+              Gbps(r.redistribute_bytes, r.all_gather.p50),
+              Gbps(r.redistribute_bytes, r.all_gather.p50) * half,
+              r.all_gather.p50 / r.redistribute.p50, r.Torch("redistribute_us") / 1e3);
+  std::printf("(ratio: yardstick time / Tessera time for transfers and redistribute, Tessera time /"
+              " Ping time for add; redistribute GB/s: algbw/busbw; torch: torch's figure for the "
+              "row)\n");
+
+  const double growth = r.hwm_after_mib - r.rss_before_mib;
+  std::printf("\ncoordinator while distributing %.0f MiB (%.1f GB/s incl. sync): VmRSS before "
+              "%.1f MiB, VmHWM after %.1f MiB%s, VmRSS after %.1f MiB: peak growth %.1f MiB\n",
+              r.memory_bytes / mib, Gbps(r.memory_bytes, r.memory_distribute_us),
+              r.rss_before_mib, r.hwm_after_mib, r.hwm_reset ? " (peak reset first)" : "",
+              r.rss_after_mib, growth);
+
+  std::printf("\nCPU ms per call (client / coordinator / both workers): distribute_tensor "
+              "%.0f / %.0f / %.0f, full_tensor %.0f / %.0f / %.0f, pipelined add (outputs kept) "
+              "%.3f / %.3f / %.3f\n",
+              r.distribute_cpu.client, r.distribute_cpu.coordinator, r.distribute_cpu.workers,
+              r.full_tensor_cpu.client, r.full_tensor_cpu.coordinator, r.full_tensor_cpu.workers,
+              r.add_cpu.client, r.add_cpu.coordinator, r.add_cpu.workers);
+  std::printf("CPU ms per call (client / raw gRPC server): Sink %.0f / %.0f, Source %.0f / %.0f\n",
+              r.sink_cpu.client, r.sink_cpu.coordinator, r.source_cpu.client,
+              r.source_cpu.coordinator);
+
+  std::printf("\nAims:\n");
+  const double d = r.sink.p50 / r.distribute.p50, f = r.source.p50 / r.full_tensor.p50;
+  std::printf("  distribute_tensor >= 0.8x raw gRPC stream: %.2fx (%.2fx call only): %s\n", d,
+              r.sink.p50 / r.distribute_call.p50, Verdict(d >= 0.8).c_str());
+  std::printf("  full_tensor >= 0.8x raw gRPC stream: %.2fx: %s\n", f, Verdict(f >= 0.8).c_str());
+  std::printf("  coordinator peak RSS growth <= 64 MiB: %.1f MiB: %s\n", growth,
+              Verdict(growth <= 64).c_str());
+  const double l = r.add_call.p50 / r.ping.p50;
+  std::printf("  tiny add call <= 1.5x gRPC Ping: %.2fx p50 (%.2fx mean): %s\n", l,
+              r.add_call.mean / r.ping.mean, Verdict(l <= 1.5).c_str());
+  const double g = r.all_gather.p50 / r.redistribute.p50;
+  std::printf("  redistribute >= 0.9x raw Gloo all_gather: %.2fx: %s\n", g,
+              Verdict(g >= 0.9).c_str());
+  if (!r.torch.empty()) {
+    std::printf("\nTessera / torch DTensor (time ratio torch/Tessera; > 1 means Tessera is faster): "
+                "distribute %.2fx, full_tensor %.2fx, add call %.2fx, add + sync %.2fx, "
+                "pipelined %.2fx (ops/s Tessera/torch), redistribute %.2fx\n",
+                r.Torch("distribute_us") / r.distribute.p50,
+                r.Torch("full_tensor_us") / r.full_tensor.p50,
+                r.Torch("add_call_p50_us") / r.add_call.p50,
+                r.Torch("add_sync_p50_us") / r.add_sync.p50,
+                r.pipelined_ops_per_s / r.Torch("pipelined_ops_per_s"),
+                r.Torch("redistribute_us") / r.redistribute.p50);
+  }
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+// The first three fields of /proc/loadavg.
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return absl::StrCat(a, " ", b, " ", c);
+}
+
+std::string Scheduler() {
+  switch (sched_getscheduler(0)) {
+    case SCHED_RR: return "SCHED_RR";
+    case SCHED_FIFO: return "SCHED_FIFO";
+    default: return "SCHED_OTHER";
+  }
+}
+
+std::string Num(double v) { return std::isnan(v) ? "null" : absl::StrFormat("%.3f", v); }
+
+std::string CpuJson(const Cpu& c) {
+  return absl::StrFormat("{\"client_ms\": %s, \"coordinator_ms\": %s, \"workers_ms\": %s}",
+                         Num(c.client), Num(c.coordinator), Num(c.workers));
+}
+
+std::string RawCpuJson(const Cpu& c) {
+  return absl::StrFormat("{\"client_ms\": %s, \"server_ms\": %s}", Num(c.client),
+                         Num(c.coordinator));
+}
+
+std::string StatsJson(const Stats& s) {
+  return absl::StrFormat("{\"p50_us\": %s, \"mean_us\": %s, \"min_us\": %s, \"calls\": %d}",
+                         Num(s.p50), Num(s.mean), Num(s.min), s.calls);
+}
+
+absl::Status WriteJson(const std::string& path, const Results& r, const std::string& load) {
+  std::ofstream f(path);
+  if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
+  const std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
+  f << "{\n  \"benchmark\": \"dtensor_bench\",\n  \"date\": \"" << date << "\",\n"
+    << "  \"machine\": {\"nproc\": " << std::thread::hardware_concurrency() << ", \"cpu\": \""
+    << CpuModel() << "\", \"scheduler\": \"" << Scheduler() << "\", \"loadavg_at_start\": \""
+    << load << "\", \"loadavg_at_end\": \"" << LoadAverage() << "\"},\n"
+    << "  \"workers\": " << kWorkers << ",\n  \"dtype\": \"float32\",\n"
+    << absl::StrFormat("  \"transfer\": {\"bytes\": %d, \"distribute_sync\": %s, "
+                       "\"distribute_call\": %s, \"full_tensor\": %s, \"raw_sink\": %s, "
+                       "\"raw_source\": %s, \"distribute_cpu_per_call\": %s, "
+                       "\"full_tensor_cpu_per_call\": %s, \"raw_sink_cpu_per_call\": %s, "
+                       "\"raw_source_cpu_per_call\": %s},\n",
+                       r.transfer_bytes, StatsJson(r.distribute), StatsJson(r.distribute_call),
+                       StatsJson(r.full_tensor), StatsJson(r.sink), StatsJson(r.source),
+                       CpuJson(r.distribute_cpu), CpuJson(r.full_tensor_cpu),
+                       RawCpuJson(r.sink_cpu), RawCpuJson(r.source_cpu))
+    << absl::StrFormat("  \"coordinator_memory\": {\"bytes\": %d, \"vmrss_before_mib\": %s, "
+                       "\"vmhwm_after_mib\": %s, \"vmrss_after_mib\": %s, \"peak_reset\": %s, "
+                       "\"peak_growth_mib\": %s, \"distribute_sync_us\": %s},\n",
+                       r.memory_bytes, Num(r.rss_before_mib), Num(r.hwm_after_mib),
+                       Num(r.rss_after_mib), r.hwm_reset ? "true" : "false",
+                       Num(r.hwm_after_mib - r.rss_before_mib), Num(r.memory_distribute_us))
+    << absl::StrFormat("  \"tiny_add\": {\"elements\": %d, \"call\": %s, \"call_sync\": %s, "
+                       "\"raw_ping\": %s, \"pipelined_ops\": %d, \"pipelined_ops_per_s\": %s, "
+                       "\"pipelined_outputs_kept_ops_per_s\": %s, \"kept_cpu_per_op\": %s},\n",
+                       absl::GetFlag(FLAGS_tiny_elements), StatsJson(r.add_call),
+                       StatsJson(r.add_sync), StatsJson(r.ping), absl::GetFlag(FLAGS_pipelined_ops),
+                       Num(r.pipelined_ops_per_s), Num(r.pipelined_kept_ops_per_s),
+                       CpuJson(r.add_cpu))
+    << absl::StrFormat("  \"redistribute\": {\"bytes\": %d, \"shard0_to_replicate_sync\": %s, "
+                       "\"raw_gloo_all_gather\": %s},\n",
+                       r.redistribute_bytes, StatsJson(r.redistribute), StatsJson(r.all_gather))
+    << "  \"torch\": {";
+  bool first = true;
+  for (const auto& [key, value] : r.torch) {
+    f << (first ? "" : ", ") << "\"" << key << "\": " << Num(value);
+    first = false;
+  }
+  f << "}\n}\n";
+  return f ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));
+}
+
+absl::Status Run(const std::string& dir, Results& r) {
+  std::string grpc_peer = absl::GetFlag(FLAGS_raw_grpc_peer);
+  if (grpc_peer.empty()) grpc_peer = SelfDirectory() + "/raw_grpc_peer";
+  std::string gloo_peer = absl::GetFlag(FLAGS_raw_gloo_peer);
+  if (gloo_peer.empty()) gloo_peer = SelfDirectory() + "/raw_gloo_peer";
+  absl::StatusOr<std::unique_ptr<RawPeerClient>> raw = RawPeerClient::Start(grpc_peer, dir);
+  if (!raw.ok()) return raw.status();
+
+  LocalClusterOptions options;
+  options.workers = kWorkers;
+  options.memory_budget_bytes = absl::GetFlag(FLAGS_worker_budget_bytes);
+  options.log_dir = dir + "/cluster";
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<pid_t> coordinator = ChildNamed("tessera-coordinator");
+  if (!coordinator.ok()) return coordinator.status();
+  Pids pids{*coordinator, {}};
+  for (int i = 0; i < kWorkers; ++i) pids.workers.push_back((*cluster)->worker_pid(i));
+  absl::StatusOr<std::shared_ptr<client::Session>> session =
+      client::Session::Connect((*cluster)->address());
+  if (!session.ok()) return session.status();
+  absl::StatusOr<client::Mesh> mesh =
+      client::InitDeviceMesh(**session, "cpu", {kWorkers}, {}, kMesh);
+  if (!mesh.ok()) return mesh.status();
+
+  std::fprintf(stderr, "coordinator memory (%lld bytes)\n", static_cast<long long>(r.memory_bytes));
+  if (absl::Status s = MeasureMemory(**session, *mesh, *coordinator, r); !s.ok()) return s;
+  std::fprintf(stderr, "transfers (%lld bytes)\n", static_cast<long long>(r.transfer_bytes));
+  if (absl::Status s = MeasureTransfer(**session, *mesh, **raw, pids, r); !s.ok()) return s;
+  std::fprintf(stderr, "tiny add\n");
+  if (absl::Status s = MeasureTinyOp(**session, *mesh, **raw, pids, r); !s.ok()) return s;
+  std::fprintf(stderr, "redistribute (%lld bytes)\n",
+               static_cast<long long>(r.redistribute_bytes));
+  if (absl::Status s = MeasureRedistribute(**session, *mesh, gloo_peer, dir, r); !s.ok()) return s;
+  session->reset();
+  (*cluster)->Stop();
+  raw->reset();
+  if (!absl::GetFlag(FLAGS_torch_python).empty()) {
+    std::fprintf(stderr, "torch DTensor\n");
+    return RunTorch(dir, r);
+  }
+  std::fprintf(stderr, "no --torch_python: torch DTensor is not measured\n");
+  return absl::OkStatus();
+}
+
+int Main() {
+  if (!absl::GetFlag(FLAGS_torch_python).empty() && absl::GetFlag(FLAGS_torch_peer).empty()) {
+    std::fprintf(stderr, "--torch_python needs --torch_peer\n");
+    return 2;
+  }
+  Results r;
+  r.transfer_bytes = absl::GetFlag(FLAGS_transfer_bytes);
+  r.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
+  r.redistribute_bytes = absl::GetFlag(FLAGS_redistribute_bytes);
+  for (int64_t bytes : {r.transfer_bytes, r.memory_bytes, r.redistribute_bytes,
+                        int64_t{absl::GetFlag(FLAGS_tiny_elements)} * 4}) {
+    if (bytes <= 0 || bytes % (4 * kWorkers) != 0) {
+      std::fprintf(stderr, "sizes must be positive multiples of %d bytes\n", 4 * kWorkers);
+      return 2;
+    }
+  }
+  std::string dir = (std::filesystem::temp_directory_path() / "tessera-dtensor-XXXXXX").string();
+  if (mkdtemp(dir.data()) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string load = LoadAverage();
+  std::fprintf(stderr, "scheduler %s, load average %s, logs in %s\n", Scheduler().c_str(),
+               load.c_str(), dir.c_str());
+  if (absl::Status s = Run(dir, r); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
+  }
+  PrintTable(r);
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    if (absl::Status s = WriteJson(path, r, load); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tessera::Main();
+}
