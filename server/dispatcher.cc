@@ -1,7 +1,7 @@
 #include "server/dispatcher.h"
 
+#include <algorithm>
 #include <atomic>
-#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -25,8 +25,27 @@ int Severity(absl::StatusCode code) {
 
 }  // namespace
 
+// One Post: every worker's outcome, and how many are still outstanding.
+struct Dispatcher::PostState {
+  std::vector<WorkerHandle> workers;
+  std::vector<absl::Status> statuses;
+  std::vector<v1::CommandReply> replies;
+  std::atomic<int> pending{0};
+  Done done;
+};
+
 Dispatcher::Dispatcher(WorkerRegistry* registry, std::string secret)
-    : registry_(registry), secret_(std::move(secret)) {}
+    : registry_(registry), secret_(std::move(secret)) {
+  sender_ = std::thread([this] { SendLoop(); });
+}
+
+Dispatcher::~Dispatcher() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  sender_.join();
+}
 
 void Dispatcher::Authorize(grpc::ClientContext* context) const {
   context->AddMetadata(kSecretMetadataKey, secret_);
@@ -60,68 +79,115 @@ void Dispatcher::Post(const std::vector<WorkerHandle>& workers, const v1::Comman
     done(absl::OkStatus(), {});
     return;
   }
-  {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int* n) { return *n < kMaxInFlight; }, &in_flight_));
-    ++in_flight_;
-  }
+  auto post = std::make_shared<PostState>();
+  post->workers = workers;
+  post->statuses.resize(workers.size());
+  post->replies.resize(workers.size());
+  post->pending = static_cast<int>(workers.size());
+  post->done = std::move(done);
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(+[](int* n) { return *n < kMaxInFlight; }, &in_flight_));
+  ++in_flight_;
+  // Sequences are taken and queued under one lock, so each worker's queue is in sequence order
+  // (a batch waiting on a later sequence while an earlier one sits behind it would stall).
   const std::vector<int64_t> sequences = registry_->NextSequences(workers);
-  // One post: its calls, and the count of those still outstanding.
-  struct Batch {
-    struct Call {
-      grpc::ClientContext context;
-      v1::Command request;
-      v1::CommandReply reply;
-    };
-    std::vector<WorkerHandle> workers;
-    std::vector<std::unique_ptr<Call>> calls;
-    std::vector<grpc::Status> statuses;
-    std::atomic<int> pending;
-    Done done;
-  };
-  auto batch = std::make_shared<Batch>();
-  batch->workers = workers;
-  batch->statuses.resize(workers.size());
-  batch->pending = static_cast<int>(workers.size());
-  batch->done = std::move(done);
-  const auto deadline = DeadlineAfter(timeout);
   for (size_t i = 0; i < workers.size(); ++i) {
-    auto call = std::make_unique<Batch::Call>();
-    call->request = command;
-    call->request.set_sequence(sequences[i]);
-    call->request.set_incarnation(workers[i].incarnation);
-    call->context.set_deadline(deadline);
-    Authorize(&call->context);
-    batch->calls.push_back(std::move(call));
-  }
-  for (size_t i = 0; i < workers.size(); ++i) {
-    Batch::Call* c = batch->calls[i].get();
-    workers[i].stub->async()->Execute(
-        &c->context, &c->request, &c->reply, [this, batch, i](grpc::Status s) {
-          batch->statuses[i] = std::move(s);
-          if (batch->pending.fetch_sub(1) != 1) return;
-          absl::Status status = Combine(batch->workers, batch->statuses);
-          std::vector<v1::CommandReply> replies;
-          replies.reserve(batch->calls.size());
-          for (auto& call : batch->calls) replies.push_back(std::move(call->reply));
-          {
-            absl::MutexLock lock(&mu_);
-            --in_flight_;
-          }
-          batch->done(std::move(status), std::move(replies));
-        });
+    Queued q{command, deadline, post, i};
+    q.command.set_sequence(sequences[i]);
+    q.command.set_incarnation(workers[i].incarnation);
+    Outbox& box = outboxes_[workers[i].id];
+    box.worker = workers[i];
+    box.queue.push_back(std::move(q));
   }
 }
 
+void Dispatcher::SendLoop() {
+  auto work_or_stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stopping_) return true;
+    for (const auto& [id, box] : outboxes_) {
+      if (!box.sending && !box.queue.empty()) return true;
+    }
+    return false;
+  };
+  while (true) {
+    std::vector<std::pair<WorkerHandle, std::vector<Queued>>> batches;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&work_or_stop));
+      if (stopping_) return;
+      for (auto& [id, box] : outboxes_) {
+        if (box.sending || box.queue.empty()) continue;
+        box.sending = true;
+        batches.emplace_back(box.worker, std::vector<Queued>(std::make_move_iterator(box.queue.begin()),
+                                                             std::make_move_iterator(box.queue.end())));
+        box.queue.clear();
+      }
+    }
+    for (auto& [worker, batch] : batches) Send(std::move(worker), std::move(batch));
+  }
+}
+
+void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
+  struct Call {
+    grpc::ClientContext context;
+    v1::CommandBatch request;
+    v1::CommandBatchReply reply;
+    std::vector<Queued> items;
+  };
+  auto call = std::make_shared<Call>();
+  absl::Time deadline = absl::InfinitePast();
+  for (Queued& q : batch) {
+    *call->request.add_commands() = q.command;
+    deadline = std::max(deadline, q.deadline);
+  }
+  call->items = std::move(batch);
+  call->context.set_deadline(absl::ToChronoTime(deadline));
+  Authorize(&call->context);
+  const int64_t id = worker.id;
+  worker.stub->async()->ExecuteBatch(
+      &call->context, &call->request, &call->reply, [this, call, id](grpc::Status s) {
+        {
+          absl::MutexLock lock(&mu_);
+          outboxes_[id].sending = false;
+        }
+        for (size_t i = 0; i < call->items.size(); ++i) {
+          Queued& q = call->items[i];
+          if (!s.ok() || i >= static_cast<size_t>(call->reply.results_size())) {
+            Complete(q.post, q.index, s.ok() ? absl::InternalError("batch reply is short")
+                                             : FromGrpcStatus(s),
+                     {});
+            continue;
+          }
+          v1::CommandResult& r = *call->reply.mutable_results(static_cast<int>(i));
+          Complete(q.post, q.index,
+                   absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()),
+                   std::move(*r.mutable_reply()));
+        }
+      });
+}
+
+void Dispatcher::Complete(const std::shared_ptr<PostState>& post, size_t index,
+                          absl::Status status, v1::CommandReply reply) {
+  post->statuses[index] = std::move(status);
+  post->replies[index] = std::move(reply);
+  if (post->pending.fetch_sub(1) != 1) return;
+  absl::Status combined = Combine(post->workers, post->statuses);
+  {
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+  }
+  post->done(std::move(combined), std::move(post->replies));
+}
+
 absl::Status Dispatcher::Combine(const std::vector<WorkerHandle>& workers,
-                                 const std::vector<grpc::Status>& statuses) const {
+                                 const std::vector<absl::Status>& statuses) const {
   absl::Status worst;
   for (size_t i = 0; i < statuses.size(); ++i) {
     if (statuses[i].ok()) continue;
-    absl::Status s = FromGrpcStatus(statuses[i]);
-    s = absl::Status(s.code(), absl::StrCat("worker ", workers[i].id, " at ", workers[i].address,
-                                            ": ", s.message()));
+    absl::Status s(statuses[i].code(), absl::StrCat("worker ", workers[i].id, " at ",
+                                                    workers[i].address, ": ",
+                                                    statuses[i].message()));
     if (worst.ok() || Severity(s.code()) < Severity(worst.code())) worst = s;
   }
   if (worst.ok()) return worst;

@@ -1,8 +1,12 @@
 #ifndef TESSERA_SERVER_DISPATCHER_H_
 #define TESSERA_SERVER_DISPATCHER_H_
 
+#include <deque>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -14,14 +18,18 @@
 namespace tessera {
 
 // Sends one command to many workers at once: the same payload, each with its own sequence and
-// incarnation, all RPCs in flight together, so the cost per op stays flat as workers grow.
+// incarnation, so the cost per op stays flat as workers grow. Commands wait in a queue per
+// worker; a sender thread ships each worker's queue as one ExecuteBatch call whenever the worker
+// has none in flight, so an idle worker gets a command at once and a busy one gets everything that
+// queued up meanwhile in one call. Thread-safe.
 class Dispatcher {
  public:
   Dispatcher(WorkerRegistry* registry, std::string secret);
+  ~Dispatcher();
 
   // Runs `command` on every worker of `worker_ids` (in that order) and returns their replies in the
-  // same order. Each RPC has deadline `timeout`. On failure returns the most telling error, naming
-  // the worker: a worker that is gone (UNAVAILABLE) before one that timed out, before others.
+  // same order. Each command has deadline `timeout`. On failure returns the most telling error,
+  // naming the worker: a worker that is gone (UNAVAILABLE) before one that timed out, before others.
   absl::StatusOr<std::vector<v1::CommandReply>> Run(const std::vector<int64_t>& worker_ids,
                                                     const v1::Command& command,
                                                     absl::Duration timeout);
@@ -30,9 +38,9 @@ class Dispatcher {
   // replies in worker order.
   using Done = std::function<void(absl::Status, std::vector<v1::CommandReply>)>;
 
-  // Sends `command` as Run does but returns at once; `done` runs on a gRPC thread when every
-  // worker replied. Blocks while kMaxInFlight posts are outstanding (back-pressure), so a client
-  // that pipelines ops cannot queue unbounded work on the workers.
+  // Queues `command` for `workers` as Run does but returns at once; `done` runs on a gRPC thread
+  // when every worker replied. Blocks while kMaxInFlight posts are outstanding (back-pressure), so
+  // a client that pipelines ops cannot queue unbounded work.
   void Post(const std::vector<WorkerHandle>& workers, const v1::Command& command,
             absl::Duration timeout, Done done);
   static constexpr int kMaxInFlight = 256;
@@ -43,14 +51,38 @@ class Dispatcher {
   WorkerRegistry& registry() { return *registry_; }
 
  private:
-  // The most telling error among the replies, naming the worker (a dead one first).
+  struct PostState;
+  // One worker's part of a post, waiting to be sent.
+  struct Queued {
+    v1::Command command;
+    absl::Time deadline;
+    std::shared_ptr<PostState> post;
+    size_t index = 0;  // the worker's position in the post
+  };
+  // The commands waiting for one worker, and whether a batch of its is in flight.
+  struct Outbox {
+    WorkerHandle worker;
+    std::deque<Queued> queue;
+    bool sending = false;
+  };
+
+  void SendLoop();
+  // Sends `batch` to `worker` as one ExecuteBatch call.
+  void Send(WorkerHandle worker, std::vector<Queued> batch);
+  // Records one worker's outcome of a post; the last one runs the post's `done`.
+  void Complete(const std::shared_ptr<PostState>& post, size_t index, absl::Status status,
+                v1::CommandReply reply);
+  // The most telling error among the outcomes, naming the worker (a dead one first).
   absl::Status Combine(const std::vector<WorkerHandle>& workers,
-                       const std::vector<grpc::Status>& statuses) const;
+                       const std::vector<absl::Status>& statuses) const;
 
   WorkerRegistry* registry_;
   const std::string secret_;
   absl::Mutex mu_;
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // posts not yet done
+  std::map<int64_t, Outbox> outboxes_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread sender_;
 };
 
 }  // namespace tessera

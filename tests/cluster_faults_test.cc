@@ -129,7 +129,7 @@ TEST_F(ClusterFaultsTest, WorkerKilledDuringAllReduce) {
   const std::vector<int64_t> others(ids.begin(), ids.begin() + kVictim);
   ASSERT_TRUE(client.CreateMesh("others", "cpu", {kVictim}, {}, others, kCollectiveTimeout).ok());
   ASSERT_TRUE(client.CreateMesh("big", "cpu", {kWorkers}, {}, ids, kCollectiveTimeout).ok());
-  const HostTensor big = HostTensor::Zeros(DType::kFloat32, {16, 1024, 1024}).value();  // 64 MiB
+  const HostTensor big = HostTensor::Zeros(DType::kFloat32, {32, 1024, 1024}).value();  // 128 MiB
   for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(client.PutLocal("big", r, "x", big).ok());
 
   // The all_reduce runs on its own channel with its own deadline, so that nothing can hang here.
@@ -145,8 +145,8 @@ TEST_F(ClusterFaultsTest, WorkerKilledDuringAllReduce) {
     v1::CollectiveReply reply;
     done.set_value(FromGrpcStatus(stub->RunCollective(&context, request, &reply)));
   });
-  // By now the workers are in Gloo's ring, which takes about 0.7 s for 64 MiB on 4 ranks here.
-  absl::SleepFor(absl::Milliseconds(250));
+  // By now the workers are in Gloo's ring, which takes over 0.5 s for 128 MiB on 4 ranks here.
+  absl::SleepFor(absl::Milliseconds(150));
   const bool running = result.wait_for(std::chrono::seconds(0)) == std::future_status::timeout;
   const absl::Status killed = cluster.KillWorker(kVictim);
   const absl::Time kill_time = absl::Now();

@@ -51,18 +51,42 @@ grpc::Status WorkerService::AwaitTurn(const grpc::ServerContext& context, int64_
   return ToGrpcStatus(sequencer_.Acquire(sequence, absl::FromChrono(context.deadline())));
 }
 
-grpc::Status WorkerService::Execute(grpc::ServerContext* context, const v1::Command* command,
-                                    v1::CommandReply* reply) {
-  if (grpc::Status s = Admit(*context, command->incarnation()); !s.ok()) return s;
-  if (grpc::Status s = AwaitTurn(*context, command->sequence()); !s.ok()) return s;
+grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context,
+                                      const v1::Command& command, v1::CommandReply* reply) {
+  if (grpc::Status s = Admit(context, command.incarnation()); !s.ok()) return s;
+  if (grpc::Status s = AwaitTurn(context, command.sequence()); !s.ok()) return s;
   absl::StatusOr<v1::CommandReply> result;
   {
     absl::MutexLock lock(&mu_);
-    result = executor_->Execute(*command);
+    result = executor_->Execute(command);
   }
-  sequencer_.Done(command->sequence());
+  sequencer_.Done(command.sequence());
   if (!result.ok()) return ToGrpcStatus(result.status());
   *reply = *std::move(result);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Execute(grpc::ServerContext* context, const v1::Command* command,
+                                    v1::CommandReply* reply) {
+  return RunInTurn(*context, *command, reply);
+}
+
+grpc::Status WorkerService::ExecuteBatch(grpc::ServerContext* context,
+                                         const v1::CommandBatch* batch,
+                                         v1::CommandBatchReply* reply) {
+  // Run in sequence order whatever order the batch lists them in; report in the batch's order.
+  std::vector<int> order(static_cast<size_t>(batch->commands_size()));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return batch->commands(a).sequence() < batch->commands(b).sequence();
+  });
+  for (size_t i = 0; i < order.size(); ++i) reply->add_results();
+  for (int i : order) {
+    v1::CommandResult* result = reply->mutable_results(i);
+    grpc::Status s = RunInTurn(*context, batch->commands(i), result->mutable_reply());
+    result->set_code(static_cast<int>(s.error_code()));
+    result->set_message(s.error_message());
+  }
   return grpc::Status::OK;
 }
 

@@ -29,6 +29,8 @@ class WorkerService final : public v1::Worker::Service {
 
   grpc::Status Execute(grpc::ServerContext* context, const v1::Command* command,
                        v1::CommandReply* reply) override;
+  grpc::Status ExecuteBatch(grpc::ServerContext* context, const v1::CommandBatch* batch,
+                            v1::CommandBatchReply* reply) override;
   grpc::Status Upload(grpc::ServerContext* context, grpc::ServerReader<v1::TensorChunk>* reader,
                       v1::UploadReply* reply) override;
   grpc::Status Download(grpc::ServerContext* context, const v1::DownloadRequest* request,
@@ -37,6 +39,9 @@ class WorkerService final : public v1::Worker::Service {
  private:
   // OK if the call carries the secret and is for the current incarnation.
   grpc::Status Admit(const grpc::ServerContext& context, int64_t incarnation) const;
+  // Admits `command`, waits for its turn and runs it.
+  grpc::Status RunInTurn(const grpc::ServerContext& context, const v1::Command& command,
+                         v1::CommandReply* reply);
   // Waits for `sequence`'s turn; on OK the caller must call sequencer_.Done(sequence).
   grpc::Status AwaitTurn(const grpc::ServerContext& context, int64_t sequence);
 
