@@ -157,7 +157,14 @@ class RedistributeStepTest : public ::testing::TestWithParam<Case> {
       const std::vector<int64_t> coord = mesh_.CoordinateOfIndex(pos);
       const std::vector<Communicator*>& dims = groups_->by_position[pos];
       if (!step_by_step) {
-        got[pos] = RunRedistributePlan(src, plan, coord, dims, shards[pos].Clone());
+        // Alternate between an owned shard and a borrowed one, which must stay untouched.
+        if ((plan.steps.size() + static_cast<size_t>(pos)) % 2 == 0) {
+          got[pos] = RunRedistributePlan(src, plan, coord, dims, shards[pos].Clone());
+        } else {
+          const HostTensor before = shards[pos].Clone();
+          got[pos] = RunRedistributePlan(src, plan, coord, dims, &shards[pos]);
+          if (!shards[pos].BitEqual(before)) got[pos] = absl::InternalError("borrowed shard changed");
+        }
         return;
       }
       DTensorSpec spec = src;

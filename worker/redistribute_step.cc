@@ -1,5 +1,6 @@
 #include "worker/redistribute_step.h"
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -290,11 +291,14 @@ absl::StatusOr<HostTensor> RunRedistributeStep(const DTensorSpec& spec,
   return shard;
 }
 
-absl::StatusOr<HostTensor> RunRedistributePlan(const DTensorSpec& spec,
-                                               const RedistributePlan& plan,
-                                               absl::Span<const int64_t> coordinate,
-                                               absl::Span<comm::Communicator* const> dim_groups,
-                                               HostTensor local) {
+namespace {
+
+// RunRedistributePlan on a shard that is either borrowed (read only; copied before the first step
+// that would write it) or owned.
+absl::StatusOr<HostTensor> RunPlan(const DTensorSpec& spec, const RedistributePlan& plan,
+                                   absl::Span<const int64_t> coordinate,
+                                   absl::Span<comm::Communicator* const> dim_groups,
+                                   const HostTensor* borrowed, std::optional<HostTensor> owned) {
   if (static_cast<int>(dim_groups.size()) != spec.mesh.ndim()) {
     return absl::InvalidArgumentError(absl::StrCat(
         dim_groups.size(), " communicators for a mesh of ", spec.mesh.ndim(), " dims"));
@@ -305,14 +309,16 @@ absl::StatusOr<HostTensor> RunRedistributePlan(const DTensorSpec& spec,
     comm::Communicator* group = step.mesh_dim >= 0 && step.mesh_dim < spec.mesh.ndim()
                                     ? dim_groups[step.mesh_dim]
                                     : nullptr;
-    absl::Status s = CheckStep(current, step, coordinate, group, local);
+    const HostTensor& shard = owned.has_value() ? *owned : *borrowed;
+    absl::Status s = CheckStep(current, step, coordinate, group, shard);
     if (s.ok()) {
       if (UpdatesInPlace(step.collective)) {
-        s = RunInPlace(step, coordinate, group, local);
+        if (!owned.has_value()) owned = borrowed->Clone();
+        s = RunInPlace(step, coordinate, group, *owned);
       } else {
-        absl::StatusOr<HostTensor> next = RunToNewShard(current, step, coordinate, group, local);
+        absl::StatusOr<HostTensor> next = RunToNewShard(current, step, coordinate, group, shard);
         s = next.status();
-        if (next.ok()) local = *std::move(next);
+        if (next.ok()) owned = *std::move(next);
       }
     }
     if (!s.ok()) {
@@ -322,7 +328,26 @@ absl::StatusOr<HostTensor> RunRedistributePlan(const DTensorSpec& spec,
     }
     current.placements[step.mesh_dim] = step.to;
   }
-  return local;
+  if (!owned.has_value()) return borrowed->Clone();
+  return *std::move(owned);
+}
+
+}  // namespace
+
+absl::StatusOr<HostTensor> RunRedistributePlan(const DTensorSpec& spec,
+                                               const RedistributePlan& plan,
+                                               absl::Span<const int64_t> coordinate,
+                                               absl::Span<comm::Communicator* const> dim_groups,
+                                               HostTensor local) {
+  return RunPlan(spec, plan, coordinate, dim_groups, nullptr, std::move(local));
+}
+
+absl::StatusOr<HostTensor> RunRedistributePlan(const DTensorSpec& spec,
+                                               const RedistributePlan& plan,
+                                               absl::Span<const int64_t> coordinate,
+                                               absl::Span<comm::Communicator* const> dim_groups,
+                                               const HostTensor* local) {
+  return RunPlan(spec, plan, coordinate, dim_groups, local, std::nullopt);
 }
 
 }  // namespace tessera

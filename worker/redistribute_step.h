@@ -30,6 +30,13 @@ absl::StatusOr<HostTensor> RunRedistributePlan(const DTensorSpec& spec,
                                                absl::Span<const int64_t> coordinate,
                                                absl::Span<comm::Communicator* const> dim_groups,
                                                HostTensor local);
+// The same on a shard that stays untouched: it is read by the steps that build a new shard and
+// copied only before a step that would rewrite it (all_reduce, local partition).
+absl::StatusOr<HostTensor> RunRedistributePlan(const DTensorSpec& spec,
+                                               const RedistributePlan& plan,
+                                               absl::Span<const int64_t> coordinate,
+                                               absl::Span<comm::Communicator* const> dim_groups,
+                                               const HostTensor* local);
 
 }  // namespace tessera
 

@@ -163,7 +163,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::Redistribute(
   }
   const std::vector<comm::Communicator*> groups = DimGroups(**mc);
   absl::StatusOr<HostTensor> out =
-      RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, input->Clone());
+      RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, input.get());
   if (!out.ok()) return out.status();
   if (!failure.ok()) return failure;
   v1::LocalTensorInfo info = LocalInfo(r.output(), *out);
@@ -234,7 +234,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
       continue;
     }
     absl::StatusOr<HostTensor> out =
-        RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, t->Clone());
+        RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, t.get());
     if (!out.ok()) return out.status();
     moved.push_back(*std::move(out));
     inputs.push_back(&moved.back());
