@@ -50,6 +50,20 @@ void BlockCursor::Take(int64_t begin, int64_t end, const char* window, std::stri
   }
 }
 
+void BlockCursor::Skip(int64_t begin, int64_t end) {
+  while (run_ < runs_.num_runs()) {
+    const int64_t s = std::max(runs_.RunStart(run_) + done_, begin);
+    const int64_t e = runs_.RunStart(run_) + runs_.run_length();
+    if (s >= end) return;
+    if (e <= end) {
+      ++run_;
+      done_ = 0;
+    } else {
+      done_ = end - runs_.RunStart(run_);
+    }
+  }
+}
+
 int64_t BlockCursor::BytesIn(int64_t begin, int64_t end) const {
   int64_t bytes = 0;
   int64_t done = done_;

@@ -42,6 +42,9 @@ class BlockCursor {
   // Bytes of the block inside flat elements [begin, end) (`window` holds those elements):
   // appended to `out` (whole tensor -> block).
   void Take(int64_t begin, int64_t end, const char* window, std::string& out);
+  // Consumes the block's bytes inside flat elements [begin, end) without copying them (the caller
+  // moved them whole).
+  void Skip(int64_t begin, int64_t end);
   // How many bytes of the block fall inside flat elements [begin, end), without consuming them.
   int64_t BytesIn(int64_t begin, int64_t end) const;
   // Writes the block's next bytes from `in` into `window` (flat elements [begin, end)), returning

@@ -101,7 +101,7 @@ grpc::Status CoordinatorService::DistributeTensor(grpc::ServerContext* context,
   absl::Status status = scatter.status();
   if (status.ok()) {
     do {
-      status = (*scatter)->Write(chunk.data());
+      status = (*scatter)->Write(std::move(*chunk.mutable_data()));
     } while (status.ok() && reader->Read(&chunk));
     status = status.ok() ? (*scatter)->Finish() : status;
   }
@@ -199,13 +199,13 @@ grpc::Status CoordinatorService::FromLocal(grpc::ServerContext* context,
     }
     more = false;
     v1::FromLocalChunk next;
-    status = (*up)->Write(chunk.data());
+    status = (*up)->Write(std::move(*chunk.mutable_data()));
     while (status.ok() && reader->Read(&next)) {
       if (next.begins_rank()) {
         more = true;
         break;
       }
-      status = (*up)->Write(next.data());
+      status = (*up)->Write(std::move(*next.mutable_data()));
     }
     if (!status.ok()) {
       status = absl::Status(status.code(), absl::StrCat("rank ", rank, "'s shard: ", status.message()));
@@ -389,7 +389,7 @@ grpc::Status CoordinatorService::MoveAcrossMeshes(grpc::ServerContext* context, 
     status = scatter.status();
     if (status.ok()) {
       std::string window;
-      while (status.ok() && (*gather)->Next(&window)) status = (*scatter)->Write(window);
+      while (status.ok() && (*gather)->Next(&window)) status = (*scatter)->Write(std::move(window));
       if (status.ok()) status = (*gather)->status();
       status = status.ok() ? (*scatter)->Finish() : status;
       if (status.ok()) reply->set_relayed_bytes((*scatter)->received_bytes());

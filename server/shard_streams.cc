@@ -110,26 +110,30 @@ absl::Status ShardScatter::Flush(Upload& u, bool force) {
   return absl::OkStatus();
 }
 
-absl::Status ShardScatter::Write(absl::string_view bytes) {
+absl::Status ShardScatter::Write(std::string bytes) {
   if (received_ + static_cast<int64_t>(bytes.size()) > expected_) {
     return absl::InvalidArgumentError(absl::StrCat("the stream sent more than the ", expected_,
                                                    " bytes of the tensor"));
   }
   received_ += static_cast<int64_t>(bytes.size());
   // Whole elements only: an element split across pieces waits in carry_.
-  std::string joined;
-  if (!carry_.empty()) {
-    joined = carry_ + std::string(bytes);
-    carry_.clear();
-    bytes = joined;
-  }
+  if (!carry_.empty()) bytes.insert(0, carry_);
   const size_t whole = bytes.size() / element_size_ * element_size_;
-  carry_ = std::string(bytes.substr(whole));
+  carry_ = bytes.substr(whole);
+  bytes.resize(whole);
   if (whole == 0) return absl::OkStatus();
   const int64_t begin = (received_ - static_cast<int64_t>(carry_.size()) -
                          static_cast<int64_t>(whole)) / static_cast<int64_t>(element_size_);
   const int64_t end = begin + static_cast<int64_t>(whole / element_size_);
   for (auto& u : uploads_) {
+    // All of the piece is this rank's next bytes: hand the buffer over as it is.
+    if (u->pending.empty() && u->cursor.BytesIn(begin, end) == static_cast<int64_t>(whole)) {
+      u->cursor.Skip(begin, end);
+      u->pending = std::move(bytes);
+      bytes.clear();
+      if (absl::Status s = Flush(*u, false); !s.ok()) return s;
+      continue;
+    }
     u->cursor.Take(begin, end, bytes.data(), u->pending);
     if (absl::Status s = Flush(*u, false); !s.ok()) return s;
   }
@@ -222,9 +226,28 @@ bool ShardGather::Next(std::string* out) {
     return false;
   }
   const int64_t begin = next_element_;
-  const int64_t end =
-      std::min(num_elements_, begin + static_cast<int64_t>(kWindowBytes / element_size_ + 1));
-  out->resize(static_cast<size_t>(end - begin) * element_size_);
+  const int64_t end = std::min(
+      num_elements_, begin + std::max<int64_t>(1, static_cast<int64_t>(kWindowBytes / element_size_)));
+  const int64_t window_bytes = (end - begin) * static_cast<int64_t>(element_size_);
+  for (auto& d : downloads_) {
+    // The window is one rank's next chunk as it arrives: pass it on without a copy.
+    if (d->used == d->buffer.size() && d->cursor.BytesIn(begin, end) == window_bytes) {
+      v1::TensorChunk chunk;
+      if (!d->ended && d->reader->Read(&chunk)) {
+        if (static_cast<int64_t>(chunk.data().size()) == window_bytes) {
+          d->cursor.Skip(begin, end);
+          *out = std::move(*chunk.mutable_data());
+          next_element_ = end;
+          if (next_element_ >= num_elements_) DrainAll();
+          if (!status_.ok()) out->clear();
+          return status_.ok();
+        }
+        d->buffer = std::move(*chunk.mutable_data());
+        d->used = 0;
+      }
+    }
+  }
+  out->resize(static_cast<size_t>(window_bytes));
   for (auto& d : downloads_) {
     const int64_t need = d->cursor.BytesIn(begin, end);
     while (static_cast<int64_t>(d->buffer.size() - d->used) < need) {
@@ -239,11 +262,13 @@ bool ShardGather::Next(std::string* out) {
         out->clear();
         return false;
       }
-      if (d->used > 0) {
+      if (d->used == d->buffer.size()) {
+        d->buffer = std::move(*chunk.mutable_data());  // nothing left to keep: no copy
+      } else {
         d->buffer.erase(0, d->used);
-        d->used = 0;
+        d->buffer.append(chunk.data());
       }
-      d->buffer.append(chunk.data());
+      d->used = 0;
     }
     d->used +=
         static_cast<size_t>(d->cursor.Give(begin, end, d->buffer.data() + d->used, out->data()));

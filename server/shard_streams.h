@@ -28,8 +28,9 @@ class ShardScatter {
                                                             absl::Time deadline);
   ~ShardScatter();
 
-  // The next bytes of the tensor; INVALID_ARGUMENT past the tensor's size.
-  absl::Status Write(absl::string_view bytes);
+  // The next bytes of the tensor; INVALID_ARGUMENT past the tensor's size. A piece that lies
+  // whole in one rank's block is passed on without a copy.
+  absl::Status Write(std::string bytes);
   // Checks that every byte arrived, closes the uploads and reports a worker's failure.
   absl::Status Finish();
   // Abandons the uploads: the workers store nothing.
