@@ -1,6 +1,8 @@
 // tessera-coordinator: the control plane. Serves the client-facing Coordinator service and the
 // worker-facing Registry (with the rendezvous store) on one port, plus gRPC health and reflection.
 
+#include <malloc.h>
+
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -38,6 +40,13 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-coordinator: a shared secret is required (--secret or $TESSERA_SECRET)\n";
     return 2;
   }
+
+  // The coordinator's large allocations are the 1 MiB windows of tensor streams, freed by other
+  // threads soon after. With glibc's defaults they land in per-thread arenas and its mmap threshold
+  // grows past them, so freed windows stay in the heap and the process grows with every stream; a
+  // fixed threshold maps each window on its own and returns it to the kernel when it is freed.
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
+  mallopt(M_ARENA_MAX, 1);
 
   tessera::WorkerRegistry workers(absl::GetFlag(FLAGS_heartbeat_interval),
                                   absl::GetFlag(FLAGS_dead_after));
