@@ -1,5 +1,7 @@
 #include "core/host_tensor.h"
 
+#include "absl/algorithm/container.h"
+
 #include <algorithm>
 #include <limits>
 #include <new>
@@ -124,6 +126,15 @@ absl::StatusOr<HostTensor> HostTensor::FromBytes(DType dtype, Shape shape,
   HostTensor t(dtype, std::move(shape));
   if (want > 0) std::memcpy(t.data(), bytes.data(), want);  // an empty span may hold nullptr
   return t;
+}
+
+absl::Status HostTensor::Reshape(Shape shape) {
+  if (NumElements(shape) != num_elements() || absl::c_any_of(shape, [](int64_t d) { return d < 0; })) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", ShapeToString(shape_), " to ",
+                                                   ShapeToString(shape)));
+  }
+  shape_ = std::move(shape);
+  return absl::OkStatus();
 }
 
 HostTensor HostTensor::Clone() const {

@@ -60,6 +60,9 @@ class HostTensor {
   }
 
   HostTensor Clone() const;
+  // Gives the tensor another shape of the same element count (row-major: the bytes stay);
+  // INVALID_ARGUMENT naming both shapes otherwise.
+  absl::Status Reshape(Shape shape);
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }

@@ -4,6 +4,7 @@
 // for every dtype and placement, every redistribute pair, factories, ops with sharding
 // propagation, cross-mesh moves, concurrent clients, ownership and leases.
 
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -401,7 +402,7 @@ TEST(CrossMesh, MovesKeepTheValues) {
 // ---------------------------------------------------------------------------------------------
 // The collective API in place (output = input): the workers update the stored buffer.
 
-TEST(InPlaceCollectives, AllReduceAndBroadcastUpdateTheTensor) {
+TEST(InPlaceCollectives, AllReduceBroadcastAndRepeatedOutputsUpdateTheTensor) {
   CoordinatorClient& c = *shared->cluster.client;
   std::vector<HostTensor> inputs;
   for (int r = 0; r < 4; ++r) {
@@ -432,6 +433,27 @@ TEST(InPlaceCollectives, AllReduceAndBroadcastUpdateTheTensor) {
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(TensorsMatch(*got, inputs[2])) << "rank " << r;
   }
+  // Again into an output that exists (its buffer is reused): the result is the new one.
+  for (int round = 0; round < 2; ++round) {
+    for (int r = 0; r < 4; ++r) {
+      inputs[r] = kernels::testing::RandomTensor(DType::kInt32, {3, 5}, 60 + 4 * round + r, -9, 9);
+      ASSERT_TRUE(c.PutLocal("line", r, "inplace", inputs[r]).ok());
+    }
+    request.set_op(v1::ALL_GATHER_OP);
+    request.set_output("gathered");
+    ASSERT_TRUE(c.RunCollective(request).ok());
+    for (int r = 0; r < 4; ++r) {
+      absl::StatusOr<HostTensor> got = c.GetLocal("line", r, "gathered");
+      ASSERT_TRUE(got.ok()) << got.status();
+      for (int q = 0; q < 4; ++q) {
+        EXPECT_EQ(std::memcmp(got->data() + q * inputs[q].nbytes(), inputs[q].data(),
+                              inputs[q].nbytes()),
+                  0)
+            << "round " << round << ", rank " << r << ", block " << q;
+      }
+    }
+  }
+  EXPECT_TRUE(c.DeleteTensor("line", "gathered").ok());
   EXPECT_TRUE(c.DeleteTensor("line", "inplace").ok());
 }
 

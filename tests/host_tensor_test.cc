@@ -124,6 +124,19 @@ TEST(HostTensorTest, NegativeShapeIsInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(HostTensorTest, ReshapeKeepsTheBytesAndRefusesAnotherCount) {
+  HostTensor t = HostTensor::FromValues<float>(DType::kFloat32, {2, 3}, {0, 1, 2, 3, 4, 5});
+  const std::byte* data = t.data();
+  ASSERT_TRUE(t.Reshape({3, 2}).ok());
+  EXPECT_EQ(t.shape(), (Shape{3, 2}));
+  EXPECT_EQ(t.data(), data);
+  const absl::Status s = t.Reshape({4, 2});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("[3, 2]"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("[4, 2]"));
+  EXPECT_EQ(t.shape(), (Shape{3, 2}));
+}
+
 TEST(HostTensorTest, FromBytesSizeMismatchNamesBothSizes) {
   std::vector<std::byte> bytes(20);
   absl::StatusOr<HostTensor> t = HostTensor::FromBytes(DType::kFloat32, {2, 3}, bytes);

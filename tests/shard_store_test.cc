@@ -60,5 +60,22 @@ TEST(ShardStore, TakeOrCopyMovesAnUnsharedTensorAndCopiesASharedOne) {
   EXPECT_EQ(store.TakeOrCopy("c").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(ShardStore, TakeForReuseHandsOverOnlyAnUnsharedBufferOfTheSameSize) {
+  ShardStore store(1000);
+  ASSERT_TRUE(store.Put("a", Floats(4)).ok());
+  EXPECT_FALSE(store.TakeForReuse("a", DType::kFloat32, 12).has_value());  // other size
+  EXPECT_FALSE(store.TakeForReuse("a", DType::kInt32, 16).has_value());    // other dtype
+  EXPECT_FALSE(store.TakeForReuse("b", DType::kFloat32, 16).has_value());  // absent
+  {
+    std::shared_ptr<const HostTensor> reader = store.Get("a").value();
+    EXPECT_FALSE(store.TakeForReuse("a", DType::kFloat32, 16).has_value());  // shared
+  }
+  std::optional<HostTensor> taken = store.TakeForReuse("a", DType::kFloat32, 16);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->num_elements(), 4);
+  EXPECT_EQ(store.used_bytes(), 0);
+  EXPECT_EQ(store.Get("a").status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -158,6 +158,17 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     }
     return HostTensor::Uninitialized(dtype, std::move(shape));
   };
+  // The final output: the buffer of the tensor it replaces when that has the same size and no
+  // reader (a repeated collective then writes into memory it already touched, instead of faulting
+  // in fresh pages every time), else a new one. A failed collective loses the replaced tensor.
+  auto final_output = [&](Shape shape) -> absl::StatusOr<HostTensor> {
+    if (c.output() != c.input()) {
+      std::optional<HostTensor> reused = store_->TakeForReuse(
+          c.output(), dtype, static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype));
+      if (reused.has_value() && reused->Reshape(shape).ok()) return *std::move(reused);
+    }
+    return output_of(std::move(shape));
+  };
   auto keep = [&](HostTensor out) -> absl::StatusOr<std::vector<v1::LocalTensorInfo>> {
     v1::LocalTensorInfo info = LocalInfo(c.output(), out);
     if (absl::Status s = store_->Put(c.output(), std::move(out)); !s.ok()) return s;
@@ -182,7 +193,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
   absl::Status status;
   switch (c.op()) {
     case v1::BROADCAST: {
-      absl::StatusOr<HostTensor> out = output_of(in.shape());
+      absl::StatusOr<HostTensor> out = final_output(in.shape());
       if (!out.ok()) return out.status();
       std::memcpy(out->data(), in.data(), in.nbytes());
       status = group.Broadcast(out->data(), out->num_elements(), dtype, root);
@@ -192,7 +203,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     case v1::ALL_REDUCE_OP:
     case v1::REDUCE: {
       if (!op.ok()) return op.status();
-      absl::StatusOr<HostTensor> out = output_of(in.shape());
+      absl::StatusOr<HostTensor> out = final_output(in.shape());
       if (!out.ok()) return out.status();
       std::memcpy(out->data(), in.data(), in.nbytes());
       status = c.op() == v1::REDUCE
@@ -204,7 +215,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     }
     case v1::ALL_GATHER_OP:
     case v1::GATHER: {
-      absl::StatusOr<HostTensor> out = output_of(WithRows(in.shape(), k * n0));
+      absl::StatusOr<HostTensor> out = final_output(WithRows(in.shape(), k * n0));
       if (!out.ok()) return out.status();
       status = c.op() == v1::GATHER
                    ? group.Gather(in.data(), out->data(), in.num_elements(), dtype, root)
@@ -218,7 +229,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
       if (c.op() == v1::REDUCE_SCATTER_OP && !op.ok()) return op.status();
       absl::StatusOr<const std::byte*> send = equal_blocks();
       if (!send.ok()) return send.status();
-      absl::StatusOr<HostTensor> recv = output_of(WithRows(in.shape(), c0));
+      absl::StatusOr<HostTensor> recv = final_output(WithRows(in.shape(), c0));
       if (!recv.ok()) return recv.status();
       status = c.op() == v1::SCATTER
                    ? group.Scatter(*send, recv->data(), c0 * row, dtype, root)
@@ -235,7 +246,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     case v1::ALL_TO_ALL_OP: {
       absl::StatusOr<const std::byte*> send = equal_blocks();
       if (!send.ok()) return send.status();
-      absl::StatusOr<HostTensor> recv = output_of(WithRows(in.shape(), k * c0));
+      absl::StatusOr<HostTensor> recv = final_output(WithRows(in.shape(), k * c0));
       if (!recv.ok()) return recv.status();
       status = group.AllToAll(*send, recv->data(), c0 * row, dtype);
       if (!status.ok()) return status;

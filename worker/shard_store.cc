@@ -53,6 +53,20 @@ absl::StatusOr<HostTensor> ShardStore::TakeOrCopy(const std::string& name) {
   return std::move(*held);
 }
 
+std::optional<HostTensor> ShardStore::TakeForReuse(const std::string& name, DType dtype,
+                                                   size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end() || it->second.use_count() > 1 || it->second->dtype() != dtype ||
+      it->second->nbytes() != bytes) {
+    return std::nullopt;
+  }
+  HostTensor t = std::move(*it->second);
+  used_ -= static_cast<int64_t>(t.nbytes());
+  tensors_.erase(it);
+  return t;
+}
+
 void ShardStore::Erase(const std::string& name) {
   absl::MutexLock lock(&mu_);
   if (auto it = tensors_.find(name); it != tensors_.end()) {

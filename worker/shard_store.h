@@ -3,6 +3,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -28,6 +29,9 @@ class ShardStore {
   // (the caller stores it again with Put); otherwise leaves it and returns a copy. NOT_FOUND if
   // absent.
   absl::StatusOr<HostTensor> TakeOrCopy(const std::string& name);
+  // Removes `name` and hands its buffer over for reuse as a new output when it holds exactly
+  // `bytes` bytes of `dtype` and no reader shares it; otherwise nullopt and nothing changes.
+  std::optional<HostTensor> TakeForReuse(const std::string& name, DType dtype, size_t bytes);
   void Erase(const std::string& name);
   void Clear();
   int64_t used_bytes() const;
