@@ -63,18 +63,21 @@ absl::StatusOr<std::vector<v1::CommandReply>> Dispatcher::Run(
   absl::Notification finished;
   absl::Status status;
   std::vector<v1::CommandReply> replies;
-  Post(workers, command, timeout, [&](absl::Status s, std::vector<v1::CommandReply> r) {
-    status = std::move(s);
-    replies = std::move(r);
-    finished.Notify();
-  });
+  Post(
+      workers, command, timeout,
+      [&](absl::Status s, std::vector<v1::CommandReply> r) {
+        status = std::move(s);
+        replies = std::move(r);
+        finished.Notify();
+      },
+      /*send_here=*/true);
   finished.WaitForNotification();
   if (!status.ok()) return status;
   return replies;
 }
 
 void Dispatcher::Post(const std::vector<WorkerHandle>& workers, const v1::Command& command,
-                      absl::Duration timeout, Done done) {
+                      absl::Duration timeout, Done done, bool send_here) {
   if (workers.empty()) {
     done(absl::OkStatus(), {});
     return;
@@ -100,6 +103,25 @@ void Dispatcher::Post(const std::vector<WorkerHandle>& workers, const v1::Comman
     box.worker = workers[i];
     box.queue.push_back(std::move(q));
   }
+  if (send_here) {
+    std::vector<std::pair<WorkerHandle, std::vector<Queued>>> batches = TakeReady();
+    mu_.Unlock();
+    for (auto& [worker, batch] : batches) Send(std::move(worker), std::move(batch));
+    mu_.Lock();
+  }
+}
+
+std::vector<std::pair<WorkerHandle, std::vector<Dispatcher::Queued>>> Dispatcher::TakeReady() {
+  std::vector<std::pair<WorkerHandle, std::vector<Queued>>> batches;
+  for (auto& [id, box] : outboxes_) {
+    if (box.sending || box.queue.empty()) continue;
+    box.sending = true;
+    batches.emplace_back(box.worker,
+                         std::vector<Queued>(std::make_move_iterator(box.queue.begin()),
+                                             std::make_move_iterator(box.queue.end())));
+    box.queue.clear();
+  }
+  return batches;
 }
 
 void Dispatcher::SendLoop() {
@@ -116,13 +138,7 @@ void Dispatcher::SendLoop() {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&work_or_stop));
       if (stopping_) return;
-      for (auto& [id, box] : outboxes_) {
-        if (box.sending || box.queue.empty()) continue;
-        box.sending = true;
-        batches.emplace_back(box.worker, std::vector<Queued>(std::make_move_iterator(box.queue.begin()),
-                                                             std::make_move_iterator(box.queue.end())));
-        box.queue.clear();
-      }
+      batches = TakeReady();
     }
     for (auto& [worker, batch] : batches) Send(std::move(worker), std::move(batch));
   }
@@ -147,10 +163,22 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
   const int64_t id = worker.id;
   worker.stub->async()->ExecuteBatch(
       &call->context, &call->request, &call->reply, [this, call, id](grpc::Status s) {
+        // What queued up for this worker meanwhile goes from here, without waking the sender.
+        std::vector<Queued> next;
+        WorkerHandle worker;
         {
           absl::MutexLock lock(&mu_);
-          outboxes_[id].sending = false;
+          Outbox& box = outboxes_[id];
+          if (box.queue.empty()) {
+            box.sending = false;
+          } else {
+            worker = box.worker;
+            next.assign(std::make_move_iterator(box.queue.begin()),
+                        std::make_move_iterator(box.queue.end()));
+            box.queue.clear();
+          }
         }
+        if (!next.empty()) Send(std::move(worker), std::move(next));
         for (size_t i = 0; i < call->items.size(); ++i) {
           Queued& q = call->items[i];
           if (!s.ok() || i >= static_cast<size_t>(call->reply.results_size())) {

@@ -19,9 +19,9 @@ namespace tessera {
 
 // Sends one command to many workers at once: the same payload, each with its own sequence and
 // incarnation, so the cost per op stays flat as workers grow. Commands wait in a queue per
-// worker; a sender thread ships each worker's queue as one ExecuteBatch call whenever the worker
-// has none in flight, so an idle worker gets a command at once and a busy one gets everything that
-// queued up meanwhile in one call. Thread-safe.
+// worker, which goes as one ExecuteBatch call whenever the worker has none in flight: an idle
+// worker gets a command at once, a busy one everything that queued up meanwhile in one call, sent
+// as soon as its previous batch returns. Thread-safe.
 class Dispatcher {
  public:
   Dispatcher(WorkerRegistry* registry, std::string secret);
@@ -40,9 +40,11 @@ class Dispatcher {
 
   // Queues `command` for `workers` as Run does but returns at once; `done` runs on a gRPC thread
   // when every worker replied. Blocks while kMaxInFlight posts are outstanding (back-pressure), so
-  // a client that pipelines ops cannot queue unbounded work.
+  // a client that pipelines ops cannot queue unbounded work. The calls start on the sender thread,
+  // so the caller can answer its own client first; with `send_here`, on the calling thread (Run,
+  // which waits anyway, saves a thread hand-off).
   void Post(const std::vector<WorkerHandle>& workers, const v1::Command& command,
-            absl::Duration timeout, Done done);
+            absl::Duration timeout, Done done, bool send_here = false);
   static constexpr int kMaxInFlight = 256;
 
   // Attaches the cluster secret to a call to a worker.
@@ -67,6 +69,9 @@ class Dispatcher {
   };
 
   void SendLoop();
+  // Takes the queue of every worker with no batch in flight, marking them in flight.
+  std::vector<std::pair<WorkerHandle, std::vector<Queued>>> TakeReady()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `batch` to `worker` as one ExecuteBatch call.
   void Send(WorkerHandle worker, std::vector<Queued> batch);
   // Records one worker's outcome of a post; the last one runs the post's `done`.
