@@ -26,6 +26,7 @@
 #include "kernels/testing/reference.h"
 #include "proto/convert.h"
 #include "tests/cluster_fixture.h"
+#include "tests/placement_product.h"
 
 namespace tessera {
 namespace {
@@ -81,18 +82,7 @@ std::vector<std::vector<Placement>> AllPlacements(int mesh_ndim, int rank, bool 
   for (int d = 0; d < rank; ++d) one.push_back(Placement::Shard(d));
   one.push_back(Placement::Replicate());
   if (partial) one.push_back(Placement::Partial());
-  std::vector<std::vector<Placement>> all{{}};
-  for (int m = 0; m < mesh_ndim; ++m) {
-    std::vector<std::vector<Placement>> next;
-    for (const auto& prefix : all) {
-      for (const Placement& p : one) {
-        next.push_back(prefix);
-        next.back().push_back(p);
-      }
-    }
-    all = next;
-  }
-  return all;
+  return testing::PlacementProduct(one, mesh_ndim);
 }
 
 DTensorSpec SpecOf(const client::Mesh& mesh, const std::vector<Placement>& placements,

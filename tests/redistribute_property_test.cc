@@ -10,6 +10,7 @@
 #include "core/redistribute_planner.h"
 #include "core/simulated_mesh.h"
 #include "gtest/gtest.h"
+#include "tests/placement_product.h"
 #include "core/small_integer_tensor.h"
 
 namespace tessera {
@@ -35,18 +36,7 @@ std::vector<std::vector<Placement>> AllPlacements(int ndim, int rank) {
     options.push_back(Placement::Partial(ReduceOp::kMin));
     options.push_back(Placement::Partial(ReduceOp::kProduct));
   }
-  std::vector<std::vector<Placement>> out = {{}};
-  for (int m = 0; m < ndim; ++m) {
-    std::vector<std::vector<Placement>> next;
-    for (const auto& prefix : out) {
-      for (const Placement& p : options) {
-        next.push_back(prefix);
-        next.back().push_back(p);
-      }
-    }
-    out = std::move(next);
-  }
-  return out;
+  return testing::PlacementProduct(options, ndim);
 }
 
 bool Supported(const std::vector<Placement>& src, const std::vector<Placement>& dst) {

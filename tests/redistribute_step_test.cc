@@ -24,6 +24,7 @@
 #include "core/small_integer_tensor.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
+#include "tests/placement_product.h"
 #include "worker/comm/make_communicator.h"
 
 namespace tessera {
@@ -114,18 +115,7 @@ std::vector<std::vector<Placement>> AllPlacements(int ndim, int rank) {
     options.push_back(Placement::Partial(ReduceOp::kProduct));
   }
   for (int d = 0; d < rank; ++d) options.push_back(Placement::Shard(d));
-  std::vector<std::vector<Placement>> out = {{}};
-  for (int m = 0; m < ndim; ++m) {
-    std::vector<std::vector<Placement>> next;
-    for (const auto& prefix : out) {
-      for (const Placement& p : options) {
-        next.push_back(prefix);
-        next.back().push_back(p);
-      }
-    }
-    out = std::move(next);
-  }
-  return out;
+  return testing::PlacementProduct(options, ndim);
 }
 
 class RedistributeStepTest : public ::testing::TestWithParam<Case> {

@@ -17,6 +17,7 @@
 #include "core/small_integer_tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/placement_product.h"
 #include "kernels/backend.h"
 #include "kernels/run_op.h"
 #include "kernels/testing/reference.h"
@@ -135,18 +136,7 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
 std::vector<std::vector<Placement>> AllPlacements(int ndim, int rank) {
   std::vector<Placement> options = {Placement::Replicate(), Placement::Partial()};
   for (int d = 0; d < rank; ++d) options.push_back(Placement::Shard(d));
-  std::vector<std::vector<Placement>> out = {{}};
-  for (int m = 0; m < ndim; ++m) {
-    std::vector<std::vector<Placement>> next;
-    for (const auto& prefix : out) {
-      for (const Placement& p : options) {
-        next.push_back(prefix);
-        next.back().push_back(p);
-      }
-    }
-    out = std::move(next);
-  }
-  return out;
+  return testing::PlacementProduct(options, ndim);
 }
 
 // Small integers, with zeros replaced by 3 when the tensor is a divisor.
