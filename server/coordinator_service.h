@@ -114,7 +114,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
   absl::StatusOr<std::shared_ptr<Tensor>> UsableTensor(const std::string& name) const;
   // Adds a tensor under `requested` (or a fresh name) after checking that each rank's shard fits
   // its worker's budget next to the tensors already there; ALREADY_EXISTS, INVALID_ARGUMENT for a
-  // bad name, RESOURCE_EXHAUSTED naming the worker.
+  // bad name, RESOURCE_EXHAUSTED naming the worker, UNIMPLEMENTED on a cuda mesh.
   absl::StatusOr<std::shared_ptr<Tensor>> AddTensor(const std::string& requested,
                                                     std::shared_ptr<Mesh> mesh, DTensorSpec spec,
                                                     const std::string& owner);

@@ -68,6 +68,12 @@ absl::StatusOr<std::shared_ptr<CoordinatorService::Tensor>> CoordinatorService::
         "tensor name '", requested, "' must be at most ", kMaxNameLength,
         " characters, without '/' and not starting with '.'"));
   }
+  if (mesh->mesh.device_type() != "cpu") {
+    // Workers keep DTensor shards in host memory; NCCL needs them in device memory.
+    return absl::UnimplementedError(absl::StrCat(
+        "DTensors live on cpu meshes for now; mesh '", mesh->name, "' is ",
+        mesh->mesh.device_type()));
+  }
   std::vector<int64_t> bytes(static_cast<size_t>(mesh->mesh.size()));
   for (int64_t p = 0; p < mesh->mesh.size(); ++p) bytes[p] = ShardBytes(spec, p);
   std::vector<int64_t> budgets;
