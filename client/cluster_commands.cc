@@ -103,6 +103,16 @@ absl::Status RunStatus(const Args& args, std::ostream& out) {
   if (!meshes.ok()) return meshes.status();
   out << "meshes:\n";
   for (const v1::MeshInfo& m : *meshes) PrintMesh(m, out);
+  absl::StatusOr<std::vector<v1::TensorInfo>> tensors = (*client)->ListTensors();
+  if (!tensors.ok()) return tensors.status();
+  int64_t bytes = 0, pending = 0, failed = 0;
+  for (const v1::TensorInfo& t : *tensors) {
+    bytes += t.meta().nbytes();
+    pending += t.state() == v1::PENDING;
+    failed += t.state() == v1::FAILED;
+  }
+  out << absl::StrFormat("dtensors: %d (%d bytes), %d pending, %d failed; tessera tensor list\n",
+                         tensors->size(), bytes, pending, failed);
   return absl::OkStatus();
 }
 

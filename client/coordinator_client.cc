@@ -175,4 +175,12 @@ absl::Status CoordinatorClient::DeleteTensor(const std::string& mesh, const std:
   return FromGrpcStatus(stub_->DeleteTensor(&context, request, &reply));
 }
 
+absl::StatusOr<std::vector<v1::TensorInfo>> CoordinatorClient::ListTensors() {
+  grpc::ClientContext context;
+  Prepare(&context, timeout_);
+  v1::ListTensorsReply reply;
+  if (grpc::Status s = stub_->ListTensors(&context, {}, &reply); !s.ok()) return FromGrpcStatus(s);
+  return std::vector<v1::TensorInfo>(reply.tensors().begin(), reply.tensors().end());
+}
+
 }  // namespace tessera

@@ -41,6 +41,8 @@ class CoordinatorClient {
   // Runs a collective on a tensor along a mesh dim (as torch.distributed on a mesh group).
   absl::StatusOr<v1::CollectiveReply> RunCollective(const v1::CollectiveRequest& request);
   absl::Status DeleteTensor(const std::string& mesh, const std::string& name);
+  // Every DTensor (client/dtensor.h works with them).
+  absl::StatusOr<std::vector<v1::TensorInfo>> ListTensors();
 
   const std::string& address() const { return address_; }
 
