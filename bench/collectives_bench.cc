@@ -45,6 +45,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_host.h"
 #include "client/coordinator_client.h"
 #include "client/local_cluster.h"
 #include "core/host_tensor.h"
@@ -367,33 +368,6 @@ void PrintTable(const std::vector<Row>& rows, bool torch) {
   }
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return std::string(line.substr(line.find(':') + 2));
-  }
-  return "unknown";
-}
-
-// The first three fields of /proc/loadavg.
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return absl::StrCat(a, " ", b, " ", c);
-}
-
-std::string Scheduler() {
-  switch (sched_getscheduler(0)) {
-    case SCHED_RR: return "SCHED_RR";
-    case SCHED_FIFO: return "SCHED_FIFO";
-    default: return "SCHED_OTHER";
-  }
-}
-
-std::string JsonNumber(double v) { return std::isnan(v) ? "null" : absl::StrFormat("%.3f", v); }
-
 absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
                        const std::string& load_at_start) {
   std::ofstream f(path);
@@ -403,8 +377,8 @@ absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
   f << "{\n  \"benchmark\": \"collectives_bench\",\n  \"date\": \"" << date << "\",\n"
     << "  \"machine\": {\"nproc\": " << std::thread::hardware_concurrency() << ", \"cpu\": \""
-    << CpuModel() << "\", \"scheduler\": \"" << Scheduler() << "\", \"loadavg_at_start\": \""
-    << load_at_start << "\", \"loadavg_at_end\": \"" << LoadAverage() << "\"},\n  \"dtype\": \"float32\",\n  \"bytes\": ["
+    << bench::CpuModel() << "\", \"scheduler\": \"" << bench::Scheduler() << "\", \"loadavg_at_start\": \""
+    << load_at_start << "\", \"loadavg_at_end\": \"" << bench::LoadAverage() << "\"},\n  \"dtype\": \"float32\",\n  \"bytes\": ["
     << absl::GetFlag(FLAGS_bytes) << "],\n  \"iterations_per_round\": ["
     << absl::GetFlag(FLAGS_iterations) << "],\n  \"warmup\": [" << absl::GetFlag(FLAGS_warmup)
     << "],\n  \"rounds\": " << absl::GetFlag(FLAGS_rounds) << ",\n  \"rows\": [\n";
@@ -416,12 +390,12 @@ absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
         "\"raw_gloo_min_us\": %s, \"torch_median_us\": %s, \"tessera_busbw_gbps\": %s, "
         "\"raw_gloo_busbw_gbps\": %s, \"torch_busbw_gbps\": %s, \"tessera_over_raw\": %s, "
         "\"torch_over_raw\": %s, \"grpc_rtt_us\": %s}%s\n",
-        r.workers, r.op, r.bytes, r.tessera.calls, JsonNumber(r.tessera.median_us),
-        JsonNumber(r.tessera.min_us), JsonNumber(r.raw.median_us), JsonNumber(r.raw.min_us),
-        JsonNumber(r.torch.median_us), JsonNumber(BusBw(r, r.tessera.median_us)),
-        JsonNumber(BusBw(r, r.raw.median_us)), JsonNumber(BusBw(r, r.torch.median_us)),
-        JsonNumber(r.raw.median_us / r.tessera.median_us),
-        JsonNumber(r.raw.median_us / r.torch.median_us), JsonNumber(r.rtt_us),
+        r.workers, r.op, r.bytes, r.tessera.calls, bench::JsonNumber(r.tessera.median_us),
+        bench::JsonNumber(r.tessera.min_us), bench::JsonNumber(r.raw.median_us), bench::JsonNumber(r.raw.min_us),
+        bench::JsonNumber(r.torch.median_us), bench::JsonNumber(BusBw(r, r.tessera.median_us)),
+        bench::JsonNumber(BusBw(r, r.raw.median_us)), bench::JsonNumber(BusBw(r, r.torch.median_us)),
+        bench::JsonNumber(r.raw.median_us / r.tessera.median_us),
+        bench::JsonNumber(r.raw.median_us / r.torch.median_us), bench::JsonNumber(r.rtt_us),
         i + 1 < rows.size() ? "," : "");
   }
   f << "  ]\n}\n";
@@ -448,8 +422,8 @@ int Main() {
     std::perror("mkdtemp");
     return 1;
   }
-  const std::string load_at_start = LoadAverage();
-  std::fprintf(stderr, "scheduler %s, load average %s\n", Scheduler().c_str(),
+  const std::string load_at_start = bench::LoadAverage();
+  std::fprintf(stderr, "scheduler %s, load average %s\n", bench::Scheduler().c_str(),
                load_at_start.c_str());
   std::vector<Row> rows;
   for (int64_t n : workers) {

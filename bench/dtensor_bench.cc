@@ -51,6 +51,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/bench_host.h"
 #include "client/dtensor.h"
 #include "client/local_cluster.h"
 #include "core/host_tensor.h"
@@ -644,46 +645,19 @@ void PrintTable(const Results& r) {
   }
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-// The first three fields of /proc/loadavg.
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return absl::StrCat(a, " ", b, " ", c);
-}
-
-std::string Scheduler() {
-  switch (sched_getscheduler(0)) {
-    case SCHED_RR: return "SCHED_RR";
-    case SCHED_FIFO: return "SCHED_FIFO";
-    default: return "SCHED_OTHER";
-  }
-}
-
-std::string Num(double v) { return std::isnan(v) ? "null" : absl::StrFormat("%.3f", v); }
-
 std::string CpuJson(const Cpu& c) {
   return absl::StrFormat("{\"client_ms\": %s, \"coordinator_ms\": %s, \"workers_ms\": %s}",
-                         Num(c.client), Num(c.coordinator), Num(c.workers));
+                         bench::JsonNumber(c.client), bench::JsonNumber(c.coordinator), bench::JsonNumber(c.workers));
 }
 
 std::string RawCpuJson(const Cpu& c) {
-  return absl::StrFormat("{\"client_ms\": %s, \"server_ms\": %s}", Num(c.client),
-                         Num(c.coordinator));
+  return absl::StrFormat("{\"client_ms\": %s, \"server_ms\": %s}", bench::JsonNumber(c.client),
+                         bench::JsonNumber(c.coordinator));
 }
 
 std::string StatsJson(const Stats& s) {
   return absl::StrFormat("{\"p50_us\": %s, \"mean_us\": %s, \"min_us\": %s, \"calls\": %d}",
-                         Num(s.p50), Num(s.mean), Num(s.min), s.calls);
+                         bench::JsonNumber(s.p50), bench::JsonNumber(s.mean), bench::JsonNumber(s.min), s.calls);
 }
 
 absl::Status WriteJson(const std::string& path, const Results& r, const std::string& load) {
@@ -694,8 +668,8 @@ absl::Status WriteJson(const std::string& path, const Results& r, const std::str
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
   f << "{\n  \"benchmark\": \"dtensor_bench\",\n  \"date\": \"" << date << "\",\n"
     << "  \"machine\": {\"nproc\": " << std::thread::hardware_concurrency() << ", \"cpu\": \""
-    << CpuModel() << "\", \"scheduler\": \"" << Scheduler() << "\", \"loadavg_at_start\": \""
-    << load << "\", \"loadavg_at_end\": \"" << LoadAverage() << "\"},\n"
+    << bench::CpuModel() << "\", \"scheduler\": \"" << bench::Scheduler() << "\", \"loadavg_at_start\": \""
+    << load << "\", \"loadavg_at_end\": \"" << bench::LoadAverage() << "\"},\n"
     << "  \"workers\": " << kWorkers << ",\n  \"dtype\": \"float32\",\n"
     << absl::StrFormat("  \"transfer\": {\"bytes\": %d, \"distribute_sync\": %s, "
                        "\"distribute_call\": %s, \"full_tensor\": %s, \"raw_sink\": %s, "
@@ -709,15 +683,15 @@ absl::Status WriteJson(const std::string& path, const Results& r, const std::str
     << absl::StrFormat("  \"coordinator_memory\": {\"bytes\": %d, \"vmrss_before_mib\": %s, "
                        "\"vmhwm_after_mib\": %s, \"vmrss_after_mib\": %s, \"peak_reset\": %s, "
                        "\"peak_growth_mib\": %s, \"distribute_sync_us\": %s},\n",
-                       r.memory_bytes, Num(r.rss_before_mib), Num(r.hwm_after_mib),
-                       Num(r.rss_after_mib), r.hwm_reset ? "true" : "false",
-                       Num(r.hwm_after_mib - r.rss_before_mib), Num(r.memory_distribute_us))
+                       r.memory_bytes, bench::JsonNumber(r.rss_before_mib), bench::JsonNumber(r.hwm_after_mib),
+                       bench::JsonNumber(r.rss_after_mib), r.hwm_reset ? "true" : "false",
+                       bench::JsonNumber(r.hwm_after_mib - r.rss_before_mib), bench::JsonNumber(r.memory_distribute_us))
     << absl::StrFormat("  \"tiny_add\": {\"elements\": %d, \"call\": %s, \"call_sync\": %s, "
                        "\"raw_ping\": %s, \"pipelined_ops\": %d, \"pipelined_ops_per_s\": %s, "
                        "\"pipelined_outputs_kept_ops_per_s\": %s, \"kept_cpu_per_op\": %s},\n",
                        absl::GetFlag(FLAGS_tiny_elements), StatsJson(r.add_call),
                        StatsJson(r.add_sync), StatsJson(r.ping), absl::GetFlag(FLAGS_pipelined_ops),
-                       Num(r.pipelined_ops_per_s), Num(r.pipelined_kept_ops_per_s),
+                       bench::JsonNumber(r.pipelined_ops_per_s), bench::JsonNumber(r.pipelined_kept_ops_per_s),
                        CpuJson(r.add_cpu))
     << absl::StrFormat("  \"redistribute\": {\"bytes\": %d, \"shard0_to_replicate_sync\": %s, "
                        "\"raw_gloo_all_gather\": %s},\n",
@@ -725,7 +699,7 @@ absl::Status WriteJson(const std::string& path, const Results& r, const std::str
     << "  \"torch\": {";
   bool first = true;
   for (const auto& [key, value] : r.torch) {
-    f << (first ? "" : ", ") << "\"" << key << "\": " << Num(value);
+    f << (first ? "" : ", ") << "\"" << key << "\": " << bench::JsonNumber(value);
     first = false;
   }
   f << "}\n}\n";
@@ -798,8 +772,8 @@ int Main() {
     std::perror("mkdtemp");
     return 1;
   }
-  const std::string load = LoadAverage();
-  std::fprintf(stderr, "scheduler %s, load average %s, logs in %s\n", Scheduler().c_str(),
+  const std::string load = bench::LoadAverage();
+  std::fprintf(stderr, "scheduler %s, load average %s, logs in %s\n", bench::Scheduler().c_str(),
                load.c_str(), dir.c_str());
   if (absl::Status s = Run(dir, r); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());

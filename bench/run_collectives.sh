@@ -24,23 +24,8 @@ results="${build_dir}/bench/results"
 mkdir -p "${results}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-torch_flags=()
-python="${TORCH_PYTHON:-python3}"
-if "${python}" -c "import torch" 2>/dev/null; then
-  torch_flags=(--torch_python="$(command -v "${python}")" --torch_peer="${here}/torch_peer.py")
-else
-  echo "no torch in ${python}: torch.distributed is not measured (set TORCH_PYTHON)" >&2
-fi
-
-echo "date: $(date)"
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
-launch=()
-if [[ "${TESSERA_BENCH_RT:-0}" == 1 ]]; then
-  launch=(chrt -r 1)
-  echo "scheduling: SCHED_RR priority 1 (TESSERA_BENCH_RT=1)"
-else
-  echo "scheduling: default (TESSERA_BENCH_RT=1 for SCHED_RR on a busy machine)"
-fi
+source "${here}/bench_env.sh"
+bench_torch_flags torch "${here}/torch_peer.py"
+bench_preamble
 "${launch[@]}" "${bench}" --json="${results}/collectives.json" "${torch_flags[@]}" "$@"
 echo "JSON: ${results}/collectives.json"
