@@ -165,6 +165,29 @@ absl::StatusOr<v1::CollectiveReply> CoordinatorClient::RunCollective(
   return reply;
 }
 
+absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>>
+CoordinatorClient::WaitCollectives(const std::string& mesh, const std::vector<int64_t>& works,
+                                   absl::Duration timeout) {
+  grpc::ClientContext context;
+  Prepare(&context, timeout == absl::InfiniteDuration() ? kLongCall : timeout);
+  v1::WaitCollectivesRequest request;
+  request.set_mesh(mesh);
+  for (int64_t w : works) request.add_works(w);
+  v1::WaitCollectivesReply reply;
+  if (grpc::Status s = stub_->WaitCollectives(&context, request, &reply); !s.ok()) {
+    return FromGrpcStatus(s);
+  }
+  std::vector<absl::StatusOr<v1::CollectiveReply>> outcomes;
+  for (v1::CollectiveResult& r : *reply.mutable_results()) {
+    if (r.code() == 0) {
+      outcomes.emplace_back(std::move(*r.mutable_reply()));
+    } else {
+      outcomes.emplace_back(absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()));
+    }
+  }
+  return outcomes;
+}
+
 absl::Status CoordinatorClient::DeleteTensor(const std::string& mesh, const std::string& name) {
   v1::DeleteTensorRequest request;
   request.set_mesh(mesh);

@@ -38,8 +38,16 @@ class CoordinatorClient {
   // Downloads rank `rank`'s local tensor `name`.
   absl::StatusOr<HostTensor> GetLocal(const std::string& mesh, int64_t rank,
                                       const std::string& name);
-  // Runs a collective on a tensor along a mesh dim (as torch.distributed on a mesh group).
+  // Runs a collective on a tensor along a mesh dim (as torch.distributed on a mesh group). With
+  // request.async_op() it returns once the collective is queued, its reply holding only the work
+  // id for WaitCollectives.
   absl::StatusOr<v1::CollectiveReply> RunCollective(const v1::CollectiveRequest& request);
+  // Waits for collectives started with async_op on `mesh` (each may be waited on once): one
+  // outcome per work, in order. The call itself fails, and forgets nothing, on an unknown id or
+  // when one is still running after `timeout`.
+  absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> WaitCollectives(
+      const std::string& mesh, const std::vector<int64_t>& works,
+      absl::Duration timeout = absl::InfiniteDuration());
   absl::Status DeleteTensor(const std::string& mesh, const std::string& name);
   // Every DTensor (client/dtensor.h works with them).
   absl::StatusOr<std::vector<v1::TensorInfo>> ListTensors();

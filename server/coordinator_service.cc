@@ -44,7 +44,9 @@ std::string CoordinatorService::WorkerTensorName(const Mesh& mesh, const std::st
   return absl::StrCat(mesh.id, "/", tensor);
 }
 
-absl::Status CoordinatorService::MeshHealth(const Mesh& mesh) const {
+absl::StatusOr<std::vector<WorkerHandle>> CoordinatorService::MeshWorkers(const Mesh& mesh) const {
+  std::vector<WorkerHandle> workers;
+  workers.reserve(mesh.mesh.ranks().size());
   for (size_t i = 0; i < mesh.mesh.ranks().size(); ++i) {
     const int64_t id = mesh.mesh.ranks()[i];
     absl::StatusOr<WorkerHandle> w = dispatcher_->registry().Get(id);
@@ -57,8 +59,13 @@ absl::Status CoordinatorService::MeshHealth(const Mesh& mesh) const {
           "mesh '", mesh.name, "' is broken: worker ", id, " at ", w->address,
           " restarted since the mesh was created; delete and create the mesh again"));
     }
+    workers.push_back(*std::move(w));
   }
-  return absl::OkStatus();
+  return workers;
+}
+
+absl::Status CoordinatorService::MeshHealth(const Mesh& mesh) const {
+  return MeshWorkers(mesh).status();
 }
 
 absl::StatusOr<std::shared_ptr<CoordinatorService::Mesh>> CoordinatorService::FindMesh(
@@ -236,115 +243,235 @@ grpc::Status CoordinatorService::DeleteMesh(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::RunCollective(grpc::ServerContext*,
-                                               const v1::CollectiveRequest* request,
-                                               v1::CollectiveReply* reply) {
-  absl::StatusOr<std::shared_ptr<Mesh>> found = ReadyMesh(request->mesh());
-  if (!found.ok()) return ToGrpcStatus(found.status());
-  Mesh& mesh = **found;
+absl::StatusOr<v1::Command> CoordinatorService::AcceptCollective(
+    Mesh& mesh, const v1::CollectiveRequest& request) {
+  auto invalid = [](std::string message) { return absl::InvalidArgumentError(message); };
   int mesh_dim = -1;
-  if (!request->mesh_dim().empty()) {
-    if (absl::SimpleAtoi(request->mesh_dim(), &mesh_dim)) {
+  if (!request.mesh_dim().empty()) {
+    if (absl::SimpleAtoi(request.mesh_dim(), &mesh_dim)) {
       if (mesh_dim < 0 || mesh_dim >= mesh.mesh.ndim()) {
-        return Invalid(absl::StrCat("mesh dim ", mesh_dim, " is out of range for mesh '",
+        return invalid(absl::StrCat("mesh dim ", mesh_dim, " is out of range for mesh '",
                                     mesh.name, "' of ", mesh.mesh.ndim(), " dims"));
       }
     } else {
-      absl::StatusOr<int> d = mesh.mesh.DimIndex(request->mesh_dim());
-      if (!d.ok()) return Invalid(std::string(d.status().message()));
+      absl::StatusOr<int> d = mesh.mesh.DimIndex(request.mesh_dim());
+      if (!d.ok()) return invalid(std::string(d.status().message()));
       mesh_dim = *d;
     }
   }
   const int64_t group_size = mesh_dim < 0 ? mesh.mesh.size() : mesh.mesh.size(mesh_dim);
-  if (request->op() == v1::COLLECTIVE_OP_UNSPECIFIED || !v1::CollectiveOp_IsValid(request->op())) {
-    return Invalid(absl::StrCat("collective op ", request->op(), " is not a collective"));
+  if (request.op() == v1::COLLECTIVE_OP_UNSPECIFIED || !v1::CollectiveOp_IsValid(request.op())) {
+    return invalid(absl::StrCat("collective op ", request.op(), " is not a collective"));
   }
-  if (IsReducing(request->op()) && request->reduce_op() != v1::REDUCE_OP_UNSPECIFIED) {
-    if (absl::StatusOr<ReduceOp> op = FromProto(request->reduce_op()); !op.ok()) {
-      return ToGrpcStatus(op.status());
+  if (IsReducing(request.op()) && request.reduce_op() != v1::REDUCE_OP_UNSPECIFIED) {
+    if (absl::StatusOr<ReduceOp> op = FromProto(request.reduce_op()); !op.ok()) {
+      return op.status();
     }
   }
-  if (request->root() < 0 || request->root() >= group_size) {
-    return Invalid(absl::StrCat("root ", request->root(), " is not a rank of a group of ",
+  if (request.root() < 0 || request.root() >= group_size) {
+    return invalid(absl::StrCat("root ", request.root(), " is not a rank of a group of ",
                                 group_size));
   }
-  if (request->op() == v1::SEND_RECV &&
-      (request->peer() < 0 || request->peer() >= group_size || request->peer() == request->root())) {
-    return Invalid(absl::StrCat("peer ", request->peer(), " must be a rank of a group of ",
-                                group_size, " other than the sender ", request->root()));
+  if (request.op() == v1::SEND_RECV &&
+      (request.peer() < 0 || request.peer() >= group_size || request.peer() == request.root())) {
+    return invalid(absl::StrCat("peer ", request.peer(), " must be a rank of a group of ",
+                                group_size, " other than the sender ", request.root()));
   }
-  const std::string output = request->output().empty() ? request->input() : request->output();
-  if (request->op() != v1::BARRIER) {
+  const std::string output = request.output().empty() ? request.input() : request.output();
+  if (request.op() != v1::BARRIER) {
+    if (output.empty()) return invalid("a collective needs an output tensor name");
+    if (output.find('/') != std::string::npos) {
+      return invalid(absl::StrCat("tensor name '", output, "' must have no '/'"));
+    }
     absl::MutexLock lock(&mesh.mu);
-    auto it = mesh.tensors.find(request->input());
+    auto it = mesh.tensors.find(request.input());
+    std::string cause;
+    if (auto failed = mesh.failed_writes.find(request.input()); failed != mesh.failed_writes.end()) {
+      cause = absl::StrCat(" (the last collective writing it failed: ", failed->second.message(),
+                           ")");
+    }
     if (it == mesh.tensors.end()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("mesh '", mesh.name, "' has no tensor '", request->input(),
-                                       "'"));
+      return absl::NotFoundError(
+          absl::StrCat("mesh '", mesh.name, "' has no tensor '", request.input(), "'", cause));
     }
     // Every rank takes part: one without the input would leave its peers in the collective until
     // the timeout, which breaks the mesh's communicators for good.
     std::vector<int64_t> missing;
     for (size_t r = 0; r < it->second.size(); ++r) {
-      if (!it->second[r]) missing.push_back(static_cast<int64_t>(r));
+      if (!it->second[r].has_value()) missing.push_back(static_cast<int64_t>(r));
     }
     if (!missing.empty()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("tensor '", request->input(), "' of mesh '", mesh.name,
-                                       "' is not on ranks ", absl::StrJoin(missing, ", "),
-                                       "; a collective needs it on every rank"));
+      return absl::NotFoundError(absl::StrCat(
+          "tensor '", request.input(), "' of mesh '", mesh.name, "' is not on ranks ",
+          absl::StrJoin(missing, ", "), "; a collective needs it on every rank", cause));
     }
-    if (output.empty()) return Invalid("a collective needs an output tensor name");
+    // Checked here rather than found out by the workers: ranks whose byte counts disagree would
+    // break the collective (and its communicator) instead of failing it.
+    absl::StatusOr<RankLayouts> outputs =
+        CollectiveOutputs(request.op(), request.input(), it->second,
+                          PositionGroups(mesh.mesh, mesh_dim), request.root(), request.peer());
+    if (!outputs.ok()) {
+      return absl::Status(outputs.status().code(), absl::StrCat("mesh '", mesh.name, "': ",
+                                                                outputs.status().message()));
+    }
+    mesh.tensors[output] = *std::move(outputs);
+    ++mesh.pending_writes[output];
   }
 
   v1::Command command;
   v1::RunCollective* c = command.mutable_collective();
   c->set_mesh_id(mesh.id);
   c->set_mesh_dim(mesh_dim);
-  c->set_op(request->op());
-  c->set_input(WorkerTensorName(mesh, request->input()));
+  c->set_op(request.op());
+  c->set_input(WorkerTensorName(mesh, request.input()));
   c->set_output(WorkerTensorName(mesh, output));
-  c->set_reduce_op(request->reduce_op() == v1::REDUCE_OP_UNSPECIFIED ? v1::SUM
-                                                                      : request->reduce_op());
-  c->set_root(request->root());
-  c->set_peer(request->peer());
-  absl::StatusOr<std::vector<v1::CommandReply>> replies =
-      dispatcher_->Run(mesh.mesh.ranks(), command, mesh.timeout + kRpcSlack);
-  if (!replies.ok()) return ToGrpcStatus(replies.status());
-  if (request->op() != v1::BARRIER) {
-    absl::MutexLock lock(&mesh.mu);
-    std::vector<bool>& holders =
-        mesh.tensors.try_emplace(output, static_cast<size_t>(mesh.mesh.size()), false)
-            .first->second;
-    for (size_t r = 0; r < replies->size(); ++r) {
-      if ((*replies)[r].tensors_size() > 0) holders[r] = true;
+  c->set_reduce_op(request.reduce_op() == v1::REDUCE_OP_UNSPECIFIED ? v1::SUM
+                                                                    : request.reduce_op());
+  c->set_root(request.root());
+  c->set_peer(request.peer());
+  return command;
+}
+
+absl::Status CoordinatorService::FinishCollective(const std::shared_ptr<Mesh>& mesh,
+                                                  const v1::CollectiveRequest& request,
+                                                  absl::Status status,
+                                                  std::vector<v1::CommandReply> replies,
+                                                  v1::CollectiveReply* reply) {
+  if (request.op() == v1::BARRIER) return status;
+  const std::string output = request.output().empty() ? request.input() : request.output();
+  const std::string prefix = WorkerTensorName(*mesh, "");
+  bool free_leftovers = false;
+  {
+    absl::MutexLock lock(&mesh->mu);
+    auto pending = mesh->pending_writes.find(output);
+    const bool last_writer = pending == mesh->pending_writes.end() || pending->second <= 1;
+    if (pending != mesh->pending_writes.end() && --pending->second == 0) {
+      mesh->pending_writes.erase(pending);
     }
-  }
-  // Ranks that all write an output of one shape must agree on it; a disagreement means the
-  // ranks held inputs of different shapes, which the collective cannot have combined correctly.
-  if (request->op() == v1::BROADCAST || request->op() == v1::ALL_REDUCE_OP ||
-      request->op() == v1::ALL_GATHER_OP) {
-    for (size_t i = 1; i < replies->size(); ++i) {
-      const auto& a = (*replies)[0].tensors();
-      const auto& b = (*replies)[i].tensors();
-      if (a.size() != b.size() || (a.size() == 1 && (a[0].dtype() != b[0].dtype() ||
-                                                     !std::equal(a[0].shape().dims().begin(), a[0].shape().dims().end(),
-                                                                b[0].shape().dims().begin(),
-                                                                b[0].shape().dims().end())))) {
-        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                            absl::StrCat("ranks 0 and ", i, " of mesh '", mesh.name,
-                                         "' disagree on the shape of '", output,
-                                         "': every rank must hold '", request->input(),
-                                         "' with the same shape and dtype"));
+    RankLayouts* entered = nullptr;
+    if (auto it = mesh->tensors.find(output); it != mesh->tensors.end()) entered = &it->second;
+    for (size_t r = 0; status.ok() && r < replies.size(); ++r) {
+      for (const v1::LocalTensorInfo& t : replies[r].tensors()) {
+        absl::StatusOr<DType> dtype = FromProto(t.dtype());
+        absl::StatusOr<Shape> shape = FromProto(t.shape());
+        const std::optional<LocalLayout> got =
+            dtype.ok() && shape.ok() ? std::optional<LocalLayout>(LocalLayout{*dtype, *shape})
+                                     : std::nullopt;
+        // Only the last collective writing the name has its layout in the table.
+        if (last_writer && (entered == nullptr || !got.has_value() || (*entered)[r] != got)) {
+          status = absl::InternalError(absl::StrCat(
+              "mesh position ", r, " wrote '", output, "' as ",
+              got ? LayoutToString(*got) : "an unreadable layout", " where the coordinator expected ",
+              entered && (*entered)[r] ? LayoutToString(*(*entered)[r]) : "none"));
+          break;
+        }
+        v1::LocalTensorInfo& out = *reply->add_outputs();
+        out = t;
+        out.set_name(t.name().substr(std::min(prefix.size(), t.name().size())));
+      }
+    }
+    if (status.ok()) {
+      mesh->failed_writes.erase(output);
+    } else {
+      reply->clear_outputs();
+      mesh->failed_writes[output] = status;
+      // Its contents are undefined; unless another collective is about to write it again, the
+      // name goes from the table and from every worker.
+      if (last_writer) {
+        mesh->tensors.erase(output);
+        free_leftovers = true;
       }
     }
   }
-  const std::string prefix = WorkerTensorName(mesh, "");
-  for (v1::CommandReply& r : *replies) {
-    for (v1::LocalTensorInfo& t : *r.mutable_tensors()) {
-      t.set_name(t.name().substr(std::min(prefix.size(), t.name().size())));
-      *reply->add_outputs() = std::move(t);
+  if (free_leftovers && MeshHealth(*mesh).ok()) {
+    v1::Command free;
+    free.mutable_delete_tensors()->add_names(WorkerTensorName(*mesh, output));
+    if (absl::StatusOr<std::vector<WorkerHandle>> workers = MeshWorkers(*mesh); workers.ok()) {
+      dispatcher_->Post(*workers, free, kRpcSlack, [](absl::Status, std::vector<v1::CommandReply>) {});
     }
+  }
+  return status;
+}
+
+grpc::Status CoordinatorService::RunCollective(grpc::ServerContext*,
+                                               const v1::CollectiveRequest* request,
+                                               v1::CollectiveReply* reply) {
+  absl::StatusOr<std::shared_ptr<Mesh>> found = FindMesh(request->mesh());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  std::shared_ptr<Mesh> mesh = *std::move(found);
+  absl::StatusOr<std::vector<WorkerHandle>> workers = MeshWorkers(*mesh);
+  if (!workers.ok()) return ToGrpcStatus(workers.status());
+  absl::StatusOr<v1::Command> command = AcceptCollective(*mesh, *request);
+  if (!command.ok()) return ToGrpcStatus(command.status());
+
+  auto work = std::make_shared<CollectiveWork>();
+  if (request->async_op()) {
+    absl::MutexLock lock(&mesh->mu);
+    reply->set_work(mesh->next_work++);
+    mesh->works.emplace(reply->work(), work);
+    // A client that never waits must not grow the table without bound: forget the oldest
+    // finished works past the limit (a later wait on one is NOT_FOUND).
+    for (auto it = mesh->works.begin();
+         mesh->works.size() > kMaxUnwaitedWorks && it != mesh->works.end();) {
+      it = it->second->done.HasBeenNotified() ? mesh->works.erase(it) : std::next(it);
+    }
+  }
+  dispatcher_->Post(
+      *workers, *command, mesh->timeout + kRpcSlack,
+      [this, mesh, work, request = *request](absl::Status status,
+                                             std::vector<v1::CommandReply> replies) {
+        work->status = FinishCollective(mesh, request, std::move(status), std::move(replies),
+                                        &work->reply);
+        work->done.Notify();
+      },
+      /*send_here=*/true);
+  if (request->async_op()) return grpc::Status::OK;
+  work->done.WaitForNotification();
+  if (!work->status.ok()) return ToGrpcStatus(work->status);
+  *reply = std::move(work->reply);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::WaitCollectives(grpc::ServerContext* context,
+                                                 const v1::WaitCollectivesRequest* request,
+                                                 v1::WaitCollectivesReply* reply) {
+  // A broken mesh's works still report how they ended.
+  absl::StatusOr<std::shared_ptr<Mesh>> found = FindMesh(request->mesh());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  Mesh& mesh = **found;
+  std::vector<std::shared_ptr<CollectiveWork>> works;
+  {
+    absl::MutexLock lock(&mesh.mu);
+    for (int64_t id : request->works()) {
+      auto it = mesh.works.find(id);
+      if (it == mesh.works.end()) {
+        return grpc::Status(
+            grpc::StatusCode::NOT_FOUND,
+            absl::StrCat("mesh '", mesh.name, "' has no collective work ", id,
+                         " to wait on (never started with async_op, already waited on, or "
+                         "forgotten after ", kMaxUnwaitedWorks, " newer ones)"));
+      }
+      works.push_back(it->second);
+    }
+  }
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  for (size_t i = 0; i < works.size(); ++i) {
+    if (!works[i]->done.WaitForNotificationWithDeadline(deadline)) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("collective work ", request->works(static_cast<int>(i)),
+                                       " of mesh '", mesh.name,
+                                       "' is still running; nothing was forgotten"));
+    }
+  }
+  absl::MutexLock lock(&mesh.mu);
+  for (size_t i = 0; i < works.size(); ++i) {
+    const int64_t id = request->works(static_cast<int>(i));
+    v1::CollectiveResult* result = reply->add_results();
+    result->set_work(id);
+    result->set_code(static_cast<int>(works[i]->status.code()));
+    result->set_message(std::string(works[i]->status.message()));
+    if (works[i]->status.ok()) *result->mutable_reply() = works[i]->reply;
+    mesh.works.erase(id);
   }
   return grpc::Status::OK;
 }
@@ -357,6 +484,16 @@ grpc::Status CoordinatorService::DeleteTensor(grpc::ServerContext*,
   Mesh& mesh = **found;
   {
     absl::MutexLock lock(&mesh.mu);
+    // Collectives still writing it finish first: their replies would bring it back.
+    const std::string& name = request->tensor();
+    auto settled = [&mesh, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mesh.mu) {
+      return !mesh.pending_writes.contains(name);
+    };
+    if (!mesh.mu.AwaitWithTimeout(absl::Condition(&settled), mesh.timeout + 2 * kRpcSlack)) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("a collective writing '", name, "' on mesh '", mesh.name,
+                                       "' is still running"));
+    }
     if (!mesh.tensors.contains(request->tensor())) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           absl::StrCat("mesh '", mesh.name, "' has no tensor '",

@@ -14,6 +14,7 @@
 #include "core/device_mesh.h"
 #include "core/dtensor_spec.h"
 #include "server/client_leases.h"
+#include "server/collective_layouts.h"
 #include "server/dispatcher.h"
 #include "server/rendezvous_store.h"
 #include "tessera/v1/coordinator.grpc.pb.h"
@@ -46,6 +47,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
                         grpc::ServerWriter<v1::TensorChunk>* writer) override;
   grpc::Status RunCollective(grpc::ServerContext*, const v1::CollectiveRequest* request,
                              v1::CollectiveReply* reply) override;
+  grpc::Status WaitCollectives(grpc::ServerContext* context,
+                               const v1::WaitCollectivesRequest* request,
+                               v1::WaitCollectivesReply* reply) override;
   grpc::Status DeleteTensor(grpc::ServerContext*, const v1::DeleteTensorRequest* request,
                             v1::DeleteTensorReply*) override;
 
@@ -80,6 +84,12 @@ class CoordinatorService final : public v1::Coordinator::Service {
   void ReclaimExpired();
 
  private:
+  // A collective posted to a mesh's workers: its outcome once every worker replied.
+  struct CollectiveWork {
+    absl::Notification done;
+    absl::Status status;        // written before done is notified
+    v1::CollectiveReply reply;  // written before done is notified
+  };
   // A mesh: its workers (as ranks), their incarnations when it was set up, and its tensors.
   struct Mesh {
     explicit Mesh(DeviceMesh m) : mesh(std::move(m)) {}
@@ -89,9 +99,21 @@ class CoordinatorService final : public v1::Coordinator::Service {
     std::vector<int64_t> incarnations;
     absl::Duration timeout;
     absl::Mutex mu;
-    // Tensor names, each with the ranks (row-major positions) that hold it.
-    std::map<std::string, std::vector<bool>> tensors ABSL_GUARDED_BY(mu);
+    // Tensor names, each with what every rank (row-major position) holds of it. A collective's
+    // output is entered when it is accepted, as the workers will write it, so that later calls
+    // can use it at once; if the collective fails, the entry goes.
+    std::map<std::string, RankLayouts> tensors ABSL_GUARDED_BY(mu);
+    // Outputs of collectives still running, with how many write each: a later collective may
+    // read them before their replies arrive, since the workers run commands in order.
+    std::map<std::string, int> pending_writes ABSL_GUARDED_BY(mu);
+    // Why the last collective writing a tensor failed, until one writes it again.
+    std::map<std::string, absl::Status> failed_writes ABSL_GUARDED_BY(mu);
+    // Collectives started with async_op and not yet waited on, by work id.
+    std::map<int64_t, std::shared_ptr<CollectiveWork>> works ABSL_GUARDED_BY(mu);
+    int64_t next_work ABSL_GUARDED_BY(mu) = 1;
   };
+  // Finished async collectives a mesh remembers for WaitCollectives before it forgets the oldest.
+  static constexpr size_t kMaxUnwaitedWorks = 4096;
 
   // Work posted to the workers that writes a tensor: done once every worker replied.
   struct Work {
@@ -156,6 +178,18 @@ class CoordinatorService final : public v1::Coordinator::Service {
   void Spread(const Tensor& tensor, const std::vector<int64_t>& source,
               const std::vector<int>& broadcast_dims, bool partition, std::shared_ptr<Work> work);
 
+  // Checks a collective request against `mesh` and makes its worker command; on success the
+  // output is entered in the mesh's table as pending (FinishCollective settles it).
+  absl::StatusOr<v1::Command> AcceptCollective(Mesh& mesh, const v1::CollectiveRequest& request);
+  // Settles a collective's output in the mesh's table and makes its reply: on failure the output
+  // entry goes (and its leftovers on the workers are freed); on success each rank's reported
+  // layout must be the one AcceptCollective entered.
+  absl::Status FinishCollective(const std::shared_ptr<Mesh>& mesh,
+                                const v1::CollectiveRequest& request, absl::Status status,
+                                std::vector<v1::CommandReply> replies, v1::CollectiveReply* reply);
+  // The workers of a mesh's ranks, in rank order, looked up once: UNAVAILABLE naming the worker
+  // when one is dead or restarted since the mesh was set up.
+  absl::StatusOr<std::vector<WorkerHandle>> MeshWorkers(const Mesh& mesh) const;
   // The named mesh; NOT_FOUND if unknown, UNAVAILABLE naming the worker if it is broken.
   absl::StatusOr<std::shared_ptr<Mesh>> ReadyMesh(const std::string& name) const;
   absl::StatusOr<std::shared_ptr<Mesh>> FindMesh(const std::string& name) const;

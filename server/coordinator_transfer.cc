@@ -33,8 +33,10 @@ grpc::Status CoordinatorService::PutLocal(grpc::ServerContext* context,
                         absl::StrCat("tensor name '", chunk.tensor(),
                                      "' must be non-empty and have no '/'"));
   }
-  if (absl::Status s = FromProto(chunk.dtype()).status(); !s.ok()) return ToGrpcStatus(s);
-  if (absl::Status s = FromProto(chunk.shape()).status(); !s.ok()) return ToGrpcStatus(s);
+  const absl::StatusOr<DType> dtype = FromProto(chunk.dtype());
+  if (!dtype.ok()) return ToGrpcStatus(dtype.status());
+  const absl::StatusOr<Shape> shape = FromProto(chunk.shape());
+  if (!shape.ok()) return ToGrpcStatus(shape.status());
 
   const std::string name = chunk.tensor();
   const int64_t rank = chunk.rank();
@@ -70,8 +72,8 @@ grpc::Status CoordinatorService::PutLocal(grpc::ServerContext* context,
   }
   reply->set_bytes(uploaded.bytes());
   absl::MutexLock lock(&mesh.mu);
-  mesh.tensors.try_emplace(name, static_cast<size_t>(mesh.mesh.size()), false)
-      .first->second[static_cast<size_t>(rank)] = true;
+  mesh.tensors.try_emplace(name, static_cast<size_t>(mesh.mesh.size()))
+      .first->second[static_cast<size_t>(rank)] = LocalLayout{*dtype, *shape};
   return grpc::Status::OK;
 }
 
@@ -89,7 +91,7 @@ grpc::Status CoordinatorService::GetLocal(grpc::ServerContext* context,
   {
     absl::MutexLock lock(&mesh.mu);
     auto it = mesh.tensors.find(request->tensor());
-    if (it == mesh.tensors.end() || !it->second[static_cast<size_t>(request->rank())]) {
+    if (it == mesh.tensors.end() || !it->second[static_cast<size_t>(request->rank())].has_value()) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           absl::StrCat("mesh '", mesh.name, "' has no tensor '",
                                        request->tensor(), "' on rank ", request->rank()));

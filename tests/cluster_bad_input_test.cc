@@ -317,5 +317,112 @@ TEST_F(ClusterBadInputTest, TensorOverTheMemoryBudget) {
   ASSERT_TRUE(client().DeleteTensor("m", "third").ok());
 }
 
+TEST_F(ClusterBadInputTest, RanksHoldingDifferentShapesOrDTypes) {
+  // Positions 0-2 hold float32[3, 2]; position 3 a float32[4, 2] in "odd" and an int32[3, 2] in
+  // "mixed". Gloo would be handed different byte counts on the ranks of one group (which kills
+  // the worker process in Gloo's receive path): the coordinator refuses before anything runs.
+  for (int64_t r = 0; r < kWorkers; ++r) {
+    const bool last = r == kWorkers - 1;
+    ASSERT_TRUE(client()
+                    .PutLocal("m", r, "odd",
+                              SmallIntegerTensor(DType::kFloat32, {last ? 4 : 3, 2}, 30 + r))
+                    .ok());
+    ASSERT_TRUE(client()
+                    .PutLocal("m", r, "mixed",
+                              SmallIntegerTensor(last ? DType::kInt32 : DType::kFloat32, {3, 2},
+                                                 40 + r))
+                    .ok());
+  }
+  for (bool async : {false, true}) {
+    SCOPED_TRACE(async ? "async" : "sync");
+    for (v1::CollectiveOp op : {v1::ALL_REDUCE_OP, v1::ALL_GATHER_OP, v1::REDUCE_SCATTER_OP,
+                                v1::ALL_TO_ALL_OP, v1::BROADCAST}) {
+      // Over the whole mesh, and over dim "tp", whose group {2, 3} disagrees.
+      for (const char* dim : {"", "tp"}) {
+        v1::CollectiveRequest request = Collective(op, dim, "odd");
+        request.set_async_op(async);
+        EXPECT_TRUE(StatusIs(client().RunCollective(request).status(), kInvalid,
+                             {"'odd'", "float32[3, 2]", "float32[4, 2]", "positions"}))
+            << v1::CollectiveOp_Name(op) << " over '" << dim << "'";
+        request.set_input("mixed");
+        EXPECT_TRUE(StatusIs(client().RunCollective(request).status(), kInvalid,
+                             {"'mixed'", "float32[3, 2]", "int32[3, 2]"}))
+            << v1::CollectiveOp_Name(op) << " over '" << dim << "'";
+      }
+    }
+    // Over dim "dp" every group agrees ({0, 2} and {1, 3} differ only between groups)... but
+    // {1, 3} does not: position 3 differs from 1. A send from position 0 to 2 reads only those.
+    v1::CollectiveRequest send = Collective(v1::SEND_RECV, "", "odd", 0);
+    send.set_peer(2);
+    send.set_output("sent");
+    send.set_async_op(async);
+    absl::StatusOr<v1::CollectiveReply> sent = client().RunCollective(send);
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    if (async) {
+      absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcomes =
+          client().WaitCollectives("m", {sent->work()});
+      ASSERT_TRUE(outcomes.ok()) << outcomes.status();
+      EXPECT_TRUE((*outcomes)[0].ok()) << (*outcomes)[0].status();
+    }
+    absl::StatusOr<HostTensor> got = client().GetLocal("m", 2, "sent");
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, SmallIntegerTensor(DType::kFloat32, {3, 2}, 30)));
+  }
+  for (const char* name : {"odd", "mixed", "sent"}) {
+    EXPECT_TRUE(client().DeleteTensor("m", name).ok()) << name;
+  }
+}
+
+TEST_F(ClusterBadInputTest, AsyncFailureIsReportedByWaitAndByTheNextUse) {
+  // An all_gather over the budget, started async: accepted, then failed on every worker. The
+  // all_reduce queued behind it on its output fails on every worker too (no rank waits for
+  // peers that will not come); both outcomes come back from WaitCollectives.
+  const HostTensor third = HostTensor::Zeros(DType::kFloat32, {300, 256}).value();  // 307200 B
+  for (int64_t r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(client().PutLocal("m", r, "third", third).ok());
+  }
+  v1::CollectiveRequest gather = Collective(v1::ALL_GATHER_OP, "", "third");
+  gather.set_output("gathered");
+  gather.set_async_op(true);
+  v1::CollectiveRequest reduce = Collective(v1::ALL_REDUCE_OP, "", "gathered");
+  reduce.set_output("reduced");
+  reduce.set_async_op(true);
+  absl::StatusOr<v1::CollectiveReply> first = client().RunCollective(gather);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<v1::CollectiveReply> second = client().RunCollective(reduce);
+  std::vector<int64_t> works = {first->work()};
+  if (second.ok()) {
+    EXPECT_GT(second->work(), first->work());
+    works.push_back(second->work());
+  } else {
+    // The all_gather failed before the all_reduce reached the coordinator: refused, with why.
+    EXPECT_TRUE(StatusIs(second.status(), kNotFound, {"'gathered'", "failed"}));
+  }
+
+  absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcomes =
+      client().WaitCollectives("m", works);
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status();
+  ASSERT_EQ(outcomes->size(), works.size());
+  EXPECT_TRUE(StatusIs((*outcomes)[0].status(), absl::StatusCode::kResourceExhausted,
+                       {absl::StrCat(4 * 307200), absl::StrCat(kBudget)}));
+  if (works.size() == 2) {
+    EXPECT_TRUE(StatusIs((*outcomes)[1].status(), kNotFound, {"gathered"}));
+  }
+  // The failed output is gone, and the next use says why.
+  EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "gathered").status(), kNotFound, {"'gathered'"}));
+  reduce.set_async_op(false);
+  EXPECT_TRUE(StatusIs(client().RunCollective(reduce).status(), kNotFound,
+                       {"'gathered'", "failed", absl::StrCat(kBudget)}));
+
+  // Each work is reported once; unknown ids and meshes are NOT_FOUND, naming them.
+  EXPECT_TRUE(StatusIs(client().WaitCollectives("m", {first->work()}).status(), kNotFound,
+                       {absl::StrCat("work ", first->work())}));
+  EXPECT_TRUE(StatusIs(client().WaitCollectives("m", {987654}).status(), kNotFound,
+                       {"987654"}));
+  EXPECT_TRUE(StatusIs(client().WaitCollectives("nowhere", {1}).status(), kNotFound,
+                       {"'nowhere'"}));
+  ASSERT_TRUE(client().DeleteTensor("m", "third").ok());
+}
+
 }  // namespace
 }  // namespace tessera

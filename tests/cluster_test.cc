@@ -182,6 +182,23 @@ double Tolerance(const CollectiveCase& c, int64_t group_size) {
   return 0;
 }
 
+// What every mesh rank holds after the collective runs on `layout` with mesh rank r's input
+// `inputs[r]`.
+std::vector<std::optional<HostTensor>> ExpectedOnMesh(const CollectiveCase& c,
+                                                      const Layout& layout,
+                                                      const std::vector<HostTensor>& inputs,
+                                                      int64_t root, int64_t peer) {
+  std::vector<std::optional<HostTensor>> want(inputs.size());
+  for (const std::vector<int64_t>& group : layout.groups) {
+    std::vector<const HostTensor*> in;
+    for (int64_t rank : group) in.push_back(&inputs[rank]);
+    for (size_t r = 0; r < group.size(); ++r) {
+      want[group[r]] = Expected(c, in, static_cast<int64_t>(r), root, peer);
+    }
+  }
+  return want;
+}
+
 std::string Describe(const std::string& name, DType dtype, const Shape& shape) {
   return absl::StrCat(name, ": ", DTypeName(dtype), ShapeToString(shape));
 }
@@ -245,72 +262,188 @@ class ClusterCollectiveTest : public ::testing::TestWithParam<CollectiveCase> {
     ASSERT_TRUE(startup_.ok()) << "the cluster did not start: " << startup_ << cluster_->LogHint();
   }
 
+  void RunAndCheck(const CollectiveCase& c, bool async);
+
   static inline TestCluster* cluster_ = nullptr;
   static inline absl::Status startup_;
   static inline std::map<std::pair<DType, int64_t>, std::vector<HostTensor>>* inputs_ = nullptr;
   static inline int64_t next_output_ = 0;
 };
 
-TEST_P(ClusterCollectiveTest, EveryGroupMatchesTheReference) {
-  const CollectiveCase& c = GetParam();
+// Runs case `c` on every layout and input size, one collective each, and compares every rank's
+// output with the reference. With `async`, every collective is started (async_op) before any is
+// waited on, so the workers run them back to back as batches, and WaitCollectives reports them.
+void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, bool async) {
   CoordinatorClient& client = *cluster_->client;
+  struct Run {
+    const Layout* layout;
+    int64_t rows, root, peer;
+    std::string output;
+    absl::StatusOr<v1::CollectiveReply> reply;
+  };
+  std::vector<Run> runs;
+  std::map<std::string, std::vector<size_t>> started;  // by mesh: indices into `runs`
   for (const Layout& layout : Layouts()) {
     const int64_t k = static_cast<int64_t>(layout.groups[0].size());
     for (size_t s = 0; s < std::size(kRows); ++s) {
-      const int64_t rows = kRows[s];
       // Roots, senders and receivers move with the size so that every group rank takes each part.
-      const int64_t root = static_cast<int64_t>(s + 1) % k;
-      const int64_t peer = static_cast<int64_t>(s) % k;
-      SCOPED_TRACE(absl::StrCat("mesh '", layout.mesh, "' mesh_dim '", layout.mesh_dim, "', ",
-                                DTypeName(c.dtype), ShapeToString(InputShape(rows)), ", root ",
-                                root, ", peer ", peer));
+      Run run{&layout, kRows[s], static_cast<int64_t>(s + 1) % k, static_cast<int64_t>(s) % k,
+              absl::StrCat("y", next_output_++), absl::UnknownError("not run")};
       v1::CollectiveRequest request;
       request.set_mesh(layout.mesh);
       request.set_mesh_dim(layout.mesh_dim);
       request.set_op(c.op);
-      request.set_input(InputName(c.dtype, rows));
-      const std::string output = absl::StrCat("y", next_output_++);
-      request.set_output(output);
+      request.set_input(InputName(c.dtype, run.rows));
+      request.set_output(run.output);
       request.set_reduce_op(ToProto(c.reduce));
-      request.set_root(root);
-      request.set_peer(peer);
-      absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request);
-      ASSERT_TRUE(reply.ok()) << reply.status();
+      request.set_root(run.root);
+      request.set_peer(run.peer);
+      request.set_async_op(async);
+      run.reply = client.RunCollective(request);
+      ASSERT_TRUE(run.reply.ok()) << run.reply.status();
+      if (async) {
+        EXPECT_GT(run.reply->work(), 0);
+        EXPECT_EQ(run.reply->outputs_size(), 0) << "an async reply lists no outputs";
+        started[layout.mesh].push_back(runs.size());
+      } else {
+        EXPECT_EQ(run.reply->work(), 0);
+      }
+      runs.push_back(std::move(run));
+    }
+  }
+  for (const auto& [mesh, indices] : started) {
+    std::vector<int64_t> works;
+    for (size_t i : indices) works.push_back(runs[i].reply->work());
+    absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcomes =
+        client.WaitCollectives(mesh, works, absl::Seconds(120));
+    ASSERT_TRUE(outcomes.ok()) << outcomes.status();
+    ASSERT_EQ(outcomes->size(), works.size());
+    for (size_t j = 0; j < indices.size(); ++j) runs[indices[j]].reply = (*outcomes)[j];
+    // Each work is reported once.
+    EXPECT_EQ(client.WaitCollectives(mesh, {works[0]}).status().code(),
+              absl::StatusCode::kNotFound);
+  }
 
-      const std::vector<HostTensor>& inputs = inputs_->at({c.dtype, rows});
-      std::vector<std::optional<HostTensor>> want(kWorkers);
-      for (const std::vector<int64_t>& group : layout.groups) {
-        std::vector<const HostTensor*> in;
-        for (int64_t rank : group) in.push_back(&inputs[rank]);
-        for (int64_t r = 0; r < k; ++r) want[group[r]] = Expected(c, in, r, root, peer);
-      }
-      // The reply lists the output of every rank that wrote one, in mesh rank order.
-      std::vector<std::string> want_outputs, got_outputs;
-      for (const std::optional<HostTensor>& w : want) {
-        if (w) want_outputs.push_back(Describe(output, w->dtype(), w->shape()));
-      }
-      for (const v1::LocalTensorInfo& t : reply->outputs()) {
-        got_outputs.push_back(Describe(t.name(), FromProto(t.dtype()).value_or(DType::kFloat32),
-                                       FromProto(t.shape()).value_or(Shape{})));
-      }
-      EXPECT_EQ(got_outputs, want_outputs);
+  for (const Run& run : runs) {
+    const Layout& layout = *run.layout;
+    const int64_t k = static_cast<int64_t>(layout.groups[0].size());
+    SCOPED_TRACE(absl::StrCat("mesh '", layout.mesh, "' mesh_dim '", layout.mesh_dim, "', ",
+                              DTypeName(c.dtype), ShapeToString(InputShape(run.rows)), ", root ",
+                              run.root, ", peer ", run.peer, async ? ", async" : ""));
+    ASSERT_TRUE(run.reply.ok()) << run.reply.status();
+    const std::vector<std::optional<HostTensor>> want = ExpectedOnMesh(
+        c, layout, inputs_->at({c.dtype, run.rows}), run.root, run.peer);
+    // The reply lists the output of every rank that wrote one, in mesh rank order.
+    std::vector<std::string> want_outputs, got_outputs;
+    for (const std::optional<HostTensor>& w : want) {
+      if (w) want_outputs.push_back(Describe(run.output, w->dtype(), w->shape()));
+    }
+    for (const v1::LocalTensorInfo& t : run.reply->outputs()) {
+      got_outputs.push_back(Describe(t.name(), FromProto(t.dtype()).value_or(DType::kFloat32),
+                                     FromProto(t.shape()).value_or(Shape{})));
+    }
+    EXPECT_EQ(got_outputs, want_outputs);
 
-      for (int64_t rank = 0; rank < kWorkers; ++rank) {
-        absl::StatusOr<HostTensor> got = client.GetLocal(layout.mesh, rank, output);
-        if (!want[rank]) {
-          EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound)
-              << "mesh rank " << rank << " should have written no output; got " << got.status();
-          continue;
-        }
-        ASSERT_TRUE(got.ok()) << "mesh rank " << rank << ": " << got.status();
-        EXPECT_TRUE(TensorsMatch(*got, *want[rank], Tolerance(c, k))) << "mesh rank " << rank;
+    for (int64_t rank = 0; rank < kWorkers; ++rank) {
+      absl::StatusOr<HostTensor> got = client.GetLocal(layout.mesh, rank, run.output);
+      if (!want[rank]) {
+        EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound)
+            << "mesh rank " << rank << " should have written no output; got " << got.status();
+        continue;
       }
+      ASSERT_TRUE(got.ok()) << "mesh rank " << rank << ": " << got.status();
+      EXPECT_TRUE(TensorsMatch(*got, *want[rank], Tolerance(c, k))) << "mesh rank " << rank;
     }
   }
 }
 
+TEST_P(ClusterCollectiveTest, EveryGroupMatchesTheReference) { RunAndCheck(GetParam(), false); }
+
+TEST_P(ClusterCollectiveTest, PipelinedAsyncMatchesTheReference) {
+  RunAndCheck(GetParam(), true);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllCollectives, ClusterCollectiveTest, ::testing::ValuesIn(AllCases()),
                          CaseName);
+
+// A chain of async collectives on the 2x2 grid, each reading the output of the one before while
+// that one is still queued or running, over every kind of group (a dim by name, a dim by index,
+// the whole mesh): started without waiting, then checked stage by stage against the reference.
+// (8 rows, so that the reduce-scatter over 4 ranks leaves equal shapes for the all-reduce after.)
+class ClusterAsyncChainTest : public ClusterCollectiveTest {};
+
+TEST_P(ClusterAsyncChainTest, EachStageReadsTheOneBefore) {
+  const DType dtype = GetParam().dtype;
+  CoordinatorClient& client = *cluster_->client;
+  const std::vector<Layout>& layouts = Layouts();  // [1] grid "dp", [2] grid "1", [3] grid ""
+  struct Stage {
+    CollectiveCase c;
+    const Layout* layout;
+    std::string input, output;
+    int64_t root;
+  };
+  const std::string tag = absl::StrCat("chain_", DTypeName(dtype), "_");
+  const std::vector<Stage> stages = {
+      {{v1::ALL_REDUCE_OP, ReduceOp::kSum, dtype}, &layouts[2], InputName(dtype, 8), tag + "a", 0},
+      {{v1::ALL_GATHER_OP, ReduceOp::kSum, dtype}, &layouts[1], tag + "a", tag + "b", 0},
+      {{v1::REDUCE_SCATTER_OP, ReduceOp::kMax, dtype}, &layouts[3], tag + "b", tag + "c", 0},
+      {{v1::ALL_REDUCE_OP, ReduceOp::kMin, dtype}, &layouts[2], tag + "c", tag + "c", 0},
+      {{v1::BROADCAST, ReduceOp::kSum, dtype}, &layouts[1], tag + "c", tag + "d", 1},
+  };
+  std::vector<int64_t> works;
+  for (const Stage& stage : stages) {
+    v1::CollectiveRequest request;
+    request.set_mesh("grid");
+    request.set_mesh_dim(stage.layout->mesh_dim);
+    request.set_op(stage.c.op);
+    request.set_input(stage.input);
+    request.set_output(stage.output);
+    request.set_reduce_op(ToProto(stage.c.reduce));
+    request.set_root(stage.root);
+    request.set_async_op(true);
+    absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request);
+    ASSERT_TRUE(reply.ok()) << stage.output << ": " << reply.status();
+    works.push_back(reply->work());
+  }
+  absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcomes =
+      client.WaitCollectives("grid", works, absl::Seconds(120));
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status();
+  for (size_t i = 0; i < stages.size(); ++i) {
+    EXPECT_TRUE((*outcomes)[i].ok()) << stages[i].output << ": " << (*outcomes)[i].status();
+  }
+
+  std::map<std::string, std::vector<HostTensor>> held;
+  for (const HostTensor& t : inputs_->at({dtype, 8})) held[InputName(dtype, 8)].push_back(t.Clone());
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const Stage& stage = stages[i];
+    std::vector<std::optional<HostTensor>> want =
+        ExpectedOnMesh(stage.c, *stage.layout, held.at(stage.input), stage.root, 0);
+    std::vector<HostTensor>& out = held[stage.output];
+    out.clear();
+    for (std::optional<HostTensor>& w : want) out.push_back(*std::move(w));
+    // Later stages overwrite "c": only the last writer of a name is checked on the workers.
+    bool last_writer = true;
+    for (size_t j = i + 1; j < stages.size(); ++j) last_writer &= stages[j].output != stage.output;
+    if (!last_writer) continue;
+    for (int64_t rank = 0; rank < kWorkers; ++rank) {
+      absl::StatusOr<HostTensor> got = client.GetLocal("grid", rank, stage.output);
+      ASSERT_TRUE(got.ok()) << stage.output << " of rank " << rank << ": " << got.status();
+      EXPECT_TRUE(TensorsMatch(*got, out[rank])) << stage.output << " of rank " << rank;
+    }
+  }
+  for (const char* name : {"a", "b", "c", "d"}) {
+    EXPECT_TRUE(client.DeleteTensor("grid", tag + name).ok()) << tag << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SomeDTypes, ClusterAsyncChainTest,
+    ::testing::Values(CollectiveCase{v1::BARRIER, ReduceOp::kSum, DType::kFloat32},
+                      CollectiveCase{v1::BARRIER, ReduceOp::kSum, DType::kInt32},
+                      CollectiveCase{v1::BARRIER, ReduceOp::kSum, DType::kBFloat16}),
+    [](const ::testing::TestParamInfo<CollectiveCase>& info) {
+      return std::string(DTypeName(info.param.dtype));
+    });
 
 }  // namespace
 }  // namespace tessera
