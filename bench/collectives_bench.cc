@@ -15,7 +15,10 @@
 // Per size, --rounds times: the raw Gloo peer runs every collective (--warmup untimed calls, then
 // --iterations timed ones, each after a barrier and timed on the slowest rank), then the service
 // does the same through RunCollective (timed at the client), so slow spells of a shared machine
-// fall on both. Then --rtt_calls GetMesh calls give the gRPC unary round trip of the latency aim.
+// fall on both. Each also runs --bursts back-to-back samples (nccl-tests' time: a burst of
+// --iterations calls with nothing between them, over the count): raw Gloo calls in a loop, the
+// service's calls started with async_op and waited for with one WaitCollectives. Then
+// --rtt_calls GetMesh calls give the gRPC unary round trip of the latency aim.
 // torch runs once per group size, after the others, with rounds x iterations timed calls.
 
 #include <fcntl.h>
@@ -59,6 +62,8 @@ ABSL_FLAG(std::string, warmup, "5,5,3,1,1",
           "Untimed calls before each collective's timed ones, one entry per --bytes entry");
 ABSL_FLAG(int, rounds, 3, "Alternations of raw Gloo and the service per size");
 ABSL_FLAG(int, rtt_calls, 50, "GetMesh calls per size for the gRPC round trip");
+ABSL_FLAG(int, bursts, 3, "Back-to-back samples per collective, size and round, each a burst of "
+          "--iterations calls over --iterations (nccl-tests' time); 0 skips them");
 ABSL_FLAG(std::string, raw_peer, "", "raw_gloo_peer binary; found beside this program if empty");
 ABSL_FLAG(std::string, torch_python, "", "Python with torch for the torch.distributed peer");
 ABSL_FLAG(std::string, torch_peer, "", "Path of bench/torch_peer.py");
@@ -86,6 +91,7 @@ struct Row {
   std::string op;
   int64_t bytes;
   Timing tessera, raw, torch;
+  Timing tessera_burst, raw_burst;  // back to back: a burst's time over its calls
   double rtt_us;  // GetMesh round trip measured at this size
 };
 
@@ -181,7 +187,8 @@ absl::Status RunRawGloo(const std::string& binary, const std::string& dir, int n
     argvs.push_back({binary, absl::StrCat("--rank=", r), absl::StrCat("--size=", n),
                      absl::StrCat("--store=", store), absl::StrCat("--bytes=", bytes),
                      absl::StrCat("--iterations=", iterations),
-                     absl::StrCat("--warmup=", warmup), absl::StrCat("--out=", out)});
+                     absl::StrCat("--warmup=", warmup), absl::StrCat("--out=", out),
+                     absl::StrCat("--bursts=", absl::GetFlag(FLAGS_bursts))});
   }
   if (absl::Status s = RunProcesses(argvs, absl::StrCat(dir, "/", tag, ".log")); !s.ok()) return s;
   return ReadPeerSamples(out, samples);
@@ -252,6 +259,42 @@ absl::Status TimeService(CoordinatorClient& client, const std::string& op, int n
   return absl::OkStatus();
 }
 
+// Adds --bursts samples of `op` back to back to `us`: each the time of `iterations` calls started
+// with async_op and then one WaitCollectives for all of them, over `iterations` — nccl-tests' time
+// (a loop of launches and one synchronize), which raw_gloo_peer --bursts measures the same way.
+absl::Status TimeServiceBursts(CoordinatorClient& client, const std::string& op, int n,
+                               int64_t iterations, int64_t warmup, std::vector<double>& us) {
+  v1::CollectiveRequest request = Request(op);
+  request.set_async_op(true);
+  auto burst = [&](int64_t calls) -> absl::StatusOr<double> {
+    const Clock::time_point start = Clock::now();
+    std::vector<int64_t> works;
+    for (int64_t i = 0; i < calls; ++i) {
+      absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request);
+      if (!reply.ok()) return reply.status();
+      works.push_back(reply->work());
+    }
+    absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcomes =
+        client.WaitCollectives(kMesh, works);
+    const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    if (!outcomes.ok()) return outcomes.status();
+    for (const absl::StatusOr<v1::CollectiveReply>& o : *outcomes) {
+      if (!o.ok()) return o.status();
+      if (o->outputs_size() != n) {
+        return absl::InternalError(absl::StrCat(op, " wrote ", o->outputs_size(), " outputs"));
+      }
+    }
+    return elapsed / static_cast<double>(std::max<int64_t>(calls, 1));
+  };
+  if (absl::StatusOr<double> w = burst(warmup); !w.ok()) return w.status();
+  for (int b = 0; b < absl::GetFlag(FLAGS_bursts); ++b) {
+    absl::StatusOr<double> t = burst(iterations);
+    if (!t.ok()) return t.status();
+    us.push_back(*t);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Timing> TimeRoundTrip(CoordinatorClient& client) {
   std::vector<double> us;
   for (int i = -5; i < absl::GetFlag(FLAGS_rtt_calls); ++i) {
@@ -301,6 +344,11 @@ absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
             !st.ok()) {
           return st;
         }
+        if (absl::Status st = TimeServiceBursts(c, op, n, iterations[s], warmup[s],
+                                                tessera[{absl::StrCat(op, "/burst"), bytes}]);
+            !st.ok()) {
+          return st;
+        }
       }
     }
     absl::StatusOr<Timing> rtt = TimeRoundTrip(c);
@@ -317,8 +365,10 @@ absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
   std::vector<Row> rows;
   for (int64_t bytes : sizes) {
     for (const char* op : kOps) {
+      const std::string burst = absl::StrCat(op, "/burst");
       rows.push_back({n, op, bytes, Summarize(tessera[{op, bytes}]), Summarize(raw[{op, bytes}]),
-                      Summarize(torch[{op, bytes}]), rtt_us[bytes]});
+                      Summarize(torch[{op, bytes}]), Summarize(tessera[{burst, bytes}]),
+                      Summarize(raw[{burst, bytes}]), rtt_us[bytes]});
     }
   }
   (void)c.DeleteMesh(kMesh);
@@ -344,6 +394,18 @@ void PrintTable(const std::vector<Row>& rows, bool torch) {
         r.raw.median_us / r.tessera.median_us, torch ? r.raw.median_us / r.torch.median_us : NAN,
         r.rtt_us);
   }
+  std::printf("\nBack to back (nccl-tests' time: a burst of calls, started without waiting, then "
+              "one wait, over the calls)\n");
+  std::printf("%-2s %-14s %5s | %10s %10s | %8s %8s | %7s | %10s %7s\n", "n", "op", "size",
+              "raw us", "tessera us", "raw GB/s", "tess GB/s", "tess/raw", "over us", "rtt us");
+  for (const Row& r : rows) {
+    std::printf("%-2d %-14s %5s | %10.1f %10.1f | %8.3f %8.3f | %7.2fx | %10.1f %7.1f\n",
+                r.workers, r.op.c_str(), SizeName(r.bytes).c_str(), r.raw_burst.median_us,
+                r.tessera_burst.median_us, BusBw(r, r.raw_burst.median_us),
+                BusBw(r, r.tessera_burst.median_us),
+                r.raw_burst.median_us / r.tessera_burst.median_us,
+                r.tessera_burst.median_us - r.raw_burst.median_us, r.rtt_us);
+  }
   int64_t smallest = rows.front().bytes, largest = rows.front().bytes;
   for (const Row& r : rows) {
     smallest = std::min(smallest, r.bytes);
@@ -360,10 +422,13 @@ void PrintTable(const std::vector<Row>& rows, bool torch) {
   }
   for (const Row& r : rows) {
     if (r.bytes == smallest) {
-      const double over = r.tessera.median_us - r.raw.median_us;
-      std::printf("  n=%d %-14s %s overhead %.0f us vs rtt %.0f us (%.1f rtt): %s\n", r.workers,
-                  r.op.c_str(), SizeName(r.bytes).c_str(), over, r.rtt_us, over / r.rtt_us,
-                  over <= r.rtt_us ? "met" : "MISSED");
+      const double over = r.tessera_burst.median_us - r.raw_burst.median_us;
+      const double sync_over = r.tessera.median_us - r.raw.median_us;
+      std::printf("  n=%d %-14s %s back to back: overhead %.0f us vs rtt %.0f us (%.1f rtt): %s; "
+                  "one synchronous call: overhead %.0f us (%.1f rtt)\n",
+                  r.workers, r.op.c_str(), SizeName(r.bytes).c_str(), over, r.rtt_us,
+                  over / r.rtt_us, over <= r.rtt_us ? "met" : "MISSED", sync_over,
+                  sync_over / r.rtt_us);
     }
   }
 }
@@ -389,13 +454,16 @@ absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
         "\"tessera_median_us\": %s, \"tessera_min_us\": %s, \"raw_gloo_median_us\": %s, "
         "\"raw_gloo_min_us\": %s, \"torch_median_us\": %s, \"tessera_busbw_gbps\": %s, "
         "\"raw_gloo_busbw_gbps\": %s, \"torch_busbw_gbps\": %s, \"tessera_over_raw\": %s, "
-        "\"torch_over_raw\": %s, \"grpc_rtt_us\": %s}%s\n",
+        "\"torch_over_raw\": %s, \"tessera_burst_us\": %s, \"raw_gloo_burst_us\": %s, "
+        "\"grpc_rtt_us\": %s}%s\n",
         r.workers, r.op, r.bytes, r.tessera.calls, bench::JsonNumber(r.tessera.median_us),
         bench::JsonNumber(r.tessera.min_us), bench::JsonNumber(r.raw.median_us), bench::JsonNumber(r.raw.min_us),
         bench::JsonNumber(r.torch.median_us), bench::JsonNumber(BusBw(r, r.tessera.median_us)),
         bench::JsonNumber(BusBw(r, r.raw.median_us)), bench::JsonNumber(BusBw(r, r.torch.median_us)),
         bench::JsonNumber(r.raw.median_us / r.tessera.median_us),
-        bench::JsonNumber(r.raw.median_us / r.torch.median_us), bench::JsonNumber(r.rtt_us),
+        bench::JsonNumber(r.raw.median_us / r.torch.median_us),
+        bench::JsonNumber(r.tessera_burst.median_us), bench::JsonNumber(r.raw_burst.median_us),
+        bench::JsonNumber(r.rtt_us),
         i + 1 < rows.size() ? "," : "");
   }
   f << "  ]\n}\n";

@@ -11,7 +11,9 @@
 //
 // --bytes is the nccl-tests size (the whole array: the all_gather output, the reduce_scatter
 // input). Each timed call starts after a barrier and its time is the slowest rank's (a max
-// allreduce of the per-iteration times). Rank 0 writes one line per collective and size to --out:
+// allreduce of the per-iteration times). With --bursts, each collective then also runs that many
+// bursts of --iterations calls back to back (one barrier before each burst), each reported as its
+// time over --iterations (nccl-tests' definition of a collective's time), on "<op>/burst" lines. Rank 0 writes one line per collective and size to --out:
 // "<op> <bytes> <us> <us> ...", the time of every timed call.
 
 #include <algorithm>
@@ -45,6 +47,8 @@ ABSL_FLAG(std::string, iterations, "20", "Timed iterations per size, one per --b
 ABSL_FLAG(std::string, warmup, "3", "Untimed iterations before each collective's timed ones, "
           "one per --bytes entry");
 ABSL_FLAG(std::string, out, "", "Where rank 0 writes the timings");
+ABSL_FLAG(int, bursts, 0, "Back-to-back samples per collective and size after the per-call ones: "
+          "each is --iterations calls after one barrier, over --iterations");
 
 namespace tessera {
 namespace {
@@ -208,11 +212,26 @@ int Main() {
         run();
         times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
       }
+      // nccl-tests' time: a loop of calls with nothing between them, over the count.
+      std::vector<double> bursts;
+      for (int b = 0; b < absl::GetFlag(FLAGS_bursts); ++b) {
+        c.Barrier();
+        const Clock::time_point start = Clock::now();
+        for (int64_t i = 0; i < iterations[s]; ++i) run();
+        bursts.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                         static_cast<double>(std::max<int64_t>(iterations[s], 1)));
+      }
       c.MaxOverRanks(times);
+      if (!bursts.empty()) c.MaxOverRanks(bursts);
       if (out != nullptr) {
         std::fprintf(out, "%s %lld", name, static_cast<long long>(sizes[s]));
         for (double t : times) std::fprintf(out, " %.3f", t);
         std::fprintf(out, "\n");
+        if (!bursts.empty()) {
+          std::fprintf(out, "%s/burst %lld", name, static_cast<long long>(sizes[s]));
+          for (double t : bursts) std::fprintf(out, " %.3f", t);
+          std::fprintf(out, "\n");
+        }
         std::fflush(out);
       }
     }

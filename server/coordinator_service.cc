@@ -424,7 +424,9 @@ grpc::Status CoordinatorService::RunCollective(grpc::ServerContext*,
                                         &work->reply);
         work->done.Notify();
       },
-      /*send_here=*/true);
+      // A synchronous call waits anyway and saves the hand-off to the sender thread; an async one
+      // answers its client first.
+      /*send_here=*/!request->async_op());
   if (request->async_op()) return grpc::Status::OK;
   work->done.WaitForNotification();
   if (!work->status.ok()) return ToGrpcStatus(work->status);
