@@ -188,6 +188,55 @@ CoordinatorClient::WaitCollectives(const std::string& mesh, const std::vector<in
   return outcomes;
 }
 
+absl::StatusOr<std::unique_ptr<CollectiveStream>> CoordinatorClient::OpenCollectiveStream(
+    absl::Duration timeout) {
+  std::unique_ptr<CollectiveStream> stream(new CollectiveStream);
+  Prepare(&stream->context_, timeout);
+  stream->stream_ = stub_->CollectiveStream(&stream->context_);
+  if (stream->stream_ == nullptr) return absl::UnavailableError("cannot open a collective stream");
+  return stream;
+}
+
+CollectiveStream::~CollectiveStream() {
+  if (!closed_) stream_->WritesDone();
+  v1::CollectiveResult ignored;
+  while (!ended_ && stream_->Read(&ignored)) {
+  }
+  stream_->Finish().IgnoreError();
+}
+
+absl::Status CollectiveStream::Broken() {
+  ended_ = true;
+  closed_ = true;
+  grpc::Status s = stream_->Finish();
+  return s.ok() ? absl::UnavailableError("the collective stream ended early")
+                : FromGrpcStatus(s);
+}
+
+absl::Status CollectiveStream::Submit(const v1::CollectiveRequest& request) {
+  if (ended_ || closed_) return absl::FailedPreconditionError("the collective stream has ended");
+  if (!stream_->Write(request)) {
+    closed_ = true;
+    return absl::UnavailableError("the collective stream broke; Next reports why");
+  }
+  ++submitted_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::CollectiveReply> CollectiveStream::Next() {
+  if (reported_ >= submitted_) {
+    return absl::FailedPreconditionError("no submitted collective is waiting to be reported");
+  }
+  if (ended_) return absl::UnavailableError("the collective stream has ended");
+  v1::CollectiveResult result;
+  if (!stream_->Read(&result)) return Broken();
+  ++reported_;
+  if (result.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(result.code()), result.message());
+  }
+  return std::move(*result.mutable_reply());
+}
+
 absl::Status CoordinatorClient::DeleteTensor(const std::string& mesh, const std::string& name) {
   v1::DeleteTensorRequest request;
   request.set_mesh(mesh);

@@ -1,6 +1,7 @@
 #ifndef TESSERA_CLIENT_COORDINATOR_CLIENT_H_
 #define TESSERA_CLIENT_COORDINATOR_CLIENT_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,36 @@
 #include "tessera/v1/coordinator.grpc.pb.h"
 
 namespace tessera {
+
+// An ordered stream of collectives on one connection (the CollectiveStream RPC): Submit sends a
+// collective and returns at once, with no round trip; Next reports outcomes in submission order,
+// each once its collective has finished. One thread may Submit while another calls Next.
+class CollectiveStream {
+ public:
+  // Closes the sending side and waits for the outcomes not read yet (their collectives run to
+  // the end either way).
+  ~CollectiveStream();
+
+  // Sends `request` (async_op is implied). Fails only when the stream itself has broken.
+  absl::Status Submit(const v1::CollectiveRequest& request);
+  // The outcome of the oldest submitted collective not reported yet, waiting for it.
+  absl::StatusOr<v1::CollectiveReply> Next();
+  // Submitted collectives whose outcome Next has not returned yet.
+  int64_t outstanding() const { return submitted_ - reported_; }
+
+ private:
+  friend class CoordinatorClient;
+  CollectiveStream() = default;
+  // The stream's own status once it has ended.
+  absl::Status Broken();
+
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::CollectiveRequest, v1::CollectiveResult>> stream_;
+  std::atomic<int64_t> submitted_{0};
+  std::atomic<int64_t> reported_{0};
+  std::atomic<bool> ended_{false};   // no more reads
+  std::atomic<bool> closed_{false};  // no more writes
+};
 
 // A connection to tessera-coordinator. Every call has a deadline (the client's timeout unless
 // given) and returns the service's status code and message. Thread-safe.
@@ -48,6 +79,9 @@ class CoordinatorClient {
   absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> WaitCollectives(
       const std::string& mesh, const std::vector<int64_t>& works,
       absl::Duration timeout = absl::InfiniteDuration());
+  // Opens an ordered stream of collectives, alive for at most `timeout`.
+  absl::StatusOr<std::unique_ptr<CollectiveStream>> OpenCollectiveStream(
+      absl::Duration timeout = absl::Minutes(10));
   absl::Status DeleteTensor(const std::string& mesh, const std::string& name);
   // Every DTensor (client/dtensor.h works with them).
   absl::StatusOr<std::vector<v1::TensorInfo>> ListTensors();

@@ -1,6 +1,8 @@
 #include "server/coordinator_service.h"
 
 #include <algorithm>
+#include <deque>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -393,44 +395,105 @@ absl::Status CoordinatorService::FinishCollective(const std::shared_ptr<Mesh>& m
   return status;
 }
 
-grpc::Status CoordinatorService::RunCollective(grpc::ServerContext*,
-                                               const v1::CollectiveRequest* request,
-                                               v1::CollectiveReply* reply) {
-  absl::StatusOr<std::shared_ptr<Mesh>> found = FindMesh(request->mesh());
-  if (!found.ok()) return ToGrpcStatus(found.status());
+absl::StatusOr<std::shared_ptr<CoordinatorService::CollectiveWork>>
+CoordinatorService::StartCollective(const v1::CollectiveRequest& request, bool send_here) {
+  absl::StatusOr<std::shared_ptr<Mesh>> found = FindMesh(request.mesh());
+  if (!found.ok()) return found.status();
   std::shared_ptr<Mesh> mesh = *std::move(found);
   absl::StatusOr<std::vector<WorkerHandle>> workers = MeshWorkers(*mesh);
-  if (!workers.ok()) return ToGrpcStatus(workers.status());
-  absl::StatusOr<v1::Command> command = AcceptCollective(*mesh, *request);
-  if (!command.ok()) return ToGrpcStatus(command.status());
-
+  if (!workers.ok()) return workers.status();
+  absl::StatusOr<v1::Command> command = AcceptCollective(*mesh, request);
+  if (!command.ok()) return command.status();
   auto work = std::make_shared<CollectiveWork>();
-  if (request->async_op()) {
-    absl::MutexLock lock(&mesh->mu);
-    reply->set_work(mesh->next_work++);
-    mesh->works.emplace(reply->work(), work);
-    // A client that never waits must not grow the table without bound: forget the oldest
-    // finished works past the limit (a later wait on one is NOT_FOUND).
-    for (auto it = mesh->works.begin();
-         mesh->works.size() > kMaxUnwaitedWorks && it != mesh->works.end();) {
-      it = it->second->done.HasBeenNotified() ? mesh->works.erase(it) : std::next(it);
-    }
-  }
   dispatcher_->Post(
       *workers, *command, mesh->timeout + kRpcSlack,
-      [this, mesh, work, request = *request](absl::Status status,
-                                             std::vector<v1::CommandReply> replies) {
+      [this, mesh, work, request](absl::Status status, std::vector<v1::CommandReply> replies) {
         work->status = FinishCollective(mesh, request, std::move(status), std::move(replies),
                                         &work->reply);
         work->done.Notify();
       },
-      // A synchronous call waits anyway and saves the hand-off to the sender thread; an async one
-      // answers its client first.
-      /*send_here=*/!request->async_op());
-  if (request->async_op()) return grpc::Status::OK;
-  work->done.WaitForNotification();
-  if (!work->status.ok()) return ToGrpcStatus(work->status);
-  *reply = std::move(work->reply);
+      send_here);
+  return work;
+}
+
+grpc::Status CoordinatorService::RunCollective(grpc::ServerContext*,
+                                               const v1::CollectiveRequest* request,
+                                               v1::CollectiveReply* reply) {
+  // A synchronous call waits anyway and saves the hand-off to the sender thread; an async one
+  // answers its client first.
+  absl::StatusOr<std::shared_ptr<CollectiveWork>> work =
+      StartCollective(*request, /*send_here=*/!request->async_op());
+  if (!work.ok()) return ToGrpcStatus(work.status());
+  if (!request->async_op()) {
+    (*work)->done.WaitForNotification();
+    if (!(*work)->status.ok()) return ToGrpcStatus((*work)->status);
+    *reply = std::move((*work)->reply);
+    return grpc::Status::OK;
+  }
+  absl::StatusOr<std::shared_ptr<Mesh>> mesh = FindMesh(request->mesh());
+  if (!mesh.ok()) return ToGrpcStatus(mesh.status());  // deleted meanwhile
+  absl::MutexLock lock(&(*mesh)->mu);
+  reply->set_work((*mesh)->next_work++);
+  (*mesh)->works.emplace(reply->work(), *work);
+  // A client that never waits must not grow the table without bound: forget the oldest finished
+  // works past the limit (a later wait on one is NOT_FOUND).
+  for (auto it = (*mesh)->works.begin();
+       (*mesh)->works.size() > kMaxUnwaitedWorks && it != (*mesh)->works.end();) {
+    it = it->second->done.HasBeenNotified() ? (*mesh)->works.erase(it) : std::next(it);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::CollectiveStream(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::CollectiveResult, v1::CollectiveRequest>* stream) {
+  // This thread reads and starts each collective as it arrives; `writer` reports them in order as
+  // they finish, so a slow collective never holds up the ones behind it from starting.
+  absl::Mutex mu;
+  std::deque<std::shared_ptr<CollectiveWork>> started;  // guarded by mu
+  bool reading = true;                                  // guarded by mu
+  auto ready = [&] { return !started.empty() || !reading; };
+  std::thread writer([&] {
+    int64_t position = 0;
+    bool open = true;
+    while (true) {
+      std::shared_ptr<CollectiveWork> work;
+      {
+        absl::MutexLock lock(&mu);
+        mu.Await(absl::Condition(&ready));
+        if (started.empty()) return;
+        work = started.front();
+        started.pop_front();
+      }
+      work->done.WaitForNotification();
+      v1::CollectiveResult result;
+      result.set_work(++position);
+      result.set_code(static_cast<int>(work->status.code()));
+      result.set_message(std::string(work->status.message()));
+      if (work->status.ok()) *result.mutable_reply() = std::move(work->reply);
+      // A client gone away still has its collectives run to the end; they are just not reported.
+      if (open) open = stream->Write(result);
+    }
+  });
+  v1::CollectiveRequest request;
+  while (!context->IsCancelled() && stream->Read(&request)) {
+    absl::StatusOr<std::shared_ptr<CollectiveWork>> work =
+        StartCollective(request, /*send_here=*/false);
+    if (!work.ok()) {
+      // Refused up front: reported in its place like any other outcome.
+      auto refused = std::make_shared<CollectiveWork>();
+      refused->status = work.status();
+      refused->done.Notify();
+      work = refused;
+    }
+    absl::MutexLock lock(&mu);
+    started.push_back(*std::move(work));
+  }
+  {
+    absl::MutexLock lock(&mu);
+    reading = false;
+  }
+  writer.join();
   return grpc::Status::OK;
 }
 

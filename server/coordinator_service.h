@@ -50,6 +50,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status WaitCollectives(grpc::ServerContext* context,
                                const v1::WaitCollectivesRequest* request,
                                v1::WaitCollectivesReply* reply) override;
+  grpc::Status CollectiveStream(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::CollectiveResult, v1::CollectiveRequest>* stream) override;
   grpc::Status DeleteTensor(grpc::ServerContext*, const v1::DeleteTensorRequest* request,
                             v1::DeleteTensorReply*) override;
 
@@ -178,6 +181,10 @@ class CoordinatorService final : public v1::Coordinator::Service {
   void Spread(const Tensor& tensor, const std::vector<int64_t>& source,
               const std::vector<int>& broadcast_dims, bool partition, std::shared_ptr<Work> work);
 
+  // Accepts a collective and posts it to the mesh's workers (from this thread with `send_here`):
+  // the work completes when they have all replied. Errors are for requests refused up front.
+  absl::StatusOr<std::shared_ptr<CollectiveWork>> StartCollective(
+      const v1::CollectiveRequest& request, bool send_here);
   // Checks a collective request against `mesh` and makes its worker command; on success the
   // output is entered in the mesh's table as pending (FinishCollective settles it).
   absl::StatusOr<v1::Command> AcceptCollective(Mesh& mesh, const v1::CollectiveRequest& request);

@@ -424,5 +424,37 @@ TEST_F(ClusterBadInputTest, AsyncFailureIsReportedByWaitAndByTheNextUse) {
   ASSERT_TRUE(client().DeleteTensor("m", "third").ok());
 }
 
+TEST_F(ClusterBadInputTest, StreamReportsARefusedCollectiveInItsPlace) {
+  absl::StatusOr<std::unique_ptr<CollectiveStream>> stream = client().OpenCollectiveStream();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  v1::CollectiveRequest first = Collective(v1::ALL_REDUCE_OP, "", "a");
+  first.set_output("s1");
+  v1::CollectiveRequest last = first;
+  last.set_output("s2");
+  for (const v1::CollectiveRequest& request :
+       {first, Collective(v1::ALL_REDUCE_OP, "", "ghost"), Collective(v1::BROADCAST, "", "a", 9),
+        last}) {
+    ASSERT_TRUE((*stream)->Submit(request).ok());
+  }
+  absl::StatusOr<v1::CollectiveReply> one = (*stream)->Next();
+  EXPECT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(StatusIs((*stream)->Next().status(), kNotFound, {"'ghost'"}));
+  EXPECT_TRUE(StatusIs((*stream)->Next().status(), kInvalid, {"root 9"}));
+  absl::StatusOr<v1::CollectiveReply> four = (*stream)->Next();
+  ASSERT_TRUE(four.ok()) << four.status();
+  EXPECT_EQ(four->outputs_size(), kWorkers);
+  stream->reset();
+  HostTensor sum = (*kept_)[0][0].Clone();
+  for (int64_t r = 1; r < kWorkers; ++r) {
+    ReduceInto(ReduceOp::kSum, sum.dtype(), sum.data(), (*kept_)[r][0].data(), sum.num_elements());
+  }
+  for (const char* name : {"s1", "s2"}) {
+    absl::StatusOr<HostTensor> got = client().GetLocal("m", 2, name);
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, sum)) << name;
+    EXPECT_TRUE(client().DeleteTensor("m", name).ok()) << name;
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -262,7 +262,8 @@ class ClusterCollectiveTest : public ::testing::TestWithParam<CollectiveCase> {
     ASSERT_TRUE(startup_.ok()) << "the cluster did not start: " << startup_ << cluster_->LogHint();
   }
 
-  void RunAndCheck(const CollectiveCase& c, bool async);
+  enum class Mode { kSync, kAsync, kStream };
+  void RunAndCheck(const CollectiveCase& c, Mode mode);
 
   static inline TestCluster* cluster_ = nullptr;
   static inline absl::Status startup_;
@@ -271,9 +272,11 @@ class ClusterCollectiveTest : public ::testing::TestWithParam<CollectiveCase> {
 };
 
 // Runs case `c` on every layout and input size, one collective each, and compares every rank's
-// output with the reference. With `async`, every collective is started (async_op) before any is
-// waited on, so the workers run them back to back as batches, and WaitCollectives reports them.
-void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, bool async) {
+// output with the reference. kAsync starts every collective (async_op) before any is waited on,
+// so the workers run them back to back as batches, and WaitCollectives reports them; kStream
+// sends them all on one CollectiveStream and then reads the outcomes.
+void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, Mode mode) {
+  const bool async = mode == Mode::kAsync;
   CoordinatorClient& client = *cluster_->client;
   struct Run {
     const Layout* layout;
@@ -283,6 +286,12 @@ void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, bool async) {
   };
   std::vector<Run> runs;
   std::map<std::string, std::vector<size_t>> started;  // by mesh: indices into `runs`
+  std::unique_ptr<CollectiveStream> stream;
+  if (mode == Mode::kStream) {
+    absl::StatusOr<std::unique_ptr<CollectiveStream>> opened = client.OpenCollectiveStream();
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    stream = *std::move(opened);
+  }
   for (const Layout& layout : Layouts()) {
     const int64_t k = static_cast<int64_t>(layout.groups[0].size());
     for (size_t s = 0; s < std::size(kRows); ++s) {
@@ -299,6 +308,11 @@ void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, bool async) {
       request.set_root(run.root);
       request.set_peer(run.peer);
       request.set_async_op(async);
+      if (stream) {
+        ASSERT_TRUE(stream->Submit(request).ok());
+        runs.push_back(std::move(run));
+        continue;
+      }
       run.reply = client.RunCollective(request);
       ASSERT_TRUE(run.reply.ok()) << run.reply.status();
       if (async) {
@@ -310,6 +324,11 @@ void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, bool async) {
       }
       runs.push_back(std::move(run));
     }
+  }
+  if (stream) {
+    EXPECT_EQ(stream->outstanding(), static_cast<int64_t>(runs.size()));
+    for (Run& run : runs) run.reply = stream->Next();
+    EXPECT_EQ(stream->Next().status().code(), absl::StatusCode::kFailedPrecondition);
   }
   for (const auto& [mesh, indices] : started) {
     std::vector<int64_t> works;
@@ -329,7 +348,8 @@ void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, bool async) {
     const int64_t k = static_cast<int64_t>(layout.groups[0].size());
     SCOPED_TRACE(absl::StrCat("mesh '", layout.mesh, "' mesh_dim '", layout.mesh_dim, "', ",
                               DTypeName(c.dtype), ShapeToString(InputShape(run.rows)), ", root ",
-                              run.root, ", peer ", run.peer, async ? ", async" : ""));
+                              run.root, ", peer ", run.peer,
+                              mode == Mode::kSync ? "" : async ? ", async" : ", stream"));
     ASSERT_TRUE(run.reply.ok()) << run.reply.status();
     const std::vector<std::optional<HostTensor>> want = ExpectedOnMesh(
         c, layout, inputs_->at({c.dtype, run.rows}), run.root, run.peer);
@@ -357,10 +377,16 @@ void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, bool async) {
   }
 }
 
-TEST_P(ClusterCollectiveTest, EveryGroupMatchesTheReference) { RunAndCheck(GetParam(), false); }
+TEST_P(ClusterCollectiveTest, EveryGroupMatchesTheReference) {
+  RunAndCheck(GetParam(), Mode::kSync);
+}
 
 TEST_P(ClusterCollectiveTest, PipelinedAsyncMatchesTheReference) {
-  RunAndCheck(GetParam(), true);
+  RunAndCheck(GetParam(), Mode::kAsync);
+}
+
+TEST_P(ClusterCollectiveTest, OneStreamMatchesTheReference) {
+  RunAndCheck(GetParam(), Mode::kStream);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCollectives, ClusterCollectiveTest, ::testing::ValuesIn(AllCases()),
