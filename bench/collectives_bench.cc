@@ -16,8 +16,9 @@
 // --iterations timed ones, each after a barrier and timed on the slowest rank), then the service
 // does the same through RunCollective (timed at the client), so slow spells of a shared machine
 // fall on both. Each also runs --bursts back-to-back samples (nccl-tests' time: a burst of
-// --iterations calls with nothing between them, over the count): raw Gloo calls in a loop, the
-// service's calls started with async_op and waited for with one WaitCollectives. Then
+// --iterations calls with nothing between them, over the count): raw Gloo calls in a loop; the
+// service's calls sent on one CollectiveStream and their outcomes read after, and (reported
+// beside) unary async_op calls waited for with one WaitCollectives. Then
 // --rtt_calls GetMesh calls give the gRPC unary round trip of the latency aim.
 // torch runs once per group size, after the others, with rounds x iterations timed calls.
 
@@ -92,6 +93,7 @@ struct Row {
   int64_t bytes;
   Timing tessera, raw, torch;
   Timing tessera_burst, raw_burst;  // back to back: a burst's time over its calls
+  Timing tessera_async;             // back to back as async_op unary calls
   double rtt_us;  // GetMesh round trip measured at this size
 };
 
@@ -259,18 +261,42 @@ absl::Status TimeService(CoordinatorClient& client, const std::string& op, int n
   return absl::OkStatus();
 }
 
-// Adds --bursts samples of `op` back to back to `us`: each the time of `iterations` calls started
-// with async_op and then one WaitCollectives for all of them, over `iterations` — nccl-tests' time
-// (a loop of launches and one synchronize), which raw_gloo_peer --bursts measures the same way.
+// Adds --bursts samples of `op` back to back to `us` and to `async_us`: each the time of
+// `iterations` calls, over `iterations` — nccl-tests' time (a loop of launches and one
+// synchronize), which raw_gloo_peer --bursts measures the same way. `us`: sent on one
+// CollectiveStream, then every outcome read; `async_us`: unary calls with async_op (a round trip
+// each), then one WaitCollectives.
 absl::Status TimeServiceBursts(CoordinatorClient& client, const std::string& op, int n,
-                               int64_t iterations, int64_t warmup, std::vector<double>& us) {
+                               int64_t iterations, int64_t warmup, std::vector<double>& us,
+                               std::vector<double>& async_us) {
   v1::CollectiveRequest request = Request(op);
-  request.set_async_op(true);
-  auto burst = [&](int64_t calls) -> absl::StatusOr<double> {
+  auto check = [&](const absl::StatusOr<v1::CollectiveReply>& o) -> absl::Status {
+    if (!o.ok()) return o.status();
+    if (o->outputs_size() != n) {
+      return absl::InternalError(absl::StrCat(op, " wrote ", o->outputs_size(), " outputs"));
+    }
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::unique_ptr<CollectiveStream>> stream = client.OpenCollectiveStream();
+  if (!stream.ok()) return stream.status();
+  auto streamed = [&](int64_t calls) -> absl::StatusOr<double> {
+    const Clock::time_point start = Clock::now();
+    for (int64_t i = 0; i < calls; ++i) {
+      if (absl::Status s = (*stream)->Submit(request); !s.ok()) return s;
+    }
+    for (int64_t i = 0; i < calls; ++i) {
+      if (absl::Status s = check((*stream)->Next()); !s.ok()) return s;
+    }
+    const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    return elapsed / static_cast<double>(std::max<int64_t>(calls, 1));
+  };
+  auto async = [&](int64_t calls) -> absl::StatusOr<double> {
+    v1::CollectiveRequest r = request;
+    r.set_async_op(true);
     const Clock::time_point start = Clock::now();
     std::vector<int64_t> works;
     for (int64_t i = 0; i < calls; ++i) {
-      absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request);
+      absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(r);
       if (!reply.ok()) return reply.status();
       works.push_back(reply->work());
     }
@@ -279,18 +305,19 @@ absl::Status TimeServiceBursts(CoordinatorClient& client, const std::string& op,
     const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     if (!outcomes.ok()) return outcomes.status();
     for (const absl::StatusOr<v1::CollectiveReply>& o : *outcomes) {
-      if (!o.ok()) return o.status();
-      if (o->outputs_size() != n) {
-        return absl::InternalError(absl::StrCat(op, " wrote ", o->outputs_size(), " outputs"));
-      }
+      if (absl::Status s = check(o); !s.ok()) return s;
     }
     return elapsed / static_cast<double>(std::max<int64_t>(calls, 1));
   };
-  if (absl::StatusOr<double> w = burst(warmup); !w.ok()) return w.status();
+  if (absl::StatusOr<double> w = streamed(warmup); !w.ok()) return w.status();
+  if (absl::StatusOr<double> w = async(warmup); !w.ok()) return w.status();
   for (int b = 0; b < absl::GetFlag(FLAGS_bursts); ++b) {
-    absl::StatusOr<double> t = burst(iterations);
+    absl::StatusOr<double> t = streamed(iterations);
     if (!t.ok()) return t.status();
     us.push_back(*t);
+    t = async(iterations);
+    if (!t.ok()) return t.status();
+    async_us.push_back(*t);
   }
   return absl::OkStatus();
 }
@@ -345,7 +372,8 @@ absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
           return st;
         }
         if (absl::Status st = TimeServiceBursts(c, op, n, iterations[s], warmup[s],
-                                                tessera[{absl::StrCat(op, "/burst"), bytes}]);
+                                                tessera[{absl::StrCat(op, "/burst"), bytes}],
+                                                tessera[{absl::StrCat(op, "/async"), bytes}]);
             !st.ok()) {
           return st;
         }
@@ -368,7 +396,8 @@ absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
       const std::string burst = absl::StrCat(op, "/burst");
       rows.push_back({n, op, bytes, Summarize(tessera[{op, bytes}]), Summarize(raw[{op, bytes}]),
                       Summarize(torch[{op, bytes}]), Summarize(tessera[{burst, bytes}]),
-                      Summarize(raw[{burst, bytes}]), rtt_us[bytes]});
+                      Summarize(raw[{burst, bytes}]),
+                      Summarize(tessera[{absl::StrCat(op, "/async"), bytes}]), rtt_us[bytes]});
     }
   }
   (void)c.DeleteMesh(kMesh);
@@ -396,13 +425,16 @@ void PrintTable(const std::vector<Row>& rows, bool torch) {
   }
   std::printf("\nBack to back (nccl-tests' time: a burst of calls, started without waiting, then "
               "one wait, over the calls)\n");
-  std::printf("%-2s %-14s %5s | %10s %10s | %8s %8s | %7s | %10s %7s\n", "n", "op", "size",
-              "raw us", "tessera us", "raw GB/s", "tess GB/s", "tess/raw", "over us", "rtt us");
+  std::printf("(tessera: on one CollectiveStream; async: async_op unary calls, a round trip each, "
+              "then one WaitCollectives)\n");
+  std::printf("%-2s %-14s %5s | %10s %10s %10s | %8s %8s | %7s | %10s %7s\n", "n", "op", "size",
+              "raw us", "tessera us", "async us", "raw GB/s", "tess GB/s", "tess/raw", "over us",
+              "rtt us");
   for (const Row& r : rows) {
-    std::printf("%-2d %-14s %5s | %10.1f %10.1f | %8.3f %8.3f | %7.2fx | %10.1f %7.1f\n",
+    std::printf("%-2d %-14s %5s | %10.1f %10.1f %10.1f | %8.3f %8.3f | %7.2fx | %10.1f %7.1f\n",
                 r.workers, r.op.c_str(), SizeName(r.bytes).c_str(), r.raw_burst.median_us,
-                r.tessera_burst.median_us, BusBw(r, r.raw_burst.median_us),
-                BusBw(r, r.tessera_burst.median_us),
+                r.tessera_burst.median_us, r.tessera_async.median_us,
+                BusBw(r, r.raw_burst.median_us), BusBw(r, r.tessera_burst.median_us),
                 r.raw_burst.median_us / r.tessera_burst.median_us,
                 r.tessera_burst.median_us - r.raw_burst.median_us, r.rtt_us);
   }
@@ -454,7 +486,8 @@ absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
         "\"tessera_median_us\": %s, \"tessera_min_us\": %s, \"raw_gloo_median_us\": %s, "
         "\"raw_gloo_min_us\": %s, \"torch_median_us\": %s, \"tessera_busbw_gbps\": %s, "
         "\"raw_gloo_busbw_gbps\": %s, \"torch_busbw_gbps\": %s, \"tessera_over_raw\": %s, "
-        "\"torch_over_raw\": %s, \"tessera_burst_us\": %s, \"raw_gloo_burst_us\": %s, "
+        "\"torch_over_raw\": %s, \"tessera_stream_burst_us\": %s, "
+        "\"tessera_async_burst_us\": %s, \"raw_gloo_burst_us\": %s, "
         "\"grpc_rtt_us\": %s}%s\n",
         r.workers, r.op, r.bytes, r.tessera.calls, bench::JsonNumber(r.tessera.median_us),
         bench::JsonNumber(r.tessera.min_us), bench::JsonNumber(r.raw.median_us), bench::JsonNumber(r.raw.min_us),
@@ -462,7 +495,8 @@ absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
         bench::JsonNumber(BusBw(r, r.raw.median_us)), bench::JsonNumber(BusBw(r, r.torch.median_us)),
         bench::JsonNumber(r.raw.median_us / r.tessera.median_us),
         bench::JsonNumber(r.raw.median_us / r.torch.median_us),
-        bench::JsonNumber(r.tessera_burst.median_us), bench::JsonNumber(r.raw_burst.median_us),
+        bench::JsonNumber(r.tessera_burst.median_us), bench::JsonNumber(r.tessera_async.median_us),
+        bench::JsonNumber(r.raw_burst.median_us),
         bench::JsonNumber(r.rtt_us),
         i + 1 < rows.size() ? "," : "");
   }
