@@ -94,6 +94,7 @@ struct Row {
   Timing tessera, raw, torch;
   Timing tessera_burst, raw_burst;  // back to back: a burst's time over its calls
   Timing tessera_async;             // back to back as async_op unary calls
+  Timing torch_burst;               // back to back with async_op=True
   double rtt_us;  // GetMesh round trip measured at this size
 };
 
@@ -207,6 +208,7 @@ absl::Status RunTorch(const std::string& dir, int n, const std::vector<int64_t>&
        absl::StrCat("--size=", n), absl::StrCat("--bytes=", absl::StrJoin(sizes, ",")),
        absl::StrCat("--iterations=", absl::StrJoin(iterations, ",")),
        absl::StrCat("--warmup=", absl::StrJoin(warmup, ",")), absl::StrCat("--out=", out),
+       absl::StrCat("--bursts=", absl::GetFlag(FLAGS_bursts) * absl::GetFlag(FLAGS_rounds)),
        absl::StrCat("--init=", dir, "/torch_", n, "_init")}};
   if (absl::Status s = RunProcesses(argvs, absl::StrCat(dir, "/torch_", n, ".log")); !s.ok()) {
     return s;
@@ -397,7 +399,8 @@ absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
       rows.push_back({n, op, bytes, Summarize(tessera[{op, bytes}]), Summarize(raw[{op, bytes}]),
                       Summarize(torch[{op, bytes}]), Summarize(tessera[{burst, bytes}]),
                       Summarize(raw[{burst, bytes}]),
-                      Summarize(tessera[{absl::StrCat(op, "/async"), bytes}]), rtt_us[bytes]});
+                      Summarize(tessera[{absl::StrCat(op, "/async"), bytes}]),
+                      Summarize(torch[{burst, bytes}]), rtt_us[bytes]});
     }
   }
   (void)c.DeleteMesh(kMesh);
@@ -426,17 +429,20 @@ void PrintTable(const std::vector<Row>& rows, bool torch) {
   std::printf("\nBack to back (nccl-tests' time: a burst of calls, started without waiting, then "
               "one wait, over the calls)\n");
   std::printf("(tessera: on one CollectiveStream; async: async_op unary calls, a round trip each, "
-              "then one WaitCollectives)\n");
-  std::printf("%-2s %-14s %5s | %10s %10s %10s | %8s %8s | %7s | %10s %7s\n", "n", "op", "size",
-              "raw us", "tessera us", "async us", "raw GB/s", "tess GB/s", "tess/raw", "over us",
-              "rtt us");
+              "then one WaitCollectives; torch: async_op=True, then wait on each)\n");
+  std::printf("%-2s %-14s %5s | %10s %10s %10s %10s | %8s %8s | %7s %7s | %10s %7s\n", "n", "op",
+              "size", "raw us", "tessera us", "async us", "torch us", "raw GB/s", "tess GB/s",
+              "tess/raw", "trch/raw", "over us", "rtt us");
   for (const Row& r : rows) {
-    std::printf("%-2d %-14s %5s | %10.1f %10.1f %10.1f | %8.3f %8.3f | %7.2fx | %10.1f %7.1f\n",
-                r.workers, r.op.c_str(), SizeName(r.bytes).c_str(), r.raw_burst.median_us,
-                r.tessera_burst.median_us, r.tessera_async.median_us,
-                BusBw(r, r.raw_burst.median_us), BusBw(r, r.tessera_burst.median_us),
-                r.raw_burst.median_us / r.tessera_burst.median_us,
-                r.tessera_burst.median_us - r.raw_burst.median_us, r.rtt_us);
+    std::printf(
+        "%-2d %-14s %5s | %10.1f %10.1f %10.1f %10.1f | %8.3f %8.3f | %7.2fx %7.2fx | %10.1f "
+        "%7.1f\n",
+        r.workers, r.op.c_str(), SizeName(r.bytes).c_str(), r.raw_burst.median_us,
+        r.tessera_burst.median_us, r.tessera_async.median_us, r.torch_burst.median_us,
+        BusBw(r, r.raw_burst.median_us), BusBw(r, r.tessera_burst.median_us),
+        r.raw_burst.median_us / r.tessera_burst.median_us,
+        r.raw_burst.median_us / r.torch_burst.median_us,
+        r.tessera_burst.median_us - r.raw_burst.median_us, r.rtt_us);
   }
   int64_t smallest = rows.front().bytes, largest = rows.front().bytes;
   for (const Row& r : rows) {
@@ -487,7 +493,7 @@ absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
         "\"raw_gloo_min_us\": %s, \"torch_median_us\": %s, \"tessera_busbw_gbps\": %s, "
         "\"raw_gloo_busbw_gbps\": %s, \"torch_busbw_gbps\": %s, \"tessera_over_raw\": %s, "
         "\"torch_over_raw\": %s, \"tessera_stream_burst_us\": %s, "
-        "\"tessera_async_burst_us\": %s, \"raw_gloo_burst_us\": %s, "
+        "\"tessera_async_burst_us\": %s, \"torch_burst_us\": %s, \"raw_gloo_burst_us\": %s, "
         "\"grpc_rtt_us\": %s}%s\n",
         r.workers, r.op, r.bytes, r.tessera.calls, bench::JsonNumber(r.tessera.median_us),
         bench::JsonNumber(r.tessera.min_us), bench::JsonNumber(r.raw.median_us), bench::JsonNumber(r.raw.min_us),
@@ -496,6 +502,7 @@ absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
         bench::JsonNumber(r.raw.median_us / r.tessera.median_us),
         bench::JsonNumber(r.raw.median_us / r.torch.median_us),
         bench::JsonNumber(r.tessera_burst.median_us), bench::JsonNumber(r.tessera_async.median_us),
+        bench::JsonNumber(r.torch_burst.median_us),
         bench::JsonNumber(r.raw_burst.median_us),
         bench::JsonNumber(r.rtt_us),
         i + 1 < rows.size() ? "," : "");

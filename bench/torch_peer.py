@@ -6,7 +6,10 @@ reduce_scatter, all_to_all and broadcast (root 0) on float32 tensors, the way ra
 --bytes is the nccl-tests size (the whole array); per size, --warmup untimed calls per collective,
 then --iterations timed ones, each after a barrier, its time the slowest rank's. Rank 0 writes
 "<op> <bytes> <us> <us> ..." (every timed call) per line to --out, and the torch version and the
-API used for each collective to stderr.
+API used for each collective to stderr. With --bursts, each collective then also runs that many
+bursts of --iterations calls started with async_op=True and waited for at the end (one barrier
+before each burst), each reported as its time over --iterations (nccl-tests' time), on
+"<op>/burst" lines.
 """
 
 import argparse
@@ -27,11 +30,14 @@ def collectives(n, nbytes):
     other = torch.zeros(count, dtype=torch.float32)
     part = torch.ones(block, dtype=torch.float32)
     return {
-        "all_reduce": ("all_reduce", lambda: dist.all_reduce(full)),
-        "all_gather": ("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(full, part)),
-        "reduce_scatter": ("reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(part, full)),
-        "all_to_all": ("all_to_all_single", lambda: dist.all_to_all_single(other, full)),
-        "broadcast": ("broadcast", lambda: dist.broadcast(full, 0)),
+        "all_reduce": ("all_reduce", lambda a=False: dist.all_reduce(full, async_op=a)),
+        "all_gather": ("all_gather_into_tensor",
+                       lambda a=False: dist.all_gather_into_tensor(full, part, async_op=a)),
+        "reduce_scatter": ("reduce_scatter_tensor",
+                           lambda a=False: dist.reduce_scatter_tensor(part, full, async_op=a)),
+        "all_to_all": ("all_to_all_single",
+                       lambda a=False: dist.all_to_all_single(other, full, async_op=a)),
+        "broadcast": ("broadcast", lambda a=False: dist.broadcast(full, 0, async_op=a)),
     }
 
 
@@ -56,8 +62,21 @@ def run(rank, args):
                 call()
                 times[i] = (time.perf_counter() - start) * 1e6
             dist.all_reduce(times, op=dist.ReduceOp.MAX)
+            bursts = torch.zeros(args.bursts, dtype=torch.float64)
+            for b in range(args.bursts):
+                dist.barrier()
+                start = time.perf_counter()
+                works = [call(True) for _ in range(iters)]
+                for w in works:
+                    w.wait()
+                bursts[b] = (time.perf_counter() - start) * 1e6 / max(iters, 1)
+            if args.bursts:
+                dist.all_reduce(bursts, op=dist.ReduceOp.MAX)
             if out:
                 out.write(f"{op} {nbytes} " + " ".join(f"{t:.3f}" for t in times.tolist()) + "\n")
+                if args.bursts:
+                    out.write(f"{op}/burst {nbytes} " +
+                              " ".join(f"{t:.3f}" for t in bursts.tolist()) + "\n")
                 out.flush()
                 if nbytes == sizes[0]:
                     print(f"  {op}: dist.{api}", file=sys.stderr)
@@ -73,6 +92,7 @@ def main():
     parser.add_argument("--iterations", default="20")
     parser.add_argument("--warmup", default="3")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--bursts", type=int, default=0)
     parser.add_argument("--init", required=True, help="file for the FileStore rendezvous")
     args = parser.parse_args()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
