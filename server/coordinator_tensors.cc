@@ -122,17 +122,13 @@ void CoordinatorService::DropTensor(const std::string& name) {
 void CoordinatorService::PostWork(const Mesh& mesh, const v1::Command& command,
                                   std::shared_ptr<Work> work,
                                   std::vector<std::shared_ptr<Tensor>> inputs) {
-  std::vector<WorkerHandle> workers;
-  for (int64_t id : mesh.mesh.ranks()) {
-    absl::StatusOr<WorkerHandle> w = dispatcher_->registry().Get(id);
-    if (!w.ok()) {
-      work->status = w.status();
-      work->done.Notify();
-      return;
-    }
-    workers.push_back(*std::move(w));
+  absl::StatusOr<std::vector<WorkerHandle>> workers = MeshWorkers(mesh);
+  if (!workers.ok()) {
+    work->status = workers.status();
+    work->done.Notify();
+    return;
   }
-  dispatcher_->Post(workers, command, mesh.timeout + kRpcSlack,
+  dispatcher_->Post(*workers, command, mesh.timeout + kRpcSlack,
                     [work, inputs = std::move(inputs)](absl::Status status,
                                                        std::vector<v1::CommandReply>) {
                       for (const auto& in : inputs) {
