@@ -396,7 +396,8 @@ absl::Status CoordinatorService::FinishCollective(const std::shared_ptr<Mesh>& m
 }
 
 absl::StatusOr<std::shared_ptr<CoordinatorService::CollectiveWork>>
-CoordinatorService::StartCollective(const v1::CollectiveRequest& request, bool send_here) {
+CoordinatorService::StartCollective(const v1::CollectiveRequest& request, bool send_here,
+                                    int64_t* work_id) {
   absl::StatusOr<std::shared_ptr<Mesh>> found = FindMesh(request.mesh());
   if (!found.ok()) return found.status();
   std::shared_ptr<Mesh> mesh = *std::move(found);
@@ -405,6 +406,17 @@ CoordinatorService::StartCollective(const v1::CollectiveRequest& request, bool s
   absl::StatusOr<v1::Command> command = AcceptCollective(*mesh, request);
   if (!command.ok()) return command.status();
   auto work = std::make_shared<CollectiveWork>();
+  if (work_id != nullptr) {
+    absl::MutexLock lock(&mesh->mu);
+    *work_id = mesh->next_work++;
+    mesh->works.emplace(*work_id, work);
+    // A client that never waits must not grow the table without bound: forget the oldest finished
+    // works past the limit (a later wait on one is NOT_FOUND).
+    for (auto it = mesh->works.begin();
+         mesh->works.size() > kMaxUnwaitedWorks && it != mesh->works.end();) {
+      it = it->second->done.HasBeenNotified() ? mesh->works.erase(it) : std::next(it);
+    }
+  }
   dispatcher_->Post(
       *workers, *command, mesh->timeout + kRpcSlack,
       [this, mesh, work, request](absl::Status status, std::vector<v1::CommandReply> replies) {
@@ -421,26 +433,17 @@ grpc::Status CoordinatorService::RunCollective(grpc::ServerContext*,
                                                v1::CollectiveReply* reply) {
   // A synchronous call waits anyway and saves the hand-off to the sender thread; an async one
   // answers its client first.
-  absl::StatusOr<std::shared_ptr<CollectiveWork>> work =
-      StartCollective(*request, /*send_here=*/!request->async_op());
+  int64_t work_id = 0;
+  absl::StatusOr<std::shared_ptr<CollectiveWork>> work = StartCollective(
+      *request, /*send_here=*/!request->async_op(), request->async_op() ? &work_id : nullptr);
   if (!work.ok()) return ToGrpcStatus(work.status());
-  if (!request->async_op()) {
-    (*work)->done.WaitForNotification();
-    if (!(*work)->status.ok()) return ToGrpcStatus((*work)->status);
-    *reply = std::move((*work)->reply);
+  if (request->async_op()) {
+    reply->set_work(work_id);
     return grpc::Status::OK;
   }
-  absl::StatusOr<std::shared_ptr<Mesh>> mesh = FindMesh(request->mesh());
-  if (!mesh.ok()) return ToGrpcStatus(mesh.status());  // deleted meanwhile
-  absl::MutexLock lock(&(*mesh)->mu);
-  reply->set_work((*mesh)->next_work++);
-  (*mesh)->works.emplace(reply->work(), *work);
-  // A client that never waits must not grow the table without bound: forget the oldest finished
-  // works past the limit (a later wait on one is NOT_FOUND).
-  for (auto it = (*mesh)->works.begin();
-       (*mesh)->works.size() > kMaxUnwaitedWorks && it != (*mesh)->works.end();) {
-    it = it->second->done.HasBeenNotified() ? (*mesh)->works.erase(it) : std::next(it);
-  }
+  (*work)->done.WaitForNotification();
+  if (!(*work)->status.ok()) return ToGrpcStatus((*work)->status);
+  *reply = std::move((*work)->reply);
   return grpc::Status::OK;
 }
 
@@ -478,7 +481,7 @@ grpc::Status CoordinatorService::CollectiveStream(
   v1::CollectiveRequest request;
   while (!context->IsCancelled() && stream->Read(&request)) {
     absl::StatusOr<std::shared_ptr<CollectiveWork>> work =
-        StartCollective(request, /*send_here=*/false);
+        StartCollective(request, /*send_here=*/false, /*work_id=*/nullptr);
     if (!work.ok()) {
       // Refused up front: reported in its place like any other outcome.
       auto refused = std::make_shared<CollectiveWork>();

@@ -182,9 +182,10 @@ class CoordinatorService final : public v1::Coordinator::Service {
               const std::vector<int>& broadcast_dims, bool partition, std::shared_ptr<Work> work);
 
   // Accepts a collective and posts it to the mesh's workers (from this thread with `send_here`):
-  // the work completes when they have all replied. Errors are for requests refused up front.
+  // the work completes when they have all replied. With `work_id`, the work is also kept for
+  // WaitCollectives under the id written there. Errors are for requests refused up front.
   absl::StatusOr<std::shared_ptr<CollectiveWork>> StartCollective(
-      const v1::CollectiveRequest& request, bool send_here);
+      const v1::CollectiveRequest& request, bool send_here, int64_t* work_id);
   // Checks a collective request against `mesh` and makes its worker command; on success the
   // output is entered in the mesh's table as pending (FinishCollective settles it).
   absl::StatusOr<v1::Command> AcceptCollective(Mesh& mesh, const v1::CollectiveRequest& request);

@@ -10,6 +10,10 @@
 namespace tessera {
 namespace {
 
+// Set while this thread runs a post's `done`: a Post from there must not wait for room, since
+// room is made by completions like the one this thread is in the middle of.
+thread_local bool completing = false;
+
 // Lower is more telling about why a distributed call failed.
 int Severity(absl::StatusCode code) {
   switch (code) {
@@ -90,7 +94,9 @@ void Dispatcher::Post(const std::vector<WorkerHandle>& workers, const v1::Comman
   post->done = std::move(done);
   const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(+[](int* n) { return *n < kMaxInFlight; }, &in_flight_));
+  if (!completing) {
+    mu_.Await(absl::Condition(+[](int* n) { return *n < kMaxInFlight; }, &in_flight_));
+  }
   ++in_flight_;
   // Sequences are taken and queued under one lock, so each worker's queue is in sequence order
   // (a batch waiting on a later sequence while an earlier one sits behind it would stall).
@@ -205,7 +211,9 @@ void Dispatcher::Complete(const std::shared_ptr<PostState>& post, size_t index,
     absl::MutexLock lock(&mu_);
     --in_flight_;
   }
+  completing = true;
   post->done(std::move(combined), std::move(post->replies));
+  completing = false;
 }
 
 absl::Status Dispatcher::Combine(const std::vector<WorkerHandle>& workers,

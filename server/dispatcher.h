@@ -40,7 +40,7 @@ class Dispatcher {
 
   // Queues `command` for `workers` as Run does but returns at once; `done` runs on a gRPC thread
   // when every worker replied. Blocks while kMaxInFlight posts are outstanding (back-pressure), so
-  // a client that pipelines ops cannot queue unbounded work. The calls start on the sender thread,
+  // a client that pipelines ops cannot queue unbounded work; a Post from a `done` never blocks. The calls start on the sender thread,
   // so the caller can answer its own client first; with `send_here`, on the calling thread (Run,
   // which waits anyway, saves a thread hand-off).
   void Post(const std::vector<WorkerHandle>& workers, const v1::Command& command,
