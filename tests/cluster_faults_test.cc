@@ -1,7 +1,7 @@
 // A worker killed with SIGKILL in the middle of a collective: the call fails with UNAVAILABLE
 // within the mesh's collective timeout, the coordinator and the meshes on the other workers carry
 // on, the broken mesh says which worker it lost, and the worker restarted keeps its id and serves
-// again.
+// again. The all_reduce is issued as a unary call and as the first of two on a collective stream.
 
 #include <chrono>
 #include <future>
@@ -109,7 +109,14 @@ class ClusterFaultsTest : public ::testing::Test {
   static inline absl::Status startup_;
 };
 
-TEST_F(ClusterFaultsTest, WorkerKilledDuringAllReduce) {
+// How the all_reduce that loses a worker is issued: a unary call, or the first of two
+// collectives on one CollectiveStream (the second, queued behind it, must fail too).
+enum class Issue { kUnary, kStream };
+
+class ClusterFaultsIssueTest : public ClusterFaultsTest,
+                               public ::testing::WithParamInterface<Issue> {};
+
+TEST_P(ClusterFaultsIssueTest, WorkerKilledDuringAllReduce) {
   LocalCluster& cluster = *cluster_->cluster;
   CoordinatorClient& client = *cluster_->client;
   // Worker ids follow registration; LocalCluster indexes by start order. Pids tie them together.
@@ -139,11 +146,32 @@ TEST_F(ClusterFaultsTest, WorkerKilledDuringAllReduce) {
   const v1::CollectiveRequest request = AllReduceSum("big", "x", "y");
   std::promise<absl::Status> done;
   std::future<absl::Status> result = done.get_future();
+  absl::Status queued_behind;  // the stream's second collective
   std::thread caller([&] {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    v1::CollectiveReply reply;
-    done.set_value(FromGrpcStatus(stub->RunCollective(&context, request, &reply)));
+    if (GetParam() == Issue::kUnary) {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      v1::CollectiveReply reply;
+      done.set_value(FromGrpcStatus(stub->RunCollective(&context, request, &reply)));
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<CoordinatorClient>> own =
+        CoordinatorClient::Connect(cluster.address(), absl::Seconds(10));
+    absl::StatusOr<std::unique_ptr<CollectiveStream>> stream =
+        own.ok() ? (*own)->OpenCollectiveStream(absl::Seconds(60)) : own.status();
+    if (!stream.ok()) {
+      done.set_value(stream.status());
+      return;
+    }
+    v1::CollectiveRequest second = request;
+    second.set_output("y2");
+    if (absl::Status s = (*stream)->Submit(request); !s.ok()) {
+      done.set_value(s);
+      return;
+    }
+    queued_behind = (*stream)->Submit(second);
+    done.set_value((*stream)->Next().status());
+    if (queued_behind.ok()) queued_behind = (*stream)->Next().status();
   });
   // By now the workers are in Gloo's ring, which takes over 0.5 s for 128 MiB on 4 ranks here.
   absl::SleepFor(absl::Milliseconds(150));
@@ -159,6 +187,9 @@ TEST_F(ClusterFaultsTest, WorkerKilledDuringAllReduce) {
                        << "; make the tensor larger";
   const absl::Status failed = result.get();
   EXPECT_TRUE(StatusIs(failed, absl::StatusCode::kUnavailable));
+  if (GetParam() == Issue::kStream) {
+    EXPECT_TRUE(StatusIs(queued_behind, absl::StatusCode::kUnavailable, {victim_name}));
+  }
   EXPECT_LE(waited, kCollectiveTimeout + absl::Seconds(2))
       << "the failure took " << waited << " to reach the client: " << failed;
 
@@ -212,7 +243,16 @@ TEST_F(ClusterFaultsTest, WorkerKilledDuringAllReduce) {
   ASSERT_TRUE(client.CreateMesh("again", "cpu", {kWorkers}, {}, ids, kCollectiveTimeout).ok());
   EXPECT_TRUE(AllReduceWorks(client, "again", kWorkers, 30));
   EXPECT_TRUE(AllReduceWorks(client, "others", kVictim, 40));
+  for (const char* mesh : {"others", "live", "again"}) {
+    EXPECT_TRUE(client.DeleteMesh(mesh).ok()) << mesh;
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Issues, ClusterFaultsIssueTest,
+                         ::testing::Values(Issue::kUnary, Issue::kStream),
+                         [](const ::testing::TestParamInfo<Issue>& info) {
+                           return std::string(info.param == Issue::kUnary ? "unary" : "stream");
+                         });
 
 }  // namespace
 }  // namespace tessera
