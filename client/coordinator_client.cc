@@ -177,6 +177,10 @@ CoordinatorClient::WaitCollectives(const std::string& mesh, const std::vector<in
   if (grpc::Status s = stub_->WaitCollectives(&context, request, &reply); !s.ok()) {
     return FromGrpcStatus(s);
   }
+  if (reply.results_size() != request.works_size()) {
+    return absl::InternalError(absl::StrCat("WaitCollectives answered ", reply.results_size(),
+                                            " of ", request.works_size(), " works"));
+  }
   std::vector<absl::StatusOr<v1::CollectiveReply>> outcomes;
   for (v1::CollectiveResult& r : *reply.mutable_results()) {
     if (r.code() == 0) {
@@ -193,28 +197,39 @@ absl::StatusOr<std::unique_ptr<CollectiveStream>> CoordinatorClient::OpenCollect
   std::unique_ptr<CollectiveStream> stream(new CollectiveStream);
   Prepare(&stream->context_, timeout);
   stream->stream_ = stub_->CollectiveStream(&stream->context_);
-  if (stream->stream_ == nullptr) return absl::UnavailableError("cannot open a collective stream");
   return stream;
 }
 
 CollectiveStream::~CollectiveStream() {
-  if (!closed_) stream_->WritesDone();
-  v1::CollectiveResult ignored;
-  while (!ended_ && stream_->Read(&ignored)) {
+  if (!closed_.exchange(true)) stream_->WritesDone();
+  {
+    absl::MutexLock lock(&end_mu_);
+    if (ended_) return;
   }
-  stream_->Finish().IgnoreError();
+  v1::CollectiveResult ignored;
+  while (stream_->Read(&ignored)) {
+  }
+  End().IgnoreError();
 }
 
-absl::Status CollectiveStream::Broken() {
-  ended_ = true;
-  closed_ = true;
-  grpc::Status s = stream_->Finish();
-  return s.ok() ? absl::UnavailableError("the collective stream ended early")
-                : FromGrpcStatus(s);
+absl::Status CollectiveStream::End() {
+  absl::MutexLock lock(&end_mu_);
+  if (!ended_) {
+    ended_ = true;
+    closed_ = true;
+    grpc::Status s = stream_->Finish();
+    end_status_ = s.ok() ? absl::UnavailableError("the collective stream ended early")
+                         : FromGrpcStatus(s);
+  }
+  return end_status_;
 }
 
 absl::Status CollectiveStream::Submit(const v1::CollectiveRequest& request) {
-  if (ended_ || closed_) return absl::FailedPreconditionError("the collective stream has ended");
+  if (closed_) return absl::FailedPreconditionError("the collective stream has ended");
+  if (outstanding() >= kMaxUnread) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        kMaxUnread, " outcomes are unread; call Next before submitting more"));
+  }
   if (!stream_->Write(request)) {
     closed_ = true;
     return absl::UnavailableError("the collective stream broke; Next reports why");
@@ -227,9 +242,12 @@ absl::StatusOr<v1::CollectiveReply> CollectiveStream::Next() {
   if (reported_ >= submitted_) {
     return absl::FailedPreconditionError("no submitted collective is waiting to be reported");
   }
-  if (ended_) return absl::UnavailableError("the collective stream has ended");
+  {
+    absl::MutexLock lock(&end_mu_);
+    if (ended_) return end_status_;
+  }
   v1::CollectiveResult result;
-  if (!stream_->Read(&result)) return Broken();
+  if (!stream_->Read(&result)) return End();
   ++reported_;
   if (result.code() != 0) {
     return absl::Status(static_cast<absl::StatusCode>(result.code()), result.message());

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/host_tensor.h"
 #include "core/shape.h"
@@ -16,14 +17,20 @@ namespace tessera {
 
 // An ordered stream of collectives on one connection (the CollectiveStream RPC): Submit sends a
 // collective and returns at once, with no round trip; Next reports outcomes in submission order,
-// each once its collective has finished. One thread may Submit while another calls Next.
+// each once its collective has finished. One thread may Submit while another calls Next. At most
+// kMaxUnread outcomes may be left unread: past that, Submit refuses until Next catches up (the
+// service stops reading a stream whose outcomes are not read). The stream lives until the
+// timeout given when it was opened.
 class CollectiveStream {
  public:
+  static constexpr int64_t kMaxUnread = 1024;
+
   // Closes the sending side and waits for the outcomes not read yet (their collectives run to
   // the end either way).
   ~CollectiveStream();
 
-  // Sends `request` (async_op is implied). Fails only when the stream itself has broken.
+  // Sends `request` (async_op is implied). FAILED_PRECONDITION with kMaxUnread outcomes unread;
+  // UNAVAILABLE when the stream itself has broken (Next then says why).
   absl::Status Submit(const v1::CollectiveRequest& request);
   // The outcome of the oldest submitted collective not reported yet, waiting for it.
   absl::StatusOr<v1::CollectiveReply> Next();
@@ -33,15 +40,17 @@ class CollectiveStream {
  private:
   friend class CoordinatorClient;
   CollectiveStream() = default;
-  // The stream's own status once it has ended.
-  absl::Status Broken();
+  // Ends the stream once (gRPC allows one Finish) and returns why it ended.
+  absl::Status End();
 
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::CollectiveRequest, v1::CollectiveResult>> stream_;
   std::atomic<int64_t> submitted_{0};
   std::atomic<int64_t> reported_{0};
-  std::atomic<bool> ended_{false};   // no more reads
   std::atomic<bool> closed_{false};  // no more writes
+  absl::Mutex end_mu_;
+  bool ended_ ABSL_GUARDED_BY(end_mu_) = false;  // Finish was called
+  absl::Status end_status_ ABSL_GUARDED_BY(end_mu_);
 };
 
 // A connection to tessera-coordinator. Every call has a deadline (the client's timeout unless

@@ -65,7 +65,7 @@ absl::StatusOr<RankLayouts> CollectiveOutputs(v1::CollectiveOp op, const std::st
             absl::StrCat("tensor '", input, "' is not on mesh position ", group[r]));
       }
       if (*mine != *first) {
-        return absl::InvalidArgumentError(absl::StrCat(
+        return absl::FailedPreconditionError(absl::StrCat(
             "mesh positions ", group[readers[0]], " and ", group[r], " of one group hold '",
             input, "' as ", LayoutToString(*first), " and ", LayoutToString(*mine),
             "; a collective needs the same dtype and shape on every rank of the group"));

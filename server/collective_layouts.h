@@ -33,7 +33,8 @@ std::vector<std::vector<int64_t>> PositionGroups(const DeviceMesh& mesh, int mes
 // that every rank whose input the collective reads holds it, with the same dtype and shape as the
 // rest of its group (Gloo and NCCL exchange fixed byte counts, so a disagreement cannot run), and
 // that the ops splitting along dim 0 get no scalar. Returns what every rank holds of the output
-// afterwards (nullopt where it writes none). INVALID_ARGUMENT / NOT_FOUND name the ranks.
+// afterwards (nullopt where it writes none). FAILED_PRECONDITION names the mesh positions that
+// disagree and their layouts; INVALID_ARGUMENT a scalar given to a collective along dim 0.
 absl::StatusOr<RankLayouts> CollectiveOutputs(v1::CollectiveOp op, const std::string& input,
                                               const RankLayouts& in,
                                               const std::vector<std::vector<int64_t>>& groups,

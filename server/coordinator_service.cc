@@ -245,8 +245,9 @@ grpc::Status CoordinatorService::DeleteMesh(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-absl::StatusOr<v1::Command> CoordinatorService::AcceptCollective(
+absl::StatusOr<CoordinatorService::Accepted> CoordinatorService::AcceptCollective(
     Mesh& mesh, const v1::CollectiveRequest& request) {
+  Accepted accepted;
   auto invalid = [](std::string message) { return absl::InvalidArgumentError(message); };
   int mesh_dim = -1;
   if (!request.mesh_dim().empty()) {
@@ -316,11 +317,17 @@ absl::StatusOr<v1::Command> CoordinatorService::AcceptCollective(
       return absl::Status(outputs.status().code(), absl::StrCat("mesh '", mesh.name, "': ",
                                                                 outputs.status().message()));
     }
-    mesh.tensors[output] = *std::move(outputs);
-    ++mesh.pending_writes[output];
+    // Ranks that write no output keep whatever they held under its name.
+    auto [entry, added] = mesh.tensors.try_emplace(output, outputs->size());
+    if (!added) accepted.previous = entry->second;
+    for (size_t r = 0; r < outputs->size(); ++r) {
+      if ((*outputs)[r].has_value()) entry->second[r] = std::move((*outputs)[r]);
+    }
+    accepted.write = mesh.next_write++;
+    mesh.last_writer[output] = accepted.write;
   }
 
-  v1::Command command;
+  v1::Command& command = accepted.command;
   v1::RunCollective* c = command.mutable_collective();
   c->set_mesh_id(mesh.id);
   c->set_mesh_dim(mesh_dim);
@@ -331,66 +338,66 @@ absl::StatusOr<v1::Command> CoordinatorService::AcceptCollective(
                                                                     : request.reduce_op());
   c->set_root(request.root());
   c->set_peer(request.peer());
-  return command;
+  return accepted;
 }
 
 absl::Status CoordinatorService::FinishCollective(const std::shared_ptr<Mesh>& mesh,
                                                   const v1::CollectiveRequest& request,
-                                                  absl::Status status,
+                                                  const Accepted& accepted, absl::Status status,
                                                   std::vector<v1::CommandReply> replies,
                                                   v1::CollectiveReply* reply) {
   if (request.op() == v1::BARRIER) return status;
   const std::string output = request.output().empty() ? request.input() : request.output();
+  // Only in-place all_reduce and broadcast work in the stored tensor itself; every other
+  // collective writes a new buffer, so a failure leaves an in-place input as it was.
+  const bool touches_input_in_place =
+      output == request.input() &&
+      (request.op() == v1::ALL_REDUCE_OP || request.op() == v1::BROADCAST);
   const std::string prefix = WorkerTensorName(*mesh, "");
-  bool free_leftovers = false;
-  {
-    absl::MutexLock lock(&mesh->mu);
-    auto pending = mesh->pending_writes.find(output);
-    const bool last_writer = pending == mesh->pending_writes.end() || pending->second <= 1;
-    if (pending != mesh->pending_writes.end() && --pending->second == 0) {
-      mesh->pending_writes.erase(pending);
-    }
-    RankLayouts* entered = nullptr;
-    if (auto it = mesh->tensors.find(output); it != mesh->tensors.end()) entered = &it->second;
-    for (size_t r = 0; status.ok() && r < replies.size(); ++r) {
-      for (const v1::LocalTensorInfo& t : replies[r].tensors()) {
-        absl::StatusOr<DType> dtype = FromProto(t.dtype());
-        absl::StatusOr<Shape> shape = FromProto(t.shape());
-        const std::optional<LocalLayout> got =
-            dtype.ok() && shape.ok() ? std::optional<LocalLayout>(LocalLayout{*dtype, *shape})
-                                     : std::nullopt;
-        // Only the last collective writing the name has its layout in the table.
-        if (last_writer && (entered == nullptr || !got.has_value() || (*entered)[r] != got)) {
-          status = absl::InternalError(absl::StrCat(
-              "mesh position ", r, " wrote '", output, "' as ",
-              got ? LayoutToString(*got) : "an unreadable layout", " where the coordinator expected ",
-              entered && (*entered)[r] ? LayoutToString(*(*entered)[r]) : "none"));
-          break;
-        }
-        v1::LocalTensorInfo& out = *reply->add_outputs();
-        out = t;
-        out.set_name(t.name().substr(std::min(prefix.size(), t.name().size())));
+  absl::MutexLock lock(&mesh->mu);
+  auto latest = mesh->last_writer.find(output);
+  const bool last = latest != mesh->last_writer.end() && latest->second == accepted.write;
+  if (last) mesh->last_writer.erase(latest);
+  const RankLayouts* entered = nullptr;
+  if (auto it = mesh->tensors.find(output); it != mesh->tensors.end()) entered = &it->second;
+  for (size_t r = 0; status.ok() && r < replies.size(); ++r) {
+    for (const v1::LocalTensorInfo& t : replies[r].tensors()) {
+      absl::StatusOr<DType> dtype = FromProto(t.dtype());
+      absl::StatusOr<Shape> shape = FromProto(t.shape());
+      const std::optional<LocalLayout> got =
+          dtype.ok() && shape.ok() ? std::optional<LocalLayout>(LocalLayout{*dtype, *shape})
+                                   : std::nullopt;
+      // A later writer (or a delete) has the name's entry now; only the last one is checked.
+      if (last && (entered == nullptr || !got.has_value() || (*entered)[r] != got)) {
+        status = absl::InternalError(absl::StrCat(
+            "mesh position ", r, " wrote '", output, "' as ",
+            got ? LayoutToString(*got) : "an unreadable layout", " where the coordinator expected ",
+            entered && (*entered)[r] ? LayoutToString(*(*entered)[r]) : "none"));
+        break;
       }
-    }
-    if (status.ok()) {
-      mesh->failed_writes.erase(output);
-    } else {
-      reply->clear_outputs();
-      mesh->failed_writes[output] = status;
-      // Its contents are undefined; unless another collective is about to write it again, the
-      // name goes from the table and from every worker.
-      if (last_writer) {
-        mesh->tensors.erase(output);
-        free_leftovers = true;
-      }
+      v1::LocalTensorInfo& out = *reply->add_outputs();
+      out = t;
+      out.set_name(t.name().substr(std::min(prefix.size(), t.name().size())));
     }
   }
-  if (free_leftovers && MeshHealth(*mesh).ok()) {
+  if (status.ok()) {
+    mesh->failed_writes.erase(output);
+    return status;
+  }
+  reply->clear_outputs();
+  mesh->failed_writes[output] = status;
+  if (!last) return status;
+  if (output == request.input() && !touches_input_in_place) {
+    if (accepted.previous.has_value()) mesh->tensors[output] = *accepted.previous;
+    return status;
+  }
+  // Its contents are undefined: the name leaves the table and every worker. Posted under
+  // mesh->mu, so no collective writing the name again can be accepted, and run, before it.
+  mesh->tensors.erase(output);
+  if (absl::StatusOr<std::vector<WorkerHandle>> workers = MeshWorkers(*mesh); workers.ok()) {
     v1::Command free;
     free.mutable_delete_tensors()->add_names(WorkerTensorName(*mesh, output));
-    if (absl::StatusOr<std::vector<WorkerHandle>> workers = MeshWorkers(*mesh); workers.ok()) {
-      dispatcher_->Post(*workers, free, kRpcSlack, [](absl::Status, std::vector<v1::CommandReply>) {});
-    }
+    dispatcher_->Post(*workers, free, kRpcSlack, [](absl::Status, std::vector<v1::CommandReply>) {});
   }
   return status;
 }
@@ -403,8 +410,9 @@ CoordinatorService::StartCollective(const v1::CollectiveRequest& request, bool s
   std::shared_ptr<Mesh> mesh = *std::move(found);
   absl::StatusOr<std::vector<WorkerHandle>> workers = MeshWorkers(*mesh);
   if (!workers.ok()) return workers.status();
-  absl::StatusOr<v1::Command> command = AcceptCollective(*mesh, request);
-  if (!command.ok()) return command.status();
+  absl::MutexLock submit(&mesh->submit_mu);
+  absl::StatusOr<Accepted> accepted = AcceptCollective(*mesh, request);
+  if (!accepted.ok()) return accepted.status();
   auto work = std::make_shared<CollectiveWork>();
   if (work_id != nullptr) {
     absl::MutexLock lock(&mesh->mu);
@@ -417,11 +425,13 @@ CoordinatorService::StartCollective(const v1::CollectiveRequest& request, bool s
       it = it->second->done.HasBeenNotified() ? mesh->works.erase(it) : std::next(it);
     }
   }
+  const v1::Command command = accepted->command;
   dispatcher_->Post(
-      *workers, *command, mesh->timeout + kRpcSlack,
-      [this, mesh, work, request](absl::Status status, std::vector<v1::CommandReply> replies) {
-        work->status = FinishCollective(mesh, request, std::move(status), std::move(replies),
-                                        &work->reply);
+      *workers, command, mesh->timeout + kRpcSlack,
+      [this, mesh, work, request, accepted = *std::move(accepted)](
+          absl::Status status, std::vector<v1::CommandReply> replies) {
+        work->status = FinishCollective(mesh, request, accepted, std::move(status),
+                                        std::move(replies), &work->reply);
         work->done.Notify();
       },
       send_here);
@@ -456,6 +466,7 @@ grpc::Status CoordinatorService::CollectiveStream(
   std::deque<std::shared_ptr<CollectiveWork>> started;  // guarded by mu
   bool reading = true;                                  // guarded by mu
   auto ready = [&] { return !started.empty() || !reading; };
+  auto room = [&] { return started.size() < kMaxUnreportedInStream; };
   std::thread writer([&] {
     int64_t position = 0;
     bool open = true;
@@ -491,6 +502,9 @@ grpc::Status CoordinatorService::CollectiveStream(
     }
     absl::MutexLock lock(&mu);
     started.push_back(*std::move(work));
+    // A client that sends without reading stops being read (flow control holds it back) rather
+    // than growing this queue.
+    mu.Await(absl::Condition(&room));
   }
   {
     absl::MutexLock lock(&mu);
@@ -519,12 +533,21 @@ grpc::Status CoordinatorService::WaitCollectives(grpc::ServerContext* context,
                          " to wait on (never started with async_op, already waited on, or "
                          "forgotten after ", kMaxUnwaitedWorks, " newer ones)"));
       }
+      if (it->second->claimed) {
+        return grpc::Status(
+            grpc::StatusCode::FAILED_PRECONDITION,
+            absl::StrCat("collective work ", id, " of mesh '", mesh.name,
+                         "' is being waited on by another call"));
+      }
       works.push_back(it->second);
     }
+    for (const auto& w : works) w->claimed = true;
   }
   const absl::Time deadline = absl::FromChrono(context->deadline());
   for (size_t i = 0; i < works.size(); ++i) {
     if (!works[i]->done.WaitForNotificationWithDeadline(deadline)) {
+      absl::MutexLock lock(&mesh.mu);
+      for (const auto& w : works) w->claimed = false;
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                           absl::StrCat("collective work ", request->works(static_cast<int>(i)),
                                        " of mesh '", mesh.name,
@@ -547,35 +570,39 @@ grpc::Status CoordinatorService::WaitCollectives(grpc::ServerContext* context,
 grpc::Status CoordinatorService::DeleteTensor(grpc::ServerContext*,
                                               const v1::DeleteTensorRequest* request,
                                               v1::DeleteTensorReply*) {
-  absl::StatusOr<std::shared_ptr<Mesh>> found = ReadyMesh(request->mesh());
+  absl::StatusOr<std::shared_ptr<Mesh>> found = FindMesh(request->mesh());
   if (!found.ok()) return ToGrpcStatus(found.status());
   Mesh& mesh = **found;
-  {
-    absl::MutexLock lock(&mesh.mu);
-    // Collectives still writing it finish first: their replies would bring it back.
-    const std::string& name = request->tensor();
-    auto settled = [&mesh, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mesh.mu) {
-      return !mesh.pending_writes.contains(name);
-    };
-    if (!mesh.mu.AwaitWithTimeout(absl::Condition(&settled), mesh.timeout + 2 * kRpcSlack)) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          absl::StrCat("a collective writing '", name, "' on mesh '", mesh.name,
-                                       "' is still running"));
-    }
-    if (!mesh.tensors.contains(request->tensor())) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("mesh '", mesh.name, "' has no tensor '",
-                                       request->tensor(), "'"));
-    }
-  }
+  absl::StatusOr<std::vector<WorkerHandle>> workers = MeshWorkers(mesh);
+  if (!workers.ok()) return ToGrpcStatus(workers.status());
+  const std::string& name = request->tensor();
   v1::Command command;
-  command.mutable_delete_tensors()->add_names(WorkerTensorName(mesh, request->tensor()));
-  absl::StatusOr<std::vector<v1::CommandReply>> replies =
-      dispatcher_->Run(mesh.mesh.ranks(), command, kRpcSlack);
-  if (!replies.ok()) return ToGrpcStatus(replies.status());
-  absl::MutexLock lock(&mesh.mu);
-  mesh.tensors.erase(request->tensor());
-  return grpc::Status::OK;
+  command.mutable_delete_tensors()->add_names(WorkerTensorName(mesh, name));
+  absl::Notification done;
+  absl::Status status;
+  {
+    // Accepted like a collective: the workers delete it after every collective accepted before
+    // and before any accepted after; collectives still writing it no longer settle its entry.
+    absl::MutexLock submit(&mesh.submit_mu);
+    {
+      absl::MutexLock lock(&mesh.mu);
+      if (mesh.tensors.erase(name) == 0) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                            absl::StrCat("mesh '", mesh.name, "' has no tensor '", name, "'"));
+      }
+      mesh.last_writer.erase(name);
+      mesh.failed_writes.erase(name);
+    }
+    dispatcher_->Post(
+        *workers, command, kRpcSlack,
+        [&](absl::Status s, std::vector<v1::CommandReply>) {
+          status = std::move(s);
+          done.Notify();
+        },
+        /*send_here=*/true);
+  }
+  done.WaitForNotification();
+  return ToGrpcStatus(status);
 }
 
 }  // namespace tessera

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -89,6 +90,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
  private:
   // A collective posted to a mesh's workers: its outcome once every worker replied.
   struct CollectiveWork {
+    bool claimed = false;       // a WaitCollectives call is waiting on it (guarded by Mesh::mu)
     absl::Notification done;
     absl::Status status;        // written before done is notified
     v1::CollectiveReply reply;  // written before done is notified
@@ -101,14 +103,18 @@ class CoordinatorService final : public v1::Coordinator::Service {
     DeviceMesh mesh;
     std::vector<int64_t> incarnations;
     absl::Duration timeout;
+    // Held from accepting a collective or a delete until it is posted, so that the workers run a
+    // mesh's commands in the order the coordinator accepted them. Never taken by completions.
+    absl::Mutex submit_mu ABSL_ACQUIRED_BEFORE(mu);
     absl::Mutex mu;
     // Tensor names, each with what every rank (row-major position) holds of it. A collective's
     // output is entered when it is accepted, as the workers will write it, so that later calls
     // can use it at once; if the collective fails, the entry goes.
     std::map<std::string, RankLayouts> tensors ABSL_GUARDED_BY(mu);
-    // Outputs of collectives still running, with how many write each: a later collective may
-    // read them before their replies arrive, since the workers run commands in order.
-    std::map<std::string, int> pending_writes ABSL_GUARDED_BY(mu);
+    // For each name being written, the number of the last collective or upload accepted to write
+    // it: only that one settles the name's entry when it finishes.
+    std::map<std::string, int64_t> last_writer ABSL_GUARDED_BY(mu);
+    int64_t next_write ABSL_GUARDED_BY(mu) = 1;
     // Why the last collective writing a tensor failed, until one writes it again.
     std::map<std::string, absl::Status> failed_writes ABSL_GUARDED_BY(mu);
     // Collectives started with async_op and not yet waited on, by work id.
@@ -117,6 +123,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
   };
   // Finished async collectives a mesh remembers for WaitCollectives before it forgets the oldest.
   static constexpr size_t kMaxUnwaitedWorks = 4096;
+  // Collectives a CollectiveStream holds accepted but not yet reported before it stops reading.
+  static constexpr size_t kMaxUnreportedInStream = 1024;
 
   // Work posted to the workers that writes a tensor: done once every worker replied.
   struct Work {
@@ -186,15 +194,26 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // WaitCollectives under the id written there. Errors are for requests refused up front.
   absl::StatusOr<std::shared_ptr<CollectiveWork>> StartCollective(
       const v1::CollectiveRequest& request, bool send_here, int64_t* work_id);
+  // A collective accepted on a mesh: its worker command, its number as a writer of its output,
+  // and the output's entry before it (restored if the collective fails without touching it).
+  struct Accepted {
+    v1::Command command;
+    int64_t write = 0;
+    std::optional<RankLayouts> previous;
+  };
   // Checks a collective request against `mesh` and makes its worker command; on success the
-  // output is entered in the mesh's table as pending (FinishCollective settles it).
-  absl::StatusOr<v1::Command> AcceptCollective(Mesh& mesh, const v1::CollectiveRequest& request);
-  // Settles a collective's output in the mesh's table and makes its reply: on failure the output
-  // entry goes (and its leftovers on the workers are freed); on success each rank's reported
-  // layout must be the one AcceptCollective entered.
+  // output's entry in the mesh's table says what the ranks will hold (FinishCollective settles
+  // it). The caller holds mesh.submit_mu until the command is posted.
+  absl::StatusOr<Accepted> AcceptCollective(Mesh& mesh, const v1::CollectiveRequest& request);
+  // Settles a collective's output in the mesh's table and makes its reply. If it is still the last
+  // writer of its output: on success each rank's reported layout must be the one accepted; on
+  // failure the entry goes back to what it was when the collective left it alone (a failed
+  // in-place collective other than all_reduce and broadcast), else the name leaves the table and
+  // the workers.
   absl::Status FinishCollective(const std::shared_ptr<Mesh>& mesh,
-                                const v1::CollectiveRequest& request, absl::Status status,
-                                std::vector<v1::CommandReply> replies, v1::CollectiveReply* reply);
+                                const v1::CollectiveRequest& request, const Accepted& accepted,
+                                absl::Status status, std::vector<v1::CommandReply> replies,
+                                v1::CollectiveReply* reply);
   // The workers of a mesh's ranks, in rank order, looked up once: UNAVAILABLE naming the worker
   // when one is dead or restarted since the mesh was set up.
   absl::StatusOr<std::vector<WorkerHandle>> MeshWorkers(const Mesh& mesh) const;

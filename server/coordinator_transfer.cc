@@ -74,6 +74,9 @@ grpc::Status CoordinatorService::PutLocal(grpc::ServerContext* context,
   absl::MutexLock lock(&mesh.mu);
   mesh.tensors.try_emplace(name, static_cast<size_t>(mesh.mesh.size()))
       .first->second[static_cast<size_t>(rank)] = LocalLayout{*dtype, *shape};
+  // The upload is the name's last writer now: collectives still writing it leave its entry be.
+  mesh.last_writer[name] = mesh.next_write++;
+  mesh.failed_writes.erase(name);
   return grpc::Status::OK;
 }
 

@@ -211,9 +211,10 @@ void Dispatcher::Complete(const std::shared_ptr<PostState>& post, size_t index,
     absl::MutexLock lock(&mu_);
     --in_flight_;
   }
+  const bool outer = completing;
   completing = true;
   post->done(std::move(combined), std::move(post->replies));
-  completing = false;
+  completing = outer;
 }
 
 absl::Status Dispatcher::Combine(const std::vector<WorkerHandle>& workers,

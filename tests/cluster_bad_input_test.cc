@@ -27,6 +27,7 @@ constexpr int kWorkers = 4;
 constexpr int64_t kBudget = int64_t{1} << 20;  // per worker
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
 constexpr auto kNotFound = absl::StatusCode::kNotFound;
+constexpr auto kFailedPrecondition = absl::StatusCode::kFailedPrecondition;
 
 // The tensors every test must leave as they were, on every rank of mesh "m".
 const char* const kKept[] = {"a", "b"};
@@ -341,11 +342,11 @@ TEST_F(ClusterBadInputTest, RanksHoldingDifferentShapesOrDTypes) {
       for (const char* dim : {"", "tp"}) {
         v1::CollectiveRequest request = Collective(op, dim, "odd");
         request.set_async_op(async);
-        EXPECT_TRUE(StatusIs(client().RunCollective(request).status(), kInvalid,
+        EXPECT_TRUE(StatusIs(client().RunCollective(request).status(), kFailedPrecondition,
                              {"'odd'", "float32[3, 2]", "float32[4, 2]", "positions"}))
             << v1::CollectiveOp_Name(op) << " over '" << dim << "'";
         request.set_input("mixed");
-        EXPECT_TRUE(StatusIs(client().RunCollective(request).status(), kInvalid,
+        EXPECT_TRUE(StatusIs(client().RunCollective(request).status(), kFailedPrecondition,
                              {"'mixed'", "float32[3, 2]", "int32[3, 2]"}))
             << v1::CollectiveOp_Name(op) << " over '" << dim << "'";
       }
@@ -422,6 +423,84 @@ TEST_F(ClusterBadInputTest, AsyncFailureIsReportedByWaitAndByTheNextUse) {
   EXPECT_TRUE(StatusIs(client().WaitCollectives("nowhere", {1}).status(), kNotFound,
                        {"'nowhere'"}));
   ASSERT_TRUE(client().DeleteTensor("m", "third").ok());
+}
+
+TEST_F(ClusterBadInputTest, InPlaceCollectivesLeaveRanksThatWriteNothingAlone) {
+  // "p" on every rank; an in-place reduce to root 0 writes rank 0 only, an in-place send from
+  // rank 0 to 1 writes rank 1 only: the other ranks keep "p" as it was, and it stays usable.
+  std::vector<HostTensor> p;
+  for (int64_t r = 0; r < kWorkers; ++r) {
+    p.push_back(SmallIntegerTensor(DType::kFloat32, {4, 3}, 50 + static_cast<uint32_t>(r)));
+    ASSERT_TRUE(client().PutLocal("m", r, "p", p.back()).ok());
+  }
+  v1::CollectiveRequest reduce = Collective(v1::REDUCE, "", "p", 0);
+  reduce.set_output("");
+  ASSERT_TRUE(client().RunCollective(reduce).ok());
+  HostTensor sum = p[0].Clone();
+  for (int64_t r = 1; r < kWorkers; ++r) {
+    ReduceInto(ReduceOp::kSum, sum.dtype(), sum.data(), p[r].data(), sum.num_elements());
+  }
+  p[0] = std::move(sum);
+  v1::CollectiveRequest send = Collective(v1::SEND_RECV, "", "p", 0);
+  send.set_peer(1);
+  send.set_output("");
+  ASSERT_TRUE(client().RunCollective(send).ok());
+  p[1] = p[0].Clone();
+  for (int64_t r = 0; r < kWorkers; ++r) {
+    absl::StatusOr<HostTensor> got = client().GetLocal("m", r, "p");
+    ASSERT_TRUE(got.ok()) << "rank " << r << ": " << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, p[r])) << "rank " << r;
+  }
+  EXPECT_TRUE(client().RunCollective(Collective(v1::ALL_REDUCE_OP, "", "p")).ok());
+
+  // An in-place all_gather over the budget fails without touching its input.
+  const HostTensor third = HostTensor::Zeros(DType::kFloat32, {300, 256}).value();  // 307200 B
+  for (int64_t r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(client().PutLocal("m", r, "third", third).ok());
+  }
+  v1::CollectiveRequest gather = Collective(v1::ALL_GATHER_OP, "", "third");
+  gather.set_output("");
+  EXPECT_TRUE(StatusIs(client().RunCollective(gather).status(),
+                       absl::StatusCode::kResourceExhausted, {absl::StrCat(kBudget)}));
+  for (int64_t r = 0; r < kWorkers; ++r) {
+    absl::StatusOr<HostTensor> got = client().GetLocal("m", r, "third");
+    ASSERT_TRUE(got.ok()) << "rank " << r << ": " << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, third)) << "rank " << r;
+  }
+  for (const char* name : {"p", "third"}) {
+    EXPECT_TRUE(client().DeleteTensor("m", name).ok()) << name;
+  }
+}
+
+TEST_F(ClusterBadInputTest, StreamRefusesPastItsUnreadLimitAndEndsCleanly) {
+  absl::StatusOr<std::unique_ptr<CollectiveStream>> stream = client().OpenCollectiveStream();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  const v1::CollectiveRequest barrier = Collective(v1::BARRIER, "", "");
+  for (int64_t i = 0; i < CollectiveStream::kMaxUnread; ++i) {
+    ASSERT_TRUE((*stream)->Submit(barrier).ok()) << i;
+  }
+  EXPECT_TRUE(StatusIs((*stream)->Submit(barrier), kFailedPrecondition, {"Next"}));
+  for (int64_t i = 0; i < CollectiveStream::kMaxUnread; ++i) {
+    absl::StatusOr<v1::CollectiveReply> r = (*stream)->Next();
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+  }
+  EXPECT_TRUE((*stream)->Submit(barrier).ok());
+  stream->reset();  // one outcome unread: the stream still closes cleanly
+
+  // A stream past its deadline reports it from Next, and again, and closes without trouble.
+  absl::StatusOr<std::unique_ptr<CollectiveStream>> brief =
+      client().OpenCollectiveStream(absl::Milliseconds(300));
+  ASSERT_TRUE(brief.ok()) << brief.status();
+  ASSERT_TRUE((*brief)->Submit(barrier).ok());
+  absl::SleepFor(absl::Milliseconds(600));
+  (void)(*brief)->Submit(barrier);
+  absl::StatusOr<v1::CollectiveReply> first = (*brief)->Next();
+  if (!first.ok()) {
+    EXPECT_EQ(first.status().code(), absl::StatusCode::kDeadlineExceeded) << first.status();
+  }
+  absl::StatusOr<v1::CollectiveReply> late = (*brief)->Next();
+  EXPECT_FALSE(late.ok());
+  brief->reset();
 }
 
 TEST_F(ClusterBadInputTest, StreamReportsARefusedCollectiveInItsPlace) {

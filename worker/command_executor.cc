@@ -203,7 +203,10 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     case v1::ALL_REDUCE_OP:
     case v1::REDUCE: {
       if (!op.ok()) return op.status();
-      absl::StatusOr<HostTensor> out = final_output(in.shape());
+      // A reduce's other ranks write no output: they work in a scratch buffer and leave any
+      // tensor of the output's name alone.
+      const bool writes = c.op() == v1::ALL_REDUCE_OP || me == root;
+      absl::StatusOr<HostTensor> out = writes ? final_output(in.shape()) : output_of(in.shape());
       if (!out.ok()) return out.status();
       std::memcpy(out->data(), in.data(), in.nbytes());
       status = c.op() == v1::REDUCE
@@ -215,7 +218,9 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     }
     case v1::ALL_GATHER_OP:
     case v1::GATHER: {
-      absl::StatusOr<HostTensor> out = final_output(WithRows(in.shape(), k * n0));
+      const bool writes = c.op() == v1::ALL_GATHER_OP || me == root;
+      absl::StatusOr<HostTensor> out = writes ? final_output(WithRows(in.shape(), k * n0))
+                                              : output_of(WithRows(in.shape(), k * n0));
       if (!out.ok()) return out.status();
       status = c.op() == v1::GATHER
                    ? group.Gather(in.data(), out->data(), in.num_elements(), dtype, root)
