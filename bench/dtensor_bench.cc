@@ -55,6 +55,7 @@
 #include "client/dtensor.h"
 #include "client/local_cluster.h"
 #include "core/host_tensor.h"
+#include "core/release_mode.h"
 #include "grpcpp/grpcpp.h"
 #include "raw_peer.grpc.pb.h"
 
@@ -794,6 +795,7 @@ int Main() {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
+  tessera::UseReleaseMutexes();
   absl::ParseCommandLine(argc, argv);
   return tessera::Main();
 }

@@ -9,6 +9,7 @@
 #include "client/demo.h"
 #include "client/local_commands.h"
 #include "client/tensor_commands.h"
+#include "core/release_mode.h"
 
 namespace {
 
@@ -48,6 +49,7 @@ Placements: S(d) / Shard(d), R / Replicate(), P(op) / Partial(op) with op sum|av
 }  // namespace
 
 int main(int argc, char** argv) {
+  tessera::UseReleaseMutexes();
   if (argc < 2 || std::string(argv[1]) == "help" || std::string(argv[1]) == "--help") {
     std::cout << kUsage;
     return argc < 2 ? 2 : 0;

@@ -12,6 +12,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "core/release_mode.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -32,6 +33,7 @@ ABSL_FLAG(absl::Duration, client_grace, absl::Seconds(60),
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "largest gRPC message accepted or sent");
 
 int main(int argc, char** argv) {
+  tessera::UseReleaseMutexes();
   absl::SetProgramUsageMessage("tessera-coordinator --listen=HOST:PORT [--secret=S]");
   absl::ParseCommandLine(argc, argv);
   std::string secret = absl::GetFlag(FLAGS_secret);

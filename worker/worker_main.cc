@@ -15,6 +15,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/release_mode.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -56,6 +57,7 @@ tessera::v1::RegisterReply RegisterLoop(tessera::v1::Registry::Stub& registry,
 }  // namespace
 
 int main(int argc, char** argv) {
+  tessera::UseReleaseMutexes();
   absl::SetProgramUsageMessage(
       "tessera-worker --coordinator=HOST:PORT --device=cpu|cuda:N [--listen=HOST:PORT]");
   absl::ParseCommandLine(argc, argv);
