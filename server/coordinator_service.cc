@@ -320,8 +320,10 @@ absl::StatusOr<CoordinatorService::Accepted> CoordinatorService::AcceptCollectiv
     // Ranks that write no output keep whatever they held under its name.
     auto [entry, added] = mesh.tensors.try_emplace(output, outputs->size());
     if (!added) accepted.previous = entry->second;
+    accepted.writes.resize(outputs->size());
     for (size_t r = 0; r < outputs->size(); ++r) {
-      if ((*outputs)[r].has_value()) entry->second[r] = std::move((*outputs)[r]);
+      accepted.writes[r] = (*outputs)[r].has_value();
+      if (accepted.writes[r]) entry->second[r] = std::move((*outputs)[r]);
     }
     accepted.write = mesh.next_write++;
     mesh.last_writer[output] = accepted.write;
@@ -361,6 +363,13 @@ absl::Status CoordinatorService::FinishCollective(const std::shared_ptr<Mesh>& m
   const RankLayouts* entered = nullptr;
   if (auto it = mesh->tensors.find(output); it != mesh->tensors.end()) entered = &it->second;
   for (size_t r = 0; status.ok() && r < replies.size(); ++r) {
+    const bool wrote = replies[r].tensors_size() > 0;
+    if (last && r < accepted.writes.size() && wrote != accepted.writes[r]) {
+      status = absl::InternalError(absl::StrCat("mesh position ", r, wrote ? " wrote" : " wrote no",
+                                                " '", output, "' where the coordinator expected ",
+                                                wrote ? "none" : "it to"));
+      break;
+    }
     for (const v1::LocalTensorInfo& t : replies[r].tensors()) {
       absl::StatusOr<DType> dtype = FromProto(t.dtype());
       absl::StatusOr<Shape> shape = FromProto(t.shape());

@@ -200,6 +200,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
     v1::Command command;
     int64_t write = 0;
     std::optional<RankLayouts> previous;
+    std::vector<bool> writes;  // by mesh position: whether the collective writes its output there
   };
   // Checks a collective request against `mesh` and makes its worker command; on success the
   // output's entry in the mesh's table says what the ranks will hold (FinishCollective settles
