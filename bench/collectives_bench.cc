@@ -247,6 +247,16 @@ absl::Status Upload(CoordinatorClient& client, int n, const std::string& name, i
   return absl::OkStatus();
 }
 
+// OK if `reply` is a success listing the output of all `n` ranks.
+absl::Status CheckReply(const std::string& op, int n,
+                        const absl::StatusOr<v1::CollectiveReply>& reply) {
+  if (!reply.ok()) return reply.status();
+  if (reply->outputs_size() != n) {
+    return absl::InternalError(absl::StrCat(op, " wrote ", reply->outputs_size(), " outputs"));
+  }
+  return absl::OkStatus();
+}
+
 // Adds `iterations` timed RunCollective calls of `op` (after `warmup` untimed ones) to `us`.
 absl::Status TimeService(CoordinatorClient& client, const std::string& op, int n,
                          int64_t iterations, int64_t warmup, std::vector<double>& us) {
@@ -255,10 +265,7 @@ absl::Status TimeService(CoordinatorClient& client, const std::string& op, int n
     const Clock::time_point start = Clock::now();
     absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request);
     const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-    if (!reply.ok()) return reply.status();
-    if (reply->outputs_size() != n) {
-      return absl::InternalError(absl::StrCat(op, " wrote ", reply->outputs_size(), " outputs"));
-    }
+    if (absl::Status s = CheckReply(op, n, reply); !s.ok()) return s;
     if (i >= 0) us.push_back(elapsed);
   }
   return absl::OkStatus();
@@ -273,13 +280,7 @@ absl::Status TimeServiceBursts(CoordinatorClient& client, const std::string& op,
                                int64_t iterations, int64_t warmup, std::vector<double>& us,
                                std::vector<double>& async_us) {
   v1::CollectiveRequest request = Request(op);
-  auto check = [&](const absl::StatusOr<v1::CollectiveReply>& o) -> absl::Status {
-    if (!o.ok()) return o.status();
-    if (o->outputs_size() != n) {
-      return absl::InternalError(absl::StrCat(op, " wrote ", o->outputs_size(), " outputs"));
-    }
-    return absl::OkStatus();
-  };
+  auto check = [&](const absl::StatusOr<v1::CollectiveReply>& o) { return CheckReply(op, n, o); };
   absl::StatusOr<std::unique_ptr<CollectiveStream>> stream = client.OpenCollectiveStream();
   if (!stream.ok()) return stream.status();
   auto streamed = [&](int64_t calls) -> absl::StatusOr<double> {

@@ -86,27 +86,35 @@ absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::os
          return Concat(parts);
        }},
   };
-  for (const Check& check : checks) {
+  // `check` as a request writing `output`, and the check of every rank's `output` afterwards.
+  auto request_for = [&](const Check& check, const std::string& output) {
     v1::CollectiveRequest request;
     request.set_mesh(mesh);
     request.set_op(check.op);
     request.set_input("x");
-    request.set_output("y");
+    request.set_output(output);
     request.set_reduce_op(v1::SUM);
     request.set_root(check.root);
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!reply.ok()) return reply.status();
+    return request;
+  };
+  auto verify = [&](const Check& check, const std::string& output) -> absl::Status {
     for (int64_t r = 0; r < k; ++r) {
-      absl::StatusOr<HostTensor> got = client.GetLocal(mesh, r, "y");
+      absl::StatusOr<HostTensor> got = client.GetLocal(mesh, r, output);
       if (!got.ok()) return got.status();
       if (!got->BitEqual(check.expect(inputs, r))) {
-        return absl::InternalError(absl::StrCat(check.name, ": rank ", r,
+        return absl::InternalError(absl::StrCat(check.name, " into '", output, "': rank ", r,
                                                 " differs from the single-process reference"));
       }
     }
+    return absl::OkStatus();
+  };
+  for (const Check& check : checks) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request_for(check, "y"));
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!reply.ok()) return reply.status();
+    if (absl::Status s = verify(check, "y"); !s.ok()) return s;
     out << absl::StrFormat("  %-20s on %d ranks of float32%s: %7.2f ms, every rank matches\n",
                            check.name, k, ShapeToString(shape), ms);
   }
@@ -116,14 +124,9 @@ absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::os
   if (!stream.ok()) return stream.status();
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < checks.size(); ++i) {
-    v1::CollectiveRequest request;
-    request.set_mesh(mesh);
-    request.set_op(checks[i].op);
-    request.set_input("x");
-    request.set_output(absl::StrCat("s", i));
-    request.set_reduce_op(v1::SUM);
-    request.set_root(checks[i].root);
-    if (absl::Status s = (*stream)->Submit(request); !s.ok()) return s;
+    if (absl::Status s = (*stream)->Submit(request_for(checks[i], absl::StrCat("s", i))); !s.ok()) {
+      return s;
+    }
   }
   for (const Check& check : checks) {
     absl::StatusOr<v1::CollectiveReply> reply = (*stream)->Next();
@@ -133,14 +136,7 @@ absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::os
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   for (size_t i = 0; i < checks.size(); ++i) {
-    for (int64_t r = 0; r < k; ++r) {
-      absl::StatusOr<HostTensor> got = client.GetLocal(mesh, r, absl::StrCat("s", i));
-      if (!got.ok()) return got.status();
-      if (!got->BitEqual(checks[i].expect(inputs, r))) {
-        return absl::InternalError(absl::StrCat(checks[i].name, " on the stream: rank ", r,
-                                                " differs from the single-process reference"));
-      }
-    }
+    if (absl::Status s = verify(checks[i], absl::StrCat("s", i)); !s.ok()) return s;
   }
   out << absl::StrFormat("  the same %d on one collective stream, back to back: %7.2f ms in all, "
                          "every rank matches\n",
