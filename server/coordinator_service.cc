@@ -434,7 +434,8 @@ CoordinatorService::StartCollective(const v1::CollectiveRequest& request, bool s
       it = it->second->done.HasBeenNotified() ? mesh->works.erase(it) : std::next(it);
     }
   }
-  const v1::Command command = accepted->command;
+  // The completion needs the bookkeeping, not the command.
+  const v1::Command command = std::move(accepted->command);
   dispatcher_->Post(
       *workers, command, mesh->timeout + kRpcSlack,
       [this, mesh, work, request, accepted = *std::move(accepted)](
