@@ -34,9 +34,12 @@ inline std::string LoadAverage() {
 // This process's scheduling policy.
 inline std::string Scheduler() {
   switch (sched_getscheduler(0)) {
-    case SCHED_RR: return "SCHED_RR";
-    case SCHED_FIFO: return "SCHED_FIFO";
-    default: return "SCHED_OTHER";
+    case SCHED_RR:
+      return "SCHED_RR";
+    case SCHED_FIFO:
+      return "SCHED_FIFO";
+    default:
+      return "SCHED_OTHER";
   }
 }
 

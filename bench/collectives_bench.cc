@@ -64,7 +64,8 @@ ABSL_FLAG(std::string, warmup, "5,5,3,1,1",
           "Untimed calls before each collective's timed ones, one entry per --bytes entry");
 ABSL_FLAG(int, rounds, 3, "Alternations of raw Gloo and the service per size");
 ABSL_FLAG(int, rtt_calls, 50, "GetMesh calls per size for the gRPC round trip");
-ABSL_FLAG(int, bursts, 3, "Back-to-back samples per collective, size and round, each a burst of "
+ABSL_FLAG(int, bursts, 3,
+          "Back-to-back samples per collective, size and round, each a burst of "
           "--iterations calls over --iterations (nccl-tests' time); 0 skips them");
 ABSL_FLAG(std::string, raw_peer, "", "raw_gloo_peer binary; found beside this program if empty");
 ABSL_FLAG(std::string, torch_python, "", "Python with torch for the torch.distributed peer");
@@ -96,7 +97,7 @@ struct Row {
   Timing tessera_burst, raw_burst;  // back to back: a burst's time over its calls
   Timing tessera_async;             // back to back as async_op unary calls
   Timing torch_burst;               // back to back with async_op=True
-  double rtt_us;  // GetMesh round trip measured at this size
+  double rtt_us;                    // GetMesh round trip measured at this size
 };
 
 // Microseconds of every timed call, by collective and size.
@@ -190,8 +191,8 @@ absl::Status RunRawGloo(const std::string& binary, const std::string& dir, int n
   for (int r = 0; r < n; ++r) {
     argvs.push_back({binary, absl::StrCat("--rank=", r), absl::StrCat("--size=", n),
                      absl::StrCat("--store=", store), absl::StrCat("--bytes=", bytes),
-                     absl::StrCat("--iterations=", iterations),
-                     absl::StrCat("--warmup=", warmup), absl::StrCat("--out=", out),
+                     absl::StrCat("--iterations=", iterations), absl::StrCat("--warmup=", warmup),
+                     absl::StrCat("--out=", out),
                      absl::StrCat("--bursts=", absl::GetFlag(FLAGS_bursts))});
   }
   if (absl::Status s = RunProcesses(argvs, absl::StrCat(dir, "/", tag, ".log")); !s.ok()) return s;
@@ -223,10 +224,11 @@ absl::Status RunTorch(const std::string& dir, int n, const std::vector<int64_t>&
 v1::CollectiveRequest Request(const std::string& op) {
   v1::CollectiveRequest request;
   request.set_mesh(kMesh);
-  const std::map<std::string, v1::CollectiveOp> ops = {
-      {"all_reduce", v1::ALL_REDUCE_OP},         {"all_gather", v1::ALL_GATHER_OP},
-      {"reduce_scatter", v1::REDUCE_SCATTER_OP}, {"all_to_all", v1::ALL_TO_ALL_OP},
-      {"broadcast", v1::BROADCAST}};
+  const std::map<std::string, v1::CollectiveOp> ops = {{"all_reduce", v1::ALL_REDUCE_OP},
+                                                       {"all_gather", v1::ALL_GATHER_OP},
+                                                       {"reduce_scatter", v1::REDUCE_SCATTER_OP},
+                                                       {"all_to_all", v1::ALL_TO_ALL_OP},
+                                                       {"broadcast", v1::BROADCAST}};
   request.set_op(ops.at(op));
   request.set_input(op == "all_gather" ? "g" : "x");
   request.set_output(op == "all_reduce" || op == "broadcast" ? "x" : "y");
@@ -354,8 +356,7 @@ absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
       CoordinatorClient::Connect((*cluster)->address());
   if (!client.ok()) return client.status();
   CoordinatorClient& c = **client;
-  absl::StatusOr<v1::MeshInfo> mesh =
-      c.CreateMesh(kMesh, "cpu", {n}, {}, {}, absl::Seconds(120));
+  absl::StatusOr<v1::MeshInfo> mesh = c.CreateMesh(kMesh, "cpu", {n}, {}, {}, absl::Seconds(120));
   if (!mesh.ok()) return mesh.status();
 
   const std::vector<int64_t> sizes = ParseList(absl::GetFlag(FLAGS_bytes));
@@ -374,8 +375,7 @@ absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
         return st;
       }
       for (const char* op : kOps) {
-        if (absl::Status st =
-                TimeService(c, op, n, iterations[s], warmup[s], tessera[{op, bytes}]);
+        if (absl::Status st = TimeService(c, op, n, iterations[s], warmup[s], tessera[{op, bytes}]);
             !st.ok()) {
           return st;
         }
@@ -432,10 +432,12 @@ void PrintTable(const std::vector<Row>& rows, bool torch) {
         r.raw.median_us / r.tessera.median_us, torch ? r.raw.median_us / r.torch.median_us : NAN,
         r.rtt_us);
   }
-  std::printf("\nBack to back (nccl-tests' time: a burst of calls, started without waiting, then "
-              "one wait, over the calls)\n");
-  std::printf("(tessera: on one CollectiveStream; async: async_op unary calls, a round trip each, "
-              "then one WaitCollectives; torch: async_op=True, then wait on each)\n");
+  std::printf(
+      "\nBack to back (nccl-tests' time: a burst of calls, started without waiting, then "
+      "one wait, over the calls)\n");
+  std::printf(
+      "(tessera: on one CollectiveStream; async: async_op unary calls, a round trip each, "
+      "then one WaitCollectives; torch: async_op=True, then wait on each)\n");
   std::printf("%-2s %-14s %5s | %10s %10s %10s %10s | %8s %8s | %7s %7s | %10s %7s\n", "n", "op",
               "size", "raw us", "tessera us", "async us", "torch us", "raw GB/s", "tess GB/s",
               "tess/raw", "trch/raw", "over us", "rtt us");
@@ -468,11 +470,11 @@ void PrintTable(const std::vector<Row>& rows, bool torch) {
     if (r.bytes == smallest) {
       const double over = r.tessera_burst.median_us - r.raw_burst.median_us;
       const double sync_over = r.tessera.median_us - r.raw.median_us;
-      std::printf("  n=%d %-14s %s back to back: overhead %.0f us vs rtt %.0f us (%.1f rtt): %s; "
-                  "one synchronous call: overhead %.0f us (%.1f rtt)\n",
-                  r.workers, r.op.c_str(), SizeName(r.bytes).c_str(), over, r.rtt_us,
-                  over / r.rtt_us, over <= r.rtt_us ? "met" : "MISSED", sync_over,
-                  sync_over / r.rtt_us);
+      std::printf(
+          "  n=%d %-14s %s back to back: overhead %.0f us vs rtt %.0f us (%.1f rtt): %s; "
+          "one synchronous call: overhead %.0f us (%.1f rtt)\n",
+          r.workers, r.op.c_str(), SizeName(r.bytes).c_str(), over, r.rtt_us, over / r.rtt_us,
+          over <= r.rtt_us ? "met" : "MISSED", sync_over, sync_over / r.rtt_us);
     }
   }
 }
@@ -486,8 +488,9 @@ absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
   f << "{\n  \"benchmark\": \"collectives_bench\",\n  \"date\": \"" << date << "\",\n"
     << "  \"machine\": {\"nproc\": " << std::thread::hardware_concurrency() << ", \"cpu\": \""
-    << bench::CpuModel() << "\", \"scheduler\": \"" << bench::Scheduler() << "\", \"loadavg_at_start\": \""
-    << load_at_start << "\", \"loadavg_at_end\": \"" << bench::LoadAverage() << "\"},\n  \"dtype\": \"float32\",\n  \"bytes\": ["
+    << bench::CpuModel() << "\", \"scheduler\": \"" << bench::Scheduler()
+    << "\", \"loadavg_at_start\": \"" << load_at_start << "\", \"loadavg_at_end\": \""
+    << bench::LoadAverage() << "\"},\n  \"dtype\": \"float32\",\n  \"bytes\": ["
     << absl::GetFlag(FLAGS_bytes) << "],\n  \"iterations_per_round\": ["
     << absl::GetFlag(FLAGS_iterations) << "],\n  \"warmup\": [" << absl::GetFlag(FLAGS_warmup)
     << "],\n  \"rounds\": " << absl::GetFlag(FLAGS_rounds) << ",\n  \"rows\": [\n";
@@ -502,16 +505,16 @@ absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
         "\"tessera_async_burst_us\": %s, \"torch_burst_us\": %s, \"raw_gloo_burst_us\": %s, "
         "\"grpc_rtt_us\": %s}%s\n",
         r.workers, r.op, r.bytes, r.tessera.calls, bench::JsonNumber(r.tessera.median_us),
-        bench::JsonNumber(r.tessera.min_us), bench::JsonNumber(r.raw.median_us), bench::JsonNumber(r.raw.min_us),
-        bench::JsonNumber(r.torch.median_us), bench::JsonNumber(BusBw(r, r.tessera.median_us)),
-        bench::JsonNumber(BusBw(r, r.raw.median_us)), bench::JsonNumber(BusBw(r, r.torch.median_us)),
+        bench::JsonNumber(r.tessera.min_us), bench::JsonNumber(r.raw.median_us),
+        bench::JsonNumber(r.raw.min_us), bench::JsonNumber(r.torch.median_us),
+        bench::JsonNumber(BusBw(r, r.tessera.median_us)),
+        bench::JsonNumber(BusBw(r, r.raw.median_us)),
+        bench::JsonNumber(BusBw(r, r.torch.median_us)),
         bench::JsonNumber(r.raw.median_us / r.tessera.median_us),
         bench::JsonNumber(r.raw.median_us / r.torch.median_us),
         bench::JsonNumber(r.tessera_burst.median_us), bench::JsonNumber(r.tessera_async.median_us),
-        bench::JsonNumber(r.torch_burst.median_us),
-        bench::JsonNumber(r.raw_burst.median_us),
-        bench::JsonNumber(r.rtt_us),
-        i + 1 < rows.size() ? "," : "");
+        bench::JsonNumber(r.torch_burst.median_us), bench::JsonNumber(r.raw_burst.median_us),
+        bench::JsonNumber(r.rtt_us), i + 1 < rows.size() ? "," : "");
   }
   f << "  ]\n}\n";
   return f ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));
@@ -532,7 +535,8 @@ int Main() {
   }
   std::string raw_peer = absl::GetFlag(FLAGS_raw_peer);
   if (raw_peer.empty()) raw_peer = SelfDirectory() + "/raw_gloo_peer";
-  std::string dir = (std::filesystem::temp_directory_path() / "tessera-collectives-XXXXXX").string();
+  std::string dir =
+      (std::filesystem::temp_directory_path() / "tessera-collectives-XXXXXX").string();
   if (mkdtemp(dir.data()) == nullptr) {
     std::perror("mkdtemp");
     return 1;

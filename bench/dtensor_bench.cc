@@ -6,7 +6,8 @@
 //
 //   dtensor_bench [--transfer_bytes=268435456] [--memory_bytes=1073741824]
 //                 [--redistribute_bytes=67108864] [--latency_iterations=1000] [--rounds=3] ...
-//                 [--torch_python=PYTHON --torch_peer=bench/torch_dtensor_peer.py] [--json=out.json]
+//                 [--torch_python=PYTHON --torch_peer=bench/torch_dtensor_peer.py]
+//                 [--json=out.json]
 //
 // What is timed (client wall clock, float32, Shard(0) on a 1-D mesh of 2 workers):
 //   transfer     distribute_tensor of --transfer_bytes (the call, and the call + Synchronize) and
@@ -175,7 +176,8 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::str
   pid_t pid = -1;
   const int err = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) return absl::InternalError(absl::StrCat("cannot start ", args[0], ": ", strerror(err)));
+  if (err != 0)
+    return absl::InternalError(absl::StrCat("cannot start ", args[0], ": ", strerror(err)));
   return pid;
 }
 
@@ -341,8 +343,8 @@ absl::Status MeasureMemory(client::Session& session, const client::Mesh& mesh, p
 }
 
 // distribute_tensor / full_tensor next to raw Sink / Source, --rounds alternations.
-absl::Status MeasureTransfer(client::Session& session, const client::Mesh& mesh,
-                             RawPeerClient& raw, const Pids& pids, Results& r) {
+absl::Status MeasureTransfer(client::Session& session, const client::Mesh& mesh, RawPeerClient& raw,
+                             const Pids& pids, Results& r) {
   const int rounds = absl::GetFlag(FLAGS_rounds);
   absl::StatusOr<HostTensor> t = Ones(r.transfer_bytes);
   if (!t.ok()) return t.status();
@@ -465,8 +467,8 @@ absl::Status MeasureTinyOp(client::Session& session, const client::Mesh& mesh, R
 }
 
 // Adds the all_gather times of one raw_gloo_peer run (2 processes) to `us`.
-absl::Status RunRawGloo(const std::string& binary, const std::string& dir, int64_t bytes,
-                        int round, std::vector<double>& us) {
+absl::Status RunRawGloo(const std::string& binary, const std::string& dir, int64_t bytes, int round,
+                        std::vector<double>& us) {
   const std::string store = absl::StrCat(dir, "/gloo_store_", round);
   std::filesystem::create_directories(store);
   const std::string out = absl::StrCat(dir, "/gloo_", round, ".txt");
@@ -491,8 +493,7 @@ absl::Status RunRawGloo(const std::string& binary, const std::string& dir, int64
 
 // Redistribute Shard(0) -> Replicate next to raw Gloo all_gather, --rounds alternations.
 absl::Status MeasureRedistribute(client::Session& session, const client::Mesh& mesh,
-                                 const std::string& gloo_peer, const std::string& dir,
-                                 Results& r) {
+                                 const std::string& gloo_peer, const std::string& dir, Results& r) {
   absl::StatusOr<HostTensor> t = Ones(r.redistribute_bytes);
   if (!t.ok()) return t.status();
   absl::StatusOr<DTensor> x = client::DistributeTensor(session, *t, mesh, {client::Shard(0)});
@@ -590,32 +591,35 @@ void PrintTable(const Results& r) {
               "add 1 KiB pipelined, outputs kept, ops/s", r.pipelined_kept_ops_per_s, "", "", "",
               "", "");
   const double half = static_cast<double>(kWorkers - 1) / kWorkers;
-  std::printf("%-44s | %9.1fms %9.1fms | %5.3f/%5.3f %5.3f/%5.3f | %6.2fx %6.1fms\n",
-              absl::StrFormat("redistribute S(0)->R %.0f MiB / all_gather", r.redistribute_bytes / mib)
-                  .c_str(),
-              r.redistribute.p50 / 1e3, r.all_gather.p50 / 1e3,
-              Gbps(r.redistribute_bytes, r.redistribute.p50),
-              Gbps(r.redistribute_bytes, r.redistribute.p50) * half,
-              Gbps(r.redistribute_bytes, r.all_gather.p50),
-              Gbps(r.redistribute_bytes, r.all_gather.p50) * half,
-              r.all_gather.p50 / r.redistribute.p50, r.Torch("redistribute_us") / 1e3);
-  std::printf("(ratio: yardstick time / Tessera time for transfers and redistribute, Tessera time /"
-              " Ping time for add; redistribute GB/s: algbw/busbw; torch: torch's figure for the "
-              "row)\n");
+  std::printf(
+      "%-44s | %9.1fms %9.1fms | %5.3f/%5.3f %5.3f/%5.3f | %6.2fx %6.1fms\n",
+      absl::StrFormat("redistribute S(0)->R %.0f MiB / all_gather", r.redistribute_bytes / mib)
+          .c_str(),
+      r.redistribute.p50 / 1e3, r.all_gather.p50 / 1e3,
+      Gbps(r.redistribute_bytes, r.redistribute.p50),
+      Gbps(r.redistribute_bytes, r.redistribute.p50) * half,
+      Gbps(r.redistribute_bytes, r.all_gather.p50),
+      Gbps(r.redistribute_bytes, r.all_gather.p50) * half, r.all_gather.p50 / r.redistribute.p50,
+      r.Torch("redistribute_us") / 1e3);
+  std::printf(
+      "(ratio: yardstick time / Tessera time for transfers and redistribute, Tessera time /"
+      " Ping time for add; redistribute GB/s: algbw/busbw; torch: torch's figure for the "
+      "row)\n");
 
   const double growth = r.hwm_after_mib - r.rss_before_mib;
-  std::printf("\ncoordinator while distributing %.0f MiB (%.1f GB/s incl. sync): VmRSS before "
-              "%.1f MiB, VmHWM after %.1f MiB%s, VmRSS after %.1f MiB: peak growth %.1f MiB\n",
-              r.memory_bytes / mib, Gbps(r.memory_bytes, r.memory_distribute_us),
-              r.rss_before_mib, r.hwm_after_mib, r.hwm_reset ? " (peak reset first)" : "",
-              r.rss_after_mib, growth);
+  std::printf(
+      "\ncoordinator while distributing %.0f MiB (%.1f GB/s incl. sync): VmRSS before "
+      "%.1f MiB, VmHWM after %.1f MiB%s, VmRSS after %.1f MiB: peak growth %.1f MiB\n",
+      r.memory_bytes / mib, Gbps(r.memory_bytes, r.memory_distribute_us), r.rss_before_mib,
+      r.hwm_after_mib, r.hwm_reset ? " (peak reset first)" : "", r.rss_after_mib, growth);
 
-  std::printf("\nCPU ms per call (client / coordinator / both workers): distribute_tensor "
-              "%.0f / %.0f / %.0f, full_tensor %.0f / %.0f / %.0f, pipelined add (outputs kept) "
-              "%.3f / %.3f / %.3f\n",
-              r.distribute_cpu.client, r.distribute_cpu.coordinator, r.distribute_cpu.workers,
-              r.full_tensor_cpu.client, r.full_tensor_cpu.coordinator, r.full_tensor_cpu.workers,
-              r.add_cpu.client, r.add_cpu.coordinator, r.add_cpu.workers);
+  std::printf(
+      "\nCPU ms per call (client / coordinator / both workers): distribute_tensor "
+      "%.0f / %.0f / %.0f, full_tensor %.0f / %.0f / %.0f, pipelined add (outputs kept) "
+      "%.3f / %.3f / %.3f\n",
+      r.distribute_cpu.client, r.distribute_cpu.coordinator, r.distribute_cpu.workers,
+      r.full_tensor_cpu.client, r.full_tensor_cpu.coordinator, r.full_tensor_cpu.workers,
+      r.add_cpu.client, r.add_cpu.coordinator, r.add_cpu.workers);
   std::printf("CPU ms per call (client / raw gRPC server): Sink %.0f / %.0f, Source %.0f / %.0f\n",
               r.sink_cpu.client, r.sink_cpu.coordinator, r.source_cpu.client,
               r.source_cpu.coordinator);
@@ -634,21 +638,21 @@ void PrintTable(const Results& r) {
   std::printf("  redistribute >= 0.9x raw Gloo all_gather: %.2fx: %s\n", g,
               Verdict(g >= 0.9).c_str());
   if (!r.torch.empty()) {
-    std::printf("\nTessera / torch DTensor (time ratio torch/Tessera; > 1 means Tessera is faster): "
-                "distribute %.2fx, full_tensor %.2fx, add call %.2fx, add + sync %.2fx, "
-                "pipelined %.2fx (ops/s Tessera/torch), redistribute %.2fx\n",
-                r.Torch("distribute_us") / r.distribute.p50,
-                r.Torch("full_tensor_us") / r.full_tensor.p50,
-                r.Torch("add_call_p50_us") / r.add_call.p50,
-                r.Torch("add_sync_p50_us") / r.add_sync.p50,
-                r.pipelined_ops_per_s / r.Torch("pipelined_ops_per_s"),
-                r.Torch("redistribute_us") / r.redistribute.p50);
+    std::printf(
+        "\nTessera / torch DTensor (time ratio torch/Tessera; > 1 means Tessera is faster): "
+        "distribute %.2fx, full_tensor %.2fx, add call %.2fx, add + sync %.2fx, "
+        "pipelined %.2fx (ops/s Tessera/torch), redistribute %.2fx\n",
+        r.Torch("distribute_us") / r.distribute.p50, r.Torch("full_tensor_us") / r.full_tensor.p50,
+        r.Torch("add_call_p50_us") / r.add_call.p50, r.Torch("add_sync_p50_us") / r.add_sync.p50,
+        r.pipelined_ops_per_s / r.Torch("pipelined_ops_per_s"),
+        r.Torch("redistribute_us") / r.redistribute.p50);
   }
 }
 
 std::string CpuJson(const Cpu& c) {
   return absl::StrFormat("{\"client_ms\": %s, \"coordinator_ms\": %s, \"workers_ms\": %s}",
-                         bench::JsonNumber(c.client), bench::JsonNumber(c.coordinator), bench::JsonNumber(c.workers));
+                         bench::JsonNumber(c.client), bench::JsonNumber(c.coordinator),
+                         bench::JsonNumber(c.workers));
 }
 
 std::string RawCpuJson(const Cpu& c) {
@@ -658,7 +662,8 @@ std::string RawCpuJson(const Cpu& c) {
 
 std::string StatsJson(const Stats& s) {
   return absl::StrFormat("{\"p50_us\": %s, \"mean_us\": %s, \"min_us\": %s, \"calls\": %d}",
-                         bench::JsonNumber(s.p50), bench::JsonNumber(s.mean), bench::JsonNumber(s.min), s.calls);
+                         bench::JsonNumber(s.p50), bench::JsonNumber(s.mean),
+                         bench::JsonNumber(s.min), s.calls);
 }
 
 absl::Status WriteJson(const std::string& path, const Results& r, const std::string& load) {
@@ -669,34 +674,40 @@ absl::Status WriteJson(const std::string& path, const Results& r, const std::str
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
   f << "{\n  \"benchmark\": \"dtensor_bench\",\n  \"date\": \"" << date << "\",\n"
     << "  \"machine\": {\"nproc\": " << std::thread::hardware_concurrency() << ", \"cpu\": \""
-    << bench::CpuModel() << "\", \"scheduler\": \"" << bench::Scheduler() << "\", \"loadavg_at_start\": \""
-    << load << "\", \"loadavg_at_end\": \"" << bench::LoadAverage() << "\"},\n"
+    << bench::CpuModel() << "\", \"scheduler\": \"" << bench::Scheduler()
+    << "\", \"loadavg_at_start\": \"" << load << "\", \"loadavg_at_end\": \""
+    << bench::LoadAverage() << "\"},\n"
     << "  \"workers\": " << kWorkers << ",\n  \"dtype\": \"float32\",\n"
-    << absl::StrFormat("  \"transfer\": {\"bytes\": %d, \"distribute_sync\": %s, "
-                       "\"distribute_call\": %s, \"full_tensor\": %s, \"raw_sink\": %s, "
-                       "\"raw_source\": %s, \"distribute_cpu_per_call\": %s, "
-                       "\"full_tensor_cpu_per_call\": %s, \"raw_sink_cpu_per_call\": %s, "
-                       "\"raw_source_cpu_per_call\": %s},\n",
-                       r.transfer_bytes, StatsJson(r.distribute), StatsJson(r.distribute_call),
-                       StatsJson(r.full_tensor), StatsJson(r.sink), StatsJson(r.source),
-                       CpuJson(r.distribute_cpu), CpuJson(r.full_tensor_cpu),
-                       RawCpuJson(r.sink_cpu), RawCpuJson(r.source_cpu))
-    << absl::StrFormat("  \"coordinator_memory\": {\"bytes\": %d, \"vmrss_before_mib\": %s, "
-                       "\"vmhwm_after_mib\": %s, \"vmrss_after_mib\": %s, \"peak_reset\": %s, "
-                       "\"peak_growth_mib\": %s, \"distribute_sync_us\": %s},\n",
-                       r.memory_bytes, bench::JsonNumber(r.rss_before_mib), bench::JsonNumber(r.hwm_after_mib),
-                       bench::JsonNumber(r.rss_after_mib), r.hwm_reset ? "true" : "false",
-                       bench::JsonNumber(r.hwm_after_mib - r.rss_before_mib), bench::JsonNumber(r.memory_distribute_us))
-    << absl::StrFormat("  \"tiny_add\": {\"elements\": %d, \"call\": %s, \"call_sync\": %s, "
-                       "\"raw_ping\": %s, \"pipelined_ops\": %d, \"pipelined_ops_per_s\": %s, "
-                       "\"pipelined_outputs_kept_ops_per_s\": %s, \"kept_cpu_per_op\": %s},\n",
-                       absl::GetFlag(FLAGS_tiny_elements), StatsJson(r.add_call),
-                       StatsJson(r.add_sync), StatsJson(r.ping), absl::GetFlag(FLAGS_pipelined_ops),
-                       bench::JsonNumber(r.pipelined_ops_per_s), bench::JsonNumber(r.pipelined_kept_ops_per_s),
-                       CpuJson(r.add_cpu))
-    << absl::StrFormat("  \"redistribute\": {\"bytes\": %d, \"shard0_to_replicate_sync\": %s, "
-                       "\"raw_gloo_all_gather\": %s},\n",
-                       r.redistribute_bytes, StatsJson(r.redistribute), StatsJson(r.all_gather))
+    << absl::StrFormat(
+           "  \"transfer\": {\"bytes\": %d, \"distribute_sync\": %s, "
+           "\"distribute_call\": %s, \"full_tensor\": %s, \"raw_sink\": %s, "
+           "\"raw_source\": %s, \"distribute_cpu_per_call\": %s, "
+           "\"full_tensor_cpu_per_call\": %s, \"raw_sink_cpu_per_call\": %s, "
+           "\"raw_source_cpu_per_call\": %s},\n",
+           r.transfer_bytes, StatsJson(r.distribute), StatsJson(r.distribute_call),
+           StatsJson(r.full_tensor), StatsJson(r.sink), StatsJson(r.source),
+           CpuJson(r.distribute_cpu), CpuJson(r.full_tensor_cpu), RawCpuJson(r.sink_cpu),
+           RawCpuJson(r.source_cpu))
+    << absl::StrFormat(
+           "  \"coordinator_memory\": {\"bytes\": %d, \"vmrss_before_mib\": %s, "
+           "\"vmhwm_after_mib\": %s, \"vmrss_after_mib\": %s, \"peak_reset\": %s, "
+           "\"peak_growth_mib\": %s, \"distribute_sync_us\": %s},\n",
+           r.memory_bytes, bench::JsonNumber(r.rss_before_mib), bench::JsonNumber(r.hwm_after_mib),
+           bench::JsonNumber(r.rss_after_mib), r.hwm_reset ? "true" : "false",
+           bench::JsonNumber(r.hwm_after_mib - r.rss_before_mib),
+           bench::JsonNumber(r.memory_distribute_us))
+    << absl::StrFormat(
+           "  \"tiny_add\": {\"elements\": %d, \"call\": %s, \"call_sync\": %s, "
+           "\"raw_ping\": %s, \"pipelined_ops\": %d, \"pipelined_ops_per_s\": %s, "
+           "\"pipelined_outputs_kept_ops_per_s\": %s, \"kept_cpu_per_op\": %s},\n",
+           absl::GetFlag(FLAGS_tiny_elements), StatsJson(r.add_call), StatsJson(r.add_sync),
+           StatsJson(r.ping), absl::GetFlag(FLAGS_pipelined_ops),
+           bench::JsonNumber(r.pipelined_ops_per_s), bench::JsonNumber(r.pipelined_kept_ops_per_s),
+           CpuJson(r.add_cpu))
+    << absl::StrFormat(
+           "  \"redistribute\": {\"bytes\": %d, \"shard0_to_replicate_sync\": %s, "
+           "\"raw_gloo_all_gather\": %s},\n",
+           r.redistribute_bytes, StatsJson(r.redistribute), StatsJson(r.all_gather))
     << "  \"torch\": {";
   bool first = true;
   for (const auto& [key, value] : r.torch) {
@@ -738,8 +749,7 @@ absl::Status Run(const std::string& dir, Results& r) {
   if (absl::Status s = MeasureTransfer(**session, *mesh, **raw, pids, r); !s.ok()) return s;
   std::fprintf(stderr, "tiny add\n");
   if (absl::Status s = MeasureTinyOp(**session, *mesh, **raw, pids, r); !s.ok()) return s;
-  std::fprintf(stderr, "redistribute (%lld bytes)\n",
-               static_cast<long long>(r.redistribute_bytes));
+  std::fprintf(stderr, "redistribute (%lld bytes)\n", static_cast<long long>(r.redistribute_bytes));
   if (absl::Status s = MeasureRedistribute(**session, *mesh, gloo_peer, dir, r); !s.ok()) return s;
   session->reset();
   (*cluster)->Stop();

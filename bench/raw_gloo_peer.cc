@@ -13,7 +13,8 @@
 // input). Each timed call starts after a barrier and its time is the slowest rank's (a max
 // allreduce of the per-iteration times). With --bursts, each collective then also runs that many
 // bursts of --iterations calls back to back (one barrier before each burst), each reported as its
-// time over --iterations (nccl-tests' definition of a collective's time), on "<op>/burst" lines. Rank 0 writes one line per collective and size to --out:
+// time over --iterations (nccl-tests' definition of a collective's time), on "<op>/burst" lines.
+// Rank 0 writes one line per collective and size to --out:
 // "<op> <bytes> <us> <us> ...", the time of every timed call.
 
 #include <algorithm>
@@ -44,10 +45,12 @@ ABSL_FLAG(int, size, 2, "Number of ranks");
 ABSL_FLAG(std::string, store, "", "Directory of the gloo FileStore all ranks rendezvous in");
 ABSL_FLAG(std::string, bytes, "4096", "Comma-separated sizes in bytes (the whole array)");
 ABSL_FLAG(std::string, iterations, "20", "Timed iterations per size, one per --bytes entry");
-ABSL_FLAG(std::string, warmup, "3", "Untimed iterations before each collective's timed ones, "
+ABSL_FLAG(std::string, warmup, "3",
+          "Untimed iterations before each collective's timed ones, "
           "one per --bytes entry");
 ABSL_FLAG(std::string, out, "", "Where rank 0 writes the timings");
-ABSL_FLAG(int, bursts, 0, "Back-to-back samples per collective and size after the per-call ones: "
+ABSL_FLAG(int, bursts, 0,
+          "Back-to-back samples per collective and size after the per-call ones: "
           "each is --iterations calls after one barrier, over --iterations");
 
 namespace tessera {
@@ -107,7 +110,8 @@ class Collectives {
   void ReduceScatter() {
     AllToAll();
     std::memcpy(part_.data(), other_.data(), block_ * sizeof(float));
-    for (size_t r = 1; r < n_; ++r) SumFloats(part_.data(), part_.data(), &other_[r * block_], block_);
+    for (size_t r = 1; r < n_; ++r)
+      SumFloats(part_.data(), part_.data(), &other_[r * block_], block_);
   }
   // `count` floats in, `count` out; block r goes to rank r.
   void AllToAll() {
@@ -174,8 +178,9 @@ int Main() {
   const std::vector<int64_t> warmup = ParseList(absl::GetFlag(FLAGS_warmup));
   if (absl::GetFlag(FLAGS_store).empty() || sizes.size() != iterations.size() ||
       sizes.size() != warmup.size() || size < 2 || rank < 0 || rank >= size) {
-    std::fprintf(stderr, "raw_gloo_peer: need --store, --size >= 2, a rank in [0, size) and one "
-                         "--iterations and --warmup entry per --bytes entry\n");
+    std::fprintf(stderr,
+                 "raw_gloo_peer: need --store, --size >= 2, a rank in [0, size) and one "
+                 "--iterations and --warmup entry per --bytes entry\n");
     return 2;
   }
   gloo::rendezvous::FileStore file_store(absl::GetFlag(FLAGS_store));
@@ -197,10 +202,8 @@ int Main() {
   for (size_t s = 0; s < sizes.size(); ++s) {
     Collectives c(context, static_cast<size_t>(sizes[s]));
     const std::vector<std::pair<const char*, std::function<void()>>> ops = {
-        {"all_reduce", [&] { c.AllReduce(); }},
-        {"all_gather", [&] { c.AllGather(); }},
-        {"reduce_scatter", [&] { c.ReduceScatter(); }},
-        {"all_to_all", [&] { c.AllToAll(); }},
+        {"all_reduce", [&] { c.AllReduce(); }},         {"all_gather", [&] { c.AllGather(); }},
+        {"reduce_scatter", [&] { c.ReduceScatter(); }}, {"all_to_all", [&] { c.AllToAll(); }},
         {"broadcast", [&] { c.Broadcast(); }},
     };
     for (const auto& [name, run] : ops) {

@@ -1,8 +1,8 @@
 #include "client/cli_args.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 
 namespace tessera::cli {
 
@@ -25,15 +25,16 @@ absl::StatusOr<Args> Args::Parse(int argc, char** argv, int first,
       name = name.substr(0, eq);
     }
     if (!known.count(name) && !switches.count(name)) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, "; expected one of --",
-                                                     absl::StrJoin(known, ", --")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown flag --", name, "; expected one of --", absl::StrJoin(known, ", --")));
     }
     if (switches.count(name)) {
       args.flags_[name] = inline_value ? value : "true";
       continue;
     }
     if (!inline_value) {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      if (i + 1 >= argc)
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
       value = argv[++i];
     }
     args.flags_[name] = value;
@@ -43,7 +44,8 @@ absl::StatusOr<Args> Args::Parse(int argc, char** argv, int first,
 
 absl::StatusOr<std::string> Args::Required(absl::string_view name) const {
   auto it = flags_.find(std::string(name));
-  if (it == flags_.end()) return absl::InvalidArgumentError(absl::StrCat("--", name, " is required"));
+  if (it == flags_.end())
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " is required"));
   return it->second;
 }
 

@@ -10,8 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cluster_selfcheck.h"
-#include "client/dtensor_selfcheck.h"
 #include "client/coordinator_client.h"
+#include "client/dtensor_selfcheck.h"
 #include "client/local_cluster.h"
 #include "core/shape.h"
 
@@ -34,12 +34,12 @@ absl::StatusOr<int> PositiveInt(const Args& args, const std::string& name, int f
 }
 
 void PrintMesh(const v1::MeshInfo& m, std::ostream& out) {
-  out << absl::StrFormat("  %-12s %-5s shape [%s] dims (%s) workers [%s] %s%s\n", m.name(),
-                         m.mesh().device_type(), absl::StrJoin(m.mesh().shape(), ", "),
-                         absl::StrJoin(m.mesh().dim_names(), ", "),
-                         absl::StrJoin(m.mesh().ranks(), ", "), m.ready() ? "ready" : "BROKEN: ",
-                         m.broken_reason());
-  if (m.tensors_size() > 0) out << "               tensors: " << absl::StrJoin(m.tensors(), ", ") << "\n";
+  out << absl::StrFormat(
+      "  %-12s %-5s shape [%s] dims (%s) workers [%s] %s%s\n", m.name(), m.mesh().device_type(),
+      absl::StrJoin(m.mesh().shape(), ", "), absl::StrJoin(m.mesh().dim_names(), ", "),
+      absl::StrJoin(m.mesh().ranks(), ", "), m.ready() ? "ready" : "BROKEN: ", m.broken_reason());
+  if (m.tensors_size() > 0)
+    out << "               tensors: " << absl::StrJoin(m.tensors(), ", ") << "\n";
 }
 
 }  // namespace
@@ -94,10 +94,10 @@ absl::Status RunStatus(const Args& args, std::ostream& out) {
   if (!workers.ok()) return workers.status();
   out << "coordinator " << (*client)->address() << "\nworkers:\n";
   for (const v1::WorkerInfo& w : *workers) {
-    out << absl::StrFormat("  %-3d %-8s %-22s %-5s %10d / %d bytes  pid %d on %s, heartbeat %d ms ago\n",
-                           w.worker_id(), w.device(), w.address(), w.alive() ? "alive" : "DEAD",
-                           w.used_bytes(), w.memory_budget_bytes(), w.pid(), w.hostname(),
-                           w.last_heartbeat_age_ms());
+    out << absl::StrFormat(
+        "  %-3d %-8s %-22s %-5s %10d / %d bytes  pid %d on %s, heartbeat %d ms ago\n",
+        w.worker_id(), w.device(), w.address(), w.alive() ? "alive" : "DEAD", w.used_bytes(),
+        w.memory_budget_bytes(), w.pid(), w.hostname(), w.last_heartbeat_age_ms());
   }
   absl::StatusOr<std::vector<v1::MeshInfo>> meshes = (*client)->ListMeshes();
   if (!meshes.ok()) return meshes.status();
@@ -127,11 +127,12 @@ absl::Status RunMesh(const Args& args, std::ostream& out) {
     for (const v1::MeshInfo& m : *meshes) PrintMesh(m, out);
     return absl::OkStatus();
   }
-  if (pos.size() != 2) return absl::InvalidArgumentError(absl::StrCat("usage: tessera mesh ", pos[0], " NAME"));
+  if (pos.size() != 2)
+    return absl::InvalidArgumentError(absl::StrCat("usage: tessera mesh ", pos[0], " NAME"));
   if (pos[0] == "delete") return (*client)->DeleteMesh(pos[1]);
   if (pos[0] != "create") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown mesh command '", pos[0],
-                                                   "'; expected create, list or delete"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown mesh command '", pos[0], "'; expected create, list or delete"));
   }
   absl::StatusOr<std::string> shape_text = args.Required("shape");
   if (!shape_text.ok()) return shape_text.status();

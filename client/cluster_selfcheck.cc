@@ -130,17 +130,19 @@ absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::os
   }
   for (const Check& check : checks) {
     absl::StatusOr<v1::CollectiveReply> reply = (*stream)->Next();
-    if (!reply.ok()) return absl::Status(reply.status().code(),
-                                         absl::StrCat(check.name, ": ", reply.status().message()));
+    if (!reply.ok())
+      return absl::Status(reply.status().code(),
+                          absl::StrCat(check.name, ": ", reply.status().message()));
   }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   for (size_t i = 0; i < checks.size(); ++i) {
     if (absl::Status s = verify(checks[i], absl::StrCat("s", i)); !s.ok()) return s;
   }
-  out << absl::StrFormat("  the same %d on one collective stream, back to back: %7.2f ms in all, "
-                         "every rank matches\n",
-                         static_cast<int>(checks.size()), ms);
+  out << absl::StrFormat(
+      "  the same %d on one collective stream, back to back: %7.2f ms in all, "
+      "every rank matches\n",
+      static_cast<int>(checks.size()), ms);
   if (absl::Status s = client.DeleteMesh(mesh); !s.ok()) return s;
   return absl::OkStatus();
 }

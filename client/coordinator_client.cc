@@ -139,8 +139,8 @@ absl::StatusOr<HostTensor> CoordinatorClient::GetLocal(const std::string& mesh, 
     }
     if (offset + chunk.data().size() > tensor->nbytes()) {
       context.TryCancel();
-      return absl::DataLossError(absl::StrCat("download of '", name, "' sent more than ",
-                                              tensor->nbytes(), " bytes"));
+      return absl::DataLossError(
+          absl::StrCat("download of '", name, "' sent more than ", tensor->nbytes(), " bytes"));
     }
     std::memcpy(tensor->data() + offset, chunk.data().data(), chunk.data().size());
     offset += chunk.data().size();
@@ -148,8 +148,8 @@ absl::StatusOr<HostTensor> CoordinatorClient::GetLocal(const std::string& mesh, 
   if (grpc::Status s = reader->Finish(); !s.ok()) return FromGrpcStatus(s);
   if (!tensor.ok()) return tensor.status();
   if (offset != tensor->nbytes()) {
-    return absl::DataLossError(absl::StrCat("download of '", name, "' ended after ", offset,
-                                            " of ", tensor->nbytes(), " bytes"));
+    return absl::DataLossError(absl::StrCat("download of '", name, "' ended after ", offset, " of ",
+                                            tensor->nbytes(), " bytes"));
   }
   return tensor;
 }
@@ -165,9 +165,8 @@ absl::StatusOr<v1::CollectiveReply> CoordinatorClient::RunCollective(
   return reply;
 }
 
-absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>>
-CoordinatorClient::WaitCollectives(const std::string& mesh, const std::vector<int64_t>& works,
-                                   absl::Duration timeout) {
+absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> CoordinatorClient::WaitCollectives(
+    const std::string& mesh, const std::vector<int64_t>& works, absl::Duration timeout) {
   grpc::ClientContext context;
   Prepare(&context, timeout == absl::InfiniteDuration() ? kLongCall : timeout);
   v1::WaitCollectivesRequest request;
@@ -218,8 +217,8 @@ absl::Status CollectiveStream::End() {
     ended_ = true;
     closed_ = true;
     grpc::Status s = stream_->Finish();
-    end_status_ = s.ok() ? absl::UnavailableError("the collective stream ended early")
-                         : FromGrpcStatus(s);
+    end_status_ =
+        s.ok() ? absl::UnavailableError("the collective stream ended early") : FromGrpcStatus(s);
   }
   return end_status_;
 }
@@ -227,8 +226,8 @@ absl::Status CollectiveStream::End() {
 absl::Status CollectiveStream::Submit(const v1::CollectiveRequest& request) {
   if (closed_) return absl::FailedPreconditionError("the collective stream has ended");
   if (outstanding() >= kMaxUnread) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        kMaxUnread, " outcomes are unread; call Next before submitting more"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(kMaxUnread, " outcomes are unread; call Next before submitting more"));
   }
   if (!stream_->Write(request)) {
     closed_ = true;

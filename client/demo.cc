@@ -36,12 +36,12 @@ absl::Status Step(std::ostream& out, absl::Status (*run)(const Args&, std::ostre
 absl::Status RunDemo(const Args& args, std::ostream& out) {
   int64_t size = 1024;
   if (args.Has("size") && (!absl::SimpleAtoi(args.Get("size", ""), &size) || size < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("--size '", args.Get("size", ""),
-                                                   "' is not a positive integer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--size '", args.Get("size", ""), "' is not a positive integer"));
   }
-  const std::filesystem::path dir =
-      args.Has("workdir") ? std::filesystem::path(args.Get("workdir", ""))
-                          : std::filesystem::temp_directory_path() / "tessera-demo";
+  const std::filesystem::path dir = args.Has("workdir")
+                                        ? std::filesystem::path(args.Get("workdir", ""))
+                                        : std::filesystem::temp_directory_path() / "tessera-demo";
   std::filesystem::create_directories(dir);
 
   out << "== Layouts: how ranks hold a tensor (torch.chunk rule, nested left to right)\n";
@@ -60,8 +60,8 @@ absl::Status RunDemo(const Args& args, std::ostream& out) {
            {"plan", "--mesh", "4", "--shape", "1024,1024", "--from", "P(sum)", "--to", "S(0)"},
            {"plan", "--mesh", "2,2", "--shape", "8,6", "--from", "S(0),S(0)", "--to", "R,S(0)",
             "--planner", "greedy"},
-           {"plan", "--mesh", "2,2", "--shape", "64,64", "--from", "S(0),S(1)", "--to",
-            "S(1),S(0)", "--planner", "greedy"},
+           {"plan", "--mesh", "2,2", "--shape", "64,64", "--from", "S(0),S(1)", "--to", "S(1),S(0)",
+            "--planner", "greedy"},
            {"plan", "--mesh", "2,2", "--shape", "64,64", "--from", "S(0),S(1)", "--to",
             "S(1),S(0)"},
            {"plan", "--mesh", "2,2,2", "--shape", "9,10,11", "--from", "P(max),S(1),S(2)", "--to",
@@ -77,8 +77,9 @@ absl::Status RunDemo(const Args& args, std::ostream& out) {
   out << "wrote " << in << ": float32" << ShapeToString(original.shape()) << "\n";
   const std::string a = (dir / "sharded-a").string(), b = (dir / "sharded-b").string();
   const std::string back = (dir / "weight-back.npy").string();
-  if (absl::Status s = Step(out, RunShard, {"shard", in, "--mesh", "2,2", "--names", "dp,tp",
-                                            "--placements", "S(0),S(1)", "--out", a});
+  if (absl::Status s = Step(out, RunShard,
+                            {"shard", in, "--mesh", "2,2", "--names", "dp,tp", "--placements",
+                             "S(0),S(1)", "--out", a});
       !s.ok()) {
     return s;
   }

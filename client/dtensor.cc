@@ -399,8 +399,8 @@ absl::StatusOr<DTensor> Mm(const DTensor& a, const DTensor& b) { return Op(OpKin
 absl::StatusOr<DTensor> Matmul(const DTensor& a, const DTensor& b) {
   return Op(OpKind::kMatmul, {a, b});
 }
-absl::StatusOr<DTensor> Addmm(const DTensor& bias, const DTensor& a, const DTensor& b,
-                              double beta, double alpha) {
+absl::StatusOr<DTensor> Addmm(const DTensor& bias, const DTensor& a, const DTensor& b, double beta,
+                              double alpha) {
   OpCall op;
   op.kind = OpKind::kAddmm;
   op.alpha = alpha;

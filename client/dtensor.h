@@ -32,9 +32,9 @@ inline Placement Partial(ReduceOp op = ReduceOp::kSum) { return Placement::Parti
 using Progress = std::function<void(int64_t, int64_t)>;
 
 struct SessionOptions {
-  std::string client_id;      // Empty: a random id.
-  bool keep_alive = true;     // Hold a lease (tensors reclaimed after the grace period once the
-                              // process is gone); false: tensors stay until freed (the CLI).
+  std::string client_id;   // Empty: a random id.
+  bool keep_alive = true;  // Hold a lease (tensors reclaimed after the grace period once the
+                           // process is gone); false: tensors stay until freed (the CLI).
   absl::Duration timeout = absl::Seconds(60);  // Deadline of a plain call.
 };
 
@@ -124,7 +124,8 @@ class DTensor {
     v1::RedistributePlan plan;
   };
   std::shared_ptr<State> state_;
-  friend absl::StatusOr<DTensor> RunOp(const OpCall&, absl::Span<const DTensor>, const std::string&);
+  friend absl::StatusOr<DTensor> RunOp(const OpCall&, absl::Span<const DTensor>,
+                                       const std::string&);
 };
 
 struct DistributeOptions {

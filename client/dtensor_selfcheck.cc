@@ -42,8 +42,9 @@ absl::StatusOr<HostTensor> Reference(kernels::KernelBackend& cpu, OpKind kind,
 std::string Moves(const DTensor& t) {
   std::string s;
   for (const v1::InputRedistribution& r : t.redistributions()) {
-    absl::StrAppend(&s, " [", r.input(), ": ", PlacementsToString(FromProto(r.from_placements()).value()),
-                    " -> ", PlacementsToString(FromProto(r.to_placements()).value()), "]");
+    absl::StrAppend(&s, " [", r.input(), ": ",
+                    PlacementsToString(FromProto(r.from_placements()).value()), " -> ",
+                    PlacementsToString(FromProto(r.to_placements()).value()), "]");
   }
   return s.empty() ? " (no redistribution)" : s;
 }

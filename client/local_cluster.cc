@@ -45,14 +45,13 @@ absl::StatusOr<std::string> WaitForLine(const std::string& log, const std::strin
       std::ifstream again(log);
       std::stringstream text;
       text << again.rdbuf();
-      return absl::UnavailableError(
-          absl::StrCat("process ", pid, " exited before it was ready; its log ", log, ":\n",
-                       text.str()));
+      return absl::UnavailableError(absl::StrCat(
+          "process ", pid, " exited before it was ready; its log ", log, ":\n", text.str()));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  return absl::DeadlineExceededError(absl::StrCat("no '", marker, "' in ", log, " within ",
-                                                  absl::FormatDuration(timeout)));
+  return absl::DeadlineExceededError(
+      absl::StrCat("no '", marker, "' in ", log, " within ", absl::FormatDuration(timeout)));
 }
 
 }  // namespace
@@ -76,8 +75,8 @@ absl::StatusOr<std::string> FindDaemonBinary(const std::string& name) {
       if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
     }
   }
-  return absl::NotFoundError(absl::StrCat("cannot find ", name, " beside ", self.string(),
-                                          " or on PATH"));
+  return absl::NotFoundError(
+      absl::StrCat("cannot find ", name, " beside ", self.string(), " or on PATH"));
 }
 
 absl::StatusOr<LocalCluster::Process> LocalCluster::Spawn(const std::string& binary,
@@ -133,8 +132,8 @@ absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions options) {
   if (options.workers < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("a cluster needs at least one worker, got ",
-                                                   options.workers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a cluster needs at least one worker, got ", options.workers));
   }
   for (auto [path, name] : {std::pair{&options.coordinator_binary, "tessera-coordinator"},
                             std::pair{&options.worker_binary, "tessera-worker"}}) {
@@ -213,8 +212,7 @@ absl::Status LocalCluster::WaitForAliveWorkers(int count, absl::Duration timeout
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  return absl::DeadlineExceededError(absl::StrCat(alive, " of ", count,
-                                                  " workers alive after ",
+  return absl::DeadlineExceededError(absl::StrCat(alive, " of ", count, " workers alive after ",
                                                   absl::FormatDuration(timeout), "; logs in ",
                                                   options_.log_dir));
 }

@@ -14,15 +14,16 @@ namespace tessera {
 
 // How to start a cluster of local processes on loopback.
 struct LocalClusterOptions {
-  int workers = 4;                 // CPU workers to start.
-  std::string coordinator_binary;  // Path to tessera-coordinator; found next to this program if empty.
-  std::string worker_binary;       // Path to tessera-worker; found next to this program if empty.
-  int coordinator_port = 0;        // 0 picks a free port.
-  std::string secret;              // Shared secret; random if empty.
+  int workers = 4;  // CPU workers to start.
+  std::string
+      coordinator_binary;     // Path to tessera-coordinator; found next to this program if empty.
+  std::string worker_binary;  // Path to tessera-worker; found next to this program if empty.
+  int coordinator_port = 0;   // 0 picks a free port.
+  std::string secret;         // Shared secret; random if empty.
   int64_t memory_budget_bytes = int64_t{4} << 30;  // Per worker.
   absl::Duration heartbeat_interval = absl::Milliseconds(200);
   absl::Duration dead_after = absl::Seconds(2);
-  std::string log_dir;             // Where each process logs; a new temporary dir if empty.
+  std::string log_dir;  // Where each process logs; a new temporary dir if empty.
   absl::Duration client_grace = absl::Seconds(60);  // Coordinator's --client_grace.
 };
 

@@ -8,11 +8,11 @@
 #include "absl/strings/str_split.h"
 #include "client/tensor_files.h"
 #include "core/npy.h"
-#include "core/small_integer_tensor.h"
 #include "core/redistribute_planner.h"
 #include "core/safetensors.h"
 #include "core/sharded_files.h"
 #include "core/simulated_mesh.h"
+#include "core/small_integer_tensor.h"
 #include "core/visualize_sharding.h"
 
 namespace tessera::cli {
@@ -88,7 +88,8 @@ absl::Status RunPlan(const Args& args, std::ostream& out) {
     }
   }
   if (!match) {
-    return absl::InternalError("the plan's result on the simulated mesh differs from the reference");
+    return absl::InternalError(
+        "the plan's result on the simulated mesh differs from the reference");
   }
   out << absl::StrFormat(
       "checked on the simulated mesh: every rank holds the expected values; the busiest rank "
@@ -99,8 +100,9 @@ absl::Status RunPlan(const Args& args, std::ostream& out) {
 
 absl::Status RunShard(const Args& args, std::ostream& out) {
   if (args.positionals().size() != 1) {
-    return absl::InvalidArgumentError("usage: tessera shard IN.npy|IN.safetensors --mesh M "
-                                      "--placements P --out DIR");
+    return absl::InvalidArgumentError(
+        "usage: tessera shard IN.npy|IN.safetensors --mesh M "
+        "--placements P --out DIR");
   }
   const auto start = std::chrono::steady_clock::now();
   TESSERA_ASSIGN(full, ReadTensorFile(args.positionals()[0], args.Get("tensor", "")));
@@ -111,8 +113,8 @@ absl::Status RunShard(const Args& args, std::ostream& out) {
   TESSERA_ASSIGN(spec, MakeDTensorSpec(mesh, placements, full.shape(), full.dtype()));
   SimulatedMesh sim(mesh);
   TESSERA_ASSIGN(shards, sim.Distribute(full, spec));
-  if (absl::Status s =
-          WriteShardedTensor(dir, args.Get("name", "tensor"), ShardedTensor{spec, std::move(shards)});
+  if (absl::Status s = WriteShardedTensor(dir, args.Get("name", "tensor"),
+                                          ShardedTensor{spec, std::move(shards)});
       !s.ok()) {
     return s;
   }

@@ -61,10 +61,14 @@ class ProgressBar {
 
 std::string StateName(v1::TensorState s) {
   switch (s) {
-    case v1::READY: return "ready";
-    case v1::PENDING: return "pending";
-    case v1::FAILED: return "FAILED";
-    default: return "?";
+    case v1::READY:
+      return "ready";
+    case v1::PENDING:
+      return "pending";
+    case v1::FAILED:
+      return "FAILED";
+    default:
+      return "?";
   }
 }
 
@@ -216,8 +220,8 @@ absl::Status RunTensor(const Args& args, std::ostream& out) {
   if (verb == "show") return Show(*session, args, out);
   if (verb == "list") return List(*session, args, out);
   if (verb == "rm") return Remove(*session, args, out);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown tensor command '", verb, "'; expected put|get|redistribute|show|list|rm"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown tensor command '", verb,
+                                                 "'; expected put|get|redistribute|show|list|rm"));
 }
 
 }  // namespace tessera::cli

@@ -28,9 +28,9 @@ class BlockRuns {
  private:
   int64_t run_length_ = 0;
   int64_t num_runs_ = 0;
-  int64_t base_ = 0;                   // flat index of the block's first element
-  std::vector<int64_t> outer_sizes_;   // block sizes of the dims that index runs, outermost first
-  std::vector<int64_t> outer_strides_; // their strides in the tensor, in elements
+  int64_t base_ = 0;                    // flat index of the block's first element
+  std::vector<int64_t> outer_sizes_;    // block sizes of the dims that index runs, outermost first
+  std::vector<int64_t> outer_strides_;  // their strides in the tensor, in elements
 };
 
 // Moves bytes between the flat order of a whole tensor and one block's own order, a window at a

@@ -35,9 +35,9 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Create(std::string device_type, Shape sha
     for (const std::string& n : dim_names) {
       if (n.empty()) return absl::InvalidArgumentError("mesh dim names must not be empty");
       if (!seen.insert(n).second) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "mesh_dim_names (", absl::StrJoin(dim_names, ", "), ") repeats '", n,
-            "'; each mesh dim needs a unique name"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("mesh_dim_names (", absl::StrJoin(dim_names, ", "), ") repeats '", n,
+                         "'; each mesh dim needs a unique name"));
       }
     }
   }
@@ -101,7 +101,8 @@ int64_t DeviceMesh::RankAt(std::span<const int64_t> coordinate) const {
   return ranks_[index];
 }
 
-std::vector<int64_t> DeviceMesh::GroupAlong(int mesh_dim, std::span<const int64_t> coordinate) const {
+std::vector<int64_t> DeviceMesh::GroupAlong(int mesh_dim,
+                                            std::span<const int64_t> coordinate) const {
   std::vector<int64_t> c(coordinate.begin(), coordinate.end());
   std::vector<int64_t> group(shape_[mesh_dim]);
   for (int64_t i = 0; i < shape_[mesh_dim]; ++i) {
@@ -124,7 +125,8 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Slice(std::span<const std::string> names,
                                              int64_t rank) const {
   absl::StatusOr<std::vector<int64_t>> coord = CoordinateOf(rank);
   if (!coord.ok()) return coord.status();
-  if (names.empty()) return absl::InvalidArgumentError("slicing a mesh needs at least one dim name");
+  if (names.empty())
+    return absl::InvalidArgumentError("slicing a mesh needs at least one dim name");
   std::vector<int> dims;
   for (const std::string& n : names) {
     absl::StatusOr<int> d = DimIndex(n);

@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/shape.h"
 
 namespace tessera {

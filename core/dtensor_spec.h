@@ -44,7 +44,8 @@ struct LocalShard {
 };
 
 // compute_local_shape_and_global_offset: applies each mesh dim's Shard in order (nesting left to
-// right) with the torch.chunk rule. An empty shard's offset is the end of the range it was cut from.
+// right) with the torch.chunk rule. An empty shard's offset is the end of the range it was cut
+// from.
 LocalShard LocalShapeAndOffsetAt(const DTensorSpec& spec, std::span<const int64_t> coordinate);
 // The same for a rank id; NOT_FOUND if the rank is not in the spec's mesh.
 absl::StatusOr<LocalShard> LocalShapeAndOffset(const DTensorSpec& spec, int64_t rank);

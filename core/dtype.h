@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tessera {
 
@@ -24,9 +24,9 @@ enum class DType : int {
 };
 
 // Every dtype, in wire order.
-inline constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                       DType::kBFloat16, DType::kInt8,   DType::kUInt8,
-                                       DType::kInt32,   DType::kInt64,   DType::kBool};
+inline constexpr DType kAllDTypes[] = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
+                                       DType::kBFloat16, DType::kInt8,    DType::kUInt8,
+                                       DType::kInt32,    DType::kInt64,   DType::kBool};
 
 // Size of one element in bytes.
 size_t DTypeSize(DType dtype);

@@ -16,15 +16,24 @@ struct BF16 {};
 template <typename F>
 void DispatchDType(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kFloat16: return f(Half16{});
-    case DType::kBFloat16: return f(BF16{});
-    case DType::kInt8: return f(int8_t{});
-    case DType::kUInt8: return f(uint8_t{});
-    case DType::kInt32: return f(int32_t{});
-    case DType::kInt64: return f(int64_t{});
-    case DType::kBool: return f(bool{});
+    case DType::kFloat32:
+      return f(float{});
+    case DType::kFloat64:
+      return f(double{});
+    case DType::kFloat16:
+      return f(Half16{});
+    case DType::kBFloat16:
+      return f(BF16{});
+    case DType::kInt8:
+      return f(int8_t{});
+    case DType::kUInt8:
+      return f(uint8_t{});
+    case DType::kInt32:
+      return f(int32_t{});
+    case DType::kInt64:
+      return f(int64_t{});
+    case DType::kBool:
+      return f(bool{});
   }
 }
 
@@ -41,18 +50,24 @@ T Combine(ReduceOp op, T a, T b) {
         return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
       case ReduceOp::kProduct:
         return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-      case ReduceOp::kMax: return std::max(a, b);
-      case ReduceOp::kMin: return std::min(a, b);
+      case ReduceOp::kMax:
+        return std::max(a, b);
+      case ReduceOp::kMin:
+        return std::min(a, b);
     }
     return a;
   } else {
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg: return static_cast<T>(a + b);
-      case ReduceOp::kProduct: return static_cast<T>(a * b);
+      case ReduceOp::kAvg:
+        return static_cast<T>(a + b);
+      case ReduceOp::kProduct:
+        return static_cast<T>(a * b);
       // NaN wins, as in torch.maximum / torch.minimum.
-      case ReduceOp::kMax: return (a != a || b != b) ? a + b : std::max(a, b);
-      case ReduceOp::kMin: return (a != a || b != b) ? a + b : std::min(a, b);
+      case ReduceOp::kMax:
+        return (a != a || b != b) ? a + b : std::max(a, b);
+      case ReduceOp::kMin:
+        return (a != a || b != b) ? a + b : std::min(a, b);
     }
     return a;
   }
@@ -89,10 +104,13 @@ template <typename T>
 T Identity(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return T(0);
-    case ReduceOp::kProduct: return T(1);
+    case ReduceOp::kAvg:
+      return T(0);
+    case ReduceOp::kProduct:
+      return T(1);
     case ReduceOp::kMax:
-      if constexpr (std::numeric_limits<T>::has_infinity) return -std::numeric_limits<T>::infinity();
+      if constexpr (std::numeric_limits<T>::has_infinity)
+        return -std::numeric_limits<T>::infinity();
       return std::numeric_limits<T>::lowest();
     case ReduceOp::kMin:
       if constexpr (std::numeric_limits<T>::has_infinity) return std::numeric_limits<T>::infinity();

@@ -1,11 +1,10 @@
 #include "core/host_tensor.h"
 
-#include "absl/algorithm/container.h"
-
 #include <algorithm>
 #include <limits>
 #include <new>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 
 namespace tessera {
@@ -43,10 +42,9 @@ absl::Status CheckBlock(const Shape& shape, std::span<const int64_t> offsets,
   }
   for (size_t i = 0; i < shape.size(); ++i) {
     if (offsets[i] < 0 || sizes[i] < 0 || offsets[i] + sizes[i] > shape[i]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("block at offsets ", ShapeToString(offsets), " of size ",
-                       ShapeToString(sizes), " does not fit in shape ", ShapeToString(shape),
-                       " (dim ", i, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "block at offsets ", ShapeToString(offsets), " of size ", ShapeToString(sizes),
+          " does not fit in shape ", ShapeToString(shape), " (dim ", i, ")"));
     }
   }
   return absl::OkStatus();
@@ -119,9 +117,9 @@ absl::StatusOr<HostTensor> HostTensor::FromBytes(DType dtype, Shape shape,
   if (absl::Status s = ValidateTensorShape(dtype, shape); !s.ok()) return s;
   const size_t want = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   if (bytes.size() != want) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shape ", ShapeToString(shape), " of ", DTypeName(dtype), " needs ", want,
-        " bytes, got ", bytes.size()));
+    return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeToString(shape), " of ",
+                                                   DTypeName(dtype), " needs ", want,
+                                                   " bytes, got ", bytes.size()));
   }
   HostTensor t(dtype, std::move(shape));
   if (want > 0) std::memcpy(t.data(), bytes.data(), want);  // an empty span may hold nullptr
@@ -129,9 +127,10 @@ absl::StatusOr<HostTensor> HostTensor::FromBytes(DType dtype, Shape shape,
 }
 
 absl::Status HostTensor::Reshape(Shape shape) {
-  if (NumElements(shape) != num_elements() || absl::c_any_of(shape, [](int64_t d) { return d < 0; })) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", ShapeToString(shape_), " to ",
-                                                   ShapeToString(shape)));
+  if (NumElements(shape) != num_elements() ||
+      absl::c_any_of(shape, [](int64_t d) { return d < 0; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot reshape ", ShapeToString(shape_), " to ", ShapeToString(shape)));
   }
   shape_ = std::move(shape);
   return absl::OkStatus();
@@ -159,8 +158,7 @@ absl::StatusOr<StridedView> HostTensor::Block(std::span<const int64_t> offsets,
 absl::StatusOr<ConstStridedView> HostTensor::Block(std::span<const int64_t> offsets,
                                                    std::span<const int64_t> sizes) const {
   if (absl::Status s = CheckBlock(shape_, offsets, sizes); !s.ok()) return s;
-  ConstStridedView v{data(), dtype_, Shape(sizes.begin(), sizes.end()),
-                     ContiguousStrides(shape_)};
+  ConstStridedView v{data(), dtype_, Shape(sizes.begin(), sizes.end()), ContiguousStrides(shape_)};
   int64_t start = 0;
   for (size_t i = 0; i < shape_.size(); ++i) start += offsets[i] * v.strides[i];
   if (NumElements(sizes) > 0) v.data += start * static_cast<int64_t>(DTypeSize(dtype_));
@@ -225,8 +223,7 @@ absl::StatusOr<HostTensor> PadTo(const HostTensor& t, Shape shape) {
   return out;
 }
 
-absl::StatusOr<HostTensor> SliceAlong(const HostTensor& t, int dim, int64_t start,
-                                      int64_t length) {
+absl::StatusOr<HostTensor> SliceAlong(const HostTensor& t, int dim, int64_t start, int64_t length) {
   if (dim < 0 || dim >= t.rank()) {
     return absl::InvalidArgumentError(
         absl::StrCat("dim ", dim, " is not a dim of shape ", ShapeToString(t.shape())));

@@ -23,9 +23,7 @@ struct BasicStridedView {
   Shape shape;
   std::vector<int64_t> strides;
 
-  operator BasicStridedView<const std::byte>() const
-    requires(!std::is_const_v<Byte>)
-  {
+  operator BasicStridedView<const std::byte>() const requires(!std::is_const_v<Byte>) {
     return {data, dtype, shape, strides};
   }
 };

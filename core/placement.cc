@@ -10,11 +10,16 @@ namespace tessera {
 
 absl::string_view ReduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "invalid";
 }
@@ -30,9 +35,12 @@ absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
 
 std::string PlacementToString(const Placement& p) {
   switch (p.kind) {
-    case Placement::Kind::kShard: return absl::StrCat("S(", p.dim, ")");
-    case Placement::Kind::kReplicate: return "R";
-    case Placement::Kind::kPartial: return absl::StrCat("P(", ReduceOpName(p.op), ")");
+    case Placement::Kind::kShard:
+      return absl::StrCat("S(", p.dim, ")");
+    case Placement::Kind::kReplicate:
+      return "R";
+    case Placement::Kind::kPartial:
+      return absl::StrCat("P(", ReduceOpName(p.op), ")");
   }
   return "?";
 }

@@ -3,10 +3,10 @@
 
 #include <span>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tessera {
 
@@ -26,8 +26,8 @@ struct Placement {
   enum class Kind : int { kReplicate = 0, kShard = 1, kPartial = 2 };
 
   Kind kind = Kind::kReplicate;
-  int dim = 0;                     // tensor dim, for kShard
-  ReduceOp op = ReduceOp::kSum;    // for kPartial
+  int dim = 0;                   // tensor dim, for kShard
+  ReduceOp op = ReduceOp::kSum;  // for kPartial
 
   static Placement Shard(int dim) { return {Kind::kShard, dim, ReduceOp::kSum}; }
   static Placement Replicate() { return {Kind::kReplicate, 0, ReduceOp::kSum}; }
@@ -51,7 +51,8 @@ std::string PlacementToString(const Placement& p);
 // "(S(0), R)".
 std::string PlacementsToString(std::span<const Placement> placements);
 
-// Parses one placement: "S(0)", "S0", "Shard(0)", "R", "Replicate()", "P", "P(max)", "Partial(avg)".
+// Parses one placement: "S(0)", "S0", "Shard(0)", "R", "Replicate()", "P", "P(max)",
+// "Partial(avg)".
 absl::StatusOr<Placement> ParsePlacement(absl::string_view text);
 // Parses a comma-separated list such as "S(0),R" or "(Shard(1), Partial(sum))".
 absl::StatusOr<std::vector<Placement>> ParsePlacements(absl::string_view text);

@@ -30,9 +30,9 @@ absl::StatusOr<Collective> CollectiveFor(const Placement& from, const Placement&
   if (from.is_partial() && to.is_shard()) return Collective::kReduceScatter;
   if (from.is_shard() && to.is_shard()) return Collective::kAllToAll;
   if (from.is_shard() && to.is_partial()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "redistribute from ", PlacementToString(from), " to ", PlacementToString(to),
-        " is not supported: a sharded tensor cannot become Partial (as in DTensor)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("redistribute from ", PlacementToString(from), " to ", PlacementToString(to),
+                     " is not supported: a sharded tensor cannot become Partial (as in DTensor)"));
   }
   return absl::InvalidArgumentError(absl::StrCat("redistribute from ", PlacementToString(from),
                                                  " to ", PlacementToString(to),
@@ -176,12 +176,18 @@ absl::StatusOr<RedistributePlan> PlanMinCost(const DTensorSpec& src,
 
 absl::string_view CollectiveName(Collective c) {
   switch (c) {
-    case Collective::kLocalChunk: return "local_chunk";
-    case Collective::kLocalPartition: return "local_partition";
-    case Collective::kAllGather: return "all_gather";
-    case Collective::kAllReduce: return "all_reduce";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kAllToAll: return "all_to_all";
+    case Collective::kLocalChunk:
+      return "local_chunk";
+    case Collective::kLocalPartition:
+      return "local_partition";
+    case Collective::kAllGather:
+      return "all_gather";
+    case Collective::kAllReduce:
+      return "all_reduce";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllToAll:
+      return "all_to_all";
   }
   return "invalid";
 }
@@ -212,13 +218,13 @@ std::string RedistributePlan::ToString() const {
 absl::StatusOr<RedistributeStep> PlanStep(const DTensorSpec& spec, int mesh_dim,
                                           const Placement& to) {
   if (mesh_dim < 0 || mesh_dim >= spec.mesh.ndim()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mesh dim ", mesh_dim, " is out of range for a ", spec.mesh.ndim(), "-D mesh"));
+    return absl::InvalidArgumentError(absl::StrCat("mesh dim ", mesh_dim, " is out of range for a ",
+                                                   spec.mesh.ndim(), "-D mesh"));
   }
   const Placement& from = spec.placements[mesh_dim];
   if (from == to) {
-    return absl::InvalidArgumentError(absl::StrCat("mesh dim ", mesh_dim, " is already ",
-                                                   PlacementToString(to)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mesh dim ", mesh_dim, " is already ", PlacementToString(to)));
   }
   absl::StatusOr<Collective> collective = CollectiveFor(from, to);
   if (!collective.ok()) return collective.status();
@@ -228,10 +234,10 @@ absl::StatusOr<RedistributeStep> PlanStep(const DTensorSpec& spec, int mesh_dim,
     if (!p->is_shard()) continue;
     for (int inner = mesh_dim + 1; inner < spec.mesh.ndim(); ++inner) {
       if (spec.placements[inner].is_shard(p->dim)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "mesh dim ", mesh_dim, " cannot go from ", PlacementToString(from), " to ",
-            PlacementToString(to), " while inner mesh dim ", inner, " also shards tensor dim ",
-            p->dim));
+        return absl::InvalidArgumentError(
+            absl::StrCat("mesh dim ", mesh_dim, " cannot go from ", PlacementToString(from), " to ",
+                         PlacementToString(to), " while inner mesh dim ", inner,
+                         " also shards tensor dim ", p->dim));
       }
     }
   }

@@ -33,7 +33,8 @@ absl::Status ValidateShape(std::span<const int64_t> shape) {
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) {
       return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeToString(shape), " has size ",
-                                                     shape[i], " at dim ", i, "; sizes must be >= 0"));
+                                                     shape[i], " at dim ", i,
+                                                     "; sizes must be >= 0"));
     }
     if (shape[i] != 0 && n > std::numeric_limits<int64_t>::max() / shape[i]) {
       return absl::InvalidArgumentError(

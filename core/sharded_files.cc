@@ -48,8 +48,10 @@ absl::StatusOr<DTensorSpec> SpecFromMetadata(const std::map<std::string, std::st
   auto annotate = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat(file, ": ", s.message()));
   };
-  absl::StatusOr<std::string> device = get("tessera.device"), mesh_shape = get("tessera.mesh_shape"),
-                              names = get("tessera.mesh_dim_names"), ranks = get("tessera.mesh_ranks"),
+  absl::StatusOr<std::string> device = get("tessera.device"),
+                              mesh_shape = get("tessera.mesh_shape"),
+                              names = get("tessera.mesh_dim_names"),
+                              ranks = get("tessera.mesh_ranks"),
                               placements = get("tessera.placements"), shape = get("tessera.shape"),
                               dtype = get("tessera.dtype");
   for (const auto* s : {&device, &mesh_shape, &names, &ranks, &placements, &shape, &dtype}) {
@@ -60,8 +62,8 @@ absl::StatusOr<DTensorSpec> SpecFromMetadata(const std::map<std::string, std::st
   absl::StatusOr<std::vector<int64_t>> dims = SplitInts(*shape);
   absl::StatusOr<DType> dt = ParseDType(*dtype);
   absl::StatusOr<std::vector<Placement>> ps = ParsePlacements(*placements);
-  for (const absl::Status& s : {mesh_dims.status(), rank_list.status(), dims.status(),
-                                dt.status(), ps.status()}) {
+  for (const absl::Status& s :
+       {mesh_dims.status(), rank_list.status(), dims.status(), dt.status(), ps.status()}) {
     if (!s.ok()) return annotate(s);
   }
   std::vector<std::string> dim_names;
@@ -85,8 +87,8 @@ absl::Status WriteShardedTensor(absl::string_view dir, absl::string_view name,
                                 const ShardedTensor& tensor) {
   const DTensorSpec& spec = tensor.spec;
   if (static_cast<int64_t>(tensor.shards.size()) != spec.mesh.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("got ", tensor.shards.size(),
-                                                   " shards for a mesh of ", spec.mesh.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("got ", tensor.shards.size(), " shards for a mesh of ", spec.mesh.size()));
   }
   std::error_code ec;
   std::filesystem::create_directories(std::string(dir), ec);
@@ -97,10 +99,10 @@ absl::Status WriteShardedTensor(absl::string_view dir, absl::string_view name,
     const LocalShard local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(pos));
     const HostTensor& shard = tensor.shards[pos];
     if (shard.shape() != local.shape || shard.dtype() != spec.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shard of rank ", spec.mesh.ranks()[pos], " is ", DTypeName(shard.dtype()),
-          ShapeToString(shard.shape()), " but the spec gives it ", DTypeName(spec.dtype),
-          ShapeToString(local.shape)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard of rank ", spec.mesh.ranks()[pos], " is ", DTypeName(shard.dtype()),
+                       ShapeToString(shard.shape()), " but the spec gives it ",
+                       DTypeName(spec.dtype), ShapeToString(local.shape)));
     }
     SafetensorsFile file;
     file.metadata = SpecMetadata(spec);
@@ -126,7 +128,8 @@ absl::StatusOr<ShardedTensor> ReadShardedTensor(absl::string_view dir, absl::str
       break;
     }
   }
-  if (ec) return absl::NotFoundError(absl::StrCat("cannot read directory ", dir, ": ", ec.message()));
+  if (ec)
+    return absl::NotFoundError(absl::StrCat("cannot read directory ", dir, ": ", ec.message()));
   if (first.empty()) {
     return absl::NotFoundError(absl::StrCat("no rank-*.safetensors files in ", dir));
   }
@@ -143,9 +146,8 @@ absl::StatusOr<ShardedTensor> ReadShardedTensor(absl::string_view dir, absl::str
     absl::StatusOr<DTensorSpec> other = SpecFromMetadata(file->metadata, path);
     if (!other.ok()) return other.status();
     if (other->ToString() != spec->ToString()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, " describes ", other->ToString(),
-                                                     " but ", first, " describes ",
-                                                     spec->ToString()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " describes ", other->ToString(), " but ", first, " describes ", spec->ToString()));
     }
     auto it = file->tensors.find(std::string(name));
     if (it == file->tensors.end()) {

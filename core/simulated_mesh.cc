@@ -22,9 +22,9 @@ void SimulatedMesh::Transfer(int64_t from, int64_t to, int64_t bytes) {
 absl::StatusOr<std::vector<HostTensor>> SimulatedMesh::Distribute(const HostTensor& full,
                                                                   const DTensorSpec& spec) const {
   if (full.shape() != spec.shape || full.dtype() != spec.dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor ", DTypeName(full.dtype()), ShapeToString(full.shape()),
-                     " does not match the spec ", spec.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", DTypeName(full.dtype()),
+                                                   ShapeToString(full.shape()),
+                                                   " does not match the spec ", spec.ToString()));
   }
   std::vector<HostTensor> shards;
   for (int64_t pos = 0; pos < mesh_.size(); ++pos) {
@@ -43,12 +43,11 @@ absl::StatusOr<std::vector<HostTensor>> SimulatedMesh::Distribute(const HostTens
   return shards;
 }
 
-absl::StatusOr<std::vector<HostTensor>> SimulatedMesh::Redistribute(const DTensorSpec& src,
-                                                                    const RedistributePlan& plan,
-                                                                    std::vector<HostTensor> shards) {
+absl::StatusOr<std::vector<HostTensor>> SimulatedMesh::Redistribute(
+    const DTensorSpec& src, const RedistributePlan& plan, std::vector<HostTensor> shards) {
   if (static_cast<int64_t>(shards.size()) != mesh_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("got ", shards.size(), " shards for a mesh of ",
-                                                   mesh_.size(), " ranks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("got ", shards.size(), " shards for a mesh of ", mesh_.size(), " ranks"));
   }
   DTensorSpec spec = src;
   for (const RedistributeStep& step : plan.steps) {
@@ -200,10 +199,10 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
     for (int64_t q = 0; q < k; ++q) {
       const Shape want = LocalShapeAndOffsetAt(after, mesh_.CoordinateOfIndex(group[q])).shape;
       if (shards[group[q]].shape() != want) {
-        return absl::InternalError(absl::StrCat(
-            CollectiveName(step.collective), " on mesh dim ", m, " left rank position ", group[q],
-            " with shape ", ShapeToString(shards[group[q]].shape()), ", expected ",
-            ShapeToString(want)));
+        return absl::InternalError(absl::StrCat(CollectiveName(step.collective), " on mesh dim ", m,
+                                                " left rank position ", group[q], " with shape ",
+                                                ShapeToString(shards[group[q]].shape()),
+                                                ", expected ", ShapeToString(want)));
       }
     }
   }

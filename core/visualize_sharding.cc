@@ -21,9 +21,7 @@ Rect AsRect(const DTensorSpec& spec, const LocalShard& s) {
   return {s.offset[0], s.shape[0], s.offset[1], s.shape[1]};
 }
 
-std::string Range(int64_t begin, int64_t size) {
-  return absl::StrCat(begin, ":", begin + size);
-}
+std::string Range(int64_t begin, int64_t size) { return absl::StrCat(begin, ":", begin + size); }
 
 std::string Grid(const DTensorSpec& spec) {
   std::vector<Rect> rects;
@@ -89,7 +87,8 @@ std::string VisualizeSharding(const DTensorSpec& spec) {
     const LocalShard s = LocalShapeAndOffsetAt(spec, coord);
     absl::StrAppendFormat(&out, "rank %-3d coord %-9s local %-12s offset %-12s %d B\n",
                           spec.mesh.ranks()[pos], ShapeToString(coord), ShapeToString(s.shape),
-                          ShapeToString(s.offset), NumElements(s.shape) * static_cast<int64_t>(elem));
+                          ShapeToString(s.offset),
+                          NumElements(s.shape) * static_cast<int64_t>(elem));
   }
   return out;
 }

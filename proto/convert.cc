@@ -269,7 +269,8 @@ v1::RedistributePlan ToProto(const RedistributePlan& plan) {
     *s->mutable_from_placement() = ToProto(step.from);
     *s->mutable_to_placement() = ToProto(step.to);
     s->set_collective(static_cast<v1::Collective>(step.collective));
-    if (step.collective == Collective::kAllReduce || step.collective == Collective::kReduceScatter) {
+    if (step.collective == Collective::kAllReduce ||
+        step.collective == Collective::kReduceScatter) {
       s->set_reduce_op(ToProto(step.from.op));
     }
     s->set_send_bytes(step.send_bytes);

@@ -55,8 +55,8 @@ absl::StatusOr<RankLayouts> CollectiveOutputs(v1::CollectiveOp op, const std::st
     }
     const std::optional<LocalLayout>& first = in[static_cast<size_t>(group[readers[0]])];
     if (!first.has_value()) {
-      return absl::NotFoundError(absl::StrCat("tensor '", input, "' is not on mesh position ",
-                                              group[readers[0]]));
+      return absl::NotFoundError(
+          absl::StrCat("tensor '", input, "' is not on mesh position ", group[readers[0]]));
     }
     for (int64_t r : readers) {
       const std::optional<LocalLayout>& mine = in[static_cast<size_t>(group[r])];
@@ -66,15 +66,15 @@ absl::StatusOr<RankLayouts> CollectiveOutputs(v1::CollectiveOp op, const std::st
       }
       if (*mine != *first) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "mesh positions ", group[readers[0]], " and ", group[r], " of one group hold '",
-            input, "' as ", LayoutToString(*first), " and ", LayoutToString(*mine),
+            "mesh positions ", group[readers[0]], " and ", group[r], " of one group hold '", input,
+            "' as ", LayoutToString(*first), " and ", LayoutToString(*mine),
             "; a collective needs the same dtype and shape on every rank of the group"));
       }
     }
     const LocalLayout& l = *first;
     if (splits && l.shape.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", input, "' is a scalar; this collective works along dim 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", input, "' is a scalar; this collective works along dim 0"));
     }
     const int64_t n0 = l.shape.empty() ? 1 : l.shape[0];
     for (int64_t r = 0; r < k; ++r) {

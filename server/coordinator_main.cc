@@ -22,7 +22,8 @@
 #include "server/rendezvous_store.h"
 #include "server/worker_registry.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "address to serve on (host:port; port 0 picks one)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "address to serve on (host:port; port 0 picks one)");
 ABSL_FLAG(std::string, secret, "", "shared secret sent to workers; default $TESSERA_SECRET");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Milliseconds(500),
           "how often workers heartbeat");
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tessera-coordinator --listen=HOST:PORT [--secret=S]");
   absl::ParseCommandLine(argc, argv);
   std::string secret = absl::GetFlag(FLAGS_secret);
-  if (secret.empty() && std::getenv("TESSERA_SECRET") != nullptr) secret = std::getenv("TESSERA_SECRET");
+  if (secret.empty() && std::getenv("TESSERA_SECRET") != nullptr)
+    secret = std::getenv("TESSERA_SECRET");
   if (secret.empty()) {
     std::cerr << "tessera-coordinator: a shared secret is required (--secret or $TESSERA_SECRET)\n";
     return 2;

@@ -57,9 +57,9 @@ absl::StatusOr<std::vector<WorkerHandle>> CoordinatorService::MeshWorkers(const 
           absl::StrCat("mesh '", mesh.name, "' is broken: ", w.status().message()));
     }
     if (w->incarnation != mesh.incarnations[i]) {
-      return absl::UnavailableError(absl::StrCat(
-          "mesh '", mesh.name, "' is broken: worker ", id, " at ", w->address,
-          " restarted since the mesh was created; delete and create the mesh again"));
+      return absl::UnavailableError(
+          absl::StrCat("mesh '", mesh.name, "' is broken: worker ", id, " at ", w->address,
+                       " restarted since the mesh was created; delete and create the mesh again"));
     }
     workers.push_back(*std::move(w));
   }
@@ -148,8 +148,8 @@ grpc::Status CoordinatorService::CreateMesh(grpc::ServerContext*,
   auto mesh = std::make_shared<Mesh>(*std::move(dm));
   mesh->name = request->name();
   mesh->incarnations = std::move(incarnations);
-  mesh->timeout =
-      request->timeout_ms() > 0 ? absl::Milliseconds(request->timeout_ms()) : kDefaultCollectiveTimeout;
+  mesh->timeout = request->timeout_ms() > 0 ? absl::Milliseconds(request->timeout_ms())
+                                            : kDefaultCollectiveTimeout;
   {
     absl::MutexLock lock(&mu_);
     if (meshes_.contains(request->name())) {
@@ -253,8 +253,8 @@ absl::StatusOr<CoordinatorService::Accepted> CoordinatorService::AcceptCollectiv
   if (!request.mesh_dim().empty()) {
     if (absl::SimpleAtoi(request.mesh_dim(), &mesh_dim)) {
       if (mesh_dim < 0 || mesh_dim >= mesh.mesh.ndim()) {
-        return invalid(absl::StrCat("mesh dim ", mesh_dim, " is out of range for mesh '",
-                                    mesh.name, "' of ", mesh.mesh.ndim(), " dims"));
+        return invalid(absl::StrCat("mesh dim ", mesh_dim, " is out of range for mesh '", mesh.name,
+                                    "' of ", mesh.mesh.ndim(), " dims"));
       }
     } else {
       absl::StatusOr<int> d = mesh.mesh.DimIndex(request.mesh_dim());
@@ -272,8 +272,8 @@ absl::StatusOr<CoordinatorService::Accepted> CoordinatorService::AcceptCollectiv
     }
   }
   if (request.root() < 0 || request.root() >= group_size) {
-    return invalid(absl::StrCat("root ", request.root(), " is not a rank of a group of ",
-                                group_size));
+    return invalid(
+        absl::StrCat("root ", request.root(), " is not a rank of a group of ", group_size));
   }
   if (request.op() == v1::SEND_RECV &&
       (request.peer() < 0 || request.peer() >= group_size || request.peer() == request.root())) {
@@ -289,9 +289,10 @@ absl::StatusOr<CoordinatorService::Accepted> CoordinatorService::AcceptCollectiv
     absl::MutexLock lock(&mesh.mu);
     auto it = mesh.tensors.find(request.input());
     std::string cause;
-    if (auto failed = mesh.failed_writes.find(request.input()); failed != mesh.failed_writes.end()) {
-      cause = absl::StrCat(" (the last collective writing it failed: ", failed->second.message(),
-                           ")");
+    if (auto failed = mesh.failed_writes.find(request.input());
+        failed != mesh.failed_writes.end()) {
+      cause =
+          absl::StrCat(" (the last collective writing it failed: ", failed->second.message(), ")");
     }
     if (it == mesh.tensors.end()) {
       return absl::NotFoundError(
@@ -304,9 +305,9 @@ absl::StatusOr<CoordinatorService::Accepted> CoordinatorService::AcceptCollectiv
       if (!it->second[r].has_value()) missing.push_back(static_cast<int64_t>(r));
     }
     if (!missing.empty()) {
-      return absl::NotFoundError(absl::StrCat(
-          "tensor '", request.input(), "' of mesh '", mesh.name, "' is not on ranks ",
-          absl::StrJoin(missing, ", "), "; a collective needs it on every rank", cause));
+      return absl::NotFoundError(absl::StrCat("tensor '", request.input(), "' of mesh '", mesh.name,
+                                              "' is not on ranks ", absl::StrJoin(missing, ", "),
+                                              "; a collective needs it on every rank", cause));
     }
     // Checked here rather than found out by the workers: ranks whose byte counts disagree would
     // break the collective (and its communicator) instead of failing it.
@@ -314,8 +315,8 @@ absl::StatusOr<CoordinatorService::Accepted> CoordinatorService::AcceptCollectiv
         CollectiveOutputs(request.op(), request.input(), it->second,
                           PositionGroups(mesh.mesh, mesh_dim), request.root(), request.peer());
     if (!outputs.ok()) {
-      return absl::Status(outputs.status().code(), absl::StrCat("mesh '", mesh.name, "': ",
-                                                                outputs.status().message()));
+      return absl::Status(outputs.status().code(),
+                          absl::StrCat("mesh '", mesh.name, "': ", outputs.status().message()));
     }
     // Ranks that write no output keep whatever they held under its name.
     auto [entry, added] = mesh.tensors.try_emplace(output, outputs->size());
@@ -406,7 +407,8 @@ absl::Status CoordinatorService::FinishCollective(const std::shared_ptr<Mesh>& m
   if (absl::StatusOr<std::vector<WorkerHandle>> workers = MeshWorkers(*mesh); workers.ok()) {
     v1::Command free;
     free.mutable_delete_tensors()->add_names(WorkerTensorName(*mesh, output));
-    dispatcher_->Post(*workers, free, kRpcSlack, [](absl::Status, std::vector<v1::CommandReply>) {});
+    dispatcher_->Post(*workers, free, kRpcSlack,
+                      [](absl::Status, std::vector<v1::CommandReply>) {});
   }
   return status;
 }
@@ -541,13 +543,13 @@ grpc::Status CoordinatorService::WaitCollectives(grpc::ServerContext* context,
             grpc::StatusCode::NOT_FOUND,
             absl::StrCat("mesh '", mesh.name, "' has no collective work ", id,
                          " to wait on (never started with async_op, already waited on, or "
-                         "forgotten after ", kMaxUnwaitedWorks, " newer ones)"));
+                         "forgotten after ",
+                         kMaxUnwaitedWorks, " newer ones)"));
       }
       if (it->second->claimed) {
-        return grpc::Status(
-            grpc::StatusCode::FAILED_PRECONDITION,
-            absl::StrCat("collective work ", id, " of mesh '", mesh.name,
-                         "' is being waited on by another call"));
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat("collective work ", id, " of mesh '", mesh.name,
+                                         "' is being waited on by another call"));
       }
       works.push_back(it->second);
     }
@@ -558,10 +560,10 @@ grpc::Status CoordinatorService::WaitCollectives(grpc::ServerContext* context,
     if (!works[i]->done.WaitForNotificationWithDeadline(deadline)) {
       absl::MutexLock lock(&mesh.mu);
       for (const auto& w : works) w->claimed = false;
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          absl::StrCat("collective work ", request->works(static_cast<int>(i)),
-                                       " of mesh '", mesh.name,
-                                       "' is still running; nothing was forgotten"));
+      return grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrCat("collective work ", request->works(static_cast<int>(i)), " of mesh '",
+                       mesh.name, "' is still running; nothing was forgotten"));
     }
   }
   absl::MutexLock lock(&mesh.mu);

@@ -41,8 +41,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
                           v1::ListMeshesReply* reply) override;
   grpc::Status DeleteMesh(grpc::ServerContext*, const v1::DeleteMeshRequest* request,
                           v1::DeleteMeshReply*) override;
-  grpc::Status PutLocal(grpc::ServerContext* context,
-                        grpc::ServerReader<v1::PutLocalChunk>* reader,
+  grpc::Status PutLocal(grpc::ServerContext* context, grpc::ServerReader<v1::PutLocalChunk>* reader,
                         v1::PutLocalReply* reply) override;
   grpc::Status GetLocal(grpc::ServerContext* context, const v1::GetLocalRequest* request,
                         grpc::ServerWriter<v1::TensorChunk>* writer) override;
@@ -61,7 +60,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status DistributeTensor(grpc::ServerContext* context,
                                 grpc::ServerReader<v1::DistributeChunk>* reader,
                                 v1::TensorInfo* reply) override;
-  grpc::Status FromLocal(grpc::ServerContext* context, grpc::ServerReader<v1::FromLocalChunk>* reader,
+  grpc::Status FromLocal(grpc::ServerContext* context,
+                         grpc::ServerReader<v1::FromLocalChunk>* reader,
                          v1::TensorInfo* reply) override;
   grpc::Status ToLocal(grpc::ServerContext* context, const v1::ToLocalRequest* request,
                        grpc::ServerWriter<v1::TensorData>* writer) override;
@@ -90,7 +90,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
  private:
   // A collective posted to a mesh's workers: its outcome once every worker replied.
   struct CollectiveWork {
-    bool claimed = false;       // a WaitCollectives call is waiting on it (guarded by Mesh::mu)
+    bool claimed = false;  // a WaitCollectives call is waiting on it (guarded by Mesh::mu)
     absl::Notification done;
     absl::Status status;        // written before done is notified
     v1::CollectiveReply reply;  // written before done is notified
@@ -171,9 +171,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   static std::string WorkerName(const std::string& tensor) { return "dt/" + tensor; }
   // Runs a cross-mesh redistribute: streams the tensor out of its mesh into `dst` (synchronous).
   grpc::Status MoveAcrossMeshes(grpc::ServerContext* context, const Tensor& src,
-                                std::shared_ptr<Mesh> dst_mesh,
-                                std::vector<Placement> placements, const std::string& output,
-                                const std::string& owner, v1::RedistributeReply* reply);
+                                std::shared_ptr<Mesh> dst_mesh, std::vector<Placement> placements,
+                                const std::string& output, const std::string& owner,
+                                v1::RedistributeReply* reply);
   // Where a tensor's values can be read from: its own shards, or (with Partial placements) a
   // temporary the workers reduce them into first.
   struct Readable {

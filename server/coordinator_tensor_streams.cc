@@ -41,9 +41,9 @@ absl::Status CoordinatorService::ReadFailure(const Tensor& tensor, absl::Status 
   // A read queued behind a write that then failed finds no shard; the write's error is the cause.
   if (tensor.write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) &&
       !tensor.write->status.ok()) {
-    return absl::Status(tensor.write->status.code(),
-                        absl::StrCat("tensor '", tensor.name, "' failed: ",
-                                     tensor.write->status.message()));
+    return absl::Status(
+        tensor.write->status.code(),
+        absl::StrCat("tensor '", tensor.name, "' failed: ", tensor.write->status.message()));
   }
   return download;
 }
@@ -73,7 +73,8 @@ grpc::Status CoordinatorService::DistributeTensor(grpc::ServerContext* context,
   leases_.Touch(client);
   v1::DistributeChunk chunk;
   if (!reader->Read(&chunk)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "DistributeTensor stream had no chunks");
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "DistributeTensor stream had no chunks");
   }
   const v1::DistributeHeader& h = chunk.header();
   absl::StatusOr<std::shared_ptr<Mesh>> mesh = ReadyMesh(h.mesh());
@@ -88,9 +89,10 @@ grpc::Status CoordinatorService::DistributeTensor(grpc::ServerContext* context,
       MakeDTensorSpec((*mesh)->mesh, *std::move(placements), *std::move(shape), *dtype);
   if (!spec.ok()) return ToGrpcStatus(spec.status());
   if (h.src_data_rank() < 0 || h.src_data_rank() >= (*mesh)->mesh.size()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("src_data_rank ", h.src_data_rank(), " is not a rank of mesh '",
-                                     (*mesh)->name, "' of ", (*mesh)->mesh.size(), " ranks"));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("src_data_rank ", h.src_data_rank(), " is not a rank of mesh '", (*mesh)->name,
+                     "' of ", (*mesh)->mesh.size(), " ranks"));
   }
   absl::StatusOr<std::shared_ptr<Tensor>> t = AddTensor(h.name(), *mesh, *spec, client);
   if (!t.ok()) return ToGrpcStatus(t.status());
@@ -165,8 +167,8 @@ grpc::Status CoordinatorService::FromLocal(grpc::ServerContext* context,
     // One rank's section: a header chunk, then its bytes.
     const int64_t rank = chunk.rank();
     if (rank < 0 || rank >= dm.size()) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank, " is not in mesh '", (*mesh)->name, "' of ", dm.size(), " ranks"));
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank, " is not in mesh '", (*mesh)->name, "' of ", dm.size(), " ranks"));
       break;
     }
     if (seen[rank]) {
@@ -208,7 +210,8 @@ grpc::Status CoordinatorService::FromLocal(grpc::ServerContext* context,
       status = (*up)->Write(std::move(*next.mutable_data()));
     }
     if (!status.ok()) {
-      status = absl::Status(status.code(), absl::StrCat("rank ", rank, "'s shard: ", status.message()));
+      status =
+          absl::Status(status.code(), absl::StrCat("rank ", rank, "'s shard: ", status.message()));
       break;
     }
     if (absl::Status s = (*up)->Finish(); !s.ok()) {
@@ -255,12 +258,12 @@ grpc::Status CoordinatorService::ToLocal(grpc::ServerContext* context,
   }
   const Shape local =
       LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(request->rank())).shape;
-  absl::StatusOr<DeviceMesh> single = DeviceMesh::Create(spec.mesh.device_type(), {1}, {},
-                                                         {spec.mesh.ranks()[request->rank()]});
+  absl::StatusOr<DeviceMesh> single =
+      DeviceMesh::Create(spec.mesh.device_type(), {1}, {}, {spec.mesh.ranks()[request->rank()]});
   if (!single.ok()) return ToGrpcStatus(single.status());
   const DTensorSpec block{*single, {Placement::Replicate()}, local, spec.dtype};
-  absl::StatusOr<std::unique_ptr<ShardGather>> gather = ShardGather::Open(
-      *dispatcher_, block, WorkerName((*t)->name), TransferDeadline(*context));
+  absl::StatusOr<std::unique_ptr<ShardGather>> gather =
+      ShardGather::Open(*dispatcher_, block, WorkerName((*t)->name), TransferDeadline(*context));
   if (!gather.ok()) return ToGrpcStatus(gather.status());
   v1::TensorData data;
   data.set_dtype(ToProto(spec.dtype));
@@ -336,7 +339,8 @@ grpc::Status CoordinatorService::FullTensor(grpc::ServerContext* context,
     bool any = false;
     while (status.ok() && (*gather)->Next(&window)) {
       data.set_data(std::move(window));
-      if (!writer->Write(data)) status = grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+      if (!writer->Write(data))
+        status = grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
       data.Clear();
       any = true;
     }
@@ -359,10 +363,10 @@ grpc::Status CoordinatorService::MoveAcrossMeshes(grpc::ServerContext* context, 
                                                   const std::string& owner,
                                                   v1::RedistributeReply* reply) {
   if (dst_mesh->mesh.device_type() != src.mesh->mesh.device_type()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("tensor '", src.name, "' is on a ", src.mesh->mesh.device_type(),
-                                     " mesh and mesh '", dst_mesh->name, "' is ",
-                                     dst_mesh->mesh.device_type()));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("tensor '", src.name, "' is on a ", src.mesh->mesh.device_type(),
+                     " mesh and mesh '", dst_mesh->name, "' is ", dst_mesh->mesh.device_type()));
   }
   absl::StatusOr<DTensorSpec> dst =
       MakeDTensorSpec(dst_mesh->mesh, std::move(placements), src.spec.shape, src.spec.dtype);

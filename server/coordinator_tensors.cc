@@ -25,9 +25,12 @@ grpc::Status Invalid(const std::string& message) {
 absl::StatusOr<PlannerKind> PlannerOf(v1::Planner p) {
   switch (p) {
     case v1::PLANNER_UNSPECIFIED:
-    case v1::MIN_COST: return PlannerKind::kMinCost;
-    case v1::GREEDY: return PlannerKind::kGreedy;
-    default: return absl::InvalidArgumentError(absl::StrCat("planner ", p, " is not a planner"));
+    case v1::MIN_COST:
+      return PlannerKind::kMinCost;
+    case v1::GREEDY:
+      return PlannerKind::kGreedy;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("planner ", p, " is not a planner"));
   }
 }
 
@@ -43,7 +46,8 @@ absl::StatusOr<std::shared_ptr<CoordinatorService::Tensor>> CoordinatorService::
     const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("no tensor named '", name, "'"));
+  if (it == tensors_.end())
+    return absl::NotFoundError(absl::StrCat("no tensor named '", name, "'"));
   return it->second;
 }
 
@@ -64,15 +68,14 @@ absl::StatusOr<std::shared_ptr<CoordinatorService::Tensor>> CoordinatorService::
     const std::string& owner) {
   if (requested.size() > kMaxNameLength || requested.find('/') != std::string::npos ||
       (!requested.empty() && requested[0] == '.')) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor name '", requested, "' must be at most ", kMaxNameLength,
-        " characters, without '/' and not starting with '.'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor name '", requested, "' must be at most ", kMaxNameLength,
+                     " characters, without '/' and not starting with '.'"));
   }
   if (mesh->mesh.device_type() != "cpu") {
     // Workers keep DTensor shards in host memory; NCCL needs them in device memory.
-    return absl::UnimplementedError(absl::StrCat(
-        "DTensors live on cpu meshes for now; mesh '", mesh->name, "' is ",
-        mesh->mesh.device_type()));
+    return absl::UnimplementedError(absl::StrCat("DTensors live on cpu meshes for now; mesh '",
+                                                 mesh->name, "' is ", mesh->mesh.device_type()));
   }
   std::vector<int64_t> bytes(static_cast<size_t>(mesh->mesh.size()));
   for (int64_t p = 0; p < mesh->mesh.size(); ++p) bytes[p] = ShardBytes(spec, p);
@@ -97,9 +100,9 @@ absl::StatusOr<std::shared_ptr<CoordinatorService::Tensor>> CoordinatorService::
   for (size_t p = 0; p < ranks.size(); ++p) {
     const int64_t held = held_bytes_[ranks[p]];
     if (budgets[p] > 0 && held + bytes[p] > budgets[p]) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "tensor ", tensor->spec.ToString(), " needs ", bytes[p], " bytes on worker ", ranks[p],
-          ", which holds ", held, " of its ", budgets[p], "-byte budget"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("tensor ", tensor->spec.ToString(), " needs ", bytes[p], " bytes on worker ",
+                       ranks[p], ", which holds ", held, " of its ", budgets[p], "-byte budget"));
     }
   }
   for (size_t p = 0; p < ranks.size(); ++p) held_bytes_[ranks[p]] += bytes[p];
@@ -128,23 +131,23 @@ void CoordinatorService::PostWork(const Mesh& mesh, const v1::Command& command,
     work->done.Notify();
     return;
   }
-  dispatcher_->Post(*workers, command, mesh.timeout + kRpcSlack,
-                    [work, inputs = std::move(inputs)](absl::Status status,
-                                                       std::vector<v1::CommandReply>) {
-                      for (const auto& in : inputs) {
-                        if (status.ok()) break;
-                        // Its replies came first; its own callback may still be on its way.
-                        if (!in->write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) ||
-                            in->write->status.ok()) {
-                          continue;
-                        }
-                        status = absl::Status(in->write->status.code(),
-                                              absl::StrCat("input '", in->name, "' failed: ",
-                                                           in->write->status.message()));
-                      }
-                      work->status = std::move(status);
-                      work->done.Notify();
-                    });
+  dispatcher_->Post(
+      *workers, command, mesh.timeout + kRpcSlack,
+      [work, inputs = std::move(inputs)](absl::Status status, std::vector<v1::CommandReply>) {
+        for (const auto& in : inputs) {
+          if (status.ok()) break;
+          // Its replies came first; its own callback may still be on its way.
+          if (!in->write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) ||
+              in->write->status.ok()) {
+            continue;
+          }
+          status = absl::Status(
+              in->write->status.code(),
+              absl::StrCat("input '", in->name, "' failed: ", in->write->status.message()));
+        }
+        work->status = std::move(status);
+        work->done.Notify();
+      });
 }
 
 void CoordinatorService::Release(const Tensor& tensor) {
@@ -191,7 +194,8 @@ grpc::Status CoordinatorService::CreateTensor(grpc::ServerContext* context,
   if (request->factory() <= v1::FACTORY_UNSPECIFIED || request->factory() > v1::RANDN) {
     return Invalid(absl::StrCat("factory ", request->factory(), " is not a factory"));
   }
-  if ((request->factory() == v1::RAND || request->factory() == v1::RANDN) && !IsFloatingPoint(*dtype)) {
+  if ((request->factory() == v1::RAND || request->factory() == v1::RANDN) &&
+      !IsFloatingPoint(*dtype)) {
     return Invalid(absl::StrCat("rand and randn need a floating dtype, not ", DTypeName(*dtype)));
   }
   absl::StatusOr<std::shared_ptr<Tensor>> t = AddTensor(request->name(), *mesh, *spec, client);
@@ -264,8 +268,8 @@ grpc::Status CoordinatorService::Redistribute(grpc::ServerContext* context,
   if (!request->mesh().empty() && request->mesh() != (*src)->mesh->name) {
     absl::StatusOr<std::shared_ptr<Mesh>> dst = ReadyMesh(request->mesh());
     if (!dst.ok()) return ToGrpcStatus(dst.status());
-    return MoveAcrossMeshes(context, **src, *dst, *std::move(placements), request->output(),
-                            client, reply);
+    return MoveAcrossMeshes(context, **src, *dst, *std::move(placements), request->output(), client,
+                            reply);
   }
   const DTensorSpec& spec = (*src)->spec;
   absl::StatusOr<RedistributePlan> plan = PlanRedistribute(spec, *placements, *planner);
@@ -299,8 +303,8 @@ grpc::Status CoordinatorService::RunOp(grpc::ServerContext* context, const v1::O
   absl::StatusOr<OpCall> op = FromProto(request->op());
   if (!op.ok()) return ToGrpcStatus(op.status());
   if (request->inputs_size() != op->num_inputs()) {
-    return Invalid(absl::StrCat(OpKindName(op->kind), " takes ", op->num_inputs(),
-                                " inputs, not ", request->inputs_size()));
+    return Invalid(absl::StrCat(OpKindName(op->kind), " takes ", op->num_inputs(), " inputs, not ",
+                                request->inputs_size()));
   }
   std::vector<std::shared_ptr<Tensor>> inputs;
   std::vector<DTensorSpec> specs;

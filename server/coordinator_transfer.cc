@@ -1,5 +1,5 @@
-// CoordinatorService's streaming RPCs: a rank's local tensor passes through as a bounded pipeline of
-// chunks, one read then one write, so the coordinator never holds a whole tensor.
+// CoordinatorService's streaming RPCs: a rank's local tensor passes through as a bounded pipeline
+// of chunks, one read then one write, so the coordinator never holds a whole tensor.
 
 #include "absl/strings/str_cat.h"
 #include "proto/convert.h"
@@ -25,13 +25,13 @@ grpc::Status CoordinatorService::PutLocal(grpc::ServerContext* context,
   Mesh& mesh = **found;
   if (chunk.rank() < 0 || chunk.rank() >= mesh.mesh.size()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("rank ", chunk.rank(), " is not in mesh '", mesh.name,
-                                     "' of ", mesh.mesh.size(), " ranks"));
+                        absl::StrCat("rank ", chunk.rank(), " is not in mesh '", mesh.name, "' of ",
+                                     mesh.mesh.size(), " ranks"));
   }
   if (chunk.tensor().empty() || chunk.tensor().find('/') != std::string::npos) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("tensor name '", chunk.tensor(),
-                                     "' must be non-empty and have no '/'"));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("tensor name '", chunk.tensor(), "' must be non-empty and have no '/'"));
   }
   const absl::StatusOr<DType> dtype = FromProto(chunk.dtype());
   if (!dtype.ok()) return ToGrpcStatus(dtype.status());
@@ -40,7 +40,8 @@ grpc::Status CoordinatorService::PutLocal(grpc::ServerContext* context,
 
   const std::string name = chunk.tensor();
   const int64_t rank = chunk.rank();
-  absl::StatusOr<WorkerHandle> worker = dispatcher_->registry().Get(mesh.mesh.ranks()[chunk.rank()]);
+  absl::StatusOr<WorkerHandle> worker =
+      dispatcher_->registry().Get(mesh.mesh.ranks()[chunk.rank()]);
   if (!worker.ok()) return ToGrpcStatus(worker.status());
   const int64_t sequence = dispatcher_->registry().NextSequences({*worker})[0];
 
@@ -66,9 +67,9 @@ grpc::Status CoordinatorService::PutLocal(grpc::ServerContext* context,
   writer->WritesDone();
   grpc::Status status = writer->Finish();
   if (!status.ok()) {
-    return grpc::Status(status.error_code(), absl::StrCat("worker ", worker->id, " at ",
-                                                          worker->address, ": ",
-                                                          status.error_message()));
+    return grpc::Status(
+        status.error_code(),
+        absl::StrCat("worker ", worker->id, " at ", worker->address, ": ", status.error_message()));
   }
   reply->set_bytes(uploaded.bytes());
   absl::MutexLock lock(&mesh.mu);
@@ -96,8 +97,8 @@ grpc::Status CoordinatorService::GetLocal(grpc::ServerContext* context,
     auto it = mesh.tensors.find(request->tensor());
     if (it == mesh.tensors.end() || !it->second[static_cast<size_t>(request->rank())].has_value()) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("mesh '", mesh.name, "' has no tensor '",
-                                       request->tensor(), "' on rank ", request->rank()));
+                          absl::StrCat("mesh '", mesh.name, "' has no tensor '", request->tensor(),
+                                       "' on rank ", request->rank()));
     }
   }
   absl::StatusOr<WorkerHandle> worker =
@@ -124,9 +125,9 @@ grpc::Status CoordinatorService::GetLocal(grpc::ServerContext* context,
   }
   grpc::Status status = reader->Finish();
   if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
-    return grpc::Status(status.error_code(), absl::StrCat("worker ", worker->id, " at ",
-                                                          worker->address, ": ",
-                                                          status.error_message()));
+    return grpc::Status(
+        status.error_code(),
+        absl::StrCat("worker ", worker->id, " at ", worker->address, ": ", status.error_message()));
   }
   return grpc::Status::OK;
 }

@@ -17,13 +17,20 @@ thread_local bool completing = false;
 // Lower is more telling about why a distributed call failed.
 int Severity(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kUnavailable: return 0;
-    case absl::StatusCode::kResourceExhausted: return 1;
-    case absl::StatusCode::kInvalidArgument: return 2;
-    case absl::StatusCode::kNotFound: return 3;
-    case absl::StatusCode::kFailedPrecondition: return 4;
-    case absl::StatusCode::kDeadlineExceeded: return 6;
-    default: return 5;
+    case absl::StatusCode::kUnavailable:
+      return 0;
+    case absl::StatusCode::kResourceExhausted:
+      return 1;
+    case absl::StatusCode::kInvalidArgument:
+      return 2;
+    case absl::StatusCode::kNotFound:
+      return 3;
+    case absl::StatusCode::kFailedPrecondition:
+      return 4;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 6;
+    default:
+      return 5;
   }
 }
 
@@ -95,7 +102,8 @@ void Dispatcher::Post(const std::vector<WorkerHandle>& workers, const v1::Comman
   const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mu_);
   if (!completing) {
-    mu_.Await(absl::Condition(+[](int* n) { return *n < kMaxInFlight; }, &in_flight_));
+    mu_.Await(absl::Condition(
+        +[](int* n) { return *n < kMaxInFlight; }, &in_flight_));
   }
   ++in_flight_;
   // Sequences are taken and queued under one lock, so each worker's queue is in sequence order
@@ -122,9 +130,8 @@ std::vector<std::pair<WorkerHandle, std::vector<Dispatcher::Queued>>> Dispatcher
   for (auto& [id, box] : outboxes_) {
     if (box.sending || box.queue.empty()) continue;
     box.sending = true;
-    batches.emplace_back(box.worker,
-                         std::vector<Queued>(std::make_move_iterator(box.queue.begin()),
-                                             std::make_move_iterator(box.queue.end())));
+    batches.emplace_back(box.worker, std::vector<Queued>(std::make_move_iterator(box.queue.begin()),
+                                                         std::make_move_iterator(box.queue.end())));
     box.queue.clear();
   }
   return batches;
@@ -188,9 +195,8 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
         for (size_t i = 0; i < call->items.size(); ++i) {
           Queued& q = call->items[i];
           if (!s.ok() || i >= static_cast<size_t>(call->reply.results_size())) {
-            Complete(q.post, q.index, s.ok() ? absl::InternalError("batch reply is short")
-                                             : FromGrpcStatus(s),
-                     {});
+            Complete(q.post, q.index,
+                     s.ok() ? absl::InternalError("batch reply is short") : FromGrpcStatus(s), {});
             continue;
           }
           v1::CommandResult& r = *call->reply.mutable_results(static_cast<int>(i));
@@ -201,8 +207,8 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
       });
 }
 
-void Dispatcher::Complete(const std::shared_ptr<PostState>& post, size_t index,
-                          absl::Status status, v1::CommandReply reply) {
+void Dispatcher::Complete(const std::shared_ptr<PostState>& post, size_t index, absl::Status status,
+                          v1::CommandReply reply) {
   post->statuses[index] = std::move(status);
   post->replies[index] = std::move(reply);
   if (post->pending.fetch_sub(1) != 1) return;
@@ -222,9 +228,9 @@ absl::Status Dispatcher::Combine(const std::vector<WorkerHandle>& workers,
   absl::Status worst;
   for (size_t i = 0; i < statuses.size(); ++i) {
     if (statuses[i].ok()) continue;
-    absl::Status s(statuses[i].code(), absl::StrCat("worker ", workers[i].id, " at ",
-                                                    workers[i].address, ": ",
-                                                    statuses[i].message()));
+    absl::Status s(statuses[i].code(),
+                   absl::StrCat("worker ", workers[i].id, " at ", workers[i].address, ": ",
+                                statuses[i].message()));
     if (worst.ok() || Severity(s.code()) < Severity(worst.code())) worst = s;
   }
   if (worst.ok()) return worst;

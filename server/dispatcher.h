@@ -29,7 +29,8 @@ class Dispatcher {
 
   // Runs `command` on every worker of `worker_ids` (in that order) and returns their replies in the
   // same order. Each command has deadline `timeout`. On failure returns the most telling error,
-  // naming the worker: a worker that is gone (UNAVAILABLE) before one that timed out, before others.
+  // naming the worker: a worker that is gone (UNAVAILABLE) before one that timed out, before
+  // others.
   absl::StatusOr<std::vector<v1::CommandReply>> Run(const std::vector<int64_t>& worker_ids,
                                                     const v1::Command& command,
                                                     absl::Duration timeout);
@@ -40,9 +41,9 @@ class Dispatcher {
 
   // Queues `command` for `workers` as Run does but returns at once; `done` runs on a gRPC thread
   // when every worker replied. Blocks while kMaxInFlight posts are outstanding (back-pressure), so
-  // a client that pipelines ops cannot queue unbounded work; a Post from a `done` never blocks. The calls start on the sender thread,
-  // so the caller can answer its own client first; with `send_here`, on the calling thread (Run,
-  // which waits anyway, saves a thread hand-off).
+  // a client that pipelines ops cannot queue unbounded work; a Post from a `done` never blocks. The
+  // calls start on the sender thread, so the caller can answer its own client first; with
+  // `send_here`, on the calling thread (Run, which waits anyway, saves a thread hand-off).
   void Post(const std::vector<WorkerHandle>& workers, const v1::Command& command,
             absl::Duration timeout, Done done, bool send_here = false);
   static constexpr int kMaxInFlight = 256;

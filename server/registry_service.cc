@@ -13,9 +13,9 @@ grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterR
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "register needs the worker's address");
   }
   if (request->device() != "cpu" && request->device().rfind("cuda:", 0) != 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("unknown device '", request->device(),
-                                     "'; expected 'cpu' or 'cuda:N'"));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("unknown device '", request->device(), "'; expected 'cpu' or 'cuda:N'"));
   }
   *reply = workers_->Register(*request);
   return grpc::Status::OK;

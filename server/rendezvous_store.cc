@@ -22,8 +22,8 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(const std::vector<
   if (!mu_.AwaitWithTimeout(absl::Condition(&all_present), timeout)) {
     for (const std::string& k : keys) {
       if (!values_.contains(k)) {
-        return absl::DeadlineExceededError(absl::StrCat("rendezvous key '", k, "' was not set within ",
-                                                        absl::FormatDuration(timeout)));
+        return absl::DeadlineExceededError(absl::StrCat(
+            "rendezvous key '", k, "' was not set within ", absl::FormatDuration(timeout)));
       }
     }
   }

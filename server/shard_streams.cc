@@ -112,8 +112,8 @@ absl::Status ShardScatter::Flush(Upload& u, bool force) {
 
 absl::Status ShardScatter::Write(std::string bytes) {
   if (received_ + static_cast<int64_t>(bytes.size()) > expected_) {
-    return absl::InvalidArgumentError(absl::StrCat("the stream sent more than the ", expected_,
-                                                   " bytes of the tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the stream sent more than the ", expected_, " bytes of the tensor"));
   }
   received_ += static_cast<int64_t>(bytes.size());
   // Whole elements only: an element split across pieces waits in carry_.
@@ -122,8 +122,9 @@ absl::Status ShardScatter::Write(std::string bytes) {
   carry_ = bytes.substr(whole);
   bytes.resize(whole);
   if (whole == 0) return absl::OkStatus();
-  const int64_t begin = (received_ - static_cast<int64_t>(carry_.size()) -
-                         static_cast<int64_t>(whole)) / static_cast<int64_t>(element_size_);
+  const int64_t begin =
+      (received_ - static_cast<int64_t>(carry_.size()) - static_cast<int64_t>(whole)) /
+      static_cast<int64_t>(element_size_);
   const int64_t end = begin + static_cast<int64_t>(whole / element_size_);
   for (auto& u : uploads_) {
     // All of the piece is this rank's next bytes: hand the buffer over as it is.
@@ -226,8 +227,9 @@ bool ShardGather::Next(std::string* out) {
     return false;
   }
   const int64_t begin = next_element_;
-  const int64_t end = std::min(
-      num_elements_, begin + std::max<int64_t>(1, static_cast<int64_t>(kWindowBytes / element_size_)));
+  const int64_t end =
+      std::min(num_elements_,
+               begin + std::max<int64_t>(1, static_cast<int64_t>(kWindowBytes / element_size_)));
   const int64_t window_bytes = (end - begin) * static_cast<int64_t>(element_size_);
   for (auto& d : downloads_) {
     // The window is one rank's next chunk as it arrives: pass it on without a copy.
@@ -288,7 +290,8 @@ void ShardGather::DrainAll() {
   for (auto& d : downloads_) {
     if (d->ended) continue;
     v1::TensorChunk extra;
-    while (d->reader->Read(&extra)) {}
+    while (d->reader->Read(&extra)) {
+    }
     d->ended = true;
     grpc::Status s = d->reader->Finish();
     if (!s.ok() && status_.ok()) status_ = WorkerError(d->worker, s);

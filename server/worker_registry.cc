@@ -24,8 +24,12 @@ v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
     id_by_address_[request.address()] = id;
   }
   Entry& e = workers_[id];
-  e.handle = WorkerHandle{id, next_incarnation_++, request.address(), request.device(),
-                          v1::Worker::NewStub(channel), request.memory_budget_bytes()};
+  e.handle = WorkerHandle{id,
+                          next_incarnation_++,
+                          request.address(),
+                          request.device(),
+                          v1::Worker::NewStub(channel),
+                          request.memory_budget_bytes()};
   e.info = request;
   e.last_heartbeat = absl::Now();
   e.used_bytes = 0;
@@ -58,8 +62,8 @@ absl::StatusOr<WorkerHandle> WorkerRegistry::Get(int64_t id) const {
   auto it = workers_.find(id);
   if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("no worker ", id));
   if (!Alive(it->second, absl::Now())) {
-    return absl::UnavailableError(absl::StrCat("worker ", id, " at ", it->second.handle.address,
-                                               " missed its heartbeats"));
+    return absl::UnavailableError(
+        absl::StrCat("worker ", id, " at ", it->second.handle.address, " missed its heartbeats"));
   }
   return it->second.handle;
 }

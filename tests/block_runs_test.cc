@@ -106,14 +106,16 @@ TEST_P(BlockRunsTest, SplitsAndJoinsLikePackBlock) {
   EXPECT_EQ(std::memcmp(rebuilt.data(), full.data(), full.nbytes()), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Grids, BlockRunsTest,
-    ::testing::Combine(::testing::Values(Shape{10}, Shape{5, 7}, Shape{4, 6}, Shape{3, 4, 5},
-                                         Shape{2, 1, 9}, Shape{0, 4}),
-                       ::testing::Values(std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{4, 1, 1},
-                                         std::vector<int64_t>{1, 4, 1}, std::vector<int64_t>{2, 2, 3},
-                                         std::vector<int64_t>{3, 1, 4}),
-                       ::testing::Values(1, 3, 16, 1000)));
+INSTANTIATE_TEST_SUITE_P(Grids, BlockRunsTest,
+                         ::testing::Combine(::testing::Values(Shape{10}, Shape{5, 7}, Shape{4, 6},
+                                                              Shape{3, 4, 5}, Shape{2, 1, 9},
+                                                              Shape{0, 4}),
+                                            ::testing::Values(std::vector<int64_t>{1, 1, 1},
+                                                              std::vector<int64_t>{4, 1, 1},
+                                                              std::vector<int64_t>{1, 4, 1},
+                                                              std::vector<int64_t>{2, 2, 3},
+                                                              std::vector<int64_t>{3, 1, 4}),
+                                            ::testing::Values(1, 3, 16, 1000)));
 
 }  // namespace
 }  // namespace tessera

@@ -324,15 +324,15 @@ TEST_F(ClusterBadInputTest, RanksHoldingDifferentShapesOrDTypes) {
   // the worker process in Gloo's receive path): the coordinator refuses before anything runs.
   for (int64_t r = 0; r < kWorkers; ++r) {
     const bool last = r == kWorkers - 1;
-    ASSERT_TRUE(client()
-                    .PutLocal("m", r, "odd",
-                              SmallIntegerTensor(DType::kFloat32, {last ? 4 : 3, 2}, 30 + r))
-                    .ok());
-    ASSERT_TRUE(client()
-                    .PutLocal("m", r, "mixed",
-                              SmallIntegerTensor(last ? DType::kInt32 : DType::kFloat32, {3, 2},
-                                                 40 + r))
-                    .ok());
+    ASSERT_TRUE(
+        client()
+            .PutLocal("m", r, "odd", SmallIntegerTensor(DType::kFloat32, {last ? 4 : 3, 2}, 30 + r))
+            .ok());
+    ASSERT_TRUE(
+        client()
+            .PutLocal("m", r, "mixed",
+                      SmallIntegerTensor(last ? DType::kInt32 : DType::kFloat32, {3, 2}, 40 + r))
+            .ok());
   }
   for (bool async : {false, true}) {
     SCOPED_TRACE(async ? "async" : "sync");
@@ -418,10 +418,9 @@ TEST_F(ClusterBadInputTest, AsyncFailureIsReportedByWaitAndByTheNextUse) {
   // Each work is reported once; unknown ids and meshes are NOT_FOUND, naming them.
   EXPECT_TRUE(StatusIs(client().WaitCollectives("m", {first->work()}).status(), kNotFound,
                        {absl::StrCat("work ", first->work())}));
-  EXPECT_TRUE(StatusIs(client().WaitCollectives("m", {987654}).status(), kNotFound,
-                       {"987654"}));
-  EXPECT_TRUE(StatusIs(client().WaitCollectives("nowhere", {1}).status(), kNotFound,
-                       {"'nowhere'"}));
+  EXPECT_TRUE(StatusIs(client().WaitCollectives("m", {987654}).status(), kNotFound, {"987654"}));
+  EXPECT_TRUE(
+      StatusIs(client().WaitCollectives("nowhere", {1}).status(), kNotFound, {"'nowhere'"}));
   ASSERT_TRUE(client().DeleteTensor("m", "third").ok());
 }
 
@@ -510,9 +509,8 @@ TEST_F(ClusterBadInputTest, StreamReportsARefusedCollectiveInItsPlace) {
   first.set_output("s1");
   v1::CollectiveRequest last = first;
   last.set_output("s2");
-  for (const v1::CollectiveRequest& request :
-       {first, Collective(v1::ALL_REDUCE_OP, "", "ghost"), Collective(v1::BROADCAST, "", "a", 9),
-        last}) {
+  for (const v1::CollectiveRequest& request : {first, Collective(v1::ALL_REDUCE_OP, "", "ghost"),
+                                               Collective(v1::BROADCAST, "", "a", 9), last}) {
     ASSERT_TRUE((*stream)->Submit(request).ok());
   }
   absl::StatusOr<v1::CollectiveReply> one = (*stream)->Next();

@@ -37,9 +37,9 @@ class DTensorBadInputTest : public ::testing::Test {
     line_ = new client::Mesh(client::GetMesh(**session_, "line").value());
     pair_ = new client::Mesh(client::GetMesh(**session_, "pair").value());
     sentinel_value_ = new HostTensor(kernels::testing::RandomTensor(DType::kFloat32, {5, 3}, 9));
-    sentinel_ = new DTensor(client::DistributeTensor(**session_, *sentinel_value_, *line_,
-                                                     {Placement::Shard(0)})
-                                .value());
+    sentinel_ = new DTensor(
+        client::DistributeTensor(**session_, *sentinel_value_, *line_, {Placement::Shard(0)})
+            .value());
   }
   static void TearDownTestSuite() {
     delete sentinel_;
@@ -117,9 +117,9 @@ TEST_F(DTensorBadInputTest, LocalShapeThatDoesNotFitTheGlobalShape) {
   locals[2] = HostTensor::Zeros(DType::kFloat32, {1, 3}).value();
   client::FromLocalOptions options;
   options.shape = Shape{8, 3};
-  EXPECT_TRUE(StatusIs(client::FromLocal(S(), locals, *line_, {Placement::Shard(0)}, options)
-                           .status(),
-                       absl::StatusCode::kInvalidArgument, {"rank 2", "[1, 3]", "[2, 3]"}));
+  EXPECT_TRUE(
+      StatusIs(client::FromLocal(S(), locals, *line_, {Placement::Shard(0)}, options).status(),
+               absl::StatusCode::kInvalidArgument, {"rank 2", "[1, 3]", "[2, 3]"}));
 }
 
 TEST_F(DTensorBadInputTest, DtypeMismatch) {
@@ -134,13 +134,13 @@ TEST_F(DTensorBadInputTest, MatmulShapesThatDoNotChain) {
   absl::StatusOr<DTensor> a = client::Ones(S(), *line_, {4, 3}, {Placement::Shard(0)});
   absl::StatusOr<DTensor> b = client::Ones(S(), *line_, {4, 3}, {Placement::Replicate()});
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_TRUE(StatusIs(client::Mm(*a, *b).status(), absl::StatusCode::kInvalidArgument,
-                       {"[4, 3]"}));
+  EXPECT_TRUE(
+      StatusIs(client::Mm(*a, *b).status(), absl::StatusCode::kInvalidArgument, {"[4, 3]"}));
 }
 
 TEST_F(DTensorBadInputTest, UnknownTensorAndMesh) {
-  EXPECT_TRUE(StatusIs(client::GetTensor(S(), "nope").status(), absl::StatusCode::kNotFound,
-                       {"'nope'"}));
+  EXPECT_TRUE(
+      StatusIs(client::GetTensor(S(), "nope").status(), absl::StatusCode::kNotFound, {"'nope'"}));
   EXPECT_TRUE(StatusIs(client::GetMesh(S(), "nowhere").status(), absl::StatusCode::kNotFound,
                        {"'nowhere'"}));
   client::Mesh ghost{"nowhere", line_->mesh};
@@ -169,17 +169,16 @@ TEST_F(DTensorBadInputTest, StreamThatSendsTooManyBytes) {
 
 TEST_F(DTensorBadInputTest, TensorOverTheMemoryBudget) {
   // 4 x 20 MiB replicated is 80 MiB on each worker, past the 64 MiB budget.
-  EXPECT_TRUE(StatusIs(
-      client::Zeros(S(), *line_, {4, 5 << 20}, {Placement::Replicate()}).status(),
-      absl::StatusCode::kResourceExhausted, {"83886080 bytes", "worker", "67108864"}));
+  EXPECT_TRUE(StatusIs(client::Zeros(S(), *line_, {4, 5 << 20}, {Placement::Replicate()}).status(),
+                       absl::StatusCode::kResourceExhausted,
+                       {"83886080 bytes", "worker", "67108864"}));
 }
 
 TEST_F(DTensorBadInputTest, NameTakenAndBadName) {
-  EXPECT_TRUE(StatusIs(
-      client::CreateTensor(S(), v1::ZEROS, *line_, {4}, {Placement::Shard(0)}, DType::kFloat32, 0,
-                           0, sentinel_->name())
-          .status(),
-      absl::StatusCode::kAlreadyExists, {sentinel_->name()}));
+  EXPECT_TRUE(StatusIs(client::CreateTensor(S(), v1::ZEROS, *line_, {4}, {Placement::Shard(0)},
+                                            DType::kFloat32, 0, 0, sentinel_->name())
+                           .status(),
+                       absl::StatusCode::kAlreadyExists, {sentinel_->name()}));
   EXPECT_TRUE(StatusIs(client::CreateTensor(S(), v1::ZEROS, *line_, {4}, {Placement::Shard(0)},
                                             DType::kFloat32, 0, 0, "a/b")
                            .status(),
@@ -194,9 +193,9 @@ TEST_F(DTensorBadInputTest, RedistributeToAnImpossibleLayout) {
 }
 
 TEST_F(DTensorBadInputTest, RandomOfAnIntegerDtype) {
-  EXPECT_TRUE(StatusIs(
-      client::Rand(S(), *line_, {4}, {Placement::Shard(0)}, 1, DType::kInt32).status(),
-      absl::StatusCode::kInvalidArgument, {"int32"}));
+  EXPECT_TRUE(
+      StatusIs(client::Rand(S(), *line_, {4}, {Placement::Shard(0)}, 1, DType::kInt32).status(),
+               absl::StatusCode::kInvalidArgument, {"int32"}));
 }
 
 // The coordinator counts DTensors against each worker's budget, but a worker also holds raw
@@ -208,12 +207,12 @@ TEST_F(DTensorBadInputTest, AWorkerFailureSurfacesOnTheNextCall) {
   absl::StatusOr<DTensor> t =
       client::Zeros(S(), *pair_, {2, 5 << 20}, {Placement::Shard(0)});  // 20 MiB per rank
   ASSERT_TRUE(t.ok()) << t.status();  // accepted: the DTensor table has room
-  EXPECT_TRUE(StatusIs(t->Synchronize(), absl::StatusCode::kResourceExhausted,
-                       {t->name(), "budget"}));
-  EXPECT_TRUE(StatusIs(t->FullTensor().status(), absl::StatusCode::kResourceExhausted,
-                       {t->name()}));
-  EXPECT_TRUE(StatusIs(client::Relu(*t).status(), absl::StatusCode::kResourceExhausted,
-                       {t->name()}));
+  EXPECT_TRUE(
+      StatusIs(t->Synchronize(), absl::StatusCode::kResourceExhausted, {t->name(), "budget"}));
+  EXPECT_TRUE(
+      StatusIs(t->FullTensor().status(), absl::StatusCode::kResourceExhausted, {t->name()}));
+  EXPECT_TRUE(
+      StatusIs(client::Relu(*t).status(), absl::StatusCode::kResourceExhausted, {t->name()}));
   absl::StatusOr<v1::TensorInfo> info = t->Refresh();
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->state(), v1::FAILED);

@@ -56,7 +56,8 @@ class DTensorEnvironment : public ::testing::Environment {
     ASSERT_TRUE(c.CreateMesh("line", "cpu", {4}, {"x"}).ok());
     ASSERT_TRUE(c.CreateMesh("grid", "cpu", {2, 2}, {"dp", "tp"}).ok());
     ASSERT_TRUE(c.CreateMesh("pair", "cpu", {2}, {}, {3, 2}).ok());
-    absl::StatusOr<std::shared_ptr<Session>> s = Session::Connect(shared->cluster.cluster->address());
+    absl::StatusOr<std::shared_ptr<Session>> s =
+        Session::Connect(shared->cluster.cluster->address());
     ASSERT_TRUE(s.ok()) << s.status();
     shared->session = *s;
     for (const char* name : {"line", "grid", "pair"}) {
@@ -146,8 +147,7 @@ INSTANTIATE_TEST_SUITE_P(Cluster, RoundTripTest, ::testing::ValuesIn(RoundTripCa
                          [](const auto& info) {
                            return absl::StrCat(std::get<0>(info.param), "_",
                                                absl::StrJoin(std::get<1>(info.param), "x"), "_",
-                                               DTypeName(std::get<2>(info.param)), "_",
-                                               info.index);
+                                               DTypeName(std::get<2>(info.param)), "_", info.index);
                          });
 
 // ---------------------------------------------------------------------------------------------
@@ -177,11 +177,14 @@ TEST_P(RedistributeTest, EveryPairMatchesThePlannerAndTheSimulatedMesh) {
       }
       ASSERT_TRUE(out.ok()) << out.status();
       EXPECT_EQ(out->plan().DebugString(), ToProto(*plan).DebugString());
-      const std::vector<HostTensor> want = sim.Redistribute(spec, *plan, [&] {
-        std::vector<HostTensor> copy;
-        for (const HostTensor& s : shards) copy.push_back(s.Clone());
-        return copy;
-      }()).value();
+      const std::vector<HostTensor> want = sim.Redistribute(spec, *plan,
+                                                            [&] {
+                                                              std::vector<HostTensor> copy;
+                                                              for (const HostTensor& s : shards)
+                                                                copy.push_back(s.Clone());
+                                                              return copy;
+                                                            }())
+                                               .value();
       for (int64_t r = 0; r < mesh.mesh.size(); ++r) {
         absl::StatusOr<HostTensor> local = out->ToLocal(r);
         ASSERT_TRUE(local.ok()) << local.status();
@@ -191,28 +194,28 @@ TEST_P(RedistributeTest, EveryPairMatchesThePlannerAndTheSimulatedMesh) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cluster, RedistributeTest,
-    ::testing::Values(PairCase{"line", {8, 6}, DType::kFloat32},
-                      PairCase{"line", {5, 3}, DType::kInt32},
-                      PairCase{"line", {3, 2}, DType::kBFloat16},
-                      PairCase{"grid", {8, 6}, DType::kInt32},
-                      PairCase{"grid", {5, 3}, DType::kFloat32},
-                      PairCase{"grid", {3, 1}, DType::kInt64}),
-    [](const auto& info) {
-      return absl::StrCat(std::get<0>(info.param), "_", absl::StrJoin(std::get<1>(info.param), "x"),
-                          "_", DTypeName(std::get<2>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Cluster, RedistributeTest,
+                         ::testing::Values(PairCase{"line", {8, 6}, DType::kFloat32},
+                                           PairCase{"line", {5, 3}, DType::kInt32},
+                                           PairCase{"line", {3, 2}, DType::kBFloat16},
+                                           PairCase{"grid", {8, 6}, DType::kInt32},
+                                           PairCase{"grid", {5, 3}, DType::kFloat32},
+                                           PairCase{"grid", {3, 1}, DType::kInt64}),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param), "_",
+                                               absl::StrJoin(std::get<1>(info.param), "x"), "_",
+                                               DTypeName(std::get<2>(info.param)));
+                         });
 
 TEST(RedistributeExplain, ReturnsThePlanWithoutRunningIt) {
   const client::Mesh& mesh = M("grid");
-  absl::StatusOr<DTensor> t = client::Zeros(S(), mesh, {8, 8}, {Placement::Shard(1), Placement::Shard(1)});
+  absl::StatusOr<DTensor> t =
+      client::Zeros(S(), mesh, {8, 8}, {Placement::Shard(1), Placement::Shard(1)});
   ASSERT_TRUE(t.ok()) << t.status();
   const std::vector<Placement> dst{Placement::Shard(1), Placement::Shard(0)};
   absl::StatusOr<v1::RedistributePlan> plan = t->ExplainRedistribute(dst);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->DebugString(),
-            ToProto(PlanRedistribute(t->spec(), dst).value()).DebugString());
+  EXPECT_EQ(plan->DebugString(), ToProto(PlanRedistribute(t->spec(), dst).value()).DebugString());
   ASSERT_EQ(plan->steps_size(), 1);
   EXPECT_EQ(plan->steps(0).collective(), v1::ALL_TO_ALL);
   EXPECT_EQ(plan->steps(0).mesh_dim(), 1);
@@ -235,9 +238,15 @@ TEST(Factories, ShardsAreSlicesOfTheFullTensor) {
         HostTensor want = HostTensor::Uninitialized(DType::kFloat32, shape).value();
         const std::vector<int64_t> origin{0, 0};
         switch (f) {
-          case v1::ZEROS: ASSERT_TRUE(cpu->Fill(kernels::ViewOf(want), 0).ok()); break;
-          case v1::ONES: ASSERT_TRUE(cpu->Fill(kernels::ViewOf(want), 1).ok()); break;
-          case v1::FULL: ASSERT_TRUE(cpu->Fill(kernels::ViewOf(want), 2.5).ok()); break;
+          case v1::ZEROS:
+            ASSERT_TRUE(cpu->Fill(kernels::ViewOf(want), 0).ok());
+            break;
+          case v1::ONES:
+            ASSERT_TRUE(cpu->Fill(kernels::ViewOf(want), 1).ok());
+            break;
+          case v1::FULL:
+            ASSERT_TRUE(cpu->Fill(kernels::ViewOf(want), 2.5).ok());
+            break;
           default:
             ASSERT_TRUE(cpu->RandomFill(f == v1::RAND ? kernels::Distribution::kUniform
                                                       : kernels::Distribution::kNormal,
@@ -363,8 +372,8 @@ INSTANTIATE_TEST_SUITE_P(Cluster, OpsTest,
 
 TEST(CrossMesh, MovesKeepTheValues) {
   const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, {9, 5}, 3);
-  const std::vector<std::tuple<std::string, std::vector<Placement>, std::string,
-                               std::vector<Placement>>>
+  const std::vector<
+      std::tuple<std::string, std::vector<Placement>, std::string, std::vector<Placement>>>
       moves = {
           {"line", {Placement::Shard(0)}, "grid", {Placement::Shard(1), Placement::Replicate()}},
           {"grid", {Placement::Partial(), Placement::Shard(0)}, "pair", {Placement::Shard(0)}},
@@ -436,9 +445,9 @@ TEST(InPlaceCollectives, AllReduceBroadcastAndRepeatedOutputsUpdateTheTensor) {
       absl::StatusOr<HostTensor> got = c.GetLocal("line", r, "gathered");
       ASSERT_TRUE(got.ok()) << got.status();
       for (int q = 0; q < 4; ++q) {
-        EXPECT_EQ(std::memcmp(got->data() + q * inputs[q].nbytes(), inputs[q].data(),
-                              inputs[q].nbytes()),
-                  0)
+        EXPECT_EQ(
+            std::memcmp(got->data() + q * inputs[q].nbytes(), inputs[q].data(), inputs[q].nbytes()),
+            0)
             << "round " << round << ", rank " << r << ", block " << q;
       }
     }
@@ -481,7 +490,8 @@ TEST(Clients, ConcurrentClientsEachGetTheirOwnResults) {
     });
   }
   for (auto& t : threads) t.join();
-  for (int c = 0; c < kClients; ++c) EXPECT_TRUE(results[c].ok()) << "client " << c << ": " << results[c];
+  for (int c = 0; c < kClients; ++c)
+    EXPECT_TRUE(results[c].ok()) << "client " << c << ": " << results[c];
 }
 
 TEST(Clients, OnlyTheOwnerFreesATensor) {
@@ -504,7 +514,8 @@ TEST(Clients, OnlyTheOwnerFreesATensor) {
 TEST(Clients, ADisconnectedClientsTensorsAreReclaimedAfterTheGracePeriod) {
   std::string name;
   {
-    absl::StatusOr<std::shared_ptr<Session>> s = Session::Connect(shared->cluster.cluster->address());
+    absl::StatusOr<std::shared_ptr<Session>> s =
+        Session::Connect(shared->cluster.cluster->address());
     ASSERT_TRUE(s.ok());
     absl::StatusOr<DTensor> t = client::Ones(**s, M("line"), {64}, {Placement::Shard(0)});
     ASSERT_TRUE(t.ok());

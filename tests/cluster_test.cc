@@ -184,8 +184,7 @@ double Tolerance(const CollectiveCase& c, int64_t group_size) {
 
 // What every mesh rank holds after the collective runs on `layout` with mesh rank r's input
 // `inputs[r]`.
-std::vector<std::optional<HostTensor>> ExpectedOnMesh(const CollectiveCase& c,
-                                                      const Layout& layout,
+std::vector<std::optional<HostTensor>> ExpectedOnMesh(const CollectiveCase& c, const Layout& layout,
                                                       const std::vector<HostTensor>& inputs,
                                                       int64_t root, int64_t peer) {
   std::vector<std::optional<HostTensor>> want(inputs.size());
@@ -296,8 +295,12 @@ void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, Mode mode) {
     const int64_t k = static_cast<int64_t>(layout.groups[0].size());
     for (size_t s = 0; s < std::size(kRows); ++s) {
       // Roots, senders and receivers move with the size so that every group rank takes each part.
-      Run run{&layout, kRows[s], static_cast<int64_t>(s + 1) % k, static_cast<int64_t>(s) % k,
-              absl::StrCat("y", next_output_++), absl::UnknownError("not run")};
+      Run run{&layout,
+              kRows[s],
+              static_cast<int64_t>(s + 1) % k,
+              static_cast<int64_t>(s) % k,
+              absl::StrCat("y", next_output_++),
+              absl::UnknownError("not run")};
       v1::CollectiveRequest request;
       request.set_mesh(layout.mesh);
       request.set_mesh_dim(layout.mesh_dim);
@@ -349,10 +352,12 @@ void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, Mode mode) {
     SCOPED_TRACE(absl::StrCat("mesh '", layout.mesh, "' mesh_dim '", layout.mesh_dim, "', ",
                               DTypeName(c.dtype), ShapeToString(InputShape(run.rows)), ", root ",
                               run.root, ", peer ", run.peer,
-                              mode == Mode::kSync ? "" : async ? ", async" : ", stream"));
+                              mode == Mode::kSync ? ""
+                              : async             ? ", async"
+                                                  : ", stream"));
     ASSERT_TRUE(run.reply.ok()) << run.reply.status();
-    const std::vector<std::optional<HostTensor>> want = ExpectedOnMesh(
-        c, layout, inputs_->at({c.dtype, run.rows}), run.root, run.peer);
+    const std::vector<std::optional<HostTensor>> want =
+        ExpectedOnMesh(c, layout, inputs_->at({c.dtype, run.rows}), run.root, run.peer);
     // The reply lists the output of every rank that wrote one, in mesh rank order.
     std::vector<std::string> want_outputs, got_outputs;
     for (const std::optional<HostTensor>& w : want) {
@@ -439,7 +444,8 @@ TEST_P(ClusterAsyncChainTest, EachStageReadsTheOneBefore) {
   }
 
   std::map<std::string, std::vector<HostTensor>> held;
-  for (const HostTensor& t : inputs_->at({dtype, 8})) held[InputName(dtype, 8)].push_back(t.Clone());
+  for (const HostTensor& t : inputs_->at({dtype, 8}))
+    held[InputName(dtype, 8)].push_back(t.Clone());
   for (size_t i = 0; i < stages.size(); ++i) {
     const Stage& stage = stages[i];
     std::vector<std::optional<HostTensor>> want =

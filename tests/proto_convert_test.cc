@@ -490,11 +490,10 @@ namespace tessera {
 namespace {
 
 TEST(PlanToProto, CarriesEveryStepAndTheTotals) {
-  const DTensorSpec src =
-      MakeDTensorSpec(DeviceMesh::Create("cpu", {2, 2}).value(),
-                      {Placement::Partial(ReduceOp::kMax), Placement::Shard(0)}, {8, 6},
-                      DType::kFloat32)
-          .value();
+  const DTensorSpec src = MakeDTensorSpec(DeviceMesh::Create("cpu", {2, 2}).value(),
+                                          {Placement::Partial(ReduceOp::kMax), Placement::Shard(0)},
+                                          {8, 6}, DType::kFloat32)
+                              .value();
   const RedistributePlan plan =
       PlanRedistribute(src, {Placement::Replicate(), Placement::Replicate()}).value();
   const v1::RedistributePlan msg = ToProto(plan);

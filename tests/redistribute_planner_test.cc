@@ -1,8 +1,9 @@
 // Hand-worked plans: which collectives, on which mesh dims, and how many bytes.
 
+#include "core/redistribute_planner.h"
+
 #include <vector>
 
-#include "core/redistribute_planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -66,11 +67,21 @@ INSTANTIATE_TEST_SUITE_P(
         OneStepCase{"LocalChunk", {4}, {8, 6}, {R}, {S(1)}, Collective::kLocalChunk, 0},
         OneStepCase{"LocalPartition", {4}, {8, 6}, {R}, {P}, Collective::kLocalPartition, 0},
         // On a 2x2 mesh the inner S(1) -> S(2) works within the outer S(1) chunk: one step.
-        OneStepCase{"NestedAllToAll", {2, 2}, {4, 8, 8}, {S(1), S(1)}, {S(1), S(2)},
-                    Collective::kAllToAll, 4 * 2 * 4 * 4},
+        OneStepCase{"NestedAllToAll",
+                    {2, 2},
+                    {4, 8, 8},
+                    {S(1), S(1)},
+                    {S(1), S(2)},
+                    Collective::kAllToAll,
+                    4 * 2 * 4 * 4},
         // All-gather along mesh dim 1 of a 2x2 mesh of a [4,6] tensor already split by rows.
-        OneStepCase{"InnerAllGather", {2, 2}, {4, 6}, {S(0), S(1)}, {S(0), R},
-                    Collective::kAllGather, 2 * 3 * 4}),
+        OneStepCase{"InnerAllGather",
+                    {2, 2},
+                    {4, 6},
+                    {S(0), S(1)},
+                    {S(0), R},
+                    Collective::kAllGather,
+                    2 * 3 * 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(PlanRedistribute, SameLayoutNeedsNoSteps) {
@@ -79,8 +90,8 @@ TEST(PlanRedistribute, SameLayoutNeedsNoSteps) {
 
 TEST(PlanRedistribute, NestedShardingIsReplicatedFirst) {
   // (S0, S0) -> (R, S0): the inner shard of dim 0 sits inside the outer one and must be undone.
-  const RedistributePlan plan = Plan(Spec({2, 2}, {S(0), S(0)}, {8, 4}), {R, S(0)},
-                                     PlannerKind::kGreedy);
+  const RedistributePlan plan =
+      Plan(Spec({2, 2}, {S(0), S(0)}, {8, 4}), {R, S(0)}, PlannerKind::kGreedy);
   ASSERT_EQ(plan.steps.size(), 3u) << plan.ToString();
   EXPECT_EQ(plan.steps[0].mesh_dim, 1);
   EXPECT_EQ(plan.steps[0].collective, Collective::kAllGather);

@@ -9,13 +9,12 @@
 #include "absl/strings/str_join.h"
 #include "core/redistribute_planner.h"
 #include "core/simulated_mesh.h"
+#include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
 #include "tests/placement_product.h"
-#include "core/small_integer_tensor.h"
 
 namespace tessera {
 namespace {
-
 
 struct Case {
   Shape mesh;
@@ -79,10 +78,10 @@ std::vector<HostTensor> RunAndCheckBytes(SimulatedMesh& sim, const DTensorSpec& 
     const int64_t sent = *std::max_element(sim.bytes_sent().begin(), sim.bytes_sent().end());
     const int64_t received =
         *std::max_element(sim.bytes_received().begin(), sim.bytes_received().end());
-    EXPECT_EQ(sent, step.send_bytes) << what << ": step on mesh dim " << step.mesh_dim << " "
-                                     << CollectiveName(step.collective);
-    EXPECT_EQ(received, step.recv_bytes) << what << ": step on mesh dim " << step.mesh_dim << " "
-                                         << CollectiveName(step.collective);
+    EXPECT_EQ(sent, step.send_bytes)
+        << what << ": step on mesh dim " << step.mesh_dim << " " << CollectiveName(step.collective);
+    EXPECT_EQ(received, step.recv_bytes)
+        << what << ": step on mesh dim " << step.mesh_dim << " " << CollectiveName(step.collective);
     spec.placements[step.mesh_dim] = step.to;
   }
   return shards;

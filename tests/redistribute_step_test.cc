@@ -153,7 +153,8 @@ class RedistributeStepTest : public ::testing::TestWithParam<Case> {
         } else {
           const HostTensor before = shards[pos].Clone();
           got[pos] = RunRedistributePlan(src, plan, coord, dims, &shards[pos]);
-          if (!shards[pos].BitEqual(before)) got[pos] = absl::InternalError("borrowed shard changed");
+          if (!shards[pos].BitEqual(before))
+            got[pos] = absl::InternalError("borrowed shard changed");
         }
         return;
       }

@@ -24,7 +24,8 @@ class ShardedFilesTest : public ::testing::Test {
 };
 
 TEST_F(ShardedFilesTest, RoundTripKeepsSpecAndEveryShard) {
-  const DeviceMesh mesh = DeviceMesh::Create("cpu", {2, 3}, {"dp", "tp"}, {5, 4, 3, 2, 1, 0}).value();
+  const DeviceMesh mesh =
+      DeviceMesh::Create("cpu", {2, 3}, {"dp", "tp"}, {5, 4, 3, 2, 1, 0}).value();
   const DTensorSpec spec =
       MakeDTensorSpec(mesh, {Placement::Shard(1), Placement::Partial(ReduceOp::kSum)}, {7, 5},
                       DType::kBFloat16)
@@ -46,8 +47,9 @@ TEST_F(ShardedFilesTest, MissingRankFileIsNotFound) {
   const DeviceMesh mesh = DeviceMesh::Create("cpu", {2}).value();
   const DTensorSpec spec =
       MakeDTensorSpec(mesh, {Placement::Shard(0)}, {4}, DType::kFloat32).value();
-  ShardedTensor tensor{spec, SimulatedMesh(mesh).Distribute(
-                                 SmallIntegerTensor(DType::kFloat32, {4}, 1), spec).value()};
+  ShardedTensor tensor{
+      spec,
+      SimulatedMesh(mesh).Distribute(SmallIntegerTensor(DType::kFloat32, {4}, 1), spec).value()};
   ASSERT_TRUE(WriteShardedTensor(dir_.string(), "t", tensor).ok());
   std::filesystem::remove(ShardFilePath(dir_.string(), 1));
   absl::StatusOr<ShardedTensor> back = ReadShardedTensor(dir_.string(), "t");
@@ -71,8 +73,9 @@ TEST_F(ShardedFilesTest, FilesThatDisagreeAreRefused) {
   const DeviceMesh mesh = DeviceMesh::Create("cpu", {2}).value();
   const DTensorSpec spec =
       MakeDTensorSpec(mesh, {Placement::Replicate()}, {4}, DType::kFloat32).value();
-  ShardedTensor tensor{spec, SimulatedMesh(mesh).Distribute(
-                                 SmallIntegerTensor(DType::kFloat32, {4}, 1), spec).value()};
+  ShardedTensor tensor{
+      spec,
+      SimulatedMesh(mesh).Distribute(SmallIntegerTensor(DType::kFloat32, {4}, 1), spec).value()};
   ASSERT_TRUE(WriteShardedTensor(dir_.string(), "t", tensor).ok());
   SafetensorsFile f = ReadSafetensorsFile(ShardFilePath(dir_.string(), 1)).value();
   f.metadata["tessera.placements"] = "(S(0))";

@@ -17,10 +17,10 @@
 #include "core/small_integer_tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/placement_product.h"
 #include "kernels/backend.h"
 #include "kernels/run_op.h"
 #include "kernels/testing/reference.h"
+#include "tests/placement_product.h"
 
 namespace tessera {
 namespace {

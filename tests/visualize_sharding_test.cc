@@ -37,11 +37,11 @@ TEST(VisualizeSharding, ReplicatedBlocksListEveryHolder) {
 }
 
 TEST(VisualizeSharding, PartialIsMarkedAndEmptyShardsListed) {
-  const std::string text =
-      VisualizeSharding(Spec({4}, {Placement::Partial(ReduceOp::kSum)}, {3}));
+  const std::string text = VisualizeSharding(Spec({4}, {Placement::Partial(ReduceOp::kSum)}, {3}));
   EXPECT_THAT(text, HasSubstr("partial value"));
   const std::string uneven = VisualizeSharding(Spec({4}, {Placement::Shard(0)}, {3}));
-  EXPECT_THAT(uneven, HasSubstr("rank 3   coord [3]       local [0]          offset [3]          0 B"));
+  EXPECT_THAT(uneven,
+              HasSubstr("rank 3   coord [3]       local [0]          offset [3]          0 B"));
 }
 
 }  // namespace

@@ -50,7 +50,8 @@ absl::StatusOr<v1::CommandReply> CommandExecutor::Execute(const v1::Command& com
       meshes_.erase(command.teardown_mesh().mesh_id());
       break;
     case v1::Command::kCollective: {
-      absl::StatusOr<std::vector<v1::LocalTensorInfo>> written = RunCollective(command.collective());
+      absl::StatusOr<std::vector<v1::LocalTensorInfo>> written =
+          RunCollective(command.collective());
       if (!written.ok()) return written.status();
       for (v1::LocalTensorInfo& t : *written) *reply.add_tensors() = std::move(t);
       break;
@@ -63,10 +64,10 @@ absl::StatusOr<v1::CommandReply> CommandExecutor::Execute(const v1::Command& com
     case v1::Command::kFillTensor:
     case v1::Command::kRunOp: {
       absl::StatusOr<v1::LocalTensorInfo> written =
-          command.kind_case() == v1::Command::kSpreadTensor  ? SpreadTensor(command.spread_tensor())
+          command.kind_case() == v1::Command::kSpreadTensor ? SpreadTensor(command.spread_tensor())
           : command.kind_case() == v1::Command::kRedistribute ? Redistribute(command.redistribute())
           : command.kind_case() == v1::Command::kFillTensor   ? FillTensor(command.fill_tensor())
-                                                               : RunOp(command.run_op());
+                                                              : RunOp(command.run_op());
       if (!written.ok()) return written.status();
       *reply.add_tensors() = *std::move(written);
       break;
@@ -142,8 +143,9 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
   const int me = group.rank();
   const int root = static_cast<int>(c.root());
   absl::StatusOr<ReduceOp> op = FromProto(c.reduce_op());
-  const bool splits = c.op() == v1::ALL_GATHER_OP || c.op() == v1::GATHER || c.op() == v1::SCATTER ||
-                      c.op() == v1::REDUCE_SCATTER_OP || c.op() == v1::ALL_TO_ALL_OP;
+  const bool splits = c.op() == v1::ALL_GATHER_OP || c.op() == v1::GATHER ||
+                      c.op() == v1::SCATTER || c.op() == v1::REDUCE_SCATTER_OP ||
+                      c.op() == v1::ALL_TO_ALL_OP;
   if (splits && in.rank() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", c.input(), "' is a scalar; this collective works along dim 0"));
@@ -283,7 +285,8 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
       return keep(*std::move(out));
     }
     default:
-      return absl::InvalidArgumentError(absl::StrCat("collective op ", c.op(), " is not supported"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("collective op ", c.op(), " is not supported"));
   }
 }
 

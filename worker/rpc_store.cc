@@ -29,8 +29,8 @@ std::vector<std::string> RpcStore::Get(const std::vector<std::string>& keys,
   v1::StoreGetReply reply;
   grpc::Status s = registry_->StoreGet(&context, request, &reply);
   if (!s.ok()) {
-    throw gloo::IoException(absl::StrCat("rendezvous get '", keys.empty() ? "" : keys[0], "': ",
-                                         s.error_message()));
+    throw gloo::IoException(
+        absl::StrCat("rendezvous get '", keys.empty() ? "" : keys[0], "': ", s.error_message()));
   }
   return std::vector<std::string>(reply.values().begin(), reply.values().end());
 }

@@ -11,9 +11,9 @@ absl::Status ShardStore::Reserve(int64_t bytes, const std::string& replacing) co
     freed = static_cast<int64_t>(it->second->nbytes());
   }
   if (used_ - freed + bytes > budget_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "holding ", bytes, " more bytes would pass the worker's memory budget of ", budget_,
-        " bytes (", used_, " in use)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("holding ", bytes, " more bytes would pass the worker's memory budget of ",
+                     budget_, " bytes (", used_, " in use)"));
   }
   return absl::OkStatus();
 }
@@ -33,7 +33,8 @@ absl::Status ShardStore::Put(const std::string& name, HostTensor tensor) {
 absl::StatusOr<std::shared_ptr<const HostTensor>> ShardStore::Get(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("no local tensor '", name, "'"));
+  if (it == tensors_.end())
+    return absl::NotFoundError(absl::StrCat("no local tensor '", name, "'"));
   return it->second;
 }
 

@@ -70,8 +70,8 @@ absl::StatusOr<DTensorSpec> CommandExecutor::SpecOnMesh(const v1::DTensorMeta& m
   absl::StatusOr<DTensorSpec> spec = FromProto(meta);
   if (!spec.ok()) return spec.status();
   if (spec->mesh.shape() != mc.mesh.shape() || spec->mesh.ranks() != mc.mesh.ranks()) {
-    return absl::InvalidArgumentError(absl::StrCat("spec ", spec->ToString(),
-                                                   " is not on the command's mesh"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec ", spec->ToString(), " is not on the command's mesh"));
   }
   return spec;
 }
@@ -91,14 +91,14 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
   const std::vector<int64_t> source(s.source_coordinate().begin(), s.source_coordinate().end());
   const std::vector<int> dims(s.broadcast_dims().begin(), s.broadcast_dims().end());
   if (source.size() != coord.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("source coordinate has ", source.size(),
-                                                   " entries for a mesh of ", coord.size(), " dims"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "source coordinate has ", source.size(), " entries for a mesh of ", coord.size(), " dims"));
   }
   for (int m : dims) {
     if (m < 0 || m >= spec->mesh.ndim() || source[m] < 0 || source[m] >= spec->mesh.size(m)) {
-      return absl::InvalidArgumentError(absl::StrCat("broadcast along mesh dim ", m, " from ",
-                                                     m >= 0 && m < static_cast<int>(source.size()) ? source[m] : -1,
-                                                     " is outside the mesh"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "broadcast along mesh dim ", m, " from ",
+          m >= 0 && m < static_cast<int>(source.size()) ? source[m] : -1, " is outside the mesh"));
     }
   }
   // Ranks at the source coordinate on dims[i..] hold the data before the broadcast along dims[i].
@@ -114,10 +114,10 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
     absl::StatusOr<std::shared_ptr<const HostTensor>> held = store_->Get(s.tensor());
     if (!held.ok()) return held.status();
     if ((*held)->shape() != local || (*held)->dtype() != spec->dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "local tensor '", s.tensor(), "' is ", DTypeName((*held)->dtype()),
-          ShapeToString((*held)->shape()), " but the spec needs ", DTypeName(spec->dtype),
-          ShapeToString(local), " here"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("local tensor '", s.tensor(), "' is ", DTypeName((*held)->dtype()),
+                       ShapeToString((*held)->shape()), " but the spec needs ",
+                       DTypeName(spec->dtype), ShapeToString(local), " here"));
     }
     shard = (*held)->Clone();
   } else {
@@ -131,8 +131,8 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
   for (size_t i = 0; i < dims.size(); ++i) {
     if (!holds_after(i + 1)) continue;  // this group has no copy yet: nothing to send
     const int m = dims[i];
-    if (absl::Status st = (*mc)->dims[m]->Broadcast(shard.data(), shard.num_elements(),
-                                                    spec->dtype, static_cast<int>(source[m]));
+    if (absl::Status st = (*mc)->dims[m]->Broadcast(shard.data(), shard.num_elements(), spec->dtype,
+                                                    static_cast<int>(source[m]));
         !st.ok()) {
       return st;
     }
@@ -143,8 +143,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
   return info;
 }
 
-absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::Redistribute(
-    const v1::RedistributeTensor& r) {
+absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::Redistribute(const v1::RedistributeTensor& r) {
   absl::StatusOr<MeshComms*> mc = FindMesh(r.mesh_id());
   if (!mc.ok()) return mc.status();
   absl::StatusOr<DTensorSpec> spec = SpecOnMesh(r.spec(), **mc);
@@ -186,15 +185,23 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::FillTensor(const v1::FillTe
   if (shard->num_elements() > 0) {
     const kernels::TensorView view = kernels::ViewOf(*shard);
     switch (f.factory()) {
-      case v1::ZEROS: st = kernels_->Fill(view, 0.0); break;
-      case v1::EMPTY: st = kernels_->Fill(view, 0.0); break;
-      case v1::ONES: st = kernels_->Fill(view, 1.0); break;
-      case v1::FULL: st = kernels_->Fill(view, f.value()); break;
+      case v1::ZEROS:
+        st = kernels_->Fill(view, 0.0);
+        break;
+      case v1::EMPTY:
+        st = kernels_->Fill(view, 0.0);
+        break;
+      case v1::ONES:
+        st = kernels_->Fill(view, 1.0);
+        break;
+      case v1::FULL:
+        st = kernels_->Fill(view, f.value());
+        break;
       case v1::RAND:
       case v1::RANDN:
-        st = kernels_->RandomFill(
-            f.factory() == v1::RAND ? kernels::Distribution::kUniform : kernels::Distribution::kNormal,
-            f.seed(), spec->shape, local.offset, view);
+        st = kernels_->RandomFill(f.factory() == v1::RAND ? kernels::Distribution::kUniform
+                                                          : kernels::Distribution::kNormal,
+                                  f.seed(), spec->shape, local.offset, view);
         break;
       default:
         return absl::InvalidArgumentError(absl::StrCat("factory ", f.factory(), " is not one"));

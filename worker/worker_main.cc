@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
       "tessera-worker --coordinator=HOST:PORT --device=cpu|cuda:N [--listen=HOST:PORT]");
   absl::ParseCommandLine(argc, argv);
   std::string secret = absl::GetFlag(FLAGS_secret);
-  if (secret.empty() && std::getenv("TESSERA_SECRET") != nullptr) secret = std::getenv("TESSERA_SECRET");
+  if (secret.empty() && std::getenv("TESSERA_SECRET") != nullptr)
+    secret = std::getenv("TESSERA_SECRET");
   if (secret.empty()) {
     std::cerr << "tessera-worker: a shared secret is required (--secret or $TESSERA_SECRET)\n";
     return 2;
@@ -110,9 +111,9 @@ int main(int argc, char** argv) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_bytes);
   args.SetMaxSendMessageSize(max_bytes);
-  std::shared_ptr<tessera::v1::Registry::Stub> registry = tessera::v1::Registry::NewStub(
-      grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator), grpc::InsecureChannelCredentials(),
-                                args));
+  std::shared_ptr<tessera::v1::Registry::Stub> registry =
+      tessera::v1::Registry::NewStub(grpc::CreateCustomChannel(
+          absl::GetFlag(FLAGS_coordinator), grpc::InsecureChannelCredentials(), args));
   tessera::v1::RegisterRequest request;
   request.set_address(address);
   request.set_device(device);

@@ -40,9 +40,9 @@ grpc::Status WorkerService::Admit(const grpc::ServerContext& context, int64_t in
                         "this worker accepts commands from its coordinator only (bad secret)");
   }
   if (const int64_t current = incarnation_.load(); incarnation != current) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("command for incarnation ", incarnation,
-                                     " reached incarnation ", current));
+    return grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("command for incarnation ", incarnation, " reached incarnation ", current));
   }
   return grpc::Status::OK;
 }
