@@ -6,13 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "transfer/tensor_stream.h"
 
 namespace tessera {
 namespace {
 
-constexpr size_t kChunkBytes = 1 << 20;
 // Transfers and mesh set-up may take longer than a plain call.
-constexpr absl::Duration kLongCall = absl::Minutes(10);
+constexpr absl::Duration kLongCall = kTransferTimeout;
 
 }  // namespace
 
@@ -27,8 +27,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     return absl::UnavailableError(absl::StrCat("cannot reach tessera-coordinator at ", address,
                                                " within ", absl::FormatDuration(timeout)));
   }
-  return std::unique_ptr<CoordinatorClient>(
-      new CoordinatorClient(address, v1::Coordinator::NewStub(channel), timeout));
+  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(address, channel, timeout));
 }
 
 void CoordinatorClient::Prepare(grpc::ClientContext* context, absl::Duration timeout) const {
@@ -39,7 +38,8 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers() {
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::ListWorkersReply reply;
-  if (grpc::Status s = stub_->ListWorkers(&context, {}, &reply); !s.ok()) return FromGrpcStatus(s);
+  if (grpc::Status s = meshes_->ListWorkers(&context, {}, &reply); !s.ok())
+    return FromGrpcStatus(s);
   return std::vector<v1::WorkerInfo>(reply.workers().begin(), reply.workers().end());
 }
 
@@ -57,7 +57,7 @@ absl::StatusOr<v1::MeshInfo> CoordinatorClient::CreateMesh(
   grpc::ClientContext context;
   Prepare(&context, collective_timeout + timeout_);
   v1::MeshInfo reply;
-  if (grpc::Status s = stub_->CreateMesh(&context, request, &reply); !s.ok()) {
+  if (grpc::Status s = meshes_->CreateMesh(&context, request, &reply); !s.ok()) {
     return FromGrpcStatus(s);
   }
   return reply;
@@ -69,7 +69,8 @@ absl::StatusOr<v1::MeshInfo> CoordinatorClient::GetMesh(const std::string& name)
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::MeshInfo reply;
-  if (grpc::Status s = stub_->GetMesh(&context, request, &reply); !s.ok()) return FromGrpcStatus(s);
+  if (grpc::Status s = meshes_->GetMesh(&context, request, &reply); !s.ok())
+    return FromGrpcStatus(s);
   return reply;
 }
 
@@ -77,7 +78,7 @@ absl::StatusOr<std::vector<v1::MeshInfo>> CoordinatorClient::ListMeshes() {
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::ListMeshesReply reply;
-  if (grpc::Status s = stub_->ListMeshes(&context, {}, &reply); !s.ok()) return FromGrpcStatus(s);
+  if (grpc::Status s = meshes_->ListMeshes(&context, {}, &reply); !s.ok()) return FromGrpcStatus(s);
   return std::vector<v1::MeshInfo>(reply.meshes().begin(), reply.meshes().end());
 }
 
@@ -87,7 +88,7 @@ absl::Status CoordinatorClient::DeleteMesh(const std::string& name) {
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::DeleteMeshReply reply;
-  return FromGrpcStatus(stub_->DeleteMesh(&context, request, &reply));
+  return FromGrpcStatus(meshes_->DeleteMesh(&context, request, &reply));
 }
 
 absl::Status CoordinatorClient::PutLocal(const std::string& mesh, int64_t rank,
@@ -95,21 +96,20 @@ absl::Status CoordinatorClient::PutLocal(const std::string& mesh, int64_t rank,
   grpc::ClientContext context;
   Prepare(&context, kLongCall);
   v1::PutLocalReply reply;
-  std::unique_ptr<grpc::ClientWriter<v1::PutLocalChunk>> writer = stub_->PutLocal(&context, &reply);
+  std::unique_ptr<grpc::ClientWriter<v1::PutLocalChunk>> writer =
+      collectives_->PutLocal(&context, &reply);
   v1::PutLocalChunk chunk;
   chunk.set_mesh(mesh);
   chunk.set_rank(rank);
   chunk.set_tensor(name);
   chunk.set_dtype(ToProto(tensor.dtype()));
   *chunk.mutable_shape() = ToProto(tensor.shape());
-  size_t offset = 0;
-  do {
-    const size_t n = std::min(kChunkBytes, tensor.nbytes() - offset);
-    chunk.set_data(reinterpret_cast<const char*>(tensor.data()) + offset, n);
-    offset += n;
-    if (!writer->Write(chunk)) break;  // the server ended the call; Finish says why
+  WriteChunks(AsBytes(tensor), [&](absl::string_view piece) {
+    chunk.set_data(piece.data(), piece.size());
+    if (!writer->Write(chunk)) return false;  // the server ended the call; Finish says why
     chunk.Clear();
-  } while (offset < tensor.nbytes());
+    return true;
+  });
   writer->WritesDone();
   return FromGrpcStatus(writer->Finish());
 }
@@ -122,36 +122,9 @@ absl::StatusOr<HostTensor> CoordinatorClient::GetLocal(const std::string& mesh, 
   request.set_tensor(name);
   grpc::ClientContext context;
   Prepare(&context, kLongCall);
-  std::unique_ptr<grpc::ClientReader<v1::TensorChunk>> reader = stub_->GetLocal(&context, request);
-  v1::TensorChunk chunk;
-  absl::StatusOr<HostTensor> tensor = absl::InternalError("the download sent no chunks");
-  size_t offset = 0;
-  while (reader->Read(&chunk)) {
-    if (offset == 0 && !tensor.ok()) {
-      absl::StatusOr<DType> dtype = FromProto(chunk.dtype());
-      absl::StatusOr<Shape> shape = FromProto(chunk.shape());
-      if (!dtype.ok() || !shape.ok()) {
-        context.TryCancel();
-        return !dtype.ok() ? dtype.status() : shape.status();
-      }
-      tensor = HostTensor::Uninitialized(*dtype, *shape);
-      if (!tensor.ok()) return tensor.status();
-    }
-    if (offset + chunk.data().size() > tensor->nbytes()) {
-      context.TryCancel();
-      return absl::DataLossError(
-          absl::StrCat("download of '", name, "' sent more than ", tensor->nbytes(), " bytes"));
-    }
-    std::memcpy(tensor->data() + offset, chunk.data().data(), chunk.data().size());
-    offset += chunk.data().size();
-  }
-  if (grpc::Status s = reader->Finish(); !s.ok()) return FromGrpcStatus(s);
-  if (!tensor.ok()) return tensor.status();
-  if (offset != tensor->nbytes()) {
-    return absl::DataLossError(absl::StrCat("download of '", name, "' ended after ", offset, " of ",
-                                            tensor->nbytes(), " bytes"));
-  }
-  return tensor;
+  std::unique_ptr<grpc::ClientReader<v1::TensorChunk>> reader =
+      collectives_->GetLocal(&context, request);
+  return ReadTensorStream(context, *reader, absl::StrCat("download of '", name, "'"));
 }
 
 absl::StatusOr<v1::CollectiveReply> CoordinatorClient::RunCollective(
@@ -159,7 +132,7 @@ absl::StatusOr<v1::CollectiveReply> CoordinatorClient::RunCollective(
   grpc::ClientContext context;
   Prepare(&context, kLongCall);
   v1::CollectiveReply reply;
-  if (grpc::Status s = stub_->RunCollective(&context, request, &reply); !s.ok()) {
+  if (grpc::Status s = collectives_->RunCollective(&context, request, &reply); !s.ok()) {
     return FromGrpcStatus(s);
   }
   return reply;
@@ -173,7 +146,7 @@ absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> CoordinatorClie
   request.set_mesh(mesh);
   for (int64_t w : works) request.add_works(w);
   v1::WaitCollectivesReply reply;
-  if (grpc::Status s = stub_->WaitCollectives(&context, request, &reply); !s.ok()) {
+  if (grpc::Status s = collectives_->WaitCollectives(&context, request, &reply); !s.ok()) {
     return FromGrpcStatus(s);
   }
   if (reply.results_size() != request.works_size()) {
@@ -195,7 +168,7 @@ absl::StatusOr<std::unique_ptr<CollectiveStream>> CoordinatorClient::OpenCollect
     absl::Duration timeout) {
   std::unique_ptr<CollectiveStream> stream(new CollectiveStream);
   Prepare(&stream->context_, timeout);
-  stream->stream_ = stub_->CollectiveStream(&stream->context_);
+  stream->stream_ = collectives_->CollectiveStream(&stream->context_);
   return stream;
 }
 
@@ -261,14 +234,15 @@ absl::Status CoordinatorClient::DeleteTensor(const std::string& mesh, const std:
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::DeleteTensorReply reply;
-  return FromGrpcStatus(stub_->DeleteTensor(&context, request, &reply));
+  return FromGrpcStatus(collectives_->DeleteTensor(&context, request, &reply));
 }
 
 absl::StatusOr<std::vector<v1::TensorInfo>> CoordinatorClient::ListTensors() {
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::ListTensorsReply reply;
-  if (grpc::Status s = stub_->ListTensors(&context, {}, &reply); !s.ok()) return FromGrpcStatus(s);
+  if (grpc::Status s = dtensors_->ListTensors(&context, {}, &reply); !s.ok())
+    return FromGrpcStatus(s);
   return std::vector<v1::TensorInfo>(reply.tensors().begin(), reply.tensors().end());
 }
 

@@ -11,7 +11,10 @@
 #include "absl/time/time.h"
 #include "core/host_tensor.h"
 #include "core/shape.h"
-#include "tessera/v1/coordinator.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "tessera/v1/collective.grpc.pb.h"
+#include "tessera/v1/dtensor.grpc.pb.h"
+#include "tessera/v1/mesh.grpc.pb.h"
 
 namespace tessera {
 
@@ -98,13 +101,19 @@ class CoordinatorClient {
   const std::string& address() const { return address_; }
 
  private:
-  CoordinatorClient(std::string address, std::unique_ptr<v1::Coordinator::Stub> stub,
+  CoordinatorClient(std::string address, const std::shared_ptr<grpc::Channel>& channel,
                     absl::Duration timeout)
-      : address_(std::move(address)), stub_(std::move(stub)), timeout_(timeout) {}
+      : address_(std::move(address)),
+        meshes_(v1::MeshService::NewStub(channel)),
+        collectives_(v1::CollectiveService::NewStub(channel)),
+        dtensors_(v1::DTensorService::NewStub(channel)),
+        timeout_(timeout) {}
   void Prepare(grpc::ClientContext* context, absl::Duration timeout) const;
 
   const std::string address_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<v1::MeshService::Stub> meshes_;
+  std::unique_ptr<v1::CollectiveService::Stub> collectives_;
+  std::unique_ptr<v1::DTensorService::Stub> dtensors_;
   const absl::Duration timeout_;
 };
 

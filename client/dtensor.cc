@@ -8,43 +8,12 @@
 #include "absl/strings/str_format.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "transfer/tensor_stream.h"
 
 namespace tessera::client {
 namespace {
 
-constexpr size_t kChunkBytes = 1 << 20;
-constexpr absl::Duration kTransferTimeout = absl::Minutes(10);
-
 absl::StatusOr<DTensorSpec> SpecOf(const v1::TensorInfo& info) { return FromProto(info.meta()); }
-
-// Reads a stream of TensorData into a host tensor.
-absl::StatusOr<HostTensor> ReadTensor(grpc::ClientReaderInterface<v1::TensorData>& reader,
-                                      const Progress& progress) {
-  v1::TensorData chunk;
-  std::optional<HostTensor> out;
-  size_t got = 0;
-  while (reader.Read(&chunk)) {
-    if (!out.has_value()) {
-      absl::StatusOr<DType> dtype = FromProto(chunk.dtype());
-      absl::StatusOr<Shape> shape = FromProto(chunk.shape());
-      if (!dtype.ok() || !shape.ok()) return absl::DataLossError("stream header is not a tensor");
-      absl::StatusOr<HostTensor> t = HostTensor::Uninitialized(*dtype, *shape);
-      if (!t.ok()) return t.status();
-      out = *std::move(t);
-    }
-    if (got + chunk.data().size() > out->nbytes()) {
-      return absl::DataLossError("the stream sent more bytes than the tensor holds");
-    }
-    std::memcpy(out->data() + got, chunk.data().data(), chunk.data().size());
-    got += chunk.data().size();
-    if (progress) progress(static_cast<int64_t>(got), static_cast<int64_t>(out->nbytes()));
-  }
-  if (absl::Status s = FromGrpcStatus(reader.Finish()); !s.ok()) return s;
-  if (!out.has_value() || got != out->nbytes()) {
-    return absl::DataLossError(absl::StrCat("the stream ended after ", got, " bytes"));
-  }
-  return *std::move(out);
-}
 
 }  // namespace
 
@@ -63,7 +32,7 @@ absl::StatusOr<std::shared_ptr<Session>> Session::Connect(const std::string& add
     absl::BitGen gen;
     options.client_id = absl::StrFormat("c-%016x", absl::Uniform<uint64_t>(gen));
   }
-  std::shared_ptr<Session> session(new Session(v1::Coordinator::NewStub(channel), options));
+  std::shared_ptr<Session> session(new Session(channel, options));
   if (options.keep_alive) {
     grpc::ClientContext context;
     session->Prepare(&context);
@@ -86,8 +55,10 @@ absl::StatusOr<std::shared_ptr<Session>> Session::Connect(const std::string& add
   return session;
 }
 
-Session::Session(std::unique_ptr<v1::Coordinator::Stub> stub, SessionOptions options)
-    : stub_(std::move(stub)), options_(std::move(options)) {}
+Session::Session(const std::shared_ptr<grpc::Channel>& channel, SessionOptions options)
+    : stub_(v1::DTensorService::NewStub(channel)),
+      meshes_(v1::MeshService::NewStub(channel)),
+      options_(std::move(options)) {}
 
 Session::~Session() {
   stop_.Notify();
@@ -110,7 +81,7 @@ absl::StatusOr<Mesh> InitDeviceMesh(Session& session, const std::string& device_
   grpc::ClientContext context;
   session.Prepare(&context, absl::Minutes(2));
   v1::MeshInfo info;
-  if (grpc::Status s = session.stub().CreateMesh(&context, request, &info); !s.ok()) {
+  if (grpc::Status s = session.meshes().CreateMesh(&context, request, &info); !s.ok()) {
     return FromGrpcStatus(s);
   }
   absl::StatusOr<DeviceMesh> mesh = FromProto(info.mesh());
@@ -124,7 +95,7 @@ absl::StatusOr<Mesh> GetMesh(Session& session, const std::string& name) {
   grpc::ClientContext context;
   session.Prepare(&context);
   v1::MeshInfo info;
-  if (grpc::Status s = session.stub().GetMesh(&context, request, &info); !s.ok()) {
+  if (grpc::Status s = session.meshes().GetMesh(&context, request, &info); !s.ok()) {
     return FromGrpcStatus(s);
   }
   absl::StatusOr<DeviceMesh> mesh = FromProto(info.mesh());
@@ -199,7 +170,8 @@ absl::StatusOr<HostTensor> DTensor::FullTensor(const Progress& progress) const {
   grpc::ClientContext context;
   state_->session->Prepare(&context, kTransferTimeout);
   auto reader = state_->session->stub().FullTensor(&context, request);
-  return ReadTensor(*reader, progress);
+  return ReadTensorStream(context, *reader, absl::StrCat("full_tensor of '", name(), "'"),
+                          progress);
 }
 
 absl::StatusOr<HostTensor> DTensor::ToLocal(int64_t rank) const {
@@ -209,7 +181,8 @@ absl::StatusOr<HostTensor> DTensor::ToLocal(int64_t rank) const {
   grpc::ClientContext context;
   state_->session->Prepare(&context, kTransferTimeout);
   auto reader = state_->session->stub().ToLocal(&context, request);
-  return ReadTensor(*reader, nullptr);
+  return ReadTensorStream(context, *reader,
+                          absl::StrCat("to_local of '", name(), "' on rank ", rank));
 }
 
 absl::Status DTensor::Synchronize() const {
@@ -248,17 +221,15 @@ absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& ten
   h->set_dtype(ToProto(tensor.dtype()));
   *h->mutable_shape() = ToProto(tensor.shape());
   h->set_src_data_rank(options.src_data_rank);
-  size_t offset = 0;
-  do {
-    const size_t n = std::min(kChunkBytes, tensor.nbytes() - offset);
-    chunk.set_data(reinterpret_cast<const char*>(tensor.data()) + offset, n);
-    offset += n;
-    if (!writer->Write(chunk)) break;
-    if (options.progress) {
-      options.progress(static_cast<int64_t>(offset), static_cast<int64_t>(tensor.nbytes()));
-    }
+  int64_t sent = 0;
+  WriteChunks(AsBytes(tensor), [&](absl::string_view piece) {
+    chunk.set_data(piece.data(), piece.size());
+    if (!writer->Write(chunk)) return false;  // the server ended the call; Finish says why
     chunk.Clear();
-  } while (offset < tensor.nbytes());
+    sent += static_cast<int64_t>(piece.size());
+    if (options.progress) options.progress(sent, static_cast<int64_t>(tensor.nbytes()));
+    return true;
+  });
   writer->WritesDone();
   if (grpc::Status s = writer->Finish(); !s.ok()) return FromGrpcStatus(s);
   return DTensor::Adopt(session.shared_from_this(), info, true);
@@ -286,15 +257,12 @@ absl::StatusOr<DTensor> FromLocal(Session& session, absl::Span<const HostTensor>
     chunk.set_begins_rank(true);
     chunk.set_rank(static_cast<int64_t>(r));
     *chunk.mutable_local_shape() = ToProto(t.shape());
-    size_t offset = 0;
-    bool open = true;
-    do {
-      const size_t n = std::min(kChunkBytes, t.nbytes() - offset);
-      chunk.set_data(reinterpret_cast<const char*>(t.data()) + offset, n);
-      offset += n;
-      open = writer->Write(chunk);
+    const bool open = WriteChunks(AsBytes(t), [&](absl::string_view piece) {
+      chunk.set_data(piece.data(), piece.size());
+      const bool sent = writer->Write(chunk);
       chunk.Clear();
-    } while (open && offset < t.nbytes());
+      return sent;
+    });
     if (!open) break;
   }
   writer->WritesDone();

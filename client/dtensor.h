@@ -20,7 +20,9 @@
 #include "core/host_tensor.h"
 #include "core/op_call.h"
 #include "core/placement.h"
-#include "tessera/v1/coordinator.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "tessera/v1/dtensor.grpc.pb.h"
+#include "tessera/v1/mesh.grpc.pb.h"
 
 namespace tessera::client {
 
@@ -46,13 +48,15 @@ class Session : public std::enable_shared_from_this<Session> {
   ~Session();
 
   const std::string& client_id() const { return options_.client_id; }
-  v1::Coordinator::Stub& stub() { return *stub_; }
+  v1::DTensorService::Stub& stub() { return *stub_; }
+  v1::MeshService::Stub& meshes() { return *meshes_; }
   // Sets the deadline (`timeout`, or the session's) and the client id on a call.
   void Prepare(grpc::ClientContext* context, absl::Duration timeout = absl::ZeroDuration()) const;
 
  private:
-  Session(std::unique_ptr<v1::Coordinator::Stub> stub, SessionOptions options);
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  Session(const std::shared_ptr<grpc::Channel>& channel, SessionOptions options);
+  std::unique_ptr<v1::DTensorService::Stub> stub_;
+  std::unique_ptr<v1::MeshService::Stub> meshes_;
   SessionOptions options_;
   absl::Notification stop_;
   std::thread keeper_;

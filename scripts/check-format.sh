@@ -17,6 +17,9 @@ elif [ -n "${TESSERA_FORMAT_BASE:-}" ]; then
 else
   mapfile -t files < <(git ls-files '*.cc' '*.h' '*.cu' '*.cuh')
 fi
+existing=()
+for f in "${files[@]}"; do [ -f "$f" ] && existing+=("$f"); done
+files=("${existing[@]}")
 [ "${#files[@]}" -eq 0 ] && { echo "check-format: no files"; exit 0; }
 clang-format "${mode[@]}" "${files[@]}"
 echo "check-format: ${#files[@]} files formatted"

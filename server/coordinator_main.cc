@@ -1,5 +1,6 @@
-// tessera-coordinator: the control plane. Serves the client-facing Coordinator service and the
-// worker-facing Registry (with the rendezvous store) on one port, plus gRPC health and reflection.
+// tessera-coordinator: the control plane. Serves the client-facing services (meshes,
+// collectives, DTensors) and the worker-facing Registry (with the rendezvous store) on one port,
+// plus gRPC health and reflection.
 
 #include <malloc.h>
 
@@ -16,8 +17,12 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "server/coordinator_service.h"
+#include "server/collective_service.h"
 #include "server/dispatcher.h"
+#include "server/dtensor_service.h"
+#include "server/dtensor_table.h"
+#include "server/mesh_service.h"
+#include "server/mesh_table.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_store.h"
 #include "server/worker_registry.h"
@@ -57,8 +62,11 @@ int main(int argc, char** argv) {
   tessera::RendezvousStore store;
   tessera::Dispatcher dispatcher(&workers, secret);
   tessera::RegistryService registry_service(&workers, &store);
-  tessera::CoordinatorService coordinator_service(&dispatcher, &store,
-                                                  absl::GetFlag(FLAGS_client_grace));
+  tessera::MeshTable meshes(&workers);
+  tessera::CollectiveService collective_service(&meshes, &dispatcher);
+  tessera::DTensorTable tensors(&meshes, &dispatcher);
+  tessera::DTensorService dtensor_service(&tensors, absl::GetFlag(FLAGS_client_grace));
+  tessera::MeshService mesh_service(&meshes, &dispatcher, &store, {&collective_service, &tensors});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -69,7 +77,9 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
   builder.RegisterService(&registry_service);
-  builder.RegisterService(&coordinator_service);
+  builder.RegisterService(&mesh_service);
+  builder.RegisterService(&collective_service);
+  builder.RegisterService(&dtensor_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::cerr << "tessera-coordinator: cannot listen on " << absl::GetFlag(FLAGS_listen) << "\n";

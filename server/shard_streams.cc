@@ -6,16 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "transfer/tensor_stream.h"
 
 namespace tessera {
 namespace {
 
-constexpr size_t kWindowBytes = 1 << 20;
-
-absl::Status WorkerError(const WorkerHandle& w, const grpc::Status& s) {
-  absl::Status status = FromGrpcStatus(s);
-  return absl::Status(status.code(),
-                      absl::StrCat("worker ", w.id, " at ", w.address, ": ", status.message()));
+absl::Status ErrorFrom(const WorkerHandle& w, const grpc::Status& s) {
+  return WorkerError(w.id, w.address, s);
 }
 
 // The live workers at mesh `positions` of `spec`'s mesh.
@@ -97,7 +94,7 @@ ShardScatter::~ShardScatter() {
 }
 
 absl::Status ShardScatter::Flush(Upload& u, bool force) {
-  if (!u.open || (!force && u.pending.size() < kWindowBytes)) return absl::OkStatus();
+  if (!u.open || (!force && u.pending.size() < kChunkBytes)) return absl::OkStatus();
   if (u.pending.empty()) return absl::OkStatus();
   u.chunk.set_data(std::move(u.pending));
   u.pending.clear();
@@ -145,8 +142,8 @@ absl::Status ShardScatter::Finish() {
   finished_ = true;
   if (received_ != expected_) {
     Cancel();
-    return absl::InvalidArgumentError(absl::StrCat("the stream ended after ", received_,
-                                                   " of the tensor's ", expected_, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("the stream ended after ", received_, " of the ",
+                                                   expected_, " bytes of the tensor"));
   }
   absl::Status first;
   for (auto& u : uploads_) {
@@ -155,7 +152,7 @@ absl::Status ShardScatter::Finish() {
   }
   for (auto& u : uploads_) {
     grpc::Status s = u->writer->Finish();
-    if (!s.ok() && first.ok()) first = WorkerError(u->worker, s);
+    if (!s.ok() && first.ok()) first = ErrorFrom(u->worker, s);
   }
   return first;
 }
@@ -229,7 +226,7 @@ bool ShardGather::Next(std::string* out) {
   const int64_t begin = next_element_;
   const int64_t end =
       std::min(num_elements_,
-               begin + std::max<int64_t>(1, static_cast<int64_t>(kWindowBytes / element_size_)));
+               begin + std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / element_size_)));
   const int64_t window_bytes = (end - begin) * static_cast<int64_t>(element_size_);
   for (auto& d : downloads_) {
     // The window is one rank's next chunk as it arrives: pass it on without a copy.
@@ -260,7 +257,7 @@ bool ShardGather::Next(std::string* out) {
         status_ = s.ok() ? absl::DataLossError(absl::StrCat("worker ", d->worker.id, " at ",
                                                             d->worker.address,
                                                             " sent fewer bytes than its shard"))
-                         : WorkerError(d->worker, s);
+                         : ErrorFrom(d->worker, s);
         out->clear();
         return false;
       }
@@ -294,8 +291,41 @@ void ShardGather::DrainAll() {
     }
     d->ended = true;
     grpc::Status s = d->reader->Finish();
-    if (!s.ok() && status_.ok()) status_ = WorkerError(d->worker, s);
+    if (!s.ok() && status_.ok()) status_ = ErrorFrom(d->worker, s);
   }
+}
+
+absl::StatusOr<int64_t> ScatterStream(Dispatcher& dispatcher, const DTensorSpec& spec,
+                                      const std::vector<int64_t>& positions,
+                                      const std::string& worker_tensor, absl::Time deadline,
+                                      std::string first,
+                                      absl::FunctionRef<bool(std::string*)> next) {
+  absl::StatusOr<std::unique_ptr<ShardScatter>> scatter =
+      ShardScatter::Open(dispatcher, spec, positions, worker_tensor, deadline);
+  if (!scatter.ok()) return scatter.status();
+  absl::Status status = (*scatter)->Write(std::move(first));
+  std::string piece;
+  while (status.ok() && next(&piece)) status = (*scatter)->Write(std::move(piece));
+  if (status.ok()) status = (*scatter)->Finish();
+  if (!status.ok()) return status;
+  return (*scatter)->received_bytes();
+}
+
+absl::Status GatherStream(Dispatcher& dispatcher, const DTensorSpec& spec,
+                          const std::string& worker_tensor, absl::Time deadline,
+                          absl::FunctionRef<bool(std::string)> write) {
+  absl::StatusOr<std::unique_ptr<ShardGather>> gather =
+      ShardGather::Open(dispatcher, spec, worker_tensor, deadline);
+  if (!gather.ok()) return gather.status();
+  std::string window;
+  bool any = false;
+  while ((*gather)->Next(&window)) {
+    if (!write(std::move(window))) return absl::CancelledError("the reader went away");
+    any = true;
+  }
+  if (!(*gather)->status().ok()) return (*gather)->status();
+  if (!any && !write(std::string())) return absl::CancelledError("the reader went away");
+  return absl::OkStatus();
 }
 
 }  // namespace tessera

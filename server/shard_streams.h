@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -82,6 +83,21 @@ class ShardGather {
   absl::Status status_;
   std::vector<std::unique_ptr<Download>> downloads_;
 };
+
+// Routes a tensor's bytes, `first` and then each piece `next` gives until it returns false, into
+// its blocks on the ranks at mesh `positions` of `spec` (a ShardScatter), and checks that every
+// byte arrived; returns the bytes received. Nothing is kept on failure.
+absl::StatusOr<int64_t> ScatterStream(Dispatcher& dispatcher, const DTensorSpec& spec,
+                                      const std::vector<int64_t>& positions,
+                                      const std::string& worker_tensor, absl::Time deadline,
+                                      std::string first,
+                                      absl::FunctionRef<bool(std::string*)> next);
+
+// Streams a tensor out of its blocks (a ShardGather) to `write`, window by window, at least once
+// (one empty window for a tensor of no bytes). CANCELLED when `write` fails (the reader went away).
+absl::Status GatherStream(Dispatcher& dispatcher, const DTensorSpec& spec,
+                          const std::string& worker_tensor, absl::Time deadline,
+                          absl::FunctionRef<bool(std::string)> write);
 
 // Mesh positions (row-major) holding the distinct blocks of `spec`: coordinate `source` on every
 // mesh dim that is not Shard, any coordinate on Shard dims.

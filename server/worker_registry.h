@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "tessera/v1/coordinator.pb.h"
+#include "tessera/v1/mesh.pb.h"
 #include "tessera/v1/registry.pb.h"
 #include "tessera/v1/worker.grpc.pb.h"
 

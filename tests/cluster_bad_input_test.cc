@@ -81,8 +81,8 @@ class ClusterBadInputTest : public ::testing::Test {
         if (!startup_.ok()) return;
       }
     }
-    stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(cluster_->cluster->address(),
-                                                         grpc::InsecureChannelCredentials()))
+    stub_ = v1::CollectiveService::NewStub(grpc::CreateChannel(cluster_->cluster->address(),
+                                                               grpc::InsecureChannelCredentials()))
                 .release();
   }
 
@@ -147,7 +147,7 @@ class ClusterBadInputTest : public ::testing::Test {
   static inline TestCluster* cluster_ = nullptr;
   static inline absl::Status startup_;
   static inline std::vector<std::vector<HostTensor>>* kept_ = nullptr;
-  static inline v1::Coordinator::Stub* stub_ = nullptr;
+  static inline v1::CollectiveService::Stub* stub_ = nullptr;
 };
 
 TEST_F(ClusterBadInputTest, UnknownMeshIsNotFound) {

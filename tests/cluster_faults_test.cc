@@ -142,7 +142,7 @@ TEST_P(ClusterFaultsIssueTest, WorkerKilledDuringAllReduce) {
   // The all_reduce runs on its own channel with its own deadline, so that nothing can hang here.
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials());
-  std::unique_ptr<v1::Coordinator::Stub> stub = v1::Coordinator::NewStub(channel);
+  std::unique_ptr<v1::CollectiveService::Stub> stub = v1::CollectiveService::NewStub(channel);
   const v1::CollectiveRequest request = AllReduceSum("big", "x", "y");
   std::promise<absl::Status> done;
   std::future<absl::Status> result = done.get_future();

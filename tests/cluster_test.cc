@@ -1,4 +1,4 @@
-// Every collective of the Coordinator service, run by real worker processes over Gloo and checked
+// Every collective of the CollectiveService, run by real worker processes over Gloo and checked
 // against a single-process reference: collective × reduce op × dtype, each over sizes that are
 // fewer than, uneven over and even over the group, on a 1-D mesh of 4 and on both dims and the
 // whole of a 2x2 mesh.

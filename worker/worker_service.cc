@@ -5,13 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "transfer/tensor_stream.h"
 
 namespace tessera {
-namespace {
-
-constexpr size_t kChunkBytes = 1 << 20;
-
-}  // namespace
 
 WorkerService::WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes)
     : secret_(std::move(secret)),
@@ -112,26 +108,17 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
   const int64_t want = NumElements(*shape) * static_cast<int64_t>(DTypeSize(*dtype));
   // Check the budget before taking the bytes; the old tensor of the same name is replaced.
   if (absl::Status s = store_.Reserve(want, name); !s.ok()) return finish(s);
-  absl::StatusOr<HostTensor> tensor = HostTensor::Uninitialized(*dtype, *shape);
-  if (!tensor.ok()) return finish(tensor.status());
-  int64_t got = 0;
+  TensorAssembler tensor(absl::StrCat("upload of '", name, "'"),
+                         absl::StatusCode::kInvalidArgument);
+  absl::Status status = tensor.Start(*dtype, *shape);
   do {
-    const int64_t n = static_cast<int64_t>(chunk.data().size());
-    if (got + n > want) {
-      return finish(absl::InvalidArgumentError(
-          absl::StrCat("upload of '", name, "' sent more than the ", want, " bytes of ",
-                       DTypeName(*dtype), ShapeToString(*shape))));
-    }
-    std::memcpy(tensor->data() + got, chunk.data().data(), static_cast<size_t>(n));
-    got += n;
-  } while (reader->Read(&chunk));
-  if (got != want) {
-    return finish(absl::InvalidArgumentError(
-        absl::StrCat("upload of '", name, "' ended after ", got, " of the ", want, " bytes of ",
-                     DTypeName(*dtype), ShapeToString(*shape))));
-  }
-  if (absl::Status s = store_.Put(name, *std::move(tensor)); !s.ok()) return finish(s);
-  reply->set_bytes(got);
+    if (status.ok()) status = tensor.Append(chunk.data());
+  } while (status.ok() && reader->Read(&chunk));
+  if (!status.ok()) return finish(status);
+  absl::StatusOr<HostTensor> received = std::move(tensor).Finish();
+  if (!received.ok()) return finish(received.status());
+  if (absl::Status s = store_.Put(name, *std::move(received)); !s.ok()) return finish(s);
+  reply->set_bytes(want);
   return finish(absl::OkStatus());
 }
 
@@ -149,14 +136,12 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
   chunk.set_tensor(request->tensor());
   chunk.set_dtype(ToProto(t.dtype()));
   *chunk.mutable_shape() = ToProto(t.shape());
-  size_t offset = 0;
-  do {
-    const size_t n = std::min(kChunkBytes, t.nbytes() - offset);
-    chunk.set_data(reinterpret_cast<const char*>(t.data()) + offset, n);
-    offset += n;
-    if (!writer->Write(chunk)) break;
+  WriteChunks(AsBytes(t), [&](absl::string_view piece) {
+    chunk.set_data(piece.data(), piece.size());
+    const bool sent = writer->Write(chunk);
     chunk.Clear();
-  } while (offset < t.nbytes());
+    return sent;
+  });
   return grpc::Status::OK;
 }
 

@@ -1,0 +1,309 @@
+#include "server/dtensor_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/redistribute_planner.h"
+#include "core/sharding_propagation.h"
+#include "core/status_macros.h"
+#include "proto/convert.h"
+#include "proto/grpc_status.h"
+
+namespace tessera {
+namespace {
+
+grpc::Status Invalid(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+absl::StatusOr<PlannerKind> PlannerOf(v1::Planner p) {
+  switch (p) {
+    case v1::PLANNER_UNSPECIFIED:
+    case v1::MIN_COST:
+      return PlannerKind::kMinCost;
+    case v1::GREEDY:
+      return PlannerKind::kGreedy;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("planner ", p, " is not a planner"));
+  }
+}
+
+// The spec of a factory tensor, and a check of the factory and its dtype.
+absl::StatusOr<DTensorSpec> FactorySpec(const Mesh& mesh, const v1::CreateTensorRequest& request) {
+  ASSIGN_OR_RETURN(const DType dtype, FromProto(request.dtype()));
+  ASSIGN_OR_RETURN(Shape shape, FromProto(request.shape()));
+  ASSIGN_OR_RETURN(std::vector<Placement> placements, FromProto(request.placements()));
+  ASSIGN_OR_RETURN(DTensorSpec spec,
+                   MakeDTensorSpec(mesh.mesh, std::move(placements), std::move(shape), dtype));
+  if (request.factory() <= v1::FACTORY_UNSPECIFIED || request.factory() > v1::RANDN) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("factory ", request.factory(), " is not a factory"));
+  }
+  if ((request.factory() == v1::RAND || request.factory() == v1::RANDN) &&
+      !IsFloatingPoint(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rand and randn need a floating dtype, not ", DTypeName(dtype)));
+  }
+  return spec;
+}
+
+}  // namespace
+
+DTensorService::DTensorService(DTensorTable* tensors, absl::Duration client_grace)
+    : tensors_(tensors), streams_(tensors), leases_(client_grace) {
+  reaper_ = std::thread([this] {
+    const absl::Duration period =
+        std::clamp(leases_.grace() / 4, absl::Milliseconds(50), absl::Seconds(5));
+    while (!stopping_.WaitForNotificationWithTimeout(period)) ReclaimExpired();
+  });
+}
+
+DTensorService::~DTensorService() {
+  stopping_.Notify();
+  reaper_.join();
+}
+
+std::string DTensorService::ClientId(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("tessera-client");
+  return it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+}
+
+std::string DTensorService::Caller(const grpc::ServerContext& context) {
+  std::string client = ClientId(context);
+  leases_.Touch(client);
+  return client;
+}
+
+grpc::Status DTensorService::DistributeTensor(grpc::ServerContext* context,
+                                              grpc::ServerReader<v1::DistributeChunk>* reader,
+                                              v1::TensorInfo* reply) {
+  absl::StatusOr<v1::TensorInfo> info = streams_.Distribute(*context, reader, Caller(*context));
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *reply = *std::move(info);
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::FromLocal(grpc::ServerContext* context,
+                                       grpc::ServerReader<v1::FromLocalChunk>* reader,
+                                       v1::TensorInfo* reply) {
+  absl::StatusOr<v1::TensorInfo> info = streams_.FromLocal(*context, reader, Caller(*context));
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *reply = *std::move(info);
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::ToLocal(grpc::ServerContext* context,
+                                     const v1::ToLocalRequest* request,
+                                     grpc::ServerWriter<v1::TensorData>* writer) {
+  Caller(*context);
+  return ToGrpcStatus(streams_.ToLocal(*context, *request, writer));
+}
+
+grpc::Status DTensorService::FullTensor(grpc::ServerContext* context,
+                                        const v1::FullTensorRequest* request,
+                                        grpc::ServerWriter<v1::TensorData>* writer) {
+  Caller(*context);
+  return ToGrpcStatus(streams_.FullTensor(*context, *request, writer));
+}
+
+grpc::Status DTensorService::CreateTensor(grpc::ServerContext* context,
+                                          const v1::CreateTensorRequest* request,
+                                          v1::TensorInfo* reply) {
+  const std::string client = Caller(*context);
+  absl::StatusOr<std::shared_ptr<Mesh>> mesh = tensors_->meshes().Ready(request->mesh());
+  if (!mesh.ok()) return ToGrpcStatus(mesh.status());
+  absl::StatusOr<DTensorSpec> spec = FactorySpec(**mesh, *request);
+  if (!spec.ok()) return ToGrpcStatus(spec.status());
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> t =
+      tensors_->Add(request->name(), *mesh, *spec, client);
+  if (!t.ok()) return ToGrpcStatus(t.status());
+  v1::Command command;
+  v1::FillTensor* fill = command.mutable_fill_tensor();
+  fill->set_mesh_id((*mesh)->id);
+  fill->set_output(DTensorTable::WorkerName((*t)->name));
+  *fill->mutable_spec() = ToProto(*spec);
+  fill->set_factory(request->factory());
+  fill->set_value(request->value());
+  fill->set_seed(request->seed());
+  tensors_->Post(**mesh, command, (*t)->write);
+  *reply = tensors_->Describe(**t);
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::GetTensor(grpc::ServerContext* context,
+                                       const v1::GetTensorRequest* request, v1::TensorInfo* reply) {
+  Caller(*context);
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Find(request->name());
+  if (!t.ok()) return ToGrpcStatus(t.status());
+  *reply = tensors_->Describe(**t);
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::ListTensors(grpc::ServerContext* context,
+                                         const v1::ListTensorsRequest* request,
+                                         v1::ListTensorsReply* reply) {
+  Caller(*context);
+  for (const auto& t : tensors_->OnMesh(request->mesh())) {
+    *reply->add_tensors() = tensors_->Describe(*t);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::FreeTensor(grpc::ServerContext* context,
+                                        const v1::FreeTensorRequest* request,
+                                        v1::FreeTensorReply*) {
+  const std::string client = Caller(*context);
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Find(request->name());
+  if (!t.ok()) return ToGrpcStatus(t.status());
+  if ((*t)->owner != client) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("tensor '", request->name(), "' belongs to client '",
+                                     (*t)->owner, "', not '", client, "'"));
+  }
+  tensors_->Release(**t);
+  return grpc::Status::OK;
+}
+
+absl::Status DTensorService::RedistributeInMesh(const v1::RedistributeRequest& request,
+                                                const std::shared_ptr<DTensorEntry>& src,
+                                                std::vector<Placement> placements,
+                                                const std::string& owner,
+                                                v1::RedistributeReply* reply) {
+  ASSIGN_OR_RETURN(const PlannerKind planner, PlannerOf(request.planner()));
+  const DTensorSpec& spec = src->spec;
+  ASSIGN_OR_RETURN(const RedistributePlan plan, PlanRedistribute(spec, placements, planner));
+  *reply->mutable_plan() = ToProto(plan);
+  if (request.explain()) return absl::OkStatus();
+  DTensorSpec dst = spec;
+  ASSIGN_OR_RETURN(dst.placements, NormalizePlacements(spec.mesh, std::move(placements),
+                                                       static_cast<int>(spec.shape.size())));
+  ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> out,
+                   tensors_->Add(request.output(), src->mesh, dst, owner));
+  v1::Command command;
+  v1::RedistributeTensor* r = command.mutable_redistribute();
+  r->set_mesh_id(src->mesh->id);
+  r->set_input(DTensorTable::WorkerName(src->name));
+  r->set_output(DTensorTable::WorkerName(out->name));
+  *r->mutable_spec() = ToProto(spec);
+  *r->mutable_plan() = reply->plan();
+  tensors_->Post(*src->mesh, command, out->write, {src});
+  *reply->mutable_output() = tensors_->Describe(*out);
+  return absl::OkStatus();
+}
+
+grpc::Status DTensorService::Redistribute(grpc::ServerContext* context,
+                                          const v1::RedistributeRequest* request,
+                                          v1::RedistributeReply* reply) {
+  const std::string client = Caller(*context);
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> src = tensors_->Usable(request->name());
+  if (!src.ok()) return ToGrpcStatus(src.status());
+  absl::StatusOr<std::vector<Placement>> placements = FromProto(request->placements());
+  if (!placements.ok()) return ToGrpcStatus(placements.status());
+  if (absl::Status s = PlannerOf(request->planner()).status(); !s.ok()) return ToGrpcStatus(s);
+  if (request->mesh().empty() || request->mesh() == (*src)->mesh->name) {
+    return ToGrpcStatus(RedistributeInMesh(*request, *src, *std::move(placements), client, reply));
+  }
+  absl::StatusOr<std::shared_ptr<Mesh>> dst = tensors_->meshes().Ready(request->mesh());
+  if (!dst.ok()) return ToGrpcStatus(dst.status());
+  return ToGrpcStatus(streams_.MoveAcrossMeshes(*context, **src, *dst, *std::move(placements),
+                                                request->output(), client, reply));
+}
+
+grpc::Status DTensorService::RunOp(grpc::ServerContext* context, const v1::OpRequest* request,
+                                   v1::OpReply* reply) {
+  const std::string client = Caller(*context);
+  absl::StatusOr<OpCall> op = FromProto(request->op());
+  if (!op.ok()) return ToGrpcStatus(op.status());
+  if (request->inputs_size() != op->num_inputs()) {
+    return Invalid(absl::StrCat(OpKindName(op->kind), " takes ", op->num_inputs(), " inputs, not ",
+                                request->inputs_size()));
+  }
+  std::vector<std::shared_ptr<DTensorEntry>> inputs;
+  std::vector<DTensorSpec> specs;
+  for (const std::string& name : request->inputs()) {
+    absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Usable(name);
+    if (!t.ok()) return ToGrpcStatus(t.status());
+    if (!inputs.empty() && (*t)->mesh != inputs[0]->mesh) {
+      return Invalid(absl::StrCat("inputs '", inputs[0]->name, "' and '", name,
+                                  "' are on different meshes ('", inputs[0]->mesh->name, "', '",
+                                  (*t)->mesh->name, "'); redistribute one to the other's mesh"));
+    }
+    specs.push_back((*t)->spec);
+    inputs.push_back(*std::move(t));
+  }
+  absl::StatusOr<OpSharding> sharding = PropagateSharding(*op, specs);
+  if (!sharding.ok()) return ToGrpcStatus(sharding.status());
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> out =
+      tensors_->Add(request->output(), inputs[0]->mesh, sharding->output, client);
+  if (!out.ok()) return ToGrpcStatus(out.status());
+  v1::Command command;
+  v1::RunOp* run = command.mutable_run_op();
+  run->set_mesh_id(inputs[0]->mesh->id);
+  *run->mutable_op() = ToProto(*op);
+  run->set_output(DTensorTable::WorkerName((*out)->name));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    v1::OpInput* in = run->add_inputs();
+    in->set_tensor(DTensorTable::WorkerName(inputs[i]->name));
+    *in->mutable_spec() = ToProto(specs[i]);
+    *in->mutable_plan() = ToProto(sharding->input_plans[i]);
+    if (!sharding->input_plans[i].steps.empty()) {
+      v1::InputRedistribution* r = reply->add_redistributions();
+      r->set_input(inputs[i]->name);
+      *r->mutable_from_placements() = ToProto(specs[i].placements);
+      *r->mutable_to_placements() = ToProto(sharding->strategy.inputs[i]);
+      *r->mutable_plan() = in->plan();
+    }
+  }
+  tensors_->Post(*inputs[0]->mesh, command, (*out)->write, inputs);
+  *reply->mutable_output() = tensors_->Describe(**out);
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::Synchronize(grpc::ServerContext* context,
+                                         const v1::SynchronizeRequest* request,
+                                         v1::SynchronizeReply*) {
+  const std::string client = Caller(*context);
+  std::vector<std::shared_ptr<DTensorEntry>> tensors;
+  if (request->names().empty()) {
+    tensors = tensors_->OwnedBy(client);
+  } else {
+    for (const std::string& name : request->names()) {
+      absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Find(name);
+      if (!t.ok()) return ToGrpcStatus(t.status());
+      tensors.push_back(*std::move(t));
+    }
+  }
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  for (const auto& t : tensors) {
+    if (!t->write->done.WaitForNotificationWithDeadline(deadline)) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("tensor '", t->name, "' is still being written"));
+    }
+    if (!t->write->status.ok()) {
+      return ToGrpcStatus(absl::Status(
+          t->write->status.code(),
+          absl::StrCat("tensor '", t->name, "' failed: ", t->write->status.message())));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest*,
+                                       v1::KeepAliveReply* reply) {
+  const std::string client = ClientId(*context);
+  if (client.empty()) {
+    return Invalid("KeepAlive needs a client id in the 'tessera-client' metadata entry");
+  }
+  leases_.KeepAlive(client);
+  reply->set_grace_ms(absl::ToInt64Milliseconds(leases_.grace()));
+  return grpc::Status::OK;
+}
+
+void DTensorService::ReclaimExpired() {
+  for (const std::string& client : leases_.TakeExpired()) {
+    for (const auto& t : tensors_->OwnedBy(client)) tensors_->Release(*t);
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,89 @@
+#ifndef TESSERA_SERVER_DTENSOR_SERVICE_H_
+#define TESSERA_SERVER_DTENSOR_SERVICE_H_
+
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "server/client_leases.h"
+#include "server/dtensor_streams.h"
+#include "server/dtensor_table.h"
+#include "tessera/v1/dtensor.grpc.pb.h"
+
+namespace tessera {
+
+// The client-facing DTensorService: DTensors sharded over meshes, their factories,
+// redistribution, ops with sharding propagation, and the leases that reclaim an absent client's
+// tensors. Calls that run work validate it, compute the output spec (no data needed), post the
+// command to the workers and return; streams go through DTensorStreams.
+class DTensorService final : public v1::DTensorService::Service {
+ public:
+  // `client_grace`: how long a client's tensors outlive its last call once it held a lease.
+  DTensorService(DTensorTable* tensors, absl::Duration client_grace);
+  ~DTensorService() override;
+
+  // Client stream.
+  grpc::Status DistributeTensor(grpc::ServerContext* context,
+                                grpc::ServerReader<v1::DistributeChunk>* reader,
+                                v1::TensorInfo* reply) override;
+  // Client stream.
+  grpc::Status FromLocal(grpc::ServerContext* context,
+                         grpc::ServerReader<v1::FromLocalChunk>* reader,
+                         v1::TensorInfo* reply) override;
+  // Server stream.
+  grpc::Status ToLocal(grpc::ServerContext* context, const v1::ToLocalRequest* request,
+                       grpc::ServerWriter<v1::TensorData>* writer) override;
+  // Server stream.
+  grpc::Status FullTensor(grpc::ServerContext* context, const v1::FullTensorRequest* request,
+                          grpc::ServerWriter<v1::TensorData>* writer) override;
+  // Unary.
+  grpc::Status CreateTensor(grpc::ServerContext* context, const v1::CreateTensorRequest* request,
+                            v1::TensorInfo* reply) override;
+  // Unary.
+  grpc::Status GetTensor(grpc::ServerContext* context, const v1::GetTensorRequest* request,
+                         v1::TensorInfo* reply) override;
+  // Unary.
+  grpc::Status ListTensors(grpc::ServerContext* context, const v1::ListTensorsRequest* request,
+                           v1::ListTensorsReply* reply) override;
+  // Unary.
+  grpc::Status FreeTensor(grpc::ServerContext* context, const v1::FreeTensorRequest* request,
+                          v1::FreeTensorReply*) override;
+  // Unary.
+  grpc::Status Redistribute(grpc::ServerContext* context, const v1::RedistributeRequest* request,
+                            v1::RedistributeReply* reply) override;
+  // Unary.
+  grpc::Status RunOp(grpc::ServerContext* context, const v1::OpRequest* request,
+                     v1::OpReply* reply) override;
+  // Unary.
+  grpc::Status Synchronize(grpc::ServerContext* context, const v1::SynchronizeRequest* request,
+                           v1::SynchronizeReply*) override;
+  // Unary.
+  grpc::Status KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest*,
+                         v1::KeepAliveReply* reply) override;
+
+  // Frees every tensor of clients whose lease expired; run periodically.
+  void ReclaimExpired();
+
+  // The caller's client id (the "tessera-client" metadata entry); "" for an anonymous caller.
+  static std::string ClientId(const grpc::ServerContext& context);
+
+ private:
+  // The caller's client id, its lease renewed.
+  std::string Caller(const grpc::ServerContext& context);
+  // Redistributes within the tensor's mesh: plans, adds the output and posts the plan's run.
+  absl::Status RedistributeInMesh(const v1::RedistributeRequest& request,
+                                  const std::shared_ptr<DTensorEntry>& src,
+                                  std::vector<Placement> placements, const std::string& owner,
+                                  v1::RedistributeReply* reply);
+
+  DTensorTable* tensors_;
+  DTensorStreams streams_;
+  ClientLeases leases_;
+  absl::Notification stopping_;
+  std::thread reaper_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_DTENSOR_SERVICE_H_

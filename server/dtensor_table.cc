@@ -1,0 +1,189 @@
+#include "server/dtensor_table.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "proto/convert.h"
+
+namespace tessera {
+namespace {
+
+constexpr size_t kMaxNameLength = 200;
+
+}  // namespace
+
+int64_t DTensorTable::ShardBytes(const DTensorSpec& spec, int64_t position) {
+  return NumElements(LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(position)).shape) *
+         static_cast<int64_t>(DTypeSize(spec.dtype));
+}
+
+absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Add(const std::string& requested,
+                                                                std::shared_ptr<Mesh> mesh,
+                                                                DTensorSpec spec,
+                                                                const std::string& owner) {
+  if (requested.size() > kMaxNameLength || requested.find('/') != std::string::npos ||
+      (!requested.empty() && requested[0] == '.')) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor name '", requested, "' must be at most ", kMaxNameLength,
+                     " characters, without '/' and not starting with '.'"));
+  }
+  if (mesh->mesh.device_type() != "cpu") {
+    // Workers keep DTensor shards in host memory; NCCL needs them in device memory.
+    return absl::UnimplementedError(absl::StrCat("DTensors live on cpu meshes for now; mesh '",
+                                                 mesh->name, "' is ", mesh->mesh.device_type()));
+  }
+  std::vector<int64_t> bytes(static_cast<size_t>(mesh->mesh.size()));
+  for (int64_t p = 0; p < mesh->mesh.size(); ++p) bytes[p] = ShardBytes(spec, p);
+  std::vector<int64_t> budgets;
+  for (int64_t id : mesh->mesh.ranks()) {
+    ASSIGN_OR_RETURN(const WorkerHandle w, dispatcher_->registry().Get(id));
+    budgets.push_back(w.memory_budget_bytes);
+  }
+  auto tensor = std::make_shared<DTensorEntry>(
+      DTensorEntry{"", std::move(mesh), std::move(spec), owner, std::make_shared<TensorWrite>()});
+  absl::MutexLock lock(&mu_);
+  std::string name = requested;
+  if (name.empty()) {
+    do {
+      name = absl::StrCat("t", next_id_++);
+    } while (tensors_.contains(name));
+  } else if (tensors_.contains(name)) {
+    return absl::AlreadyExistsError(absl::StrCat("a tensor named '", name, "' exists"));
+  }
+  const std::vector<int64_t>& ranks = tensor->mesh->mesh.ranks();
+  for (size_t p = 0; p < ranks.size(); ++p) {
+    const int64_t held = held_bytes_[ranks[p]];
+    if (budgets[p] > 0 && held + bytes[p] > budgets[p]) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("tensor ", tensor->spec.ToString(), " needs ", bytes[p], " bytes on worker ",
+                       ranks[p], ", which holds ", held, " of its ", budgets[p], "-byte budget"));
+    }
+  }
+  for (size_t p = 0; p < ranks.size(); ++p) held_bytes_[ranks[p]] += bytes[p];
+  tensor->name = name;
+  tensors_[name] = tensor;
+  return tensor;
+}
+
+absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Find(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end())
+    return absl::NotFoundError(absl::StrCat("no tensor named '", name, "'"));
+  return it->second;
+}
+
+absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Usable(const std::string& name) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t, Find(name));
+  RETURN_IF_ERROR(meshes_->Health(*t->mesh));
+  if (t->write->done.HasBeenNotified() && !t->write->status.ok()) {
+    const absl::Status& s = t->write->status;
+    return absl::Status(s.code(), absl::StrCat("tensor '", name, "' failed: ", s.message()));
+  }
+  return t;
+}
+
+std::vector<std::shared_ptr<DTensorEntry>> DTensorTable::OnMesh(const std::string& mesh) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<DTensorEntry>> found;
+  for (const auto& [name, t] : tensors_) {
+    if (mesh.empty() || t->mesh->name == mesh) found.push_back(t);
+  }
+  return found;
+}
+
+std::vector<std::shared_ptr<DTensorEntry>> DTensorTable::OwnedBy(const std::string& client) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<DTensorEntry>> found;
+  for (const auto& [name, t] : tensors_) {
+    if (t->owner == client) found.push_back(t);
+  }
+  return found;
+}
+
+std::string DTensorTable::TemporaryName() {
+  absl::MutexLock lock(&mu_);
+  return absl::StrCat("dt/.read/", next_id_++);
+}
+
+void DTensorTable::Drop(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return;
+  const DTensorEntry& t = *it->second;
+  for (int64_t p = 0; p < t.mesh->mesh.size(); ++p) {
+    held_bytes_[t.mesh->mesh.ranks()[p]] -= ShardBytes(t.spec, p);
+  }
+  tensors_.erase(it);
+}
+
+std::vector<std::string> DTensorTable::ForgetMesh(const Mesh& mesh) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> dropped;
+  for (auto t = tensors_.begin(); t != tensors_.end();) {
+    if (t->second->mesh.get() != &mesh) {
+      ++t;
+      continue;
+    }
+    for (int64_t p = 0; p < mesh.mesh.size(); ++p) {
+      held_bytes_[mesh.mesh.ranks()[p]] -= ShardBytes(t->second->spec, p);
+    }
+    dropped.push_back(WorkerName(t->first));
+    t = tensors_.erase(t);
+  }
+  return dropped;
+}
+
+void DTensorTable::Post(const Mesh& mesh, const v1::Command& command,
+                        std::shared_ptr<TensorWrite> write,
+                        std::vector<std::shared_ptr<DTensorEntry>> inputs) {
+  absl::StatusOr<std::vector<WorkerHandle>> workers = meshes_->Workers(mesh);
+  if (!workers.ok()) {
+    write->status = workers.status();
+    write->done.Notify();
+    return;
+  }
+  dispatcher_->Post(
+      *workers, command, mesh.command_timeout(),
+      [write, inputs = std::move(inputs)](absl::Status status, std::vector<v1::CommandReply>) {
+        for (const auto& in : inputs) {
+          if (status.ok()) break;
+          // Its replies came first; its own callback may still be on its way.
+          if (!in->write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) ||
+              in->write->status.ok()) {
+            continue;
+          }
+          status = absl::Status(
+              in->write->status.code(),
+              absl::StrCat("input '", in->name, "' failed: ", in->write->status.message()));
+        }
+        write->status = std::move(status);
+        write->done.Notify();
+      });
+}
+
+void DTensorTable::Release(const DTensorEntry& tensor) {
+  Drop(tensor.name);
+  if (!meshes_->Health(*tensor.mesh).ok()) return;  // its workers lost it already
+  v1::Command command;
+  command.mutable_delete_tensors()->add_names(WorkerName(tensor.name));
+  Post(*tensor.mesh, command, std::make_shared<TensorWrite>());
+}
+
+v1::TensorInfo DTensorTable::Describe(const DTensorEntry& tensor) const {
+  v1::TensorInfo info;
+  info.set_name(tensor.name);
+  info.set_mesh(tensor.mesh->name);
+  *info.mutable_meta() = ToProto(tensor.spec);
+  info.set_owner(tensor.owner);
+  if (!tensor.write->done.HasBeenNotified()) {
+    info.set_state(v1::PENDING);
+  } else if (tensor.write->status.ok()) {
+    info.set_state(v1::READY);
+  } else {
+    info.set_state(v1::FAILED);
+    info.set_error(std::string(tensor.write->status.message()));
+  }
+  return info;
+}
+
+}  // namespace tessera

@@ -1,0 +1,151 @@
+#include "server/mesh_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/shape.h"
+#include "core/status_macros.h"
+#include "proto/convert.h"
+#include "proto/grpc_status.h"
+
+namespace tessera {
+namespace {
+
+constexpr absl::Duration kDefaultCollectiveTimeout = absl::Seconds(30);
+
+std::string StorePrefix(const Mesh& mesh) { return absl::StrCat("mesh/", mesh.id, "/"); }
+
+}  // namespace
+
+v1::MeshInfo MeshService::Describe(const Mesh& mesh) const {
+  v1::MeshInfo info;
+  info.set_name(mesh.name);
+  *info.mutable_mesh() = ToProto(mesh.mesh);
+  const absl::Status health = meshes_->Health(mesh);
+  info.set_ready(health.ok());
+  info.set_broken_reason(std::string(health.message()));
+  info.set_timeout_ms(absl::ToInt64Milliseconds(mesh.timeout));
+  for (std::string& name : mesh.locals.Names()) info.add_tensors(std::move(name));
+  return info;
+}
+
+grpc::Status MeshService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                                      v1::ListWorkersReply* reply) {
+  for (v1::WorkerInfo& w : dispatcher_->registry().List()) *reply->add_workers() = std::move(w);
+  return grpc::Status::OK;
+}
+
+absl::Status MeshService::ChooseWorkers(const v1::CreateMeshRequest& request, int64_t needed,
+                                        std::vector<int64_t>* ids,
+                                        std::vector<int64_t>* incarnations) const {
+  const WorkerRegistry& registry = dispatcher_->registry();
+  const std::string shape = ShapeToString(Shape(request.shape().begin(), request.shape().end()));
+  ids->assign(request.worker_ids().begin(), request.worker_ids().end());
+  if (ids->empty()) {
+    std::vector<int64_t> live = registry.LiveWorkers(request.device_type());
+    if (static_cast<int64_t>(live.size()) < needed) {
+      return absl::InvalidArgumentError(absl::StrCat("mesh shape ", shape, " needs ", needed, " ",
+                                                     request.device_type(), " workers but ",
+                                                     live.size(), " are live"));
+    }
+    ids->assign(live.begin(), live.begin() + needed);
+  } else if (static_cast<int64_t>(ids->size()) != needed) {
+    return absl::InvalidArgumentError(absl::StrCat("mesh shape ", shape, " needs ", needed,
+                                                   " workers but worker_ids names ", ids->size()));
+  }
+  for (int64_t id : *ids) {
+    ASSIGN_OR_RETURN(WorkerHandle w, registry.Get(id));
+    if (w.device.rfind(request.device_type(), 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("worker ", id, " serves device '", w.device,
+                                                     "', not ", request.device_type()));
+    }
+    incarnations->push_back(w.incarnation);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MeshService::SetUp(const Mesh& mesh) {
+  v1::Command command;
+  v1::SetupMesh* setup = command.mutable_setup_mesh();
+  setup->set_mesh_id(mesh.id);
+  *setup->mutable_mesh() = ToProto(mesh.mesh);
+  setup->set_store_prefix(StorePrefix(mesh));
+  setup->set_timeout_ms(absl::ToInt64Milliseconds(mesh.timeout));
+  absl::StatusOr<std::vector<v1::CommandReply>> replies =
+      dispatcher_->Run(mesh.mesh.ranks(), command, mesh.command_timeout());
+  if (replies.ok()) return absl::OkStatus();
+  return absl::Status(
+      replies.status().code(),
+      absl::StrCat("setting up mesh '", mesh.name, "' failed: ", replies.status().message()));
+}
+
+grpc::Status MeshService::CreateMesh(grpc::ServerContext*, const v1::CreateMeshRequest* request,
+                                     v1::MeshInfo* reply) {
+  if (request->name().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a mesh needs a name");
+  }
+  const Shape shape(request->shape().begin(), request->shape().end());
+  const std::vector<std::string> names(request->dim_names().begin(), request->dim_names().end());
+  // Validate device type, shape and names before looking for workers.
+  absl::StatusOr<DeviceMesh> probe = DeviceMesh::Create(request->device_type(), shape, names);
+  if (!probe.ok()) return ToGrpcStatus(probe.status());
+  std::vector<int64_t> ids;
+  std::vector<int64_t> incarnations;
+  if (absl::Status s = ChooseWorkers(*request, probe->size(), &ids, &incarnations); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::StatusOr<DeviceMesh> dm = DeviceMesh::Create(request->device_type(), shape, names, ids);
+  if (!dm.ok()) return ToGrpcStatus(dm.status());
+  auto mesh =
+      std::make_shared<Mesh>(request->name(), *std::move(dm), std::move(incarnations),
+                             request->timeout_ms() > 0 ? absl::Milliseconds(request->timeout_ms())
+                                                       : kDefaultCollectiveTimeout);
+  // Entered first, so the name is reserved while the workers set it up; removed if that fails.
+  if (absl::Status s = meshes_->Add(mesh); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = SetUp(*mesh); !s.ok()) {
+    meshes_->Remove(mesh->name).IgnoreError();
+    store_->ErasePrefix(StorePrefix(*mesh));
+    return ToGrpcStatus(s);
+  }
+  *reply = Describe(*mesh);
+  return grpc::Status::OK;
+}
+
+grpc::Status MeshService::GetMesh(grpc::ServerContext*, const v1::GetMeshRequest* request,
+                                  v1::MeshInfo* reply) {
+  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Find(request->name());
+  if (!mesh.ok()) return ToGrpcStatus(mesh.status());
+  *reply = Describe(**mesh);
+  return grpc::Status::OK;
+}
+
+grpc::Status MeshService::ListMeshes(grpc::ServerContext*, const v1::ListMeshesRequest*,
+                                     v1::ListMeshesReply* reply) {
+  for (const auto& mesh : meshes_->List()) *reply->add_meshes() = Describe(*mesh);
+  return grpc::Status::OK;
+}
+
+grpc::Status MeshService::DeleteMesh(grpc::ServerContext*, const v1::DeleteMeshRequest* request,
+                                     v1::DeleteMeshReply*) {
+  absl::StatusOr<std::shared_ptr<Mesh>> removed = meshes_->Remove(request->name());
+  if (!removed.ok()) return ToGrpcStatus(removed.status());
+  const Mesh& mesh = **removed;
+  std::vector<std::string> dropped;  // what the mesh's users kept on its workers
+  for (MeshUser* user : users_) {
+    for (std::string& name : user->ForgetMesh(mesh)) dropped.push_back(std::move(name));
+  }
+  // Tear down on the workers still serving this mesh's incarnation; the others lost it already.
+  const std::vector<int64_t> live = meshes_->LiveWorkerIds(mesh);
+  if (!dropped.empty()) {
+    v1::Command free;
+    for (const std::string& name : dropped) free.mutable_delete_tensors()->add_names(name);
+    // The teardown below reports failures.
+    dispatcher_->Run(live, free, Mesh::kRpcSlack).IgnoreError();
+  }
+  v1::Command command;
+  command.mutable_teardown_mesh()->set_mesh_id(mesh.id);
+  absl::StatusOr<std::vector<v1::CommandReply>> replies =
+      dispatcher_->Run(live, command, Mesh::kRpcSlack);
+  store_->ErasePrefix(StorePrefix(mesh));
+  return ToGrpcStatus(replies.status());
+}
+
+}  // namespace tessera

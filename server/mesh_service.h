@@ -1,0 +1,55 @@
+#ifndef TESSERA_SERVER_MESH_SERVICE_H_
+#define TESSERA_SERVER_MESH_SERVICE_H_
+
+#include <vector>
+
+#include "server/dispatcher.h"
+#include "server/mesh_table.h"
+#include "server/rendezvous_store.h"
+#include "tessera/v1/mesh.grpc.pb.h"
+
+namespace tessera {
+
+// The client-facing MeshService: registered workers, and meshes over them (init_device_mesh on
+// the service). Creating a mesh sets up its communicators on the workers; deleting one tells
+// every MeshUser to let go of what it keeps there and tears the communicators down.
+class MeshService final : public v1::MeshService::Service {
+ public:
+  MeshService(MeshTable* meshes, Dispatcher* dispatcher, RendezvousStore* store,
+              std::vector<MeshUser*> users)
+      : meshes_(meshes), dispatcher_(dispatcher), store_(store), users_(std::move(users)) {}
+
+  // Unary.
+  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                           v1::ListWorkersReply* reply) override;
+  // Unary.
+  grpc::Status CreateMesh(grpc::ServerContext*, const v1::CreateMeshRequest* request,
+                          v1::MeshInfo* reply) override;
+  // Unary.
+  grpc::Status GetMesh(grpc::ServerContext*, const v1::GetMeshRequest* request,
+                       v1::MeshInfo* reply) override;
+  // Unary.
+  grpc::Status ListMeshes(grpc::ServerContext*, const v1::ListMeshesRequest*,
+                          v1::ListMeshesReply* reply) override;
+  // Unary.
+  grpc::Status DeleteMesh(grpc::ServerContext*, const v1::DeleteMeshRequest* request,
+                          v1::DeleteMeshReply*) override;
+
+ private:
+  // The workers for a new mesh of `needed` ranks: those named, or the first live ones of the
+  // device type; with their incarnations.
+  absl::Status ChooseWorkers(const v1::CreateMeshRequest& request, int64_t needed,
+                             std::vector<int64_t>* ids, std::vector<int64_t>* incarnations) const;
+  // Sets up the mesh's communicators on its workers.
+  absl::Status SetUp(const Mesh& mesh);
+  v1::MeshInfo Describe(const Mesh& mesh) const;
+
+  MeshTable* meshes_;
+  Dispatcher* dispatcher_;
+  RendezvousStore* store_;
+  const std::vector<MeshUser*> users_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_MESH_SERVICE_H_

@@ -1,0 +1,85 @@
+#include "server/mesh_table.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+
+Mesh::Mesh(std::string name, DeviceMesh mesh, std::vector<int64_t> incarnations,
+           absl::Duration timeout)
+    : name(std::move(name)),
+      mesh(std::move(mesh)),
+      incarnations(std::move(incarnations)),
+      timeout(timeout),
+      locals(this->name, static_cast<size_t>(this->mesh.size())) {}
+
+absl::Status MeshTable::Add(const std::shared_ptr<Mesh>& mesh) {
+  absl::MutexLock lock(&mu_);
+  if (meshes_.contains(mesh->name)) {
+    return absl::AlreadyExistsError(absl::StrCat("a mesh named '", mesh->name, "' exists"));
+  }
+  mesh->id = next_id_++;
+  meshes_[mesh->name] = mesh;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::Remove(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = meshes_.find(name);
+  if (it == meshes_.end()) return absl::NotFoundError(absl::StrCat("no mesh named '", name, "'"));
+  std::shared_ptr<Mesh> mesh = std::move(it->second);
+  meshes_.erase(it);
+  return mesh;
+}
+
+absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::Find(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = meshes_.find(name);
+  if (it == meshes_.end()) return absl::NotFoundError(absl::StrCat("no mesh named '", name, "'"));
+  return it->second;
+}
+
+absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::Ready(const std::string& name) const {
+  absl::StatusOr<std::shared_ptr<Mesh>> mesh = Find(name);
+  if (!mesh.ok()) return mesh;
+  if (absl::Status s = Health(**mesh); !s.ok()) return s;
+  return mesh;
+}
+
+std::vector<std::shared_ptr<Mesh>> MeshTable::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Mesh>> meshes;
+  meshes.reserve(meshes_.size());
+  for (const auto& [name, mesh] : meshes_) meshes.push_back(mesh);
+  return meshes;
+}
+
+absl::StatusOr<std::vector<WorkerHandle>> MeshTable::Workers(const Mesh& mesh) const {
+  std::vector<WorkerHandle> workers;
+  workers.reserve(mesh.mesh.ranks().size());
+  for (size_t i = 0; i < mesh.mesh.ranks().size(); ++i) {
+    const int64_t id = mesh.mesh.ranks()[i];
+    absl::StatusOr<WorkerHandle> w = registry_->Get(id);
+    if (!w.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("mesh '", mesh.name, "' is broken: ", w.status().message()));
+    }
+    if (w->incarnation != mesh.incarnations[i]) {
+      return absl::UnavailableError(
+          absl::StrCat("mesh '", mesh.name, "' is broken: worker ", id, " at ", w->address,
+                       " restarted since the mesh was created; delete and create the mesh again"));
+    }
+    workers.push_back(*std::move(w));
+  }
+  return workers;
+}
+
+std::vector<int64_t> MeshTable::LiveWorkerIds(const Mesh& mesh) const {
+  std::vector<int64_t> live;
+  for (size_t i = 0; i < mesh.mesh.ranks().size(); ++i) {
+    absl::StatusOr<WorkerHandle> w = registry_->Get(mesh.mesh.ranks()[i]);
+    if (w.ok() && w->incarnation == mesh.incarnations[i]) live.push_back(w->id);
+  }
+  return live;
+}
+
+}  // namespace tessera

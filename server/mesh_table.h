@@ -1,0 +1,82 @@
+#ifndef TESSERA_SERVER_MESH_TABLE_H_
+#define TESSERA_SERVER_MESH_TABLE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/device_mesh.h"
+#include "server/local_tensor_table.h"
+#include "server/worker_registry.h"
+
+namespace tessera {
+
+// A mesh over registered workers: its ranks, their incarnations when it was set up, and the local
+// tensors its ranks hold.
+struct Mesh {
+  Mesh(std::string name, DeviceMesh mesh, std::vector<int64_t> incarnations,
+       absl::Duration timeout);
+
+  int64_t id = 0;  // set when the mesh enters a MeshTable
+  const std::string name;
+  const DeviceMesh mesh;
+  const std::vector<int64_t> incarnations;  // by rank, as registered when the mesh was set up
+  const absl::Duration timeout;             // of its collectives
+  // Held from accepting a command until it is posted, so that the workers run a mesh's commands in
+  // the order the coordinator accepted them. Never taken by completions.
+  absl::Mutex submit_mu;
+  LocalTensorTable locals;  // what each rank holds under each name (uploads and collectives)
+
+  // Time a command gets beyond the collectives it runs (set-up, deletes, the RPC itself).
+  static constexpr absl::Duration kRpcSlack = absl::Seconds(10);
+  // The deadline of a command on this mesh's workers.
+  absl::Duration command_timeout() const { return timeout + kRpcSlack; }
+};
+
+// Something that keeps state on meshes (collective works, DTensors) and lets go of it when a mesh
+// is deleted.
+class MeshUser {
+ public:
+  virtual ~MeshUser() = default;
+  // Forgets everything on `mesh`; returns the worker-side tensor names its workers should free.
+  virtual std::vector<std::string> ForgetMesh(const Mesh& mesh) = 0;
+};
+
+// Every mesh by name, and each mesh's health as the worker registry sees it. Thread-safe.
+class MeshTable {
+ public:
+  explicit MeshTable(const WorkerRegistry* registry) : registry_(registry) {}
+
+  // Enters `mesh` under its name with a fresh id; ALREADY_EXISTS if the name is taken.
+  absl::Status Add(const std::shared_ptr<Mesh>& mesh);
+  // Removes and returns the named mesh; NOT_FOUND if unknown.
+  absl::StatusOr<std::shared_ptr<Mesh>> Remove(const std::string& name);
+  // The named mesh; NOT_FOUND if unknown.
+  absl::StatusOr<std::shared_ptr<Mesh>> Find(const std::string& name) const;
+  // The named mesh if it can run commands: NOT_FOUND if unknown, UNAVAILABLE if broken.
+  absl::StatusOr<std::shared_ptr<Mesh>> Ready(const std::string& name) const;
+  // Every mesh, ordered by name.
+  std::vector<std::shared_ptr<Mesh>> List() const;
+
+  // The workers of a mesh's ranks, in rank order, looked up once: UNAVAILABLE naming the worker
+  // when one is dead or restarted since the mesh was set up.
+  absl::StatusOr<std::vector<WorkerHandle>> Workers(const Mesh& mesh) const;
+  // OK, or why the mesh cannot run commands (a worker dead or restarted since set-up).
+  absl::Status Health(const Mesh& mesh) const { return Workers(mesh).status(); }
+  // Ids of the mesh's workers still serving the incarnation it was set up with.
+  std::vector<int64_t> LiveWorkerIds(const Mesh& mesh) const;
+
+ private:
+  const WorkerRegistry* registry_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Mesh>> meshes_ ABSL_GUARDED_BY(mu_);
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_MESH_TABLE_H_

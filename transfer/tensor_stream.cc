@@ -1,0 +1,60 @@
+#include "transfer/tensor_stream.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "proto/grpc_status.h"
+
+namespace tessera {
+
+absl::Time TransferDeadline(const grpc::ServerContext& context) {
+  return std::min(absl::FromChrono(context.deadline()), absl::Now() + kTransferTimeout);
+}
+
+bool WriteChunks(absl::string_view bytes, absl::FunctionRef<bool(absl::string_view)> write) {
+  size_t offset = 0;
+  do {
+    const size_t n = std::min(kChunkBytes, bytes.size() - offset);
+    if (!write(bytes.substr(offset, n))) return false;
+    offset += n;
+  } while (offset < bytes.size());
+  return true;
+}
+
+absl::Status TensorAssembler::Start(DType dtype, const Shape& shape) {
+  tensor_ = HostTensor::Uninitialized(dtype, shape);
+  offset_ = 0;
+  return tensor_.status();
+}
+
+absl::Status TensorAssembler::Append(absl::string_view piece) {
+  if (!tensor_.ok()) return tensor_.status();
+  if (offset_ + piece.size() > tensor_->nbytes()) {
+    return absl::Status(mismatch_,
+                        absl::StrCat(what_, " sent more than the ", tensor_->nbytes(), " bytes of ",
+                                     DTypeName(tensor_->dtype()), ShapeToString(tensor_->shape())));
+  }
+  if (!piece.empty()) std::memcpy(tensor_->data() + offset_, piece.data(), piece.size());
+  offset_ += piece.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostTensor> TensorAssembler::Finish() && {
+  if (!tensor_.ok()) return absl::Status(mismatch_, absl::StrCat(what_, " sent no tensor"));
+  if (offset_ != tensor_->nbytes()) {
+    return absl::Status(
+        mismatch_,
+        absl::StrCat(what_, " ended after ", offset_, " of the ", tensor_->nbytes(), " bytes of ",
+                     DTypeName(tensor_->dtype()), ShapeToString(tensor_->shape())));
+  }
+  return std::move(tensor_);
+}
+
+absl::Status WorkerError(int64_t worker_id, absl::string_view address, const grpc::Status& status) {
+  const absl::Status s = FromGrpcStatus(status);
+  return absl::Status(s.code(),
+                      absl::StrCat("worker ", worker_id, " at ", address, ": ", s.message()));
+}
+
+}  // namespace tessera
