@@ -1,9 +1,6 @@
 #ifndef TESSERA_CLIENT_TENSOR_COMMANDS_H_
 #define TESSERA_CLIENT_TENSOR_COMMANDS_H_
 
-#include <ostream>
-
-#include "absl/status/status.h"
 #include "client/cli_args.h"
 
 namespace tessera::cli {
@@ -11,7 +8,7 @@ namespace tessera::cli {
 // tessera tensor put|get|redistribute|show|list|rm: DTensors on a cluster, read from and written
 // to .npy / .safetensors files. The CLI acts as client "cli" (or --client / $TESSERA_CLIENT) and
 // holds no lease, so its tensors stay until removed.
-absl::Status RunTensor(const Args& args, std::ostream& out);
+void AddTensorCommands(CLI::App& app, Action* action);
 
 }  // namespace tessera::cli
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tessera tensor put/show/redistribute/get/list/rm against a cluster started with `tessera up`:
-# a .npy file goes in sharded, is redistributed by the workers, and comes back byte for byte.
+# a .npy file goes in sharded, is redistributed by the workers, and comes back byte for byte; and
+# every subcommand answers --help with its usage.
 # usage: cli_tensor_test.sh TESSERA_BINARY WORKDIR
 set -euo pipefail
 tessera="$1"
@@ -8,6 +9,26 @@ work="$2"
 rm -rf "${work}" && mkdir -p "${work}"
 "${tessera}" demo --workdir "${work}/demo" --size 64 > /dev/null
 input="${work}/demo/weight.npy"
+
+# --help on every subcommand, found by walking the command lists of the help texts themselves.
+helped=()
+check_help() {
+  local text="${work}/help.txt"
+  "${tessera}" "$@" --help > "${text}" || { echo "tessera $* --help exited $?"; exit 1; }
+  grep -q "^Usage: tessera${*:+ $*} " "${text}" || { echo "no usage for tessera $*:"; cat "${text}"; exit 1; }
+  helped+=("$*")
+  # Command lists are the sections whose heading is neither Options: nor Positionals:.
+  local subcommands
+  subcommands=$(awk '/^[A-Z].*:$/ { commands = ($0 !~ /^(Options|Positionals):$/) }
+                     commands && /^  [a-z]/ { print $1 }' "${text}")
+  for sub in ${subcommands}; do check_help "$@" "${sub}"; done
+}
+check_help
+for want in layout plan shard reshard unshard demo up status "mesh create" "mesh list" \
+    "mesh delete" "tensor put" "tensor get" "tensor redistribute" "tensor show" "tensor list" \
+    "tensor rm"; do
+  printf '%s\n' "${helped[@]}" | grep -qx "${want}" || { echo "tessera ${want} --help not checked"; exit 1; }
+done
 
 "${tessera}" up --workers 2 > "${work}/up.log" 2>&1 &
 up=$!
@@ -31,5 +52,6 @@ cmp "${input}" "${work}/back.npy"
 "${tessera}" tensor rm w w2
 "${tessera}" tensor list | grep -q "no tensors"
 if "${tessera}" tensor get w --out "${work}/gone.npy" 2> "${work}/err.txt"; then exit 1; fi
-grep -q "no tensor named 'w'" "${work}/err.txt"
+grep -q "tessera tensor get: NOT_FOUND: no tensor named 'w'" "${work}/err.txt"
+
 echo "cli tensor commands: ok"
