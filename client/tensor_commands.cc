@@ -18,6 +18,8 @@ namespace tessera::cli {
 namespace {
 
 constexpr int64_t kProgressFrom = 4 << 20;  // transfers this large show a progress bar
+// How long put and redistribute wait for the workers to write their tensor.
+constexpr absl::Duration kWriteTimeout = absl::Hours(1);
 
 absl::StatusOr<std::shared_ptr<client::Session>> Connect(const ClusterFlags& f) {
   client::SessionOptions options;
@@ -77,6 +79,27 @@ void PrintSummary(const v1::TensorInfo& info, std::ostream& out) {
   if (!info.error().empty()) out << "    error: " << info.error() << "\n";
 }
 
+// The tensor a put or redistribute made, once the workers have written it (or at once with
+// `async`), detached so that it stays. If the workers failed, it returns their error and `t`'s
+// handle frees the tensor.
+absl::StatusOr<v1::TensorInfo> Keep(client::DTensor t, bool async) {
+  v1::TensorInfo info = t.info();
+  if (!async) {
+    if (absl::Status s = t.Synchronize(kWriteTimeout); !s.ok()) return s;
+    TESSERA_ASSIGN(fresh, t.Refresh());
+    info = std::move(fresh);
+  }
+  t.Detach();
+  return info;
+}
+
+// --async on `cmd`.
+void AddAsyncFlag(CLI::App& cmd, bool& async) {
+  cmd.add_flag("--async", async,
+               "return once the coordinator has accepted the work, without waiting for the "
+               "workers (tessera tensor show tells how it ended)");
+}
+
 struct PutFlags {
   ClusterFlags cluster;
   std::string file;
@@ -85,6 +108,7 @@ struct PutFlags {
   std::string name;
   std::string tensor;
   int64_t src_rank = 0;
+  bool async = false;
 };
 
 absl::Status Put(const PutFlags& f, std::ostream& out) {
@@ -98,8 +122,8 @@ absl::Status Put(const PutFlags& f, std::ostream& out) {
   ProgressBar bar("put");
   options.progress = [&bar](int64_t done, int64_t total) { bar(done, total); };
   TESSERA_ASSIGN(t, client::DistributeTensor(*session, tensor, mesh, placements, options));
-  t.Detach();
-  PrintSummary(t.info(), out);
+  TESSERA_ASSIGN(info, Keep(std::move(t), f.async));
+  PrintSummary(info, out);
   return absl::OkStatus();
 }
 
@@ -137,6 +161,7 @@ struct RedistributeFlags {
   std::string output;
   bool explain = false;
   std::string planner;
+  bool async = false;
 };
 
 absl::Status Redistribute(const RedistributeFlags& f, std::ostream& out) {
@@ -163,7 +188,10 @@ absl::Status Redistribute(const RedistributeFlags& f, std::ostream& out) {
     out << (plan.steps.empty() ? "no collectives: the tensor is laid out so already\n"
                                : plan.ToString());
   }
-  if (reply.has_output()) PrintSummary(reply.output(), out);
+  if (!reply.has_output()) return absl::OkStatus();
+  TESSERA_ASSIGN(info,
+                 Keep(client::DTensor::Adopt(session, reply.output(), /*owned=*/true), f.async));
+  PrintSummary(info, out);
   return absl::OkStatus();
 }
 
@@ -229,8 +257,10 @@ void AddTensorCommands(CLI::App& app, Action* action) {
       "redistribute it (or print the plan), draw its layout per rank");
   tensor->require_subcommand(1);
 
-  auto put =
-      AddCommand(*tensor, "put", "distribute a .npy or .safetensors file over a mesh", Put, action);
+  auto put = AddCommand(*tensor, "put",
+                        "distribute a .npy or .safetensors file over a mesh and wait until the "
+                        "workers hold it",
+                        Put, action);
   AddClusterFlags(*put.app, put.flags->cluster, /*with_client=*/true);
   put.app->add_option("file", put.flags->file, "FILE.npy or FILE.safetensors")
       ->required()
@@ -250,6 +280,7 @@ void AddTensorCommands(CLI::App& app, Action* action) {
                    "the rank whose data counts for replicated placements (src_data_rank)")
       ->type_name("R")
       ->capture_default_str();
+  AddAsyncFlag(*put.app, put.flags->async);
 
   auto get =
       AddCommand(*tensor, "get", "write a tensor, or one rank's shard, to a file", Get, action);
@@ -267,7 +298,7 @@ void AddTensorCommands(CLI::App& app, Action* action) {
 
   auto redistribute = AddCommand(*tensor, "redistribute",
                                  "redistribute a tensor to new placements (or another mesh) as a "
-                                 "new tensor",
+                                 "new tensor, and wait until the workers hold it",
                                  Redistribute, action);
   AddClusterFlags(*redistribute.app, redistribute.flags->cluster, /*with_client=*/true);
   AddNameArgument(*redistribute.app, redistribute.flags->name);
@@ -285,6 +316,7 @@ void AddTensorCommands(CLI::App& app, Action* action) {
   redistribute.app->add_flag("--explain", redistribute.flags->explain,
                              "print the plan without running it");
   AddPlannerFlag(*redistribute.app, redistribute.flags->planner);
+  AddAsyncFlag(*redistribute.app, redistribute.flags->async);
 
   auto show =
       AddCommand(*tensor, "show", "a tensor's metadata and its layout per rank", Show, action);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tessera tensor put/show/redistribute/get/list/rm against a cluster started with `tessera up`:
-# a .npy file goes in sharded, is redistributed by the workers, and comes back byte for byte; and
-# every subcommand answers --help with its usage.
+# a .npy file goes in sharded, is redistributed by the workers, and comes back byte for byte; put
+# and redistribute wait for the workers (a failure on them exits 1 with its code), --async does
+# not; and every subcommand answers --help with its usage.
 # usage: cli_tensor_test.sh TESSERA_BINARY WORKDIR
 set -euo pipefail
 tessera="$1"
@@ -40,7 +41,8 @@ done
 export TESSERA_COORDINATOR="$(grep -m1 -o 'coordinator at [0-9.:]*' "${work}/up.log" | cut -d' ' -f3)"
 [[ -n "${TESSERA_COORDINATOR}" ]] || { cat "${work}/up.log"; exit 1; }
 
-"${tessera}" tensor put "${input}" --mesh world --placements "S(1)" --name w
+"${tessera}" tensor put "${input}" --mesh world --placements "S(1)" --name w | tee "${work}/put.txt"
+grep -q "^w .* ready " "${work}/put.txt"  # put returned after the workers wrote it
 "${tessera}" tensor show w | tee "${work}/show.txt"
 grep -q "rank 1" "${work}/show.txt"
 "${tessera}" tensor redistribute w --to "S(0)" --explain | tee "${work}/plan.txt"
@@ -54,4 +56,30 @@ cmp "${input}" "${work}/back.npy"
 if "${tessera}" tensor get w --out "${work}/gone.npy" 2> "${work}/err.txt"; then exit 1; fi
 grep -q "tessera tensor get: NOT_FOUND: no tensor named 'w'" "${work}/err.txt"
 
+# The worker at rank 1 of 'world', and its pid.
+rank1=$("${tessera}" mesh list | sed -n 's/^ *world .* workers \[[0-9]*, \([0-9]*\)\].*/\1/p')
+pid=$("${tessera}" status | awk -v id="${rank1}" '$1 == id { for (i = 1; i < NF; ++i) if ($i == "pid") print $(i + 1) }')
+[[ -n "${pid}" ]] || { "${tessera}" status; exit 1; }
+# A replicated put uploads to rank 0 only, then rank 0 broadcasts to rank 1: with rank 1's worker
+# stopped, the broadcast cannot finish. --async returns anyway (within the coordinator's 2 s before
+# it calls the worker dead), with the tensor pending.
+kill -STOP "${pid}"
+"${tessera}" tensor put "${input}" --mesh world --placements R --name pending --async | tee "${work}/async.txt"
+grep -q "^pending .* pending " "${work}/async.txt"
+# Without --async the put waits, and fails once the worker is gone: exit 1 with the gRPC code, and
+# no tensor left behind.
+kill -KILL "${pid}"
+if "${tessera}" tensor put "${input}" --mesh world --placements R --name lost 2> "${work}/err.txt"; then
+  exit 1
+fi
+cat "${work}/err.txt"
+grep -q "^tessera tensor put: UNAVAILABLE: " "${work}/err.txt"
+if "${tessera}" tensor list | grep -q "^lost "; then exit 1; fi
+# The --async put failed too, and says so.
+for _ in $(seq 100); do
+  "${tessera}" tensor show pending > "${work}/show.txt" 2>&1 || true
+  grep -q " FAILED " "${work}/show.txt" && break
+  sleep 0.1
+done
+grep -q " FAILED " "${work}/show.txt" || { cat "${work}/show.txt"; exit 1; }
 echo "cli tensor commands: ok"
