@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <numeric>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -18,11 +20,19 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const ClusterFlags& f
   return CoordinatorClient::Connect(f.coordinator, absl::Seconds(10));
 }
 
+// The dims of a mesh as listed: their names, or their indices for a mesh made without names.
+std::string DimLabels(const v1::MeshSpec& mesh) {
+  if (!mesh.dim_names().empty()) return absl::StrJoin(mesh.dim_names(), ", ");
+  std::vector<int> indices(static_cast<size_t>(mesh.shape_size()));
+  std::iota(indices.begin(), indices.end(), 0);
+  return absl::StrJoin(indices, ", ");
+}
+
 void PrintMesh(const v1::MeshInfo& m, std::ostream& out) {
-  out << absl::StrFormat(
-      "  %-12s %-5s shape [%s] dims (%s) workers [%s] %s%s\n", m.name(), m.mesh().device_type(),
-      absl::StrJoin(m.mesh().shape(), ", "), absl::StrJoin(m.mesh().dim_names(), ", "),
-      absl::StrJoin(m.mesh().ranks(), ", "), m.ready() ? "ready" : "BROKEN: ", m.broken_reason());
+  out << absl::StrFormat("  %-12s %-5s shape [%s] dims (%s) workers [%s] %s%s\n", m.name(),
+                         m.mesh().device_type(), absl::StrJoin(m.mesh().shape(), ", "),
+                         DimLabels(m.mesh()), absl::StrJoin(m.mesh().ranks(), ", "),
+                         m.ready() ? "ready" : "BROKEN: ", m.broken_reason());
   if (m.tensors_size() > 0)
     out << "               tensors: " << absl::StrJoin(m.tensors(), ", ") << "\n";
 }

@@ -56,6 +56,13 @@ cmp "${input}" "${work}/back.npy"
 if "${tessera}" tensor get w --out "${work}/gone.npy" 2> "${work}/err.txt"; then exit 1; fi
 grep -q "tessera tensor get: NOT_FOUND: no tensor named 'w'" "${work}/err.txt"
 
+# A mesh made without --names lists its dims by index.
+"${tessera}" mesh create grid --shape 1,2 | tee "${work}/mesh.txt"
+grep -q "^  grid .* dims (0, 1) " "${work}/mesh.txt"
+"${tessera}" mesh list | grep -q "^  grid .* dims (0, 1) "
+"${tessera}" status | grep -q "^  grid .* dims (0, 1) "
+"${tessera}" mesh delete grid
+
 # The worker at rank 1 of 'world', and its pid.
 rank1=$("${tessera}" mesh list | sed -n 's/^ *world .* workers \[[0-9]*, \([0-9]*\)\].*/\1/p')
 pid=$("${tessera}" status | awk -v id="${rank1}" '$1 == id { for (i = 1; i < NF; ++i) if ($i == "pid") print $(i + 1) }')
