@@ -1,57 +1,62 @@
 #include "client/cli_args.h"
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/shape.h"
 
 namespace tessera::cli {
 
-absl::StatusOr<Args> Args::Parse(int argc, char** argv, int first,
-                                 const std::set<std::string>& known,
-                                 const std::set<std::string>& switches) {
-  Args args;
-  for (int i = first; i < argc; ++i) {
-    std::string a = argv[i];
-    if (!absl::StartsWith(a, "--")) {
-      args.positionals_.push_back(a);
-      continue;
-    }
-    std::string name = a.substr(2);
-    std::string value;
-    const size_t eq = name.find('=');
-    const bool inline_value = eq != std::string::npos;
-    if (inline_value) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    if (!known.count(name) && !switches.count(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown flag --", name, "; expected one of --", absl::StrJoin(known, ", --")));
-    }
-    if (switches.count(name)) {
-      args.flags_[name] = inline_value ? value : "true";
-      continue;
-    }
-    if (!inline_value) {
-      if (i + 1 >= argc)
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-      value = argv[++i];
-    }
-    args.flags_[name] = value;
+void AddMeshShapeFlags(CLI::App& cmd, MeshShapeFlags& flags, const std::string& shape_flag) {
+  cmd.add_option(shape_flag, flags.shape, "the mesh's shape, e.g. 4 or 2,2")
+      ->required()
+      ->type_name("SHAPE");
+  cmd.add_option("--names", flags.names, "a name per mesh dim, e.g. dp,tp (default: none)")
+      ->type_name("NAMES");
+  cmd.add_option("--device", flags.device, "device type of the mesh")
+      ->type_name("TYPE")
+      ->capture_default_str();
+}
+
+std::vector<std::string> DimNames(const MeshShapeFlags& flags) {
+  if (flags.names.empty()) return {};
+  return absl::StrSplit(flags.names, ',');
+}
+
+absl::StatusOr<DeviceMesh> MakeMesh(const MeshShapeFlags& flags) {
+  TESSERA_ASSIGN(shape, ParseShape(flags.shape));
+  return DeviceMesh::Create(flags.device, shape, DimNames(flags));
+}
+
+void AddClusterFlags(CLI::App& cmd, ClusterFlags& flags, bool with_client) {
+  cmd.add_option("--coordinator", flags.coordinator, "the coordinator's address")
+      ->envname("TESSERA_COORDINATOR")
+      ->type_name("HOST:PORT")
+      ->capture_default_str();
+  if (!with_client) return;
+  cmd.add_option("--client", flags.client,
+                 "the client id the CLI acts as; its tensors belong to it and stay until removed")
+      ->envname("TESSERA_CLIENT")
+      ->type_name("ID")
+      ->capture_default_str();
+}
+
+void AddPlannerFlag(CLI::App& cmd, std::string& planner) {
+  planner = "min-cost";
+  cmd.add_option("--planner", planner, "how redistribute steps are chosen")
+      ->check(CLI::IsMember({"min-cost", "greedy"}))
+      ->capture_default_str();
+}
+
+PlannerKind PlannerNamed(const std::string& planner) {
+  return planner == "greedy" ? PlannerKind::kGreedy : PlannerKind::kMinCost;
+}
+
+std::string PickedCommand(const CLI::App& app) {
+  std::string path;
+  for (const CLI::App* at = &app; !at->get_subcommands().empty();) {
+    at = at->get_subcommands().front();
+    path += (path.empty() ? "" : " ") + at->get_name();
   }
-  return args;
-}
-
-absl::StatusOr<std::string> Args::Required(absl::string_view name) const {
-  auto it = flags_.find(std::string(name));
-  if (it == flags_.end())
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " is required"));
-  return it->second;
-}
-
-std::string Args::Get(absl::string_view name, absl::string_view fallback) const {
-  auto it = flags_.find(std::string(name));
-  return it == flags_.end() ? std::string(fallback) : it->second;
+  return path;
 }
 
 }  // namespace tessera::cli

@@ -2,13 +2,11 @@
 
 #include <signal.h>
 
-#include <cstdlib>
+#include <numeric>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "client/cluster_selfcheck.h"
 #include "client/coordinator_client.h"
 #include "client/dtensor_selfcheck.h"
@@ -18,40 +16,37 @@
 namespace tessera::cli {
 namespace {
 
-absl::StatusOr<std::unique_ptr<CoordinatorClient>> ConnectFromArgs(const Args& args) {
-  const char* env = std::getenv("TESSERA_COORDINATOR");
-  return CoordinatorClient::Connect(
-      args.Get("coordinator", env != nullptr ? env : "127.0.0.1:50051"), absl::Seconds(10));
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const ClusterFlags& f) {
+  return CoordinatorClient::Connect(f.coordinator, absl::Seconds(10));
 }
 
-absl::StatusOr<int> PositiveInt(const Args& args, const std::string& name, int fallback) {
-  int v = fallback;
-  if (args.Has(name) && (!absl::SimpleAtoi(args.Get(name, ""), &v) || v < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, " '", args.Get(name, ""), "' is not a positive integer"));
-  }
-  return v;
+// The dims of a mesh as listed: their names, or their indices for a mesh made without names.
+std::string DimLabels(const v1::MeshSpec& mesh) {
+  if (!mesh.dim_names().empty()) return absl::StrJoin(mesh.dim_names(), ", ");
+  std::vector<int> indices(static_cast<size_t>(mesh.shape_size()));
+  std::iota(indices.begin(), indices.end(), 0);
+  return absl::StrJoin(indices, ", ");
 }
 
 void PrintMesh(const v1::MeshInfo& m, std::ostream& out) {
-  out << absl::StrFormat(
-      "  %-12s %-5s shape [%s] dims (%s) workers [%s] %s%s\n", m.name(), m.mesh().device_type(),
-      absl::StrJoin(m.mesh().shape(), ", "), absl::StrJoin(m.mesh().dim_names(), ", "),
-      absl::StrJoin(m.mesh().ranks(), ", "), m.ready() ? "ready" : "BROKEN: ", m.broken_reason());
+  out << absl::StrFormat("  %-12s %-5s shape [%s] dims (%s) workers [%s] %s%s\n", m.name(),
+                         m.mesh().device_type(), absl::StrJoin(m.mesh().shape(), ", "),
+                         DimLabels(m.mesh()), absl::StrJoin(m.mesh().ranks(), ", "),
+                         m.ready() ? "ready" : "BROKEN: ", m.broken_reason());
   if (m.tensors_size() > 0)
     out << "               tensors: " << absl::StrJoin(m.tensors(), ", ") << "\n";
 }
 
-}  // namespace
+struct UpFlags {
+  int workers = 4;
+  int port = 0;
+  bool selfcheck = false;
+};
 
-absl::Status RunUp(const Args& args, std::ostream& out) {
+absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   LocalClusterOptions options;
-  absl::StatusOr<int> workers = PositiveInt(args, "workers", 4);
-  if (!workers.ok()) return workers.status();
-  options.workers = *workers;
-  absl::StatusOr<int> port = PositiveInt(args, "port", 50051);
-  if (!port.ok()) return port.status();
-  options.coordinator_port = args.Has("port") ? *port : 0;
+  options.workers = f.workers;
+  options.coordinator_port = f.port;
   // Block the stop signals before any thread or child exists, so sigwait below receives them.
   sigset_t stop;
   sigemptyset(&stop);
@@ -64,7 +59,7 @@ absl::Status RunUp(const Args& args, std::ostream& out) {
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
       CoordinatorClient::Connect((*cluster)->address());
   if (!client.ok()) return client.status();
-  if (args.Has("selfcheck")) {
+  if (f.selfcheck) {
     out << "tessera up: coordinator at " << (*cluster)->address() << " with " << options.workers
         << " cpu workers; running the self-check workload\n";
     if (absl::Status s = RunClusterSelfcheck(**client, options.workers, out); !s.ok()) return s;
@@ -87,8 +82,12 @@ absl::Status RunUp(const Args& args, std::ostream& out) {
   return absl::OkStatus();
 }
 
-absl::Status RunStatus(const Args& args, std::ostream& out) {
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = ConnectFromArgs(args);
+struct StatusFlags {
+  ClusterFlags cluster;
+};
+
+absl::Status RunStatus(const StatusFlags& f, std::ostream& out) {
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = Connect(f.cluster);
   if (!client.ok()) return client.status();
   absl::StatusOr<std::vector<v1::WorkerInfo>> workers = (*client)->ListWorkers();
   if (!workers.ok()) return workers.status();
@@ -116,35 +115,81 @@ absl::Status RunStatus(const Args& args, std::ostream& out) {
   return absl::OkStatus();
 }
 
-absl::Status RunMesh(const Args& args, std::ostream& out) {
-  const std::vector<std::string>& pos = args.positionals();
-  if (pos.empty()) return absl::InvalidArgumentError("usage: tessera mesh create|list|delete ...");
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = ConnectFromArgs(args);
-  if (!client.ok()) return client.status();
-  if (pos[0] == "list") {
-    absl::StatusOr<std::vector<v1::MeshInfo>> meshes = (*client)->ListMeshes();
-    if (!meshes.ok()) return meshes.status();
-    for (const v1::MeshInfo& m : *meshes) PrintMesh(m, out);
-    return absl::OkStatus();
-  }
-  if (pos.size() != 2)
-    return absl::InvalidArgumentError(absl::StrCat("usage: tessera mesh ", pos[0], " NAME"));
-  if (pos[0] == "delete") return (*client)->DeleteMesh(pos[1]);
-  if (pos[0] != "create") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown mesh command '", pos[0], "'; expected create, list or delete"));
-  }
-  absl::StatusOr<std::string> shape_text = args.Required("shape");
-  if (!shape_text.ok()) return shape_text.status();
-  absl::StatusOr<Shape> shape = ParseShape(*shape_text);
-  if (!shape.ok()) return shape.status();
-  std::vector<std::string> names;
-  if (args.Has("names")) names = absl::StrSplit(args.Get("names", ""), ',');
-  absl::StatusOr<v1::MeshInfo> mesh =
-      (*client)->CreateMesh(pos[1], args.Get("device", "cpu"), *shape, names);
-  if (!mesh.ok()) return mesh.status();
-  PrintMesh(*mesh, out);
+struct MeshCreateFlags {
+  ClusterFlags cluster;
+  std::string name;
+  MeshShapeFlags mesh;
+};
+
+absl::Status RunMeshCreate(const MeshCreateFlags& f, std::ostream& out) {
+  TESSERA_ASSIGN(shape, ParseShape(f.mesh.shape));
+  TESSERA_ASSIGN(client, Connect(f.cluster));
+  TESSERA_ASSIGN(mesh, client->CreateMesh(f.name, f.mesh.device, shape, DimNames(f.mesh)));
+  PrintMesh(mesh, out);
   return absl::OkStatus();
+}
+
+struct MeshListFlags {
+  ClusterFlags cluster;
+};
+
+absl::Status RunMeshList(const MeshListFlags& f, std::ostream& out) {
+  TESSERA_ASSIGN(client, Connect(f.cluster));
+  TESSERA_ASSIGN(meshes, client->ListMeshes());
+  for (const v1::MeshInfo& m : meshes) PrintMesh(m, out);
+  return absl::OkStatus();
+}
+
+struct MeshDeleteFlags {
+  ClusterFlags cluster;
+  std::string name;
+};
+
+absl::Status RunMeshDelete(const MeshDeleteFlags& f, std::ostream&) {
+  TESSERA_ASSIGN(client, Connect(f.cluster));
+  return client->DeleteMesh(f.name);
+}
+
+}  // namespace
+
+void AddClusterCommands(CLI::App& app, Action* action) {
+  const std::string group =
+      "Commands that run or talk to a cluster (--coordinator HOST:PORT, default "
+      "$TESSERA_COORDINATOR)";
+  auto up = AddCommand(app, "up",
+                       "start a coordinator and N cpu workers on loopback, with the mesh 'world' "
+                       "over them; Ctrl-C stops them all",
+                       RunUp, action);
+  up.app->group(group);
+  up.app->add_option("--workers", up.flags->workers, "cpu workers to start")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  up.app->add_option("--port", up.flags->port, "the coordinator's port (default: a free one)")
+      ->check(CLI::Range(1, 65535));
+  up.app->add_flag("--selfcheck", up.flags->selfcheck,
+                   "run collectives and a tensor-parallel MLP against a local reference, then "
+                   "stop");
+
+  auto status =
+      AddCommand(app, "status", "workers, devices, liveness, memory; meshes and their tensors",
+                 RunStatus, action);
+  status.app->group(group);
+  AddClusterFlags(*status.app, status.flags->cluster, /*with_client=*/false);
+
+  CLI::App* mesh = app.add_subcommand("mesh", "device meshes on the cluster");
+  mesh->require_subcommand(1);
+  auto create =
+      AddCommand(*mesh, "create", "init_device_mesh over live workers", RunMeshCreate, action);
+  AddClusterFlags(*create.app, create.flags->cluster, /*with_client=*/false);
+  create.app->add_option("name", create.flags->name, "the mesh's name")->required();
+  AddMeshShapeFlags(*create.app, create.flags->mesh, "--shape");
+  auto list = AddCommand(*mesh, "list", "every mesh: shape, dims, workers, readiness, tensors",
+                         RunMeshList, action);
+  AddClusterFlags(*list.app, list.flags->cluster, /*with_client=*/false);
+  auto remove = AddCommand(*mesh, "delete", "delete a mesh", RunMeshDelete, action);
+  AddClusterFlags(*remove.app, remove.flags->cluster, /*with_client=*/false);
+  remove.app->add_option("name", remove.flags->name, "the mesh's name")->required();
+  mesh->group(group);  // set last: subcommands take their group from their parent when added
 }
 
 }  // namespace tessera::cli

@@ -1,9 +1,9 @@
 #include "client/demo.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/local_commands.h"
@@ -13,34 +13,35 @@
 namespace tessera::cli {
 namespace {
 
-// Runs one subcommand as if typed, echoing the command line first.
-absl::Status Step(std::ostream& out, absl::Status (*run)(const Args&, std::ostream&),
-                  std::vector<std::string> argv_strings) {
+// Runs one local subcommand as if typed, echoing the command line first.
+absl::Status Step(std::ostream& out, std::vector<std::string> args) {
   out << "\n$ tessera";
-  for (const std::string& a : argv_strings) {
+  for (const std::string& a : args) {
     out << ' ' << (a.find_first_of(" (") != std::string::npos ? absl::StrCat("\"", a, "\"") : a);
   }
   out << "\n";
-  std::vector<char*> argv;
-  for (std::string& a : argv_strings) argv.push_back(a.data());
-  absl::StatusOr<Args> args =
-      Args::Parse(static_cast<int>(argv.size()), argv.data(), 1,
-                  {"mesh", "names", "device", "shape", "placements", "dtype", "from", "to",
-                   "planner", "out", "tensor", "name"});
-  if (!args.ok()) return args.status();
-  return run(*args, out);
+  CLI::App app("tessera", "tessera");
+  app.require_subcommand(1);
+  Action action;
+  AddLocalCommands(app, &action);
+  std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  return action(out);
 }
 
-}  // namespace
-
-absl::Status RunDemo(const Args& args, std::ostream& out) {
+struct DemoFlags {
+  std::string workdir;
   int64_t size = 1024;
-  if (args.Has("size") && (!absl::SimpleAtoi(args.Get("size", ""), &size) || size < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--size '", args.Get("size", ""), "' is not a positive integer"));
-  }
-  const std::filesystem::path dir = args.Has("workdir")
-                                        ? std::filesystem::path(args.Get("workdir", ""))
+};
+
+absl::Status RunDemo(const DemoFlags& f, std::ostream& out) {
+  const int64_t size = f.size;
+  const std::filesystem::path dir = !f.workdir.empty()
+                                        ? std::filesystem::path(f.workdir)
                                         : std::filesystem::temp_directory_path() / "tessera-demo";
   std::filesystem::create_directories(dir);
 
@@ -51,7 +52,7 @@ absl::Status RunDemo(const Args& args, std::ostream& out) {
            {"layout", "--mesh", "4", "--shape", "5,3", "--placements", "S(0)"},
            {"layout", "--mesh", "2,2", "--names", "dp,tp", "--shape", "4,6", "--placements",
             "S(0),R"}}) {
-    if (absl::Status st = Step(out, RunLayout, s); !st.ok()) return st;
+    if (absl::Status st = Step(out, s); !st.ok()) return st;
   }
 
   out << "\n== Redistribute plans, each run on a simulated mesh and checked\n";
@@ -66,7 +67,7 @@ absl::Status RunDemo(const Args& args, std::ostream& out) {
             "S(1),S(0)"},
            {"plan", "--mesh", "2,2,2", "--shape", "9,10,11", "--from", "P(max),S(1),S(2)", "--to",
             "S(0),R,S(1)", "--dtype", "bfloat16"}}) {
-    if (absl::Status st = Step(out, RunPlan, s); !st.ok()) return st;
+    if (absl::Status st = Step(out, s); !st.ok()) return st;
   }
 
   out << "\n== Files: shard a tensor to per-rank safetensors, reshard, join, compare\n";
@@ -77,17 +78,15 @@ absl::Status RunDemo(const Args& args, std::ostream& out) {
   out << "wrote " << in << ": float32" << ShapeToString(original.shape()) << "\n";
   const std::string a = (dir / "sharded-a").string(), b = (dir / "sharded-b").string();
   const std::string back = (dir / "weight-back.npy").string();
-  if (absl::Status s = Step(out, RunShard,
-                            {"shard", in, "--mesh", "2,2", "--names", "dp,tp", "--placements",
-                             "S(0),S(1)", "--out", a});
+  if (absl::Status s = Step(out, {"shard", in, "--mesh", "2,2", "--names", "dp,tp", "--placements",
+                                  "S(0),S(1)", "--out", a});
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = Step(out, RunReshard, {"reshard", a, "--to", "R,S(0)", "--out", b});
-      !s.ok()) {
+  if (absl::Status s = Step(out, {"reshard", a, "--to", "R,S(0)", "--out", b}); !s.ok()) {
     return s;
   }
-  if (absl::Status s = Step(out, RunUnshard, {"unshard", b, "--out", back}); !s.ok()) return s;
+  if (absl::Status s = Step(out, {"unshard", b, "--out", back}); !s.ok()) return s;
   absl::StatusOr<HostTensor> joined = ReadNpyFile(back);
   if (!joined.ok()) return joined.status();
   if (!joined->BitEqual(original)) {
@@ -98,6 +97,23 @@ absl::Status RunDemo(const Args& args, std::ostream& out) {
       in, original.nbytes(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddDemoCommand(CLI::App& app, Action* action) {
+  auto demo = AddCommand(app, "demo",
+                         "a tour of layout, plan, shard, reshard and unshard on generated data, "
+                         "every result checked against a reference",
+                         RunDemo, action);
+  demo.app->group("Commands that run the sharding model on this machine (no cluster)");
+  demo.app
+      ->add_option("--workdir", demo.flags->workdir,
+                   "where the files go (default: tessera-demo in the temporary directory)")
+      ->type_name("DIR");
+  demo.app->add_option("--size", demo.flags->size, "rows of the generated tensor")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 }  // namespace tessera::cli

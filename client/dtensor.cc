@@ -185,11 +185,11 @@ absl::StatusOr<HostTensor> DTensor::ToLocal(int64_t rank) const {
                           absl::StrCat("to_local of '", name(), "' on rank ", rank));
 }
 
-absl::Status DTensor::Synchronize() const {
+absl::Status DTensor::Synchronize(absl::Duration timeout) const {
   v1::SynchronizeRequest request;
   request.add_names(name());
   grpc::ClientContext context;
-  state_->session->Prepare(&context);
+  state_->session->Prepare(&context, timeout);
   v1::SynchronizeReply reply;
   return FromGrpcStatus(state_->session->stub().Synchronize(&context, request, &reply));
 }

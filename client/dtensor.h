@@ -101,8 +101,9 @@ class DTensor {
       const std::vector<Placement>& placements) const;
   absl::StatusOr<HostTensor> FullTensor(const Progress& progress = nullptr) const;
   absl::StatusOr<HostTensor> ToLocal(int64_t rank) const;
-  // Waits until the workers have written it; reports their error if they failed.
-  absl::Status Synchronize() const;
+  // Waits until the workers have written it (at most `timeout`, by default the session's);
+  // reports their error if they failed.
+  absl::Status Synchronize(absl::Duration timeout = absl::ZeroDuration()) const;
   // Fresh metadata (state, error).
   absl::StatusOr<v1::TensorInfo> Refresh() const;
   // Keeps the remote tensor when the handles go.

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/tensor_files.h"
 #include "core/npy.h"
@@ -18,53 +19,45 @@
 namespace tessera::cli {
 namespace {
 
-absl::StatusOr<DeviceMesh> MeshFromArgs(const Args& args) {
-  TESSERA_ASSIGN(mesh_text, args.Required("mesh"));
-  TESSERA_ASSIGN(shape, ParseShape(mesh_text));
-  std::vector<std::string> names;
-  if (args.Has("names")) names = absl::StrSplit(args.Get("names", ""), ',');
-  return DeviceMesh::Create(args.Get("device", "cpu"), shape, names);
-}
-
-absl::StatusOr<PlannerKind> PlannerFromArgs(const Args& args) {
-  const std::string name = args.Get("planner", "min-cost");
-  if (name == "min-cost") return PlannerKind::kMinCost;
-  if (name == "greedy") return PlannerKind::kGreedy;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown --planner '", name, "'; expected min-cost or greedy"));
-}
-
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-}  // namespace
+struct LayoutFlags {
+  MeshShapeFlags mesh;
+  std::string shape;
+  std::string placements;
+  std::string dtype = "float32";
+};
 
-absl::Status RunLayout(const Args& args, std::ostream& out) {
-  TESSERA_ASSIGN(mesh, MeshFromArgs(args));
-  TESSERA_ASSIGN(shape_text, args.Required("shape"));
-  TESSERA_ASSIGN(shape, ParseShape(shape_text));
-  TESSERA_ASSIGN(placements_text, args.Required("placements"));
-  TESSERA_ASSIGN(placements, ParsePlacements(placements_text));
-  TESSERA_ASSIGN(dtype, ParseDType(args.Get("dtype", "float32")));
+absl::Status RunLayout(const LayoutFlags& f, std::ostream& out) {
+  TESSERA_ASSIGN(mesh, MakeMesh(f.mesh));
+  TESSERA_ASSIGN(shape, ParseShape(f.shape));
+  TESSERA_ASSIGN(placements, ParsePlacements(f.placements));
+  TESSERA_ASSIGN(dtype, ParseDType(f.dtype));
   TESSERA_ASSIGN(spec, MakeDTensorSpec(mesh, placements, shape, dtype));
   out << VisualizeSharding(spec);
   return absl::OkStatus();
 }
 
-absl::Status RunPlan(const Args& args, std::ostream& out) {
-  TESSERA_ASSIGN(mesh, MeshFromArgs(args));
-  TESSERA_ASSIGN(shape_text, args.Required("shape"));
-  TESSERA_ASSIGN(shape, ParseShape(shape_text));
-  TESSERA_ASSIGN(from_text, args.Required("from"));
-  TESSERA_ASSIGN(from, ParsePlacements(from_text));
-  TESSERA_ASSIGN(to_text, args.Required("to"));
-  TESSERA_ASSIGN(to, ParsePlacements(to_text));
-  TESSERA_ASSIGN(dtype, ParseDType(args.Get("dtype", "float32")));
-  TESSERA_ASSIGN(kind, PlannerFromArgs(args));
+struct PlanFlags {
+  MeshShapeFlags mesh;
+  std::string shape;
+  std::string from;
+  std::string to;
+  std::string dtype = "float32";
+  std::string planner;
+};
+
+absl::Status RunPlan(const PlanFlags& f, std::ostream& out) {
+  TESSERA_ASSIGN(mesh, MakeMesh(f.mesh));
+  TESSERA_ASSIGN(shape, ParseShape(f.shape));
+  TESSERA_ASSIGN(from, ParsePlacements(f.from));
+  TESSERA_ASSIGN(to, ParsePlacements(f.to));
+  TESSERA_ASSIGN(dtype, ParseDType(f.dtype));
   TESSERA_ASSIGN(src, MakeDTensorSpec(mesh, from, shape, dtype));
   TESSERA_ASSIGN(dst, MakeDTensorSpec(mesh, to, shape, dtype));
-  TESSERA_ASSIGN(plan, PlanRedistribute(src, dst.placements, kind));
+  TESSERA_ASSIGN(plan, PlanRedistribute(src, dst.placements, PlannerNamed(f.planner)));
   out << "redistribute " << src.ToString() << "\n          -> " << PlacementsToString(to) << "\n"
       << plan.ToString();
   out << absl::StrFormat("total per rank: send %d B, recv %d B over %d step(s)\n",
@@ -98,23 +91,25 @@ absl::Status RunPlan(const Args& args, std::ostream& out) {
   return absl::OkStatus();
 }
 
-absl::Status RunShard(const Args& args, std::ostream& out) {
-  if (args.positionals().size() != 1) {
-    return absl::InvalidArgumentError(
-        "usage: tessera shard IN.npy|IN.safetensors --mesh M "
-        "--placements P --out DIR");
-  }
+struct ShardFlags {
+  std::string input;
+  MeshShapeFlags mesh;
+  std::string placements;
+  std::string out;
+  std::string tensor;
+  std::string name = "tensor";
+};
+
+absl::Status RunShard(const ShardFlags& f, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
-  TESSERA_ASSIGN(full, ReadTensorFile(args.positionals()[0], args.Get("tensor", "")));
-  TESSERA_ASSIGN(mesh, MeshFromArgs(args));
-  TESSERA_ASSIGN(placements_text, args.Required("placements"));
-  TESSERA_ASSIGN(placements, ParsePlacements(placements_text));
-  TESSERA_ASSIGN(dir, args.Required("out"));
+  TESSERA_ASSIGN(full, ReadTensorFile(f.input, f.tensor));
+  TESSERA_ASSIGN(mesh, MakeMesh(f.mesh));
+  TESSERA_ASSIGN(placements, ParsePlacements(f.placements));
+  const std::string& dir = f.out;
   TESSERA_ASSIGN(spec, MakeDTensorSpec(mesh, placements, full.shape(), full.dtype()));
   SimulatedMesh sim(mesh);
   TESSERA_ASSIGN(shards, sim.Distribute(full, spec));
-  if (absl::Status s = WriteShardedTensor(dir, args.Get("name", "tensor"),
-                                          ShardedTensor{spec, std::move(shards)});
+  if (absl::Status s = WriteShardedTensor(dir, f.name, ShardedTensor{spec, std::move(shards)});
       !s.ok()) {
     return s;
   }
@@ -124,18 +119,21 @@ absl::Status RunShard(const Args& args, std::ostream& out) {
   return absl::OkStatus();
 }
 
-absl::Status RunReshard(const Args& args, std::ostream& out) {
-  if (args.positionals().size() != 1) {
-    return absl::InvalidArgumentError("usage: tessera reshard DIR --to P --out DIR2");
-  }
+struct ReshardFlags {
+  std::string dir;
+  std::string to;
+  std::string out;
+  std::string name = "tensor";
+  std::string planner;
+};
+
+absl::Status RunReshard(const ReshardFlags& f, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
-  const std::string name = args.Get("name", "tensor");
-  TESSERA_ASSIGN(tensor, ReadShardedTensor(args.positionals()[0], name));
-  TESSERA_ASSIGN(to_text, args.Required("to"));
-  TESSERA_ASSIGN(to, ParsePlacements(to_text));
-  TESSERA_ASSIGN(dir, args.Required("out"));
-  TESSERA_ASSIGN(kind, PlannerFromArgs(args));
-  TESSERA_ASSIGN(plan, PlanRedistribute(tensor.spec, to, kind));
+  const std::string& name = f.name;
+  TESSERA_ASSIGN(tensor, ReadShardedTensor(f.dir, name));
+  TESSERA_ASSIGN(to, ParsePlacements(f.to));
+  const std::string& dir = f.out;
+  TESSERA_ASSIGN(plan, PlanRedistribute(tensor.spec, to, PlannerNamed(f.planner)));
   SimulatedMesh sim(tensor.spec.mesh);
   TESSERA_ASSIGN(shards, sim.Redistribute(tensor.spec, plan, std::move(tensor.shards)));
   TESSERA_ASSIGN(dst, MakeDTensorSpec(tensor.spec.mesh, to, tensor.spec.shape, tensor.spec.dtype));
@@ -149,18 +147,119 @@ absl::Status RunReshard(const Args& args, std::ostream& out) {
   return absl::OkStatus();
 }
 
-absl::Status RunUnshard(const Args& args, std::ostream& out) {
-  if (args.positionals().size() != 1) {
-    return absl::InvalidArgumentError("usage: tessera unshard DIR --out OUT.npy|OUT.safetensors");
-  }
-  const std::string name = args.Get("name", "tensor");
-  TESSERA_ASSIGN(tensor, ReadShardedTensor(args.positionals()[0], name));
-  TESSERA_ASSIGN(path, args.Required("out"));
+struct UnshardFlags {
+  std::string dir;
+  std::string out;
+  std::string name = "tensor";
+};
+
+absl::Status RunUnshard(const UnshardFlags& f, std::ostream& out) {
+  const std::string& name = f.name;
+  TESSERA_ASSIGN(tensor, ReadShardedTensor(f.dir, name));
+  const std::string& path = f.out;
   SimulatedMesh sim(tensor.spec.mesh);
   TESSERA_ASSIGN(full, sim.FullTensor(tensor.spec, std::move(tensor.shards)));
   if (absl::Status s = WriteTensorFile(path, name, std::move(full)); !s.ok()) return s;
   out << "wrote " << tensor.spec.ToString() << " as one tensor to " << path << "\n";
   return absl::OkStatus();
+}
+
+// --dtype NAME (default float32) on `cmd`.
+void AddDTypeFlag(CLI::App& cmd, std::string& dtype) {
+  std::vector<std::string> names;
+  for (DType d : kAllDTypes) names.emplace_back(DTypeName(d));
+  cmd.add_option("--dtype", dtype, absl::StrCat("element type: ", absl::StrJoin(names, ", ")))
+      ->type_name("DTYPE")
+      ->capture_default_str();
+}
+
+// --name KEY (default "tensor") on `cmd`: the tensor's name in the per-rank files.
+void AddFileTensorNameFlag(CLI::App& cmd, std::string& name) {
+  cmd.add_option("--name", name, "the tensor's name in the per-rank files")
+      ->type_name("KEY")
+      ->capture_default_str();
+}
+
+}  // namespace
+
+void AddLocalCommands(CLI::App& app, Action* action) {
+  const std::string group = "Commands that run the sharding model on this machine (no cluster)";
+  auto layout = AddCommand(app, "layout", "how each rank holds a tensor (visualize_sharding)",
+                           RunLayout, action);
+  layout.app->group(group);
+  AddMeshShapeFlags(*layout.app, layout.flags->mesh, "--mesh");
+  layout.app->add_option("--shape", layout.flags->shape, "the tensor's shape, e.g. 8,6")
+      ->required()
+      ->type_name("SHAPE");
+  layout.app->add_option("--placements", layout.flags->placements, "one per mesh dim, e.g. S(0),R")
+      ->required()
+      ->type_name("PLACEMENTS");
+  AddDTypeFlag(*layout.app, layout.flags->dtype);
+
+  auto plan = AddCommand(app, "plan",
+                         "the collectives, mesh dims and bytes of a redistribute, checked on a "
+                         "simulated mesh",
+                         RunPlan, action);
+  plan.app->group(group);
+  AddMeshShapeFlags(*plan.app, plan.flags->mesh, "--mesh");
+  plan.app->add_option("--shape", plan.flags->shape, "the tensor's shape, e.g. 8,6")
+      ->required()
+      ->type_name("SHAPE");
+  plan.app->add_option("--from", plan.flags->from, "the placements it has, e.g. S(0),R")
+      ->required()
+      ->type_name("PLACEMENTS");
+  plan.app->add_option("--to", plan.flags->to, "the placements it gets, e.g. R,S(1)")
+      ->required()
+      ->type_name("PLACEMENTS");
+  AddDTypeFlag(*plan.app, plan.flags->dtype);
+  AddPlannerFlag(*plan.app, plan.flags->planner);
+
+  auto shard = AddCommand(app, "shard",
+                          "split a tensor file into one safetensors file per rank (see reshard, "
+                          "unshard)",
+                          RunShard, action);
+  shard.app->group(group);
+  shard.app->add_option("input", shard.flags->input, "IN.npy or IN.safetensors")
+      ->required()
+      ->type_name("FILE");
+  AddMeshShapeFlags(*shard.app, shard.flags->mesh, "--mesh");
+  shard.app->add_option("--placements", shard.flags->placements, "one per mesh dim, e.g. S(0),R")
+      ->required()
+      ->type_name("PLACEMENTS");
+  shard.app->add_option("--out", shard.flags->out, "directory for the per-rank files")
+      ->required()
+      ->type_name("DIR");
+  shard.app
+      ->add_option("--tensor", shard.flags->tensor,
+                   "which tensor of a .safetensors file (default: its only one)")
+      ->type_name("KEY");
+  AddFileTensorNameFlag(*shard.app, shard.flags->name);
+
+  auto reshard = AddCommand(app, "reshard", "redistribute per-rank files to new placements",
+                            RunReshard, action);
+  reshard.app->group(group);
+  reshard.app->add_option("dir", reshard.flags->dir, "directory written by shard or reshard")
+      ->required()
+      ->type_name("DIR");
+  reshard.app->add_option("--to", reshard.flags->to, "the placements it gets, e.g. R,S(0)")
+      ->required()
+      ->type_name("PLACEMENTS");
+  reshard.app->add_option("--out", reshard.flags->out, "directory for the new per-rank files")
+      ->required()
+      ->type_name("DIR2");
+  AddFileTensorNameFlag(*reshard.app, reshard.flags->name);
+  AddPlannerFlag(*reshard.app, reshard.flags->planner);
+
+  auto unshard = AddCommand(app, "unshard", "join per-rank files back into one tensor file",
+                            RunUnshard, action);
+  unshard.app->group(group);
+  unshard.app->add_option("dir", unshard.flags->dir, "directory written by shard or reshard")
+      ->required()
+      ->type_name("DIR");
+  unshard.app->add_option("--out", unshard.flags->out, "OUT.npy or OUT.safetensors")
+      ->required()
+      ->type_name("FILE");
+  AddFileTensorNameFlag(*unshard.app, unshard.flags->name);
 }
 
 }  // namespace tessera::cli

@@ -1,10 +1,9 @@
 #include "client/tensor_commands.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
+#include <optional>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -19,16 +18,15 @@ namespace tessera::cli {
 namespace {
 
 constexpr int64_t kProgressFrom = 4 << 20;  // transfers this large show a progress bar
+// How long put and redistribute wait for the workers to write their tensor.
+constexpr absl::Duration kWriteTimeout = absl::Hours(1);
 
-absl::StatusOr<std::shared_ptr<client::Session>> Connect(const Args& args) {
-  const char* address = std::getenv("TESSERA_COORDINATOR");
-  const char* id = std::getenv("TESSERA_CLIENT");
+absl::StatusOr<std::shared_ptr<client::Session>> Connect(const ClusterFlags& f) {
   client::SessionOptions options;
-  options.client_id = args.Get("client", id != nullptr ? id : "cli");
+  options.client_id = f.client;
   options.keep_alive = false;
   options.timeout = absl::Seconds(10);
-  return client::Session::Connect(
-      args.Get("coordinator", address != nullptr ? address : "127.0.0.1:50051"), options);
+  return client::Session::Connect(f.coordinator, options);
 }
 
 // A progress bar with throughput on stderr, drawn for transfers of more than a few MB.
@@ -81,45 +79,67 @@ void PrintSummary(const v1::TensorInfo& info, std::ostream& out) {
   if (!info.error().empty()) out << "    error: " << info.error() << "\n";
 }
 
-absl::Status Put(client::Session& session, const Args& args, std::ostream& out) {
-  if (args.positionals().size() != 2) {
-    return absl::InvalidArgumentError("usage: tessera tensor put FILE --mesh NAME --placements P");
+// The tensor a put or redistribute made, once the workers have written it (or at once with
+// `async`), detached so that it stays. If the workers failed, it returns their error and `t`'s
+// handle frees the tensor.
+absl::StatusOr<v1::TensorInfo> Keep(client::DTensor t, bool async) {
+  v1::TensorInfo info = t.info();
+  if (!async) {
+    if (absl::Status s = t.Synchronize(kWriteTimeout); !s.ok()) return s;
+    TESSERA_ASSIGN(fresh, t.Refresh());
+    info = std::move(fresh);
   }
-  TESSERA_ASSIGN(tensor, ReadTensorFile(args.positionals()[1], args.Get("tensor", "")));
-  TESSERA_ASSIGN(mesh_name, args.Required("mesh"));
-  TESSERA_ASSIGN(mesh, client::GetMesh(session, mesh_name));
-  TESSERA_ASSIGN(placements_text, args.Required("placements"));
-  TESSERA_ASSIGN(placements, ParsePlacements(placements_text));
+  t.Detach();
+  return info;
+}
+
+// --async on `cmd`.
+void AddAsyncFlag(CLI::App& cmd, bool& async) {
+  cmd.add_flag("--async", async,
+               "return once the coordinator has accepted the work, without waiting for the "
+               "workers (tessera tensor show tells how it ended)");
+}
+
+struct PutFlags {
+  ClusterFlags cluster;
+  std::string file;
+  std::string mesh;
+  std::string placements;
+  std::string name;
+  std::string tensor;
+  int64_t src_rank = 0;
+  bool async = false;
+};
+
+absl::Status Put(const PutFlags& f, std::ostream& out) {
+  TESSERA_ASSIGN(session, Connect(f.cluster));
+  TESSERA_ASSIGN(tensor, ReadTensorFile(f.file, f.tensor));
+  TESSERA_ASSIGN(mesh, client::GetMesh(*session, f.mesh));
+  TESSERA_ASSIGN(placements, ParsePlacements(f.placements));
   client::DistributeOptions options;
-  options.name = args.Get("name", "");
-  int64_t src = 0;
-  if (args.Has("src-rank") && !absl::SimpleAtoi(args.Get("src-rank", ""), &src)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--src-rank '", args.Get("src-rank", ""), "' is not an integer"));
-  }
-  options.src_data_rank = src;
+  options.name = f.name;
+  options.src_data_rank = f.src_rank;
   ProgressBar bar("put");
   options.progress = [&bar](int64_t done, int64_t total) { bar(done, total); };
-  TESSERA_ASSIGN(t, client::DistributeTensor(session, tensor, mesh, placements, options));
-  t.Detach();
-  PrintSummary(t.info(), out);
+  TESSERA_ASSIGN(t, client::DistributeTensor(*session, tensor, mesh, placements, options));
+  TESSERA_ASSIGN(info, Keep(std::move(t), f.async));
+  PrintSummary(info, out);
   return absl::OkStatus();
 }
 
-absl::Status Get(client::Session& session, const Args& args, std::ostream& out) {
-  if (args.positionals().size() != 2) {
-    return absl::InvalidArgumentError("usage: tessera tensor get NAME --out FILE [--rank R]");
-  }
-  TESSERA_ASSIGN(path, args.Required("out"));
-  TESSERA_ASSIGN(t, client::GetTensor(session, args.positionals()[1]));
+struct GetFlags {
+  ClusterFlags cluster;
+  std::string name;
+  std::string out;
+  std::optional<int64_t> rank;
+};
+
+absl::Status Get(const GetFlags& f, std::ostream& out) {
+  TESSERA_ASSIGN(session, Connect(f.cluster));
+  TESSERA_ASSIGN(t, client::GetTensor(*session, f.name));
   HostTensor data;
-  if (args.Has("rank")) {
-    int64_t rank = 0;
-    if (!absl::SimpleAtoi(args.Get("rank", ""), &rank)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--rank '", args.Get("rank", ""), "' is not an integer"));
-    }
-    TESSERA_ASSIGN(local, t.ToLocal(rank));
+  if (f.rank.has_value()) {
+    TESSERA_ASSIGN(local, t.ToLocal(*f.rank));
     data = std::move(local);
   } else {
     ProgressBar bar("get");
@@ -128,35 +148,37 @@ absl::Status Get(client::Session& session, const Args& args, std::ostream& out) 
   }
   const std::string shape = ShapeToString(data.shape());
   const DType dtype = data.dtype();
-  if (absl::Status s = WriteTensorFile(path, t.name(), std::move(data)); !s.ok()) return s;
-  out << "wrote " << DTypeName(dtype) << shape << " to " << path << "\n";
+  if (absl::Status s = WriteTensorFile(f.out, t.name(), std::move(data)); !s.ok()) return s;
+  out << "wrote " << DTypeName(dtype) << shape << " to " << f.out << "\n";
   return absl::OkStatus();
 }
 
-absl::Status Redistribute(client::Session& session, const Args& args, std::ostream& out) {
-  if (args.positionals().size() != 2) {
-    return absl::InvalidArgumentError(
-        "usage: tessera tensor redistribute NAME --to P [--mesh M] [--name OUT] [--explain]");
-  }
-  TESSERA_ASSIGN(t, client::GetTensor(session, args.positionals()[1]));
-  TESSERA_ASSIGN(to_text, args.Required("to"));
-  TESSERA_ASSIGN(placements, ParsePlacements(to_text));
+struct RedistributeFlags {
+  ClusterFlags cluster;
+  std::string name;
+  std::string to;
+  std::string mesh;
+  std::string output;
+  bool explain = false;
+  std::string planner;
+  bool async = false;
+};
+
+absl::Status Redistribute(const RedistributeFlags& f, std::ostream& out) {
+  TESSERA_ASSIGN(session, Connect(f.cluster));
+  TESSERA_ASSIGN(t, client::GetTensor(*session, f.name));
+  TESSERA_ASSIGN(placements, ParsePlacements(f.to));
   v1::RedistributeRequest request;
   request.set_name(t.name());
   *request.mutable_placements() = ToProto(placements);
-  request.set_mesh(args.Get("mesh", ""));
-  request.set_output(args.Get("name", ""));
-  request.set_explain(args.Has("explain"));
-  const std::string planner = args.Get("planner", "min-cost");
-  if (planner != "min-cost" && planner != "greedy") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown --planner '", planner, "'; expected min-cost or greedy"));
-  }
-  request.set_planner(planner == "greedy" ? v1::GREEDY : v1::MIN_COST);
+  request.set_mesh(f.mesh);
+  request.set_output(f.output);
+  request.set_explain(f.explain);
+  request.set_planner(PlannerNamed(f.planner) == PlannerKind::kGreedy ? v1::GREEDY : v1::MIN_COST);
   grpc::ClientContext context;
-  session.Prepare(&context, absl::Minutes(10));
+  session->Prepare(&context, absl::Minutes(10));
   v1::RedistributeReply reply;
-  if (grpc::Status s = session.stub().Redistribute(&context, request, &reply); !s.ok()) {
+  if (grpc::Status s = session->stub().Redistribute(&context, request, &reply); !s.ok()) {
     return FromGrpcStatus(s);
   }
   if (reply.cross_mesh()) {
@@ -166,27 +188,39 @@ absl::Status Redistribute(client::Session& session, const Args& args, std::ostre
     out << (plan.steps.empty() ? "no collectives: the tensor is laid out so already\n"
                                : plan.ToString());
   }
-  if (reply.has_output()) PrintSummary(reply.output(), out);
+  if (!reply.has_output()) return absl::OkStatus();
+  TESSERA_ASSIGN(info,
+                 Keep(client::DTensor::Adopt(session, reply.output(), /*owned=*/true), f.async));
+  PrintSummary(info, out);
   return absl::OkStatus();
 }
 
-absl::Status Show(client::Session& session, const Args& args, std::ostream& out) {
-  if (args.positionals().size() != 2) {
-    return absl::InvalidArgumentError("usage: tessera tensor show NAME");
-  }
-  TESSERA_ASSIGN(t, client::GetTensor(session, args.positionals()[1]));
+struct ShowFlags {
+  ClusterFlags cluster;
+  std::string name;
+};
+
+absl::Status Show(const ShowFlags& f, std::ostream& out) {
+  TESSERA_ASSIGN(session, Connect(f.cluster));
+  TESSERA_ASSIGN(t, client::GetTensor(*session, f.name));
   PrintSummary(t.info(), out);
   out << VisualizeSharding(t.spec());
   return absl::OkStatus();
 }
 
-absl::Status List(client::Session& session, const Args& args, std::ostream& out) {
+struct ListFlags {
+  ClusterFlags cluster;
+  std::string mesh;
+};
+
+absl::Status List(const ListFlags& f, std::ostream& out) {
+  TESSERA_ASSIGN(session, Connect(f.cluster));
   v1::ListTensorsRequest request;
-  request.set_mesh(args.Get("mesh", ""));
+  request.set_mesh(f.mesh);
   grpc::ClientContext context;
-  session.Prepare(&context);
+  session->Prepare(&context);
   v1::ListTensorsReply reply;
-  if (grpc::Status s = session.stub().ListTensors(&context, request, &reply); !s.ok()) {
+  if (grpc::Status s = session->stub().ListTensors(&context, request, &reply); !s.ok()) {
     return FromGrpcStatus(s);
   }
   if (reply.tensors().empty()) out << "no tensors\n";
@@ -194,34 +228,116 @@ absl::Status List(client::Session& session, const Args& args, std::ostream& out)
   return absl::OkStatus();
 }
 
-absl::Status Remove(client::Session& session, const Args& args, std::ostream& out) {
-  if (args.positionals().size() < 2) {
-    return absl::InvalidArgumentError("usage: tessera tensor rm NAME...");
-  }
-  for (size_t i = 1; i < args.positionals().size(); ++i) {
-    TESSERA_ASSIGN(t, client::GetTensor(session, args.positionals()[i]));
+struct RemoveFlags {
+  ClusterFlags cluster;
+  std::vector<std::string> names;
+};
+
+absl::Status Remove(const RemoveFlags& f, std::ostream& out) {
+  TESSERA_ASSIGN(session, Connect(f.cluster));
+  for (const std::string& name : f.names) {
+    TESSERA_ASSIGN(t, client::GetTensor(*session, name));
     if (absl::Status s = t.Free(); !s.ok()) return s;
     out << "removed " << t.name() << "\n";
   }
   return absl::OkStatus();
 }
 
+// The tensor's name as the first positional of `cmd`.
+void AddNameArgument(CLI::App& cmd, std::string& name) {
+  cmd.add_option("name", name, "the tensor's name")->required()->type_name("NAME");
+}
+
 }  // namespace
 
-absl::Status RunTensor(const Args& args, std::ostream& out) {
-  if (args.positionals().empty()) {
-    return absl::InvalidArgumentError("tessera tensor needs put|get|redistribute|show|list|rm");
-  }
-  TESSERA_ASSIGN(session, Connect(args));
-  const std::string& verb = args.positionals()[0];
-  if (verb == "put") return Put(*session, args, out);
-  if (verb == "get") return Get(*session, args, out);
-  if (verb == "redistribute") return Redistribute(*session, args, out);
-  if (verb == "show") return Show(*session, args, out);
-  if (verb == "list") return List(*session, args, out);
-  if (verb == "rm") return Remove(*session, args, out);
-  return absl::InvalidArgumentError(absl::StrCat("unknown tensor command '", verb,
-                                                 "'; expected put|get|redistribute|show|list|rm"));
+void AddTensorCommands(CLI::App& app, Action* action) {
+  CLI::App* tensor = app.add_subcommand(
+      "tensor",
+      "DTensors on the cluster: distribute a file, read it back whole or one rank's shard, "
+      "redistribute it (or print the plan), draw its layout per rank");
+  tensor->require_subcommand(1);
+
+  auto put = AddCommand(*tensor, "put",
+                        "distribute a .npy or .safetensors file over a mesh and wait until the "
+                        "workers hold it",
+                        Put, action);
+  AddClusterFlags(*put.app, put.flags->cluster, /*with_client=*/true);
+  put.app->add_option("file", put.flags->file, "FILE.npy or FILE.safetensors")
+      ->required()
+      ->type_name("FILE");
+  put.app->add_option("--mesh", put.flags->mesh, "the mesh's name")->required()->type_name("NAME");
+  put.app->add_option("--placements", put.flags->placements, "one per mesh dim, e.g. S(0),R")
+      ->required()
+      ->type_name("PLACEMENTS");
+  put.app->add_option("--name", put.flags->name, "the new tensor's name (default: one is made)")
+      ->type_name("NAME");
+  put.app
+      ->add_option("--tensor", put.flags->tensor,
+                   "which tensor of a .safetensors file (default: its only one)")
+      ->type_name("KEY");
+  put.app
+      ->add_option("--src-rank", put.flags->src_rank,
+                   "the rank whose data counts for replicated placements (src_data_rank)")
+      ->type_name("R")
+      ->capture_default_str();
+  AddAsyncFlag(*put.app, put.flags->async);
+
+  auto get =
+      AddCommand(*tensor, "get", "write a tensor, or one rank's shard, to a file", Get, action);
+  AddClusterFlags(*get.app, get.flags->cluster, /*with_client=*/true);
+  AddNameArgument(*get.app, get.flags->name);
+  get.app->add_option("--out", get.flags->out, "FILE.npy or FILE.safetensors")
+      ->required()
+      ->type_name("FILE");
+  GetFlags* get_flags = get.flags;
+  get.app
+      ->add_option_function<int64_t>(
+          "--rank", [get_flags](const int64_t& rank) { get_flags->rank = rank; },
+          "write only this rank's shard (to_local) instead of the whole tensor")
+      ->type_name("R");
+
+  auto redistribute = AddCommand(*tensor, "redistribute",
+                                 "redistribute a tensor to new placements (or another mesh) as a "
+                                 "new tensor, and wait until the workers hold it",
+                                 Redistribute, action);
+  AddClusterFlags(*redistribute.app, redistribute.flags->cluster, /*with_client=*/true);
+  AddNameArgument(*redistribute.app, redistribute.flags->name);
+  redistribute.app->add_option("--to", redistribute.flags->to, "the placements it gets, e.g. R")
+      ->required()
+      ->type_name("PLACEMENTS");
+  redistribute.app
+      ->add_option("--mesh", redistribute.flags->mesh,
+                   "move it to this mesh (default: the one it is on)")
+      ->type_name("NAME");
+  redistribute.app
+      ->add_option("--name", redistribute.flags->output,
+                   "the new tensor's name (default: one is made)")
+      ->type_name("OUT");
+  redistribute.app->add_flag("--explain", redistribute.flags->explain,
+                             "print the plan without running it");
+  AddPlannerFlag(*redistribute.app, redistribute.flags->planner);
+  AddAsyncFlag(*redistribute.app, redistribute.flags->async);
+
+  auto show =
+      AddCommand(*tensor, "show", "a tensor's metadata and its layout per rank", Show, action);
+  AddClusterFlags(*show.app, show.flags->cluster, /*with_client=*/true);
+  AddNameArgument(*show.app, show.flags->name);
+
+  auto list = AddCommand(*tensor, "list", "every tensor: mesh, dtype, shape, placements, state",
+                         List, action);
+  AddClusterFlags(*list.app, list.flags->cluster, /*with_client=*/true);
+  list.app->add_option("--mesh", list.flags->mesh, "only the tensors of this mesh")
+      ->type_name("NAME");
+
+  auto rm = AddCommand(*tensor, "rm", "free tensors on every rank", Remove, action);
+  AddClusterFlags(*rm.app, rm.flags->cluster, /*with_client=*/true);
+  rm.app->add_option("names", rm.flags->names, "the tensors' names")
+      ->required()
+      ->type_name("NAME...");
+  // Set last: subcommands take their group from their parent when they are added.
+  tensor->group(
+      "Commands that run or talk to a cluster (--coordinator HOST:PORT, default "
+      "$TESSERA_COORDINATOR)");
 }
 
 }  // namespace tessera::cli

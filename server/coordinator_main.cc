@@ -4,16 +4,14 @@
 
 #include <malloc.h>
 
-#include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "core/release_mode.h"
+#include "daemon/daemon_flags.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -26,27 +24,64 @@
 #include "server/registry_service.h"
 #include "server/rendezvous_store.h"
 #include "server/worker_registry.h"
+#include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
-          "address to serve on (host:port; port 0 picks one)");
-ABSL_FLAG(std::string, secret, "", "shared secret sent to workers; default $TESSERA_SECRET");
-ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Milliseconds(500),
-          "how often workers heartbeat");
-ABSL_FLAG(absl::Duration, dead_after, absl::Seconds(3),
-          "a worker silent for this long is dead and its meshes are broken");
-ABSL_FLAG(absl::Duration, client_grace, absl::Seconds(60),
-          "a client holding a lease that makes no call for this long loses its tensors");
-ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "largest gRPC message accepted or sent");
+namespace {
+
+// The coordinator's command line; every flag is also accepted as --name=value.
+struct CoordinatorFlags {
+  std::string listen = "127.0.0.1:50051";
+  std::string secret;
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration dead_after = absl::Seconds(3);
+  absl::Duration client_grace = absl::Seconds(60);
+  int64_t max_message_bytes = 64 << 20;
+};
+
+// A duration flag such as 500ms, 3s or 1m (absl::ParseDuration) filling `*value`.
+void AddDurationFlag(CLI::App& app, const std::string& name, absl::Duration* value,
+                     const std::string& help) {
+  app.add_option_function<std::string>(
+         name,
+         [name, value](const std::string& text) {
+           if (!absl::ParseDuration(text, value)) {
+             throw CLI::ValidationError(name, "'" + text + "' is not a duration like 500ms or 3s");
+           }
+         },
+         help)
+      ->type_name("DURATION")
+      ->default_str(absl::FormatDuration(*value));
+}
+
+void AddFlags(CLI::App& app, CoordinatorFlags& f) {
+  app.add_option("--listen", f.listen, "address to serve on (host:port; port 0 picks one)");
+  app.add_option("--secret", f.secret, "shared secret sent to workers")->envname("TESSERA_SECRET");
+  AddDurationFlag(app, "--heartbeat_interval", &f.heartbeat_interval,
+                  "how often workers heartbeat");
+  AddDurationFlag(app, "--dead_after", &f.dead_after,
+                  "a worker silent for this long is dead and its meshes are broken");
+  AddDurationFlag(app, "--client_grace", &f.client_grace,
+                  "a client holding a lease that makes no call for this long loses its tensors");
+  app.add_option("--max_message_bytes", f.max_message_bytes,
+                 "largest gRPC message accepted or sent")
+      ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   tessera::UseReleaseMutexes();
-  absl::SetProgramUsageMessage("tessera-coordinator --listen=HOST:PORT [--secret=S]");
-  absl::ParseCommandLine(argc, argv);
-  std::string secret = absl::GetFlag(FLAGS_secret);
-  if (secret.empty() && std::getenv("TESSERA_SECRET") != nullptr)
-    secret = std::getenv("TESSERA_SECRET");
+  CLI::App app("tessera-coordinator: the control plane of a tessera cluster",
+               "tessera-coordinator");
+  CoordinatorFlags flags;
+  AddFlags(app, flags);
+  if (std::optional<int> exit =
+          tessera::daemon::ParseFlagsAndStartLogging(app, argc, argv, {"secret"})) {
+    return *exit;
+  }
+  const std::string& secret = flags.secret;
   if (secret.empty()) {
-    std::cerr << "tessera-coordinator: a shared secret is required (--secret or $TESSERA_SECRET)\n";
+    spdlog::critical("a shared secret is required (--secret or $TESSERA_SECRET)");
     return 2;
   }
 
@@ -57,23 +92,22 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 256 << 10);
   mallopt(M_ARENA_MAX, 1);
 
-  tessera::WorkerRegistry workers(absl::GetFlag(FLAGS_heartbeat_interval),
-                                  absl::GetFlag(FLAGS_dead_after));
+  tessera::WorkerRegistry workers(flags.heartbeat_interval, flags.dead_after);
   tessera::RendezvousStore store;
   tessera::Dispatcher dispatcher(&workers, secret);
   tessera::RegistryService registry_service(&workers, &store);
   tessera::MeshTable meshes(&workers);
   tessera::CollectiveService collective_service(&meshes, &dispatcher);
   tessera::DTensorTable tensors(&meshes, &dispatcher);
-  tessera::DTensorService dtensor_service(&tensors, absl::GetFlag(FLAGS_client_grace));
+  tessera::DTensorService dtensor_service(&tensors, flags.client_grace);
   tessera::MeshService mesh_service(&meshes, &dispatcher, &store, {&collective_service, &tensors});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
-  const int max_bytes = static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
+  const int max_bytes = static_cast<int>(flags.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
   builder.RegisterService(&registry_service);
@@ -82,10 +116,11 @@ int main(int argc, char** argv) {
   builder.RegisterService(&dtensor_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::cerr << "tessera-coordinator: cannot listen on " << absl::GetFlag(FLAGS_listen) << "\n";
+    spdlog::critical("cannot listen on {}", flags.listen);
     return 1;
   }
-  // The first line on stdout is the bound port, for launchers that asked for port 0.
+  // The first line on stdout is the bound port, for launchers that asked for port 0 (logs go to
+  // stderr).
   std::cout << "tessera-coordinator listening on port " << port << std::endl;
   server->Wait();
   return 0;

@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "proto/command_label.h"
 #include "proto/grpc_status.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -32,6 +34,12 @@ int Severity(absl::StatusCode code) {
     default:
       return 5;
   }
+}
+
+// One line per command that failed on a worker.
+void LogFailure(int64_t worker_id, const v1::Command& command, const absl::Status& status) {
+  spdlog::error("{} failed on worker {}: {}: {}", CommandLabel(command), worker_id,
+                absl::StatusCodeToString(status.code()), std::string(status.message()));
 }
 
 }  // namespace
@@ -195,14 +203,16 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
         for (size_t i = 0; i < call->items.size(); ++i) {
           Queued& q = call->items[i];
           if (!s.ok() || i >= static_cast<size_t>(call->reply.results_size())) {
-            Complete(q.post, q.index,
-                     s.ok() ? absl::InternalError("batch reply is short") : FromGrpcStatus(s), {});
+            absl::Status failure =
+                s.ok() ? absl::InternalError("batch reply is short") : FromGrpcStatus(s);
+            LogFailure(id, q.command, failure);
+            Complete(q.post, q.index, std::move(failure), {});
             continue;
           }
           v1::CommandResult& r = *call->reply.mutable_results(static_cast<int>(i));
-          Complete(q.post, q.index,
-                   absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()),
-                   std::move(*r.mutable_reply()));
+          absl::Status status(static_cast<absl::StatusCode>(r.code()), r.message());
+          if (!status.ok()) LogFailure(id, q.command, status);
+          Complete(q.post, q.index, std::move(status), std::move(*r.mutable_reply()));
         }
       });
 }

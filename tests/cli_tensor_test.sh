@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tessera tensor put/show/redistribute/get/list/rm against a cluster started with `tessera up`:
-# a .npy file goes in sharded, is redistributed by the workers, and comes back byte for byte.
+# a .npy file goes in sharded, is redistributed by the workers, and comes back byte for byte; put
+# and redistribute wait for the workers (a failure on them exits 1 with its code), --async does
+# not; and every subcommand answers --help with its usage.
 # usage: cli_tensor_test.sh TESSERA_BINARY WORKDIR
 set -euo pipefail
 tessera="$1"
@@ -8,6 +10,26 @@ work="$2"
 rm -rf "${work}" && mkdir -p "${work}"
 "${tessera}" demo --workdir "${work}/demo" --size 64 > /dev/null
 input="${work}/demo/weight.npy"
+
+# --help on every subcommand, found by walking the command lists of the help texts themselves.
+helped=()
+check_help() {
+  local text="${work}/help.txt"
+  "${tessera}" "$@" --help > "${text}" || { echo "tessera $* --help exited $?"; exit 1; }
+  grep -q "^Usage: tessera${*:+ $*} " "${text}" || { echo "no usage for tessera $*:"; cat "${text}"; exit 1; }
+  helped+=("$*")
+  # Command lists are the sections whose heading is neither Options: nor Positionals:.
+  local subcommands
+  subcommands=$(awk '/^[A-Z].*:$/ { commands = ($0 !~ /^(Options|Positionals):$/) }
+                     commands && /^  [a-z]/ { print $1 }' "${text}")
+  for sub in ${subcommands}; do check_help "$@" "${sub}"; done
+}
+check_help
+for want in layout plan shard reshard unshard demo up status "mesh create" "mesh list" \
+    "mesh delete" "tensor put" "tensor get" "tensor redistribute" "tensor show" "tensor list" \
+    "tensor rm"; do
+  printf '%s\n' "${helped[@]}" | grep -qx "${want}" || { echo "tessera ${want} --help not checked"; exit 1; }
+done
 
 "${tessera}" up --workers 2 > "${work}/up.log" 2>&1 &
 up=$!
@@ -19,7 +41,8 @@ done
 export TESSERA_COORDINATOR="$(grep -m1 -o 'coordinator at [0-9.:]*' "${work}/up.log" | cut -d' ' -f3)"
 [[ -n "${TESSERA_COORDINATOR}" ]] || { cat "${work}/up.log"; exit 1; }
 
-"${tessera}" tensor put "${input}" --mesh world --placements "S(1)" --name w
+"${tessera}" tensor put "${input}" --mesh world --placements "S(1)" --name w | tee "${work}/put.txt"
+grep -q "^w .* ready " "${work}/put.txt"  # put returned after the workers wrote it
 "${tessera}" tensor show w | tee "${work}/show.txt"
 grep -q "rank 1" "${work}/show.txt"
 "${tessera}" tensor redistribute w --to "S(0)" --explain | tee "${work}/plan.txt"
@@ -31,5 +54,39 @@ cmp "${input}" "${work}/back.npy"
 "${tessera}" tensor rm w w2
 "${tessera}" tensor list | grep -q "no tensors"
 if "${tessera}" tensor get w --out "${work}/gone.npy" 2> "${work}/err.txt"; then exit 1; fi
-grep -q "no tensor named 'w'" "${work}/err.txt"
+grep -q "tessera tensor get: NOT_FOUND: no tensor named 'w'" "${work}/err.txt"
+
+# A mesh made without --names lists its dims by index.
+"${tessera}" mesh create grid --shape 1,2 | tee "${work}/mesh.txt"
+grep -q "^  grid .* dims (0, 1) " "${work}/mesh.txt"
+"${tessera}" mesh list | grep -q "^  grid .* dims (0, 1) "
+"${tessera}" status | grep -q "^  grid .* dims (0, 1) "
+"${tessera}" mesh delete grid
+
+# The worker at rank 1 of 'world', and its pid.
+rank1=$("${tessera}" mesh list | sed -n 's/^ *world .* workers \[[0-9]*, \([0-9]*\)\].*/\1/p')
+pid=$("${tessera}" status | awk -v id="${rank1}" '$1 == id { for (i = 1; i < NF; ++i) if ($i == "pid") print $(i + 1) }')
+[[ -n "${pid}" ]] || { "${tessera}" status; exit 1; }
+# A replicated put uploads to rank 0 only, then rank 0 broadcasts to rank 1: with rank 1's worker
+# stopped, the broadcast cannot finish. --async returns anyway (within the coordinator's 2 s before
+# it calls the worker dead), with the tensor pending.
+kill -STOP "${pid}"
+"${tessera}" tensor put "${input}" --mesh world --placements R --name pending --async | tee "${work}/async.txt"
+grep -q "^pending .* pending " "${work}/async.txt"
+# Without --async the put waits, and fails once the worker is gone: exit 1 with the gRPC code, and
+# no tensor left behind.
+kill -KILL "${pid}"
+if "${tessera}" tensor put "${input}" --mesh world --placements R --name lost 2> "${work}/err.txt"; then
+  exit 1
+fi
+cat "${work}/err.txt"
+grep -q "^tessera tensor put: UNAVAILABLE: " "${work}/err.txt"
+if "${tessera}" tensor list | grep -q "^lost "; then exit 1; fi
+# The --async put failed too, and says so.
+for _ in $(seq 100); do
+  "${tessera}" tensor show pending > "${work}/show.txt" 2>&1 || true
+  grep -q " FAILED " "${work}/show.txt" && break
+  sleep 0.1
+done
+grep -q " FAILED " "${work}/show.txt" || { cat "${work}/show.txt"; exit 1; }
 echo "cli tensor commands: ok"

@@ -7,37 +7,55 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/release_mode.h"
+#include "daemon/daemon_flags.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "proto/grpc_status.h"
+#include "spdlog/spdlog.h"
 #include "tessera/v1/registry.grpc.pb.h"
 #include "worker/rpc_store.h"
 #include "worker/worker_service.h"
 
-ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "the coordinator's address");
-ABSL_FLAG(std::string, device, "cpu", "the device served: cpu or cuda:N");
-ABSL_FLAG(std::string, listen, "127.0.0.1:0", "address to serve on (port 0 picks one)");
-ABSL_FLAG(int64_t, memory_budget, int64_t{4} << 30, "bytes of shards this worker holds at most");
-ABSL_FLAG(std::string, advertise, "",
-          "address the coordinator dials (host:port); default the listen address");
-ABSL_FLAG(std::string, collective_host, "",
-          "host or IP Gloo binds and advertises to peers; default the listen host, or 127.0.0.1 "
-          "when listening on all interfaces");
-ABSL_FLAG(int32_t, threads, 1, "threads for local compute");
-ABSL_FLAG(std::string, secret, "", "shared secret of the cluster; default $TESSERA_SECRET");
-ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "largest gRPC message accepted or sent");
-
 namespace {
+
+// The worker's command line; every flag is also accepted as --name=value.
+struct WorkerFlags {
+  std::string coordinator = "127.0.0.1:50051";
+  std::string device = "cpu";
+  std::string listen = "127.0.0.1:0";
+  int64_t memory_budget = int64_t{4} << 30;
+  std::string advertise;
+  std::string collective_host;
+  int32_t threads = 1;
+  std::string secret;
+  int64_t max_message_bytes = 64 << 20;
+};
+
+void AddFlags(CLI::App& app, WorkerFlags& f) {
+  app.add_option("--coordinator", f.coordinator, "the coordinator's address");
+  app.add_option("--device", f.device, "the device served: cpu or cuda:N");
+  app.add_option("--listen", f.listen, "address to serve on (port 0 picks one)");
+  app.add_option("--memory_budget", f.memory_budget, "bytes of shards this worker holds at most")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--advertise", f.advertise,
+                 "address the coordinator dials (host:port); default the listen address");
+  app.add_option("--collective_host", f.collective_host,
+                 "host or IP Gloo binds and advertises to peers; default the listen host, or "
+                 "127.0.0.1 when listening on all interfaces");
+  app.add_option("--threads", f.threads, "threads for local compute")->check(CLI::PositiveNumber);
+  app.add_option("--secret", f.secret, "shared secret of the cluster")->envname("TESSERA_SECRET");
+  app.add_option("--max_message_bytes", f.max_message_bytes,
+                 "largest gRPC message accepted or sent")
+      ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
+}
 
 // Registers until it succeeds; returns the reply.
 tessera::v1::RegisterReply RegisterLoop(tessera::v1::Registry::Stub& registry,
@@ -48,8 +66,7 @@ tessera::v1::RegisterReply RegisterLoop(tessera::v1::Registry::Stub& registry,
     tessera::v1::RegisterReply reply;
     grpc::Status s = registry.Register(&context, request, &reply);
     if (s.ok()) return reply;
-    std::cerr << "tessera-worker: register with the coordinator failed: " << s.error_message()
-              << "; retrying\n";
+    spdlog::warn("register with the coordinator failed: {}; retrying", s.error_message());
     absl::SleepFor(absl::Milliseconds(500));
   }
 }
@@ -58,19 +75,21 @@ tessera::v1::RegisterReply RegisterLoop(tessera::v1::Registry::Stub& registry,
 
 int main(int argc, char** argv) {
   tessera::UseReleaseMutexes();
-  absl::SetProgramUsageMessage(
-      "tessera-worker --coordinator=HOST:PORT --device=cpu|cuda:N [--listen=HOST:PORT]");
-  absl::ParseCommandLine(argc, argv);
-  std::string secret = absl::GetFlag(FLAGS_secret);
-  if (secret.empty() && std::getenv("TESSERA_SECRET") != nullptr)
-    secret = std::getenv("TESSERA_SECRET");
+  CLI::App app("tessera-worker: serves one device to a tessera-coordinator", "tessera-worker");
+  WorkerFlags flags;
+  AddFlags(app, flags);
+  if (std::optional<int> exit =
+          tessera::daemon::ParseFlagsAndStartLogging(app, argc, argv, {"secret"})) {
+    return *exit;
+  }
+  const std::string& secret = flags.secret;
   if (secret.empty()) {
-    std::cerr << "tessera-worker: a shared secret is required (--secret or $TESSERA_SECRET)\n";
+    spdlog::critical("a shared secret is required (--secret or $TESSERA_SECRET)");
     return 2;
   }
-  const std::string device = absl::GetFlag(FLAGS_device);
+  const std::string& device = flags.device;
   if (device != "cpu" && device.rfind("cuda:", 0) != 0) {
-    std::cerr << "tessera-worker: unknown --device '" << device << "'; expected cpu or cuda:N\n";
+    spdlog::critical("unknown --device '{}'; expected cpu or cuda:N", device);
     return 2;
   }
   // Shards come and go in large blocks every op: keep freed memory in the heap for the next one
@@ -81,29 +100,28 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   // Local compute threads for BLAS; must be set before the library starts its pool.
-  setenv("OPENBLAS_NUM_THREADS", absl::StrCat(absl::GetFlag(FLAGS_threads)).c_str(), 0);
+  setenv("OPENBLAS_NUM_THREADS", absl::StrCat(flags.threads).c_str(), 0);
 
-  tessera::WorkerService service(secret, device, absl::GetFlag(FLAGS_memory_budget));
-  const std::string listen = absl::GetFlag(FLAGS_listen);
+  tessera::WorkerService service(secret, device, flags.memory_budget);
+  const std::string& listen = flags.listen;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  const int max_bytes = static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes));
+  const int max_bytes = static_cast<int>(flags.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::cerr << "tessera-worker: cannot listen on " << listen << "\n";
+    spdlog::critical("cannot listen on {}", listen);
     return 1;
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
-  const std::string address = absl::GetFlag(FLAGS_advertise).empty()
-                                  ? absl::StrCat(host, ":", port)
-                                  : absl::GetFlag(FLAGS_advertise);
-  std::string collective_host = absl::GetFlag(FLAGS_collective_host);
+  const std::string address =
+      flags.advertise.empty() ? absl::StrCat(host, ":", port) : flags.advertise;
+  std::string collective_host = flags.collective_host;
   if (collective_host.empty()) {
     collective_host = (host == "0.0.0.0" || host == "[::]") ? "127.0.0.1" : host;
   }
@@ -111,13 +129,12 @@ int main(int argc, char** argv) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_bytes);
   args.SetMaxSendMessageSize(max_bytes);
-  std::shared_ptr<tessera::v1::Registry::Stub> registry =
-      tessera::v1::Registry::NewStub(grpc::CreateCustomChannel(
-          absl::GetFlag(FLAGS_coordinator), grpc::InsecureChannelCredentials(), args));
+  std::shared_ptr<tessera::v1::Registry::Stub> registry = tessera::v1::Registry::NewStub(
+      grpc::CreateCustomChannel(flags.coordinator, grpc::InsecureChannelCredentials(), args));
   tessera::v1::RegisterRequest request;
   request.set_address(address);
   request.set_device(device);
-  request.set_memory_budget_bytes(absl::GetFlag(FLAGS_memory_budget));
+  request.set_memory_budget_bytes(flags.memory_budget);
   char hostname[256] = {};
   gethostname(hostname, sizeof(hostname) - 1);
   request.set_hostname(hostname);
@@ -128,6 +145,7 @@ int main(int argc, char** argv) {
     service.BeginIncarnation(reply.worker_id(), reply.incarnation(),
                              std::make_unique<tessera::RpcStore>(registry, absl::Seconds(60)),
                              collective_host);
+    // Launchers (client/local_cluster.cc) wait for this line on stdout, whatever the log level.
     std::cout << "tessera-worker " << reply.worker_id() << " (" << device << ") serving on "
               << address << ", incarnation " << reply.incarnation() << std::endl;
     return reply;
@@ -146,6 +164,10 @@ int main(int argc, char** argv) {
       grpc::Status s = registry->Heartbeat(&context, hb, &ack);
       if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
           s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        spdlog::warn(
+            "the coordinator refused the heartbeat of worker {} incarnation {} ({}); "
+            "registering again",
+            reg.worker_id(), reg.incarnation(), s.error_message());
         reg = begin();  // the coordinator restarted or replaced this incarnation
       }
     }

@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "proto/command_label.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "spdlog/spdlog.h"
 #include "transfer/tensor_stream.h"
 
 namespace tessera {
@@ -25,6 +27,7 @@ void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
   rendezvous_ = std::move(rendezvous);
   executor_ = std::make_unique<CommandExecutor>(worker_id, device_, &store_, rendezvous_.get(),
                                                 collective_host);
+  worker_id_ = worker_id;
   incarnation_ = incarnation;
 }
 
@@ -49,6 +52,17 @@ grpc::Status WorkerService::AwaitTurn(const grpc::ServerContext& context, int64_
 
 grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context,
                                       const v1::Command& command, v1::CommandReply* reply) {
+  grpc::Status status = AdmitAndRun(context, command, reply);
+  if (!status.ok()) {
+    spdlog::error("{} failed on worker {}: {}: {}", CommandLabel(command), worker_id_.load(),
+                  absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                  status.error_message());
+  }
+  return status;
+}
+
+grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context,
+                                        const v1::Command& command, v1::CommandReply* reply) {
   if (grpc::Status s = Admit(context, command.incarnation()); !s.ok()) return s;
   if (grpc::Status s = AwaitTurn(context, command.sequence()); !s.ok()) return s;
   absl::StatusOr<v1::CommandReply> result;

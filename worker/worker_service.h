@@ -39,9 +39,12 @@ class WorkerService final : public v1::Worker::Service {
  private:
   // OK if the call carries the secret and is for the current incarnation.
   grpc::Status Admit(const grpc::ServerContext& context, int64_t incarnation) const;
-  // Admits `command`, waits for its turn and runs it.
+  // AdmitAndRun, logging one line (worker, mesh, sequence, why) when the command fails.
   grpc::Status RunInTurn(const grpc::ServerContext& context, const v1::Command& command,
                          v1::CommandReply* reply);
+  // Admits `command`, waits for its turn and runs it.
+  grpc::Status AdmitAndRun(const grpc::ServerContext& context, const v1::Command& command,
+                           v1::CommandReply* reply);
   // Waits for `sequence`'s turn; on OK the caller must call sequencer_.Done(sequence).
   grpc::Status AwaitTurn(const grpc::ServerContext& context, int64_t sequence);
 
@@ -52,6 +55,7 @@ class WorkerService final : public v1::Worker::Service {
   mutable absl::Mutex mu_;
   // Read without mu_ so that queued commands are admitted while another one runs.
   std::atomic<int64_t> incarnation_{-1};
+  std::atomic<int64_t> worker_id_{-1};  // the coordinator's id of this worker, for log lines
   std::unique_ptr<gloo::rendezvous::Store> rendezvous_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<CommandExecutor> executor_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,0 +1,55 @@
+#include "daemon/daemon_flags.h"
+
+#include <iostream>
+#include <vector>
+
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera::daemon {
+namespace {
+
+// "--name=value ..." for every option of `app` but --help, as given or by default.
+std::string EffectiveFlags(const CLI::App& app, const std::set<std::string>& secret_flags) {
+  std::string text;
+  for (const CLI::Option* option : app.get_options()) {
+    if (option == app.get_help_ptr() || option->get_lnames().empty()) continue;
+    const std::string& name = option->get_lnames().front();
+    std::string value;
+    if (option->count() > 0) {
+      for (const std::string& r : option->results()) value += (value.empty() ? "" : ",") + r;
+    } else {
+      value = option->get_default_str();
+    }
+    if (secret_flags.count(name) > 0) value = value.empty() ? "(unset)" : "(set)";
+    text += (text.empty() ? "--" : " --") + name + "=" + value;
+  }
+  return text;
+}
+
+}  // namespace
+
+std::optional<int> ParseFlagsAndStartLogging(CLI::App& app, int argc, char** argv,
+                                             const std::set<std::string>& secret_flags) {
+  std::string level = "info";
+  app.add_option("--log_level", level, "least severe log lines written")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  // Every bound variable still holds its default: keep it for --help and the startup line.
+  for (CLI::Option* option : app.get_options()) option->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  std::shared_ptr<spdlog::logger> logger = spdlog::stderr_color_mt(app.get_name());
+  logger->set_level(spdlog::level::from_str(level));
+  logger->flush_on(spdlog::level::trace);
+  spdlog::set_default_logger(logger);
+  spdlog::info("starting with {}", EffectiveFlags(app, secret_flags));
+  return std::nullopt;
+}
+
+}  // namespace tessera::daemon

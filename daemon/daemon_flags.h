@@ -1,0 +1,23 @@
+#ifndef TESSERA_DAEMON_DAEMON_FLAGS_H_
+#define TESSERA_DAEMON_DAEMON_FLAGS_H_
+
+#include <optional>
+#include <set>
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+namespace tessera::daemon {
+
+// Parses a daemon's command line into the options the daemon bound on `app` (named after the
+// daemon), adding --log_level: trace, debug, info, warn, error, critical or off (default info).
+// Then makes spdlog's default logger write to stderr under the app's name at that level, and logs
+// the effective value of every flag, given or default, with the values of `secret_flags` (long
+// names without dashes) masked. Returns an exit code when the process should stop instead: 0 after
+// --help (usage on stdout), 2 after a bad command line (the reason on stderr).
+std::optional<int> ParseFlagsAndStartLogging(CLI::App& app, int argc, char** argv,
+                                             const std::set<std::string>& secret_flags = {});
+
+}  // namespace tessera::daemon
+
+#endif  // TESSERA_DAEMON_DAEMON_FLAGS_H_

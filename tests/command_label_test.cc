@@ -1,0 +1,58 @@
+// CommandLabel names a command's kind, its mesh (for every kind that has one) and its sequence, as
+// the daemons' log lines show them; the expected labels are written out by hand.
+
+#include "proto/command_label.h"
+
+#include <functional>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+struct LabelCase {
+  std::string expected;
+  std::function<void(v1::Command&)> fill;  // sets the kind (and its mesh id, 7)
+};
+
+class CommandLabelTest : public ::testing::TestWithParam<LabelCase> {};
+
+TEST_P(CommandLabelTest, NamesKindMeshAndSequence) {
+  v1::Command command;
+  command.set_sequence(12);
+  command.set_incarnation(3);
+  GetParam().fill(command);
+  EXPECT_EQ(CommandLabel(command), GetParam().expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryKind, CommandLabelTest,
+    ::testing::Values(LabelCase{"setup_mesh (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_setup_mesh()->set_mesh_id(7); }},
+                      LabelCase{"teardown_mesh (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_teardown_mesh()->set_mesh_id(7); }},
+                      LabelCase{"collective (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_collective()->set_mesh_id(7); }},
+                      LabelCase{"delete_tensors (sequence 12)",
+                                [](v1::Command& c) { c.mutable_delete_tensors(); }},
+                      LabelCase{"spread_tensor (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_spread_tensor()->set_mesh_id(7); }},
+                      LabelCase{"redistribute (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_redistribute()->set_mesh_id(7); }},
+                      LabelCase{"fill_tensor (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_fill_tensor()->set_mesh_id(7); }},
+                      LabelCase{"run_op (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_run_op()->set_mesh_id(7); }},
+                      LabelCase{"empty command (sequence 12)", [](v1::Command&) {}}));
+
+// Every kind the proto defines has a case above, so a new kind gets a label checked here too.
+TEST(CommandLabelTest, EveryKindIsCovered) {
+  const google::protobuf::OneofDescriptor* kind =
+      v1::Command::descriptor()->FindOneofByName("kind");
+  ASSERT_NE(kind, nullptr);
+  EXPECT_EQ(kind->field_count(), 8);
+}
+
+}  // namespace
+}  // namespace tessera
