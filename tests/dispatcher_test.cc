@@ -38,20 +38,8 @@ using testing::FakeWorker;
 using testing::HasLabel;
 using testing::LabeledCommand;
 using testing::LabelOf;
+using testing::SharedFakeWorkers;
 using testing::StatusIs;
-
-// The fake workers this binary's tests share, started on first use; each test registers them
-// afresh with its own FakeCluster.
-std::vector<FakeWorker*> Fakes(size_t n) {
-  static auto* const fakes = new std::vector<std::unique_ptr<FakeWorker>>;
-  while (fakes->size() < n) {
-    fakes->push_back(FakeWorker::Start());
-    EXPECT_NE(fakes->back(), nullptr) << "a fake worker did not start";
-  }
-  std::vector<FakeWorker*> out;
-  for (size_t i = 0; i < n; ++i) out.push_back((*fakes)[i].get());
-  return out;
-}
 
 // Sequences of the commands `worker` received, in arrival order.
 std::vector<int64_t> SequencesOf(const FakeWorker& worker) {
@@ -120,7 +108,7 @@ class RunTest : public ::testing::TestWithParam<std::vector<int64_t>> {};
 
 TEST_P(RunTest, ReachesExactlyTheListedWorkersAndRepliesInTheirOrder) {
   const std::vector<int64_t>& ids = GetParam();
-  FakeCluster cluster(Fakes(4));
+  FakeCluster cluster(SharedFakeWorkers(4));
   absl::StatusOr<std::vector<v1::CommandReply>> replies =
       cluster.dispatcher().Run(ids, LabeledCommand("op"), absl::Seconds(10));
   ASSERT_TRUE(replies.ok()) << replies.status();
@@ -156,7 +144,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return absl::StrCat("workers_", absl::StrJoin(info.param, "_")); });
 
 TEST(DispatcherTest, SequencesAreConsecutivePerWorkerAndRestartWithANewIncarnation) {
-  FakeCluster cluster(Fakes(3));
+  FakeCluster cluster(SharedFakeWorkers(3));
   const std::vector<std::vector<int64_t>> runs = {{0, 1}, {1}, {0, 1, 2}, {2, 0}};
   for (size_t i = 0; i < runs.size(); ++i) {
     auto replies = cluster.dispatcher().Run(runs[i], LabeledCommand(absl::StrCat("run", i)),
@@ -183,7 +171,7 @@ TEST(DispatcherTest, SequencesAreConsecutivePerWorkerAndRestartWithANewIncarnati
 }
 
 TEST(DispatcherTest, PostToNoWorkersIsDoneAtOnce) {
-  FakeCluster cluster(Fakes(1));
+  FakeCluster cluster(SharedFakeWorkers(1));
   bool called = false;
   cluster.dispatcher().Post({}, LabeledCommand("nothing"), absl::Seconds(1),
                             [&](absl::Status s, std::vector<v1::CommandReply> r) {
@@ -199,7 +187,7 @@ TEST(DispatcherTest, PostToNoWorkersIsDoneAtOnce) {
 // Batching and ordering
 
 TEST(DispatcherTest, PostsQueuedBehindABusyWorkerGoAsOneBatchInSequenceOrder) {
-  FakeCluster cluster(Fakes(2));
+  FakeCluster cluster(SharedFakeWorkers(2));
   FakeWorker& busy = cluster.worker(0);
   FakeWorker& idle = cluster.worker(1);
   const WorkerHandle h0 = cluster.registry().Get(0).value();
@@ -244,7 +232,7 @@ TEST(DispatcherTest, PostsQueuedBehindABusyWorkerGoAsOneBatchInSequenceOrder) {
 }
 
 TEST(DispatcherTest, AFailedCommandOfABatchFailsOnlyItsOwnPost) {
-  FakeCluster cluster(Fakes(1));
+  FakeCluster cluster(SharedFakeWorkers(1));
   FakeWorker& w = cluster.worker(0);
   const WorkerHandle h = cluster.registry().Get(0).value();
   w.HoldCommands(HasLabel("first"));
@@ -269,7 +257,7 @@ TEST(DispatcherTest, AFailedCommandOfABatchFailsOnlyItsOwnPost) {
 // gets each of its commands once, in sequence order with no gap, and every reply is its own.
 TEST(DispatcherTest, ConcurrentPostsReachEveryWorkerInSequenceOrder) {
   constexpr int kWorkers = 4, kThreads = 4, kPostsPerThread = 60;
-  FakeCluster cluster(Fakes(kWorkers));
+  FakeCluster cluster(SharedFakeWorkers(kWorkers));
   std::vector<WorkerHandle> handles;
   for (int id = 0; id < kWorkers; ++id) {
     handles.push_back(cluster.registry().Get(id).value());
@@ -324,7 +312,7 @@ TEST(DispatcherTest, ConcurrentPostsReachEveryWorkerInSequenceOrder) {
 // Back-pressure
 
 TEST(DispatcherTest, PostBlocksWhileTheMostPostsAreOutstanding) {
-  FakeCluster cluster(Fakes(1));
+  FakeCluster cluster(SharedFakeWorkers(1));
   FakeWorker& w = cluster.worker(0);
   const WorkerHandle h = cluster.registry().Get(0).value();
   w.HoldCommands(testing::AnyCommand());
@@ -350,7 +338,7 @@ TEST(DispatcherTest, PostBlocksWhileTheMostPostsAreOutstanding) {
 
 // A done that posts must not wait for room: the room is made by completions like its own.
 TEST(DispatcherTest, APostFromADoneNeverBlocks) {
-  FakeCluster cluster(Fakes(2));
+  FakeCluster cluster(SharedFakeWorkers(2));
   FakeWorker& held = cluster.worker(0);
   FakeWorker& trigger = cluster.worker(1);
   const WorkerHandle h0 = cluster.registry().Get(0).value();
@@ -409,7 +397,7 @@ class CombinedErrorTest
 // tie), with the worker's id, address and its own message.
 TEST_P(CombinedErrorTest, MostTellingFailureWinsNamingItsWorker) {
   const auto [code1, code3] = GetParam();
-  FakeCluster cluster(Fakes(4));
+  FakeCluster cluster(SharedFakeWorkers(4));
   cluster.worker(1).FailCommands(HasLabel("op"), absl::Status(code1, "first failure"));
   cluster.worker(3).FailCommands(HasLabel("op"), absl::Status(code3, "second failure"));
   auto replies = cluster.dispatcher().Run({0, 1, 2, 3}, LabeledCommand("op"), absl::Seconds(10));
@@ -434,7 +422,7 @@ INSTANTIATE_TEST_SUITE_P(CodePairs, CombinedErrorTest,
                          });
 
 TEST(DispatcherTest, OneFailingWorkerAmongHealthyOnesIsTheError) {
-  FakeCluster cluster(Fakes(3));
+  FakeCluster cluster(SharedFakeWorkers(3));
   cluster.worker(2).FailCommands(HasLabel("op"),
                                  absl::ResourceExhaustedError("needs 4096 bytes over the budget"));
   auto replies = cluster.dispatcher().Run({2, 0, 1}, LabeledCommand("op"), absl::Seconds(10));
@@ -444,7 +432,7 @@ TEST(DispatcherTest, OneFailingWorkerAmongHealthyOnesIsTheError) {
 }
 
 TEST(DispatcherTest, AHungCommandTimesOutNamingItsWorker) {
-  FakeCluster cluster(Fakes(2));
+  FakeCluster cluster(SharedFakeWorkers(2));
   cluster.worker(1).HoldCommands(HasLabel("slow"));
   const absl::Duration timeout = absl::Milliseconds(300);
   const absl::Time start = absl::Now();
@@ -467,7 +455,7 @@ TEST(DispatcherTest, AHungCommandTimesOutNamingItsWorker) {
 TEST(DispatcherTest, AnUnreachableWorkerIsUnavailableNamingIt) {
   std::unique_ptr<FakeWorker> gone = FakeWorker::Start();
   ASSERT_NE(gone, nullptr);
-  std::vector<FakeWorker*> workers = Fakes(2);
+  std::vector<FakeWorker*> workers = SharedFakeWorkers(2);
   workers.insert(workers.begin() + 1, gone.get());
   FakeCluster cluster(workers);
   gone->Stop();
@@ -483,7 +471,7 @@ TEST(DispatcherTest, AnUnreachableWorkerIsUnavailableNamingIt) {
 
 TEST(DispatcherTest, RunToADeadOrUnknownWorkerSendsNothing) {
   // Long enough that worker 1, heartbeating just before the Run, is alive during it.
-  FakeCluster cluster(Fakes(2), /*dead_after=*/absl::Seconds(1));
+  FakeCluster cluster(SharedFakeWorkers(2), /*dead_after=*/absl::Seconds(1));
   absl::SleepFor(absl::Milliseconds(1300));
   v1::HeartbeatRequest alive;
   alive.set_worker_id(1);
@@ -500,7 +488,7 @@ TEST(DispatcherTest, RunToADeadOrUnknownWorkerSendsNothing) {
 
 // A peer's death shows on the survivors as I/O errors: the error names the worker that is gone.
 TEST(DispatcherTest, AFailureWhileAPeerDiedNamesTheDeadPeer) {
-  FakeCluster cluster(Fakes(2), /*dead_after=*/absl::Milliseconds(300));
+  FakeCluster cluster(SharedFakeWorkers(2), /*dead_after=*/absl::Milliseconds(300));
   const WorkerHandle h0 = cluster.registry().Get(0).value();
   const WorkerHandle h1 = cluster.registry().Get(1).value();
   cluster.worker(0).FailCommands(HasLabel("op"),

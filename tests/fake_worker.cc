@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 
@@ -316,6 +317,23 @@ grpc::Status FakeWorker::Download(grpc::ServerContext* context, const v1::Downlo
     chunk.Clear();
   } while (offset < stored->bytes.size());
   return grpc::Status::OK;
+}
+
+std::vector<FakeWorker*> SharedFakeWorkers(size_t n) {
+  static auto* const fakes = new std::vector<std::unique_ptr<FakeWorker>>;
+  static absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  while (fakes->size() < n) {
+    std::unique_ptr<FakeWorker> fake = FakeWorker::Start();
+    if (fake == nullptr) {
+      ADD_FAILURE() << "a fake worker did not start";
+      return {};
+    }
+    fakes->push_back(std::move(fake));
+  }
+  std::vector<FakeWorker*> out;
+  for (size_t i = 0; i < n; ++i) out.push_back((*fakes)[i].get());
+  return out;
 }
 
 FakeCluster::FakeCluster(std::vector<FakeWorker*> workers, absl::Duration dead_after)

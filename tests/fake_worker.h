@@ -149,6 +149,10 @@ class FakeWorker final : public v1::Worker::Service {
   std::vector<std::string> secrets_ ABSL_GUARDED_BY(mu_);
 };
 
+// The first `n` of this process's fake workers, started on first use and kept until it exits:
+// tests register them afresh with their own FakeCluster rather than start servers per test.
+std::vector<FakeWorker*> SharedFakeWorkers(size_t n);
+
 // The secret the fake clusters' dispatchers send.
 inline constexpr char kFakeSecret[] = "fake-cluster-secret";
 
