@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
@@ -336,8 +337,34 @@ std::vector<FakeWorker*> SharedFakeWorkers(size_t n) {
   return out;
 }
 
+namespace {
+
+// gRPC 1.51 without a background poller runs callback-API completions (the dispatcher's
+// ExecuteBatch) on a process-wide queue that lives while some channel that used the callback API
+// lives; tearing it down races with a completion still running on it (grpc/grpc#32584) and aborts
+// the process. Every FakeCluster makes and drops its channels, so one channel that used the
+// callback API is kept for the whole process (in the coordinator the registry's channels do that).
+void KeepCallbackQueueAlive() {
+  [[maybe_unused]] static const bool kept = [] {
+    auto* stub =
+        v1::Worker::NewStub(grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()))
+            .release();
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(absl::Seconds(5)));
+    v1::Command command;
+    v1::CommandReply reply;
+    absl::Notification done;
+    stub->async()->Execute(&context, &command, &reply, [&](grpc::Status) { done.Notify(); });
+    done.WaitForNotification();
+    return true;
+  }();
+}
+
+}  // namespace
+
 FakeCluster::FakeCluster(std::vector<FakeWorker*> workers, absl::Duration dead_after)
     : registry_(absl::Seconds(1), dead_after), workers_(std::move(workers)) {
+  KeepCallbackQueueAlive();
   for (FakeWorker* w : workers_) {
     w->Reset();
     incarnations_.push_back(w->RegisterWith(registry_).incarnation());
