@@ -151,13 +151,6 @@ std::optional<FakeTensor> FakeWorker::tensor(const std::string& name) const {
   return it->second;
 }
 
-std::vector<std::string> FakeWorker::tensor_names() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<std::string> names;
-  for (const auto& [name, t] : tensors_) names.push_back(name);
-  return names;
-}
-
 bool FakeWorker::WaitForCommands(size_t n, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto arrived = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return commands_received_ >= n; };

@@ -76,8 +76,7 @@ class FakeWorker final : public v1::Worker::Service {
   // one LocalTensorInfo named "<address> <label>".
   std::string ReplyName(const std::string& label) const { return address_ + " " + label; }
 
-  // Matching commands fail with `status` (first matching rule wins; later rules are checked after
-  // earlier ones).
+  // Matching commands fail with `status`. Of all rules added, the first that matches applies.
   void FailCommands(CommandMatcher match, absl::Status status);
   // Matching commands are answered `delay` after they arrive.
   void DelayCommands(CommandMatcher match, absl::Duration delay);
@@ -105,8 +104,6 @@ class FakeWorker final : public v1::Worker::Service {
   std::vector<std::string> secrets() const;
   // The tensor stored as `name`, if any.
   std::optional<FakeTensor> tensor(const std::string& name) const;
-  // Names of the stored tensors.
-  std::vector<std::string> tensor_names() const;
   // Waits until `n` commands have arrived (counting held ones); false if `timeout` passes first.
   bool WaitForCommands(size_t n, absl::Duration timeout = absl::Seconds(10)) const;
 
