@@ -22,6 +22,7 @@
 #include "core/shape.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/reference.h"
+#include "tests/status_assertions.h"
 
 namespace tessera::testing {
 
@@ -88,22 +89,6 @@ inline ::testing::AssertionResult TensorsMatch(const HostTensor& got, const Host
     return ::testing::AssertionFailure()
            << DTypeName(got.dtype()) << ShapeToString(got.shape()) << " differs at flat index " << i
            << ": got " << a << ", want " << b;
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// Success iff `status` has `code` and its message contains every one of `fragments`.
-inline ::testing::AssertionResult StatusIs(const absl::Status& status, absl::StatusCode code,
-                                           const std::vector<std::string>& fragments = {}) {
-  if (status.code() != code) {
-    return ::testing::AssertionFailure()
-           << "want code " << absl::StatusCodeToString(code) << ", got " << status;
-  }
-  for (const std::string& f : fragments) {
-    if (!absl::StrContains(status.message(), f)) {
-      return ::testing::AssertionFailure()
-             << "message of " << status << " does not name '" << f << "'";
-    }
   }
   return ::testing::AssertionSuccess();
 }
