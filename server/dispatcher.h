@@ -29,8 +29,9 @@ class Dispatcher {
 
   // Runs `command` on every worker of `worker_ids` (in that order) and returns their replies in the
   // same order. Each command has deadline `timeout`. On failure returns the most telling error,
-  // naming the worker: a worker that is gone (UNAVAILABLE) before one that timed out, before
-  // others.
+  // naming the worker: a worker that is gone (UNAVAILABLE) first, then a worker's own refusal
+  // (RESOURCE_EXHAUSTED, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, others), and a timeout
+  // last, since a peer that timed out usually waited on the one that failed.
   absl::StatusOr<std::vector<v1::CommandReply>> Run(const std::vector<int64_t>& worker_ids,
                                                     const v1::Command& command,
                                                     absl::Duration timeout);
