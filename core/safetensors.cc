@@ -13,6 +13,7 @@
 #include "core/file_bytes.h"
 #include "core/json.h"
 #include "core/shape.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -88,36 +89,30 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const nlohmann::
     return Invalid(
         absl::StrCat("tensor '", name, "' is ", JsonTypeName(value), ", expected an object"));
   }
-  absl::StatusOr<const nlohmann::json*> dtype =
-      RequireField(value, "dtype", nlohmann::json::value_t::string, name);
-  if (!dtype.ok()) return dtype.status();
-  absl::StatusOr<const nlohmann::json*> shape =
-      RequireField(value, "shape", nlohmann::json::value_t::array, name);
-  if (!shape.ok()) return shape.status();
-  absl::StatusOr<const nlohmann::json*> offsets =
-      RequireField(value, "data_offsets", nlohmann::json::value_t::array, name);
-  if (!offsets.ok()) return offsets.status();
+  ASSIGN_OR_RETURN(const nlohmann::json* dtype,
+                   RequireField(value, "dtype", nlohmann::json::value_t::string, name));
+  ASSIGN_OR_RETURN(const nlohmann::json* shape,
+                   RequireField(value, "shape", nlohmann::json::value_t::array, name));
+  ASSIGN_OR_RETURN(const nlohmann::json* offsets,
+                   RequireField(value, "data_offsets", nlohmann::json::value_t::array, name));
 
   TensorEntry entry;
   entry.name = name;
-  absl::StatusOr<DType> d = ParseSafetensorsDType((*dtype)->get_ref<const std::string&>());
+  absl::StatusOr<DType> d = ParseSafetensorsDType(dtype->get_ref<const std::string&>());
   if (!d.ok()) return Invalid(absl::StrCat("tensor '", name, "': ", d.status().message()));
   entry.dtype = *d;
 
-  absl::StatusOr<std::vector<int64_t>> dims = IntegerArray(**shape, "shape", name);
-  if (!dims.ok()) return dims.status();
-  entry.shape = *std::move(dims);
+  ASSIGN_OR_RETURN(entry.shape, IntegerArray(*shape, "shape", name));
   if (absl::Status s = ValidateShape(entry.shape); !s.ok()) {
     return Invalid(absl::StrCat("tensor '", name, "': ", s.message()));
   }
 
-  absl::StatusOr<std::vector<int64_t>> range = IntegerArray(**offsets, "data_offsets", name);
-  if (!range.ok()) return range.status();
-  if (range->size() != 2) {
-    return Invalid(absl::StrCat("tensor '", name, "' has ", range->size(),
+  ASSIGN_OR_RETURN(std::vector<int64_t> range, IntegerArray(*offsets, "data_offsets", name));
+  if (range.size() != 2) {
+    return Invalid(absl::StrCat("tensor '", name, "' has ", range.size(),
                                 " data_offsets, expected 2 ([begin, end])"));
   }
-  const int64_t begin = (*range)[0], end = (*range)[1];
+  const int64_t begin = range[0], end = range[1];
   if (begin < 0 || end < 0 || begin > end || static_cast<uint64_t>(end) > buffer_size) {
     return Invalid(absl::StrCat("tensor '", name, "' has data_offsets [", begin, ", ", end,
                                 "], which is not a range inside the ", buffer_size,
@@ -235,25 +230,21 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::span<const std::byte> byte
   std::vector<TensorEntry> entries;
   for (const auto& [key, value] : json->items()) {
     if (key == kMetadataKey) {
-      absl::StatusOr<std::map<std::string, std::string>> metadata = ParseMetadata(value);
-      if (!metadata.ok()) return metadata.status();
-      file.metadata = *std::move(metadata);
+      ASSIGN_OR_RETURN(file.metadata, ParseMetadata(value));
       continue;
     }
-    absl::StatusOr<TensorEntry> entry = ParseEntry(key, value, buffer.size());
-    if (!entry.ok()) return entry.status();
-    entries.push_back(*std::move(entry));
+    ASSIGN_OR_RETURN(TensorEntry entry, ParseEntry(key, value, buffer.size()));
+    entries.push_back(std::move(entry));
   }
 
   std::vector<const TensorEntry*> by_name;
   for (const TensorEntry& e : entries) by_name.push_back(&e);
-  if (absl::Status s = CheckNoOverlap(by_name); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNoOverlap(by_name));
 
   for (TensorEntry& e : entries) {
-    absl::StatusOr<HostTensor> t = HostTensor::FromBytes(e.dtype, std::move(e.shape),
-                                                         buffer.subspan(e.begin, e.end - e.begin));
-    if (!t.ok()) return t.status();
-    file.tensors.emplace(e.name, *std::move(t));
+    ASSIGN_OR_RETURN(HostTensor t, HostTensor::FromBytes(e.dtype, std::move(e.shape),
+                                                         buffer.subspan(e.begin, e.end - e.begin)));
+    file.tensors.emplace(e.name, std::move(t));
   }
   return file;
 }
@@ -297,9 +288,8 @@ absl::StatusOr<std::vector<std::byte>> SerializeSafetensors(const SafetensorsFil
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(absl::string_view path) {
-  absl::StatusOr<std::vector<std::byte>> bytes = ReadFileBytes(path);
-  if (!bytes.ok()) return bytes.status();
-  absl::StatusOr<SafetensorsFile> file = ParseSafetensors(*bytes);
+  ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFileBytes(path));
+  absl::StatusOr<SafetensorsFile> file = ParseSafetensors(bytes);
   if (!file.ok()) {
     return absl::Status(file.status().code(), absl::StrCat(path, ": ", file.status().message()));
   }
@@ -307,9 +297,8 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(absl::string_view path) {
 }
 
 absl::Status WriteSafetensorsFile(absl::string_view path, const SafetensorsFile& file) {
-  absl::StatusOr<std::vector<std::byte>> bytes = SerializeSafetensors(file);
-  if (!bytes.ok()) return bytes.status();
-  return WriteFileBytes(path, *bytes);
+  ASSIGN_OR_RETURN(std::vector<std::byte> bytes, SerializeSafetensors(file));
+  return WriteFileBytes(path, bytes);
 }
 
 }  // namespace tessera
