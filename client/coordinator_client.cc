@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 
@@ -39,7 +40,7 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers() {
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::ListWorkersReply reply;
-  if (grpc::Status s = stub_->ListWorkers(&context, {}, &reply); !s.ok()) return FromGrpcStatus(s);
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->ListWorkers(&context, {}, &reply)));
   return std::vector<v1::WorkerInfo>(reply.workers().begin(), reply.workers().end());
 }
 
@@ -57,9 +58,7 @@ absl::StatusOr<v1::MeshInfo> CoordinatorClient::CreateMesh(
   grpc::ClientContext context;
   Prepare(&context, collective_timeout + timeout_);
   v1::MeshInfo reply;
-  if (grpc::Status s = stub_->CreateMesh(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->CreateMesh(&context, request, &reply)));
   return reply;
 }
 
@@ -69,7 +68,7 @@ absl::StatusOr<v1::MeshInfo> CoordinatorClient::GetMesh(const std::string& name)
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::MeshInfo reply;
-  if (grpc::Status s = stub_->GetMesh(&context, request, &reply); !s.ok()) return FromGrpcStatus(s);
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->GetMesh(&context, request, &reply)));
   return reply;
 }
 
@@ -77,7 +76,7 @@ absl::StatusOr<std::vector<v1::MeshInfo>> CoordinatorClient::ListMeshes() {
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::ListMeshesReply reply;
-  if (grpc::Status s = stub_->ListMeshes(&context, {}, &reply); !s.ok()) return FromGrpcStatus(s);
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->ListMeshes(&context, {}, &reply)));
   return std::vector<v1::MeshInfo>(reply.meshes().begin(), reply.meshes().end());
 }
 
@@ -145,7 +144,7 @@ absl::StatusOr<HostTensor> CoordinatorClient::GetLocal(const std::string& mesh, 
     std::memcpy(tensor->data() + offset, chunk.data().data(), chunk.data().size());
     offset += chunk.data().size();
   }
-  if (grpc::Status s = reader->Finish(); !s.ok()) return FromGrpcStatus(s);
+  RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
   if (!tensor.ok()) return tensor.status();
   if (offset != tensor->nbytes()) {
     return absl::DataLossError(absl::StrCat("download of '", name, "' ended after ", offset, " of ",
@@ -159,9 +158,7 @@ absl::StatusOr<v1::CollectiveReply> CoordinatorClient::RunCollective(
   grpc::ClientContext context;
   Prepare(&context, kLongCall);
   v1::CollectiveReply reply;
-  if (grpc::Status s = stub_->RunCollective(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->RunCollective(&context, request, &reply)));
   return reply;
 }
 
@@ -173,9 +170,7 @@ absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> CoordinatorClie
   request.set_mesh(mesh);
   for (int64_t w : works) request.add_works(w);
   v1::WaitCollectivesReply reply;
-  if (grpc::Status s = stub_->WaitCollectives(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->WaitCollectives(&context, request, &reply)));
   if (reply.results_size() != request.works_size()) {
     return absl::InternalError(absl::StrCat("WaitCollectives answered ", reply.results_size(),
                                             " of ", request.works_size(), " works"));
@@ -268,7 +263,7 @@ absl::StatusOr<std::vector<v1::TensorInfo>> CoordinatorClient::ListTensors() {
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::ListTensorsReply reply;
-  if (grpc::Status s = stub_->ListTensors(&context, {}, &reply); !s.ok()) return FromGrpcStatus(s);
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->ListTensors(&context, {}, &reply)));
   return std::vector<v1::TensorInfo>(reply.tensors().begin(), reply.tensors().end());
 }
 
