@@ -1,15 +1,18 @@
-// What the benchmark programs record about the machine and how they print numbers into JSON.
+// What the benchmark programs record about the machine and how they write their JSON.
 #ifndef TESSERA_BENCH_BENCH_HOST_H_
 #define TESSERA_BENCH_BENCH_HOST_H_
 
 #include <sched.h>
 
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <string>
+#include <thread>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::bench {
 
@@ -43,9 +46,37 @@ inline std::string Scheduler() {
   }
 }
 
-// `v` with three decimals, or null for NaN (a figure not measured).
-inline std::string JsonNumber(double v) {
-  return std::isnan(v) ? "null" : absl::StrFormat("%.3f", v);
+// `v` rounded to `decimals` decimals, or null for NaN (a figure not measured).
+inline nlohmann::ordered_json JsonNumber(double v, int decimals = 3) {
+  if (std::isnan(v)) return nullptr;
+  const double scale = std::pow(10.0, decimals);
+  return std::round(v * scale) / scale;
+}
+
+// The local time now, as 2024-01-31T12:00:00+0100.
+inline std::string LocalDate() {
+  const std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
+  return date;
+}
+
+// The "machine" object of a results file: cores, CPU, scheduler and the load average at the start
+// and now.
+inline nlohmann::ordered_json MachineJson(const std::string& load_at_start) {
+  return {{"nproc", std::thread::hardware_concurrency()},
+          {"cpu", CpuModel()},
+          {"scheduler", Scheduler()},
+          {"loadavg_at_start", load_at_start},
+          {"loadavg_at_end", LoadAverage()}};
+}
+
+// Writes `results` to `path`, indented by two spaces (bytes that are not UTF-8 replaced).
+inline absl::Status WriteJsonFile(const std::string& path, const nlohmann::ordered_json& results) {
+  std::ofstream f(path);
+  if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
+  f << results.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+  return f ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));
 }
 
 }  // namespace tessera::bench

@@ -32,7 +32,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -481,43 +480,40 @@ void PrintTable(const std::vector<Row>& rows, bool torch) {
 
 absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
                        const std::string& load_at_start) {
-  std::ofstream f(path);
-  if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
-  const std::time_t now = std::time(nullptr);
-  char date[64];
-  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
-  f << "{\n  \"benchmark\": \"collectives_bench\",\n  \"date\": \"" << date << "\",\n"
-    << "  \"machine\": {\"nproc\": " << std::thread::hardware_concurrency() << ", \"cpu\": \""
-    << bench::CpuModel() << "\", \"scheduler\": \"" << bench::Scheduler()
-    << "\", \"loadavg_at_start\": \"" << load_at_start << "\", \"loadavg_at_end\": \""
-    << bench::LoadAverage() << "\"},\n  \"dtype\": \"float32\",\n  \"bytes\": ["
-    << absl::GetFlag(FLAGS_bytes) << "],\n  \"iterations_per_round\": ["
-    << absl::GetFlag(FLAGS_iterations) << "],\n  \"warmup\": [" << absl::GetFlag(FLAGS_warmup)
-    << "],\n  \"rounds\": " << absl::GetFlag(FLAGS_rounds) << ",\n  \"rows\": [\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    f << absl::StrFormat(
-        "    {\"workers\": %d, \"op\": \"%s\", \"bytes\": %d, \"calls\": %d, "
-        "\"tessera_median_us\": %s, \"tessera_min_us\": %s, \"raw_gloo_median_us\": %s, "
-        "\"raw_gloo_min_us\": %s, \"torch_median_us\": %s, \"tessera_busbw_gbps\": %s, "
-        "\"raw_gloo_busbw_gbps\": %s, \"torch_busbw_gbps\": %s, \"tessera_over_raw\": %s, "
-        "\"torch_over_raw\": %s, \"tessera_stream_burst_us\": %s, "
-        "\"tessera_async_burst_us\": %s, \"torch_burst_us\": %s, \"raw_gloo_burst_us\": %s, "
-        "\"grpc_rtt_us\": %s}%s\n",
-        r.workers, r.op, r.bytes, r.tessera.calls, bench::JsonNumber(r.tessera.median_us),
-        bench::JsonNumber(r.tessera.min_us), bench::JsonNumber(r.raw.median_us),
-        bench::JsonNumber(r.raw.min_us), bench::JsonNumber(r.torch.median_us),
-        bench::JsonNumber(BusBw(r, r.tessera.median_us)),
-        bench::JsonNumber(BusBw(r, r.raw.median_us)),
-        bench::JsonNumber(BusBw(r, r.torch.median_us)),
-        bench::JsonNumber(r.raw.median_us / r.tessera.median_us),
-        bench::JsonNumber(r.raw.median_us / r.torch.median_us),
-        bench::JsonNumber(r.tessera_burst.median_us), bench::JsonNumber(r.tessera_async.median_us),
-        bench::JsonNumber(r.torch_burst.median_us), bench::JsonNumber(r.raw_burst.median_us),
-        bench::JsonNumber(r.rtt_us), i + 1 < rows.size() ? "," : "");
+  nlohmann::ordered_json json_rows = nlohmann::ordered_json::array();
+  for (const Row& r : rows) {
+    json_rows.push_back(
+        {{"workers", r.workers},
+         {"op", r.op},
+         {"bytes", r.bytes},
+         {"calls", r.tessera.calls},
+         {"tessera_median_us", bench::JsonNumber(r.tessera.median_us)},
+         {"tessera_min_us", bench::JsonNumber(r.tessera.min_us)},
+         {"raw_gloo_median_us", bench::JsonNumber(r.raw.median_us)},
+         {"raw_gloo_min_us", bench::JsonNumber(r.raw.min_us)},
+         {"torch_median_us", bench::JsonNumber(r.torch.median_us)},
+         {"tessera_busbw_gbps", bench::JsonNumber(BusBw(r, r.tessera.median_us))},
+         {"raw_gloo_busbw_gbps", bench::JsonNumber(BusBw(r, r.raw.median_us))},
+         {"torch_busbw_gbps", bench::JsonNumber(BusBw(r, r.torch.median_us))},
+         {"tessera_over_raw", bench::JsonNumber(r.raw.median_us / r.tessera.median_us)},
+         {"torch_over_raw", bench::JsonNumber(r.raw.median_us / r.torch.median_us)},
+         {"tessera_stream_burst_us", bench::JsonNumber(r.tessera_burst.median_us)},
+         {"tessera_async_burst_us", bench::JsonNumber(r.tessera_async.median_us)},
+         {"torch_burst_us", bench::JsonNumber(r.torch_burst.median_us)},
+         {"raw_gloo_burst_us", bench::JsonNumber(r.raw_burst.median_us)},
+         {"grpc_rtt_us", bench::JsonNumber(r.rtt_us)}});
   }
-  f << "  ]\n}\n";
-  return f ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));
+  const nlohmann::ordered_json results = {
+      {"benchmark", "collectives_bench"},
+      {"date", bench::LocalDate()},
+      {"machine", bench::MachineJson(load_at_start)},
+      {"dtype", "float32"},
+      {"bytes", ParseList(absl::GetFlag(FLAGS_bytes))},
+      {"iterations_per_round", ParseList(absl::GetFlag(FLAGS_iterations))},
+      {"warmup", ParseList(absl::GetFlag(FLAGS_warmup))},
+      {"rounds", absl::GetFlag(FLAGS_rounds)},
+      {"rows", std::move(json_rows)}};
+  return bench::WriteJsonFile(path, results);
 }
 
 int Main() {

@@ -35,7 +35,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -517,20 +516,15 @@ absl::Status MeasureRedistribute(client::Session& session, const client::Mesh& m
   return absl::OkStatus();
 }
 
-// Reads the flat JSON object of numbers torch_dtensor_peer.py writes.
+// Reads the flat JSON object of numbers torch_dtensor_peer.py writes; empty if the file is
+// missing or not such an object.
 std::map<std::string, double> ReadFlatJson(const std::string& path) {
   std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string s = text.str();
+  const nlohmann::json json = nlohmann::json::parse(in, /*cb=*/nullptr, /*allow_exceptions=*/false);
   std::map<std::string, double> out;
-  for (size_t q = s.find('"'); q != std::string::npos; q = s.find('"', q)) {
-    const size_t end = s.find('"', q + 1);
-    if (end == std::string::npos) break;
-    const size_t colon = s.find(':', end);
-    if (colon == std::string::npos) break;
-    out[s.substr(q + 1, end - q - 1)] = std::strtod(s.c_str() + colon + 1, nullptr);
-    q = s.find_first_of(",}", colon);
+  if (!json.is_object()) return out;
+  for (const auto& [key, value] : json.items()) {
+    if (value.is_number()) out[key] = value.get<double>();
   }
   return out;
 }
@@ -649,73 +643,67 @@ void PrintTable(const Results& r) {
   }
 }
 
-std::string CpuJson(const Cpu& c) {
-  return absl::StrFormat("{\"client_ms\": %s, \"coordinator_ms\": %s, \"workers_ms\": %s}",
-                         bench::JsonNumber(c.client), bench::JsonNumber(c.coordinator),
-                         bench::JsonNumber(c.workers));
+nlohmann::ordered_json CpuJson(const Cpu& c) {
+  return {{"client_ms", bench::JsonNumber(c.client)},
+          {"coordinator_ms", bench::JsonNumber(c.coordinator)},
+          {"workers_ms", bench::JsonNumber(c.workers)}};
 }
 
-std::string RawCpuJson(const Cpu& c) {
-  return absl::StrFormat("{\"client_ms\": %s, \"server_ms\": %s}", bench::JsonNumber(c.client),
-                         bench::JsonNumber(c.coordinator));
+nlohmann::ordered_json RawCpuJson(const Cpu& c) {
+  return {{"client_ms", bench::JsonNumber(c.client)},
+          {"server_ms", bench::JsonNumber(c.coordinator)}};
 }
 
-std::string StatsJson(const Stats& s) {
-  return absl::StrFormat("{\"p50_us\": %s, \"mean_us\": %s, \"min_us\": %s, \"calls\": %d}",
-                         bench::JsonNumber(s.p50), bench::JsonNumber(s.mean),
-                         bench::JsonNumber(s.min), s.calls);
+nlohmann::ordered_json StatsJson(const Stats& s) {
+  return {{"p50_us", bench::JsonNumber(s.p50)},
+          {"mean_us", bench::JsonNumber(s.mean)},
+          {"min_us", bench::JsonNumber(s.min)},
+          {"calls", s.calls}};
 }
 
 absl::Status WriteJson(const std::string& path, const Results& r, const std::string& load) {
-  std::ofstream f(path);
-  if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
-  const std::time_t now = std::time(nullptr);
-  char date[64];
-  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
-  f << "{\n  \"benchmark\": \"dtensor_bench\",\n  \"date\": \"" << date << "\",\n"
-    << "  \"machine\": {\"nproc\": " << std::thread::hardware_concurrency() << ", \"cpu\": \""
-    << bench::CpuModel() << "\", \"scheduler\": \"" << bench::Scheduler()
-    << "\", \"loadavg_at_start\": \"" << load << "\", \"loadavg_at_end\": \""
-    << bench::LoadAverage() << "\"},\n"
-    << "  \"workers\": " << kWorkers << ",\n  \"dtype\": \"float32\",\n"
-    << absl::StrFormat(
-           "  \"transfer\": {\"bytes\": %d, \"distribute_sync\": %s, "
-           "\"distribute_call\": %s, \"full_tensor\": %s, \"raw_sink\": %s, "
-           "\"raw_source\": %s, \"distribute_cpu_per_call\": %s, "
-           "\"full_tensor_cpu_per_call\": %s, \"raw_sink_cpu_per_call\": %s, "
-           "\"raw_source_cpu_per_call\": %s},\n",
-           r.transfer_bytes, StatsJson(r.distribute), StatsJson(r.distribute_call),
-           StatsJson(r.full_tensor), StatsJson(r.sink), StatsJson(r.source),
-           CpuJson(r.distribute_cpu), CpuJson(r.full_tensor_cpu), RawCpuJson(r.sink_cpu),
-           RawCpuJson(r.source_cpu))
-    << absl::StrFormat(
-           "  \"coordinator_memory\": {\"bytes\": %d, \"vmrss_before_mib\": %s, "
-           "\"vmhwm_after_mib\": %s, \"vmrss_after_mib\": %s, \"peak_reset\": %s, "
-           "\"peak_growth_mib\": %s, \"distribute_sync_us\": %s},\n",
-           r.memory_bytes, bench::JsonNumber(r.rss_before_mib), bench::JsonNumber(r.hwm_after_mib),
-           bench::JsonNumber(r.rss_after_mib), r.hwm_reset ? "true" : "false",
-           bench::JsonNumber(r.hwm_after_mib - r.rss_before_mib),
-           bench::JsonNumber(r.memory_distribute_us))
-    << absl::StrFormat(
-           "  \"tiny_add\": {\"elements\": %d, \"call\": %s, \"call_sync\": %s, "
-           "\"raw_ping\": %s, \"pipelined_ops\": %d, \"pipelined_ops_per_s\": %s, "
-           "\"pipelined_outputs_kept_ops_per_s\": %s, \"kept_cpu_per_op\": %s},\n",
-           absl::GetFlag(FLAGS_tiny_elements), StatsJson(r.add_call), StatsJson(r.add_sync),
-           StatsJson(r.ping), absl::GetFlag(FLAGS_pipelined_ops),
-           bench::JsonNumber(r.pipelined_ops_per_s), bench::JsonNumber(r.pipelined_kept_ops_per_s),
-           CpuJson(r.add_cpu))
-    << absl::StrFormat(
-           "  \"redistribute\": {\"bytes\": %d, \"shard0_to_replicate_sync\": %s, "
-           "\"raw_gloo_all_gather\": %s},\n",
-           r.redistribute_bytes, StatsJson(r.redistribute), StatsJson(r.all_gather))
-    << "  \"torch\": {";
-  bool first = true;
-  for (const auto& [key, value] : r.torch) {
-    f << (first ? "" : ", ") << "\"" << key << "\": " << bench::JsonNumber(value);
-    first = false;
-  }
-  f << "}\n}\n";
-  return f ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));
+  nlohmann::ordered_json torch = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : r.torch) torch[key] = bench::JsonNumber(value);
+  const nlohmann::ordered_json results = {
+      {"benchmark", "dtensor_bench"},
+      {"date", bench::LocalDate()},
+      {"machine", bench::MachineJson(load)},
+      {"workers", kWorkers},
+      {"dtype", "float32"},
+      {"transfer",
+       {{"bytes", r.transfer_bytes},
+        {"distribute_sync", StatsJson(r.distribute)},
+        {"distribute_call", StatsJson(r.distribute_call)},
+        {"full_tensor", StatsJson(r.full_tensor)},
+        {"raw_sink", StatsJson(r.sink)},
+        {"raw_source", StatsJson(r.source)},
+        {"distribute_cpu_per_call", CpuJson(r.distribute_cpu)},
+        {"full_tensor_cpu_per_call", CpuJson(r.full_tensor_cpu)},
+        {"raw_sink_cpu_per_call", RawCpuJson(r.sink_cpu)},
+        {"raw_source_cpu_per_call", RawCpuJson(r.source_cpu)}}},
+      {"coordinator_memory",
+       {{"bytes", r.memory_bytes},
+        {"vmrss_before_mib", bench::JsonNumber(r.rss_before_mib)},
+        {"vmhwm_after_mib", bench::JsonNumber(r.hwm_after_mib)},
+        {"vmrss_after_mib", bench::JsonNumber(r.rss_after_mib)},
+        {"peak_reset", r.hwm_reset},
+        {"peak_growth_mib", bench::JsonNumber(r.hwm_after_mib - r.rss_before_mib)},
+        {"distribute_sync_us", bench::JsonNumber(r.memory_distribute_us)}}},
+      {"tiny_add",
+       {{"elements", absl::GetFlag(FLAGS_tiny_elements)},
+        {"call", StatsJson(r.add_call)},
+        {"call_sync", StatsJson(r.add_sync)},
+        {"raw_ping", StatsJson(r.ping)},
+        {"pipelined_ops", absl::GetFlag(FLAGS_pipelined_ops)},
+        {"pipelined_ops_per_s", bench::JsonNumber(r.pipelined_ops_per_s)},
+        {"pipelined_outputs_kept_ops_per_s", bench::JsonNumber(r.pipelined_kept_ops_per_s)},
+        {"kept_cpu_per_op", CpuJson(r.add_cpu)}}},
+      {"redistribute",
+       {{"bytes", r.redistribute_bytes},
+        {"shard0_to_replicate_sync", StatsJson(r.redistribute)},
+        {"raw_gloo_all_gather", StatsJson(r.all_gather)}}},
+      {"torch", std::move(torch)}};
+  return bench::WriteJsonFile(path, results);
 }
 
 absl::Status Run(const std::string& dir, Results& r) {

@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_host.h"
 #include "core/dtype.h"
 #include "core/placement.h"
 #include "gloo/allreduce.h"
@@ -258,24 +259,22 @@ int main(int argc, char** argv) {
                 Median(s.median_ms), *std::min_element(s.median_ms.begin(), s.median_ms.end()));
   }
   if (!json_path.empty()) {
-    FILE* f = std::fopen(json_path.c_str(), "w");
-    if (f == nullptr) {
-      std::perror(json_path.c_str());
+    nlohmann::ordered_json results = nlohmann::ordered_json::array();
+    for (const Summary& s : summaries) {
+      results.push_back(
+          {{"ranks", s.last.ranks},
+           {"bytes", s.last.bytes},
+           {"algorithm", s.last.algorithm},
+           {"rounds", rounds},
+           {"first_ms", bench::JsonNumber(Median(s.first_ms), 4)},
+           {"median_ms", bench::JsonNumber(Median(s.median_ms), 4)},
+           {"best_ms",
+            bench::JsonNumber(*std::min_element(s.median_ms.begin(), s.median_ms.end()), 4)}});
+    }
+    if (absl::Status s = bench::WriteJsonFile(json_path, results); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
       return 1;
     }
-    std::fprintf(f, "[\n");
-    for (size_t i = 0; i < summaries.size(); ++i) {
-      const Summary& s = summaries[i];
-      std::fprintf(f,
-                   "  {\"ranks\": %d, \"bytes\": %lld, \"algorithm\": \"%s\", \"rounds\": %d, "
-                   "\"first_ms\": %.4f, \"median_ms\": %.4f, \"best_ms\": %.4f}%s\n",
-                   s.last.ranks, static_cast<long long>(s.last.bytes), s.last.algorithm.c_str(),
-                   rounds, Median(s.first_ms), Median(s.median_ms),
-                   *std::min_element(s.median_ms.begin(), s.median_ms.end()),
-                   i + 1 < summaries.size() ? "," : "");
-    }
-    std::fprintf(f, "]\n");
-    std::fclose(f);
   }
   return 0;
 }

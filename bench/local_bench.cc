@@ -29,6 +29,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/bench_host.h"
 #include "core/host_tensor.h"
 #include "kernels/backend.h"
 #include "kernels/tensor_view.h"
@@ -164,24 +165,6 @@ std::vector<Comparison> RegisterShard(std::shared_ptr<HostTensor> full, int rank
   return rows_out;
 }
 
-std::string CpuModel() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (absl::StartsWith(line, "model name")) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 int Run(int argc, char** argv) {
   std::string json_path = std::string(TESSERA_BENCH_RESULTS_DIR) + "/local.json";
   std::string interleave = "--benchmark_enable_random_interleaving=true";
@@ -222,15 +205,13 @@ int Run(int argc, char** argv) {
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   const std::string machine =
-      absl::StrFormat("%ld cpus, %s", sysconf(_SC_NPROCESSORS_ONLN), CpuModel());
+      absl::StrFormat("%ld cpus, %s", sysconf(_SC_NPROCESSORS_ONLN), bench::CpuModel());
   std::printf("Tessera local bench, %s, %s, OPENBLAS_NUM_THREADS=%s (OpenBLAS uses %d)\n", date,
               machine.c_str(), env_threads ? env_threads : "unset", openblas_get_num_threads());
   std::printf("best of repetitions; ratio = tessera / peer\n\n");
   std::printf("%-52s %8s %10s %10s %7s %7s\n", "case", "unit", "tessera", "peer", "ratio",
               "target");
-  std::string json = absl::StrCat(
-      "{\n  \"date\": ", JsonString(date), ",\n  \"machine\": ", JsonString(machine),
-      ",\n  \"openblas_num_threads\": ", openblas_get_num_threads(), ",\n  \"cases\": [");
+  nlohmann::ordered_json cases = nlohmann::ordered_json::array();
   for (size_t i = 0; i < table.size(); ++i) {
     const Comparison& cmp = table[i];
     const auto [tessera_best, tessera_median] = reporter.BestAndMedian(cmp.tessera);
@@ -241,21 +222,24 @@ int Run(int argc, char** argv) {
     const double ratio = tessera_rate / peer_rate;
     std::printf("%-52s %8s %10.2f %10.2f %7.3f %7.2f%s\n", cmp.row.c_str(), cmp.unit.c_str(),
                 tessera_rate, peer_rate, ratio, cmp.target, ratio < cmp.target ? "  below" : "");
-    absl::StrAppend(
-        &json, i == 0 ? "\n" : ",\n", "    {\"case\": ", JsonString(cmp.row),
-        ", \"unit\": ", JsonString(cmp.unit), ", \"peer\": ", JsonString(cmp.peer),
-        absl::StrFormat(", \"tessera\": %.4f, \"peer_rate\": %.4f, \"ratio\": %.4f, "
-                        "\"target\": %.2f, \"tessera_median\": %.4f, \"peer_median\": %.4f}",
-                        tessera_rate, peer_rate, ratio, cmp.target,
-                        cmp.work / tessera_median * 1e-9, cmp.work / peer_median * 1e-9));
+    cases.push_back({{"case", cmp.row},
+                     {"unit", cmp.unit},
+                     {"peer", cmp.peer},
+                     {"tessera", bench::JsonNumber(tessera_rate, 4)},
+                     {"peer_rate", bench::JsonNumber(peer_rate, 4)},
+                     {"ratio", bench::JsonNumber(ratio, 4)},
+                     {"target", bench::JsonNumber(cmp.target, 2)},
+                     {"tessera_median", bench::JsonNumber(cmp.work / tessera_median * 1e-9, 4)},
+                     {"peer_median", bench::JsonNumber(cmp.work / peer_median * 1e-9, 4)}});
   }
-  json += "\n  ]\n}\n";
+  const nlohmann::ordered_json results = {{"date", date},
+                                          {"machine", machine},
+                                          {"openblas_num_threads", openblas_get_num_threads()},
+                                          {"cases", std::move(cases)}};
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(json_path).parent_path(), ec);
-  std::ofstream out(json_path);
-  out << json;
-  if (!out) {
-    std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+  if (absl::Status s = bench::WriteJsonFile(json_path, results); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 1;
   }
   std::printf("\nwrote %s\n", json_path.c_str());

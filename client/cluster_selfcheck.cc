@@ -9,24 +9,25 @@
 #include "core/chunk.h"
 #include "core/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
 
 // Rows [begin, begin + rows) of `t`.
-HostTensor Rows(const HostTensor& t, int64_t begin, int64_t rows) {
+absl::StatusOr<HostTensor> Rows(const HostTensor& t, int64_t begin, int64_t rows) {
   Shape offsets(t.shape().size(), 0), sizes = t.shape();
   offsets[0] = begin;
   sizes[0] = rows;
-  return PackBlock(t, offsets, sizes).value();
+  return PackBlock(t, offsets, sizes);
 }
 
 // `parts` stacked along dim 0.
-HostTensor Concat(const std::vector<HostTensor>& parts) {
+absl::StatusOr<HostTensor> Concat(const std::vector<HostTensor>& parts) {
   Shape shape = parts[0].shape();
   shape[0] = 0;
   for (const HostTensor& p : parts) shape[0] += p.shape()[0];
-  HostTensor out = HostTensor::Zeros(parts[0].dtype(), shape).value();
+  ASSIGN_OR_RETURN(HostTensor out, HostTensor::Zeros(parts[0].dtype(), shape));
   size_t offset = 0;
   for (const HostTensor& p : parts) {
     std::memcpy(out.data() + offset, p.data(), p.nbytes());
@@ -48,7 +49,7 @@ struct Check {
   v1::CollectiveOp op;
   int64_t root;
   // The expected result on group rank `r` from the inputs of the group.
-  std::function<HostTensor(const std::vector<HostTensor>&, int64_t)> expect;
+  std::function<absl::StatusOr<HostTensor>(const std::vector<HostTensor>&, int64_t)> expect;
 };
 
 }  // namespace
@@ -56,15 +57,14 @@ struct Check {
 absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::ostream& out) {
   const std::string mesh = "selfcheck";
   (void)client.DeleteMesh(mesh);  // left over from an interrupted run, if any
-  absl::StatusOr<v1::MeshInfo> info = client.CreateMesh(mesh, "cpu", {workers});
-  if (!info.ok()) return info.status();
+  ASSIGN_OR_RETURN(v1::MeshInfo info, client.CreateMesh(mesh, "cpu", {workers}));
   out << "created mesh '" << mesh << "' over " << workers << " workers\n";
   const int64_t k = workers;
   const Shape shape = {2 * k + 1, 257};  // uneven over k ranks on purpose
   std::vector<HostTensor> inputs;
   for (int64_t r = 0; r < k; ++r) {
     inputs.push_back(SmallIntegerTensor(DType::kFloat32, shape, static_cast<uint32_t>(100 + r)));
-    if (absl::Status s = client.PutLocal(mesh, r, "x", inputs.back()); !s.ok()) return s;
+    RETURN_IF_ERROR(client.PutLocal(mesh, r, "x", inputs.back()));
   }
   const std::vector<Check> checks = {
       {"all_reduce(sum)", v1::ALL_REDUCE_OP, 0,
@@ -79,10 +79,13 @@ absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::os
       {"broadcast(root 1)", v1::BROADCAST, k > 1 ? 1 : 0,
        [k](const std::vector<HostTensor>& in, int64_t) { return in[k > 1 ? 1 : 0].Clone(); }},
       {"all_to_all", v1::ALL_TO_ALL_OP, 0,
-       [k](const std::vector<HostTensor>& in, int64_t r) {
+       [k](const std::vector<HostTensor>& in, int64_t r) -> absl::StatusOr<HostTensor> {
          std::vector<HostTensor> parts;
          const ChunkRange c = ChunkOf(in[0].shape()[0], k, r);
-         for (const HostTensor& t : in) parts.push_back(Rows(t, c.offset, c.size));
+         for (const HostTensor& t : in) {
+           ASSIGN_OR_RETURN(HostTensor rows, Rows(t, c.offset, c.size));
+           parts.push_back(std::move(rows));
+         }
          return Concat(parts);
        }},
   };
@@ -99,9 +102,9 @@ absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::os
   };
   auto verify = [&](const Check& check, const std::string& output) -> absl::Status {
     for (int64_t r = 0; r < k; ++r) {
-      absl::StatusOr<HostTensor> got = client.GetLocal(mesh, r, output);
-      if (!got.ok()) return got.status();
-      if (!got->BitEqual(check.expect(inputs, r))) {
+      ASSIGN_OR_RETURN(HostTensor got, client.GetLocal(mesh, r, output));
+      ASSIGN_OR_RETURN(HostTensor want, check.expect(inputs, r));
+      if (!got.BitEqual(want)) {
         return absl::InternalError(absl::StrCat(check.name, " into '", output, "': rank ", r,
                                                 " differs from the single-process reference"));
       }
@@ -114,22 +117,19 @@ absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::os
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!reply.ok()) return reply.status();
-    if (absl::Status s = verify(check, "y"); !s.ok()) return s;
+    RETURN_IF_ERROR(verify(check, "y"));
     out << absl::StrFormat("  %-20s on %d ranks of float32%s: %7.2f ms, every rank matches\n",
                            check.name, k, ShapeToString(shape), ms);
   }
   // The same collectives again, sent back to back on one stream (no round trip each), each into
   // its own output; then every output checked.
-  absl::StatusOr<std::unique_ptr<CollectiveStream>> stream = client.OpenCollectiveStream();
-  if (!stream.ok()) return stream.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<CollectiveStream> stream, client.OpenCollectiveStream());
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < checks.size(); ++i) {
-    if (absl::Status s = (*stream)->Submit(request_for(checks[i], absl::StrCat("s", i))); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(stream->Submit(request_for(checks[i], absl::StrCat("s", i))));
   }
   for (const Check& check : checks) {
-    absl::StatusOr<v1::CollectiveReply> reply = (*stream)->Next();
+    absl::StatusOr<v1::CollectiveReply> reply = stream->Next();
     if (!reply.ok())
       return absl::Status(reply.status().code(),
                           absl::StrCat(check.name, ": ", reply.status().message()));
@@ -137,13 +137,13 @@ absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::os
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   for (size_t i = 0; i < checks.size(); ++i) {
-    if (absl::Status s = verify(checks[i], absl::StrCat("s", i)); !s.ok()) return s;
+    RETURN_IF_ERROR(verify(checks[i], absl::StrCat("s", i)));
   }
   out << absl::StrFormat(
       "  the same %d on one collective stream, back to back: %7.2f ms in all, "
       "every rank matches\n",
       static_cast<int>(checks.size()), ms);
-  if (absl::Status s = client.DeleteMesh(mesh); !s.ok()) return s;
+  RETURN_IF_ERROR(client.DeleteMesh(mesh));
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 #include "transfer/tensor_stream.h"
@@ -38,8 +39,7 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers() {
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::ListWorkersReply reply;
-  if (grpc::Status s = meshes_->ListWorkers(&context, {}, &reply); !s.ok())
-    return FromGrpcStatus(s);
+  RETURN_IF_ERROR(FromGrpcStatus(meshes_->ListWorkers(&context, {}, &reply)));
   return std::vector<v1::WorkerInfo>(reply.workers().begin(), reply.workers().end());
 }
 
@@ -57,9 +57,7 @@ absl::StatusOr<v1::MeshInfo> CoordinatorClient::CreateMesh(
   grpc::ClientContext context;
   Prepare(&context, collective_timeout + timeout_);
   v1::MeshInfo reply;
-  if (grpc::Status s = meshes_->CreateMesh(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(FromGrpcStatus(meshes_->CreateMesh(&context, request, &reply)));
   return reply;
 }
 
@@ -69,8 +67,7 @@ absl::StatusOr<v1::MeshInfo> CoordinatorClient::GetMesh(const std::string& name)
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::MeshInfo reply;
-  if (grpc::Status s = meshes_->GetMesh(&context, request, &reply); !s.ok())
-    return FromGrpcStatus(s);
+  RETURN_IF_ERROR(FromGrpcStatus(meshes_->GetMesh(&context, request, &reply)));
   return reply;
 }
 
@@ -78,7 +75,7 @@ absl::StatusOr<std::vector<v1::MeshInfo>> CoordinatorClient::ListMeshes() {
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::ListMeshesReply reply;
-  if (grpc::Status s = meshes_->ListMeshes(&context, {}, &reply); !s.ok()) return FromGrpcStatus(s);
+  RETURN_IF_ERROR(FromGrpcStatus(meshes_->ListMeshes(&context, {}, &reply)));
   return std::vector<v1::MeshInfo>(reply.meshes().begin(), reply.meshes().end());
 }
 
@@ -132,9 +129,7 @@ absl::StatusOr<v1::CollectiveReply> CoordinatorClient::RunCollective(
   grpc::ClientContext context;
   Prepare(&context, kLongCall);
   v1::CollectiveReply reply;
-  if (grpc::Status s = collectives_->RunCollective(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(FromGrpcStatus(collectives_->RunCollective(&context, request, &reply)));
   return reply;
 }
 
@@ -146,9 +141,7 @@ absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> CoordinatorClie
   request.set_mesh(mesh);
   for (int64_t w : works) request.add_works(w);
   v1::WaitCollectivesReply reply;
-  if (grpc::Status s = collectives_->WaitCollectives(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(FromGrpcStatus(collectives_->WaitCollectives(&context, request, &reply)));
   if (reply.results_size() != request.works_size()) {
     return absl::InternalError(absl::StrCat("WaitCollectives answered ", reply.results_size(),
                                             " of ", request.works_size(), " works"));
@@ -241,8 +234,7 @@ absl::StatusOr<std::vector<v1::TensorInfo>> CoordinatorClient::ListTensors() {
   grpc::ClientContext context;
   Prepare(&context, timeout_);
   v1::ListTensorsReply reply;
-  if (grpc::Status s = dtensors_->ListTensors(&context, {}, &reply); !s.ok())
-    return FromGrpcStatus(s);
+  RETURN_IF_ERROR(FromGrpcStatus(dtensors_->ListTensors(&context, {}, &reply)));
   return std::vector<v1::TensorInfo>(reply.tensors().begin(), reply.tensors().end());
 }
 

@@ -6,6 +6,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 #include "transfer/tensor_stream.h"
@@ -37,9 +38,7 @@ absl::StatusOr<std::shared_ptr<Session>> Session::Connect(const std::string& add
     grpc::ClientContext context;
     session->Prepare(&context);
     v1::KeepAliveReply reply;
-    if (grpc::Status s = session->stub_->KeepAlive(&context, {}, &reply); !s.ok()) {
-      return FromGrpcStatus(s);
-    }
+    RETURN_IF_ERROR(FromGrpcStatus(session->stub_->KeepAlive(&context, {}, &reply)));
     const absl::Duration period =
         std::max(absl::Milliseconds(reply.grace_ms()) / 4, absl::Milliseconds(20));
     Session* raw = session.get();
@@ -81,12 +80,9 @@ absl::StatusOr<Mesh> InitDeviceMesh(Session& session, const std::string& device_
   grpc::ClientContext context;
   session.Prepare(&context, absl::Minutes(2));
   v1::MeshInfo info;
-  if (grpc::Status s = session.meshes().CreateMesh(&context, request, &info); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
-  absl::StatusOr<DeviceMesh> mesh = FromProto(info.mesh());
-  if (!mesh.ok()) return mesh.status();
-  return Mesh{info.name(), *std::move(mesh)};
+  RETURN_IF_ERROR(FromGrpcStatus(session.meshes().CreateMesh(&context, request, &info)));
+  ASSIGN_OR_RETURN(DeviceMesh mesh, FromProto(info.mesh()));
+  return Mesh{info.name(), std::move(mesh)};
 }
 
 absl::StatusOr<Mesh> GetMesh(Session& session, const std::string& name) {
@@ -95,17 +91,16 @@ absl::StatusOr<Mesh> GetMesh(Session& session, const std::string& name) {
   grpc::ClientContext context;
   session.Prepare(&context);
   v1::MeshInfo info;
-  if (grpc::Status s = session.meshes().GetMesh(&context, request, &info); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
-  absl::StatusOr<DeviceMesh> mesh = FromProto(info.mesh());
-  if (!mesh.ok()) return mesh.status();
-  return Mesh{info.name(), *std::move(mesh)};
+  RETURN_IF_ERROR(FromGrpcStatus(session.meshes().GetMesh(&context, request, &info)));
+  ASSIGN_OR_RETURN(DeviceMesh mesh, FromProto(info.mesh()));
+  return Mesh{info.name(), std::move(mesh)};
 }
 
-DTensor DTensor::Adopt(std::shared_ptr<Session> session, const v1::TensorInfo& info, bool owned) {
+absl::StatusOr<DTensor> DTensor::Adopt(std::shared_ptr<Session> session, const v1::TensorInfo& info,
+                                       bool owned) {
+  ASSIGN_OR_RETURN(DTensorSpec spec, SpecOf(info));
   DTensor t;
-  t.state_ = std::make_shared<State>(std::move(session), info, SpecOf(info).value(), owned);
+  t.state_ = std::make_shared<State>(std::move(session), info, std::move(spec), owned);
   return t;
 }
 
@@ -141,10 +136,8 @@ absl::StatusOr<DTensor> DTensor::Redistribute(const std::vector<Placement>& plac
   grpc::ClientContext context;
   state_->session->Prepare(&context, mesh.empty() ? absl::ZeroDuration() : kTransferTimeout);
   v1::RedistributeReply reply;
-  if (grpc::Status s = state_->session->stub().Redistribute(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
-  DTensor out = Adopt(state_->session, reply.output(), true);
+  RETURN_IF_ERROR(FromGrpcStatus(state_->session->stub().Redistribute(&context, request, &reply)));
+  ASSIGN_OR_RETURN(DTensor out, Adopt(state_->session, reply.output(), true));
   out.state_->plan = reply.plan();
   return out;
 }
@@ -158,9 +151,7 @@ absl::StatusOr<v1::RedistributePlan> DTensor::ExplainRedistribute(
   grpc::ClientContext context;
   state_->session->Prepare(&context);
   v1::RedistributeReply reply;
-  if (grpc::Status s = state_->session->stub().Redistribute(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(FromGrpcStatus(state_->session->stub().Redistribute(&context, request, &reply)));
   return reply.plan();
 }
 
@@ -200,9 +191,7 @@ absl::StatusOr<v1::TensorInfo> DTensor::Refresh() const {
   grpc::ClientContext context;
   state_->session->Prepare(&context);
   v1::TensorInfo info;
-  if (grpc::Status s = state_->session->stub().GetTensor(&context, request, &info); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(FromGrpcStatus(state_->session->stub().GetTensor(&context, request, &info)));
   return info;
 }
 
@@ -231,7 +220,7 @@ absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& ten
     return true;
   });
   writer->WritesDone();
-  if (grpc::Status s = writer->Finish(); !s.ok()) return FromGrpcStatus(s);
+  RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
   return DTensor::Adopt(session.shared_from_this(), info, true);
 }
 
@@ -266,7 +255,7 @@ absl::StatusOr<DTensor> FromLocal(Session& session, absl::Span<const HostTensor>
     if (!open) break;
   }
   writer->WritesDone();
-  if (grpc::Status s = writer->Finish(); !s.ok()) return FromGrpcStatus(s);
+  RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
   return DTensor::Adopt(session.shared_from_this(), info, true);
 }
 
@@ -286,9 +275,7 @@ absl::StatusOr<DTensor> CreateTensor(Session& session, v1::Factory factory, cons
   grpc::ClientContext context;
   session.Prepare(&context);
   v1::TensorInfo info;
-  if (grpc::Status s = session.stub().CreateTensor(&context, request, &info); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(FromGrpcStatus(session.stub().CreateTensor(&context, request, &info)));
   return DTensor::Adopt(session.shared_from_this(), info, true);
 }
 
@@ -319,9 +306,7 @@ absl::StatusOr<DTensor> GetTensor(Session& session, const std::string& name) {
   grpc::ClientContext context;
   session.Prepare(&context);
   v1::TensorInfo info;
-  if (grpc::Status s = session.stub().GetTensor(&context, request, &info); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(FromGrpcStatus(session.stub().GetTensor(&context, request, &info)));
   return DTensor::Adopt(session.shared_from_this(), info, false);
 }
 
@@ -338,10 +323,8 @@ absl::StatusOr<DTensor> RunOp(const OpCall& op, absl::Span<const DTensor> inputs
   grpc::ClientContext context;
   session.Prepare(&context);
   v1::OpReply reply;
-  if (grpc::Status s = session.stub().RunOp(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
-  DTensor out = DTensor::Adopt(inputs[0].state_->session, reply.output(), true);
+  RETURN_IF_ERROR(FromGrpcStatus(session.stub().RunOp(&context, request, &reply)));
+  ASSIGN_OR_RETURN(DTensor out, DTensor::Adopt(inputs[0].state_->session, reply.output(), true));
   out.state_->redistributions.assign(reply.redistributions().begin(),
                                      reply.redistributions().end());
   return out;

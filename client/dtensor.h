@@ -111,8 +111,9 @@ class DTensor {
   // Frees the remote tensor now.
   absl::Status Free();
 
-  // Wraps a reply (internal to the client library).
-  static DTensor Adopt(std::shared_ptr<Session> session, const v1::TensorInfo& info, bool owned);
+  // Wraps a reply (internal to the client library); the error of a malformed spec in `info`.
+  static absl::StatusOr<DTensor> Adopt(std::shared_ptr<Session> session, const v1::TensorInfo& info,
+                                       bool owned);
 
  private:
   struct State {

@@ -2,9 +2,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/cli_args.h"
 #include "core/npy.h"
 #include "core/safetensors.h"
+#include "core/status_macros.h"
 
 namespace tessera::cli {
 
@@ -14,7 +14,7 @@ absl::StatusOr<HostTensor> ReadTensorFile(const std::string& path, const std::st
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "' is neither .npy nor .safetensors"));
   }
-  TESSERA_ASSIGN(file, ReadSafetensorsFile(path));
+  ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(path));
   if (key.empty() && file.tensors.size() == 1) return std::move(file.tensors.begin()->second);
   auto it = file.tensors.find(key);
   if (it == file.tensors.end()) {

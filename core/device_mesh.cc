@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 
@@ -123,21 +124,19 @@ std::vector<std::vector<int64_t>> DeviceMesh::GroupsAlong(int mesh_dim) const {
 
 absl::StatusOr<DeviceMesh> DeviceMesh::Slice(std::span<const std::string> names,
                                              int64_t rank) const {
-  absl::StatusOr<std::vector<int64_t>> coord = CoordinateOf(rank);
-  if (!coord.ok()) return coord.status();
+  ASSIGN_OR_RETURN(std::vector<int64_t> coord, CoordinateOf(rank));
   if (names.empty())
     return absl::InvalidArgumentError("slicing a mesh needs at least one dim name");
   std::vector<int> dims;
   for (const std::string& n : names) {
-    absl::StatusOr<int> d = DimIndex(n);
-    if (!d.ok()) return d.status();
-    if (!dims.empty() && *d <= dims.back()) {
+    ASSIGN_OR_RETURN(int d, DimIndex(n));
+    if (!dims.empty() && d <= dims.back()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "invalid mesh_dim_names (", absl::StrJoin(names, ", "),
           ") to slice: mesh dims must be given in ascending order of this mesh's dims (",
           absl::StrJoin(dim_names_, ", "), ")"));
     }
-    dims.push_back(*d);
+    dims.push_back(d);
   }
   Shape sub_shape;
   std::vector<std::string> sub_names;
@@ -148,7 +147,7 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Slice(std::span<const std::string> names,
   std::vector<int64_t> sub_ranks;
   const int64_t n = NumElements(sub_shape);
   std::vector<int64_t> sub_strides = ContiguousStrides(sub_shape);
-  std::vector<int64_t> c = *coord;
+  std::vector<int64_t> c = coord;
   for (int64_t i = 0; i < n; ++i) {
     int64_t rem = i;
     for (size_t j = 0; j < dims.size(); ++j) {
@@ -166,10 +165,9 @@ absl::StatusOr<std::vector<DeviceMesh>> DeviceMesh::SliceAll(
   absl::flat_hash_set<int64_t> covered;
   for (int64_t r : ranks_) {
     if (covered.contains(r)) continue;
-    absl::StatusOr<DeviceMesh> sub = Slice(names, r);
-    if (!sub.ok()) return sub.status();
-    covered.insert(sub->ranks_.begin(), sub->ranks_.end());
-    out.push_back(*std::move(sub));
+    ASSIGN_OR_RETURN(DeviceMesh sub, Slice(names, r));
+    covered.insert(sub.ranks_.begin(), sub.ranks_.end());
+    out.push_back(std::move(sub));
   }
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 
@@ -33,11 +34,11 @@ absl::StatusOr<std::vector<Placement>> NormalizePlacements(const DeviceMesh& mes
 
 absl::StatusOr<DTensorSpec> MakeDTensorSpec(DeviceMesh mesh, std::vector<Placement> placements,
                                             Shape shape, DType dtype) {
-  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
-  absl::StatusOr<std::vector<Placement>> normalized =
-      NormalizePlacements(mesh, std::move(placements), static_cast<int>(shape.size()));
-  if (!normalized.ok()) return normalized.status();
-  return DTensorSpec{std::move(mesh), *std::move(normalized), std::move(shape), dtype};
+  RETURN_IF_ERROR(ValidateShape(shape));
+  ASSIGN_OR_RETURN(
+      std::vector<Placement> normalized,
+      NormalizePlacements(mesh, std::move(placements), static_cast<int>(shape.size())));
+  return DTensorSpec{std::move(mesh), std::move(normalized), std::move(shape), dtype};
 }
 
 LocalShard LocalShapeAndOffsetAt(const DTensorSpec& spec, std::span<const int64_t> coordinate) {
@@ -53,9 +54,8 @@ LocalShard LocalShapeAndOffsetAt(const DTensorSpec& spec, std::span<const int64_
 }
 
 absl::StatusOr<LocalShard> LocalShapeAndOffset(const DTensorSpec& spec, int64_t rank) {
-  absl::StatusOr<std::vector<int64_t>> coord = spec.mesh.CoordinateOf(rank);
-  if (!coord.ok()) return coord.status();
-  return LocalShapeAndOffsetAt(spec, *coord);
+  ASSIGN_OR_RETURN(std::vector<int64_t> coord, spec.mesh.CoordinateOf(rank));
+  return LocalShapeAndOffsetAt(spec, coord);
 }
 
 bool HasPartial(const DTensorSpec& spec) {

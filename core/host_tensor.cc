@@ -1,11 +1,15 @@
 #include "core/host_tensor.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <new>
+#include <string>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -53,7 +57,7 @@ absl::Status CheckBlock(const Shape& shape, std::span<const int64_t> offsets,
 // A valid shape whose byte count fits in int64, so that nbytes() cannot wrap to a buffer smaller
 // than the tensor.
 absl::Status ValidateTensorShape(DType dtype, const Shape& shape) {
-  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateShape(shape));
   if (NumElements(shape) >
       std::numeric_limits<int64_t>::max() / static_cast<int64_t>(DTypeSize(dtype))) {
     return absl::InvalidArgumentError(absl::StrCat("a ", DTypeName(dtype), " tensor of shape ",
@@ -102,7 +106,7 @@ HostTensor::HostTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::mo
 }
 
 absl::StatusOr<HostTensor> HostTensor::Uninitialized(DType dtype, Shape shape) {
-  if (absl::Status s = ValidateTensorShape(dtype, shape); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateTensorShape(dtype, shape));
   return HostTensor(dtype, std::move(shape));
 }
 
@@ -112,9 +116,19 @@ absl::StatusOr<HostTensor> HostTensor::Zeros(DType dtype, Shape shape) {
   return t;
 }
 
+HostTensor HostTensor::ZerosOfValidShape(DType dtype, Shape shape) {
+  if (absl::Status s = ValidateTensorShape(dtype, shape); !s.ok()) {
+    std::fprintf(stderr, "HostTensor::ZerosOfValidShape: %s\n", std::string(s.message()).c_str());
+    std::abort();
+  }
+  HostTensor t(dtype, std::move(shape));
+  std::memset(t.data(), 0, t.nbytes());
+  return t;
+}
+
 absl::StatusOr<HostTensor> HostTensor::FromBytes(DType dtype, Shape shape,
                                                  std::span<const std::byte> bytes) {
-  if (absl::Status s = ValidateTensorShape(dtype, shape); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateTensorShape(dtype, shape));
   const size_t want = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   if (bytes.size() != want) {
     return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeToString(shape), " of ",
@@ -150,14 +164,13 @@ ConstStridedView HostTensor::View() const {
 
 absl::StatusOr<StridedView> HostTensor::Block(std::span<const int64_t> offsets,
                                               std::span<const int64_t> sizes) {
-  absl::StatusOr<ConstStridedView> v = std::as_const(*this).Block(offsets, sizes);
-  if (!v.ok()) return v.status();
-  return StridedView{const_cast<std::byte*>(v->data), v->dtype, v->shape, v->strides};
+  ASSIGN_OR_RETURN(ConstStridedView v, std::as_const(*this).Block(offsets, sizes));
+  return StridedView{const_cast<std::byte*>(v.data), v.dtype, v.shape, v.strides};
 }
 
 absl::StatusOr<ConstStridedView> HostTensor::Block(std::span<const int64_t> offsets,
                                                    std::span<const int64_t> sizes) const {
-  if (absl::Status s = CheckBlock(shape_, offsets, sizes); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckBlock(shape_, offsets, sizes));
   ConstStridedView v{data(), dtype_, Shape(sizes.begin(), sizes.end()), ContiguousStrides(shape_)};
   int64_t start = 0;
   for (size_t i = 0; i < shape_.size(); ++i) start += offsets[i] * v.strides[i];
@@ -167,12 +180,11 @@ absl::StatusOr<ConstStridedView> HostTensor::Block(std::span<const int64_t> offs
 
 absl::StatusOr<ConstStridedView> HostTensor::Narrow(int64_t dim, int64_t start,
                                                     int64_t length) const {
-  absl::StatusOr<int> d = NormalizeDim(dim, rank());
-  if (!d.ok()) return d.status();
+  ASSIGN_OR_RETURN(int d, NormalizeDim(dim, rank()));
   std::vector<int64_t> offsets(shape_.size(), 0);
   Shape sizes = shape_;
-  offsets[*d] = start;
-  sizes[*d] = length;
+  offsets[d] = start;
+  sizes[d] = length;
   return Block(offsets, sizes);
 }
 
@@ -183,12 +195,10 @@ bool HostTensor::BitEqual(const HostTensor& other) const {
 
 absl::StatusOr<HostTensor> PackBlock(const HostTensor& src, std::span<const int64_t> offsets,
                                      std::span<const int64_t> sizes) {
-  absl::StatusOr<ConstStridedView> block = src.Block(offsets, sizes);
-  if (!block.ok()) return block.status();
-  absl::StatusOr<HostTensor> out =
-      HostTensor::Uninitialized(src.dtype(), Shape(sizes.begin(), sizes.end()));
-  if (!out.ok()) return out.status();
-  CopyStrided(*block, out->View());
+  ASSIGN_OR_RETURN(ConstStridedView block, src.Block(offsets, sizes));
+  ASSIGN_OR_RETURN(HostTensor out,
+                   HostTensor::Uninitialized(src.dtype(), Shape(sizes.begin(), sizes.end())));
+  CopyStrided(block, out.View());
   return out;
 }
 
@@ -199,9 +209,8 @@ absl::Status UnpackBlock(const HostTensor& block, std::span<const int64_t> offse
                                                    " block into a ", DTypeName(dst.dtype()),
                                                    " tensor"));
   }
-  absl::StatusOr<StridedView> target = dst.Block(offsets, block.shape());
-  if (!target.ok()) return target.status();
-  CopyStrided(block.View(), *target);
+  ASSIGN_OR_RETURN(StridedView target, dst.Block(offsets, block.shape()));
+  CopyStrided(block.View(), target);
   return absl::OkStatus();
 }
 
@@ -216,10 +225,9 @@ absl::StatusOr<HostTensor> PadTo(const HostTensor& t, Shape shape) {
                                                    ShapeToString(t.shape()), " to shape ",
                                                    ShapeToString(shape)));
   }
-  absl::StatusOr<HostTensor> out = HostTensor::Zeros(t.dtype(), std::move(shape));
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(HostTensor out, HostTensor::Zeros(t.dtype(), std::move(shape)));
   const std::vector<int64_t> origin(t.shape().size(), 0);
-  if (absl::Status s = UnpackBlock(t, origin, *out); !s.ok()) return s;
+  RETURN_IF_ERROR(UnpackBlock(t, origin, out));
   return out;
 }
 

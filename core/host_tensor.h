@@ -49,10 +49,14 @@ class HostTensor {
   // A tensor holding a copy of `bytes`; INVALID_ARGUMENT unless the size is shape × dtype size.
   static absl::StatusOr<HostTensor> FromBytes(DType dtype, Shape shape,
                                               std::span<const std::byte> bytes);
-  // A tensor from typed values (T must match the dtype's size); for tests and tools.
+  // A zero-filled tensor of a shape its caller builds valid (tests, tools, fixed shapes): a shape
+  // Zeros would refuse is a bug there, and aborts the process with Zeros' message.
+  static HostTensor ZerosOfValidShape(DType dtype, Shape shape);
+  // A tensor from typed values (T must match the dtype's size) filling a shape valid as for
+  // ZerosOfValidShape; for tests and tools.
   template <typename T>
   static HostTensor FromValues(DType dtype, Shape shape, const std::vector<T>& values) {
-    HostTensor t = Uninitialized(dtype, std::move(shape)).value();
+    HostTensor t = ZerosOfValidShape(dtype, std::move(shape));
     std::memcpy(t.data(), values.data(), t.nbytes());
     return t;
   }

@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "core/file_bytes.h"
 #include "core/shape.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -63,24 +64,21 @@ class NpyHeaderParser {
     bool seen_descr = false, seen_order = false, seen_shape = false;
     if (!Consume('{')) return Error("expected '{'");
     while (!Consume('}')) {
-      absl::StatusOr<std::string> key = ParseString();
-      if (!key.ok()) return key.status();
-      if (!Consume(':')) return Error(absl::StrCat("expected ':' after '", *key, "'"));
-      absl::Status s;
-      if (*key == "descr") {
-        s = Once(seen_descr, *key);
-        if (s.ok()) s = ParseDescrValue(header.descr);
-      } else if (*key == "fortran_order") {
-        s = Once(seen_order, *key);
-        if (s.ok()) s = ParseBool(header.fortran_order);
-      } else if (*key == "shape") {
-        s = Once(seen_shape, *key);
-        if (s.ok()) s = ParseShapeTuple(header.shape);
+      ASSIGN_OR_RETURN(std::string key, ParseString());
+      if (!Consume(':')) return Error(absl::StrCat("expected ':' after '", key, "'"));
+      if (key == "descr") {
+        RETURN_IF_ERROR(Once(seen_descr, key));
+        RETURN_IF_ERROR(ParseDescrValue(header.descr));
+      } else if (key == "fortran_order") {
+        RETURN_IF_ERROR(Once(seen_order, key));
+        RETURN_IF_ERROR(ParseBool(header.fortran_order));
+      } else if (key == "shape") {
+        RETURN_IF_ERROR(Once(seen_shape, key));
+        RETURN_IF_ERROR(ParseShapeTuple(header.shape));
       } else {
-        return Invalid(absl::StrCat("header has the unexpected key '", *key,
+        return Invalid(absl::StrCat("header has the unexpected key '", key,
                                     "'; expected 'descr', 'fortran_order' and 'shape'"));
       }
-      if (!s.ok()) return s;
       if (Consume('}')) break;
       if (!Consume(',')) return Error("expected ',' or '}'");
     }
@@ -141,9 +139,7 @@ class NpyHeaderParser {
     if (pos_ < text_.size() && text_[pos_] == '[') {
       return Invalid("structured (record) dtypes are not supported; descr is a list");
     }
-    absl::StatusOr<std::string> value = ParseString();
-    if (!value.ok()) return value.status();
-    descr = *std::move(value);
+    ASSIGN_OR_RETURN(descr, ParseString());
     return absl::OkStatus();
   }
 
@@ -292,33 +288,30 @@ absl::StatusOr<HostTensor> ParseNpy(std::span<const std::byte> bytes) {
     return Invalid(absl::StrCat("header length ", header_size, " runs past the end of the file (",
                                 bytes.size() - preamble, " bytes follow the preamble)"));
   }
-  absl::StatusOr<NpyHeader> header = NpyHeaderParser(text.substr(preamble, header_size)).Parse();
-  if (!header.ok()) return header.status();
-  absl::StatusOr<DType> dtype = DTypeFromDescr(header->descr);
-  if (!dtype.ok()) return dtype.status();
-  if (header->fortran_order) {
+  ASSIGN_OR_RETURN(NpyHeader header, NpyHeaderParser(text.substr(preamble, header_size)).Parse());
+  ASSIGN_OR_RETURN(DType dtype, DTypeFromDescr(header.descr));
+  if (header.fortran_order) {
     return Invalid(
         "fortran_order True (column-major) arrays are not supported; save a C-order "
         "array (np.ascontiguousarray)");
   }
-  if (absl::Status s = ValidateShape(header->shape); !s.ok()) {
+  if (absl::Status s = ValidateShape(header.shape); !s.ok()) {
     return Invalid(absl::StrCat("header: ", s.message()));
   }
   const std::span<const std::byte> data = bytes.subspan(preamble + header_size);
-  const uint64_t elements = static_cast<uint64_t>(NumElements(header->shape));
-  if (data.size() % DTypeSize(*dtype) != 0 || data.size() / DTypeSize(*dtype) != elements) {
-    return Invalid(absl::StrCat("shape ", ShapeToString(header->shape), " of '", header->descr,
-                                "' needs ", NeededBytes(elements, DTypeSize(*dtype)),
+  const uint64_t elements = static_cast<uint64_t>(NumElements(header.shape));
+  if (data.size() % DTypeSize(dtype) != 0 || data.size() / DTypeSize(dtype) != elements) {
+    return Invalid(absl::StrCat("shape ", ShapeToString(header.shape), " of '", header.descr,
+                                "' needs ", NeededBytes(elements, DTypeSize(dtype)),
                                 " bytes, but the file has ", data.size(), " bytes of data"));
   }
-  return HostTensor::FromBytes(*dtype, std::move(header->shape), data);
+  return HostTensor::FromBytes(dtype, std::move(header.shape), data);
 }
 
 absl::StatusOr<std::vector<std::byte>> SerializeNpy(const HostTensor& tensor) {
-  absl::StatusOr<absl::string_view> descr = NpyDescr(tensor.dtype());
-  if (!descr.ok()) return descr.status();
+  ASSIGN_OR_RETURN(absl::string_view descr, NpyDescr(tensor.dtype()));
   std::string dict =
-      absl::StrCat("{'descr': '", *descr,
+      absl::StrCat("{'descr': '", descr,
                    "', 'fortran_order': False, 'shape': ", ShapeTuple(tensor.shape()), ", }");
   if (!tensor.shape().empty()) {
     dict.append(kGrowthAxisMaxDigits - absl::StrCat(tensor.shape()[0]).size(), ' ');
@@ -351,9 +344,8 @@ absl::StatusOr<std::vector<std::byte>> SerializeNpy(const HostTensor& tensor) {
 }
 
 absl::StatusOr<HostTensor> ReadNpyFile(absl::string_view path) {
-  absl::StatusOr<std::vector<std::byte>> bytes = ReadFileBytes(path);
-  if (!bytes.ok()) return bytes.status();
-  absl::StatusOr<HostTensor> tensor = ParseNpy(*bytes);
+  ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFileBytes(path));
+  absl::StatusOr<HostTensor> tensor = ParseNpy(bytes);
   if (!tensor.ok()) {
     return absl::Status(tensor.status().code(),
                         absl::StrCat(path, ": ", tensor.status().message()));
@@ -362,9 +354,8 @@ absl::StatusOr<HostTensor> ReadNpyFile(absl::string_view path) {
 }
 
 absl::Status WriteNpyFile(absl::string_view path, const HostTensor& tensor) {
-  absl::StatusOr<std::vector<std::byte>> bytes = SerializeNpy(tensor);
-  if (!bytes.ok()) return bytes.status();
-  return WriteFileBytes(path, *bytes);
+  ASSIGN_OR_RETURN(std::vector<std::byte> bytes, SerializeNpy(tensor));
+  return WriteFileBytes(path, bytes);
 }
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -77,7 +78,7 @@ absl::StatusOr<OpOutput> ReductionOutput(const OpCall& op, const Shape& shape, D
         OpKindName(op.kind), " of ", ShapeToString(shape), ": ", dims.status().message()));
   }
   if (op.kind == OpKind::kMean) {
-    if (absl::Status s = NeedFloating(op.kind, dtype); !s.ok()) return s;
+    RETURN_IF_ERROR(NeedFloating(op.kind, dtype));
   }
   OpOutput out;
   for (int d = 0; d < static_cast<int>(shape.size()); ++d) {
@@ -154,13 +155,12 @@ absl::StatusOr<std::vector<int>> ReducedDims(const OpCall& op, int rank) {
     return out;
   }
   for (int dim : op.dims) {
-    absl::StatusOr<int> d = NormalizeDim(dim, rank);
-    if (!d.ok()) return d.status();
-    if (std::find(out.begin(), out.end(), *d) != out.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dim ", *d, " appears more than once in dims [", absl::StrJoin(op.dims, ", "), "]"));
+    ASSIGN_OR_RETURN(int d, NormalizeDim(dim, rank));
+    if (std::find(out.begin(), out.end(), d) != out.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("dim ", d, " appears more than once in dims [",
+                                                     absl::StrJoin(op.dims, ", "), "]"));
     }
-    out.push_back(*d);
+    out.push_back(d);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -175,7 +175,7 @@ absl::StatusOr<OpOutput> InferOpOutput(const OpCall& op, absl::Span<const Shape>
                                                    dtypes.size(), " dtypes"));
   }
   for (const Shape& shape : shapes) {
-    if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+    RETURN_IF_ERROR(ValidateShape(shape));
   }
   for (size_t i = 1; i < dtypes.size(); ++i) {
     if (dtypes[i] != dtypes[0]) {
@@ -192,26 +192,23 @@ absl::StatusOr<OpOutput> InferOpOutput(const OpCall& op, absl::Span<const Shape>
   switch (op.kind) {
     case OpKind::kMm:
     case OpKind::kMatmul: {
-      if (absl::Status s = NeedFloating(op.kind, dtype); !s.ok()) return s;
+      RETURN_IF_ERROR(NeedFloating(op.kind, dtype));
       const bool mm = op.kind == OpKind::kMm;
-      absl::StatusOr<Shape> shape =
-          MatmulShape(op.kind, x, shapes[1], mm ? 2 : 1, mm ? 2 : std::max<int>(1, x.size()));
-      if (!shape.ok()) return shape.status();
-      out.shape = *std::move(shape);
+      ASSIGN_OR_RETURN(out.shape, MatmulShape(op.kind, x, shapes[1], mm ? 2 : 1,
+                                              mm ? 2 : std::max<int>(1, x.size())));
       return out;
     }
     case OpKind::kAddmm: {
-      if (absl::Status s = NeedFloating(op.kind, dtype); !s.ok()) return s;
-      absl::StatusOr<Shape> shape = MatmulShape(op.kind, shapes[1], shapes[2], 2, 2);
-      if (!shape.ok()) return shape.status();
-      absl::StatusOr<Shape> with_bias = Broadcast(op.kind, x, *shape);
-      if (x.size() > 2 || !with_bias.ok() || *with_bias != *shape) {
+      RETURN_IF_ERROR(NeedFloating(op.kind, dtype));
+      ASSIGN_OR_RETURN(Shape shape, MatmulShape(op.kind, shapes[1], shapes[2], 2, 2));
+      absl::StatusOr<Shape> with_bias = Broadcast(op.kind, x, shape);
+      if (x.size() > 2 || !with_bias.ok() || *with_bias != shape) {
         return absl::InvalidArgumentError(absl::StrCat(
             "addmm: bias ", ShapeToString(x), " does not broadcast to the product's shape ",
-            ShapeToString(*shape), " (of ", ShapeToString(shapes[1]), " and ",
+            ShapeToString(shape), " (of ", ShapeToString(shapes[1]), " and ",
             ShapeToString(shapes[2]), ")"));
       }
-      out.shape = *std::move(shape);
+      out.shape = std::move(shape);
       return out;
     }
     case OpKind::kAdd:
@@ -219,14 +216,12 @@ absl::StatusOr<OpOutput> InferOpOutput(const OpCall& op, absl::Span<const Shape>
     case OpKind::kMul:
     case OpKind::kDiv: {
       if (op.kind == OpKind::kDiv) {
-        if (absl::Status s = NeedFloating(op.kind, dtype); !s.ok()) return s;
+        RETURN_IF_ERROR(NeedFloating(op.kind, dtype));
       }
       if (op.kind == OpKind::kSub && dtype == DType::kBool) {
         return absl::InvalidArgumentError("sub is not defined on bool tensors");
       }
-      absl::StatusOr<Shape> shape = Broadcast(op.kind, x, shapes[1]);
-      if (!shape.ok()) return shape.status();
-      out.shape = *std::move(shape);
+      ASSIGN_OR_RETURN(out.shape, Broadcast(op.kind, x, shapes[1]));
       return out;
     }
     case OpKind::kRelu:
@@ -237,7 +232,7 @@ absl::StatusOr<OpOutput> InferOpOutput(const OpCall& op, absl::Span<const Shape>
       return out;
     case OpKind::kGelu:
     case OpKind::kTanh:
-      if (absl::Status s = NeedFloating(op.kind, dtype); !s.ok()) return s;
+      RETURN_IF_ERROR(NeedFloating(op.kind, dtype));
       out.shape = x;
       return out;
     case OpKind::kSum:

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 
@@ -81,9 +82,8 @@ absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
   if ((head == "r" || head == "replicate") && arg.empty()) return Placement::Replicate();
   if (head == "p" || head == "partial") {
     if (arg.empty()) return Placement::Partial(ReduceOp::kSum);
-    absl::StatusOr<ReduceOp> op = ParseReduceOp(arg);
-    if (!op.ok()) return op.status();
-    return Placement::Partial(*op);
+    ASSIGN_OR_RETURN(ReduceOp op, ParseReduceOp(arg));
+    return Placement::Partial(op);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown placement '", text, "'; expected S(dim), R or P(op), e.g. S(0), R, P(sum)"));
@@ -117,9 +117,8 @@ absl::StatusOr<std::vector<Placement>> ParsePlacements(absl::string_view text) {
       absl::string_view part = absl::StripAsciiWhitespace(t.substr(start, i - start));
       start = i + 1;
       if (part.empty()) continue;
-      absl::StatusOr<Placement> p = ParsePlacement(part);
-      if (!p.ok()) return p.status();
-      out.push_back(*p);
+      ASSIGN_OR_RETURN(Placement p, ParsePlacement(part));
+      out.push_back(p);
     }
   }
   if (out.empty()) {

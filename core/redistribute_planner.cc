@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/chunk.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -59,9 +60,8 @@ DTensorSpec WithPlacement(const DTensorSpec& spec, int mesh_dim, const Placement
 // Appends the step that sets `mesh_dim` of `*spec` to `to`, and applies it.
 absl::Status AppendStep(DTensorSpec* spec, int mesh_dim, const Placement& to,
                         RedistributePlan* plan) {
-  absl::StatusOr<RedistributeStep> step = PlanStep(*spec, mesh_dim, to);
-  if (!step.ok()) return step.status();
-  plan->steps.push_back(*step);
+  ASSIGN_OR_RETURN(RedistributeStep step, PlanStep(*spec, mesh_dim, to));
+  plan->steps.push_back(step);
   spec->placements[mesh_dim] = to;
   return absl::OkStatus();
 }
@@ -87,14 +87,14 @@ absl::StatusOr<RedistributePlan> PlanGreedy(const DTensorSpec& src,
         }
       }
       if (current.placements[m] != target) {
-        if (absl::Status s = AppendStep(&current, m, target, &plan); !s.ok()) return s;
+        RETURN_IF_ERROR(AppendStep(&current, m, target, &plan));
       }
     }
   }
   // Outer → inner: the remaining transitions.
   for (int m = 0; m < ndim; ++m) {
     if (current.placements[m] != dst[m]) {
-      if (absl::Status s = AppendStep(&current, m, dst[m], &plan); !s.ok()) return s;
+      RETURN_IF_ERROR(AppendStep(&current, m, dst[m], &plan));
     }
   }
   return plan;
@@ -226,8 +226,7 @@ absl::StatusOr<RedistributeStep> PlanStep(const DTensorSpec& spec, int mesh_dim,
     return absl::InvalidArgumentError(
         absl::StrCat("mesh dim ", mesh_dim, " is already ", PlacementToString(to)));
   }
-  absl::StatusOr<Collective> collective = CollectiveFor(from, to);
-  if (!collective.ok()) return collective.status();
+  ASSIGN_OR_RETURN(Collective collective, CollectiveFor(from, to));
   // Sharding nests left to right: a step may only cut or join a tensor dim that no inner mesh dim
   // shards, or the inner shards would end up holding the wrong elements.
   for (const Placement* p : {&from, &to}) {
@@ -242,7 +241,7 @@ absl::StatusOr<RedistributeStep> PlanStep(const DTensorSpec& spec, int mesh_dim,
     }
   }
 
-  RedistributeStep step{mesh_dim, from, to, *collective, 0, 0};
+  RedistributeStep step{mesh_dim, from, to, collective, 0, 0};
   const int64_t k = spec.mesh.size(mesh_dim);
   const int64_t elem = static_cast<int64_t>(DTypeSize(spec.dtype));
   const DTensorSpec after_spec = WithPlacement(spec, mesh_dim, to);
@@ -252,7 +251,7 @@ absl::StatusOr<RedistributeStep> PlanStep(const DTensorSpec& spec, int mesh_dim,
     const Shape before = LocalShapeAndOffsetAt(spec, coord).shape;
     const Shape after = LocalShapeAndOffsetAt(after_spec, coord).shape;
     int64_t per_peer = 0;  // elements exchanged with each of the k-1 peers
-    switch (*collective) {
+    switch (collective) {
       case Collective::kLocalChunk:
       case Collective::kLocalPartition:
         break;
@@ -280,12 +279,13 @@ absl::StatusOr<RedistributeStep> PlanStep(const DTensorSpec& spec, int mesh_dim,
 absl::StatusOr<RedistributePlan> PlanRedistribute(const DTensorSpec& src,
                                                   absl::Span<const Placement> dst_placements,
                                                   PlannerKind kind) {
-  absl::StatusOr<std::vector<Placement>> dst = NormalizePlacements(
-      src.mesh, std::vector<Placement>(dst_placements.begin(), dst_placements.end()),
-      static_cast<int>(src.shape.size()));
-  if (!dst.ok()) return dst.status();
-  if (absl::Status s = CheckSupported(src.placements, *dst); !s.ok()) return s;
-  return kind == PlannerKind::kGreedy ? PlanGreedy(src, *dst) : PlanMinCost(src, *dst);
+  ASSIGN_OR_RETURN(
+      std::vector<Placement> dst,
+      NormalizePlacements(src.mesh,
+                          std::vector<Placement>(dst_placements.begin(), dst_placements.end()),
+                          static_cast<int>(src.shape.size())));
+  RETURN_IF_ERROR(CheckSupported(src.placements, dst));
+  return kind == PlannerKind::kGreedy ? PlanGreedy(src, dst) : PlanMinCost(src, dst);
 }
 
 }  // namespace tessera

@@ -11,8 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/file_bytes.h"
-#include "core/json_reader.h"
+#include "core/json.h"
 #include "core/shape.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -49,86 +50,69 @@ std::string NeededBytes(int64_t num_elements, size_t element_size) {
   return absl::StrCat(n * element_size);
 }
 
-// The member named `key` of `object`; nullptr if absent. INVALID_ARGUMENT if present twice.
-absl::StatusOr<const JsonValue*> FindField(const JsonValue& object, absl::string_view key,
-                                           absl::string_view tensor) {
-  const JsonValue* found = nullptr;
-  for (const JsonMember& m : object.members) {
-    if (m.key != key) continue;
-    if (found != nullptr) {
-      return Invalid(absl::StrCat("tensor '", tensor, "' has the field \"", key, "\" twice"));
-    }
-    found = &m.value;
-  }
-  return found;
-}
-
-// The field `key` of `object`, which must exist and have kind `kind`.
-absl::StatusOr<const JsonValue*> RequireField(const JsonValue& object, absl::string_view key,
-                                              JsonValue::Kind kind, absl::string_view tensor) {
-  absl::StatusOr<const JsonValue*> field = FindField(object, key, tensor);
-  if (!field.ok()) return field.status();
-  if (*field == nullptr) {
+// The field `key` of the tensor entry `object`, which must exist and be of type `type`.
+absl::StatusOr<const nlohmann::json*> RequireField(const nlohmann::json& object,
+                                                   absl::string_view key,
+                                                   nlohmann::json::value_t type,
+                                                   absl::string_view tensor) {
+  const auto it = object.find(key);
+  if (it == object.end()) {
     return Invalid(absl::StrCat("tensor '", tensor, "' has no \"", key, "\" field"));
   }
-  if ((*field)->kind != kind) {
-    return Invalid(absl::StrCat("tensor '", tensor, "' has a \"", key, "\" that is a ",
-                                JsonKindName((*field)->kind), ", expected a ", JsonKindName(kind)));
+  if (it->type() != type) {
+    return Invalid(absl::StrCat("tensor '", tensor, "' has a \"", key, "\" that is ",
+                                JsonTypeName(*it), ", expected ",
+                                JsonTypeName(nlohmann::json(type))));
   }
-  return field;
+  return &*it;
 }
 
-// The integers of an array; INVALID_ARGUMENT naming `key` if an element is not an integer.
-absl::StatusOr<std::vector<int64_t>> IntegerArray(const JsonValue& array, absl::string_view key,
-                                                  absl::string_view tensor) {
+// The integers of an array; INVALID_ARGUMENT naming `key` if an element is not an int64.
+absl::StatusOr<std::vector<int64_t>> IntegerArray(const nlohmann::json& array,
+                                                  absl::string_view key, absl::string_view tensor) {
   std::vector<int64_t> values;
-  for (const JsonValue& v : array.array) {
-    if (v.kind != JsonValue::Kind::kInteger) {
-      return Invalid(absl::StrCat("tensor '", tensor, "' has a ", JsonKindName(v.kind), " in \"",
-                                  key, "\", expected integers"));
+  for (const nlohmann::json& v : array) {
+    absl::StatusOr<int64_t> value = JsonInt64(v);
+    if (!value.ok()) {
+      return Invalid(absl::StrCat("tensor '", tensor, "' has a bad element in \"", key,
+                                  "\": ", value.status().message()));
     }
-    values.push_back(v.integer);
+    values.push_back(*value);
   }
   return values;
 }
 
 // Decodes and checks one tensor entry against a data buffer of `buffer_size` bytes.
-absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const JsonValue& value,
+absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const nlohmann::json& value,
                                        uint64_t buffer_size) {
-  if (value.kind != JsonValue::Kind::kObject) {
-    return Invalid(absl::StrCat("tensor '", name, "' is a ", JsonKindName(value.kind),
-                                ", expected an object"));
+  if (!value.is_object()) {
+    return Invalid(
+        absl::StrCat("tensor '", name, "' is ", JsonTypeName(value), ", expected an object"));
   }
-  absl::StatusOr<const JsonValue*> dtype =
-      RequireField(value, "dtype", JsonValue::Kind::kString, name);
-  if (!dtype.ok()) return dtype.status();
-  absl::StatusOr<const JsonValue*> shape =
-      RequireField(value, "shape", JsonValue::Kind::kArray, name);
-  if (!shape.ok()) return shape.status();
-  absl::StatusOr<const JsonValue*> offsets =
-      RequireField(value, "data_offsets", JsonValue::Kind::kArray, name);
-  if (!offsets.ok()) return offsets.status();
+  ASSIGN_OR_RETURN(const nlohmann::json* dtype,
+                   RequireField(value, "dtype", nlohmann::json::value_t::string, name));
+  ASSIGN_OR_RETURN(const nlohmann::json* shape,
+                   RequireField(value, "shape", nlohmann::json::value_t::array, name));
+  ASSIGN_OR_RETURN(const nlohmann::json* offsets,
+                   RequireField(value, "data_offsets", nlohmann::json::value_t::array, name));
 
   TensorEntry entry;
   entry.name = name;
-  absl::StatusOr<DType> d = ParseSafetensorsDType((*dtype)->string);
+  absl::StatusOr<DType> d = ParseSafetensorsDType(dtype->get_ref<const std::string&>());
   if (!d.ok()) return Invalid(absl::StrCat("tensor '", name, "': ", d.status().message()));
   entry.dtype = *d;
 
-  absl::StatusOr<std::vector<int64_t>> dims = IntegerArray(**shape, "shape", name);
-  if (!dims.ok()) return dims.status();
-  entry.shape = *std::move(dims);
+  ASSIGN_OR_RETURN(entry.shape, IntegerArray(*shape, "shape", name));
   if (absl::Status s = ValidateShape(entry.shape); !s.ok()) {
     return Invalid(absl::StrCat("tensor '", name, "': ", s.message()));
   }
 
-  absl::StatusOr<std::vector<int64_t>> range = IntegerArray(**offsets, "data_offsets", name);
-  if (!range.ok()) return range.status();
-  if (range->size() != 2) {
-    return Invalid(absl::StrCat("tensor '", name, "' has ", range->size(),
+  ASSIGN_OR_RETURN(std::vector<int64_t> range, IntegerArray(*offsets, "data_offsets", name));
+  if (range.size() != 2) {
+    return Invalid(absl::StrCat("tensor '", name, "' has ", range.size(),
                                 " data_offsets, expected 2 ([begin, end])"));
   }
-  const int64_t begin = (*range)[0], end = (*range)[1];
+  const int64_t begin = range[0], end = range[1];
   if (begin < 0 || end < 0 || begin > end || static_cast<uint64_t>(end) > buffer_size) {
     return Invalid(absl::StrCat("tensor '", name, "' has data_offsets [", begin, ", ", end,
                                 "], which is not a range inside the ", buffer_size,
@@ -151,20 +135,18 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const JsonValue&
 }
 
 // The "__metadata__" object as a string map.
-absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(const JsonValue& value) {
-  if (value.kind != JsonValue::Kind::kObject) {
-    return Invalid(absl::StrCat("\"__metadata__\" is a ", JsonKindName(value.kind),
+absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(const nlohmann::json& value) {
+  if (!value.is_object()) {
+    return Invalid(absl::StrCat("\"__metadata__\" is ", JsonTypeName(value),
                                 ", expected an object of strings"));
   }
   std::map<std::string, std::string> metadata;
-  for (const JsonMember& m : value.members) {
-    if (m.value.kind != JsonValue::Kind::kString) {
-      return Invalid(absl::StrCat("\"__metadata__\" key '", m.key, "' has a ",
-                                  JsonKindName(m.value.kind), " value, expected a string"));
+  for (const auto& [key, v] : value.items()) {
+    if (!v.is_string()) {
+      return Invalid(absl::StrCat("\"__metadata__\" key '", key, "' has ", JsonTypeName(v),
+                                  " value, expected a string"));
     }
-    if (!metadata.emplace(m.key, m.value.string).second) {
-      return Invalid(absl::StrCat("\"__metadata__\" has the key '", m.key, "' twice"));
-    }
+    metadata.emplace(key, v.get<std::string>());
   }
   return metadata;
 }
@@ -185,25 +167,6 @@ absl::Status CheckNoOverlap(std::vector<const TensorEntry*> entries) {
     if (reach == nullptr || e->end > reach->end) reach = e;
   }
   return absl::OkStatus();
-}
-
-// `text` as a JSON string literal: quotes added, '"', '\' and control characters escaped.
-std::string JsonQuote(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-  return out;
 }
 
 }  // namespace
@@ -256,79 +219,67 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::span<const std::byte> byte
                                  header_size);
   const std::span<const std::byte> buffer = bytes.subspan(kLengthFieldSize + header_size);
 
-  absl::StatusOr<JsonValue> json = ParseJson(header);
+  absl::StatusOr<nlohmann::json> json = ParseJson(header);
   if (!json.ok()) return Invalid(absl::StrCat("header: ", json.status().message()));
-  if (json->kind != JsonValue::Kind::kObject) {
-    return Invalid(
-        absl::StrCat("header is a JSON ", JsonKindName(json->kind), ", expected an object"));
+  if (!json->is_object()) {
+    return Invalid(absl::StrCat("header is ", JsonTypeName(*json), ", expected an object"));
   }
 
+  // ParseJson refuses repeated keys, so names are unique; items() visits them sorted by name.
   SafetensorsFile file;
   std::vector<TensorEntry> entries;
-  bool seen_metadata = false;
-  for (const JsonMember& m : json->members) {
-    if (m.key == kMetadataKey) {
-      if (seen_metadata) return Invalid("\"__metadata__\" appears twice in the header");
-      seen_metadata = true;
-      absl::StatusOr<std::map<std::string, std::string>> metadata = ParseMetadata(m.value);
-      if (!metadata.ok()) return metadata.status();
-      file.metadata = *std::move(metadata);
+  for (const auto& [key, value] : json->items()) {
+    if (key == kMetadataKey) {
+      ASSIGN_OR_RETURN(file.metadata, ParseMetadata(value));
       continue;
     }
-    absl::StatusOr<TensorEntry> entry = ParseEntry(m.key, m.value, buffer.size());
-    if (!entry.ok()) return entry.status();
-    entries.push_back(*std::move(entry));
+    ASSIGN_OR_RETURN(TensorEntry entry, ParseEntry(key, value, buffer.size()));
+    entries.push_back(std::move(entry));
   }
 
   std::vector<const TensorEntry*> by_name;
   for (const TensorEntry& e : entries) by_name.push_back(&e);
-  std::sort(by_name.begin(), by_name.end(),
-            [](const TensorEntry* a, const TensorEntry* b) { return a->name < b->name; });
-  for (size_t i = 1; i < by_name.size(); ++i) {
-    if (by_name[i]->name == by_name[i - 1]->name) {
-      return Invalid(
-          absl::StrCat("tensor name '", by_name[i]->name, "' appears twice in the header"));
-    }
-  }
-  if (absl::Status s = CheckNoOverlap(by_name); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNoOverlap(by_name));
 
   for (TensorEntry& e : entries) {
-    absl::StatusOr<HostTensor> t = HostTensor::FromBytes(e.dtype, std::move(e.shape),
-                                                         buffer.subspan(e.begin, e.end - e.begin));
-    if (!t.ok()) return t.status();
-    file.tensors.emplace(e.name, *std::move(t));
+    ASSIGN_OR_RETURN(HostTensor t, HostTensor::FromBytes(e.dtype, std::move(e.shape),
+                                                         buffer.subspan(e.begin, e.end - e.begin)));
+    file.tensors.emplace(e.name, std::move(t));
   }
   return file;
 }
 
 absl::StatusOr<std::vector<std::byte>> SerializeSafetensors(const SafetensorsFile& file) {
-  std::vector<std::string> fields;
+  // The header's members in order, built as a list since ordered_json's own insertion looks up
+  // every earlier key; names are unique, being the keys of `file.tensors`.
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> members;
   if (!file.metadata.empty()) {
-    std::vector<std::string> pairs;
-    for (const auto& [key, value] : file.metadata) {
-      pairs.push_back(absl::StrCat(JsonQuote(key), ":", JsonQuote(value)));
-    }
-    fields.push_back(absl::StrCat(JsonQuote(kMetadataKey), ":{", absl::StrJoin(pairs, ","), "}"));
+    nlohmann::ordered_json metadata = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : file.metadata) metadata[key] = value;
+    members.emplace_back(kMetadataKey, std::move(metadata));
   }
   uint64_t offset = 0;
   for (const auto& [name, tensor] : file.tensors) {
     if (name == kMetadataKey) {
       return Invalid("a tensor cannot be named \"__metadata__\"; that key holds the metadata");
     }
-    fields.push_back(absl::StrCat(JsonQuote(name), ":{\"dtype\":\"",
-                                  SafetensorsDTypeName(tensor.dtype()), "\",\"shape\":[",
-                                  absl::StrJoin(tensor.shape(), ","), "],\"data_offsets\":[",
-                                  offset, ",", offset + tensor.nbytes(), "]}"));
+    nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+    entry["dtype"] = std::string(SafetensorsDTypeName(tensor.dtype()));
+    entry["shape"] = tensor.shape();
+    entry["data_offsets"] = {offset, offset + tensor.nbytes()};
+    members.emplace_back(name, std::move(entry));
     offset += tensor.nbytes();
   }
-  std::string header = absl::StrCat("{", absl::StrJoin(fields, ","), "}");
-  header.resize((header.size() + 7) / 8 * 8, ' ');
+  absl::StatusOr<std::string> header =
+      DumpJson(nlohmann::ordered_json::object_t(members.begin(), members.end()));
+  if (!header.ok()) return Invalid(absl::StrCat("header: ", header.status().message()));
+  header->resize((header->size() + 7) / 8 * 8, ' ');
 
-  std::vector<std::byte> out(kLengthFieldSize + header.size() + offset);
-  const uint64_t header_size = header.size();
+  std::vector<std::byte> out(kLengthFieldSize + header->size() + offset);
+  const uint64_t header_size = header->size();
   std::memcpy(out.data(), &header_size, kLengthFieldSize);
-  std::memcpy(out.data() + kLengthFieldSize, header.data(), header.size());
-  std::byte* data = out.data() + kLengthFieldSize + header.size();
+  std::memcpy(out.data() + kLengthFieldSize, header->data(), header->size());
+  std::byte* data = out.data() + kLengthFieldSize + header->size();
   for (const auto& [name, tensor] : file.tensors) {
     if (tensor.nbytes() > 0) std::memcpy(data, tensor.data(), tensor.nbytes());
     data += tensor.nbytes();
@@ -337,9 +288,8 @@ absl::StatusOr<std::vector<std::byte>> SerializeSafetensors(const SafetensorsFil
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(absl::string_view path) {
-  absl::StatusOr<std::vector<std::byte>> bytes = ReadFileBytes(path);
-  if (!bytes.ok()) return bytes.status();
-  absl::StatusOr<SafetensorsFile> file = ParseSafetensors(*bytes);
+  ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFileBytes(path));
+  absl::StatusOr<SafetensorsFile> file = ParseSafetensors(bytes);
   if (!file.ok()) {
     return absl::Status(file.status().code(), absl::StrCat(path, ": ", file.status().message()));
   }
@@ -347,9 +297,8 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(absl::string_view path) {
 }
 
 absl::Status WriteSafetensorsFile(absl::string_view path, const SafetensorsFile& file) {
-  absl::StatusOr<std::vector<std::byte>> bytes = SerializeSafetensors(file);
-  if (!bytes.ok()) return bytes.status();
-  return WriteFileBytes(path, *bytes);
+  ASSIGN_OR_RETURN(std::vector<std::byte> bytes, SerializeSafetensors(file));
+  return WriteFileBytes(path, bytes);
 }
 
 }  // namespace tessera

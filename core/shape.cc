@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 
@@ -77,7 +78,7 @@ absl::StatusOr<Shape> ParseShape(absl::string_view text) {
     }
     shape.push_back(v);
   }
-  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateShape(shape));
   return shape;
 }
 

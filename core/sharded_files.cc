@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/safetensors.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -109,10 +110,7 @@ absl::Status WriteShardedTensor(absl::string_view dir, absl::string_view name,
     file.metadata["tessera.rank"] = absl::StrCat(spec.mesh.ranks()[pos]);
     file.metadata["tessera.offset"] = JoinInts(local.offset);
     file.tensors.emplace(std::string(name), shard.Clone());
-    if (absl::Status s = WriteSafetensorsFile(ShardFilePath(dir, spec.mesh.ranks()[pos]), file);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(WriteSafetensorsFile(ShardFilePath(dir, spec.mesh.ranks()[pos]), file));
   }
   return absl::OkStatus();
 }
@@ -133,31 +131,27 @@ absl::StatusOr<ShardedTensor> ReadShardedTensor(absl::string_view dir, absl::str
   if (first.empty()) {
     return absl::NotFoundError(absl::StrCat("no rank-*.safetensors files in ", dir));
   }
-  absl::StatusOr<SafetensorsFile> head = ReadSafetensorsFile(first);
-  if (!head.ok()) return head.status();
-  absl::StatusOr<DTensorSpec> spec = SpecFromMetadata(head->metadata, first);
-  if (!spec.ok()) return spec.status();
+  ASSIGN_OR_RETURN(SafetensorsFile head, ReadSafetensorsFile(first));
+  ASSIGN_OR_RETURN(DTensorSpec spec, SpecFromMetadata(head.metadata, first));
 
-  ShardedTensor out{*spec, {}};
-  for (int64_t pos = 0; pos < spec->mesh.size(); ++pos) {
-    const std::string path = ShardFilePath(dir, spec->mesh.ranks()[pos]);
-    absl::StatusOr<SafetensorsFile> file = ReadSafetensorsFile(path);
-    if (!file.ok()) return file.status();
-    absl::StatusOr<DTensorSpec> other = SpecFromMetadata(file->metadata, path);
-    if (!other.ok()) return other.status();
-    if (other->ToString() != spec->ToString()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, " describes ", other->ToString(), " but ", first, " describes ", spec->ToString()));
+  ShardedTensor out{spec, {}};
+  for (int64_t pos = 0; pos < spec.mesh.size(); ++pos) {
+    const std::string path = ShardFilePath(dir, spec.mesh.ranks()[pos]);
+    ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensorsFile(path));
+    ASSIGN_OR_RETURN(DTensorSpec other, SpecFromMetadata(file.metadata, path));
+    if (other.ToString() != spec.ToString()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, " describes ", other.ToString(), " but ",
+                                                     first, " describes ", spec.ToString()));
     }
-    auto it = file->tensors.find(std::string(name));
-    if (it == file->tensors.end()) {
+    auto it = file.tensors.find(std::string(name));
+    if (it == file.tensors.end()) {
       return absl::NotFoundError(absl::StrCat(path, " has no tensor named '", name, "'"));
     }
-    const LocalShard local = LocalShapeAndOffsetAt(*spec, spec->mesh.CoordinateOfIndex(pos));
-    if (it->second.shape() != local.shape || it->second.dtype() != spec->dtype) {
+    const LocalShard local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(pos));
+    if (it->second.shape() != local.shape || it->second.dtype() != spec.dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, " holds ", DTypeName(it->second.dtype()), ShapeToString(it->second.shape()),
-          " but the spec gives this rank ", DTypeName(spec->dtype), ShapeToString(local.shape)));
+          " but the spec gives this rank ", DTypeName(spec.dtype), ShapeToString(local.shape)));
     }
     out.shards.push_back(std::move(it->second));
   }

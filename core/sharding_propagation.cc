@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -134,16 +135,15 @@ absl::StatusOr<DimStrategies> StrategiesForOp(const OpCall& op,
       if (op.dtype == DType::kBool) return PointwiseStrategies(rank, -1, -1, {});
       return PointwiseStrategies(rank, -1, -1, {ReduceOp::kMax, ReduceOp::kMin});
     case OpKind::kTranspose: {
-      const int d0 = NormalizeDim(op.dim0, rank).value();
-      const int d1 = NormalizeDim(op.dim1, rank).value();
+      ASSIGN_OR_RETURN(const int d0, NormalizeDim(op.dim0, rank));
+      ASSIGN_OR_RETURN(const int d1, NormalizeDim(op.dim1, rank));
       return PointwiseStrategies(rank, d0, d1, kAllReduceOps);
     }
     case OpKind::kSum:
     case OpKind::kMean:
     case OpKind::kMax: {
-      absl::StatusOr<std::vector<int>> reduced = ReducedDims(op, rank);
-      if (!reduced.ok()) return reduced.status();
-      return ReductionStrategies(op, rank, *reduced);
+      ASSIGN_OR_RETURN(std::vector<int> reduced, ReducedDims(op, rank));
+      return ReductionStrategies(op, rank, reduced);
     }
   }
   return absl::InvalidArgumentError(absl::StrCat("no sharding rule for op ", OpKindName(op.kind)));
@@ -181,11 +181,10 @@ absl::StatusOr<std::vector<PlannedStrategy>> PlannedStrategies(const OpCall& op,
                                                                absl::Span<const DTensorSpec> inputs,
                                                                const OpOutput& out,
                                                                bool free_only = false) {
-  absl::StatusOr<DimStrategies> per_dim = StrategiesForOp(op, inputs, out.shape);
-  if (!per_dim.ok()) return per_dim.status();
+  ASSIGN_OR_RETURN(DimStrategies per_dim, StrategiesForOp(op, inputs, out.shape));
   const DeviceMesh& mesh = inputs[0].mesh;
   const int ndim = mesh.ndim();
-  const size_t n = per_dim->size();
+  const size_t n = per_dim.size();
   std::vector<PlannedStrategy> result;
   // The same input target recurs across the product; plan it once.
   std::map<std::pair<size_t, std::string>, absl::StatusOr<RedistributePlan>> memo;
@@ -194,7 +193,7 @@ absl::StatusOr<std::vector<PlannedStrategy>> PlannedStrategies(const OpCall& op,
     PlannedStrategy planned;
     planned.strategy.inputs.resize(inputs.size());
     for (int m = 0; m < ndim; ++m) {
-      const DimStrategy& s = (*per_dim)[choice[m]];
+      const DimStrategy& s = per_dim[choice[m]];
       for (size_t i = 0; i < inputs.size(); ++i) planned.strategy.inputs[i].push_back(s.inputs[i]);
       planned.strategy.output.push_back(s.output);
     }
@@ -235,22 +234,19 @@ absl::StatusOr<std::vector<PlannedStrategy>> PlannedStrategies(const OpCall& op,
 
 absl::StatusOr<std::vector<OpStrategy>> OpStrategies(const OpCall& op,
                                                      absl::Span<const DTensorSpec> inputs) {
-  absl::StatusOr<OpOutput> out = CheckInputs(op, inputs);
-  if (!out.ok()) return out.status();
-  absl::StatusOr<std::vector<PlannedStrategy>> planned = PlannedStrategies(op, inputs, *out);
-  if (!planned.ok()) return planned.status();
+  ASSIGN_OR_RETURN(OpOutput out, CheckInputs(op, inputs));
+  ASSIGN_OR_RETURN(std::vector<PlannedStrategy> planned, PlannedStrategies(op, inputs, out));
   std::vector<OpStrategy> result;
-  for (PlannedStrategy& p : *planned) result.push_back(std::move(p.strategy));
+  for (PlannedStrategy& p : planned) result.push_back(std::move(p.strategy));
   return result;
 }
 
 absl::StatusOr<OpSharding> PropagateSharding(const OpCall& op,
                                              absl::Span<const DTensorSpec> inputs) {
-  absl::StatusOr<OpOutput> out = CheckInputs(op, inputs);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(OpOutput out, CheckInputs(op, inputs));
   absl::StatusOr<std::vector<PlannedStrategy>> planned =
-      PlannedStrategies(op, inputs, *out, /*free_only=*/true);
-  if (planned.ok() && planned->empty()) planned = PlannedStrategies(op, inputs, *out);
+      PlannedStrategies(op, inputs, out, /*free_only=*/true);
+  if (planned.ok() && planned->empty()) planned = PlannedStrategies(op, inputs, out);
   if (!planned.ok()) return planned.status();
   // Cost: (bytes received, needs any redistribution); ties keep the earlier strategy.
   using Cost = std::tuple<int64_t, bool>;
@@ -273,10 +269,9 @@ absl::StatusOr<OpSharding> PropagateSharding(const OpCall& op,
     return absl::InvalidArgumentError(absl::StrCat(
         "no sharding strategy fits ", OpKindName(op.kind), " on ", inputs[0].ToString()));
   }
-  absl::StatusOr<DTensorSpec> spec =
-      MakeDTensorSpec(inputs[0].mesh, best->strategy.output, out->shape, out->dtype);
-  if (!spec.ok()) return spec.status();
-  return OpSharding{std::move(best->strategy), std::move(best->plans), *std::move(spec),
+  ASSIGN_OR_RETURN(DTensorSpec spec,
+                   MakeDTensorSpec(inputs[0].mesh, best->strategy.output, out.shape, out.dtype));
+  return OpSharding{std::move(best->strategy), std::move(best->plans), std::move(spec),
                     std::get<0>(best_cost)};
 }
 

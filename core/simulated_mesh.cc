@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
 #include "core/elementwise_reduce.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 SimulatedMesh::SimulatedMesh(const DeviceMesh& mesh)
@@ -30,15 +31,14 @@ absl::StatusOr<std::vector<HostTensor>> SimulatedMesh::Distribute(const HostTens
   for (int64_t pos = 0; pos < mesh_.size(); ++pos) {
     const std::vector<int64_t> coord = mesh_.CoordinateOfIndex(pos);
     const LocalShard local = LocalShapeAndOffsetAt(spec, coord);
-    absl::StatusOr<HostTensor> shard = PackBlock(full, local.offset, local.shape);
-    if (!shard.ok()) return shard.status();
+    ASSIGN_OR_RETURN(HostTensor shard, PackBlock(full, local.offset, local.shape));
     for (int m = 0; m < mesh_.ndim(); ++m) {
       const Placement& p = spec.placements[m];
       if (p.is_partial() && coord[m] != 0 && PartitionUsesIdentity(p.op)) {
-        FillIdentity(p.op, spec.dtype, shard->data(), shard->num_elements());
+        FillIdentity(p.op, spec.dtype, shard.data(), shard.num_elements());
       }
     }
-    shards.push_back(*std::move(shard));
+    shards.push_back(std::move(shard));
   }
   return shards;
 }
@@ -56,7 +56,7 @@ absl::StatusOr<std::vector<HostTensor>> SimulatedMesh::Redistribute(
           "plan step on mesh dim ", step.mesh_dim, " starts from ", PlacementToString(step.from),
           " but the tensor is ", PlacementsToString(spec.placements)));
     }
-    if (absl::Status s = RunStep(spec, step, shards); !s.ok()) return s;
+    RETURN_IF_ERROR(RunStep(spec, step, shards));
     spec.placements[step.mesh_dim] = step.to;
   }
   return shards;
@@ -83,7 +83,7 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
         for (int64_t q = 0; q < k; ++q) {
           HostTensor& t = shards[group[q]];
           const ChunkRange r = ChunkOf(t.shape()[step.to.dim], k, q);
-          t = SliceAlong(t, step.to.dim, r.offset, r.size).value();
+          ASSIGN_OR_RETURN(t, SliceAlong(t, step.to.dim, r.offset, r.size));
         }
         break;
       }
@@ -99,15 +99,16 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
         const int d = step.from.dim;
         const int64_t n = after_shape[d];
         const int64_t c = ChunkSize(n, k);
-        HostTensor out = HostTensor::Zeros(spec.dtype, after_shape).value();
+        ASSIGN_OR_RETURN(HostTensor out, HostTensor::Zeros(spec.dtype, after_shape));
         for (int64_t q = 0; q < k; ++q) {
           const ChunkRange r = ChunkOf(n, k, q);
-          const HostTensor padded = PadTo(shards[group[q]], WithDimSize(after_shape, d, c)).value();
+          ASSIGN_OR_RETURN(const HostTensor padded,
+                           PadTo(shards[group[q]], WithDimSize(after_shape, d, c)));
           for (int64_t to = 0; to < k; ++to) {
             Transfer(group[q], group[to], static_cast<int64_t>(padded.nbytes()));
           }
-          const HostTensor rows = SliceAlong(padded, d, 0, r.size).value();
-          if (absl::Status s = PlaceAlong(rows, d, r.offset, out); !s.ok()) return s;
+          ASSIGN_OR_RETURN(const HostTensor rows, SliceAlong(padded, d, 0, r.size));
+          RETURN_IF_ERROR(PlaceAlong(rows, d, r.offset, out));
         }
         for (int64_t q = 0; q < k; ++q) shards[group[q]] = out.Clone();
         break;
@@ -118,11 +119,11 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
         const int64_t c = ChunkSize(n, k);
         std::vector<HostTensor> flat;
         for (int64_t q = 0; q < k; ++q) {
-          HostTensor f = HostTensor::Zeros(spec.dtype, {k * c}).value();
+          ASSIGN_OR_RETURN(HostTensor f, HostTensor::Zeros(spec.dtype, {k * c}));
           std::memcpy(f.data(), shards[group[q]].data(), shards[group[q]].nbytes());
           flat.push_back(std::move(f));
         }
-        HostTensor out = HostTensor::Zeros(spec.dtype, {k * c}).value();
+        ASSIGN_OR_RETURN(HostTensor out, HostTensor::Zeros(spec.dtype, {k * c}));
         for (int64_t j = 0; j < k; ++j) {  // reduce_scatter: rank j reduces block j
           std::byte* acc = out.data() + j * c * elem;
           std::memcpy(acc, flat[0].data() + j * c * elem, c * elem);
@@ -134,9 +135,9 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
           if (step.from.op == ReduceOp::kAvg) DivideInPlace(spec.dtype, acc, c, k);
           for (int64_t to = 0; to < k; ++to) Transfer(group[j], group[to], c * elem);  // gather
         }
-        HostTensor result =
-            HostTensor::FromBytes(spec.dtype, shape, {out.data(), static_cast<size_t>(n * elem)})
-                .value();
+        ASSIGN_OR_RETURN(
+            HostTensor result,
+            HostTensor::FromBytes(spec.dtype, shape, {out.data(), static_cast<size_t>(n * elem)}));
         for (int64_t q = 0; q < k; ++q) shards[group[q]] = result.Clone();
         break;
       }
@@ -147,20 +148,22 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
         const int64_t c = ChunkSize(n, k);
         std::vector<HostTensor> padded;
         for (int64_t q = 0; q < k; ++q) {
-          padded.push_back(PadTo(shards[group[q]], WithDimSize(shape, d, k * c)).value());
+          ASSIGN_OR_RETURN(HostTensor padded_q,
+                           PadTo(shards[group[q]], WithDimSize(shape, d, k * c)));
+          padded.push_back(std::move(padded_q));
         }
         for (int64_t j = 0; j < k; ++j) {
-          HostTensor acc = SliceAlong(padded[0], d, j * c, c).value();
+          ASSIGN_OR_RETURN(HostTensor acc, SliceAlong(padded[0], d, j * c, c));
           Transfer(group[0], group[j], static_cast<int64_t>(acc.nbytes()));
           for (int64_t q = 1; q < k; ++q) {
-            const HostTensor block = SliceAlong(padded[q], d, j * c, c).value();
+            ASSIGN_OR_RETURN(const HostTensor block, SliceAlong(padded[q], d, j * c, c));
             ReduceInto(step.from.op, spec.dtype, acc.data(), block.data(), block.num_elements());
             Transfer(group[q], group[j], static_cast<int64_t>(block.nbytes()));
           }
           if (step.from.op == ReduceOp::kAvg) {
             DivideInPlace(spec.dtype, acc.data(), acc.num_elements(), k);
           }
-          shards[group[j]] = SliceAlong(acc, d, 0, ChunkOf(n, k, j).size).value();
+          ASSIGN_OR_RETURN(shards[group[j]], SliceAlong(acc, d, 0, ChunkOf(n, k, j).size));
         }
         break;
       }
@@ -174,22 +177,25 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
         std::vector<HostTensor> padded;
         for (int64_t p = 0; p < k; ++p) {
           const Shape& shape = shards[group[p]].shape();
-          padded.push_back(
-              PadTo(shards[group[p]], WithDimSize(WithDimSize(shape, i, ci), j, k * cj)).value());
+          ASSIGN_OR_RETURN(
+              HostTensor padded_p,
+              PadTo(shards[group[p]], WithDimSize(WithDimSize(shape, i, ci), j, k * cj)));
+          padded.push_back(std::move(padded_p));
         }
         for (int64_t q = 0; q < k; ++q) {
           const ChunkRange rj = ChunkOf(nj, k, q);
-          HostTensor out =
+          ASSIGN_OR_RETURN(
+              HostTensor out,
               HostTensor::Zeros(spec.dtype,
-                                WithDimSize(WithDimSize(padded[0].shape(), i, ni), j, rj.size))
-                  .value();
+                                WithDimSize(WithDimSize(padded[0].shape(), i, ni), j, rj.size)));
           for (int64_t p = 0; p < k; ++p) {
-            const HostTensor block = SliceAlong(padded[p], j, q * cj, cj).value();  // p sends to q
+            // p sends to q
+            ASSIGN_OR_RETURN(const HostTensor block, SliceAlong(padded[p], j, q * cj, cj));
             Transfer(group[p], group[q], static_cast<int64_t>(block.nbytes()));
             const ChunkRange ri = ChunkOf(ni, k, p);
-            const HostTensor kept =
-                SliceAlong(SliceAlong(block, i, 0, ri.size).value(), j, 0, rj.size).value();
-            if (absl::Status s = PlaceAlong(kept, i, ri.offset, out); !s.ok()) return s;
+            ASSIGN_OR_RETURN(const HostTensor rows, SliceAlong(block, i, 0, ri.size));
+            ASSIGN_OR_RETURN(const HostTensor kept, SliceAlong(rows, j, 0, rj.size));
+            RETURN_IF_ERROR(PlaceAlong(kept, i, ri.offset, out));
           }
           shards[group[q]] = std::move(out);  // group members other than q are read from padded
         }
@@ -212,11 +218,9 @@ absl::Status SimulatedMesh::RunStep(const DTensorSpec& spec, const RedistributeS
 absl::StatusOr<HostTensor> SimulatedMesh::FullTensor(const DTensorSpec& spec,
                                                      std::vector<HostTensor> shards) {
   const std::vector<Placement> replicated(mesh_.ndim(), Placement::Replicate());
-  absl::StatusOr<RedistributePlan> plan = PlanRedistribute(spec, replicated);
-  if (!plan.ok()) return plan.status();
-  absl::StatusOr<std::vector<HostTensor>> out = Redistribute(spec, *plan, std::move(shards));
-  if (!out.ok()) return out.status();
-  return std::move((*out)[0]);
+  ASSIGN_OR_RETURN(RedistributePlan plan, PlanRedistribute(spec, replicated));
+  ASSIGN_OR_RETURN(std::vector<HostTensor> out, Redistribute(spec, plan, std::move(shards)));
+  return std::move(out[0]);
 }
 
 absl::StatusOr<HostTensor> AssembleShards(const DTensorSpec& spec,
@@ -225,8 +229,7 @@ absl::StatusOr<HostTensor> AssembleShards(const DTensorSpec& spec,
     return absl::InvalidArgumentError(
         absl::StrCat("cannot assemble ", spec.ToString(), " by placement: it has a Partial dim"));
   }
-  absl::StatusOr<HostTensor> full = HostTensor::Zeros(spec.dtype, spec.shape);
-  if (!full.ok()) return full.status();
+  ASSIGN_OR_RETURN(HostTensor full, HostTensor::Zeros(spec.dtype, spec.shape));
   for (int64_t pos = 0; pos < spec.mesh.size(); ++pos) {
     const LocalShard local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(pos));
     if (shards[pos].shape() != local.shape) {
@@ -234,7 +237,7 @@ absl::StatusOr<HostTensor> AssembleShards(const DTensorSpec& spec,
                                                      ShapeToString(shards[pos].shape()),
                                                      ", expected ", ShapeToString(local.shape)));
     }
-    if (absl::Status s = UnpackBlock(shards[pos], local.offset, *full); !s.ok()) return s;
+    RETURN_IF_ERROR(UnpackBlock(shards[pos], local.offset, full));
   }
   return full;
 }

@@ -5,7 +5,7 @@
 namespace tessera {
 
 HostTensor SmallIntegerTensor(DType dtype, const Shape& shape, uint32_t seed) {
-  HostTensor t = HostTensor::Zeros(dtype, shape).value();
+  HostTensor t = HostTensor::ZerosOfValidShape(dtype, shape);
   std::mt19937 gen(seed);
   const bool non_negative = dtype == DType::kUInt8 || dtype == DType::kBool;
   std::uniform_int_distribution<int> dist(non_negative ? 0 : -8, dtype == DType::kBool ? 1 : 8);

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "kernels/convert_value.h"
 #include "kernels/host_element.h"
 
@@ -116,19 +117,17 @@ void DeviceTensor::Release() {
 }
 
 absl::StatusOr<DeviceTensor> KernelBackend::Allocate(DType dtype, Shape shape) {
-  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateShape(shape));
   const size_t nbytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   std::byte* data = nullptr;
   if (nbytes > 0) {
-    absl::StatusOr<std::byte*> allocated = AllocateBytes(nbytes);
-    if (!allocated.ok()) return allocated.status();
-    data = *allocated;
+    ASSIGN_OR_RETURN(data, AllocateBytes(nbytes));
   }
   return DeviceTensor(this, data, dtype, std::move(shape));
 }
 
 absl::Status KernelBackend::CopyFromHost(std::span<const std::byte> src, const TensorView& dst) {
-  if (absl::Status s = CheckView("copy", "destination", dst); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView("copy", "destination", dst));
   if (src.size() != dst.nbytes()) {
     return absl::InvalidArgumentError(
         absl::StrCat("copy of ", src.size(), " host bytes into a ", DTypeName(dst.dtype),
@@ -139,7 +138,7 @@ absl::Status KernelBackend::CopyFromHost(std::span<const std::byte> src, const T
 }
 
 absl::Status KernelBackend::CopyToHost(const ConstTensorView& src, std::span<std::byte> dst) {
-  if (absl::Status s = CheckView("copy", "source", src); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView("copy", "source", src));
   if (dst.size() != src.nbytes()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "copy of a ", DTypeName(src.dtype), " tensor of shape ", ShapeToString(src.shape), " (",
@@ -150,9 +149,9 @@ absl::Status KernelBackend::CopyToHost(const ConstTensorView& src, std::span<std
 }
 
 absl::Status KernelBackend::Copy(const ConstTensorView& src, const TensorView& dst) {
-  if (absl::Status s = CheckView("copy", "source", src); !s.ok()) return s;
-  if (absl::Status s = CheckView("copy", "destination", dst); !s.ok()) return s;
-  if (absl::Status s = CheckSameDType("copy", src.dtype, dst.dtype); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView("copy", "source", src));
+  RETURN_IF_ERROR(CheckView("copy", "destination", dst));
+  RETURN_IF_ERROR(CheckSameDType("copy", src.dtype, dst.dtype));
   if (src.num_elements() != dst.num_elements()) {
     return absl::InvalidArgumentError(absl::StrCat("copy from shape ", ShapeToString(src.shape),
                                                    " into shape ", ShapeToString(dst.shape),
@@ -163,26 +162,24 @@ absl::Status KernelBackend::Copy(const ConstTensorView& src, const TensorView& d
 }
 
 absl::StatusOr<DeviceTensor> KernelBackend::Upload(const HostTensor& host) {
-  absl::StatusOr<DeviceTensor> t = Allocate(host.dtype(), host.shape());
-  if (!t.ok()) return t.status();
-  if (absl::Status s = CopyFromHost(host.bytes(), t->View()); !s.ok()) return s;
+  ASSIGN_OR_RETURN(DeviceTensor t, Allocate(host.dtype(), host.shape()));
+  RETURN_IF_ERROR(CopyFromHost(host.bytes(), t.View()));
   return t;
 }
 
 absl::StatusOr<HostTensor> KernelBackend::Download(const ConstTensorView& src) {
-  if (absl::Status s = CheckView("download", "source", src); !s.ok()) return s;
-  absl::StatusOr<HostTensor> host = HostTensor::Uninitialized(src.dtype, src.shape);
-  if (!host.ok()) return host.status();
-  if (absl::Status s = CopyToHost(src, host->bytes()); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView("download", "source", src));
+  ASSIGN_OR_RETURN(HostTensor host, HostTensor::Uninitialized(src.dtype, src.shape));
+  RETURN_IF_ERROR(CopyToHost(src, host.bytes()));
   return host;
 }
 
 absl::Status KernelBackend::Gemm(bool transpose_a, bool transpose_b, double alpha,
                                  const ConstTensorView& a, const ConstTensorView& b, double beta,
                                  const TensorView& c) {
-  if (absl::Status s = CheckView("gemm", "a", a); !s.ok()) return s;
-  if (absl::Status s = CheckView("gemm", "b", b); !s.ok()) return s;
-  if (absl::Status s = CheckView("gemm", "c", c); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView("gemm", "a", a));
+  RETURN_IF_ERROR(CheckView("gemm", "b", b));
+  RETURN_IF_ERROR(CheckView("gemm", "c", c));
   if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("gemm needs 2-D tensors; got a ", ShapeToString(a.shape), ", b ",
@@ -193,7 +190,7 @@ absl::Status KernelBackend::Gemm(bool transpose_a, bool transpose_b, double alph
                                                    DTypeName(a.dtype), ", b ", DTypeName(b.dtype),
                                                    ", c ", DTypeName(c.dtype)));
   }
-  if (absl::Status s = NeedsFloating("gemm", a.dtype); !s.ok()) return s;
+  RETURN_IF_ERROR(NeedsFloating("gemm", a.dtype));
   const int64_t m = transpose_a ? a.shape[1] : a.shape[0];
   const int64_t k = transpose_a ? a.shape[0] : a.shape[1];
   const int64_t kb = transpose_b ? b.shape[1] : b.shape[0];
@@ -243,21 +240,20 @@ absl::Status KernelBackend::BiasAdd(const TensorView& x, const ConstTensorView& 
 absl::Status KernelBackend::Binary(BinaryOp op, const ConstTensorView& a, const ConstTensorView& b,
                                    const TensorView& out) {
   const absl::string_view name = BinaryOpName(op);
-  if (absl::Status s = CheckView(name, "a", a); !s.ok()) return s;
-  if (absl::Status s = CheckView(name, "b", b); !s.ok()) return s;
-  if (absl::Status s = CheckView(name, "out", out); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView(name, "a", a));
+  RETURN_IF_ERROR(CheckView(name, "b", b));
+  RETURN_IF_ERROR(CheckView(name, "out", out));
   if (a.dtype != b.dtype || a.dtype != out.dtype) {
     return absl::InvalidArgumentError(absl::StrCat(name, " needs operands of one dtype; got a ",
                                                    DTypeName(a.dtype), ", b ", DTypeName(b.dtype),
                                                    ", out ", DTypeName(out.dtype)));
   }
-  if (absl::Status s = CheckBinarySupported(op, a.dtype); !s.ok()) return s;
-  absl::StatusOr<Shape> shape = BroadcastShapes(a.shape, b.shape);
-  if (!shape.ok()) return shape.status();
-  if (*shape != out.shape) {
+  RETURN_IF_ERROR(CheckBinarySupported(op, a.dtype));
+  ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(a.shape, b.shape));
+  if (shape != out.shape) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, " of ", ShapeToString(a.shape), " and ", ShapeToString(b.shape), " gives ",
-        ShapeToString(*shape), ", but out has shape ", ShapeToString(out.shape)));
+        ShapeToString(shape), ", but out has shape ", ShapeToString(out.shape)));
   }
   if (out.num_elements() == 0) return absl::OkStatus();
   return DoBinary(op, a.dtype, a.data, b.data, out.data,
@@ -267,16 +263,16 @@ absl::Status KernelBackend::Binary(BinaryOp op, const ConstTensorView& a, const 
 absl::Status KernelBackend::Activate(Activation f, const ConstTensorView& x,
                                      const TensorView& out) {
   const absl::string_view name = ActivationName(f);
-  if (absl::Status s = CheckView(name, "input", x); !s.ok()) return s;
-  if (absl::Status s = CheckView(name, "output", out); !s.ok()) return s;
-  if (absl::Status s = CheckSameDType(name, x.dtype, out.dtype); !s.ok()) return s;
-  if (absl::Status s = CheckSameShape(name, x.shape, out.shape); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView(name, "input", x));
+  RETURN_IF_ERROR(CheckView(name, "output", out));
+  RETURN_IF_ERROR(CheckSameDType(name, x.dtype, out.dtype));
+  RETURN_IF_ERROR(CheckSameShape(name, x.shape, out.shape));
   if (f == Activation::kRelu) {
     if (x.dtype == DType::kBool) {
       return absl::InvalidArgumentError("relu is not defined on bool tensors");
     }
-  } else if (absl::Status s = NeedsFloating(name, x.dtype); !s.ok()) {
-    return s;
+  } else {
+    RETURN_IF_ERROR(NeedsFloating(name, x.dtype));
   }
   if (x.num_elements() == 0) return absl::OkStatus();
   return DoActivate(f, x.dtype, x.data, out.data, x.num_elements());
@@ -285,27 +281,26 @@ absl::Status KernelBackend::Activate(Activation f, const ConstTensorView& x,
 absl::Status KernelBackend::ReduceAlongDim(ReduceOp op, const ConstTensorView& x, int64_t dim,
                                            const TensorView& out) {
   const absl::string_view name = ReduceOpName(op);
-  if (absl::Status s = CheckView(name, "input", x); !s.ok()) return s;
-  if (absl::Status s = CheckView(name, "output", out); !s.ok()) return s;
-  if (absl::Status s = CheckSameDType(name, x.dtype, out.dtype); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView(name, "input", x));
+  RETURN_IF_ERROR(CheckView(name, "output", out));
+  RETURN_IF_ERROR(CheckSameDType(name, x.dtype, out.dtype));
   if (op == ReduceOp::kAvg) {
-    if (absl::Status s = NeedsFloating("mean", x.dtype); !s.ok()) return s;
+    RETURN_IF_ERROR(NeedsFloating("mean", x.dtype));
   }
-  absl::StatusOr<int> d = NormalizeDim(dim, x.rank());
-  if (!d.ok()) return d.status();
+  ASSIGN_OR_RETURN(int d, NormalizeDim(dim, x.rank()));
   Shape removed = x.shape;
-  removed.erase(removed.begin() + *d);
+  removed.erase(removed.begin() + d);
   Shape kept = x.shape;
-  kept[*d] = 1;
+  kept[d] = 1;
   if (out.shape != removed && out.shape != kept) {
     return absl::InvalidArgumentError(
-        absl::StrCat(name, " along dim ", *d, " of shape ", ShapeToString(x.shape), " gives ",
+        absl::StrCat(name, " along dim ", d, " of shape ", ShapeToString(x.shape), " gives ",
                      ShapeToString(removed), " (or ", ShapeToString(kept),
                      " keeping the dim), but out has shape ", ShapeToString(out.shape)));
   }
-  ReduceDimArgs args{op, x.dtype, 1, x.shape[*d], 1, x.data, out.data};
-  for (int i = 0; i < *d; ++i) args.outer *= x.shape[i];
-  for (int i = *d + 1; i < x.rank(); ++i) args.inner *= x.shape[i];
+  ReduceDimArgs args{op, x.dtype, 1, x.shape[d], 1, x.data, out.data};
+  for (int i = 0; i < d; ++i) args.outer *= x.shape[i];
+  for (int i = d + 1; i < x.rank(); ++i) args.inner *= x.shape[i];
   if (out.num_elements() == 0) return absl::OkStatus();
   if (args.size == 0) {
     switch (op) {
@@ -317,7 +312,7 @@ absl::Status KernelBackend::ReduceAlongDim(ReduceOp op, const ConstTensorView& x
         return Fill(out, std::numeric_limits<double>::quiet_NaN());
       case ReduceOp::kMax:
       case ReduceOp::kMin:
-        return absl::InvalidArgumentError(absl::StrCat(ReduceOpName(op), " along dim ", *d,
+        return absl::InvalidArgumentError(absl::StrCat(ReduceOpName(op), " along dim ", d,
                                                        " of shape ", ShapeToString(x.shape),
                                                        ": the dim is empty and has no identity"));
     }
@@ -327,16 +322,16 @@ absl::Status KernelBackend::ReduceAlongDim(ReduceOp op, const ConstTensorView& x
 
 absl::Status KernelBackend::ReduceInto(ReduceOp op, const TensorView& acc,
                                        const ConstTensorView& in) {
-  if (absl::Status s = CheckView("reduce", "accumulator", acc); !s.ok()) return s;
-  if (absl::Status s = CheckView("reduce", "input", in); !s.ok()) return s;
-  if (absl::Status s = CheckSameDType("reduce", acc.dtype, in.dtype); !s.ok()) return s;
-  if (absl::Status s = CheckSameShape("reduce", acc.shape, in.shape); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView("reduce", "accumulator", acc));
+  RETURN_IF_ERROR(CheckView("reduce", "input", in));
+  RETURN_IF_ERROR(CheckSameDType("reduce", acc.dtype, in.dtype));
+  RETURN_IF_ERROR(CheckSameShape("reduce", acc.shape, in.shape));
   if (acc.num_elements() == 0) return absl::OkStatus();
   return DoReduceInto(op, acc.dtype, acc.data, in.data, acc.num_elements());
 }
 
 absl::Status KernelBackend::DivideInPlace(const TensorView& data, int64_t divisor) {
-  if (absl::Status s = CheckView("divide", "data", data); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView("divide", "data", data));
   if (divisor < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "divide of a ", DTypeName(data.dtype), " tensor of shape ", ShapeToString(data.shape),
@@ -347,16 +342,16 @@ absl::Status KernelBackend::DivideInPlace(const TensorView& data, int64_t diviso
 }
 
 absl::Status KernelBackend::Cast(const ConstTensorView& src, const TensorView& dst) {
-  if (absl::Status s = CheckView("cast", "source", src); !s.ok()) return s;
-  if (absl::Status s = CheckView("cast", "destination", dst); !s.ok()) return s;
-  if (absl::Status s = CheckSameShape("cast", src.shape, dst.shape); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView("cast", "source", src));
+  RETURN_IF_ERROR(CheckView("cast", "destination", dst));
+  RETURN_IF_ERROR(CheckSameShape("cast", src.shape, dst.shape));
   if (src.num_elements() == 0) return absl::OkStatus();
   if (src.dtype == dst.dtype) return Copy(src, dst);
   return DoCast(src.dtype, src.data, dst.dtype, dst.data, src.num_elements());
 }
 
 absl::Status KernelBackend::Fill(const TensorView& out, double value) {
-  if (absl::Status s = CheckView("fill", "output", out); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView("fill", "output", out));
   if (out.num_elements() == 0) return absl::OkStatus();
   alignas(8) std::byte pattern[8];
   VisitDType(out.dtype, [&](auto tag) {
@@ -370,13 +365,9 @@ absl::Status KernelBackend::Fill(const TensorView& out, double value) {
 absl::Status KernelBackend::RandomFill(Distribution dist, uint64_t seed,
                                        std::span<const int64_t> global_shape,
                                        std::span<const int64_t> offset, const TensorView& out) {
-  if (absl::Status s = CheckView("random fill", "output", out); !s.ok()) return s;
-  if (absl::Status s =
-          NeedsFloating(absl::StrCat(DistributionName(dist), " random fill"), out.dtype);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ValidateShape(global_shape); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckView("random fill", "output", out));
+  RETURN_IF_ERROR(NeedsFloating(absl::StrCat(DistributionName(dist), " random fill"), out.dtype));
+  RETURN_IF_ERROR(ValidateShape(global_shape));
   if (global_shape.size() != out.shape.size() || offset.size() != out.shape.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "random fill of a shard of shape ", ShapeToString(out.shape), " at offset ",

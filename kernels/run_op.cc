@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/elementwise_reduce.h"
+#include "core/status_macros.h"
 
 namespace tessera::kernels {
 namespace {
@@ -46,65 +47,51 @@ absl::Status MatmulInto(KernelBackend& backend, double alpha, const ConstTensorV
 
 // The transposed copy of `x`, made on the host (a strided copy).
 absl::StatusOr<HostTensor> Transpose(const HostTensor& x, const OpCall& op, const Shape& shape) {
-  const int d0 = NormalizeDim(op.dim0, x.rank()).value();
-  const int d1 = NormalizeDim(op.dim1, x.rank()).value();
-  absl::StatusOr<HostTensor> out = HostTensor::Uninitialized(x.dtype(), shape);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(const int d0, NormalizeDim(op.dim0, x.rank()));
+  ASSIGN_OR_RETURN(const int d1, NormalizeDim(op.dim1, x.rank()));
+  ASSIGN_OR_RETURN(HostTensor out, HostTensor::Uninitialized(x.dtype(), shape));
   ConstStridedView src = x.View();
   std::swap(src.shape[d0], src.shape[d1]);
   std::swap(src.strides[d0], src.strides[d1]);
-  CopyStrided(src, out->View());
+  CopyStrided(src, out.View());
   return out;
 }
 
 // sum / mean / max over the reduced dims, one dim at a time, from the last.
 absl::StatusOr<HostTensor> Reduce(KernelBackend& backend, const OpCall& op, const HostTensor& x,
                                   const Shape& global_shape, const OpOutput& out) {
-  absl::StatusOr<std::vector<int>> dims = ReducedDims(op, x.rank());
-  if (!dims.ok()) return dims.status();
+  ASSIGN_OR_RETURN(std::vector<int> dims, ReducedDims(op, x.rank()));
   if (op.kind == OpKind::kMax) {
-    for (int d : *dims) {
+    for (int d : dims) {
       if (x.shape()[d] != 0) continue;
       // Nothing local to reduce: the identity, which Partial(max) combines away.
-      absl::StatusOr<HostTensor> identity = HostTensor::Uninitialized(out.dtype, out.shape);
-      if (!identity.ok()) return identity.status();
-      FillIdentity(ReduceOp::kMax, out.dtype, identity->data(), identity->num_elements());
+      ASSIGN_OR_RETURN(HostTensor identity, HostTensor::Uninitialized(out.dtype, out.shape));
+      FillIdentity(ReduceOp::kMax, out.dtype, identity.data(), identity.num_elements());
       return identity;
     }
   }
-  absl::StatusOr<DeviceTensor> current = backend.Upload(x);
-  if (!current.ok()) return current.status();
-  if (current->dtype() != out.dtype) {  // an integer sum accumulates in int64
-    absl::StatusOr<DeviceTensor> cast = backend.Allocate(out.dtype, x.shape());
-    if (!cast.ok()) return cast.status();
-    if (absl::Status s = backend.Cast(current->View(), cast->View()); !s.ok()) return s;
+  ASSIGN_OR_RETURN(DeviceTensor current, backend.Upload(x));
+  if (current.dtype() != out.dtype) {  // an integer sum accumulates in int64
+    ASSIGN_OR_RETURN(DeviceTensor cast, backend.Allocate(out.dtype, x.shape()));
+    RETURN_IF_ERROR(backend.Cast(current.View(), cast.View()));
     current = std::move(cast);
   }
   const ReduceOp reduce = op.kind == OpKind::kMax ? ReduceOp::kMax : ReduceOp::kSum;
-  for (auto it = dims->rbegin(); it != dims->rend(); ++it) {
-    Shape kept = current->shape();
+  for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
+    Shape kept = current.shape();
     kept[*it] = 1;
-    absl::StatusOr<DeviceTensor> next = backend.Allocate(out.dtype, kept);
-    if (!next.ok()) return next.status();
-    if (absl::Status s = backend.ReduceAlongDim(reduce, current->View(), *it, next->View());
-        !s.ok()) {
-      return s;
-    }
+    ASSIGN_OR_RETURN(DeviceTensor next, backend.Allocate(out.dtype, kept));
+    RETURN_IF_ERROR(backend.ReduceAlongDim(reduce, current.View(), *it, next.View()));
     current = std::move(next);
   }
-  TensorView result = Reshaped(current->View(), out.shape);
+  TensorView result = Reshaped(current.View(), out.shape);
   if (op.kind == OpKind::kMean) {
     // The local sum over the global count, so that shards of a reduced dim sum to the mean.
     int64_t count = 1;
-    for (int d : *dims) count *= global_shape[d];
-    absl::StatusOr<DeviceTensor> divisor = backend.Allocate(out.dtype, {});
-    if (!divisor.ok()) return divisor.status();
-    if (absl::Status s = backend.Fill(divisor->View(), static_cast<double>(count)); !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = backend.Binary(BinaryOp::kDiv, result, divisor->View(), result); !s.ok()) {
-      return s;
-    }
+    for (int d : dims) count *= global_shape[d];
+    ASSIGN_OR_RETURN(DeviceTensor divisor, backend.Allocate(out.dtype, {}));
+    RETURN_IF_ERROR(backend.Fill(divisor.View(), static_cast<double>(count)));
+    RETURN_IF_ERROR(backend.Binary(BinaryOp::kDiv, result, divisor.View(), result));
   }
   return backend.Download(result);
 }
@@ -136,56 +123,53 @@ absl::StatusOr<HostTensor> RunLocalOp(KernelBackend& backend, const OpCall& op,
     shapes.push_back(in->shape());
     dtypes.push_back(in->dtype());
   }
-  absl::StatusOr<OpOutput> out = InferOpOutput(op, shapes, dtypes);
-  if (!out.ok()) return out.status();
-  if (absl::Status s = CheckGlobalShapes(inputs, global_input_shapes); !s.ok()) return s;
-  if (op.kind == OpKind::kTranspose) return Transpose(*inputs[0], op, out->shape);
+  ASSIGN_OR_RETURN(OpOutput out, InferOpOutput(op, shapes, dtypes));
+  RETURN_IF_ERROR(CheckGlobalShapes(inputs, global_input_shapes));
+  if (op.kind == OpKind::kTranspose) return Transpose(*inputs[0], op, out.shape);
   if (op.kind == OpKind::kSum || op.kind == OpKind::kMean || op.kind == OpKind::kMax) {
-    return Reduce(backend, op, *inputs[0], global_input_shapes[0], *out);
+    return Reduce(backend, op, *inputs[0], global_input_shapes[0], out);
   }
   std::vector<DeviceTensor> in;
   for (const HostTensor* t : inputs) {
-    absl::StatusOr<DeviceTensor> uploaded = backend.Upload(*t);
-    if (!uploaded.ok()) return uploaded.status();
-    in.push_back(*std::move(uploaded));
+    ASSIGN_OR_RETURN(DeviceTensor uploaded, backend.Upload(*t));
+    in.push_back(std::move(uploaded));
   }
-  absl::StatusOr<DeviceTensor> result = backend.Allocate(out->dtype, out->shape);
-  if (!result.ok()) return result.status();
+  ASSIGN_OR_RETURN(DeviceTensor result, backend.Allocate(out.dtype, out.shape));
   absl::Status s;
   switch (op.kind) {
     case OpKind::kMm:
     case OpKind::kMatmul:
-      s = MatmulInto(backend, 1.0, in[0].View(), in[1].View(), 0.0, result->View());
+      s = MatmulInto(backend, 1.0, in[0].View(), in[1].View(), 0.0, result.View());
       break;
     case OpKind::kAddmm:
       // beta * bias enters through Gemm's C, the bias broadcast to the output's shape first.
-      s = backend.Fill(result->View(), 0.0);
+      s = backend.Fill(result.View(), 0.0);
       if (s.ok() && op.beta != 0.0) {
-        s = backend.Binary(BinaryOp::kAdd, result->View(), in[0].View(), result->View());
+        s = backend.Binary(BinaryOp::kAdd, result.View(), in[0].View(), result.View());
       }
       if (s.ok())
-        s = MatmulInto(backend, op.alpha, in[1].View(), in[2].View(), op.beta, result->View());
+        s = MatmulInto(backend, op.alpha, in[1].View(), in[2].View(), op.beta, result.View());
       break;
     case OpKind::kAdd:
     case OpKind::kSub:
     case OpKind::kMul:
     case OpKind::kDiv:
-      s = backend.Binary(BinaryOpOf(op.kind), in[0].View(), in[1].View(), result->View());
+      s = backend.Binary(BinaryOpOf(op.kind), in[0].View(), in[1].View(), result.View());
       break;
     case OpKind::kRelu:
     case OpKind::kGelu:
     case OpKind::kTanh:
-      s = backend.Activate(ActivationOf(op.kind), in[0].View(), result->View());
+      s = backend.Activate(ActivationOf(op.kind), in[0].View(), result.View());
       break;
     case OpKind::kCast:
-      s = backend.Cast(in[0].View(), result->View());
+      s = backend.Cast(in[0].View(), result.View());
       break;
     default:
       s = absl::InvalidArgumentError(
           absl::StrCat("run op: no local kernel for ", OpKindName(op.kind)));
   }
   if (!s.ok()) return s;
-  return backend.Download(result->View());
+  return backend.Download(result.View());
 }
 
 }  // namespace tessera::kernels

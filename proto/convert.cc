@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -128,7 +129,7 @@ v1::Shape ToProto(std::span<const int64_t> shape) {
 
 absl::StatusOr<Shape> FromProto(const v1::Shape& shape) {
   Shape out = ToVector(shape.dims());
-  if (absl::Status s = ValidateShape(out); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateShape(out));
   return out;
 }
 
@@ -254,10 +255,9 @@ absl::StatusOr<DTensorSpec> FromProto(const v1::DTensorMeta& meta) {
     return absl::Status(placements.status().code(),
                         absl::StrCat("DTensorMeta.", placements.status().message()));
   }
-  absl::StatusOr<DTensorSpec> spec =
-      MakeDTensorSpec(*std::move(mesh), *std::move(placements), *std::move(shape), *dtype);
-  if (!spec.ok()) return spec.status();
-  if (absl::Status s = CheckDerivedFields(meta, *spec); !s.ok()) return s;
+  ASSIGN_OR_RETURN(DTensorSpec spec, MakeDTensorSpec(*std::move(mesh), *std::move(placements),
+                                                     *std::move(shape), *dtype));
+  RETURN_IF_ERROR(CheckDerivedFields(meta, spec));
   return spec;
 }
 
@@ -292,11 +292,9 @@ absl::StatusOr<RedistributePlan> FromProto(const v1::RedistributePlan& plan, int
       return absl::InvalidArgumentError(
           absl::StrCat("plan step has no valid collective (", s.collective(), ")"));
     }
-    absl::StatusOr<Placement> from = FromProto(s.from_placement());
-    if (!from.ok()) return from.status();
-    absl::StatusOr<Placement> to = FromProto(s.to_placement());
-    if (!to.ok()) return to.status();
-    out.steps.push_back(RedistributeStep{s.mesh_dim(), *from, *to,
+    ASSIGN_OR_RETURN(Placement from, FromProto(s.from_placement()));
+    ASSIGN_OR_RETURN(Placement to, FromProto(s.to_placement()));
+    out.steps.push_back(RedistributeStep{s.mesh_dim(), from, to,
                                          static_cast<Collective>(s.collective()), s.send_bytes(),
                                          s.recv_bytes()});
   }
@@ -328,9 +326,8 @@ absl::StatusOr<OpCall> FromProto(const v1::OpCall& op) {
   out.dim0 = op.dim0();
   out.dim1 = op.dim1();
   if (out.kind == OpKind::kCast) {
-    absl::StatusOr<DType> dtype = FromProto(op.dtype());
-    if (!dtype.ok()) return dtype.status();
-    out.dtype = *dtype;
+    ASSIGN_OR_RETURN(DType dtype, FromProto(op.dtype()));
+    out.dtype = dtype;
   }
   if (op.has_alpha_beta()) {
     out.alpha = op.alpha();

@@ -6,6 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgloo-dev libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev
+  nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format python3
 )

@@ -1,10 +1,13 @@
 #include "worker/command_executor.h"
 
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
+#include "core/status_macros.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "proto/convert.h"
 
 namespace tessera {
@@ -29,7 +32,7 @@ CommandExecutor::CommandExecutor(int64_t worker_id, std::string device, ShardSto
       store_(store),
       rendezvous_(rendezvous),
       collective_host_(std::move(collective_host)),
-      kernels_(kernels::MakeBackend("cpu").value()) {}
+      kernels_(std::make_unique<kernels::CpuBackend>()) {}
 
 v1::LocalTensorInfo CommandExecutor::LocalInfo(const std::string& name, const HostTensor& t) {
   v1::LocalTensorInfo info;
@@ -44,16 +47,15 @@ absl::StatusOr<v1::CommandReply> CommandExecutor::Execute(const v1::Command& com
   reply.set_sequence(command.sequence());
   switch (command.kind_case()) {
     case v1::Command::kSetupMesh:
-      if (absl::Status s = SetupMesh(command.setup_mesh()); !s.ok()) return s;
+      RETURN_IF_ERROR(SetupMesh(command.setup_mesh()));
       break;
     case v1::Command::kTeardownMesh:
       meshes_.erase(command.teardown_mesh().mesh_id());
       break;
     case v1::Command::kCollective: {
-      absl::StatusOr<std::vector<v1::LocalTensorInfo>> written =
-          RunCollective(command.collective());
-      if (!written.ok()) return written.status();
-      for (v1::LocalTensorInfo& t : *written) *reply.add_tensors() = std::move(t);
+      ASSIGN_OR_RETURN(std::vector<v1::LocalTensorInfo> written,
+                       RunCollective(command.collective()));
+      for (v1::LocalTensorInfo& t : written) *reply.add_tensors() = std::move(t);
       break;
     }
     case v1::Command::kDeleteTensors:
@@ -63,13 +65,13 @@ absl::StatusOr<v1::CommandReply> CommandExecutor::Execute(const v1::Command& com
     case v1::Command::kRedistribute:
     case v1::Command::kFillTensor:
     case v1::Command::kRunOp: {
-      absl::StatusOr<v1::LocalTensorInfo> written =
+      ASSIGN_OR_RETURN(
+          v1::LocalTensorInfo written,
           command.kind_case() == v1::Command::kSpreadTensor ? SpreadTensor(command.spread_tensor())
           : command.kind_case() == v1::Command::kRedistribute ? Redistribute(command.redistribute())
           : command.kind_case() == v1::Command::kFillTensor   ? FillTensor(command.fill_tensor())
-                                                              : RunOp(command.run_op());
-      if (!written.ok()) return written.status();
-      *reply.add_tensors() = *std::move(written);
+                                                              : RunOp(command.run_op()));
+      *reply.add_tensors() = std::move(written);
       break;
     }
     case v1::Command::KIND_NOT_SET:
@@ -88,32 +90,27 @@ absl::StatusOr<std::unique_ptr<comm::Communicator>> CommandExecutor::Connect(
 }
 
 absl::Status CommandExecutor::SetupMesh(const v1::SetupMesh& setup) {
-  absl::StatusOr<DeviceMesh> mesh = FromProto(setup.mesh());
-  if (!mesh.ok()) return mesh.status();
-  absl::StatusOr<std::vector<int64_t>> coord = mesh->CoordinateOf(worker_id_);
-  if (!coord.ok()) return coord.status();
+  ASSIGN_OR_RETURN(DeviceMesh mesh, FromProto(setup.mesh()));
+  ASSIGN_OR_RETURN(std::vector<int64_t> coord, mesh.CoordinateOf(worker_id_));
   const absl::Duration timeout = absl::Milliseconds(setup.timeout_ms());
-  auto comms = std::make_unique<MeshComms>(MeshComms{*mesh, *coord, nullptr, {}});
+  auto comms = std::make_unique<MeshComms>(MeshComms{mesh, coord, nullptr, {}});
   const int64_t position = [&] {
     int64_t p = 0;
-    for (size_t i = 0; i < coord->size(); ++i) {
-      p = p * mesh->size(static_cast<int>(i)) + (*coord)[i];
+    for (size_t i = 0; i < coord.size(); ++i) {
+      p = p * mesh.size(static_cast<int>(i)) + coord[i];
     }
     return p;
   }();
-  absl::StatusOr<std::unique_ptr<comm::Communicator>> world =
-      Connect(absl::StrCat(setup.store_prefix(), "all/"), static_cast<int>(position),
-              static_cast<int>(mesh->size()), timeout);
-  if (!world.ok()) return world.status();
-  comms->world = *std::move(world);
-  for (int m = 0; m < mesh->ndim(); ++m) {
+  ASSIGN_OR_RETURN(comms->world,
+                   Connect(absl::StrCat(setup.store_prefix(), "all/"), static_cast<int>(position),
+                           static_cast<int>(mesh.size()), timeout));
+  for (int m = 0; m < mesh.ndim(); ++m) {
     // A group is named by its first rank, which every member computes the same way.
-    const int64_t first = mesh->GroupAlong(m, *coord)[0];
-    absl::StatusOr<std::unique_ptr<comm::Communicator>> group =
-        Connect(absl::StrCat(setup.store_prefix(), "dim", m, "/g", first, "/"),
-                static_cast<int>((*coord)[m]), static_cast<int>(mesh->size(m)), timeout);
-    if (!group.ok()) return group.status();
-    comms->dims.push_back(*std::move(group));
+    const int64_t first = mesh.GroupAlong(m, coord)[0];
+    ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> group,
+                     Connect(absl::StrCat(setup.store_prefix(), "dim", m, "/g", first, "/"),
+                             static_cast<int>(coord[m]), static_cast<int>(mesh.size(m)), timeout));
+    comms->dims.push_back(std::move(group));
   }
   meshes_[setup.mesh_id()] = std::move(comms);
   return absl::OkStatus();
@@ -121,23 +118,21 @@ absl::Status CommandExecutor::SetupMesh(const v1::SetupMesh& setup) {
 
 absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     const v1::RunCollective& c) {
-  absl::StatusOr<MeshComms*> found = FindMesh(c.mesh_id());
-  if (!found.ok()) return found.status();
-  MeshComms& mc = **found;
+  ASSIGN_OR_RETURN(MeshComms* const found, FindMesh(c.mesh_id()));
+  MeshComms& mc = *found;
   if (c.mesh_dim() < -1 || c.mesh_dim() >= mc.mesh.ndim()) {
     return absl::InvalidArgumentError(absl::StrCat("mesh dim ", c.mesh_dim(), " is out of range"));
   }
   comm::Communicator& group = c.mesh_dim() < 0 ? *mc.world : *mc.dims[c.mesh_dim()];
   if (c.op() == v1::BARRIER) {
-    if (absl::Status s = group.Barrier(); !s.ok()) return s;
+    RETURN_IF_ERROR(group.Barrier());
     return std::vector<v1::LocalTensorInfo>{};
   }
   if (c.input() == c.output() && (c.op() == v1::BROADCAST || c.op() == v1::ALL_REDUCE_OP)) {
     return RunInPlace(c, group);
   }
-  absl::StatusOr<std::shared_ptr<const HostTensor>> input = store_->Get(c.input());
-  if (!input.ok()) return input.status();
-  const HostTensor& in = **input;
+  ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> input, store_->Get(c.input()));
+  const HostTensor& in = *input;
   const DType dtype = in.dtype();
   const int64_t k = group.size();
   const int me = group.rank();
@@ -153,11 +148,8 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
   // A budget-checked buffer for the output; every use below overwrites all of it, so it is not
   // zeroed first (that pass costs as much as a copy at large sizes).
   auto output_of = [&](Shape shape) -> absl::StatusOr<HostTensor> {
-    if (absl::Status s = store_->Reserve(
-            NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype)), c.output());
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(
+        store_->Reserve(NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype)), c.output()));
     return HostTensor::Uninitialized(dtype, std::move(shape));
   };
   // The final output: the buffer of the tensor it replaces when that has the same size and no
@@ -173,7 +165,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
   };
   auto keep = [&](HostTensor out) -> absl::StatusOr<std::vector<v1::LocalTensorInfo>> {
     v1::LocalTensorInfo info = LocalInfo(c.output(), out);
-    if (absl::Status s = store_->Put(c.output(), std::move(out)); !s.ok()) return s;
+    RETURN_IF_ERROR(store_->Put(c.output(), std::move(out)));
     return std::vector<v1::LocalTensorInfo>{info};
   };
   const int64_t n0 = in.rank() > 0 ? in.shape()[0] : 1;
@@ -184,23 +176,19 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
   std::optional<HostTensor> padded;
   auto equal_blocks = [&]() -> absl::StatusOr<const std::byte*> {
     if (k * c0 == n0) return in.data();
-    absl::StatusOr<HostTensor> p = output_of(WithRows(in.shape(), k * c0));
-    if (!p.ok()) return p.status();
-    std::memcpy(p->data(), in.data(), in.nbytes());
-    std::memset(p->data() + in.nbytes(), 0, p->nbytes() - in.nbytes());
-    padded = *std::move(p);
+    ASSIGN_OR_RETURN(HostTensor p, output_of(WithRows(in.shape(), k * c0)));
+    std::memcpy(p.data(), in.data(), in.nbytes());
+    std::memset(p.data() + in.nbytes(), 0, p.nbytes() - in.nbytes());
+    padded = std::move(p);
     return padded->data();
   };
 
-  absl::Status status;
   switch (c.op()) {
     case v1::BROADCAST: {
-      absl::StatusOr<HostTensor> out = final_output(in.shape());
-      if (!out.ok()) return out.status();
-      std::memcpy(out->data(), in.data(), in.nbytes());
-      status = group.Broadcast(out->data(), out->num_elements(), dtype, root);
-      if (!status.ok()) return status;
-      return keep(*std::move(out));
+      ASSIGN_OR_RETURN(HostTensor out, final_output(in.shape()));
+      std::memcpy(out.data(), in.data(), in.nbytes());
+      RETURN_IF_ERROR(group.Broadcast(out.data(), out.num_elements(), dtype, root));
+      return keep(std::move(out));
     }
     case v1::ALL_REDUCE_OP:
     case v1::REDUCE: {
@@ -208,81 +196,67 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
       // A reduce's other ranks write no output: they work in a scratch buffer and leave any
       // tensor of the output's name alone.
       const bool writes = c.op() == v1::ALL_REDUCE_OP || me == root;
-      absl::StatusOr<HostTensor> out = writes ? final_output(in.shape()) : output_of(in.shape());
-      if (!out.ok()) return out.status();
-      std::memcpy(out->data(), in.data(), in.nbytes());
-      status = c.op() == v1::REDUCE
-                   ? group.Reduce(out->data(), out->num_elements(), dtype, *op, root)
-                   : group.AllReduce(out->data(), out->num_elements(), dtype, *op);
-      if (!status.ok()) return status;
+      ASSIGN_OR_RETURN(HostTensor out, writes ? final_output(in.shape()) : output_of(in.shape()));
+      std::memcpy(out.data(), in.data(), in.nbytes());
+      RETURN_IF_ERROR(c.op() == v1::REDUCE
+                          ? group.Reduce(out.data(), out.num_elements(), dtype, *op, root)
+                          : group.AllReduce(out.data(), out.num_elements(), dtype, *op));
       if (c.op() == v1::REDUCE && me != root) return std::vector<v1::LocalTensorInfo>{};
-      return keep(*std::move(out));
+      return keep(std::move(out));
     }
     case v1::ALL_GATHER_OP:
     case v1::GATHER: {
       const bool writes = c.op() == v1::ALL_GATHER_OP || me == root;
-      absl::StatusOr<HostTensor> out = writes ? final_output(WithRows(in.shape(), k * n0))
-                                              : output_of(WithRows(in.shape(), k * n0));
-      if (!out.ok()) return out.status();
-      status = c.op() == v1::GATHER
-                   ? group.Gather(in.data(), out->data(), in.num_elements(), dtype, root)
-                   : group.AllGather(in.data(), out->data(), in.num_elements(), dtype);
-      if (!status.ok()) return status;
+      ASSIGN_OR_RETURN(HostTensor out, writes ? final_output(WithRows(in.shape(), k * n0))
+                                              : output_of(WithRows(in.shape(), k * n0)));
+      RETURN_IF_ERROR(c.op() == v1::GATHER
+                          ? group.Gather(in.data(), out.data(), in.num_elements(), dtype, root)
+                          : group.AllGather(in.data(), out.data(), in.num_elements(), dtype));
       if (c.op() == v1::GATHER && me != root) return std::vector<v1::LocalTensorInfo>{};
-      return keep(*std::move(out));
+      return keep(std::move(out));
     }
     case v1::SCATTER:
     case v1::REDUCE_SCATTER_OP: {
       if (c.op() == v1::REDUCE_SCATTER_OP && !op.ok()) return op.status();
-      absl::StatusOr<const std::byte*> send = equal_blocks();
-      if (!send.ok()) return send.status();
-      absl::StatusOr<HostTensor> recv = final_output(WithRows(in.shape(), c0));
-      if (!recv.ok()) return recv.status();
-      status = c.op() == v1::SCATTER
-                   ? group.Scatter(*send, recv->data(), c0 * row, dtype, root)
-                   : group.ReduceScatter(*send, recv->data(), c0 * row, dtype, *op);
-      if (!status.ok()) return status;
+      ASSIGN_OR_RETURN(const std::byte* send, equal_blocks());
+      ASSIGN_OR_RETURN(HostTensor recv, final_output(WithRows(in.shape(), c0)));
+      RETURN_IF_ERROR(c.op() == v1::SCATTER
+                          ? group.Scatter(send, recv.data(), c0 * row, dtype, root)
+                          : group.ReduceScatter(send, recv.data(), c0 * row, dtype, *op));
       const ChunkRange mine = ChunkOf(n0, k, me);
-      if (mine.size == c0) return keep(*std::move(recv));
-      absl::StatusOr<HostTensor> out = HostTensor::FromBytes(
-          dtype, WithRows(in.shape(), mine.size),
-          {recv->data(), static_cast<size_t>(mine.size * row) * DTypeSize(dtype)});
-      if (!out.ok()) return out.status();
-      return keep(*std::move(out));
+      if (mine.size == c0) return keep(std::move(recv));
+      ASSIGN_OR_RETURN(HostTensor out,
+                       HostTensor::FromBytes(
+                           dtype, WithRows(in.shape(), mine.size),
+                           {recv.data(), static_cast<size_t>(mine.size * row) * DTypeSize(dtype)}));
+      return keep(std::move(out));
     }
     case v1::ALL_TO_ALL_OP: {
-      absl::StatusOr<const std::byte*> send = equal_blocks();
-      if (!send.ok()) return send.status();
-      absl::StatusOr<HostTensor> recv = final_output(WithRows(in.shape(), k * c0));
-      if (!recv.ok()) return recv.status();
-      status = group.AllToAll(*send, recv->data(), c0 * row, dtype);
-      if (!status.ok()) return status;
+      ASSIGN_OR_RETURN(const std::byte* send, equal_blocks());
+      ASSIGN_OR_RETURN(HostTensor recv, final_output(WithRows(in.shape(), k * c0)));
+      RETURN_IF_ERROR(group.AllToAll(send, recv.data(), c0 * row, dtype));
       // Every rank sent its chunk `me` of the same n0 rows: k blocks of ChunkOf(n0, k, me) rows,
       // received as blocks of c0 rows; when the two agree the received buffer is the output.
       const int64_t rows = ChunkOf(n0, k, me).size;
-      if (rows == c0) return keep(*std::move(recv));
-      absl::StatusOr<HostTensor> out = output_of(WithRows(in.shape(), k * rows));
-      if (!out.ok()) return out.status();
+      if (rows == c0) return keep(std::move(recv));
+      ASSIGN_OR_RETURN(HostTensor out, output_of(WithRows(in.shape(), k * rows)));
       const size_t block = static_cast<size_t>(rows * row) * DTypeSize(dtype);
       for (int64_t p = 0; p < k; ++p) {
-        std::memcpy(out->data() + p * block,
-                    recv->data() + static_cast<size_t>(p * c0 * row) * DTypeSize(dtype), block);
+        std::memcpy(out.data() + p * block,
+                    recv.data() + static_cast<size_t>(p * c0 * row) * DTypeSize(dtype), block);
       }
-      return keep(*std::move(out));
+      return keep(std::move(out));
     }
     case v1::SEND_RECV: {
       const int peer = static_cast<int>(c.peer());
       if (me == root) {
-        status = group.Send(in.data(), in.num_elements(), dtype, peer, 0);
-        if (!status.ok()) return status;
+        RETURN_IF_ERROR(group.Send(in.data(), in.num_elements(), dtype, peer, 0));
         return std::vector<v1::LocalTensorInfo>{};
       }
       if (me != peer) return std::vector<v1::LocalTensorInfo>{};
-      absl::StatusOr<HostTensor> out = output_of(in.shape());
-      if (!out.ok()) return out.status();
-      status = group.Recv(out->data(), out->num_elements(), dtype, root, 0);
-      if (!status.ok()) return status;
-      return keep(*std::move(out));
+      ASSIGN_OR_RETURN(HostTensor out, output_of(in.shape()));
+      RETURN_IF_ERROR(group.Recv(out.data(), out.num_elements(), dtype, root, 0));
+      return keep(std::move(out));
     }
     default:
       return absl::InvalidArgumentError(
@@ -295,17 +269,15 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunInPlace(
   absl::StatusOr<ReduceOp> op = FromProto(c.reduce_op());
   if (c.op() == v1::ALL_REDUCE_OP && !op.ok()) return op.status();
   // The stored buffer itself is updated (no copy) unless a download is reading it.
-  absl::StatusOr<HostTensor> t = store_->TakeOrCopy(c.input());
-  if (!t.ok()) return t.status();
+  ASSIGN_OR_RETURN(HostTensor t, store_->TakeOrCopy(c.input()));
   // On failure the tensor is not stored again: the collective may have half-written it, and
   // the communicator is broken from then on.
-  absl::Status status =
+  RETURN_IF_ERROR(
       c.op() == v1::BROADCAST
-          ? group.Broadcast(t->data(), t->num_elements(), t->dtype(), static_cast<int>(c.root()))
-          : group.AllReduce(t->data(), t->num_elements(), t->dtype(), *op);
-  if (!status.ok()) return status;
-  v1::LocalTensorInfo info = LocalInfo(c.output(), *t);
-  if (absl::Status s = store_->Put(c.output(), *std::move(t)); !s.ok()) return s;
+          ? group.Broadcast(t.data(), t.num_elements(), t.dtype(), static_cast<int>(c.root()))
+          : group.AllReduce(t.data(), t.num_elements(), t.dtype(), *op));
+  v1::LocalTensorInfo info = LocalInfo(c.output(), t);
+  RETURN_IF_ERROR(store_->Put(c.output(), std::move(t)));
   return std::vector<v1::LocalTensorInfo>{info};
 }
 

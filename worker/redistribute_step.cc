@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
 #include "core/elementwise_reduce.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -32,9 +33,8 @@ StridedView Corner(std::byte* data, DType dtype, const Shape& shape, Shape sizes
 absl::Status CopyInto(const ConstStridedView& src, int dim, int64_t offset, HostTensor& dst) {
   std::vector<int64_t> offsets(dst.shape().size(), 0);
   offsets[dim] = offset;
-  absl::StatusOr<StridedView> target = dst.Block(offsets, src.shape);
-  if (!target.ok()) return target.status();
-  CopyStrided(src, *target);
+  ASSIGN_OR_RETURN(StridedView target, dst.Block(offsets, src.shape));
+  CopyStrided(src, target);
   return absl::OkStatus();
 }
 
@@ -67,12 +67,11 @@ absl::Status CheckStep(const DTensorSpec& spec, const RedistributeStep& step,
         absl::StrCat("step on mesh dim ", step.mesh_dim, " from ", PlacementToString(step.from),
                      " does not apply to ", PlacementsToString(spec.placements)));
   }
-  absl::StatusOr<RedistributeStep> planned = PlanStep(spec, step.mesh_dim, step.to);
-  if (!planned.ok()) return planned.status();
-  if (planned->collective != step.collective) {
+  ASSIGN_OR_RETURN(RedistributeStep planned, PlanStep(spec, step.mesh_dim, step.to));
+  if (planned.collective != step.collective) {
     return absl::InvalidArgumentError(
         absl::StrCat(PlacementToString(step.from), " -> ", PlacementToString(step.to),
-                     " on mesh dim ", step.mesh_dim, " is ", CollectiveName(planned->collective),
+                     " on mesh dim ", step.mesh_dim, " is ", CollectiveName(planned.collective),
                      ", not ", CollectiveName(step.collective)));
   }
   const Shape want = LocalShapeAndOffsetAt(spec, coordinate).shape;
@@ -111,31 +110,22 @@ absl::StatusOr<HostTensor> AllGather(comm::Communicator& group, const HostTensor
   HostTensor padded;
   const HostTensor* send = &local;
   if (local.shape()[d] != c) {
-    absl::StatusOr<HostTensor> p = PadTo(local, block_shape);
-    if (!p.ok()) return p.status();
-    padded = *std::move(p);
+    ASSIGN_OR_RETURN(padded, PadTo(local, block_shape));
     send = &padded;
   }
   if (Outer(full_shape, d) == 1 && n == k * c) {  // the blocks are the output, in order
-    absl::StatusOr<HostTensor> out = HostTensor::Uninitialized(dtype, full_shape);
-    if (!out.ok()) return out.status();
-    if (absl::Status s = group.AllGather(send->data(), out->data(), block, dtype); !s.ok()) {
-      return s;
-    }
+    ASSIGN_OR_RETURN(HostTensor out, HostTensor::Uninitialized(dtype, full_shape));
+    RETURN_IF_ERROR(group.AllGather(send->data(), out.data(), block, dtype));
     return out;
   }
-  absl::StatusOr<HostTensor> gathered = HostTensor::Uninitialized(dtype, {k * block});
-  if (!gathered.ok()) return gathered.status();
-  if (absl::Status s = group.AllGather(send->data(), gathered->data(), block, dtype); !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<HostTensor> out = HostTensor::Uninitialized(dtype, full_shape);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(HostTensor gathered, HostTensor::Uninitialized(dtype, {k * block}));
+  RETURN_IF_ERROR(group.AllGather(send->data(), gathered.data(), block, dtype));
+  ASSIGN_OR_RETURN(HostTensor out, HostTensor::Uninitialized(dtype, full_shape));
   for (int64_t q = 0; q < k; ++q) {
     const ChunkRange r = ChunkOf(n, k, q);
-    const ConstStridedView rows = Corner(BlockAt(std::as_const(*gathered).data(), q, block, dtype),
+    const ConstStridedView rows = Corner(BlockAt(std::as_const(gathered).data(), q, block, dtype),
                                          dtype, block_shape, WithDimSize(block_shape, d, r.size));
-    if (absl::Status s = CopyInto(rows, d, r.offset, *out); !s.ok()) return s;
+    RETURN_IF_ERROR(CopyInto(rows, d, r.offset, out));
   }
   return out;
 }
@@ -154,26 +144,20 @@ absl::StatusOr<HostTensor> ReduceScatter(comm::Communicator& group, const HostTe
   HostTensor packed;
   const std::byte* send = local.data();
   if (Outer(shape, d) != 1 || n != k * c) {
-    absl::StatusOr<HostTensor> p = HostTensor::Zeros(dtype, {k * block});
-    if (!p.ok()) return p.status();
-    packed = *std::move(p);
+    ASSIGN_OR_RETURN(packed, HostTensor::Zeros(dtype, {k * block}));
     for (int64_t j = 0; j < k; ++j) {
       const ChunkRange r = ChunkOf(n, k, j);
-      absl::StatusOr<ConstStridedView> rows = local.Narrow(d, r.offset, r.size);
-      if (!rows.ok()) return rows.status();
-      CopyStrided(*rows, Corner(BlockAt(packed.data(), j, block, dtype), dtype, block_shape,
-                                WithDimSize(block_shape, d, r.size)));
+      ASSIGN_OR_RETURN(ConstStridedView rows, local.Narrow(d, r.offset, r.size));
+      CopyStrided(rows, Corner(BlockAt(packed.data(), j, block, dtype), dtype, block_shape,
+                               WithDimSize(block_shape, d, r.size)));
     }
     send = packed.data();
   }
-  absl::StatusOr<HostTensor> reduced = HostTensor::Uninitialized(dtype, block_shape);
-  if (!reduced.ok()) return reduced.status();
-  if (absl::Status s = group.ReduceScatter(send, reduced->data(), block, dtype, op); !s.ok()) {
-    return s;
-  }
+  ASSIGN_OR_RETURN(HostTensor reduced, HostTensor::Uninitialized(dtype, block_shape));
+  RETURN_IF_ERROR(group.ReduceScatter(send, reduced.data(), block, dtype, op));
   const int64_t keep = ChunkOf(n, k, group.rank()).size;
   if (keep == c) return reduced;
-  return SliceAlong(*reduced, d, 0, keep);
+  return SliceAlong(reduced, d, 0, keep);
 }
 
 // Shard(i) → Shard(j): all_to_all of k blocks (block q: slice q along j, padded to c_i along i and
@@ -192,15 +176,12 @@ absl::StatusOr<HostTensor> AllToAll(comm::Communicator& group, const HostTensor&
   HostTensor packed;
   const std::byte* send = local.data();
   if (shape[i] != ci || nj != k * cj || Outer(shape, j) != 1) {
-    absl::StatusOr<HostTensor> p = HostTensor::Zeros(dtype, {k * block});
-    if (!p.ok()) return p.status();
-    packed = *std::move(p);
+    ASSIGN_OR_RETURN(packed, HostTensor::Zeros(dtype, {k * block}));
     for (int64_t q = 0; q < k; ++q) {
       const ChunkRange r = ChunkOf(nj, k, q);
-      absl::StatusOr<ConstStridedView> part = local.Narrow(j, r.offset, r.size);
-      if (!part.ok()) return part.status();
-      CopyStrided(*part, Corner(BlockAt(packed.data(), q, block, dtype), dtype, block_shape,
-                                WithDimSize(shape, j, r.size)));
+      ASSIGN_OR_RETURN(ConstStridedView part, local.Narrow(j, r.offset, r.size));
+      CopyStrided(part, Corner(BlockAt(packed.data(), q, block, dtype), dtype, block_shape,
+                               WithDimSize(shape, j, r.size)));
     }
     send = packed.data();
   }
@@ -208,22 +189,19 @@ absl::StatusOr<HostTensor> AllToAll(comm::Communicator& group, const HostTensor&
   const ChunkRange mine = ChunkOf(nj, k, group.rank());
   const Shape out_shape = WithDimSize(WithDimSize(shape, i, ni), j, mine.size);
   if (Outer(out_shape, i) == 1 && ni == k * ci && mine.size == cj) {  // blocks are the output
-    absl::StatusOr<HostTensor> out = HostTensor::Uninitialized(dtype, out_shape);
-    if (!out.ok()) return out.status();
-    if (absl::Status s = group.AllToAll(send, out->data(), block, dtype); !s.ok()) return s;
+    ASSIGN_OR_RETURN(HostTensor out, HostTensor::Uninitialized(dtype, out_shape));
+    RETURN_IF_ERROR(group.AllToAll(send, out.data(), block, dtype));
     return out;
   }
-  absl::StatusOr<HostTensor> received = HostTensor::Uninitialized(dtype, {k * block});
-  if (!received.ok()) return received.status();
-  if (absl::Status s = group.AllToAll(send, received->data(), block, dtype); !s.ok()) return s;
-  absl::StatusOr<HostTensor> out = HostTensor::Uninitialized(dtype, out_shape);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(HostTensor received, HostTensor::Uninitialized(dtype, {k * block}));
+  RETURN_IF_ERROR(group.AllToAll(send, received.data(), block, dtype));
+  ASSIGN_OR_RETURN(HostTensor out, HostTensor::Uninitialized(dtype, out_shape));
   for (int64_t p = 0; p < k; ++p) {
     const ChunkRange r = ChunkOf(ni, k, p);
     const ConstStridedView kept =
-        Corner(BlockAt(std::as_const(*received).data(), p, block, dtype), dtype, block_shape,
+        Corner(BlockAt(std::as_const(received).data(), p, block, dtype), dtype, block_shape,
                WithDimSize(WithDimSize(block_shape, i, r.size), j, mine.size));
-    if (absl::Status s = CopyInto(kept, i, r.offset, *out); !s.ok()) return s;
+    RETURN_IF_ERROR(CopyInto(kept, i, r.offset, out));
   }
   return out;
 }
@@ -282,12 +260,12 @@ absl::StatusOr<HostTensor> RunRedistributeStep(const DTensorSpec& spec,
                                                const RedistributeStep& step,
                                                absl::Span<const int64_t> coordinate,
                                                comm::Communicator* group, const HostTensor& local) {
-  if (absl::Status s = CheckStep(spec, step, coordinate, group, local); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckStep(spec, step, coordinate, group, local));
   if (!UpdatesInPlace(step.collective)) {
     return RunToNewShard(spec, step, coordinate, group, local);
   }
   HostTensor shard = local.Clone();
-  if (absl::Status s = RunInPlace(step, coordinate, group, shard); !s.ok()) return s;
+  RETURN_IF_ERROR(RunInPlace(step, coordinate, group, shard));
   return shard;
 }
 

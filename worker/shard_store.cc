@@ -1,6 +1,7 @@
 #include "worker/shard_store.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 
@@ -19,7 +20,7 @@ absl::Status ShardStore::Reserve(int64_t bytes, const std::string& replacing) co
 }
 
 absl::Status ShardStore::Put(const std::string& name, HostTensor tensor) {
-  if (absl::Status s = Reserve(static_cast<int64_t>(tensor.nbytes()), name); !s.ok()) return s;
+  RETURN_IF_ERROR(Reserve(static_cast<int64_t>(tensor.nbytes()), name));
   auto shared = std::make_shared<HostTensor>(std::move(tensor));
   absl::MutexLock lock(&mu_);
   if (auto it = tensors_.find(name); it != tensors_.end()) {

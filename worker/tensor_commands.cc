@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/elementwise_reduce.h"
+#include "core/status_macros.h"
 #include "kernels/run_op.h"
 #include "proto/convert.h"
 #include "worker/command_executor.h"
@@ -36,11 +37,11 @@ int64_t Bytes(const Shape& shape, DType dtype) {
 // the spec gives, a zero stand-in of that shape, with the reason kept in `failure` (the first one
 // wins). A rank that left a command before its collectives would strand its peers in them until
 // the timeout, which breaks the mesh's communicators for good; so it takes part with zeros and
-// reports the failure afterwards.
-std::shared_ptr<const HostTensor> InputOrStandIn(const ShardStore& store, const std::string& name,
-                                                 const DTensorSpec& spec,
-                                                 std::span<const int64_t> coordinate,
-                                                 absl::Status& failure) {
+// reports the failure afterwards. Fails itself only if the stand-in cannot be made (a local
+// shape of more bytes than fit in int64).
+absl::StatusOr<std::shared_ptr<const HostTensor>> InputOrStandIn(
+    const ShardStore& store, const std::string& name, const DTensorSpec& spec,
+    std::span<const int64_t> coordinate, absl::Status& failure) {
   const Shape local = LocalShapeAndOffsetAt(spec, coordinate).shape;
   absl::StatusOr<std::shared_ptr<const HostTensor>> t = store.Get(name);
   if (t.ok() && (*t)->shape() == local && (*t)->dtype() == spec.dtype) return *t;
@@ -51,7 +52,8 @@ std::shared_ptr<const HostTensor> InputOrStandIn(const ShardStore& store, const 
                            DTypeName(spec.dtype), ShapeToString(local), " here"))
                      : t.status();
   }
-  return std::make_shared<const HostTensor>(HostTensor::Zeros(spec.dtype, local).value());
+  ASSIGN_OR_RETURN(HostTensor zeros, HostTensor::Zeros(spec.dtype, local));
+  return std::make_shared<const HostTensor>(std::move(zeros));
 }
 
 }  // namespace
@@ -67,11 +69,10 @@ absl::StatusOr<CommandExecutor::MeshComms*> CommandExecutor::FindMesh(int64_t me
 
 absl::StatusOr<DTensorSpec> CommandExecutor::SpecOnMesh(const v1::DTensorMeta& meta,
                                                         const MeshComms& mc) {
-  absl::StatusOr<DTensorSpec> spec = FromProto(meta);
-  if (!spec.ok()) return spec.status();
-  if (spec->mesh.shape() != mc.mesh.shape() || spec->mesh.ranks() != mc.mesh.ranks()) {
+  ASSIGN_OR_RETURN(DTensorSpec spec, FromProto(meta));
+  if (spec.mesh.shape() != mc.mesh.shape() || spec.mesh.ranks() != mc.mesh.ranks()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("spec ", spec->ToString(), " is not on the command's mesh"));
+        absl::StrCat("spec ", spec.ToString(), " is not on the command's mesh"));
   }
   return spec;
 }
@@ -83,11 +84,9 @@ std::vector<comm::Communicator*> CommandExecutor::DimGroups(MeshComms& mc) {
 }
 
 absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::SpreadTensor& s) {
-  absl::StatusOr<MeshComms*> mc = FindMesh(s.mesh_id());
-  if (!mc.ok()) return mc.status();
-  absl::StatusOr<DTensorSpec> spec = SpecOnMesh(s.spec(), **mc);
-  if (!spec.ok()) return spec.status();
-  const std::vector<int64_t>& coord = (*mc)->coordinate;
+  ASSIGN_OR_RETURN(MeshComms* const mc, FindMesh(s.mesh_id()));
+  ASSIGN_OR_RETURN(DTensorSpec spec, SpecOnMesh(s.spec(), *mc));
+  const std::vector<int64_t>& coord = mc->coordinate;
   const std::vector<int64_t> source(s.source_coordinate().begin(), s.source_coordinate().end());
   const std::vector<int> dims(s.broadcast_dims().begin(), s.broadcast_dims().end());
   if (source.size() != coord.size()) {
@@ -95,7 +94,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
         "source coordinate has ", source.size(), " entries for a mesh of ", coord.size(), " dims"));
   }
   for (int m : dims) {
-    if (m < 0 || m >= spec->mesh.ndim() || source[m] < 0 || source[m] >= spec->mesh.size(m)) {
+    if (m < 0 || m >= spec.mesh.ndim() || source[m] < 0 || source[m] >= spec.mesh.size(m)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "broadcast along mesh dim ", m, " from ",
           m >= 0 && m < static_cast<int>(source.size()) ? source[m] : -1, " is outside the mesh"));
@@ -108,82 +107,65 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
     }
     return true;
   };
-  const Shape local = LocalShapeAndOffsetAt(*spec, coord).shape;
+  const Shape local = LocalShapeAndOffsetAt(spec, coord).shape;
   HostTensor shard;
   if (holds_after(0)) {
-    absl::StatusOr<std::shared_ptr<const HostTensor>> held = store_->Get(s.tensor());
-    if (!held.ok()) return held.status();
-    if ((*held)->shape() != local || (*held)->dtype() != spec->dtype) {
+    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> held, store_->Get(s.tensor()));
+    if (held->shape() != local || held->dtype() != spec.dtype) {
       return absl::InvalidArgumentError(
-          absl::StrCat("local tensor '", s.tensor(), "' is ", DTypeName((*held)->dtype()),
-                       ShapeToString((*held)->shape()), " but the spec needs ",
-                       DTypeName(spec->dtype), ShapeToString(local), " here"));
+          absl::StrCat("local tensor '", s.tensor(), "' is ", DTypeName(held->dtype()),
+                       ShapeToString(held->shape()), " but the spec needs ", DTypeName(spec.dtype),
+                       ShapeToString(local), " here"));
     }
-    shard = (*held)->Clone();
+    shard = held->Clone();
   } else {
-    if (absl::Status st = store_->Reserve(Bytes(local, spec->dtype), s.tensor()); !st.ok()) {
-      return st;
-    }
-    absl::StatusOr<HostTensor> fresh = HostTensor::Uninitialized(spec->dtype, local);
-    if (!fresh.ok()) return fresh.status();
-    shard = *std::move(fresh);
+    RETURN_IF_ERROR(store_->Reserve(Bytes(local, spec.dtype), s.tensor()));
+    ASSIGN_OR_RETURN(shard, HostTensor::Uninitialized(spec.dtype, local));
   }
   for (size_t i = 0; i < dims.size(); ++i) {
     if (!holds_after(i + 1)) continue;  // this group has no copy yet: nothing to send
     const int m = dims[i];
-    if (absl::Status st = (*mc)->dims[m]->Broadcast(shard.data(), shard.num_elements(), spec->dtype,
-                                                    static_cast<int>(source[m]));
-        !st.ok()) {
-      return st;
-    }
+    RETURN_IF_ERROR(mc->dims[m]->Broadcast(shard.data(), shard.num_elements(), spec.dtype,
+                                           static_cast<int>(source[m])));
   }
-  if (s.partition_partials()) PartitionPartials(*spec, coord, shard);
+  if (s.partition_partials()) PartitionPartials(spec, coord, shard);
   v1::LocalTensorInfo info = LocalInfo(s.tensor(), shard);
-  if (absl::Status st = store_->Put(s.tensor(), std::move(shard)); !st.ok()) return st;
+  RETURN_IF_ERROR(store_->Put(s.tensor(), std::move(shard)));
   return info;
 }
 
 absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::Redistribute(const v1::RedistributeTensor& r) {
-  absl::StatusOr<MeshComms*> mc = FindMesh(r.mesh_id());
-  if (!mc.ok()) return mc.status();
-  absl::StatusOr<DTensorSpec> spec = SpecOnMesh(r.spec(), **mc);
-  if (!spec.ok()) return spec.status();
-  absl::StatusOr<RedistributePlan> plan = FromProto(r.plan(), spec->mesh.ndim());
-  if (!plan.ok()) return plan.status();
+  ASSIGN_OR_RETURN(MeshComms* const mc, FindMesh(r.mesh_id()));
+  ASSIGN_OR_RETURN(DTensorSpec spec, SpecOnMesh(r.spec(), *mc));
+  ASSIGN_OR_RETURN(RedistributePlan plan, FromProto(r.plan(), spec.mesh.ndim()));
   absl::Status failure;  // reported after the collectives (see InputOrStandIn)
-  std::shared_ptr<const HostTensor> input =
-      InputOrStandIn(*store_, r.input(), *spec, (*mc)->coordinate, failure);
-  DTensorSpec dst = *spec;
-  for (const RedistributeStep& step : plan->steps) dst.placements[step.mesh_dim] = step.to;
-  const Shape out_shape = LocalShapeAndOffsetAt(dst, (*mc)->coordinate).shape;
-  if (absl::Status st = store_->Reserve(Bytes(out_shape, spec->dtype), r.output());
+  ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> input,
+                   InputOrStandIn(*store_, r.input(), spec, mc->coordinate, failure));
+  DTensorSpec dst = spec;
+  for (const RedistributeStep& step : plan.steps) dst.placements[step.mesh_dim] = step.to;
+  const Shape out_shape = LocalShapeAndOffsetAt(dst, mc->coordinate).shape;
+  if (absl::Status st = store_->Reserve(Bytes(out_shape, spec.dtype), r.output());
       !st.ok() && failure.ok()) {
     failure = st;
   }
-  const std::vector<comm::Communicator*> groups = DimGroups(**mc);
-  absl::StatusOr<HostTensor> out =
-      RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, input.get());
-  if (!out.ok()) return out.status();
+  const std::vector<comm::Communicator*> groups = DimGroups(*mc);
+  ASSIGN_OR_RETURN(HostTensor out,
+                   RunRedistributePlan(spec, plan, mc->coordinate, groups, input.get()));
   if (!failure.ok()) return failure;
-  v1::LocalTensorInfo info = LocalInfo(r.output(), *out);
-  if (absl::Status st = store_->Put(r.output(), *std::move(out)); !st.ok()) return st;
+  v1::LocalTensorInfo info = LocalInfo(r.output(), out);
+  RETURN_IF_ERROR(store_->Put(r.output(), std::move(out)));
   return info;
 }
 
 absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::FillTensor(const v1::FillTensor& f) {
-  absl::StatusOr<MeshComms*> mc = FindMesh(f.mesh_id());
-  if (!mc.ok()) return mc.status();
-  absl::StatusOr<DTensorSpec> spec = SpecOnMesh(f.spec(), **mc);
-  if (!spec.ok()) return spec.status();
-  const LocalShard local = LocalShapeAndOffsetAt(*spec, (*mc)->coordinate);
-  if (absl::Status st = store_->Reserve(Bytes(local.shape, spec->dtype), f.output()); !st.ok()) {
-    return st;
-  }
-  absl::StatusOr<HostTensor> shard = HostTensor::Uninitialized(spec->dtype, local.shape);
-  if (!shard.ok()) return shard.status();
+  ASSIGN_OR_RETURN(MeshComms* const mc, FindMesh(f.mesh_id()));
+  ASSIGN_OR_RETURN(DTensorSpec spec, SpecOnMesh(f.spec(), *mc));
+  const LocalShard local = LocalShapeAndOffsetAt(spec, mc->coordinate);
+  RETURN_IF_ERROR(store_->Reserve(Bytes(local.shape, spec.dtype), f.output()));
+  ASSIGN_OR_RETURN(HostTensor shard, HostTensor::Uninitialized(spec.dtype, local.shape));
   absl::Status st;
-  if (shard->num_elements() > 0) {
-    const kernels::TensorView view = kernels::ViewOf(*shard);
+  if (shard.num_elements() > 0) {
+    const kernels::TensorView view = kernels::ViewOf(shard);
     switch (f.factory()) {
       case v1::ZEROS:
         st = kernels_->Fill(view, 0.0);
@@ -201,25 +183,23 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::FillTensor(const v1::FillTe
       case v1::RANDN:
         st = kernels_->RandomFill(f.factory() == v1::RAND ? kernels::Distribution::kUniform
                                                           : kernels::Distribution::kNormal,
-                                  f.seed(), spec->shape, local.offset, view);
+                                  f.seed(), spec.shape, local.offset, view);
         break;
       default:
         return absl::InvalidArgumentError(absl::StrCat("factory ", f.factory(), " is not one"));
     }
   }
   if (!st.ok()) return st;
-  PartitionPartials(*spec, (*mc)->coordinate, *shard);
-  v1::LocalTensorInfo info = LocalInfo(f.output(), *shard);
-  if (absl::Status s = store_->Put(f.output(), *std::move(shard)); !s.ok()) return s;
+  PartitionPartials(spec, mc->coordinate, shard);
+  v1::LocalTensorInfo info = LocalInfo(f.output(), shard);
+  RETURN_IF_ERROR(store_->Put(f.output(), std::move(shard)));
   return info;
 }
 
 absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
-  absl::StatusOr<MeshComms*> mc = FindMesh(r.mesh_id());
-  if (!mc.ok()) return mc.status();
-  absl::StatusOr<OpCall> op = FromProto(r.op());
-  if (!op.ok()) return op.status();
-  const std::vector<comm::Communicator*> groups = DimGroups(**mc);
+  ASSIGN_OR_RETURN(MeshComms* const mc, FindMesh(r.mesh_id()));
+  ASSIGN_OR_RETURN(OpCall op, FromProto(r.op()));
+  const std::vector<comm::Communicator*> groups = DimGroups(*mc);
   // Inputs that need a new layout are redistributed into temporaries; the others are read as held.
   std::vector<std::shared_ptr<const HostTensor>> held;
   std::vector<HostTensor> moved;
@@ -228,29 +208,25 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
   std::vector<Shape> global_shapes;
   absl::Status failure;  // reported after the collectives (see InputOrStandIn)
   for (const v1::OpInput& in : r.inputs()) {
-    absl::StatusOr<DTensorSpec> spec = SpecOnMesh(in.spec(), **mc);
-    if (!spec.ok()) return spec.status();
-    absl::StatusOr<RedistributePlan> plan = FromProto(in.plan(), spec->mesh.ndim());
-    if (!plan.ok()) return plan.status();
-    std::shared_ptr<const HostTensor> t =
-        InputOrStandIn(*store_, in.tensor(), *spec, (*mc)->coordinate, failure);
-    global_shapes.push_back(spec->shape);
-    if (plan->steps.empty()) {
+    ASSIGN_OR_RETURN(DTensorSpec spec, SpecOnMesh(in.spec(), *mc));
+    ASSIGN_OR_RETURN(RedistributePlan plan, FromProto(in.plan(), spec.mesh.ndim()));
+    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> t,
+                     InputOrStandIn(*store_, in.tensor(), spec, mc->coordinate, failure));
+    global_shapes.push_back(spec.shape);
+    if (plan.steps.empty()) {
       held.push_back(t);
       inputs.push_back(held.back().get());
       continue;
     }
-    absl::StatusOr<HostTensor> out =
-        RunRedistributePlan(*spec, *plan, (*mc)->coordinate, groups, t.get());
-    if (!out.ok()) return out.status();
-    moved.push_back(*std::move(out));
+    ASSIGN_OR_RETURN(HostTensor out,
+                     RunRedistributePlan(spec, plan, mc->coordinate, groups, t.get()));
+    moved.push_back(std::move(out));
     inputs.push_back(&moved.back());
   }
   if (!failure.ok()) return failure;
-  absl::StatusOr<HostTensor> result = kernels::RunLocalOp(*kernels_, *op, inputs, global_shapes);
-  if (!result.ok()) return result.status();
-  v1::LocalTensorInfo info = LocalInfo(r.output(), *result);
-  if (absl::Status st = store_->Put(r.output(), *std::move(result)); !st.ok()) return st;
+  ASSIGN_OR_RETURN(HostTensor result, kernels::RunLocalOp(*kernels_, op, inputs, global_shapes));
+  v1::LocalTensorInfo info = LocalInfo(r.output(), result);
+  RETURN_IF_ERROR(store_->Put(r.output(), std::move(result)));
   return info;
 }
 

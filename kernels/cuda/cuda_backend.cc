@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "kernels/cuda/cuda_launch.h"
 
 namespace tessera::kernels {
@@ -66,18 +67,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
         absl::StrCat("cuda:", ordinal, " requested but ", count, " CUDA device(s) are visible"));
   }
   const std::string name = absl::StrCat("cuda:", ordinal);
-  if (absl::Status s = CudaStatus(cudaSetDevice(ordinal), absl::StrCat(name, ": cudaSetDevice"),
-                                  absl::StatusCode::kFailedPrecondition);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), absl::StrCat(name, ": cudaSetDevice"),
+                             absl::StatusCode::kFailedPrecondition));
   cudaStream_t stream = nullptr;
-  if (absl::Status s = CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                                  absl::StrCat(name, ": cudaStreamCreate"),
-                                  absl::StatusCode::kFailedPrecondition);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                             absl::StrCat(name, ": cudaStreamCreate"),
+                             absl::StatusCode::kFailedPrecondition));
   cublasHandle_t cublas = nullptr;
   absl::Status s = CublasStatus(cublasCreate(&cublas), absl::StrCat(name, ": cublasCreate"));
   if (s.ok())
@@ -91,9 +86,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
 }
 
 absl::StatusOr<std::unique_ptr<KernelBackend>> MakeCudaBackend(int ordinal) {
-  absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(ordinal);
-  if (!backend.ok()) return backend.status();
-  return std::unique_ptr<KernelBackend>(std::move(*backend));
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(ordinal));
+  return std::unique_ptr<KernelBackend>(std::move(backend));
 }
 
 CudaBackend::~CudaBackend() {
@@ -109,12 +103,12 @@ absl::Status CudaBackend::UseDevice() const {
 }
 
 absl::Status CudaBackend::Synchronize() {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(UseDevice());
   return CudaStatus(cudaStreamSynchronize(stream_), absl::StrCat(device(), ": queued work failed"));
 }
 
 absl::StatusOr<std::byte*> CudaBackend::AllocateBytes(size_t nbytes) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(UseDevice());
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, nbytes);
   if (err != cudaSuccess) {
@@ -132,35 +126,27 @@ void CudaBackend::FreeBytes(std::byte* data) {
 }
 
 absl::Status CudaBackend::DoCopyFromHost(const std::byte* src, std::byte* dst, size_t nbytes) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
-  if (absl::Status s =
-          CudaStatus(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream_),
-                     absl::StrCat(device(), ": copy of ", nbytes, " bytes from host"));
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(UseDevice());
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream_),
+                             absl::StrCat(device(), ": copy of ", nbytes, " bytes from host")));
   return Synchronize();  // the caller may free `src` on return
 }
 
 absl::Status CudaBackend::DoCopyToHost(const std::byte* src, std::byte* dst, size_t nbytes) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
-  if (absl::Status s =
-          CudaStatus(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream_),
-                     absl::StrCat(device(), ": copy of ", nbytes, " bytes to host"));
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(UseDevice());
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream_),
+                             absl::StrCat(device(), ": copy of ", nbytes, " bytes to host")));
   return Synchronize();
 }
 
 absl::Status CudaBackend::DoCopy(const std::byte* src, std::byte* dst, size_t nbytes) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(UseDevice());
   return CudaStatus(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream_),
                     absl::StrCat(device(), ": device copy of ", nbytes, " bytes"));
 }
 
 absl::Status CudaBackend::DoGemm(const GemmArgs& g) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(UseDevice());
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   const cublasOperation_t op_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -191,8 +177,8 @@ absl::Status CudaBackend::DoGemm(const GemmArgs& g) {
 
 absl::Status CudaBackend::DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
                                    std::byte* out, const BroadcastLayout& layout) {
-  if (absl::Status s = RankLimit(BinaryOpName(op), layout.shape.size()); !s.ok()) return s;
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(RankLimit(BinaryOpName(op), layout.shape.size()));
+  RETURN_IF_ERROR(UseDevice());
   cuda::BroadcastIndexer ix;
   ix.rank = static_cast<int>(layout.shape.size());
   for (int d = 0; d < ix.rank; ++d) {
@@ -207,14 +193,14 @@ absl::Status CudaBackend::DoBinary(BinaryOp op, DType dtype, const std::byte* a,
 
 absl::Status CudaBackend::DoActivate(Activation f, DType dtype, const std::byte* x, std::byte* out,
                                      int64_t n) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(UseDevice());
   return CudaStatus(
       cuda::LaunchActivate(f, dtype, x, out, n, stream_),
       absl::StrCat(device(), ": ", ActivationName(f), " ", DTypeName(dtype), " launch"));
 }
 
 absl::Status CudaBackend::DoReduceAlongDim(const ReduceDimArgs& r) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(UseDevice());
   return CudaStatus(cuda::LaunchReduceAlongDim(ToDevice(r.op), r.dtype, r.x, r.out, r.outer, r.size,
                                                r.inner, stream_),
                     absl::StrCat(device(), ": ", ReduceOpName(r.op), " along a dim launch"));
@@ -222,21 +208,21 @@ absl::Status CudaBackend::DoReduceAlongDim(const ReduceDimArgs& r) {
 
 absl::Status CudaBackend::DoReduceInto(ReduceOp op, DType dtype, std::byte* acc,
                                        const std::byte* in, int64_t n) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(UseDevice());
   return CudaStatus(cuda::LaunchReduceInto(ToDevice(op), dtype, acc, in, n, stream_),
                     absl::StrCat(device(), ": reduce ", ReduceOpName(op), " launch"));
 }
 
 absl::Status CudaBackend::DoDivideInPlace(DType dtype, std::byte* data, int64_t n,
                                           int64_t divisor) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(UseDevice());
   return CudaStatus(cuda::LaunchDivideInPlace(dtype, data, n, divisor, stream_),
                     absl::StrCat(device(), ": divide launch"));
 }
 
 absl::Status CudaBackend::DoCast(DType from, const std::byte* src, DType to, std::byte* dst,
                                  int64_t n) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(UseDevice());
   return CudaStatus(
       cuda::LaunchCast(from, src, to, dst, n, stream_),
       absl::StrCat(device(), ": cast ", DTypeName(from), " to ", DTypeName(to), " launch"));
@@ -244,7 +230,7 @@ absl::Status CudaBackend::DoCast(DType from, const std::byte* src, DType to, std
 
 absl::Status CudaBackend::DoFill(std::byte* data, int64_t n, const std::byte* value,
                                  size_t element_size) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(UseDevice());
   uint64_t pattern = 0;
   std::memcpy(&pattern, value, element_size);
   return CudaStatus(cuda::LaunchFill(data, n, pattern, static_cast<int>(element_size), stream_),
@@ -252,8 +238,8 @@ absl::Status CudaBackend::DoFill(std::byte* data, int64_t n, const std::byte* va
 }
 
 absl::Status CudaBackend::DoRandomFill(const RandomFillArgs& args) {
-  if (absl::Status s = RankLimit("random fill", args.out.shape.size()); !s.ok()) return s;
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(RankLimit("random fill", args.out.shape.size()));
+  RETURN_IF_ERROR(UseDevice());
   cuda::ShardIndexer shard;
   shard.rank = args.out.rank();
   for (int d = 0; d < shard.rank; ++d) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 
 namespace tessera::comm {
 namespace {
@@ -87,12 +88,6 @@ int64_t Bytes(int64_t count, DType dtype) { return count * static_cast<int64_t>(
 
 }  // namespace
 
-// Returns the status of `expr` if it is not OK.
-#define RETURN_IF_ERROR(expr)                          \
-  do {                                                 \
-    if (absl::Status _s = (expr); !_s.ok()) return _s; \
-  } while (0)
-
 Communicator::Communicator(int rank, int size, absl::Duration timeout)
     : rank_(rank), size_(size), timeout_(timeout) {}
 
@@ -127,7 +122,7 @@ absl::Status Communicator::MarkBroken(absl::Status cause) {
 
 absl::Status Communicator::Begin(absl::string_view op, const Timeout& timeout,
                                  absl::Time* deadline) const {
-  if (absl::Status health = Health(); !health.ok()) return health;
+  RETURN_IF_ERROR(Health());
   const absl::Duration t = timeout.value_or(this->timeout());
   if (t <= absl::ZeroDuration() || t == absl::InfiniteDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(op, " on rank ", rank_, ": timeout ",

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/elementwise_reduce.h"
+#include "core/status_macros.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/alltoall.h"
@@ -163,7 +164,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   }
   gloo::transport::tcp::attr attr;
   if (options.interface.empty()) {
-    if (absl::Status s = CheckResolvable(options.hostname); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckResolvable(options.hostname));
     attr.hostname = options.hostname;
   } else {
     attr.iface = options.interface;
@@ -358,8 +359,7 @@ absl::Status GlooCommunicator::DoReduceScatter(const void* send, void* recv, int
   std::unique_ptr<std::byte[]> oversized;
   std::byte* scratch = Scratch(size() * block, oversized);
   // Block r of every rank goes to rank r, which reduces the blocks in rank order.
-  absl::Status status = DoAllToAll(send, scratch, count, dtype, deadline);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(DoAllToAll(send, scratch, count, dtype, deadline));
   std::memcpy(recv, scratch, static_cast<size_t>(block));
   for (int r = 1; r < size(); ++r) ReduceInto(op, dtype, recv, scratch + r * block, count);
   if (op == ReduceOp::kAvg) DivideInPlace(dtype, recv, count, size());

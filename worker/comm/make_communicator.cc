@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "core/status_macros.h"
 #include "worker/comm/gloo_communicator.h"
 #if TESSERA_COMM_WITH_NCCL
 #include "worker/comm/nccl_communicator.h"
@@ -30,9 +31,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(absl::string_view
     gloo_options.hostname = options.hostname;
     gloo_options.interface = options.interface;
     gloo_options.timeout = options.timeout;
-    auto comm = GlooCommunicator::Create(store, prefix, rank, size, gloo_options);
-    if (!comm.ok()) return comm.status();
-    return std::unique_ptr<Communicator>(std::move(*comm));
+    ASSIGN_OR_RETURN(auto comm, GlooCommunicator::Create(store, prefix, rank, size, gloo_options));
+    return std::unique_ptr<Communicator>(std::move(comm));
   }
   absl::string_view ordinal = device_type;
   if (absl::ConsumePrefix(&ordinal, "cuda")) {
@@ -46,9 +46,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(absl::string_view
     NcclCommunicatorOptions nccl_options;
     nccl_options.device = device;
     nccl_options.timeout = options.timeout;
-    auto comm = NcclCommunicator::Create(store, prefix, rank, size, nccl_options);
-    if (!comm.ok()) return comm.status();
-    return std::unique_ptr<Communicator>(std::move(*comm));
+    ASSIGN_OR_RETURN(auto comm, NcclCommunicator::Create(store, prefix, rank, size, nccl_options));
+    return std::unique_ptr<Communicator>(std::move(comm));
 #else
     return absl::FailedPreconditionError(absl::StrCat(
         "device type '", device_type, "' needs NCCL, but this build has no CUDA support"));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/elementwise_reduce.h"
+#include "core/status_macros.h"
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/rendezvous/store.h"
 #include "worker/comm/gloo_status.h"
@@ -318,13 +319,12 @@ absl::Status NcclCommunicator::Run(absl::string_view what, absl::Time deadline, 
 absl::Status NcclCommunicator::DivideOnHost(void* data, int64_t count, DType dtype,
                                             absl::Time deadline) {
   std::vector<std::byte> host(Bytes(count, dtype));
-  absl::Status s = Run("copy for the average", deadline, [&] {
+  RETURN_IF_ERROR(Run("copy for the average", deadline, [&] {
     return cudaMemcpyAsync(host.data(), data, host.size(), cudaMemcpyDeviceToHost, stream_) ==
                    cudaSuccess
                ? ncclSuccess
                : ncclUnhandledCudaError;
-  });
-  if (!s.ok()) return s;
+  }));
   DivideInPlace(dtype, host.data(), count, size());
   return Run("copy of the average", deadline, [&] {
     return cudaMemcpyAsync(data, host.data(), host.size(), cudaMemcpyHostToDevice, stream_) ==
