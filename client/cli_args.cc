@@ -22,7 +22,7 @@ std::vector<std::string> DimNames(const MeshShapeFlags& flags) {
 }
 
 absl::StatusOr<DeviceMesh> MakeMesh(const MeshShapeFlags& flags) {
-  TESSERA_ASSIGN(shape, ParseShape(flags.shape));
+  ASSIGN_OR_RETURN(auto shape, ParseShape(flags.shape));
   return DeviceMesh::Create(flags.device, shape, DimNames(flags));
 }
 

@@ -15,13 +15,7 @@
 #include "absl/status/statusor.h"
 #include "core/device_mesh.h"
 #include "core/redistribute_planner.h"
-
-// Declares `lhs` from an absl::StatusOr expression, returning its status from the enclosing
-// function if it failed.
-#define TESSERA_ASSIGN(lhs, expr)               \
-  auto lhs##_or = (expr);                       \
-  if (!lhs##_or.ok()) return lhs##_or.status(); \
-  auto lhs = *std::move(lhs##_or)
+#include "core/status_macros.h"
 
 namespace tessera::cli {
 

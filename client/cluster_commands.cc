@@ -122,9 +122,9 @@ struct MeshCreateFlags {
 };
 
 absl::Status RunMeshCreate(const MeshCreateFlags& f, std::ostream& out) {
-  TESSERA_ASSIGN(shape, ParseShape(f.mesh.shape));
-  TESSERA_ASSIGN(client, Connect(f.cluster));
-  TESSERA_ASSIGN(mesh, client->CreateMesh(f.name, f.mesh.device, shape, DimNames(f.mesh)));
+  ASSIGN_OR_RETURN(auto shape, ParseShape(f.mesh.shape));
+  ASSIGN_OR_RETURN(auto client, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto mesh, client->CreateMesh(f.name, f.mesh.device, shape, DimNames(f.mesh)));
   PrintMesh(mesh, out);
   return absl::OkStatus();
 }
@@ -134,8 +134,8 @@ struct MeshListFlags {
 };
 
 absl::Status RunMeshList(const MeshListFlags& f, std::ostream& out) {
-  TESSERA_ASSIGN(client, Connect(f.cluster));
-  TESSERA_ASSIGN(meshes, client->ListMeshes());
+  ASSIGN_OR_RETURN(auto client, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto meshes, client->ListMeshes());
   for (const v1::MeshInfo& m : meshes) PrintMesh(m, out);
   return absl::OkStatus();
 }
@@ -146,7 +146,7 @@ struct MeshDeleteFlags {
 };
 
 absl::Status RunMeshDelete(const MeshDeleteFlags& f, std::ostream&) {
-  TESSERA_ASSIGN(client, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto client, Connect(f.cluster));
   return client->DeleteMesh(f.name);
 }
 

@@ -31,11 +31,11 @@ struct LayoutFlags {
 };
 
 absl::Status RunLayout(const LayoutFlags& f, std::ostream& out) {
-  TESSERA_ASSIGN(mesh, MakeMesh(f.mesh));
-  TESSERA_ASSIGN(shape, ParseShape(f.shape));
-  TESSERA_ASSIGN(placements, ParsePlacements(f.placements));
-  TESSERA_ASSIGN(dtype, ParseDType(f.dtype));
-  TESSERA_ASSIGN(spec, MakeDTensorSpec(mesh, placements, shape, dtype));
+  ASSIGN_OR_RETURN(auto mesh, MakeMesh(f.mesh));
+  ASSIGN_OR_RETURN(auto shape, ParseShape(f.shape));
+  ASSIGN_OR_RETURN(auto placements, ParsePlacements(f.placements));
+  ASSIGN_OR_RETURN(auto dtype, ParseDType(f.dtype));
+  ASSIGN_OR_RETURN(auto spec, MakeDTensorSpec(mesh, placements, shape, dtype));
   out << VisualizeSharding(spec);
   return absl::OkStatus();
 }
@@ -50,14 +50,14 @@ struct PlanFlags {
 };
 
 absl::Status RunPlan(const PlanFlags& f, std::ostream& out) {
-  TESSERA_ASSIGN(mesh, MakeMesh(f.mesh));
-  TESSERA_ASSIGN(shape, ParseShape(f.shape));
-  TESSERA_ASSIGN(from, ParsePlacements(f.from));
-  TESSERA_ASSIGN(to, ParsePlacements(f.to));
-  TESSERA_ASSIGN(dtype, ParseDType(f.dtype));
-  TESSERA_ASSIGN(src, MakeDTensorSpec(mesh, from, shape, dtype));
-  TESSERA_ASSIGN(dst, MakeDTensorSpec(mesh, to, shape, dtype));
-  TESSERA_ASSIGN(plan, PlanRedistribute(src, dst.placements, PlannerNamed(f.planner)));
+  ASSIGN_OR_RETURN(auto mesh, MakeMesh(f.mesh));
+  ASSIGN_OR_RETURN(auto shape, ParseShape(f.shape));
+  ASSIGN_OR_RETURN(auto from, ParsePlacements(f.from));
+  ASSIGN_OR_RETURN(auto to, ParsePlacements(f.to));
+  ASSIGN_OR_RETURN(auto dtype, ParseDType(f.dtype));
+  ASSIGN_OR_RETURN(auto src, MakeDTensorSpec(mesh, from, shape, dtype));
+  ASSIGN_OR_RETURN(auto dst, MakeDTensorSpec(mesh, to, shape, dtype));
+  ASSIGN_OR_RETURN(auto plan, PlanRedistribute(src, dst.placements, PlannerNamed(f.planner)));
   out << "redistribute " << src.ToString() << "\n          -> " << PlacementsToString(to) << "\n"
       << plan.ToString();
   out << absl::StrFormat("total per rank: send %d B, recv %d B over %d step(s)\n",
@@ -66,17 +66,17 @@ absl::Status RunPlan(const PlanFlags& f, std::ostream& out) {
   // Check the plan on the simulated mesh: a full tensor, distributed, redistributed, compared.
   const HostTensor full = SmallIntegerTensor(dtype, shape, 1234);
   SimulatedMesh sim(mesh);
-  TESSERA_ASSIGN(shards, sim.Distribute(full, src));
-  TESSERA_ASSIGN(result, sim.Redistribute(src, plan, std::move(shards)));
+  ASSIGN_OR_RETURN(auto shards, sim.Distribute(full, src));
+  ASSIGN_OR_RETURN(auto result, sim.Redistribute(src, plan, std::move(shards)));
   const int64_t moved = *std::max_element(sim.bytes_received().begin(), sim.bytes_received().end());
   bool match = true;
   if (HasPartial(dst)) {
-    TESSERA_ASSIGN(back, sim.FullTensor(dst, std::move(result)));
+    ASSIGN_OR_RETURN(auto back, sim.FullTensor(dst, std::move(result)));
     match = back.BitEqual(full);
   } else {
     for (int64_t pos = 0; pos < mesh.size() && match; ++pos) {
       const LocalShard local = LocalShapeAndOffsetAt(dst, mesh.CoordinateOfIndex(pos));
-      TESSERA_ASSIGN(want, PackBlock(full, local.offset, local.shape));
+      ASSIGN_OR_RETURN(auto want, PackBlock(full, local.offset, local.shape));
       match = result[pos].BitEqual(want);
     }
   }
@@ -102,13 +102,13 @@ struct ShardFlags {
 
 absl::Status RunShard(const ShardFlags& f, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
-  TESSERA_ASSIGN(full, ReadTensorFile(f.input, f.tensor));
-  TESSERA_ASSIGN(mesh, MakeMesh(f.mesh));
-  TESSERA_ASSIGN(placements, ParsePlacements(f.placements));
+  ASSIGN_OR_RETURN(auto full, ReadTensorFile(f.input, f.tensor));
+  ASSIGN_OR_RETURN(auto mesh, MakeMesh(f.mesh));
+  ASSIGN_OR_RETURN(auto placements, ParsePlacements(f.placements));
   const std::string& dir = f.out;
-  TESSERA_ASSIGN(spec, MakeDTensorSpec(mesh, placements, full.shape(), full.dtype()));
+  ASSIGN_OR_RETURN(auto spec, MakeDTensorSpec(mesh, placements, full.shape(), full.dtype()));
   SimulatedMesh sim(mesh);
-  TESSERA_ASSIGN(shards, sim.Distribute(full, spec));
+  ASSIGN_OR_RETURN(auto shards, sim.Distribute(full, spec));
   if (absl::Status s = WriteShardedTensor(dir, f.name, ShardedTensor{spec, std::move(shards)});
       !s.ok()) {
     return s;
@@ -130,13 +130,14 @@ struct ReshardFlags {
 absl::Status RunReshard(const ReshardFlags& f, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
   const std::string& name = f.name;
-  TESSERA_ASSIGN(tensor, ReadShardedTensor(f.dir, name));
-  TESSERA_ASSIGN(to, ParsePlacements(f.to));
+  ASSIGN_OR_RETURN(auto tensor, ReadShardedTensor(f.dir, name));
+  ASSIGN_OR_RETURN(auto to, ParsePlacements(f.to));
   const std::string& dir = f.out;
-  TESSERA_ASSIGN(plan, PlanRedistribute(tensor.spec, to, PlannerNamed(f.planner)));
+  ASSIGN_OR_RETURN(auto plan, PlanRedistribute(tensor.spec, to, PlannerNamed(f.planner)));
   SimulatedMesh sim(tensor.spec.mesh);
-  TESSERA_ASSIGN(shards, sim.Redistribute(tensor.spec, plan, std::move(tensor.shards)));
-  TESSERA_ASSIGN(dst, MakeDTensorSpec(tensor.spec.mesh, to, tensor.spec.shape, tensor.spec.dtype));
+  ASSIGN_OR_RETURN(auto shards, sim.Redistribute(tensor.spec, plan, std::move(tensor.shards)));
+  ASSIGN_OR_RETURN(auto dst,
+                   MakeDTensorSpec(tensor.spec.mesh, to, tensor.spec.shape, tensor.spec.dtype));
   if (absl::Status s = WriteShardedTensor(dir, name, ShardedTensor{dst, std::move(shards)});
       !s.ok()) {
     return s;
@@ -155,10 +156,10 @@ struct UnshardFlags {
 
 absl::Status RunUnshard(const UnshardFlags& f, std::ostream& out) {
   const std::string& name = f.name;
-  TESSERA_ASSIGN(tensor, ReadShardedTensor(f.dir, name));
+  ASSIGN_OR_RETURN(auto tensor, ReadShardedTensor(f.dir, name));
   const std::string& path = f.out;
   SimulatedMesh sim(tensor.spec.mesh);
-  TESSERA_ASSIGN(full, sim.FullTensor(tensor.spec, std::move(tensor.shards)));
+  ASSIGN_OR_RETURN(auto full, sim.FullTensor(tensor.spec, std::move(tensor.shards)));
   if (absl::Status s = WriteTensorFile(path, name, std::move(full)); !s.ok()) return s;
   out << "wrote " << tensor.spec.ToString() << " as one tensor to " << path << "\n";
   return absl::OkStatus();

@@ -86,7 +86,7 @@ absl::StatusOr<v1::TensorInfo> Keep(client::DTensor t, bool async) {
   v1::TensorInfo info = t.info();
   if (!async) {
     if (absl::Status s = t.Synchronize(kWriteTimeout); !s.ok()) return s;
-    TESSERA_ASSIGN(fresh, t.Refresh());
+    ASSIGN_OR_RETURN(auto fresh, t.Refresh());
     info = std::move(fresh);
   }
   t.Detach();
@@ -112,17 +112,17 @@ struct PutFlags {
 };
 
 absl::Status Put(const PutFlags& f, std::ostream& out) {
-  TESSERA_ASSIGN(session, Connect(f.cluster));
-  TESSERA_ASSIGN(tensor, ReadTensorFile(f.file, f.tensor));
-  TESSERA_ASSIGN(mesh, client::GetMesh(*session, f.mesh));
-  TESSERA_ASSIGN(placements, ParsePlacements(f.placements));
+  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto tensor, ReadTensorFile(f.file, f.tensor));
+  ASSIGN_OR_RETURN(auto mesh, client::GetMesh(*session, f.mesh));
+  ASSIGN_OR_RETURN(auto placements, ParsePlacements(f.placements));
   client::DistributeOptions options;
   options.name = f.name;
   options.src_data_rank = f.src_rank;
   ProgressBar bar("put");
   options.progress = [&bar](int64_t done, int64_t total) { bar(done, total); };
-  TESSERA_ASSIGN(t, client::DistributeTensor(*session, tensor, mesh, placements, options));
-  TESSERA_ASSIGN(info, Keep(std::move(t), f.async));
+  ASSIGN_OR_RETURN(auto t, client::DistributeTensor(*session, tensor, mesh, placements, options));
+  ASSIGN_OR_RETURN(auto info, Keep(std::move(t), f.async));
   PrintSummary(info, out);
   return absl::OkStatus();
 }
@@ -135,15 +135,15 @@ struct GetFlags {
 };
 
 absl::Status Get(const GetFlags& f, std::ostream& out) {
-  TESSERA_ASSIGN(session, Connect(f.cluster));
-  TESSERA_ASSIGN(t, client::GetTensor(*session, f.name));
+  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto t, client::GetTensor(*session, f.name));
   HostTensor data;
   if (f.rank.has_value()) {
-    TESSERA_ASSIGN(local, t.ToLocal(*f.rank));
+    ASSIGN_OR_RETURN(auto local, t.ToLocal(*f.rank));
     data = std::move(local);
   } else {
     ProgressBar bar("get");
-    TESSERA_ASSIGN(full, t.FullTensor([&bar](int64_t d, int64_t n) { bar(d, n); }));
+    ASSIGN_OR_RETURN(auto full, t.FullTensor([&bar](int64_t d, int64_t n) { bar(d, n); }));
     data = std::move(full);
   }
   const std::string shape = ShapeToString(data.shape());
@@ -165,9 +165,9 @@ struct RedistributeFlags {
 };
 
 absl::Status Redistribute(const RedistributeFlags& f, std::ostream& out) {
-  TESSERA_ASSIGN(session, Connect(f.cluster));
-  TESSERA_ASSIGN(t, client::GetTensor(*session, f.name));
-  TESSERA_ASSIGN(placements, ParsePlacements(f.to));
+  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto t, client::GetTensor(*session, f.name));
+  ASSIGN_OR_RETURN(auto placements, ParsePlacements(f.to));
   v1::RedistributeRequest request;
   request.set_name(t.name());
   *request.mutable_placements() = ToProto(placements);
@@ -184,13 +184,13 @@ absl::Status Redistribute(const RedistributeFlags& f, std::ostream& out) {
   if (reply.cross_mesh()) {
     out << "moved across meshes: " << reply.relayed_bytes() << " bytes relayed\n";
   } else {
-    TESSERA_ASSIGN(plan, FromProto(reply.plan(), t.spec().mesh.ndim()));
+    ASSIGN_OR_RETURN(auto plan, FromProto(reply.plan(), t.spec().mesh.ndim()));
     out << (plan.steps.empty() ? "no collectives: the tensor is laid out so already\n"
                                : plan.ToString());
   }
   if (!reply.has_output()) return absl::OkStatus();
-  TESSERA_ASSIGN(info,
-                 Keep(client::DTensor::Adopt(session, reply.output(), /*owned=*/true), f.async));
+  ASSIGN_OR_RETURN(auto info,
+                   Keep(client::DTensor::Adopt(session, reply.output(), /*owned=*/true), f.async));
   PrintSummary(info, out);
   return absl::OkStatus();
 }
@@ -201,8 +201,8 @@ struct ShowFlags {
 };
 
 absl::Status Show(const ShowFlags& f, std::ostream& out) {
-  TESSERA_ASSIGN(session, Connect(f.cluster));
-  TESSERA_ASSIGN(t, client::GetTensor(*session, f.name));
+  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto t, client::GetTensor(*session, f.name));
   PrintSummary(t.info(), out);
   out << VisualizeSharding(t.spec());
   return absl::OkStatus();
@@ -214,7 +214,7 @@ struct ListFlags {
 };
 
 absl::Status List(const ListFlags& f, std::ostream& out) {
-  TESSERA_ASSIGN(session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
   v1::ListTensorsRequest request;
   request.set_mesh(f.mesh);
   grpc::ClientContext context;
@@ -234,9 +234,9 @@ struct RemoveFlags {
 };
 
 absl::Status Remove(const RemoveFlags& f, std::ostream& out) {
-  TESSERA_ASSIGN(session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
   for (const std::string& name : f.names) {
-    TESSERA_ASSIGN(t, client::GetTensor(*session, name));
+    ASSIGN_OR_RETURN(auto t, client::GetTensor(*session, name));
     if (absl::Status s = t.Free(); !s.ok()) return s;
     out << "removed " << t.name() << "\n";
   }
