@@ -51,10 +51,12 @@ std::string PlacementToString(const Placement& p);
 // "(S(0), R)".
 std::string PlacementsToString(std::span<const Placement> placements);
 
-// Parses one placement: "S(0)", "S0", "Shard(0)", "R", "Replicate()", "P", "P(max)",
-// "Partial(avg)".
+// Parses one placement in Tessera's or torch's spelling: "S(0)", "S0", "Shard(0)", "Shard(dim=0)",
+// "R", "Replicate()", "P", "P(max)", "Partial(avg)", "Partial('max')", "Partial(\"sum\")",
+// "Partial(reduce_op=\"sum\")". INVALID_ARGUMENT quoting the text otherwise.
 absl::StatusOr<Placement> ParsePlacement(absl::string_view text);
-// Parses a comma-separated list such as "S(0),R" or "(Shard(1), Partial(sum))".
+// Parses a comma-separated list such as "S(0),R", "(Shard(1), Partial(sum))" or
+// "[Shard(dim=0), Partial(reduce_op='sum')]".
 absl::StatusOr<std::vector<Placement>> ParsePlacements(absl::string_view text);
 
 }  // namespace tessera
