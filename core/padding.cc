@@ -17,13 +17,6 @@ int64_t Outer(const Shape& shape, int dim) {
   return outer;
 }
 
-// `shape` with k prepended.
-Shape Stacked(int64_t k, const Shape& shape) {
-  Shape out = {k};
-  out.insert(out.end(), shape.begin(), shape.end());
-  return out;
-}
-
 // Block q (of `block_shape`) of a [k, block...] buffer at `base`, cut to `sizes`, as a view.
 template <typename Byte>
 BasicStridedView<Byte> BlockCorner(Byte* base, DType dtype, int64_t q, const Shape& block_shape,
@@ -54,6 +47,21 @@ absl::Status CheckPiecesFit(const Shape& shape, int dim, int64_t k, const Shape&
 
 }  // namespace
 
+Shape BlocksShape(int64_t k, const Shape& block_shape) {
+  Shape out = {k};
+  out.insert(out.end(), block_shape.begin(), block_shape.end());
+  return out;
+}
+
+absl::StatusOr<const std::byte*> ChunkBlocksData(const HostTensor& t, int dim, int64_t k,
+                                                 const Shape& block_shape, HostTensor& padded) {
+  if (IsChunkBlocks(t.shape(), dim, k, block_shape)) return t.data();
+  absl::StatusOr<HostTensor> p = PadToChunks(t, dim, k, block_shape);
+  if (!p.ok()) return p.status();
+  padded = *std::move(p);
+  return std::as_const(padded).data();
+}
+
 bool IsChunkBlocks(const Shape& shape, int dim, int64_t k, const Shape& block_shape) {
   if (dim < 0 || dim >= static_cast<int>(shape.size()) || block_shape.size() != shape.size()) {
     return false;
@@ -73,13 +81,13 @@ absl::StatusOr<HostTensor> PadToChunks(const HostTensor& t, int dim, int64_t k,
   const int64_t n = t.shape()[dim];
   if (Outer(t.shape(), dim) == 1 && (n == 0 || ChunkSize(n, k) == block_shape[dim]) &&
       WithDimSize(t.shape(), dim, 0) == WithDimSize(block_shape, dim, 0)) {
-    absl::StatusOr<HostTensor> out = HostTensor::Uninitialized(dtype, Stacked(k, block_shape));
+    absl::StatusOr<HostTensor> out = HostTensor::Uninitialized(dtype, BlocksShape(k, block_shape));
     if (!out.ok()) return out.status();
     std::memcpy(out->data(), t.data(), t.nbytes());
     std::memset(out->data() + t.nbytes(), 0, out->nbytes() - t.nbytes());
     return out;
   }
-  absl::StatusOr<HostTensor> out = HostTensor::Zeros(dtype, Stacked(k, block_shape));
+  absl::StatusOr<HostTensor> out = HostTensor::Zeros(dtype, BlocksShape(k, block_shape));
   if (!out.ok()) return out.status();
   for (int64_t q = 0; q < k; ++q) {
     const ChunkRange r = ChunkOf(n, k, q);

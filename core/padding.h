@@ -30,6 +30,14 @@ absl::Status UnpadFromChunks(const HostTensor& blocks, int dim, HostTensor& out)
 // The same into a new tensor of `shape`.
 absl::StatusOr<HostTensor> UnpadFromChunks(const HostTensor& blocks, int dim, const Shape& shape);
 
+// The shape of k blocks of `block_shape` back to back: [k, block...].
+Shape BlocksShape(int64_t k, const Shape& block_shape);
+
+// `t`'s bytes as the k blocks PadToChunks makes: t's own when IsChunkBlocks holds (no copy), else
+// those of a padded copy left in `padded`. For the send buffer of a collective.
+absl::StatusOr<const std::byte*> ChunkBlocksData(const HostTensor& t, int dim, int64_t k,
+                                                 const Shape& block_shape, HostTensor& padded);
+
 // True if a contiguous tensor of `shape` already is, byte for byte, the k blocks of `block_shape`
 // that PadToChunks would make (no piece needs padding and the pieces are adjacent in memory), so a
 // collective can send it, or write into it, as it is.

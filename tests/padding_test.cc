@@ -89,6 +89,23 @@ TEST_P(PaddingTest, ChunkBlocksAreExactlyTheTensorsWhoseBytesStay) {
   EXPECT_EQ(IsChunkBlocks(t.shape(), c.dim, c.k, block_shape), same_bytes);
 }
 
+TEST_P(PaddingTest, ChunkBlocksDataCopiesOnlyWhenItMust) {
+  const Case& c = GetParam();
+  const HostTensor t = SmallIntegerTensor(c.dtype, c.shape, 7);
+  const Shape block_shape = BlockShape();
+  const HostTensor want = PadToChunks(t, c.dim, c.k, block_shape).value();
+  HostTensor padded;
+  absl::StatusOr<const std::byte*> data = ChunkBlocksData(t, c.dim, c.k, block_shape, padded);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(want.shape(), BlocksShape(c.k, block_shape));
+  if (IsChunkBlocks(t.shape(), c.dim, c.k, block_shape)) {
+    EXPECT_EQ(*data, t.data());
+  } else {
+    EXPECT_EQ(*data, padded.data());
+    EXPECT_TRUE(padded.BitEqual(want));
+  }
+}
+
 TEST_P(PaddingTest, DefaultBlockIsTheChunkSize) {
   const Case& c = GetParam();
   const HostTensor t = SmallIntegerTensor(c.dtype, c.shape, 6);
