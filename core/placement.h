@@ -37,6 +37,7 @@ struct Placement {
   bool is_shard(int d) const { return kind == Kind::kShard && dim == d; }
   bool is_replicate() const { return kind == Kind::kReplicate; }
   bool is_partial() const { return kind == Kind::kPartial; }
+  bool is_partial(ReduceOp o) const { return kind == Kind::kPartial && op == o; }
 
   friend bool operator==(const Placement& a, const Placement& b) {
     if (a.kind != b.kind) return false;

@@ -128,6 +128,19 @@ void SimulatedMesh::LocalPartition(const Group& group, ReduceOp op,
   }
 }
 
+absl::Status SimulatedMesh::LocalEmbed(const Group& group, int d, const Shape& after_shape,
+                                       std::vector<HostTensor>& shards) {
+  const int64_t k = static_cast<int64_t>(group.size());
+  for (int64_t q = 0; q < k; ++q) {
+    absl::StatusOr<HostTensor> out = HostTensor::Zeros(shards[group[q]].dtype(), after_shape);
+    if (!out.ok()) return out.status();
+    const ChunkRange r = ChunkOf(after_shape[d], k, q);
+    if (absl::Status s = PlaceAlong(shards[group[q]], d, r.offset, *out); !s.ok()) return s;
+    shards[group[q]] = *std::move(out);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SimulatedMesh::AllGather(const Group& group, int d, const Shape& after_shape,
                                       std::vector<HostTensor>& shards) {
   const int64_t k = static_cast<int64_t>(group.size());
@@ -244,6 +257,8 @@ absl::Status SimulatedMesh::RunOnGroup(const DTensorSpec& after, const Redistrib
     case Collective::kLocalPartition:
       LocalPartition(group, step.to.op, shards);
       return absl::OkStatus();
+    case Collective::kLocalEmbed:
+      return LocalEmbed(group, step.from.dim, after_shape, shards);
     case Collective::kAllGather:
       return AllGather(group, step.from.dim, after_shape, shards);
     case Collective::kAllReduce:

@@ -53,6 +53,9 @@ class SimulatedMesh {
   // chunk size on the wire (core/padding.h), and the bytes each rank moves are counted.
   absl::Status LocalChunk(const Group& group, int d, std::vector<HostTensor>& shards);
   void LocalPartition(const Group& group, ReduceOp op, std::vector<HostTensor>& shards);
+  // Shard(d) → Partial(sum): each shard written into zeros of `after_shape` at its chunk's offset.
+  absl::Status LocalEmbed(const Group& group, int d, const Shape& after_shape,
+                          std::vector<HostTensor>& shards);
   absl::Status AllGather(const Group& group, int d, const Shape& after_shape,
                          std::vector<HostTensor>& shards);
   absl::Status AllReduce(const Group& group, ReduceOp op, std::vector<HostTensor>& shards);

@@ -51,9 +51,7 @@ absl::Status CheckStep(const DTensorSpec& spec, const RedistributeStep& step,
                      " at coordinate ", ShapeToString(coordinate), " is not the shard of ",
                      spec.ToString(), ", which is ", DTypeName(spec.dtype), ShapeToString(want)));
   }
-  const bool local_step =
-      step.collective == Collective::kLocalChunk || step.collective == Collective::kLocalPartition;
-  if (local_step) return absl::OkStatus();
+  if (IsLocal(step.collective)) return absl::OkStatus();
   if (group == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(CollectiveName(step.collective), " on mesh dim ",
                                                    step.mesh_dim, " needs a communicator"));
@@ -144,6 +142,19 @@ absl::StatusOr<HostTensor> AllToAll(comm::Communicator& group, const HostTensor&
   return UnpadFromChunks(*received, i, out_shape);
 }
 
+// Shard(d) → Partial(sum): zeros of `full_shape` (the shard's shape after the step) holding
+// `local` at the offset of chunk `q` of k along d, so that the sum over the group is the unsharded
+// tensor. No traffic.
+absl::StatusOr<HostTensor> LocalEmbed(const HostTensor& local, int d, int64_t k, int64_t q,
+                                      const Shape& full_shape) {
+  absl::StatusOr<HostTensor> out = HostTensor::Zeros(local.dtype(), full_shape);
+  if (!out.ok()) return out.status();
+  if (absl::Status s = PlaceAlong(local, d, ChunkOf(full_shape[d], k, q).offset, *out); !s.ok()) {
+    return s;
+  }
+  return out;
+}
+
 // True for the steps that rewrite the shard in place rather than build a new one.
 bool UpdatesInPlace(Collective c) {
   return c == Collective::kLocalPartition || c == Collective::kAllReduce;
@@ -174,6 +185,9 @@ absl::StatusOr<HostTensor> RunToNewShard(const DTensorSpec& spec, const Redistri
       const ChunkRange r = ChunkOf(local.shape()[d], spec.mesh.size(m), coordinate[m]);
       return SliceAlong(local, d, r.offset, r.size);
     }
+    case Collective::kLocalEmbed:
+      return LocalEmbed(local, step.from.dim, spec.mesh.size(m), coordinate[m],
+                        LocalShapeAndOffsetAt(after, coordinate).shape);
     case Collective::kAllGather:
       return AllGather(*group, local, step.from.dim,
                        LocalShapeAndOffsetAt(after, coordinate).shape);
