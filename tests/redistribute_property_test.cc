@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/elementwise_reduce.h"
 #include "core/redistribute_planner.h"
 #include "core/simulated_mesh.h"
 #include "core/small_integer_tensor.h"
@@ -154,6 +155,49 @@ TEST_P(RedistributePropertyTest, EveryPairMatchesTheLayoutComputedFromTheFullTen
         ++checked;
       }
     }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// Partial's contract for distribute_tensor: reducing each Partial mesh dim (inner to outer, with
+// core's element-wise reductions, not the simulated collectives) gives every rank the shard of the
+// full tensor it would hold were those dims Replicate. How the value is split among the ranks
+// (Tessera: the value at coordinate 0 and the identity elsewhere, or the value everywhere;
+// torch: the value divided by the group size) is not part of it.
+TEST_P(RedistributePropertyTest, DistributeOntoPartialReducesToTheValue) {
+  const Case& c = GetParam();
+  const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh).value();
+  SimulatedMesh sim(mesh);
+  const HostTensor full = SmallIntegerTensor(c.dtype, c.tensor, 17);
+  const std::vector<int64_t> strides = ContiguousStrides(mesh.shape());
+  int checked = 0;
+  for (const auto& placements : AllPlacements(mesh.ndim(), static_cast<int>(c.tensor.size()))) {
+    const DTensorSpec spec = MakeDTensorSpec(mesh, placements, c.tensor, c.dtype).value();
+    if (!HasPartial(spec)) continue;
+    std::vector<HostTensor> shards = sim.Distribute(full, spec).value();
+    DTensorSpec reduced = spec;
+    for (int m = mesh.ndim() - 1; m >= 0; --m) {
+      if (!placements[m].is_partial()) continue;
+      const ReduceOp op = placements[m].op;
+      for (int64_t first = 0; first < mesh.size(); ++first) {
+        if (mesh.CoordinateOfIndex(first)[m] != 0) continue;
+        HostTensor acc = shards[first].Clone();
+        for (int64_t q = 1; q < mesh.size(m); ++q) {
+          const HostTensor& in = shards[first + q * strides[m]];
+          ReduceInto(op, c.dtype, acc.data(), in.data(), in.num_elements());
+        }
+        if (op == ReduceOp::kAvg)
+          DivideInPlace(c.dtype, acc.data(), acc.num_elements(), mesh.size(m));
+        for (int64_t q = 0; q < mesh.size(m); ++q) shards[first + q * strides[m]] = acc.Clone();
+      }
+      reduced.placements[m] = Placement::Replicate();
+    }
+    for (int64_t pos = 0; pos < mesh.size(); ++pos) {
+      const LocalShard local = LocalShapeAndOffsetAt(reduced, mesh.CoordinateOfIndex(pos));
+      EXPECT_TRUE(shards[pos].BitEqual(PackBlock(full, local.offset, local.shape).value()))
+          << spec.ToString() << ": rank position " << pos;
+    }
+    ++checked;
   }
   EXPECT_GT(checked, 0);
 }
