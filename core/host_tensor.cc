@@ -210,19 +210,6 @@ Shape WithDimSize(Shape shape, int dim, int64_t size) {
   return shape;
 }
 
-absl::StatusOr<HostTensor> PadTo(const HostTensor& t, Shape shape) {
-  if (shape.size() != t.shape().size()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot pad a tensor of shape ",
-                                                   ShapeToString(t.shape()), " to shape ",
-                                                   ShapeToString(shape)));
-  }
-  absl::StatusOr<HostTensor> out = HostTensor::Zeros(t.dtype(), std::move(shape));
-  if (!out.ok()) return out.status();
-  const std::vector<int64_t> origin(t.shape().size(), 0);
-  if (absl::Status s = UnpackBlock(t, origin, *out); !s.ok()) return s;
-  return out;
-}
-
 absl::StatusOr<HostTensor> SliceAlong(const HostTensor& t, int dim, int64_t start, int64_t length) {
   if (dim < 0 || dim >= t.rank()) {
     return absl::InvalidArgumentError(
