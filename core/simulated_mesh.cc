@@ -38,8 +38,8 @@ absl::StatusOr<std::vector<HostTensor>> SimulatedMesh::Distribute(const HostTens
     if (!shard.ok()) return shard.status();
     for (int m = 0; m < mesh_.ndim(); ++m) {
       const Placement& p = spec.placements[m];
-      if (p.is_partial() && coord[m] != 0 && PartitionUsesIdentity(p.op)) {
-        FillIdentity(p.op, spec.dtype, shard->data(), shard->num_elements());
+      if (p.is_partial()) {
+        PartitionValue(p.op, coord[m], spec.dtype, shard->data(), shard->num_elements());
       }
     }
     shards.push_back(*std::move(shard));
@@ -121,10 +121,9 @@ absl::Status SimulatedMesh::LocalChunk(const Group& group, int d, std::vector<Ho
 
 void SimulatedMesh::LocalPartition(const Group& group, ReduceOp op,
                                    std::vector<HostTensor>& shards) {
-  if (!PartitionUsesIdentity(op)) return;
-  for (size_t q = 1; q < group.size(); ++q) {
+  for (size_t q = 0; q < group.size(); ++q) {
     HostTensor& t = shards[group[q]];
-    FillIdentity(op, t.dtype(), t.data(), t.num_elements());
+    PartitionValue(op, static_cast<int64_t>(q), t.dtype(), t.data(), t.num_elements());
   }
 }
 

@@ -166,9 +166,8 @@ absl::Status RunInPlace(const RedistributeStep& step, absl::Span<const int64_t> 
   if (step.collective == Collective::kAllReduce) {
     return group->AllReduce(shard.data(), shard.num_elements(), shard.dtype(), step.from.op);
   }
-  if (coordinate[step.mesh_dim] != 0 && PartitionUsesIdentity(step.to.op)) {
-    FillIdentity(step.to.op, shard.dtype(), shard.data(), shard.num_elements());
-  }
+  PartitionValue(step.to.op, coordinate[step.mesh_dim], shard.dtype(), shard.data(),
+                 shard.num_elements());
   return absl::OkStatus();
 }
 
