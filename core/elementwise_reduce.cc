@@ -172,4 +172,8 @@ void FillIdentity(ReduceOp op, DType dtype, void* data, int64_t n) {
   });
 }
 
+void PartitionValue(ReduceOp op, int64_t coordinate, DType dtype, void* data, int64_t n) {
+  if (coordinate != 0 && PartitionUsesIdentity(op)) FillIdentity(op, dtype, data, n);
+}
+
 }  // namespace tessera

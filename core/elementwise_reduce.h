@@ -28,6 +28,12 @@ inline bool PartitionUsesIdentity(ReduceOp op) {
   return op == ReduceOp::kSum || op == ReduceOp::kProduct;
 }
 
+// Tessera's split of a value that every rank of a group holds into that rank's part of a
+// Partial(op) (Replicate → Partial, distribute_tensor): the rank at `coordinate` 0 keeps the `n`
+// elements; the others become op's identity (sum, product) or keep them too (avg, max, min).
+// Reducing the group's parts gives the value back exactly. (torch divides by the group size.)
+void PartitionValue(ReduceOp op, int64_t coordinate, DType dtype, void* data, int64_t n);
+
 }  // namespace tessera
 
 #endif  // TESSERA_CORE_ELEMENTWISE_REDUCE_H_

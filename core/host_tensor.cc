@@ -219,18 +219,6 @@ Shape WithDimSize(Shape shape, int dim, int64_t size) {
   return shape;
 }
 
-absl::StatusOr<HostTensor> PadTo(const HostTensor& t, Shape shape) {
-  if (shape.size() != t.shape().size()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot pad a tensor of shape ",
-                                                   ShapeToString(t.shape()), " to shape ",
-                                                   ShapeToString(shape)));
-  }
-  ASSIGN_OR_RETURN(HostTensor out, HostTensor::Zeros(t.dtype(), std::move(shape)));
-  const std::vector<int64_t> origin(t.shape().size(), 0);
-  RETURN_IF_ERROR(UnpackBlock(t, origin, out));
-  return out;
-}
-
 absl::StatusOr<HostTensor> SliceAlong(const HostTensor& t, int dim, int64_t start, int64_t length) {
   if (dim < 0 || dim >= t.rank()) {
     return absl::InvalidArgumentError(

@@ -125,10 +125,6 @@ absl::Status UnpackBlock(const HostTensor& block, std::span<const int64_t> offse
 // `shape` with dim `dim` resized to `size`.
 Shape WithDimSize(Shape shape, int dim, int64_t size);
 
-// `t` copied into the origin corner of a zero tensor of `shape`: padding up to a chunk size.
-// INVALID_ARGUMENT unless `shape` has t's rank and is at least t's size in every dim.
-absl::StatusOr<HostTensor> PadTo(const HostTensor& t, Shape shape);
-
 // Elements [start, start + length) of `t` along `dim`, as a new tensor. INVALID_ARGUMENT if the
 // range is not inside the tensor.
 absl::StatusOr<HostTensor> SliceAlong(const HostTensor& t, int dim, int64_t start, int64_t length);

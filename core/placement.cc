@@ -55,14 +55,49 @@ std::string PlacementsToString(std::span<const Placement> placements) {
                       ")");
 }
 
+namespace {
+
+absl::Status BadPlacement(absl::string_view text, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("placement '", text, "' ", why));
+}
+
+// The value of a call form's single argument: `arg` with an optional `keyword=` before it and, if
+// `quotes_allowed`, one pair of matching ' or " quotes around it removed (Python's spellings
+// Shard(dim=1), Partial("sum"), Partial(reduce_op='max')).
+absl::StatusOr<absl::string_view> ArgumentValue(absl::string_view text, absl::string_view arg,
+                                                absl::string_view keyword, bool quotes_allowed) {
+  absl::string_view value = arg;
+  if (size_t eq = arg.find('='); eq != absl::string_view::npos) {
+    const absl::string_view name = absl::StripAsciiWhitespace(arg.substr(0, eq));
+    if (name != keyword) {
+      return BadPlacement(text,
+                          absl::StrCat("has keyword '", name, "'; expected ", keyword, "=..."));
+    }
+    value = absl::StripAsciiWhitespace(arg.substr(eq + 1));
+    if (value.empty()) return BadPlacement(text, absl::StrCat("gives no value for ", keyword));
+  }
+  if (!value.empty() && (value.front() == '\'' || value.front() == '"')) {
+    if (!quotes_allowed) return BadPlacement(text, "needs an integer dim, not a string");
+    if (value.size() < 2 || value.back() != value.front()) {
+      return BadPlacement(text, "has an unbalanced quote");
+    }
+    value = value.substr(1, value.size() - 2);
+    if (value.empty()) return BadPlacement(text, "has an empty reduce op");
+  }
+  if (value.find_first_of("'\"=") != absl::string_view::npos) {
+    return BadPlacement(text, "has a stray quote or '='");
+  }
+  return value;
+}
+
+}  // namespace
+
 absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
   absl::string_view t = absl::StripAsciiWhitespace(text);
   absl::string_view arg;
   std::string head;
   if (size_t open = t.find('('); open != absl::string_view::npos) {
-    if (t.back() != ')') {
-      return absl::InvalidArgumentError(absl::StrCat("placement '", text, "' has no closing ')'"));
-    }
+    if (t.back() != ')') return BadPlacement(text, "has no closing ')'");
     head = absl::AsciiStrToLower(t.substr(0, open));
     arg = absl::StripAsciiWhitespace(t.substr(open + 1, t.size() - open - 2));
   } else {
@@ -72,21 +107,27 @@ absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
     arg = t.substr(digits);
   }
   if (head == "s" || head == "shard") {
+    absl::StatusOr<absl::string_view> value = ArgumentValue(text, arg, "dim", false);
+    if (!value.ok()) return value.status();
     int dim;
-    if (!absl::SimpleAtoi(arg, &dim)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("placement '", text, "' needs a shard dim, e.g. S(0)"));
+    if (!absl::SimpleAtoi(*value, &dim)) {
+      return BadPlacement(text, "needs a shard dim, e.g. S(0) or Shard(dim=0)");
     }
     return Placement::Shard(dim);
   }
   if ((head == "r" || head == "replicate") && arg.empty()) return Placement::Replicate();
   if (head == "p" || head == "partial") {
-    if (arg.empty()) return Placement::Partial(ReduceOp::kSum);
-    ASSIGN_OR_RETURN(ReduceOp op, ParseReduceOp(arg));
-    return Placement::Partial(op);
+    absl::StatusOr<absl::string_view> value = ArgumentValue(text, arg, "reduce_op", true);
+    if (!value.ok()) return value.status();
+    if (value->empty()) return Placement::Partial(ReduceOp::kSum);
+    absl::StatusOr<ReduceOp> op = ParseReduceOp(*value);
+    if (!op.ok()) return BadPlacement(text, absl::StrCat("has an ", op.status().message()));
+    return Placement::Partial(*op);
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown placement '", text, "'; expected S(dim), R or P(op), e.g. S(0), R, P(sum)"));
+      "unknown placement '", text,
+      "'; expected S(dim), R or P(op), e.g. S(0), R, P(sum), Shard(dim=0), Replicate(), "
+      "Partial(\"sum\")"));
 }
 
 namespace {
@@ -109,8 +150,14 @@ absl::StatusOr<std::vector<Placement>> ParsePlacements(absl::string_view text) {
   if (EnclosedBy(t, '(', ')') || EnclosedBy(t, '[', ']')) t = t.substr(1, t.size() - 2);
   std::vector<Placement> out;
   int depth = 0;
+  char quote = 0;  // the quote character of the string being read, or 0
   size_t start = 0;
   for (size_t i = 0; i <= t.size(); ++i) {
+    if (i < t.size() && quote != 0) {
+      if (t[i] == quote) quote = 0;
+      continue;
+    }
+    if (i < t.size() && (t[i] == '\'' || t[i] == '"')) quote = t[i];
     if (i < t.size() && t[i] == '(') ++depth;
     if (i < t.size() && t[i] == ')') --depth;
     if (i == t.size() || (t[i] == ',' && depth == 0)) {

@@ -37,6 +37,7 @@ struct Placement {
   bool is_shard(int d) const { return kind == Kind::kShard && dim == d; }
   bool is_replicate() const { return kind == Kind::kReplicate; }
   bool is_partial() const { return kind == Kind::kPartial; }
+  bool is_partial(ReduceOp o) const { return kind == Kind::kPartial && op == o; }
 
   friend bool operator==(const Placement& a, const Placement& b) {
     if (a.kind != b.kind) return false;
@@ -51,10 +52,12 @@ std::string PlacementToString(const Placement& p);
 // "(S(0), R)".
 std::string PlacementsToString(std::span<const Placement> placements);
 
-// Parses one placement: "S(0)", "S0", "Shard(0)", "R", "Replicate()", "P", "P(max)",
-// "Partial(avg)".
+// Parses one placement in Tessera's or torch's spelling: "S(0)", "S0", "Shard(0)", "Shard(dim=0)",
+// "R", "Replicate()", "P", "P(max)", "Partial(avg)", "Partial('max')", "Partial(\"sum\")",
+// "Partial(reduce_op=\"sum\")". INVALID_ARGUMENT quoting the text otherwise.
 absl::StatusOr<Placement> ParsePlacement(absl::string_view text);
-// Parses a comma-separated list such as "S(0),R" or "(Shard(1), Partial(sum))".
+// Parses a comma-separated list such as "S(0),R", "(Shard(1), Partial(sum))" or
+// "[Shard(dim=0), Partial(reduce_op='sum')]".
 absl::StatusOr<std::vector<Placement>> ParsePlacements(absl::string_view text);
 
 }  // namespace tessera

@@ -30,21 +30,25 @@ absl::StatusOr<Collective> CollectiveFor(const Placement& from, const Placement&
   if (from.is_partial() && to.is_replicate()) return Collective::kAllReduce;
   if (from.is_partial() && to.is_shard()) return Collective::kReduceScatter;
   if (from.is_shard() && to.is_shard()) return Collective::kAllToAll;
+  if (from.is_shard() && to.is_partial(ReduceOp::kSum)) return Collective::kLocalEmbed;
   if (from.is_shard() && to.is_partial()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("redistribute from ", PlacementToString(from), " to ", PlacementToString(to),
-                     " is not supported: a sharded tensor cannot become Partial (as in DTensor)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "redistribute from ", PlacementToString(from), " to ", PlacementToString(to),
+        " is not supported: a shard becomes only P(sum), its zeros adding nothing (DTensor "
+        "refuses Shard -> Partial for every reduce op); go through R for ",
+        PlacementToString(to)));
   }
   return absl::InvalidArgumentError(absl::StrCat("redistribute from ", PlacementToString(from),
                                                  " to ", PlacementToString(to),
                                                  " is not supported: Partial reduce ops differ"));
 }
 
-// Rejects a destination DTensor cannot reach: Shard → Partial or Partial(a) → Partial(b) on a dim.
+// Rejects a destination no step reaches: Shard → Partial(op other than sum), or Partial(a) →
+// Partial(b), on a mesh dim.
 absl::Status CheckSupported(std::span<const Placement> src, std::span<const Placement> dst) {
   for (size_t m = 0; m < src.size(); ++m) {
-    if (dst[m].is_partial() && !src[m].is_replicate() && src[m] != dst[m]) {
-      absl::Status s = CollectiveFor(src[m], dst[m]).status();
+    if (!dst[m].is_partial() || src[m] == dst[m]) continue;
+    if (absl::Status s = CollectiveFor(src[m], dst[m]).status(); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("mesh dim ", m, ": ", s.message()));
     }
   }
@@ -152,10 +156,9 @@ absl::StatusOr<RedistributePlan> PlanMinCost(const DTensorSpec& src,
         if (to.is_partial() && to != dst[m]) continue;
         absl::StatusOr<RedistributeStep> step = PlanStep(spec, m, to);
         if (!step.ok()) continue;
-        const bool local = step->collective == Collective::kLocalChunk ||
-                           step->collective == Collective::kLocalPartition;
         Node next{Cost{std::get<0>(node.cost) + step->recv_bytes,
-                       std::get<1>(node.cost) + (local ? 0 : 1), std::get<2>(node.cost) + 1},
+                       std::get<1>(node.cost) + (IsLocal(step->collective) ? 0 : 1),
+                       std::get<2>(node.cost) + 1},
                   node.placements, node.plan};
         next.placements[m] = to;
         next.plan.steps.push_back(*step);
@@ -188,8 +191,15 @@ absl::string_view CollectiveName(Collective c) {
       return "reduce_scatter";
     case Collective::kAllToAll:
       return "all_to_all";
+    case Collective::kLocalEmbed:
+      return "local_embed";
   }
   return "invalid";
+}
+
+bool IsLocal(Collective c) {
+  return c == Collective::kLocalChunk || c == Collective::kLocalPartition ||
+         c == Collective::kLocalEmbed;
 }
 
 int64_t RedistributePlan::total_send_bytes() const {
@@ -254,6 +264,7 @@ absl::StatusOr<RedistributeStep> PlanStep(const DTensorSpec& spec, int mesh_dim,
     switch (collective) {
       case Collective::kLocalChunk:
       case Collective::kLocalPartition:
+      case Collective::kLocalEmbed:
         break;
       case Collective::kAllGather:
         per_peer = ChunkSize(after[from.dim], k) * ProductExcept(after, from.dim);

@@ -22,10 +22,14 @@ enum class Collective : int {
   kAllReduce = 4,       // Partial → Replicate
   kReduceScatter = 5,   // Partial → Shard
   kAllToAll = 6,        // Shard(i) → Shard(j)
+  kLocalEmbed = 7,      // Shard → Partial(sum): each rank's shard in zeros of the unsharded shape
 };
 
 // "all_gather", "local_chunk", ...
 absl::string_view CollectiveName(Collective c);
+
+// True for the steps that move no data between ranks: local_chunk, local_partition, local_embed.
+bool IsLocal(Collective c);
 
 // One step of a plan: the placement of one mesh dim changes, by one collective run on every
 // process group of that mesh dim. Byte counts are per rank, the largest over all ranks, with
@@ -62,7 +66,7 @@ enum class PlannerKind {
 
 // Plans the steps from `src` to `dst_placements` (same mesh, shape, dtype). INVALID_ARGUMENT for
 // placements that do not fit the tensor or mesh, and for transitions that do not exist:
-// Shard → Partial, and Partial(op1) → Partial(op2) on one mesh dim.
+// Shard → Partial(op) for an op other than sum, and Partial(op1) → Partial(op2) on one mesh dim.
 absl::StatusOr<RedistributePlan> PlanRedistribute(const DTensorSpec& src,
                                                   absl::Span<const Placement> dst_placements,
                                                   PlannerKind kind = PlannerKind::kMinCost);

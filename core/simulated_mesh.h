@@ -39,9 +39,30 @@ class SimulatedMesh {
   void ResetTraffic();
 
  private:
-  // Runs one step on every process group of its mesh dim.
+  // The positions of one process group's ranks, by coordinate along its mesh dim.
+  using Group = std::vector<int64_t>;
+
+  // Runs one step on every process group of its mesh dim and checks the shapes it leaves.
   absl::Status RunStep(const DTensorSpec& spec, const RedistributeStep& step,
                        std::vector<HostTensor>& shards);
+  // Runs one step on one group; `after` is the spec the step makes.
+  absl::Status RunOnGroup(const DTensorSpec& after, const RedistributeStep& step,
+                          const Group& group, std::vector<HostTensor>& shards);
+
+  // The steps, one per collective, each on one group's shards. Uneven shards are padded to the
+  // chunk size on the wire (core/padding.h), and the bytes each rank moves are counted.
+  absl::Status LocalChunk(const Group& group, int d, std::vector<HostTensor>& shards);
+  void LocalPartition(const Group& group, ReduceOp op, std::vector<HostTensor>& shards);
+  // Shard(d) → Partial(sum): each shard written into zeros of `after_shape` at its chunk's offset.
+  absl::Status LocalEmbed(const Group& group, int d, const Shape& after_shape,
+                          std::vector<HostTensor>& shards);
+  absl::Status AllGather(const Group& group, int d, const Shape& after_shape,
+                         std::vector<HostTensor>& shards);
+  absl::Status AllReduce(const Group& group, ReduceOp op, std::vector<HostTensor>& shards);
+  absl::Status ReduceScatter(const Group& group, int d, ReduceOp op,
+                             std::vector<HostTensor>& shards);
+  absl::Status AllToAll(const Group& group, int i, int j, int64_t ni,
+                        std::vector<HostTensor>& shards);
   void Transfer(int64_t from, int64_t to, int64_t bytes);
 
   DeviceMesh mesh_;

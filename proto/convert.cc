@@ -19,6 +19,7 @@ static_assert(static_cast<int>(Collective::kAllGather) == v1::ALL_GATHER);
 static_assert(static_cast<int>(Collective::kAllReduce) == v1::ALL_REDUCE);
 static_assert(static_cast<int>(Collective::kReduceScatter) == v1::REDUCE_SCATTER);
 static_assert(static_cast<int>(Collective::kAllToAll) == v1::ALL_TO_ALL);
+static_assert(static_cast<int>(Collective::kLocalEmbed) == v1::LOCAL_EMBED);
 static_assert(static_cast<int>(DType::kFloat32) == v1::FLOAT32);
 static_assert(static_cast<int>(DType::kFloat64) == v1::FLOAT64);
 static_assert(static_cast<int>(DType::kFloat16) == v1::FLOAT16);
@@ -288,7 +289,7 @@ absl::StatusOr<RedistributePlan> FromProto(const v1::RedistributePlan& plan, int
       return absl::InvalidArgumentError(absl::StrCat("plan step on mesh dim ", s.mesh_dim(),
                                                      " of a mesh of ", mesh_ndim, " dims"));
     }
-    if (s.collective() < v1::LOCAL_CHUNK || s.collective() > v1::ALL_TO_ALL) {
+    if (s.collective() < v1::LOCAL_CHUNK || s.collective() > v1::LOCAL_EMBED) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan step has no valid collective (", s.collective(), ")"));
     }

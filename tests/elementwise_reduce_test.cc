@@ -437,6 +437,49 @@ TEST_P(FillIdentityTest, IsTheIdentityOfReduceInto) {
   });
 }
 
+// `v` rounded to an integer value (floating types; others are returned as they are).
+template <typename T>
+T Rounded(T v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return ToHalf(std::round(ToFloat(v)));
+  } else if constexpr (std::is_same_v<T, BF16>) {
+    return ToBF16(std::round(ToFloat(v)));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return std::round(v);
+  } else {
+    return v;
+  }
+}
+
+// Partial's contract: the group's parts of a value reduce to the value, bit for bit. For avg the
+// k copies' sum is rounded once, so the values are integers there (exact up to k * 20).
+TEST_P(FillIdentityTest, PartitionedPartsReduceToTheValue) {
+  const auto [dtype, op] = GetParam();
+  WithStorageType(dtype, [&, dtype = dtype, op = op](auto tag) {
+    using T = decltype(tag);
+    std::mt19937 rng(static_cast<uint32_t>(static_cast<int>(dtype) * 11 + static_cast<int>(op)));
+    const size_t n = 257;
+    std::vector<T> x = RandomValues<T>(n, rng, /*small=*/true);
+    if (op == ReduceOp::kAvg) {
+      for (T& v : x) v = Rounded(v);
+    }
+    for (int64_t k : {1, 2, 3, 5}) {
+      std::vector<T> acc = x;
+      PartitionValue(op, 0, dtype, acc.data(), static_cast<int64_t>(n));
+      for (int64_t q = 1; q < k; ++q) {
+        std::vector<T> part = x;
+        PartitionValue(op, q, dtype, part.data(), static_cast<int64_t>(n));
+        ReduceInto(op, dtype, acc.data(), part.data(), static_cast<int64_t>(n));
+      }
+      if (op == ReduceOp::kAvg) DivideInPlace(dtype, acc.data(), static_cast<int64_t>(n), k);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(SameValue(acc[i], x[i]))
+            << "k=" << k << ", " << i << ": " << Show(x[i]) << " became " << Show(acc[i]);
+      }
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypesAndOps, FillIdentityTest,
                          ::testing::Combine(::testing::ValuesIn(kAllDTypes),
                                             ::testing::ValuesIn(kAllReduceOps)),

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -90,20 +92,104 @@ TEST_P(ParsePlacementTest, Parses) {
   EXPECT_EQ(*p, GetParam().want) << "'" << GetParam().text << "' -> " << PlacementToString(*p);
 }
 
-INSTANTIATE_TEST_SUITE_P(Forms, ParsePlacementTest,
-                         ::testing::Values(ParseCase{"S(0)", S(0)}, ParseCase{"S0", S(0)},
-                                           ParseCase{"S1", S(1)}, ParseCase{"S12", S(12)},
-                                           ParseCase{"Shard(1)", S(1)}, ParseCase{"shard(2)", S(2)},
-                                           ParseCase{"S(-1)", S(-1)}, ParseCase{"S-1", S(-1)},
-                                           ParseCase{" S( 3 ) ", S(3)}, ParseCase{"R", kR},
-                                           ParseCase{"r", kR}, ParseCase{"Replicate()", kR},
-                                           ParseCase{"Replicate", kR}, ParseCase{"P", P()},
-                                           ParseCase{"P(sum)", P()},
-                                           ParseCase{"P(max)", P(ReduceOp::kMax)},
-                                           ParseCase{"P(min)", P(ReduceOp::kMin)},
-                                           ParseCase{"P(prod)", P(ReduceOp::kProduct)},
-                                           ParseCase{"Partial(avg)", P(ReduceOp::kAvg)},
-                                           ParseCase{"Partial()", P()}, ParseCase{"Partial", P()}));
+INSTANTIATE_TEST_SUITE_P(
+    Forms, ParsePlacementTest,
+    ::testing::Values(
+        ParseCase{"S(0)", S(0)}, ParseCase{"S0", S(0)}, ParseCase{"S1", S(1)},
+        ParseCase{"S12", S(12)}, ParseCase{"Shard(1)", S(1)}, ParseCase{"shard(2)", S(2)},
+        ParseCase{"S(-1)", S(-1)}, ParseCase{"S-1", S(-1)}, ParseCase{" S( 3 ) ", S(3)},
+        ParseCase{"R", kR}, ParseCase{"r", kR}, ParseCase{"Replicate()", kR},
+        ParseCase{"Replicate", kR}, ParseCase{"P", P()}, ParseCase{"P(sum)", P()},
+        ParseCase{"P(max)", P(ReduceOp::kMax)}, ParseCase{"P(min)", P(ReduceOp::kMin)},
+        ParseCase{"P(prod)", P(ReduceOp::kProduct)}, ParseCase{"Partial(avg)", P(ReduceOp::kAvg)},
+        ParseCase{"Partial()", P()}, ParseCase{"Partial", P()},
+        ParseCase{"Partial(reduce_op=prod)", P(ReduceOp::kProduct)}));
+
+// The ways a placement can be written: Tessera's short form and torch's spellings.
+enum class Spelling {
+  kShort,         // S(1), R, P(sum)
+  kLong,          // Shard(1), Replicate(), Partial(sum)
+  kKeyword,       // Shard(dim=1), Replicate(), Partial(reduce_op="sum")
+  kDoubleQuoted,  // Shard(1), Replicate(), Partial("sum")
+  kSingleQuoted,  // Shard(dim=1), Replicate(), Partial(reduce_op='sum')
+  kSpaced,        // Shard( dim = 1 ), Replicate( ), Partial( 'sum' )
+};
+
+std::string Spell(const Placement& p, Spelling s) {
+  if (s == Spelling::kShort) return PlacementToString(p);
+  const std::string op(ReduceOpName(p.op));
+  switch (p.kind) {
+    case Placement::Kind::kShard:
+      if (s == Spelling::kKeyword || s == Spelling::kSingleQuoted) {
+        return absl::StrCat("Shard(dim=", p.dim, ")");
+      }
+      return s == Spelling::kSpaced ? absl::StrCat("Shard( dim = ", p.dim, " )")
+                                    : absl::StrCat("Shard(", p.dim, ")");
+    case Placement::Kind::kReplicate:
+      return s == Spelling::kSpaced ? "Replicate( )" : "Replicate()";
+    case Placement::Kind::kPartial:
+      switch (s) {
+        case Spelling::kKeyword:
+          return absl::StrCat("Partial(reduce_op=\"", op, "\")");
+        case Spelling::kDoubleQuoted:
+          return absl::StrCat("Partial(\"", op, "\")");
+        case Spelling::kSingleQuoted:
+          return absl::StrCat("Partial(reduce_op='", op, "')");
+        case Spelling::kSpaced:
+          return absl::StrCat("Partial( '", op, "' )");
+        default:
+          return absl::StrCat("Partial(", op, ")");
+      }
+  }
+  return "?";
+}
+
+const Spelling kAllSpellings[] = {Spelling::kShort,        Spelling::kLong,
+                                  Spelling::kKeyword,      Spelling::kDoubleQuoted,
+                                  Spelling::kSingleQuoted, Spelling::kSpaced};
+
+const Placement kEveryPlacement[] = {S(0),
+                                     S(1),
+                                     S(-1),
+                                     kR,
+                                     P(ReduceOp::kSum),
+                                     P(ReduceOp::kAvg),
+                                     P(ReduceOp::kMax),
+                                     P(ReduceOp::kMin),
+                                     P(ReduceOp::kProduct)};
+
+class SpellingTest : public ::testing::TestWithParam<std::tuple<Placement, Spelling>> {};
+
+TEST_P(SpellingTest, ParsesToThePlacement) {
+  const auto& [placement, spelling] = GetParam();
+  const std::string text = Spell(placement, spelling);
+  absl::StatusOr<Placement> p = ParsePlacement(text);
+  ASSERT_TRUE(p.ok()) << "'" << text << "': " << p.status();
+  EXPECT_EQ(*p, placement) << "'" << text << "' -> " << PlacementToString(*p);
+}
+
+TEST_P(SpellingTest, ParsesInsideAList) {
+  const auto& [placement, spelling] = GetParam();
+  const std::string text =
+      absl::StrCat("[", Spell(placement, spelling), ", ", Spell(S(0), spelling), ", ",
+                   Spell(P(ReduceOp::kMax), spelling), "]");
+  absl::StatusOr<std::vector<Placement>> p = ParsePlacements(text);
+  ASSERT_TRUE(p.ok()) << "'" << text << "': " << p.status();
+  EXPECT_THAT(*p, ElementsAre(placement, S(0), P(ReduceOp::kMax))) << text;
+}
+
+INSTANTIATE_TEST_SUITE_P(Product, SpellingTest,
+                         ::testing::Combine(::testing::ValuesIn(kEveryPlacement),
+                                            ::testing::ValuesIn(kAllSpellings)),
+                         [](const auto& info) {
+                           std::string name = absl::StrCat(
+                               PlacementToString(std::get<0>(info.param)), "_",
+                               static_cast<int>(std::get<1>(info.param)), "_", info.index);
+                           for (char& c : name) {
+                             if (!absl::ascii_isalnum(c)) c = '_';
+                           }
+                           return name;
+                         });
 
 // Every placement's ToString form parses back to it.
 class PlacementRoundTripTest : public ::testing::TestWithParam<Placement> {};
@@ -128,10 +214,23 @@ TEST_P(ParsePlacementErrorTest, IsInvalidArgumentQuotingTheText) {
   EXPECT_THAT(p.status().message(), HasSubstr(GetParam()));
 }
 
-INSTANTIATE_TEST_SUITE_P(BadInput, ParsePlacementErrorTest,
-                         ::testing::Values("", "X", "X(0)", "S", "S()", "S(a)", "S(1.5)", "S(0",
-                                           "Shard(0)x", "R1", "R(0)", "Replicate(1)", "P(",
-                                           "Partial(sum", "5", "(0)", "S(0)(1)"));
+INSTANTIATE_TEST_SUITE_P(
+    BadInput, ParsePlacementErrorTest,
+    ::testing::Values("", "X", "X(0)", "S", "S()", "S(a)", "S(1.5)", "S(0", "Shard(0)x", "R1",
+                      "R(0)", "Replicate(1)", "P(", "Partial(sum", "5", "(0)", "S(0)(1)",
+                      "Shard(d=1)", "Shard(dim=)", "Shard(dim=x)", "Shard(\"1\")", "Shard('1')",
+                      "Partial(\"sum')", "Partial(\"\")", "Partial('sum",
+                      "Partial(reduce_op=\"mean\")", "Partial(op='sum')", "Partial(reduce_op=)",
+                      "Partial(\"su\"m\")", "Partial(sum=max)", "Replicate(dim=0)", "Shard(dim=1"));
+
+TEST(ParsePlacementTest, WrongKeywordNamesTheExpectedOne) {
+  absl::StatusOr<Placement> p = ParsePlacement("Partial(op='sum')");
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("reduce_op="));
+  p = ParsePlacement("Shard(d=1)");
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("dim="));
+}
 
 TEST(ParsePlacementTest, UnknownReduceOpNamesTheOp) {
   absl::StatusOr<Placement> p = ParsePlacement("P(mean)");

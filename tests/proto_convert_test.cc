@@ -515,3 +515,35 @@ TEST(PlanToProto, CarriesEveryStepAndTheTotals) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Every collective a plan step can name crosses the wire and back.
+class PlanStepCollectiveTest : public ::testing::TestWithParam<Collective> {};
+
+TEST_P(PlanStepCollectiveTest, RoundTrips) {
+  const RedistributeStep step{0, Placement::Shard(0), Placement::Partial(), GetParam(), 16, 16};
+  const v1::RedistributePlan msg = ToProto(RedistributePlan{{step}});
+  absl::StatusOr<RedistributePlan> back = FromProto(msg, 1);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->steps.size(), 1u);
+  EXPECT_EQ(back->steps[0].collective, GetParam());
+  EXPECT_EQ(CollectiveName(back->steps[0].collective), CollectiveName(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, PlanStepCollectiveTest,
+                         ::testing::Values(Collective::kLocalChunk, Collective::kLocalPartition,
+                                           Collective::kAllGather, Collective::kAllReduce,
+                                           Collective::kReduceScatter, Collective::kAllToAll,
+                                           Collective::kLocalEmbed),
+                         [](const auto& info) { return std::string(CollectiveName(info.param)); });
+
+TEST(PlanFromProto, UnknownCollectiveIsInvalidArgument) {
+  v1::RedistributePlan msg;
+  msg.add_steps()->set_collective(static_cast<v1::Collective>(8));
+  EXPECT_EQ(FromProto(msg, 1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera

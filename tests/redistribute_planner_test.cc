@@ -66,6 +66,10 @@ INSTANTIATE_TEST_SUITE_P(
         OneStepCase{"AllToAll", {4}, {8, 8}, {S(0)}, {S(1)}, Collective::kAllToAll, 48},
         OneStepCase{"LocalChunk", {4}, {8, 6}, {R}, {S(1)}, Collective::kLocalChunk, 0},
         OneStepCase{"LocalPartition", {4}, {8, 6}, {R}, {P}, Collective::kLocalPartition, 0},
+        // Shard -> Partial(sum) writes each shard into zeros where it is: no traffic.
+        OneStepCase{"LocalEmbed", {4}, {5, 6}, {S(0)}, {P}, Collective::kLocalEmbed, 0},
+        OneStepCase{
+            "InnerLocalEmbed", {2, 3}, {4, 7}, {S(0), S(1)}, {S(0), P}, Collective::kLocalEmbed, 0},
         // On a 2x2 mesh the inner S(1) -> S(2) works within the outer S(1) chunk: one step.
         OneStepCase{"NestedAllToAll",
                     {2, 2},
@@ -108,11 +112,40 @@ TEST(PlanRedistribute, MinCostNeverMovesMoreThanGreedy) {
             Plan(src, dst, PlannerKind::kGreedy).total_recv_bytes());
 }
 
-TEST(PlanRedistribute, ShardToPartialIsRefused) {
-  absl::StatusOr<RedistributePlan> plan = PlanRedistribute(Spec({4}, {S(0)}, {8, 8}), {P});
-  ASSERT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(plan.status().message(), HasSubstr("S(0)"));
-  EXPECT_THAT(plan.status().message(), HasSubstr("P(sum)"));
+TEST(PlanRedistribute, ShardToPartialOtherThanSumIsRefused) {
+  for (ReduceOp op : {ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProduct}) {
+    const Placement to = Placement::Partial(op);
+    for (PlannerKind kind : {PlannerKind::kGreedy, PlannerKind::kMinCost}) {
+      absl::StatusOr<RedistributePlan> plan =
+          PlanRedistribute(Spec({4}, {S(0)}, {8, 8}), {to}, kind);
+      ASSERT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << PlacementToString(to);
+      EXPECT_THAT(plan.status().message(), HasSubstr("S(0)"));
+      EXPECT_THAT(plan.status().message(), HasSubstr(PlacementToString(to)));
+    }
+    EXPECT_EQ(PlanStep(Spec({4}, {S(0)}, {8, 8}), 0, to).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(PlanStep, ShardToPartialSumRefusesADimAnInnerMeshDimShards) {
+  absl::StatusOr<RedistributeStep> step = PlanStep(Spec({2, 2}, {S(0), S(0)}, {8, 4}), 0, P);
+  ASSERT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(step.status().message(), HasSubstr("inner mesh dim 1 also shards tensor dim 0"));
+}
+
+TEST(PlanRedistribute, NestedShardToPartialSumGathersTheInnerDimFirst) {
+  // (S0, S0) -> (P, S0): the inner shard of dim 0 must be undone before the outer one becomes
+  // Partial, then redone.
+  for (PlannerKind kind : {PlannerKind::kGreedy, PlannerKind::kMinCost}) {
+    const RedistributePlan plan = Plan(Spec({2, 2}, {S(0), S(0)}, {8, 4}), {P, S(0)}, kind);
+    ASSERT_EQ(plan.steps.size(), 3u) << plan.ToString();
+    EXPECT_EQ(plan.steps[0].mesh_dim, 1);
+    EXPECT_EQ(plan.steps[0].collective, Collective::kAllGather);
+    EXPECT_EQ(plan.steps[1].mesh_dim, 0);
+    EXPECT_EQ(plan.steps[1].collective, Collective::kLocalEmbed);
+    EXPECT_EQ(plan.steps[2].mesh_dim, 1);
+    EXPECT_EQ(plan.steps[2].collective, Collective::kLocalChunk);
+  }
 }
 
 TEST(PlanRedistribute, PartialOpChangeIsRefused) {

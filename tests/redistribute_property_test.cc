@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/elementwise_reduce.h"
 #include "core/redistribute_planner.h"
 #include "core/simulated_mesh.h"
 #include "core/small_integer_tensor.h"
@@ -38,9 +39,12 @@ std::vector<std::vector<Placement>> AllPlacements(int ndim, int rank) {
   return testing::PlacementProduct(options, ndim);
 }
 
+// A mesh dim can become Partial(op) from Replicate, and Partial(sum) from a Shard too; a Partial
+// keeps its op.
 bool Supported(const std::vector<Placement>& src, const std::vector<Placement>& dst) {
   for (size_t m = 0; m < src.size(); ++m) {
-    if (dst[m].is_partial() && !src[m].is_replicate() && src[m] != dst[m]) return false;
+    if (!dst[m].is_partial() || src[m] == dst[m] || src[m].is_replicate()) continue;
+    if (!(src[m].is_shard() && dst[m].is_partial(ReduceOp::kSum))) return false;
   }
   return true;
 }
@@ -150,6 +154,102 @@ TEST_P(RedistributePropertyTest, EveryPairMatchesTheLayoutComputedFromTheFullTen
         }
         ++checked;
       }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// Partial's contract for distribute_tensor: reducing each Partial mesh dim (inner to outer, with
+// core's element-wise reductions, not the simulated collectives) gives every rank the shard of the
+// full tensor it would hold were those dims Replicate. How the value is split among the ranks
+// (Tessera: the value at coordinate 0 and the identity elsewhere, or the value everywhere;
+// torch: the value divided by the group size) is not part of it.
+TEST_P(RedistributePropertyTest, DistributeOntoPartialReducesToTheValue) {
+  const Case& c = GetParam();
+  const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh).value();
+  SimulatedMesh sim(mesh);
+  const HostTensor full = SmallIntegerTensor(c.dtype, c.tensor, 17);
+  const std::vector<int64_t> strides = ContiguousStrides(mesh.shape());
+  int checked = 0;
+  for (const auto& placements : AllPlacements(mesh.ndim(), static_cast<int>(c.tensor.size()))) {
+    const DTensorSpec spec = MakeDTensorSpec(mesh, placements, c.tensor, c.dtype).value();
+    if (!HasPartial(spec)) continue;
+    std::vector<HostTensor> shards = sim.Distribute(full, spec).value();
+    DTensorSpec reduced = spec;
+    for (int m = mesh.ndim() - 1; m >= 0; --m) {
+      if (!placements[m].is_partial()) continue;
+      const ReduceOp op = placements[m].op;
+      for (int64_t first = 0; first < mesh.size(); ++first) {
+        if (mesh.CoordinateOfIndex(first)[m] != 0) continue;
+        HostTensor acc = shards[first].Clone();
+        for (int64_t q = 1; q < mesh.size(m); ++q) {
+          const HostTensor& in = shards[first + q * strides[m]];
+          ReduceInto(op, c.dtype, acc.data(), in.data(), in.num_elements());
+        }
+        if (op == ReduceOp::kAvg)
+          DivideInPlace(c.dtype, acc.data(), acc.num_elements(), mesh.size(m));
+        for (int64_t q = 0; q < mesh.size(m); ++q) shards[first + q * strides[m]] = acc.Clone();
+      }
+      reduced.placements[m] = Placement::Replicate();
+    }
+    for (int64_t pos = 0; pos < mesh.size(); ++pos) {
+      const LocalShard local = LocalShapeAndOffsetAt(reduced, mesh.CoordinateOfIndex(pos));
+      EXPECT_TRUE(shards[pos].BitEqual(PackBlock(full, local.offset, local.shape).value()))
+          << spec.ToString() << ": rank position " << pos;
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// Shard(d) → Partial(sum) on one mesh dim, for every layout without Partial and every mesh dim
+// that shards: each rank holds zeros of its new local shape with its old shard at the old shard's
+// place (from the global offsets), and the reduction gives back the full tensor.
+TEST_P(RedistributePropertyTest, ShardToPartialSumHoldsEachShardInZeros) {
+  const Case& c = GetParam();
+  const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh).value();
+  SimulatedMesh sim(mesh);
+  const HostTensor full = SmallIntegerTensor(c.dtype, c.tensor, 13);
+  int checked = 0;
+  for (const auto& placements : AllPlacements(mesh.ndim(), static_cast<int>(c.tensor.size()))) {
+    const DTensorSpec src = MakeDTensorSpec(mesh, placements, c.tensor, c.dtype).value();
+    if (HasPartial(src)) continue;
+    for (int m = 0; m < mesh.ndim(); ++m) {
+      if (!placements[m].is_shard()) continue;
+      absl::StatusOr<RedistributeStep> step = PlanStep(src, m, Placement::Partial());
+      const std::string what = absl::StrCat(src.ToString(), ": mesh dim ", m, " -> P(sum)");
+      bool inner_shards_same_dim = false;
+      for (int inner = m + 1; inner < mesh.ndim(); ++inner) {
+        inner_shards_same_dim |= placements[inner].is_shard(placements[m].dim);
+      }
+      if (inner_shards_same_dim) {
+        EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument) << what;
+        continue;
+      }
+      ASSERT_TRUE(step.ok()) << what << ": " << step.status();
+      EXPECT_EQ(step->collective, Collective::kLocalEmbed) << what;
+      EXPECT_EQ(step->recv_bytes, 0) << what;
+      DTensorSpec dst = src;
+      dst.placements[m] = Placement::Partial();
+      sim.ResetTraffic();
+      absl::StatusOr<std::vector<HostTensor>> shards =
+          sim.Redistribute(src, RedistributePlan{{*step}}, sim.Distribute(full, src).value());
+      ASSERT_TRUE(shards.ok()) << what << ": " << shards.status();
+      for (int64_t pos = 0; pos < mesh.size(); ++pos) {
+        EXPECT_EQ(sim.bytes_sent()[pos], 0) << what;
+        const std::vector<int64_t> coord = mesh.CoordinateOfIndex(pos);
+        const LocalShard before = LocalShapeAndOffsetAt(src, coord);
+        const LocalShard after = LocalShapeAndOffsetAt(dst, coord);
+        HostTensor want = HostTensor::Zeros(c.dtype, after.shape).value();
+        std::vector<int64_t> at(before.offset.size());
+        for (size_t d = 0; d < at.size(); ++d) at[d] = before.offset[d] - after.offset[d];
+        ASSERT_TRUE(
+            UnpackBlock(PackBlock(full, before.offset, before.shape).value(), at, want).ok())
+            << what;
+        EXPECT_TRUE((*shards)[pos].BitEqual(want)) << what << ": rank position " << pos;
+      }
+      ExpectLayout(sim, full, dst, *std::move(shards), what);
+      ++checked;
     }
   }
   EXPECT_GT(checked, 0);

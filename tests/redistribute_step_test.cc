@@ -185,6 +185,7 @@ TEST_P(RedistributeStepTest, EveryStepPlanStepAcceptsMatchesTheSimulator) {
   const auto all = AllPlacements(mesh_.ndim(), rank);
   const auto options = AllPlacements(1, rank);
   int checked = 0;
+  int embeds = 0;  // Shard -> Partial(sum) steps among them
   for (const auto& placements : all) {
     const DTensorSpec src = Spec(placements);
     for (int m = 0; m < mesh_.ndim(); ++m) {
@@ -197,10 +198,12 @@ TEST_P(RedistributeStepTest, EveryStepPlanStepAcceptsMatchesTheSimulator) {
                          CollectiveName(step->collective), ")");
         ExpectMatchesSimulator(src, RedistributePlan{{*step}}, /*step_by_step=*/true, what);
         ++checked;
+        if (step->collective == Collective::kLocalEmbed) ++embeds;
       }
     }
   }
   EXPECT_GT(checked, 0);
+  EXPECT_GT(embeds, 0);
 }
 
 TEST_P(RedistributeStepTest, SampledPlansMatchTheSimulator) {
@@ -216,7 +219,7 @@ TEST_P(RedistributeStepTest, SampledPlansMatchTheSimulator) {
     const std::vector<Placement>& dst = all[pair % all.size()];
     const PlannerKind kind = pair % 2 == 0 ? PlannerKind::kMinCost : PlannerKind::kGreedy;
     absl::StatusOr<RedistributePlan> plan = PlanRedistribute(src, dst, kind);
-    if (!plan.ok()) continue;  // Shard → Partial and Partial(op1) → Partial(op2)
+    if (!plan.ok()) continue;  // Shard → Partial(not sum) and Partial(op1) → Partial(op2)
     const std::string what =
         absl::StrCat(src.ToString(), " -> ", PlacementsToString(dst), "\n", plan->ToString());
     ExpectMatchesSimulator(src, *plan, /*step_by_step=*/false, what);

@@ -3,28 +3,17 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
 #include "core/status_macros.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "proto/convert.h"
+#include "worker/collective_ops.h"
+#include "worker/collective_outputs.h"
 
 namespace tessera {
-namespace {
-
-// Elements of one row (dim 0 slice) of `shape`.
-int64_t RowElements(const Shape& shape) {
-  return NumElements(std::span<const int64_t>(shape).subspan(1));
-}
-
-Shape WithRows(Shape shape, int64_t rows) {
-  shape[0] = rows;
-  return shape;
-}
-
-}  // namespace
-
 CommandExecutor::CommandExecutor(int64_t worker_id, std::string device, ShardStore* store,
                                  gloo::rendezvous::Store* rendezvous, std::string collective_host)
     : worker_id_(worker_id),
@@ -131,137 +120,15 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
   if (c.input() == c.output() && (c.op() == v1::BROADCAST || c.op() == v1::ALL_REDUCE_OP)) {
     return RunInPlace(c, group);
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> input, store_->Get(c.input()));
-  const HostTensor& in = *input;
-  const DType dtype = in.dtype();
-  const int64_t k = group.size();
-  const int me = group.rank();
-  const int root = static_cast<int>(c.root());
-  absl::StatusOr<ReduceOp> op = FromProto(c.reduce_op());
-  const bool splits = c.op() == v1::ALL_GATHER_OP || c.op() == v1::GATHER ||
-                      c.op() == v1::SCATTER || c.op() == v1::REDUCE_SCATTER_OP ||
-                      c.op() == v1::ALL_TO_ALL_OP;
-  if (splits && in.rank() == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", c.input(), "' is a scalar; this collective works along dim 0"));
-  }
-  // A budget-checked buffer for the output; every use below overwrites all of it, so it is not
-  // zeroed first (that pass costs as much as a copy at large sizes).
-  auto output_of = [&](Shape shape) -> absl::StatusOr<HostTensor> {
-    RETURN_IF_ERROR(
-        store_->Reserve(NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype)), c.output()));
-    return HostTensor::Uninitialized(dtype, std::move(shape));
-  };
-  // The final output: the buffer of the tensor it replaces when that has the same size and no
-  // reader (a repeated collective then writes into memory it already touched, instead of faulting
-  // in fresh pages every time), else a new one. A failed collective loses the replaced tensor.
-  auto final_output = [&](Shape shape) -> absl::StatusOr<HostTensor> {
-    if (c.output() != c.input()) {
-      std::optional<HostTensor> reused = store_->TakeForReuse(
-          c.output(), dtype, static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype));
-      if (reused.has_value() && reused->Reshape(shape).ok()) return *std::move(reused);
-    }
-    return output_of(std::move(shape));
-  };
-  auto keep = [&](HostTensor out) -> absl::StatusOr<std::vector<v1::LocalTensorInfo>> {
-    v1::LocalTensorInfo info = LocalInfo(c.output(), out);
-    RETURN_IF_ERROR(store_->Put(c.output(), std::move(out)));
-    return std::vector<v1::LocalTensorInfo>{info};
-  };
-  const int64_t n0 = in.rank() > 0 ? in.shape()[0] : 1;
-  const int64_t row = in.rank() > 0 ? RowElements(in.shape()) : 1;
-  const int64_t c0 = ChunkSize(n0, k);
-  // `in` as k chunks of c0 rows, the layout the equal-block collectives send: `in` itself when
-  // its rows divide evenly, else a copy zero-padded to k * c0 rows, held in `padded`.
-  std::optional<HostTensor> padded;
-  auto equal_blocks = [&]() -> absl::StatusOr<const std::byte*> {
-    if (k * c0 == n0) return in.data();
-    ASSIGN_OR_RETURN(HostTensor p, output_of(WithRows(in.shape(), k * c0)));
-    std::memcpy(p.data(), in.data(), in.nbytes());
-    std::memset(p.data() + in.nbytes(), 0, p.nbytes() - in.nbytes());
-    padded = std::move(p);
-    return padded->data();
-  };
-
-  switch (c.op()) {
-    case v1::BROADCAST: {
-      ASSIGN_OR_RETURN(HostTensor out, final_output(in.shape()));
-      std::memcpy(out.data(), in.data(), in.nbytes());
-      RETURN_IF_ERROR(group.Broadcast(out.data(), out.num_elements(), dtype, root));
-      return keep(std::move(out));
-    }
-    case v1::ALL_REDUCE_OP:
-    case v1::REDUCE: {
-      if (!op.ok()) return op.status();
-      // A reduce's other ranks write no output: they work in a scratch buffer and leave any
-      // tensor of the output's name alone.
-      const bool writes = c.op() == v1::ALL_REDUCE_OP || me == root;
-      ASSIGN_OR_RETURN(HostTensor out, writes ? final_output(in.shape()) : output_of(in.shape()));
-      std::memcpy(out.data(), in.data(), in.nbytes());
-      RETURN_IF_ERROR(c.op() == v1::REDUCE
-                          ? group.Reduce(out.data(), out.num_elements(), dtype, *op, root)
-                          : group.AllReduce(out.data(), out.num_elements(), dtype, *op));
-      if (c.op() == v1::REDUCE && me != root) return std::vector<v1::LocalTensorInfo>{};
-      return keep(std::move(out));
-    }
-    case v1::ALL_GATHER_OP:
-    case v1::GATHER: {
-      const bool writes = c.op() == v1::ALL_GATHER_OP || me == root;
-      ASSIGN_OR_RETURN(HostTensor out, writes ? final_output(WithRows(in.shape(), k * n0))
-                                              : output_of(WithRows(in.shape(), k * n0)));
-      RETURN_IF_ERROR(c.op() == v1::GATHER
-                          ? group.Gather(in.data(), out.data(), in.num_elements(), dtype, root)
-                          : group.AllGather(in.data(), out.data(), in.num_elements(), dtype));
-      if (c.op() == v1::GATHER && me != root) return std::vector<v1::LocalTensorInfo>{};
-      return keep(std::move(out));
-    }
-    case v1::SCATTER:
-    case v1::REDUCE_SCATTER_OP: {
-      if (c.op() == v1::REDUCE_SCATTER_OP && !op.ok()) return op.status();
-      ASSIGN_OR_RETURN(const std::byte* send, equal_blocks());
-      ASSIGN_OR_RETURN(HostTensor recv, final_output(WithRows(in.shape(), c0)));
-      RETURN_IF_ERROR(c.op() == v1::SCATTER
-                          ? group.Scatter(send, recv.data(), c0 * row, dtype, root)
-                          : group.ReduceScatter(send, recv.data(), c0 * row, dtype, *op));
-      const ChunkRange mine = ChunkOf(n0, k, me);
-      if (mine.size == c0) return keep(std::move(recv));
-      ASSIGN_OR_RETURN(HostTensor out,
-                       HostTensor::FromBytes(
-                           dtype, WithRows(in.shape(), mine.size),
-                           {recv.data(), static_cast<size_t>(mine.size * row) * DTypeSize(dtype)}));
-      return keep(std::move(out));
-    }
-    case v1::ALL_TO_ALL_OP: {
-      ASSIGN_OR_RETURN(const std::byte* send, equal_blocks());
-      ASSIGN_OR_RETURN(HostTensor recv, final_output(WithRows(in.shape(), k * c0)));
-      RETURN_IF_ERROR(group.AllToAll(send, recv.data(), c0 * row, dtype));
-      // Every rank sent its chunk `me` of the same n0 rows: k blocks of ChunkOf(n0, k, me) rows,
-      // received as blocks of c0 rows; when the two agree the received buffer is the output.
-      const int64_t rows = ChunkOf(n0, k, me).size;
-      if (rows == c0) return keep(std::move(recv));
-      ASSIGN_OR_RETURN(HostTensor out, output_of(WithRows(in.shape(), k * rows)));
-      const size_t block = static_cast<size_t>(rows * row) * DTypeSize(dtype);
-      for (int64_t p = 0; p < k; ++p) {
-        std::memcpy(out.data() + p * block,
-                    recv.data() + static_cast<size_t>(p * c0 * row) * DTypeSize(dtype), block);
-      }
-      return keep(std::move(out));
-    }
-    case v1::SEND_RECV: {
-      const int peer = static_cast<int>(c.peer());
-      if (me == root) {
-        RETURN_IF_ERROR(group.Send(in.data(), in.num_elements(), dtype, peer, 0));
-        return std::vector<v1::LocalTensorInfo>{};
-      }
-      if (me != peer) return std::vector<v1::LocalTensorInfo>{};
-      ASSIGN_OR_RETURN(HostTensor out, output_of(in.shape()));
-      RETURN_IF_ERROR(group.Recv(out.data(), out.num_elements(), dtype, root, 0));
-      return keep(std::move(out));
-    }
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("collective op ", c.op(), " is not supported"));
-  }
+  absl::StatusOr<std::shared_ptr<const HostTensor>> input = store_->Get(c.input());
+  if (!input.ok()) return input.status();
+  CollectiveOutputs outputs(*store_, c.input(), c.output(), (*input)->dtype());
+  absl::StatusOr<CollectiveResult> out = RunCollectiveOp(c, group, **input, outputs);
+  if (!out.ok()) return out.status();
+  if (!out->has_value()) return std::vector<v1::LocalTensorInfo>{};
+  v1::LocalTensorInfo info = LocalInfo(c.output(), **out);
+  if (absl::Status s = store_->Put(c.output(), *std::move(*out)); !s.ok()) return s;
+  return std::vector<v1::LocalTensorInfo>{info};
 }
 
 absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunInPlace(

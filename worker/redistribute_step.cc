@@ -8,41 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
 #include "core/elementwise_reduce.h"
+#include "core/padding.h"
 #include "core/status_macros.h"
 
 namespace tessera {
 namespace {
-
-// The elements before `dim` of a contiguous tensor of `shape`: 1 when `dim` is its outermost
-// non-unit dim, so that consecutive slices along `dim` are consecutive in memory.
-int64_t Outer(const Shape& shape, int dim) {
-  int64_t outer = 1;
-  for (int d = 0; d < dim; ++d) outer *= shape[d];
-  return outer;
-}
-
-// The corner of size `sizes` of the contiguous tensor of `shape` starting at `data`, as a view.
-ConstStridedView Corner(const std::byte* data, DType dtype, const Shape& shape, Shape sizes) {
-  return {data, dtype, std::move(sizes), ContiguousStrides(shape)};
-}
-StridedView Corner(std::byte* data, DType dtype, const Shape& shape, Shape sizes) {
-  return {data, dtype, std::move(sizes), ContiguousStrides(shape)};
-}
-
-// Copies `src` into `dst` at `offset` along `dim`.
-absl::Status CopyInto(const ConstStridedView& src, int dim, int64_t offset, HostTensor& dst) {
-  std::vector<int64_t> offsets(dst.shape().size(), 0);
-  offsets[dim] = offset;
-  ASSIGN_OR_RETURN(StridedView target, dst.Block(offsets, src.shape));
-  CopyStrided(src, target);
-  return absl::OkStatus();
-}
-
-// A pointer `blocks` blocks of `block` elements past `data`.
-template <typename Byte>
-Byte* BlockAt(Byte* data, int64_t blocks, int64_t block, DType dtype) {
-  return data + blocks * block * static_cast<int64_t>(DTypeSize(dtype));
-}
 
 // Checks that `local` is this rank's shard of `spec` and that `step` is the step PlanStep makes
 // for it, with a group of the right size and rank for a collective step.
@@ -81,9 +51,7 @@ absl::Status CheckStep(const DTensorSpec& spec, const RedistributeStep& step,
                      " at coordinate ", ShapeToString(coordinate), " is not the shard of ",
                      spec.ToString(), ", which is ", DTypeName(spec.dtype), ShapeToString(want)));
   }
-  const bool local_step =
-      step.collective == Collective::kLocalChunk || step.collective == Collective::kLocalPartition;
-  if (local_step) return absl::OkStatus();
+  if (IsLocal(step.collective)) return absl::OkStatus();
   if (group == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(CollectiveName(step.collective), " on mesh dim ",
                                                    step.mesh_dim, " needs a communicator"));
@@ -101,107 +69,88 @@ absl::Status CheckStep(const DTensorSpec& spec, const RedistributeStep& step,
 // at its chunk's offset. `full_shape` is the shard's shape after the step.
 absl::StatusOr<HostTensor> AllGather(comm::Communicator& group, const HostTensor& local, int d,
                                      const Shape& full_shape) {
-  const DType dtype = local.dtype();
   const int64_t k = group.size();
-  const int64_t n = full_shape[d];
-  const int64_t c = ChunkSize(n, k);
-  const Shape block_shape = WithDimSize(full_shape, d, c);
-  const int64_t block = NumElements(block_shape);
+  const Shape block_shape = WithDimSize(full_shape, d, ChunkSize(full_shape[d], k));
   HostTensor padded;
-  const HostTensor* send = &local;
-  if (local.shape()[d] != c) {
-    ASSIGN_OR_RETURN(padded, PadTo(local, block_shape));
-    send = &padded;
+  absl::StatusOr<const std::byte*> send = ChunkBlocksData(local, d, 1, block_shape, padded);
+  if (!send.ok()) return send.status();
+  // The blocks are the output when they are adjacent and unpadded.
+  const bool direct = IsChunkBlocks(full_shape, d, k, block_shape);
+  absl::StatusOr<HostTensor> received =
+      HostTensor::Uninitialized(local.dtype(), direct ? full_shape : BlocksShape(k, block_shape));
+  if (!received.ok()) return received.status();
+  if (absl::Status s =
+          group.AllGather(*send, received->data(), NumElements(block_shape), local.dtype());
+      !s.ok()) {
+    return s;
   }
-  if (Outer(full_shape, d) == 1 && n == k * c) {  // the blocks are the output, in order
-    ASSIGN_OR_RETURN(HostTensor out, HostTensor::Uninitialized(dtype, full_shape));
-    RETURN_IF_ERROR(group.AllGather(send->data(), out.data(), block, dtype));
-    return out;
-  }
-  ASSIGN_OR_RETURN(HostTensor gathered, HostTensor::Uninitialized(dtype, {k * block}));
-  RETURN_IF_ERROR(group.AllGather(send->data(), gathered.data(), block, dtype));
-  ASSIGN_OR_RETURN(HostTensor out, HostTensor::Uninitialized(dtype, full_shape));
-  for (int64_t q = 0; q < k; ++q) {
-    const ChunkRange r = ChunkOf(n, k, q);
-    const ConstStridedView rows = Corner(BlockAt(std::as_const(gathered).data(), q, block, dtype),
-                                         dtype, block_shape, WithDimSize(block_shape, d, r.size));
-    RETURN_IF_ERROR(CopyInto(rows, d, r.offset, out));
-  }
-  return out;
+  if (direct) return received;
+  return UnpadFromChunks(*received, d, full_shape);
 }
 
 // Partial(op) → Shard(d): reduce_scatter of k blocks of c slices along d (padded with zeros), each
 // rank keeping its chunk's rows of the reduced block.
 absl::StatusOr<HostTensor> ReduceScatter(comm::Communicator& group, const HostTensor& local, int d,
                                          ReduceOp op) {
-  const DType dtype = local.dtype();
   const Shape& shape = local.shape();
   const int64_t k = group.size();
-  const int64_t n = shape[d];
-  const int64_t c = ChunkSize(n, k);
-  const Shape block_shape = WithDimSize(shape, d, c);
-  const int64_t block = NumElements(block_shape);
-  HostTensor packed;
-  const std::byte* send = local.data();
-  if (Outer(shape, d) != 1 || n != k * c) {
-    ASSIGN_OR_RETURN(packed, HostTensor::Zeros(dtype, {k * block}));
-    for (int64_t j = 0; j < k; ++j) {
-      const ChunkRange r = ChunkOf(n, k, j);
-      ASSIGN_OR_RETURN(ConstStridedView rows, local.Narrow(d, r.offset, r.size));
-      CopyStrided(rows, Corner(BlockAt(packed.data(), j, block, dtype), dtype, block_shape,
-                               WithDimSize(block_shape, d, r.size)));
-    }
-    send = packed.data();
+  const Shape block_shape = WithDimSize(shape, d, ChunkSize(shape[d], k));
+  HostTensor padded;
+  absl::StatusOr<const std::byte*> send = ChunkBlocksData(local, d, k, block_shape, padded);
+  if (!send.ok()) return send.status();
+  absl::StatusOr<HostTensor> reduced =
+      HostTensor::Uninitialized(local.dtype(), BlocksShape(1, block_shape));
+  if (!reduced.ok()) return reduced.status();
+  if (absl::Status s =
+          group.ReduceScatter(*send, reduced->data(), NumElements(block_shape), local.dtype(), op);
+      !s.ok()) {
+    return s;
   }
-  ASSIGN_OR_RETURN(HostTensor reduced, HostTensor::Uninitialized(dtype, block_shape));
-  RETURN_IF_ERROR(group.ReduceScatter(send, reduced.data(), block, dtype, op));
-  const int64_t keep = ChunkOf(n, k, group.rank()).size;
-  if (keep == c) return reduced;
-  return SliceAlong(reduced, d, 0, keep);
+  const Shape mine = WithDimSize(shape, d, ChunkOf(shape[d], k, group.rank()).size);
+  if (mine == block_shape) {
+    if (absl::Status s = reduced->Reshape(mine); !s.ok()) return s;
+    return reduced;
+  }
+  return UnpadFromChunks(*reduced, d, mine);
 }
 
 // Shard(i) → Shard(j): all_to_all of k blocks (block q: slice q along j, padded to c_i along i and
 // c_j along j), then each peer's block placed at its chunk's offset along i.
 absl::StatusOr<HostTensor> AllToAll(comm::Communicator& group, const HostTensor& local, int i,
                                     int j, int64_t ni) {
-  const DType dtype = local.dtype();
   const Shape& shape = local.shape();
   const int64_t k = group.size();
   const int64_t nj = shape[j];
-  const int64_t ci = ChunkSize(ni, k);
-  const int64_t cj = ChunkSize(nj, k);
-  const Shape block_shape = WithDimSize(WithDimSize(shape, i, ci), j, cj);
-  const int64_t block = NumElements(block_shape);
-
-  HostTensor packed;
-  const std::byte* send = local.data();
-  if (shape[i] != ci || nj != k * cj || Outer(shape, j) != 1) {
-    ASSIGN_OR_RETURN(packed, HostTensor::Zeros(dtype, {k * block}));
-    for (int64_t q = 0; q < k; ++q) {
-      const ChunkRange r = ChunkOf(nj, k, q);
-      ASSIGN_OR_RETURN(ConstStridedView part, local.Narrow(j, r.offset, r.size));
-      CopyStrided(part, Corner(BlockAt(packed.data(), q, block, dtype), dtype, block_shape,
-                               WithDimSize(shape, j, r.size)));
-    }
-    send = packed.data();
+  const Shape block_shape =
+      WithDimSize(WithDimSize(shape, i, ChunkSize(ni, k)), j, ChunkSize(nj, k));
+  HostTensor padded;
+  absl::StatusOr<const std::byte*> send = ChunkBlocksData(local, j, k, block_shape, padded);
+  if (!send.ok()) return send.status();
+  const Shape out_shape =
+      WithDimSize(WithDimSize(shape, i, ni), j, ChunkOf(nj, k, group.rank()).size);
+  // The blocks are the output when they are adjacent and unpadded.
+  const bool direct = IsChunkBlocks(out_shape, i, k, block_shape);
+  absl::StatusOr<HostTensor> received =
+      HostTensor::Uninitialized(local.dtype(), direct ? out_shape : BlocksShape(k, block_shape));
+  if (!received.ok()) return received.status();
+  if (absl::Status s =
+          group.AllToAll(*send, received->data(), NumElements(block_shape), local.dtype());
+      !s.ok()) {
+    return s;
   }
+  if (direct) return received;
+  return UnpadFromChunks(*received, i, out_shape);
+}
 
-  const ChunkRange mine = ChunkOf(nj, k, group.rank());
-  const Shape out_shape = WithDimSize(WithDimSize(shape, i, ni), j, mine.size);
-  if (Outer(out_shape, i) == 1 && ni == k * ci && mine.size == cj) {  // blocks are the output
-    ASSIGN_OR_RETURN(HostTensor out, HostTensor::Uninitialized(dtype, out_shape));
-    RETURN_IF_ERROR(group.AllToAll(send, out.data(), block, dtype));
-    return out;
-  }
-  ASSIGN_OR_RETURN(HostTensor received, HostTensor::Uninitialized(dtype, {k * block}));
-  RETURN_IF_ERROR(group.AllToAll(send, received.data(), block, dtype));
-  ASSIGN_OR_RETURN(HostTensor out, HostTensor::Uninitialized(dtype, out_shape));
-  for (int64_t p = 0; p < k; ++p) {
-    const ChunkRange r = ChunkOf(ni, k, p);
-    const ConstStridedView kept =
-        Corner(BlockAt(std::as_const(received).data(), p, block, dtype), dtype, block_shape,
-               WithDimSize(WithDimSize(block_shape, i, r.size), j, mine.size));
-    RETURN_IF_ERROR(CopyInto(kept, i, r.offset, out));
+// Shard(d) → Partial(sum): zeros of `full_shape` (the shard's shape after the step) holding
+// `local` at the offset of chunk `q` of k along d, so that the sum over the group is the unsharded
+// tensor. No traffic.
+absl::StatusOr<HostTensor> LocalEmbed(const HostTensor& local, int d, int64_t k, int64_t q,
+                                      const Shape& full_shape) {
+  absl::StatusOr<HostTensor> out = HostTensor::Zeros(local.dtype(), full_shape);
+  if (!out.ok()) return out.status();
+  if (absl::Status s = PlaceAlong(local, d, ChunkOf(full_shape[d], k, q).offset, *out); !s.ok()) {
+    return s;
   }
   return out;
 }
@@ -217,9 +166,8 @@ absl::Status RunInPlace(const RedistributeStep& step, absl::Span<const int64_t> 
   if (step.collective == Collective::kAllReduce) {
     return group->AllReduce(shard.data(), shard.num_elements(), shard.dtype(), step.from.op);
   }
-  if (coordinate[step.mesh_dim] != 0 && PartitionUsesIdentity(step.to.op)) {
-    FillIdentity(step.to.op, shard.dtype(), shard.data(), shard.num_elements());
-  }
+  PartitionValue(step.to.op, coordinate[step.mesh_dim], shard.dtype(), shard.data(),
+                 shard.num_elements());
   return absl::OkStatus();
 }
 
@@ -236,6 +184,9 @@ absl::StatusOr<HostTensor> RunToNewShard(const DTensorSpec& spec, const Redistri
       const ChunkRange r = ChunkOf(local.shape()[d], spec.mesh.size(m), coordinate[m]);
       return SliceAlong(local, d, r.offset, r.size);
     }
+    case Collective::kLocalEmbed:
+      return LocalEmbed(local, step.from.dim, spec.mesh.size(m), coordinate[m],
+                        LocalShapeAndOffsetAt(after, coordinate).shape);
     case Collective::kAllGather:
       return AllGather(*group, local, step.from.dim,
                        LocalShapeAndOffsetAt(after, coordinate).shape);

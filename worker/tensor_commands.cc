@@ -17,14 +17,14 @@
 namespace tessera {
 namespace {
 
-// Makes this rank's shard of a Partial(sum or product) mesh dim hold the identity off coordinate
-// 0, the layout distribute_tensor gives (core's SimulatedMesh::Distribute).
+// Makes this rank's copy of the value its part on every Partial mesh dim (core's PartitionValue),
+// the layout distribute_tensor gives (core's SimulatedMesh::Distribute).
 void PartitionPartials(const DTensorSpec& spec, std::span<const int64_t> coordinate,
                        HostTensor& shard) {
   for (int m = 0; m < spec.mesh.ndim(); ++m) {
     const Placement& p = spec.placements[m];
-    if (p.is_partial() && coordinate[m] != 0 && PartitionUsesIdentity(p.op)) {
-      FillIdentity(p.op, spec.dtype, shard.data(), shard.num_elements());
+    if (p.is_partial()) {
+      PartitionValue(p.op, coordinate[m], spec.dtype, shard.data(), shard.num_elements());
     }
   }
 }

@@ -1,0 +1,33 @@
+#include "worker/collective_outputs.h"
+
+#include <optional>
+#include <utility>
+
+namespace tessera {
+
+CollectiveOutputs::CollectiveOutputs(ShardStore& store, std::string input, std::string output,
+                                     DType dtype)
+    : store_(store), input_(std::move(input)), output_(std::move(output)), dtype_(dtype) {}
+
+absl::Status CollectiveOutputs::Reserve(int64_t bytes) const {
+  return store_.Reserve(bytes, output_);
+}
+
+absl::StatusOr<HostTensor> CollectiveOutputs::Scratch(Shape shape) const {
+  if (absl::Status s = Reserve(NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype_)));
+      !s.ok()) {
+    return s;
+  }
+  return HostTensor::Uninitialized(dtype_, std::move(shape));
+}
+
+absl::StatusOr<HostTensor> CollectiveOutputs::Final(Shape shape) {
+  if (output_ != input_) {
+    std::optional<HostTensor> reused = store_.TakeForReuse(
+        output_, dtype_, static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype_));
+    if (reused.has_value() && reused->Reshape(shape).ok()) return *std::move(reused);
+  }
+  return Scratch(std::move(shape));
+}
+
+}  // namespace tessera

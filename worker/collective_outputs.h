@@ -1,0 +1,39 @@
+#ifndef TESSERA_WORKER_COLLECTIVE_OUTPUTS_H_
+#define TESSERA_WORKER_COLLECTIVE_OUTPUTS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/host_tensor.h"
+#include "worker/shard_store.h"
+
+namespace tessera {
+
+// The buffer rules of one RunCollective command: every buffer it allocates is counted against the
+// store's budget as replacing its output tensor, and its output may reuse that tensor's buffer.
+class CollectiveOutputs {
+ public:
+  CollectiveOutputs(ShardStore& store, std::string input, std::string output, DType dtype);
+
+  // RESOURCE_EXHAUSTED unless `bytes` more fit in the budget once the output is replaced.
+  absl::Status Reserve(int64_t bytes) const;
+  // A budget-checked buffer of `shape`. Its contents are uninitialized: every use overwrites all
+  // of it, and zeroing first costs as much as a copy at large sizes.
+  absl::StatusOr<HostTensor> Scratch(Shape shape) const;
+  // The output's buffer: that of the tensor it replaces when it has the same size and no reader (a
+  // repeated collective then writes into memory it already touched, instead of faulting in fresh
+  // pages every time), else Scratch. A failed collective loses the replaced tensor.
+  absl::StatusOr<HostTensor> Final(Shape shape);
+
+ private:
+  ShardStore& store_;
+  const std::string input_;
+  const std::string output_;
+  const DType dtype_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_COLLECTIVE_OUTPUTS_H_
