@@ -9,7 +9,7 @@ namespace tessera {
 absl::Status CommandSequencer::Acquire(int64_t sequence, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   while (true) {
-    if (sequence < next_) {
+    if (sequence < next_ || released_.count(sequence) > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "command sequence ", sequence, " already ran or was skipped (next is ", next_, ")"));
     }
@@ -21,7 +21,7 @@ absl::Status CommandSequencer::Acquire(int64_t sequence, absl::Time deadline) {
     const absl::Time gap_expires = progress_ + gap_timeout_;
     const absl::Time wake = std::min(deadline, gap_expires);
     auto ready = [this, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return sequence < next_ || (sequence == next_ && !running_);
+      return sequence < next_ || released_.count(sequence) > 0 || (sequence == next_ && !running_);
     };
     if (mu_.AwaitWithDeadline(absl::Condition(&ready), wake)) continue;
     const absl::Time now = absl::Now();
@@ -42,7 +42,25 @@ void CommandSequencer::Done(int64_t sequence) {
   if (sequence == next_) {
     ++next_;
     running_ = false;
+    SkipReleased();
     progress_ = absl::Now();
+  }
+}
+
+void CommandSequencer::Release(int64_t sequence) {
+  absl::MutexLock lock(&mu_);
+  if (sequence < next_ || (sequence == next_ && running_)) return;  // used, or in use
+  released_.insert(sequence);
+  if (sequence == next_) {
+    SkipReleased();
+    progress_ = absl::Now();
+  }
+}
+
+void CommandSequencer::SkipReleased() {
+  while (!released_.empty() && *released_.begin() <= next_) {
+    if (*released_.begin() == next_) ++next_;
+    released_.erase(released_.begin());
   }
 }
 
@@ -50,6 +68,7 @@ void CommandSequencer::Reset() {
   absl::MutexLock lock(&mu_);
   next_ = 1;
   running_ = false;
+  released_.clear();
   progress_ = absl::Now();
 }
 

@@ -2,6 +2,7 @@
 #define TESSERA_WORKER_COMMAND_SEQUENCER_H_
 
 #include <cstdint>
+#include <set>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -21,14 +22,21 @@ class CommandSequencer {
   // sequence that already ran. On OK the caller must call Done(sequence).
   absl::Status Acquire(int64_t sequence, absl::Time deadline);
   void Done(int64_t sequence);
+  // The coordinator will not use `sequence`: the commands after it stop waiting for it, and a
+  // command waiting for it fails. Releasing a number that ran or is running does nothing.
+  void Release(int64_t sequence);
   // Starts again at 1 (a new incarnation).
   void Reset();
 
  private:
+  // Moves past released numbers at the head of the order.
+  void SkipReleased() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const absl::Duration gap_timeout_;
   absl::Mutex mu_;
   int64_t next_ ABSL_GUARDED_BY(mu_) = 1;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<int64_t> released_ ABSL_GUARDED_BY(mu_);  // numbers past next_ that will not come
   absl::Time progress_ ABSL_GUARDED_BY(mu_) = absl::Now();
 };
 

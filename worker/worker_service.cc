@@ -145,4 +145,11 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status WorkerService::Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
+                                    v1::ReleaseReply*) {
+  if (grpc::Status s = Admit(*context, request->incarnation()); !s.ok()) return s;
+  for (int64_t sequence : request->sequences()) sequencer_.Release(sequence);
+  return grpc::Status::OK;
+}
+
 }  // namespace tessera

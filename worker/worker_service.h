@@ -35,6 +35,8 @@ class WorkerService final : public v1::Worker::Service {
                       v1::UploadReply* reply) override;
   grpc::Status Download(grpc::ServerContext* context, const v1::DownloadRequest* request,
                         grpc::ServerWriter<v1::TensorChunk>* writer) override;
+  grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
+                       v1::ReleaseReply* reply) override;
 
  private:
   // OK if the call carries the secret and is for the current incarnation.
