@@ -1,5 +1,6 @@
 // tessera-worker: serves one device. Listens for the coordinator's commands, registers with it,
-// then heartbeats; registers again (a new incarnation) whenever the coordinator forgets it.
+// then heartbeats; registers again (a new incarnation) whenever the coordinator forgets it or the
+// command order is broken.
 
 #include <malloc.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/release_mode.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -36,6 +38,9 @@ ABSL_FLAG(std::string, collective_host, "",
 ABSL_FLAG(int32_t, threads, 1, "threads for local compute");
 ABSL_FLAG(std::string, secret, "", "shared secret of the cluster; default $TESSERA_SECRET");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "largest gRPC message accepted or sent");
+ABSL_FLAG(absl::Duration, sequence_stall_limit, absl::Minutes(1),
+          "how long a command sequence the coordinator neither used nor released may hold later "
+          "commands up before the worker refuses commands and registers again");
 
 namespace {
 
@@ -83,7 +88,8 @@ int main(int argc, char** argv) {
   // Local compute threads for BLAS; must be set before the library starts its pool.
   setenv("OPENBLAS_NUM_THREADS", absl::StrCat(absl::GetFlag(FLAGS_threads)).c_str(), 0);
 
-  tessera::WorkerService service(secret, device, absl::GetFlag(FLAGS_memory_budget));
+  tessera::WorkerService service(secret, device, absl::GetFlag(FLAGS_memory_budget),
+                                 absl::GetFlag(FLAGS_sequence_stall_limit));
   const std::string listen = absl::GetFlag(FLAGS_listen);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -136,6 +142,13 @@ int main(int argc, char** argv) {
   std::thread heartbeat([&] {
     while (true) {
       absl::SleepFor(absl::Milliseconds(reg.heartbeat_interval_ms()));
+      if (absl::Status broken = service.command_order_broken(); !broken.ok()) {
+        // Nothing can run until the order starts again: a new incarnation, which the coordinator
+        // sees as a restart of this worker.
+        std::cerr << "tessera-worker: " << broken.message() << "\n";
+        reg = begin();
+        continue;
+      }
       grpc::ClientContext context;
       context.set_deadline(tessera::DeadlineAfter(absl::Seconds(2)));
       tessera::v1::HeartbeatRequest hb;

@@ -9,11 +9,12 @@
 
 namespace tessera {
 
-WorkerService::WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes)
+WorkerService::WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes,
+                             absl::Duration stall_limit)
     : secret_(std::move(secret)),
       device_(std::move(device)),
       store_(memory_budget_bytes),
-      sequencer_(absl::Seconds(5)) {}
+      sequencer_(stall_limit) {}
 
 void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
                                      std::unique_ptr<gloo::rendezvous::Store> rendezvous,
