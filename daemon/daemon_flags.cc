@@ -52,4 +52,18 @@ std::optional<int> ParseFlagsAndStartLogging(CLI::App& app, int argc, char** arg
   return std::nullopt;
 }
 
+void AddDurationFlag(CLI::App& app, const std::string& name, absl::Duration* value,
+                     const std::string& help) {
+  app.add_option_function<std::string>(
+         name,
+         [name, value](const std::string& text) {
+           if (!absl::ParseDuration(text, value)) {
+             throw CLI::ValidationError(name, "'" + text + "' is not a duration like 500ms or 3s");
+           }
+         },
+         help)
+      ->type_name("DURATION")
+      ->default_str(absl::FormatDuration(*value));
+}
+
 }  // namespace tessera::daemon

@@ -6,8 +6,14 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/time/time.h"
 
 namespace tessera::daemon {
+
+// Adds a duration flag such as 500ms, 3s or 1m (absl::ParseDuration) filling `*value`, whose
+// current value is its default.
+void AddDurationFlag(CLI::App& app, const std::string& name, absl::Duration* value,
+                     const std::string& help);
 
 // Parses a daemon's command line into the options the daemon bound on `app` (named after the
 // daemon), adding --log_level: trace, debug, info, warn, error, critical or off (default info).

@@ -38,30 +38,17 @@ struct CoordinatorFlags {
   int64_t max_message_bytes = 64 << 20;
 };
 
-// A duration flag such as 500ms, 3s or 1m (absl::ParseDuration) filling `*value`.
-void AddDurationFlag(CLI::App& app, const std::string& name, absl::Duration* value,
-                     const std::string& help) {
-  app.add_option_function<std::string>(
-         name,
-         [name, value](const std::string& text) {
-           if (!absl::ParseDuration(text, value)) {
-             throw CLI::ValidationError(name, "'" + text + "' is not a duration like 500ms or 3s");
-           }
-         },
-         help)
-      ->type_name("DURATION")
-      ->default_str(absl::FormatDuration(*value));
-}
-
 void AddFlags(CLI::App& app, CoordinatorFlags& f) {
   app.add_option("--listen", f.listen, "address to serve on (host:port; port 0 picks one)");
   app.add_option("--secret", f.secret, "shared secret sent to workers")->envname("TESSERA_SECRET");
-  AddDurationFlag(app, "--heartbeat_interval", &f.heartbeat_interval,
-                  "how often workers heartbeat");
-  AddDurationFlag(app, "--dead_after", &f.dead_after,
-                  "a worker silent for this long is dead and its meshes are broken");
-  AddDurationFlag(app, "--client_grace", &f.client_grace,
-                  "a client holding a lease that makes no call for this long loses its tensors");
+  tessera::daemon::AddDurationFlag(app, "--heartbeat_interval", &f.heartbeat_interval,
+                                   "how often workers heartbeat");
+  tessera::daemon::AddDurationFlag(
+      app, "--dead_after", &f.dead_after,
+      "a worker silent for this long is dead and its meshes are broken");
+  tessera::daemon::AddDurationFlag(
+      app, "--client_grace", &f.client_grace,
+      "a client holding a lease that makes no call for this long loses its tensors");
   app.add_option("--max_message_bytes", f.max_message_bytes,
                  "largest gRPC message accepted or sent")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "proto/command_label.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
+#include "transfer/tensor_stream.h"
 
 namespace tessera {
 namespace {
@@ -114,12 +116,13 @@ void Dispatcher::Post(const std::vector<WorkerHandle>& workers, const v1::Comman
         +[](int* n) { return *n < kMaxInFlight; }, &in_flight_));
   }
   ++in_flight_;
-  // Sequences are taken and queued under one lock, so each worker's queue is in sequence order
-  // (a batch waiting on a later sequence while an earlier one sits behind it would stall).
-  const std::vector<int64_t> sequences = registry_->NextSequences(workers);
+  // Sequences are taken and queued under one lock, so each worker's queue is in sequence order (the
+  // ordering rule at Reserve: a batch waiting on a later sequence while an earlier one sits behind
+  // it would stall).
+  std::vector<SequenceLease> leases = Reserve(workers);
   for (size_t i = 0; i < workers.size(); ++i) {
-    Queued q{command, deadline, post, i};
-    q.command.set_sequence(sequences[i]);
+    Queued q{command, std::move(leases[i]), deadline, post, i};
+    q.command.set_sequence(q.lease.sequence());
     q.command.set_incarnation(workers[i].incarnation);
     Outbox& box = outboxes_[workers[i].id];
     box.worker = workers[i];
@@ -131,6 +134,38 @@ void Dispatcher::Post(const std::vector<WorkerHandle>& workers, const v1::Comman
     for (auto& [worker, batch] : batches) Send(std::move(worker), std::move(batch));
     mu_.Lock();
   }
+}
+
+std::vector<SequenceLease> Dispatcher::Reserve(const std::vector<WorkerHandle>& workers) {
+  const std::vector<int64_t> sequences = registry_->NextSequences(workers);
+  std::vector<SequenceLease> leases;
+  leases.reserve(workers.size());
+  for (size_t i = 0; i < workers.size(); ++i) leases.emplace_back(this, workers[i], sequences[i]);
+  return leases;
+}
+
+void Dispatcher::Release(const WorkerHandle& worker, std::vector<int64_t> sequences) {
+  if (sequences.empty() || worker.stub == nullptr) return;
+  struct Call {
+    grpc::ClientContext context;
+    v1::ReleaseRequest request;
+    v1::ReleaseReply reply;
+  };
+  auto call = std::make_shared<Call>();
+  for (int64_t s : sequences) call->request.add_sequences(s);
+  call->request.set_incarnation(worker.incarnation);
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + kReleaseTimeout));
+  call->context.set_wait_for_ready(true);  // a worker briefly unreachable still gets it
+  Authorize(&call->context);
+  worker.stub->async()->Release(
+      &call->context, &call->request, &call->reply,
+      [call, id = worker.id, address = worker.address](grpc::Status s) {
+        // A stale incarnation has no use for the numbers; any other failure leaves a gap.
+        if (s.ok() || s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) return;
+        std::cerr << "tessera-coordinator: " << WorkerError(id, address, s).message()
+                  << " (releasing command sequences " << call->request.ShortDebugString()
+                  << "; its later commands wait for them)\n";
+      });
 }
 
 std::vector<std::pair<WorkerHandle, std::vector<Dispatcher::Queued>>> Dispatcher::TakeReady() {
@@ -182,24 +217,39 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
   call->context.set_deadline(absl::ToChronoTime(deadline));
   Authorize(&call->context);
   const int64_t id = worker.id;
-  worker.stub->async()->ExecuteBatch(
-      &call->context, &call->request, &call->reply, [this, call, id](grpc::Status s) {
+  auto stub = worker.stub;
+  stub->async()->ExecuteBatch(
+      &call->context, &call->request, &call->reply,
+      [this, call, id, worker = std::move(worker)](grpc::Status s) {
         // What queued up for this worker meanwhile goes from here, without waking the sender.
         std::vector<Queued> next;
-        WorkerHandle worker;
+        WorkerHandle next_worker;
         {
           absl::MutexLock lock(&mu_);
           Outbox& box = outboxes_[id];
           if (box.queue.empty()) {
             box.sending = false;
           } else {
-            worker = box.worker;
+            next_worker = box.worker;
             next.assign(std::make_move_iterator(box.queue.begin()),
                         std::make_move_iterator(box.queue.end()));
             box.queue.clear();
           }
         }
-        if (!next.empty()) Send(std::move(worker), std::move(next));
+        if (!next.empty()) Send(std::move(next_worker), std::move(next));
+        // A command the worker answered has spent its sequence (one it refused for waiting past its
+        // deadline counts as released there); the rest of a failed batch may never have reached
+        // it, and are released in one call.
+        std::vector<int64_t> unused;
+        for (size_t i = 0; i < call->items.size(); ++i) {
+          SequenceLease& lease = call->items[i].lease;
+          if (s.ok() && i < static_cast<size_t>(call->reply.results_size())) {
+            lease.MarkUsed();
+          } else if (lease.held()) {
+            unused.push_back(lease.TakeForRelease());
+          }
+        }
+        Release(worker, std::move(unused));
         for (size_t i = 0; i < call->items.size(); ++i) {
           Queued& q = call->items[i];
           if (!s.ok() || i >= static_cast<size_t>(call->reply.results_size())) {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/sequence_lease.h"
 #include "server/worker_registry.h"
 #include "tessera/v1/worker.pb.h"
 
@@ -49,6 +50,27 @@ class Dispatcher {
             absl::Duration timeout, Done done, bool send_here = false);
   static constexpr int kMaxInFlight = 256;
 
+  // Reserves the next command sequence on each of `workers`, in that order, all under the
+  // registry's one lock, so that any two calls are in the same relative order on every worker
+  // they share.
+  //
+  // The ordering rule that makes batched commands and direct uploads and downloads agree: a worker
+  // runs everything strictly in sequence order, whichever path it came by, and never skips a
+  // number (CommandSequencer); so a number, once reserved, goes to its worker without waiting for
+  // anything ordered after it, and is accounted for. Post takes its numbers and queues them in the
+  // workers' outboxes under one lock, so each outbox is in sequence order and a batch never waits
+  // for a number queued behind it; a shard stream sends its first message, which carries its
+  // number, as it opens, and a stream that holds its turn while it is fed (an upload fed by
+  // downloads) is opened after the streams that feed it; and a number not used is released to its
+  // worker (SequenceLease). A command waiting for its turn thus waits only for numbers on their
+  // way.
+  std::vector<SequenceLease> Reserve(const std::vector<WorkerHandle>& workers);
+  // Tells `worker` that `sequences`, reserved on it, will not be used (asynchronously, waiting for
+  // the worker to be reachable up to kReleaseTimeout; a release that fails is logged, and the
+  // worker's order then stalls until it counts itself broken).
+  void Release(const WorkerHandle& worker, std::vector<int64_t> sequences);
+  static constexpr absl::Duration kReleaseTimeout = absl::Seconds(30);
+
   // Attaches the cluster secret to a call to a worker.
   void Authorize(grpc::ClientContext* context) const;
 
@@ -59,6 +81,7 @@ class Dispatcher {
   // One worker's part of a post, waiting to be sent.
   struct Queued {
     v1::Command command;
+    SequenceLease lease;  // the command's sequence on its worker
     absl::Time deadline;
     std::shared_ptr<PostState> post;
     size_t index = 0;  // the worker's position in the post

@@ -27,6 +27,12 @@ absl::StatusOr<std::vector<WorkerHandle>> WorkersAt(Dispatcher& dispatcher, cons
   return workers;
 }
 
+// DEADLINE_EXCEEDED once `deadline` has passed: a call already out of time reserves nothing.
+absl::Status PastDeadline(absl::Time deadline) {
+  if (absl::Now() < deadline) return absl::OkStatus();
+  return absl::DeadlineExceededError("the call's deadline passed before its worker streams opened");
+}
+
 }  // namespace
 
 std::vector<int64_t> BlockHolders(const DTensorSpec& spec, const std::vector<int64_t>& source) {
@@ -44,6 +50,7 @@ std::vector<int64_t> BlockHolders(const DTensorSpec& spec, const std::vector<int
 
 struct ShardScatter::Upload {
   Upload(const BlockRuns& r, size_t elem) : runs(r), cursor(runs, elem) {}
+  SequenceLease lease;  // ends after the stream: released unless the upload succeeded
   WorkerHandle worker;
   BlockRuns runs;
   BlockCursor cursor;
@@ -65,11 +72,13 @@ absl::StatusOr<std::unique_ptr<ShardScatter>> ShardScatter::Open(
   s->expected_ = NumElements(spec.shape) * static_cast<int64_t>(s->element_size_);
   absl::StatusOr<std::vector<WorkerHandle>> workers = WorkersAt(dispatcher, spec, positions);
   if (!workers.ok()) return workers.status();
-  const std::vector<int64_t> sequences = dispatcher.registry().NextSequences(*workers);
+  if (absl::Status late = PastDeadline(deadline); !late.ok()) return late;
+  std::vector<SequenceLease> leases = dispatcher.Reserve(*workers);
   for (size_t i = 0; i < positions.size(); ++i) {
     const LocalShard local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(positions[i]));
     auto u = std::make_unique<Upload>(BlockRuns(spec.shape, local.offset, local.shape),
                                       s->element_size_);
+    u->lease = std::move(leases[i]);
     u->worker = (*workers)[i];
     u->context.set_deadline(absl::ToChronoTime(deadline));
     dispatcher.Authorize(&u->context);
@@ -77,10 +86,10 @@ absl::StatusOr<std::unique_ptr<ShardScatter>> ShardScatter::Open(
     u->chunk.set_tensor(worker_tensor);
     u->chunk.set_dtype(ToProto(spec.dtype));
     *u->chunk.mutable_shape() = ToProto(local.shape);
-    u->chunk.set_sequence(sequences[i]);
+    u->chunk.set_sequence(u->lease.sequence());
     u->chunk.set_incarnation(u->worker.incarnation);
-    // The header goes at once: the worker must see this sequence now, or its commands after it
-    // would wait (and, past the gap timeout, skip it).
+    // The header goes at once (the ordering rule at Dispatcher::Reserve): the worker's commands
+    // after this sequence wait for it.
     u->sent_first = true;
     u->open = u->writer->Write(u->chunk);
     u->chunk.Clear();
@@ -152,7 +161,12 @@ absl::Status ShardScatter::Finish() {
   }
   for (auto& u : uploads_) {
     grpc::Status s = u->writer->Finish();
-    if (!s.ok() && first.ok()) first = ErrorFrom(u->worker, s);
+    if (s.ok()) {
+      u->lease.MarkUsed();
+    } else {
+      u->lease.Release();  // perhaps the header never reached the worker
+      if (first.ok()) first = ErrorFrom(u->worker, s);
+    }
   }
   return first;
 }
@@ -162,11 +176,13 @@ void ShardScatter::Cancel() {
   for (auto& u : uploads_) {
     u->context.TryCancel();
     u->writer->Finish().IgnoreError();
+    u->lease.Release();
   }
 }
 
 struct ShardGather::Download {
   Download(const BlockRuns& r, size_t elem) : runs(r), cursor(runs, elem) {}
+  SequenceLease lease;  // ends after the stream: released unless the download succeeded
   WorkerHandle worker;
   BlockRuns runs;
   BlockCursor cursor;
@@ -189,18 +205,22 @@ absl::StatusOr<std::unique_ptr<ShardGather>> ShardGather::Open(Dispatcher& dispa
       BlockHolders(spec, std::vector<int64_t>(spec.mesh.ndim(), 0));
   absl::StatusOr<std::vector<WorkerHandle>> workers = WorkersAt(dispatcher, spec, positions);
   if (!workers.ok()) return workers.status();
-  const std::vector<int64_t> sequences = dispatcher.registry().NextSequences(*workers);
+  if (absl::Status late = PastDeadline(deadline); !late.ok()) return late;
+  std::vector<SequenceLease> leases = dispatcher.Reserve(*workers);
   for (size_t i = 0; i < positions.size(); ++i) {
     const LocalShard local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(positions[i]));
     auto d = std::make_unique<Download>(BlockRuns(spec.shape, local.offset, local.shape),
                                         g->element_size_);
+    d->lease = std::move(leases[i]);
     d->worker = (*workers)[i];
     d->context.set_deadline(absl::ToChronoTime(deadline));
     dispatcher.Authorize(&d->context);
     v1::DownloadRequest request;
     request.set_tensor(worker_tensor);
-    request.set_sequence(sequences[i]);
+    request.set_sequence(d->lease.sequence());
     request.set_incarnation(d->worker.incarnation);
+    // The request, which carries the sequence, goes as the stream opens (the ordering rule at
+    // Dispatcher::Reserve).
     d->reader = d->worker.stub->Download(&d->context, request);
     g->downloads_.push_back(std::move(d));
   }
@@ -211,9 +231,20 @@ ShardGather::~ShardGather() {
   for (auto& d : downloads_) {
     if (!d->ended) {
       d->context.TryCancel();
-      d->reader->Finish().IgnoreError();
+      EndDownload(*d).IgnoreError();
     }
   }
+}
+
+grpc::Status ShardGather::EndDownload(Download& d) {
+  d.ended = true;
+  grpc::Status s = d.reader->Finish();
+  if (s.ok()) {
+    d.lease.MarkUsed();
+  } else {
+    d.lease.Release();  // perhaps the request never reached the worker
+  }
+  return s;
 }
 
 bool ShardGather::Next(std::string* out) {
@@ -252,8 +283,7 @@ bool ShardGather::Next(std::string* out) {
     while (static_cast<int64_t>(d->buffer.size() - d->used) < need) {
       v1::TensorChunk chunk;
       if (d->ended || !d->reader->Read(&chunk)) {
-        d->ended = true;
-        grpc::Status s = d->reader->Finish();
+        const grpc::Status s = d->ended ? grpc::Status::OK : EndDownload(*d);
         status_ = s.ok() ? absl::DataLossError(absl::StrCat("worker ", d->worker.id, " at ",
                                                             d->worker.address,
                                                             " sent fewer bytes than its shard"))
@@ -289,8 +319,7 @@ void ShardGather::DrainAll() {
     v1::TensorChunk extra;
     while (d->reader->Read(&extra)) {
     }
-    d->ended = true;
-    grpc::Status s = d->reader->Finish();
+    const grpc::Status s = EndDownload(*d);
     if (!s.ok() && status_.ok()) status_ = ErrorFrom(d->worker, s);
   }
 }

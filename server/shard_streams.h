@@ -75,6 +75,8 @@ class ShardGather {
   ShardGather() = default;
   // Reads every download to its end.
   void DrainAll();
+  // Ends `d`'s stream and settles its sequence (spent if the stream ended OK, else released).
+  static grpc::Status EndDownload(Download& d);
 
   size_t element_size_ = 1;
   int64_t total_ = 0;

@@ -46,7 +46,8 @@ class WorkerRegistry {
   std::vector<v1::WorkerInfo> List() const;
 
   // Reserves the next command sequence of each worker in `workers`, all under one lock, so that
-  // commands of different meshes reach every shared worker in the same relative order.
+  // commands of different meshes reach every shared worker in the same relative order. Reserved
+  // through Dispatcher::Reserve, which makes each a SequenceLease (used or released).
   std::vector<int64_t> NextSequences(const std::vector<WorkerHandle>& workers);
 
  private:

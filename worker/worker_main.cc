@@ -1,5 +1,6 @@
 // tessera-worker: serves one device. Listens for the coordinator's commands, registers with it,
-// then heartbeats; registers again (a new incarnation) whenever the coordinator forgets it.
+// then heartbeats; registers again (a new incarnation) whenever the coordinator forgets it or the
+// command order is broken.
 
 #include <malloc.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/release_mode.h"
 #include "daemon/daemon_flags.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -37,6 +39,7 @@ struct WorkerFlags {
   int32_t threads = 1;
   std::string secret;
   int64_t max_message_bytes = 64 << 20;
+  absl::Duration sequence_stall_limit = absl::Minutes(1);
 };
 
 void AddFlags(CLI::App& app, WorkerFlags& f) {
@@ -55,6 +58,10 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--max_message_bytes", f.max_message_bytes,
                  "largest gRPC message accepted or sent")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
+  tessera::daemon::AddDurationFlag(
+      app, "--sequence_stall_limit", &f.sequence_stall_limit,
+      "how long a command sequence the coordinator neither used nor released may hold later "
+      "commands up before the worker refuses commands and registers again");
 }
 
 // Registers until it succeeds; returns the reply.
@@ -102,7 +109,7 @@ int main(int argc, char** argv) {
   // Local compute threads for BLAS; must be set before the library starts its pool.
   setenv("OPENBLAS_NUM_THREADS", absl::StrCat(flags.threads).c_str(), 0);
 
-  tessera::WorkerService service(secret, device, flags.memory_budget);
+  tessera::WorkerService service(secret, device, flags.memory_budget, flags.sequence_stall_limit);
   const std::string& listen = flags.listen;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -154,6 +161,13 @@ int main(int argc, char** argv) {
   std::thread heartbeat([&] {
     while (true) {
       absl::SleepFor(absl::Milliseconds(reg.heartbeat_interval_ms()));
+      if (absl::Status broken = service.command_order_broken(); !broken.ok()) {
+        // Nothing can run until the order starts again: a new incarnation, which the coordinator
+        // sees as a restart of this worker.
+        std::cerr << "tessera-worker: " << broken.message() << "\n";
+        reg = begin();
+        continue;
+      }
       grpc::ClientContext context;
       context.set_deadline(tessera::DeadlineAfter(absl::Seconds(2)));
       tessera::v1::HeartbeatRequest hb;

@@ -11,11 +11,12 @@
 
 namespace tessera {
 
-WorkerService::WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes)
+WorkerService::WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes,
+                             absl::Duration stall_limit)
     : secret_(std::move(secret)),
       device_(std::move(device)),
       store_(memory_budget_bytes),
-      sequencer_(absl::Seconds(5)) {}
+      sequencer_(stall_limit) {}
 
 void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
                                      std::unique_ptr<gloo::rendezvous::Store> rendezvous,
@@ -156,6 +157,13 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
     chunk.Clear();
     return sent;
   });
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
+                                    v1::ReleaseReply*) {
+  if (grpc::Status s = Admit(*context, request->incarnation()); !s.ok()) return s;
+  for (int64_t sequence : request->sequences()) sequencer_.Release(sequence);
   return grpc::Status::OK;
 }
 

@@ -18,7 +18,10 @@ namespace tessera {
 // downloads in sequence order, and runs them on the executor.
 class WorkerService final : public v1::Worker::Service {
  public:
-  WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes);
+  // `stall_limit`: how long a gap in the command order (a sequence neither used nor released by
+  // the coordinator) may hold commands up before the order counts as broken (CommandSequencer).
+  WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes,
+                absl::Duration stall_limit);
 
   // Starts a new incarnation (after registering): drops every tensor and communicator.
   // `collective_host` is where this worker's Gloo connections bind.
@@ -26,6 +29,8 @@ class WorkerService final : public v1::Worker::Service {
                         std::unique_ptr<gloo::rendezvous::Store> rendezvous,
                         const std::string& collective_host);
   int64_t used_bytes() const { return store_.used_bytes(); }
+  // OK, or why the command order is broken: the worker must register again to serve.
+  absl::Status command_order_broken() const { return sequencer_.broken(); }
 
   grpc::Status Execute(grpc::ServerContext* context, const v1::Command* command,
                        v1::CommandReply* reply) override;
@@ -35,6 +40,8 @@ class WorkerService final : public v1::Worker::Service {
                       v1::UploadReply* reply) override;
   grpc::Status Download(grpc::ServerContext* context, const v1::DownloadRequest* request,
                         grpc::ServerWriter<v1::TensorChunk>* writer) override;
+  grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
+                       v1::ReleaseReply* reply) override;
 
  private:
   // OK if the call carries the secret and is for the current incarnation.
