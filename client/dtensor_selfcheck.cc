@@ -6,11 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/coordinator_client.h"
-#include "client/dtensor.h"
 #include "kernels/backend.h"
 #include "kernels/run_op.h"
-#include "proto/convert.h"
+#include "tessera/tessera.h"
 
 namespace tessera {
 namespace {
@@ -41,10 +39,9 @@ absl::StatusOr<HostTensor> Reference(kernels::KernelBackend& cpu, OpKind kind,
 
 std::string Moves(const DTensor& t) {
   std::string s;
-  for (const v1::InputRedistribution& r : t.redistributions()) {
-    absl::StrAppend(&s, " [", r.input(), ": ",
-                    PlacementsToString(FromProto(r.from_placements()).value()), " -> ",
-                    PlacementsToString(FromProto(r.to_placements()).value()), "]");
+  for (const client::InputRedistribution& r : t.redistributions()) {
+    absl::StrAppend(&s, " [", r.input, ": ", PlacementsToString(r.from), " -> ",
+                    PlacementsToString(r.to), "]");
   }
   return s.empty() ? " (no redistribution)" : s;
 }
@@ -56,11 +53,10 @@ absl::Status RunDTensorSelfcheck(const std::string& address, std::ostream& out) 
   absl::StatusOr<std::shared_ptr<client::Session>> session = client::Session::Connect(address);
   if (!session.ok()) return session.status();
   client::Session& s = **session;
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> admin = CoordinatorClient::Connect(address);
-  if (!admin.ok()) return admin.status();
-  (void)(*admin)->DeleteMesh("tp");  // left over from an interrupted run, if any
-  (void)(*admin)->DeleteMesh("tp-line");
-  absl::StatusOr<client::Mesh> mesh = client::InitDeviceMesh(s, "cpu", {2, 2}, {"dp", "tp"}, "tp");
+  (void)s.DeleteMesh("tp");  // left over from an interrupted run, if any
+  (void)s.DeleteMesh("tp-line");
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(s, "cpu", {2, 2}, {"dp", "tp"}, "tp");
   if (!mesh.ok()) return mesh.status();
   std::unique_ptr<kernels::KernelBackend> cpu = kernels::MakeBackend("cpu").value();
   std::vector<std::string> failures;
@@ -106,7 +102,7 @@ absl::Status RunDTensorSelfcheck(const std::string& address, std::ostream& out) 
   absl::StatusOr<DTensor> total = client::Sum(*yr, {0});
   if (!total.ok()) return total.status();
   check("sum(y, dim 0)", *total, Reference(*cpu, OpKind::kSum, {&ry}, {0}).value());
-  absl::StatusOr<client::Mesh> line = client::InitDeviceMesh(s, "cpu", {4}, {}, "tp-line");
+  absl::StatusOr<client::MeshInfo> line = client::InitDeviceMesh(s, "cpu", {4}, {}, "tp-line");
   if (!line.ok()) return line.status();
   absl::StatusOr<DTensor> moved = yr->Redistribute({Placement::Shard(1)}, "tp-line");
   if (!moved.ok()) return moved.status();
@@ -114,8 +110,8 @@ absl::Status RunDTensorSelfcheck(const std::string& address, std::ostream& out) 
 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  (void)(*admin)->DeleteMesh("tp");
-  (void)(*admin)->DeleteMesh("tp-line");
+  (void)s.DeleteMesh("tp");
+  (void)s.DeleteMesh("tp-line");
   if (!failures.empty()) {
     return absl::InternalError(absl::StrCat("DTensor self-check failed: ", failures[0]));
   }

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "client/coordinator_client.h"
+#include "tessera/session.h"
 
 namespace tessera {
 namespace {
@@ -198,16 +198,19 @@ absl::Status LocalCluster::RestartWorker(int i) {
 }
 
 absl::Status LocalCluster::WaitForAliveWorkers(int count, absl::Duration timeout) {
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
-      CoordinatorClient::Connect(address_, timeout);
-  if (!client.ok()) return client.status();
+  client::SessionOptions session_options;
+  session_options.keep_alive = false;
+  session_options.timeout = timeout;
+  absl::StatusOr<std::shared_ptr<client::Session>> session =
+      client::Session::Connect(address_, session_options);
+  if (!session.ok()) return session.status();
   const absl::Time deadline = absl::Now() + timeout;
   int alive = 0;
   while (absl::Now() < deadline) {
-    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = (*client)->ListWorkers();
+    absl::StatusOr<std::vector<client::WorkerInfo>> workers = (*session)->ListWorkers();
     if (workers.ok()) {
       alive = 0;
-      for (const v1::WorkerInfo& w : *workers) alive += w.alive() ? 1 : 0;
+      for (const client::WorkerInfo& w : *workers) alive += w.alive ? 1 : 0;
       if (alive >= count) return absl::OkStatus();
     }
     absl::SleepFor(absl::Milliseconds(50));

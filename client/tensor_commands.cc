@@ -8,12 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/dtensor.h"
 #include "client/tensor_files.h"
 #include "core/redistribute_planner.h"
 #include "core/visualize_sharding.h"
-#include "proto/convert.h"
-#include "proto/grpc_status.h"
+#include "tessera/tessera.h"
 
 namespace tessera::cli {
 namespace {
@@ -59,26 +57,26 @@ class ProgressBar {
   bool drawn_ = false;
 };
 
-std::string StateName(v1::TensorState s) {
+std::string StateName(client::TensorState s) {
   switch (s) {
-    case v1::READY:
+    case client::TensorState::kReady:
       return "ready";
-    case v1::PENDING:
+    case client::TensorState::kPending:
       return "pending";
-    case v1::FAILED:
+    case client::TensorState::kFailed:
       return "FAILED";
     default:
       return "?";
   }
 }
 
-void PrintSummary(const v1::TensorInfo& info, std::ostream& out) {
-  const DTensorSpec spec = FromProto(info.meta()).value();
-  out << absl::StrFormat("%-16s %-8s %-9s %-16s %-20s %10d B  %-8s owner %s\n", info.name(),
-                         info.mesh(), DTypeName(spec.dtype), ShapeToString(spec.shape),
-                         PlacementsToString(spec.placements), info.meta().nbytes(),
-                         StateName(info.state()), info.owner());
-  if (!info.error().empty()) out << "    error: " << info.error() << "\n";
+void PrintSummary(const client::DTensorInfo& info, std::ostream& out) {
+  const DTensorSpec& spec = info.spec;
+  out << absl::StrFormat("%-16s %-8s %-9s %-16s %-20s %10d B  %-8s owner %s\n", info.name,
+                         info.mesh, DTypeName(spec.dtype), ShapeToString(spec.shape),
+                         PlacementsToString(spec.placements), info.nbytes, StateName(info.state),
+                         info.owner);
+  if (!info.error.empty()) out << "    error: " << info.error << "\n";
 }
 
 absl::Status Put(client::Session& session, const Args& args, std::ostream& out) {
@@ -141,32 +139,35 @@ absl::Status Redistribute(client::Session& session, const Args& args, std::ostre
   TESSERA_ASSIGN(t, client::GetTensor(session, args.positionals()[1]));
   TESSERA_ASSIGN(to_text, args.Required("to"));
   TESSERA_ASSIGN(placements, ParsePlacements(to_text));
-  v1::RedistributeRequest request;
-  request.set_name(t.name());
-  *request.mutable_placements() = ToProto(placements);
-  request.set_mesh(args.Get("mesh", ""));
-  request.set_output(args.Get("name", ""));
-  request.set_explain(args.Has("explain"));
   const std::string planner = args.Get("planner", "min-cost");
   if (planner != "min-cost" && planner != "greedy") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown --planner '", planner, "'; expected min-cost or greedy"));
   }
-  request.set_planner(planner == "greedy" ? v1::GREEDY : v1::MIN_COST);
-  grpc::ClientContext context;
-  session.Prepare(&context, absl::Minutes(10));
-  v1::RedistributeReply reply;
-  if (grpc::Status s = session.stub().Redistribute(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
-  if (reply.cross_mesh()) {
-    out << "moved across meshes: " << reply.relayed_bytes() << " bytes relayed\n";
-  } else {
-    TESSERA_ASSIGN(plan, FromProto(reply.plan(), t.spec().mesh.ndim()));
+  const std::string mesh = args.Get("mesh", "");
+  const PlannerKind kind = planner == "greedy" ? PlannerKind::kGreedy : PlannerKind::kMinCost;
+  auto print_plan = [&out](const RedistributePlan& plan) {
     out << (plan.steps.empty() ? "no collectives: the tensor is laid out so already\n"
                                : plan.ToString());
+  };
+  if (args.Has("explain")) {
+    if (!mesh.empty() && mesh != t.info().mesh) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--explain plans within mesh '", t.info().mesh, "'; a move to mesh '", mesh,
+          "' relays the tensor through the coordinator, with no collectives to explain"));
+    }
+    TESSERA_ASSIGN(plan, t.ExplainRedistribute(placements, kind));
+    print_plan(plan);
+    return absl::OkStatus();
   }
-  if (reply.has_output()) PrintSummary(reply.output(), out);
+  TESSERA_ASSIGN(moved, t.Redistribute(placements, mesh, args.Get("name", ""), kind));
+  moved.Detach();
+  if (moved.info().mesh != t.info().mesh) {
+    out << "moved across meshes: " << moved.relayed_bytes() << " bytes relayed\n";
+  } else {
+    print_plan(moved.plan());
+  }
+  PrintSummary(moved.info(), out);
   return absl::OkStatus();
 }
 
@@ -181,16 +182,9 @@ absl::Status Show(client::Session& session, const Args& args, std::ostream& out)
 }
 
 absl::Status List(client::Session& session, const Args& args, std::ostream& out) {
-  v1::ListTensorsRequest request;
-  request.set_mesh(args.Get("mesh", ""));
-  grpc::ClientContext context;
-  session.Prepare(&context);
-  v1::ListTensorsReply reply;
-  if (grpc::Status s = session.stub().ListTensors(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
-  if (reply.tensors().empty()) out << "no tensors\n";
-  for (const v1::TensorInfo& info : reply.tensors()) PrintSummary(info, out);
+  TESSERA_ASSIGN(tensors, session.ListTensors(args.Get("mesh", "")));
+  if (tensors.empty()) out << "no tensors\n";
+  for (const client::DTensorInfo& info : tensors) PrintSummary(info, out);
   return absl::OkStatus();
 }
 
