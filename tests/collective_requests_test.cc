@@ -43,6 +43,10 @@ std::vector<BuilderCase> Cases() {
        SendRecv(kTp, "x", 1, 0, "y"),
        {Op::kSendRecv, kTp, "x", "y", ReduceOp::kSum, 1, 0}},
       {"barrier", Barrier(kTp), {Op::kBarrier, kTp, "", "", ReduceOp::kSum, 0, 0}},
+      // Designated initializers may leave out any member.
+      {"designated",
+       {.op = Op::kGather, .group = kTp, .input = "x", .root = 1},
+       {Op::kGather, kTp, "x", "", ReduceOp::kSum, 1, 0}},
   };
 }
 

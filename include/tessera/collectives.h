@@ -41,11 +41,12 @@ enum class CollectiveOp : int {
 absl::string_view CollectiveOpName(CollectiveOp op);
 
 // One collective on every process group of `group`, reading each rank's local tensor `input`.
+// Every member has a default, so designated initializers may name any of them.
 struct CollectiveRequest {
   CollectiveOp op = CollectiveOp::kBarrier;
-  ProcessGroup group;
-  std::string input;
-  std::string output;                   // Tensor written; empty: in place where the op allows.
+  ProcessGroup group = {};
+  std::string input = {};
+  std::string output = {};              // Tensor written; empty: in place where the op allows.
   ReduceOp reduce_op = ReduceOp::kSum;  // For the reducing ops.
   int64_t root = 0;                     // Group rank of the root, or of the sender.
   int64_t peer = 0;                     // Group rank of the receiver of kSendRecv.

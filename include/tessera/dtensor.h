@@ -119,8 +119,8 @@ class DTensor {
 
 struct DistributeOptions {
   int64_t src_data_rank = 0;  // Rank (row-major mesh position) replicas are broadcast from.
-  std::string name;           // Tensor name; empty: the coordinator picks one.
-  Progress progress;
+  std::string name = {};      // Tensor name; empty: the coordinator picks one.
+  Progress progress = {};
 };
 // distribute_tensor(tensor, mesh, placements, src_data_rank).
 absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& tensor,
@@ -128,9 +128,9 @@ absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& ten
                                          const DistributeOptions& options = {});
 
 struct FromLocalOptions {
-  bool run_check = false;      // Broadcast Replicate dims from coordinate 0, as DTensor does.
-  std::optional<Shape> shape;  // The global shape; needed when shards are uneven.
-  std::string name;            // Tensor name; empty: the coordinator picks one.
+  bool run_check = false;           // Broadcast Replicate dims from coordinate 0, as DTensor does.
+  std::optional<Shape> shape = {};  // The global shape; needed when shards are uneven.
+  std::string name = {};            // Tensor name; empty: the coordinator picks one.
 };
 // DTensor.from_local: `locals[r]` is rank r's shard (row-major mesh position).
 absl::StatusOr<DTensor> FromLocal(Session& session, absl::Span<const HostTensor> locals,

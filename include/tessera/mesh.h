@@ -21,8 +21,8 @@ class Session;
 // as one group: a collective on it runs in every one of those groups at once. The service checks
 // the names when the group is used.
 struct ProcessGroup {
-  std::string mesh;  // Mesh name.
-  std::string dim;   // Dim name ("tp") or index ("1"); empty for the whole mesh.
+  std::string mesh = {};  // Mesh name.
+  std::string dim = {};   // Dim name ("tp") or index ("1"); empty for the whole mesh.
 };
 
 // A mesh on the service, as torch's DeviceMesh: its name and its layout of workers as ranks.
@@ -60,7 +60,7 @@ struct WorkerInfo {
 
 // Where and how InitDeviceMesh sets a mesh up.
 struct MeshOptions {
-  std::vector<int64_t> worker_ids;  // Workers as ranks, row-major; default: the first live ones.
+  std::vector<int64_t> worker_ids = {};  // Workers as ranks, row-major; default: the first live.
   absl::Duration collective_timeout = absl::Seconds(30);  // How long a collective may wait.
 };
 

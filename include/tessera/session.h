@@ -21,10 +21,12 @@
 
 namespace tessera::client {
 
+// How a session connects. As with every options struct here, each member has a default, so
+// designated initializers may name any of them.
 struct SessionOptions {
-  std::string client_id;   // Empty: a random id.
-  bool keep_alive = true;  // Hold a lease (tensors reclaimed after the grace period once the
-                           // process is gone); false: tensors stay until freed (the CLI).
+  std::string client_id = {};  // Empty: a random id.
+  bool keep_alive = true;      // Hold a lease (tensors reclaimed after the grace period once the
+                               // process is gone); false: tensors stay until freed (the CLI).
   absl::Duration timeout = absl::Seconds(60);  // Connecting, and the deadline of a plain call.
 };
 
