@@ -1,5 +1,5 @@
 // collectives_bench: bus bandwidth of all_reduce, all_gather, reduce_scatter, all_to_all and
-// broadcast issued by a client through the service (LocalCluster + CoordinatorClient::
+// broadcast issued by a client through the service (LocalCluster + client::Session::
 // RunCollective on tensors uploaded once per size), next to raw Gloo (bench/raw_gloo_peer as N
 // processes) and, given a Python with torch, torch.distributed on gloo (bench/torch_peer.py), in
 // the same run so the ratios are meaningful on a noisy machine.
@@ -49,10 +49,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_host.h"
-#include "client/coordinator_client.h"
 #include "client/local_cluster.h"
 #include "core/host_tensor.h"
 #include "core/release_mode.h"
+#include "tessera/tessera.h"
 
 ABSL_FLAG(std::string, workers, "2,4", "Comma-separated worker counts");
 ABSL_FLAG(std::string, bytes, "4096,65536,1048576,16777216,67108864",
@@ -220,51 +220,44 @@ absl::Status RunTorch(const std::string& dir, int n, const std::vector<int64_t>&
 // The request of collective `op` as the bench issues it: input "x" (or "g", the all_gather
 // input of bytes/n), output "y" — or, for all_reduce and broadcast, in place on "x" as
 // torch.distributed and raw Gloo run them — sum, root 0.
-v1::CollectiveRequest Request(const std::string& op) {
-  v1::CollectiveRequest request;
-  request.set_mesh(kMesh);
-  const std::map<std::string, v1::CollectiveOp> ops = {{"all_reduce", v1::ALL_REDUCE_OP},
-                                                       {"all_gather", v1::ALL_GATHER_OP},
-                                                       {"reduce_scatter", v1::REDUCE_SCATTER_OP},
-                                                       {"all_to_all", v1::ALL_TO_ALL_OP},
-                                                       {"broadcast", v1::BROADCAST}};
-  request.set_op(ops.at(op));
-  request.set_input(op == "all_gather" ? "g" : "x");
-  request.set_output(op == "all_reduce" || op == "broadcast" ? "x" : "y");
-  request.set_reduce_op(v1::SUM);
-  request.set_root(0);
-  return request;
+client::CollectiveRequest Request(const std::string& op) {
+  const client::ProcessGroup group{kMesh, ""};
+  if (op == "all_reduce") return client::AllReduce(group, "x", "x", ReduceOp::kSum);
+  if (op == "all_gather") return client::AllGather(group, "g", "y");
+  if (op == "reduce_scatter") return client::ReduceScatter(group, "x", "y", ReduceOp::kSum);
+  if (op == "all_to_all") return client::AllToAll(group, "x", "y");
+  return client::Broadcast(group, "x", /*src=*/0, "x");
 }
 
 // Uploads `name`, `bytes` of float32 ones, to every rank.
-absl::Status Upload(CoordinatorClient& client, int n, const std::string& name, int64_t bytes) {
+absl::Status Upload(client::Session& session, int n, const std::string& name, int64_t bytes) {
   absl::StatusOr<HostTensor> t =
       HostTensor::Uninitialized(DType::kFloat32, {bytes / static_cast<int64_t>(sizeof(float))});
   if (!t.ok()) return t.status();
   std::fill_n(t->data_as<float>(), t->num_elements(), 1.0f);
   for (int r = 0; r < n; ++r) {
-    if (absl::Status s = client.PutLocal(kMesh, r, name, *t); !s.ok()) return s;
+    if (absl::Status s = session.PutLocal(kMesh, r, name, *t); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
 // OK if `reply` is a success listing the output of all `n` ranks.
 absl::Status CheckReply(const std::string& op, int n,
-                        const absl::StatusOr<v1::CollectiveReply>& reply) {
+                        const absl::StatusOr<client::CollectiveResult>& reply) {
   if (!reply.ok()) return reply.status();
-  if (reply->outputs_size() != n) {
-    return absl::InternalError(absl::StrCat(op, " wrote ", reply->outputs_size(), " outputs"));
+  if (static_cast<int>(reply->outputs.size()) != n) {
+    return absl::InternalError(absl::StrCat(op, " wrote ", reply->outputs.size(), " outputs"));
   }
   return absl::OkStatus();
 }
 
 // Adds `iterations` timed RunCollective calls of `op` (after `warmup` untimed ones) to `us`.
-absl::Status TimeService(CoordinatorClient& client, const std::string& op, int n,
-                         int64_t iterations, int64_t warmup, std::vector<double>& us) {
-  const v1::CollectiveRequest request = Request(op);
+absl::Status TimeService(client::Session& session, const std::string& op, int n, int64_t iterations,
+                         int64_t warmup, std::vector<double>& us) {
+  const client::CollectiveRequest request = Request(op);
   for (int64_t i = -warmup; i < iterations; ++i) {
     const Clock::time_point start = Clock::now();
-    absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request);
+    absl::StatusOr<client::CollectiveResult> reply = session.RunCollective(request);
     const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     if (absl::Status s = CheckReply(op, n, reply); !s.ok()) return s;
     if (i >= 0) us.push_back(elapsed);
@@ -277,18 +270,20 @@ absl::Status TimeService(CoordinatorClient& client, const std::string& op, int n
 // synchronize), which raw_gloo_peer --bursts measures the same way. `us`: sent on one
 // CollectiveStream, then every outcome read; `async_us`: unary calls with async_op (a round trip
 // each), then one WaitCollectives.
-absl::Status TimeServiceBursts(CoordinatorClient& client, const std::string& op, int n,
+absl::Status TimeServiceBursts(client::Session& session, const std::string& op, int n,
                                int64_t iterations, int64_t warmup, std::vector<double>& us,
                                std::vector<double>& async_us) {
-  v1::CollectiveRequest request = Request(op);
-  auto check = [&](const absl::StatusOr<v1::CollectiveReply>& o) { return CheckReply(op, n, o); };
-  absl::StatusOr<std::unique_ptr<CollectiveStream>> stream = client.OpenCollectiveStream();
+  const client::CollectiveRequest request = Request(op);
+  auto check = [&](const absl::StatusOr<client::CollectiveResult>& o) {
+    return CheckReply(op, n, o);
+  };
+  absl::StatusOr<std::unique_ptr<client::CollectiveStream>> stream = session.OpenCollectiveStream();
   if (!stream.ok()) return stream.status();
   auto streamed = [&](int64_t calls) -> absl::StatusOr<double> {
     const Clock::time_point start = Clock::now();
     for (int64_t i = 0; i < calls; ++i) {
       // A burst longer than the stream's unread limit reads the oldest outcome first.
-      if ((*stream)->outstanding() >= CollectiveStream::kMaxUnread) {
+      if ((*stream)->outstanding() >= client::CollectiveStream::kMaxUnread) {
         if (absl::Status s = check((*stream)->Next()); !s.ok()) return s;
       }
       if (absl::Status s = (*stream)->Submit(request); !s.ok()) return s;
@@ -300,20 +295,18 @@ absl::Status TimeServiceBursts(CoordinatorClient& client, const std::string& op,
     return elapsed / static_cast<double>(std::max<int64_t>(calls, 1));
   };
   auto async = [&](int64_t calls) -> absl::StatusOr<double> {
-    v1::CollectiveRequest r = request;
-    r.set_async_op(true);
     const Clock::time_point start = Clock::now();
     std::vector<int64_t> works;
     for (int64_t i = 0; i < calls; ++i) {
-      absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(r);
-      if (!reply.ok()) return reply.status();
-      works.push_back(reply->work());
+      absl::StatusOr<client::Work> work = session.StartCollective(request);
+      if (!work.ok()) return work.status();
+      works.push_back(work->id());
     }
-    absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcomes =
-        client.WaitCollectives(kMesh, works);
+    absl::StatusOr<std::vector<absl::StatusOr<client::CollectiveResult>>> outcomes =
+        session.WaitCollectives(kMesh, works);
     const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     if (!outcomes.ok()) return outcomes.status();
-    for (const absl::StatusOr<v1::CollectiveReply>& o : *outcomes) {
+    for (const absl::StatusOr<client::CollectiveResult>& o : *outcomes) {
       if (absl::Status s = check(o); !s.ok()) return s;
     }
     return elapsed / static_cast<double>(std::max<int64_t>(calls, 1));
@@ -331,11 +324,11 @@ absl::Status TimeServiceBursts(CoordinatorClient& client, const std::string& op,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Timing> TimeRoundTrip(CoordinatorClient& client) {
+absl::StatusOr<Timing> TimeRoundTrip(client::Session& session) {
   std::vector<double> us;
   for (int i = -5; i < absl::GetFlag(FLAGS_rtt_calls); ++i) {
     const Clock::time_point start = Clock::now();
-    absl::StatusOr<v1::MeshInfo> mesh = client.GetMesh(kMesh);
+    absl::StatusOr<client::MeshInfo> mesh = client::GetMesh(session, kMesh);
     const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     if (!mesh.ok()) return mesh.status();
     if (i >= 0) us.push_back(elapsed);
@@ -351,11 +344,16 @@ absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
   options.log_dir = absl::StrCat(dir, "/cluster_", n);
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
   if (!cluster.ok()) return cluster.status();
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
-      CoordinatorClient::Connect((*cluster)->address());
-  if (!client.ok()) return client.status();
-  CoordinatorClient& c = **client;
-  absl::StatusOr<v1::MeshInfo> mesh = c.CreateMesh(kMesh, "cpu", {n}, {}, {}, absl::Seconds(120));
+  client::SessionOptions session_options;
+  session_options.keep_alive = false;
+  absl::StatusOr<std::shared_ptr<client::Session>> session =
+      client::Session::Connect((*cluster)->address(), session_options);
+  if (!session.ok()) return session.status();
+  client::Session& c = **session;
+  client::MeshOptions mesh_options;
+  mesh_options.collective_timeout = absl::Seconds(120);
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(c, "cpu", {n}, {}, kMesh, mesh_options);
   if (!mesh.ok()) return mesh.status();
 
   const std::vector<int64_t> sizes = ParseList(absl::GetFlag(FLAGS_bytes));
@@ -390,7 +388,7 @@ absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
     if (!rtt.ok()) return rtt.status();
     rtt_us[bytes] = rtt->median_us;
     for (const char* name : {"x", "g", "y"}) {
-      if (absl::Status st = c.DeleteTensor(kMesh, name); !st.ok()) return st;
+      if (absl::Status st = c.DeleteLocal(kMesh, name); !st.ok()) return st;
     }
     std::fprintf(stderr, "  %d workers, %lld bytes done\n", n, static_cast<long long>(bytes));
   }

@@ -52,12 +52,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_host.h"
-#include "client/dtensor.h"
 #include "client/local_cluster.h"
 #include "core/host_tensor.h"
 #include "core/release_mode.h"
 #include "grpcpp/grpcpp.h"
 #include "raw_peer.grpc.pb.h"
+#include "tessera/tessera.h"
 
 ABSL_FLAG(int64_t, transfer_bytes, int64_t{256} << 20, "distribute/full_tensor size");
 ABSL_FLAG(int64_t, memory_bytes, int64_t{1} << 30, "Size distributed for the coordinator RSS");

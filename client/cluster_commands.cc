@@ -8,33 +8,42 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cluster_selfcheck.h"
-#include "client/coordinator_client.h"
 #include "client/dtensor_selfcheck.h"
 #include "client/local_cluster.h"
 #include "core/shape.h"
+#include "tessera/tessera.h"
 
 namespace tessera::cli {
 namespace {
 
-absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const ClusterFlags& f) {
-  return CoordinatorClient::Connect(f.coordinator, absl::Seconds(10));
+// A session without a lease: these commands make no tensors.
+absl::StatusOr<std::shared_ptr<client::Session>> Connect(const std::string& address,
+                                                         absl::Duration timeout) {
+  client::SessionOptions options;
+  options.keep_alive = false;
+  options.timeout = timeout;
+  return client::Session::Connect(address, options);
+}
+
+absl::StatusOr<std::shared_ptr<client::Session>> Connect(const ClusterFlags& f) {
+  return Connect(f.coordinator, absl::Seconds(10));
 }
 
 // The dims of a mesh as listed: their names, or their indices for a mesh made without names.
-std::string DimLabels(const v1::MeshSpec& mesh) {
+std::string DimLabels(const DeviceMesh& mesh) {
   if (!mesh.dim_names().empty()) return absl::StrJoin(mesh.dim_names(), ", ");
-  std::vector<int> indices(static_cast<size_t>(mesh.shape_size()));
+  std::vector<int> indices(static_cast<size_t>(mesh.ndim()));
   std::iota(indices.begin(), indices.end(), 0);
   return absl::StrJoin(indices, ", ");
 }
 
-void PrintMesh(const v1::MeshInfo& m, std::ostream& out) {
-  out << absl::StrFormat("  %-12s %-5s shape [%s] dims (%s) workers [%s] %s%s\n", m.name(),
-                         m.mesh().device_type(), absl::StrJoin(m.mesh().shape(), ", "),
-                         DimLabels(m.mesh()), absl::StrJoin(m.mesh().ranks(), ", "),
-                         m.ready() ? "ready" : "BROKEN: ", m.broken_reason());
-  if (m.tensors_size() > 0)
-    out << "               tensors: " << absl::StrJoin(m.tensors(), ", ") << "\n";
+void PrintMesh(const client::MeshInfo& m, std::ostream& out) {
+  out << absl::StrFormat("  %-12s %-5s shape [%s] dims (%s) workers [%s] %s%s\n", m.name,
+                         m.mesh.device_type(), absl::StrJoin(m.mesh.shape(), ", "),
+                         DimLabels(m.mesh), absl::StrJoin(m.mesh.ranks(), ", "),
+                         m.ready ? "ready" : "BROKEN: ", m.broken_reason);
+  if (!m.tensors.empty())
+    out << "               tensors: " << absl::StrJoin(m.tensors, ", ") << "\n";
 }
 
 struct UpFlags {
@@ -56,19 +65,19 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
 
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
   if (!cluster.ok()) return cluster.status();
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
-      CoordinatorClient::Connect((*cluster)->address());
-  if (!client.ok()) return client.status();
+  absl::StatusOr<std::shared_ptr<client::Session>> session =
+      Connect((*cluster)->address(), absl::Seconds(60));
+  if (!session.ok()) return session.status();
   if (f.selfcheck) {
     out << "tessera up: coordinator at " << (*cluster)->address() << " with " << options.workers
         << " cpu workers; running the self-check workload\n";
-    if (absl::Status s = RunClusterSelfcheck(**client, options.workers, out); !s.ok()) return s;
+    if (absl::Status s = RunClusterSelfcheck(**session, options.workers, out); !s.ok()) return s;
     if (options.workers < 4) return absl::OkStatus();
     out << "\n";
     return RunDTensorSelfcheck((*cluster)->address(), out);
   }
-  absl::StatusOr<v1::MeshInfo> world =
-      (*client)->CreateMesh("world", "cpu", {options.workers}, {"world"});
+  absl::StatusOr<client::MeshInfo> world =
+      client::InitDeviceMesh(**session, "cpu", {options.workers}, {"world"}, "world");
   if (!world.ok()) return world.status();
   out << "tessera up: coordinator at " << (*cluster)->address() << ", " << options.workers
       << " cpu workers, mesh 'world' ready\n"
@@ -87,31 +96,27 @@ struct StatusFlags {
 };
 
 absl::Status RunStatus(const StatusFlags& f, std::ostream& out) {
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = Connect(f.cluster);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = (*client)->ListWorkers();
-  if (!workers.ok()) return workers.status();
-  out << "coordinator " << (*client)->address() << "\nworkers:\n";
-  for (const v1::WorkerInfo& w : *workers) {
+  ASSIGN_OR_RETURN(std::shared_ptr<client::Session> session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(const std::vector<client::WorkerInfo> workers, session->ListWorkers());
+  out << "coordinator " << session->address() << "\nworkers:\n";
+  for (const client::WorkerInfo& w : workers) {
     out << absl::StrFormat(
-        "  %-3d %-8s %-22s %-5s %10d / %d bytes  pid %d on %s, heartbeat %d ms ago\n",
-        w.worker_id(), w.device(), w.address(), w.alive() ? "alive" : "DEAD", w.used_bytes(),
-        w.memory_budget_bytes(), w.pid(), w.hostname(), w.last_heartbeat_age_ms());
+        "  %-3d %-8s %-22s %-5s %10d / %d bytes  pid %d on %s, heartbeat %d ms ago\n", w.worker_id,
+        w.device, w.address, w.alive ? "alive" : "DEAD", w.used_bytes, w.memory_budget_bytes, w.pid,
+        w.hostname, absl::ToInt64Milliseconds(w.last_heartbeat_age));
   }
-  absl::StatusOr<std::vector<v1::MeshInfo>> meshes = (*client)->ListMeshes();
-  if (!meshes.ok()) return meshes.status();
+  ASSIGN_OR_RETURN(const std::vector<client::MeshInfo> meshes, session->ListMeshes());
   out << "meshes:\n";
-  for (const v1::MeshInfo& m : *meshes) PrintMesh(m, out);
-  absl::StatusOr<std::vector<v1::TensorInfo>> tensors = (*client)->ListTensors();
-  if (!tensors.ok()) return tensors.status();
+  for (const client::MeshInfo& m : meshes) PrintMesh(m, out);
+  ASSIGN_OR_RETURN(const std::vector<client::DTensorInfo> tensors, session->ListTensors());
   int64_t bytes = 0, pending = 0, failed = 0;
-  for (const v1::TensorInfo& t : *tensors) {
-    bytes += t.meta().nbytes();
-    pending += t.state() == v1::PENDING;
-    failed += t.state() == v1::FAILED;
+  for (const client::DTensorInfo& t : tensors) {
+    bytes += t.nbytes;
+    pending += t.state == client::TensorState::kPending;
+    failed += t.state == client::TensorState::kFailed;
   }
   out << absl::StrFormat("dtensors: %d (%d bytes), %d pending, %d failed; tessera tensor list\n",
-                         tensors->size(), bytes, pending, failed);
+                         tensors.size(), bytes, pending, failed);
   return absl::OkStatus();
 }
 
@@ -123,8 +128,9 @@ struct MeshCreateFlags {
 
 absl::Status RunMeshCreate(const MeshCreateFlags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(auto shape, ParseShape(f.mesh.shape));
-  ASSIGN_OR_RETURN(auto client, Connect(f.cluster));
-  ASSIGN_OR_RETURN(auto mesh, client->CreateMesh(f.name, f.mesh.device, shape, DimNames(f.mesh)));
+  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(
+      auto mesh, client::InitDeviceMesh(*session, f.mesh.device, shape, DimNames(f.mesh), f.name));
   PrintMesh(mesh, out);
   return absl::OkStatus();
 }
@@ -134,9 +140,9 @@ struct MeshListFlags {
 };
 
 absl::Status RunMeshList(const MeshListFlags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto client, Connect(f.cluster));
-  ASSIGN_OR_RETURN(auto meshes, client->ListMeshes());
-  for (const v1::MeshInfo& m : meshes) PrintMesh(m, out);
+  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto meshes, session->ListMeshes());
+  for (const client::MeshInfo& m : meshes) PrintMesh(m, out);
   return absl::OkStatus();
 }
 
@@ -146,8 +152,8 @@ struct MeshDeleteFlags {
 };
 
 absl::Status RunMeshDelete(const MeshDeleteFlags& f, std::ostream&) {
-  ASSIGN_OR_RETURN(auto client, Connect(f.cluster));
-  return client->DeleteMesh(f.name);
+  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  return session->DeleteMesh(f.name);
 }
 
 }  // namespace

@@ -9,25 +9,24 @@
 #include "core/chunk.h"
 #include "core/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
-#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
 
 // Rows [begin, begin + rows) of `t`.
-absl::StatusOr<HostTensor> Rows(const HostTensor& t, int64_t begin, int64_t rows) {
+HostTensor Rows(const HostTensor& t, int64_t begin, int64_t rows) {
   Shape offsets(t.shape().size(), 0), sizes = t.shape();
   offsets[0] = begin;
   sizes[0] = rows;
-  return PackBlock(t, offsets, sizes);
+  return PackBlock(t, offsets, sizes).value();
 }
 
 // `parts` stacked along dim 0.
-absl::StatusOr<HostTensor> Concat(const std::vector<HostTensor>& parts) {
+HostTensor Concat(const std::vector<HostTensor>& parts) {
   Shape shape = parts[0].shape();
   shape[0] = 0;
   for (const HostTensor& p : parts) shape[0] += p.shape()[0];
-  ASSIGN_OR_RETURN(HostTensor out, HostTensor::Zeros(parts[0].dtype(), shape));
+  HostTensor out = HostTensor::Zeros(parts[0].dtype(), shape).value();
   size_t offset = 0;
   for (const HostTensor& p : parts) {
     std::memcpy(out.data() + offset, p.data(), p.nbytes());
@@ -46,65 +45,57 @@ HostTensor Sum(const std::vector<HostTensor>& parts) {
 
 struct Check {
   const char* name;
-  v1::CollectiveOp op;
+  client::CollectiveOp op;
   int64_t root;
   // The expected result on group rank `r` from the inputs of the group.
-  std::function<absl::StatusOr<HostTensor>(const std::vector<HostTensor>&, int64_t)> expect;
+  std::function<HostTensor(const std::vector<HostTensor>&, int64_t)> expect;
 };
 
 }  // namespace
 
-absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::ostream& out) {
+absl::Status RunClusterSelfcheck(client::Session& session, int workers, std::ostream& out) {
   const std::string mesh = "selfcheck";
-  (void)client.DeleteMesh(mesh);  // left over from an interrupted run, if any
-  ASSIGN_OR_RETURN(v1::MeshInfo info, client.CreateMesh(mesh, "cpu", {workers}));
+  (void)session.DeleteMesh(mesh);  // left over from an interrupted run, if any
+  absl::StatusOr<client::MeshInfo> info =
+      client::InitDeviceMesh(session, "cpu", {workers}, {}, mesh);
+  if (!info.ok()) return info.status();
   out << "created mesh '" << mesh << "' over " << workers << " workers\n";
   const int64_t k = workers;
   const Shape shape = {2 * k + 1, 257};  // uneven over k ranks on purpose
   std::vector<HostTensor> inputs;
   for (int64_t r = 0; r < k; ++r) {
     inputs.push_back(SmallIntegerTensor(DType::kFloat32, shape, static_cast<uint32_t>(100 + r)));
-    RETURN_IF_ERROR(client.PutLocal(mesh, r, "x", inputs.back()));
+    if (absl::Status s = session.PutLocal(mesh, r, "x", inputs.back()); !s.ok()) return s;
   }
   const std::vector<Check> checks = {
-      {"all_reduce(sum)", v1::ALL_REDUCE_OP, 0,
+      {"all_reduce(sum)", client::CollectiveOp::kAllReduce, 0,
        [](const std::vector<HostTensor>& in, int64_t) { return Sum(in); }},
-      {"all_gather", v1::ALL_GATHER_OP, 0,
+      {"all_gather", client::CollectiveOp::kAllGather, 0,
        [](const std::vector<HostTensor>& in, int64_t) { return Concat(in); }},
-      {"reduce_scatter(sum)", v1::REDUCE_SCATTER_OP, 0,
+      {"reduce_scatter(sum)", client::CollectiveOp::kReduceScatter, 0,
        [k](const std::vector<HostTensor>& in, int64_t r) {
          const ChunkRange c = ChunkOf(in[0].shape()[0], k, r);
          return Rows(Sum(in), c.offset, c.size);
        }},
-      {"broadcast(root 1)", v1::BROADCAST, k > 1 ? 1 : 0,
+      {"broadcast(root 1)", client::CollectiveOp::kBroadcast, k > 1 ? 1 : 0,
        [k](const std::vector<HostTensor>& in, int64_t) { return in[k > 1 ? 1 : 0].Clone(); }},
-      {"all_to_all", v1::ALL_TO_ALL_OP, 0,
-       [k](const std::vector<HostTensor>& in, int64_t r) -> absl::StatusOr<HostTensor> {
+      {"all_to_all", client::CollectiveOp::kAllToAll, 0,
+       [k](const std::vector<HostTensor>& in, int64_t r) {
          std::vector<HostTensor> parts;
          const ChunkRange c = ChunkOf(in[0].shape()[0], k, r);
-         for (const HostTensor& t : in) {
-           ASSIGN_OR_RETURN(HostTensor rows, Rows(t, c.offset, c.size));
-           parts.push_back(std::move(rows));
-         }
+         for (const HostTensor& t : in) parts.push_back(Rows(t, c.offset, c.size));
          return Concat(parts);
        }},
   };
   // `check` as a request writing `output`, and the check of every rank's `output` afterwards.
   auto request_for = [&](const Check& check, const std::string& output) {
-    v1::CollectiveRequest request;
-    request.set_mesh(mesh);
-    request.set_op(check.op);
-    request.set_input("x");
-    request.set_output(output);
-    request.set_reduce_op(v1::SUM);
-    request.set_root(check.root);
-    return request;
+    return client::CollectiveRequest{check.op, {mesh, ""}, "x", output, ReduceOp::kSum, check.root};
   };
   auto verify = [&](const Check& check, const std::string& output) -> absl::Status {
     for (int64_t r = 0; r < k; ++r) {
-      ASSIGN_OR_RETURN(HostTensor got, client.GetLocal(mesh, r, output));
-      ASSIGN_OR_RETURN(HostTensor want, check.expect(inputs, r));
-      if (!got.BitEqual(want)) {
+      absl::StatusOr<HostTensor> got = session.GetLocal(mesh, r, output);
+      if (!got.ok()) return got.status();
+      if (!got->BitEqual(check.expect(inputs, r))) {
         return absl::InternalError(absl::StrCat(check.name, " into '", output, "': rank ", r,
                                                 " differs from the single-process reference"));
       }
@@ -113,23 +104,26 @@ absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::os
   };
   for (const Check& check : checks) {
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request_for(check, "y"));
+    absl::StatusOr<client::CollectiveResult> reply = session.RunCollective(request_for(check, "y"));
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!reply.ok()) return reply.status();
-    RETURN_IF_ERROR(verify(check, "y"));
+    if (absl::Status s = verify(check, "y"); !s.ok()) return s;
     out << absl::StrFormat("  %-20s on %d ranks of float32%s: %7.2f ms, every rank matches\n",
                            check.name, k, ShapeToString(shape), ms);
   }
   // The same collectives again, sent back to back on one stream (no round trip each), each into
   // its own output; then every output checked.
-  ASSIGN_OR_RETURN(std::unique_ptr<CollectiveStream> stream, client.OpenCollectiveStream());
+  absl::StatusOr<std::unique_ptr<client::CollectiveStream>> stream = session.OpenCollectiveStream();
+  if (!stream.ok()) return stream.status();
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < checks.size(); ++i) {
-    RETURN_IF_ERROR(stream->Submit(request_for(checks[i], absl::StrCat("s", i))));
+    if (absl::Status s = (*stream)->Submit(request_for(checks[i], absl::StrCat("s", i))); !s.ok()) {
+      return s;
+    }
   }
   for (const Check& check : checks) {
-    absl::StatusOr<v1::CollectiveReply> reply = stream->Next();
+    absl::StatusOr<client::CollectiveResult> reply = (*stream)->Next();
     if (!reply.ok())
       return absl::Status(reply.status().code(),
                           absl::StrCat(check.name, ": ", reply.status().message()));
@@ -137,13 +131,13 @@ absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::os
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   for (size_t i = 0; i < checks.size(); ++i) {
-    RETURN_IF_ERROR(verify(checks[i], absl::StrCat("s", i)));
+    if (absl::Status s = verify(checks[i], absl::StrCat("s", i)); !s.ok()) return s;
   }
   out << absl::StrFormat(
       "  the same %d on one collective stream, back to back: %7.2f ms in all, "
       "every rank matches\n",
       static_cast<int>(checks.size()), ms);
-  RETURN_IF_ERROR(client.DeleteMesh(mesh));
+  if (absl::Status s = session.DeleteMesh(mesh); !s.ok()) return s;
   return absl::OkStatus();
 }
 

@@ -4,7 +4,7 @@
 #include <ostream>
 
 #include "absl/status/status.h"
-#include "client/coordinator_client.h"
+#include "tessera/session.h"
 
 namespace tessera {
 
@@ -12,7 +12,7 @@ namespace tessera {
 // per-rank tensors, runs all_reduce, all_gather, reduce_scatter, broadcast and all_to_all through
 // the service, downloads the results and compares each with a single-process reference. Prints
 // what it did and how long it took; fails on the first mismatch.
-absl::Status RunClusterSelfcheck(CoordinatorClient& client, int workers, std::ostream& out);
+absl::Status RunClusterSelfcheck(client::Session& session, int workers, std::ostream& out);
 
 }  // namespace tessera
 

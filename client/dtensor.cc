@@ -1,207 +1,153 @@
-#include "client/dtensor.h"
+// DTensors on the service: the handles, distribute / from_local / factories, redistribute and the
+// ops, over a Session's DTensorService stub.
 
-#include <algorithm>
-#include <cstring>
+#include "tessera/dtensor.h"
 
-#include "absl/random/random.h"
+#include <utility>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "client/session_impl.h"
+#include "client/wire.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "tessera/session.h"
 #include "transfer/tensor_stream.h"
 
 namespace tessera::client {
+
+// Makes handles from replies; the one friend of DTensor's state.
+struct DTensorAccess {
+  static absl::StatusOr<DTensor> Adopt(std::shared_ptr<Session> session,
+                                       const v1::TensorInfo& tensor, bool owned) {
+    ASSIGN_OR_RETURN(DTensorInfo info, FromWire(tensor));
+    DTensor t;
+    t.state_ = std::make_shared<DTensor::State>(std::move(session), std::move(info), owned);
+    return t;
+  }
+  static DTensor::State& StateOf(DTensor& t) { return *t.state_; }
+  static const std::shared_ptr<DTensor::State>& StateOf(const DTensor& t) { return t.state_; }
+};
+
 namespace {
 
-absl::StatusOr<DTensorSpec> SpecOf(const v1::TensorInfo& info) { return FromProto(info.meta()); }
+internal::SessionImpl& ImplOf(const std::shared_ptr<Session>& session) {
+  return internal_impl(*session);
+}
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Session>> Session::Connect(const std::string& address,
-                                                          SessionOptions options) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetMaxSendMessageSize(64 << 20);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  if (!channel->WaitForConnected(DeadlineAfter(options.timeout))) {
-    return absl::UnavailableError(absl::StrCat("cannot reach tessera-coordinator at ", address,
-                                               " within ", absl::FormatDuration(options.timeout)));
-  }
-  if (options.client_id.empty()) {
-    absl::BitGen gen;
-    options.client_id = absl::StrFormat("c-%016x", absl::Uniform<uint64_t>(gen));
-  }
-  std::shared_ptr<Session> session(new Session(channel, options));
-  if (options.keep_alive) {
-    grpc::ClientContext context;
-    session->Prepare(&context);
-    v1::KeepAliveReply reply;
-    RETURN_IF_ERROR(FromGrpcStatus(session->stub_->KeepAlive(&context, {}, &reply)));
-    const absl::Duration period =
-        std::max(absl::Milliseconds(reply.grace_ms()) / 4, absl::Milliseconds(20));
-    Session* raw = session.get();
-    session->keeper_ = std::thread([raw, period] {
-      while (!raw->stop_.WaitForNotificationWithTimeout(period)) {
-        grpc::ClientContext context;
-        raw->Prepare(&context, period);
-        v1::KeepAliveReply ignored;
-        raw->stub_->KeepAlive(&context, {}, &ignored);  // a missed renewal is retried next period
-      }
-    });
-  }
-  return session;
-}
-
-Session::Session(const std::shared_ptr<grpc::Channel>& channel, SessionOptions options)
-    : stub_(v1::DTensorService::NewStub(channel)),
-      meshes_(v1::MeshService::NewStub(channel)),
-      options_(std::move(options)) {}
-
-Session::~Session() {
-  stop_.Notify();
-  if (keeper_.joinable()) keeper_.join();
-}
-
-void Session::Prepare(grpc::ClientContext* context, absl::Duration timeout) const {
-  context->set_deadline(DeadlineAfter(timeout > absl::ZeroDuration() ? timeout : options_.timeout));
-  context->AddMetadata("tessera-client", options_.client_id);
-}
-
-absl::StatusOr<Mesh> InitDeviceMesh(Session& session, const std::string& device_type,
-                                    const Shape& shape, const std::vector<std::string>& dim_names,
-                                    const std::string& name) {
-  v1::CreateMeshRequest request;
-  request.set_name(name);
-  request.set_device_type(device_type);
-  for (int64_t d : shape) request.add_shape(d);
-  for (const std::string& n : dim_names) request.add_dim_names(n);
-  grpc::ClientContext context;
-  session.Prepare(&context, absl::Minutes(2));
-  v1::MeshInfo info;
-  RETURN_IF_ERROR(FromGrpcStatus(session.meshes().CreateMesh(&context, request, &info)));
-  ASSIGN_OR_RETURN(DeviceMesh mesh, FromProto(info.mesh()));
-  return Mesh{info.name(), std::move(mesh)};
-}
-
-absl::StatusOr<Mesh> GetMesh(Session& session, const std::string& name) {
-  v1::GetMeshRequest request;
-  request.set_name(name);
-  grpc::ClientContext context;
-  session.Prepare(&context);
-  v1::MeshInfo info;
-  RETURN_IF_ERROR(FromGrpcStatus(session.meshes().GetMesh(&context, request, &info)));
-  ASSIGN_OR_RETURN(DeviceMesh mesh, FromProto(info.mesh()));
-  return Mesh{info.name(), std::move(mesh)};
-}
-
-absl::StatusOr<DTensor> DTensor::Adopt(std::shared_ptr<Session> session, const v1::TensorInfo& info,
-                                       bool owned) {
-  ASSIGN_OR_RETURN(DTensorSpec spec, SpecOf(info));
-  DTensor t;
-  t.state_ = std::make_shared<State>(std::move(session), info, std::move(spec), owned);
-  return t;
-}
-
 DTensor::State::~State() {
   if (!owned || session == nullptr) return;
+  const internal::SessionImpl& impl = internal_impl(*session);
   grpc::ClientContext context;
-  session->Prepare(&context, absl::Seconds(5));
+  impl.Prepare(&context, absl::Seconds(5));
   v1::FreeTensorRequest request;
-  request.set_name(info.name());
+  request.set_name(info.name);
   v1::FreeTensorReply reply;
-  session->stub().FreeTensor(&context, request, &reply);  // best effort; leases reclaim the rest
+  impl.dtensors->FreeTensor(&context, request, &reply);  // best effort; leases reclaim the rest
 }
 
 absl::Status DTensor::Free() {
   if (state_ == nullptr) return absl::FailedPreconditionError("empty DTensor handle");
+  const internal::SessionImpl& impl = ImplOf(state_->session);
   grpc::ClientContext context;
-  state_->session->Prepare(&context);
+  impl.Prepare(&context);
   v1::FreeTensorRequest request;
   request.set_name(name());
   v1::FreeTensorReply reply;
   state_->owned = false;
-  return FromGrpcStatus(state_->session->stub().FreeTensor(&context, request, &reply));
+  return FromGrpcStatus(impl.dtensors->FreeTensor(&context, request, &reply));
 }
 
 absl::StatusOr<DTensor> DTensor::Redistribute(const std::vector<Placement>& placements,
-                                              const std::string& mesh,
-                                              const std::string& output) const {
+                                              const std::string& mesh, const std::string& output,
+                                              PlannerKind planner) const {
+  const internal::SessionImpl& impl = ImplOf(state_->session);
   v1::RedistributeRequest request;
   request.set_name(name());
   *request.mutable_placements() = ToProto(placements);
   request.set_mesh(mesh);
   request.set_output(output);
+  request.set_planner(ToWire(planner));
   grpc::ClientContext context;
-  state_->session->Prepare(&context, mesh.empty() ? absl::ZeroDuration() : kTransferTimeout);
+  // A move across meshes streams the tensor through the coordinator.
+  impl.Prepare(&context, mesh.empty() ? absl::ZeroDuration() : kTransferTimeout);
   v1::RedistributeReply reply;
-  RETURN_IF_ERROR(FromGrpcStatus(state_->session->stub().Redistribute(&context, request, &reply)));
-  ASSIGN_OR_RETURN(DTensor out, Adopt(state_->session, reply.output(), true));
-  out.state_->plan = reply.plan();
+  RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->Redistribute(&context, request, &reply)));
+  ASSIGN_OR_RETURN(DTensor out, DTensorAccess::Adopt(state_->session, reply.output(), true));
+  ASSIGN_OR_RETURN(out.state_->plan, FromProto(reply.plan(), spec().mesh.ndim()));
+  out.state_->relayed_bytes = reply.relayed_bytes();
   return out;
 }
 
-absl::StatusOr<v1::RedistributePlan> DTensor::ExplainRedistribute(
-    const std::vector<Placement>& placements) const {
+absl::StatusOr<RedistributePlan> DTensor::ExplainRedistribute(
+    const std::vector<Placement>& placements, PlannerKind planner) const {
+  const internal::SessionImpl& impl = ImplOf(state_->session);
   v1::RedistributeRequest request;
   request.set_name(name());
   *request.mutable_placements() = ToProto(placements);
   request.set_explain(true);
+  request.set_planner(ToWire(planner));
   grpc::ClientContext context;
-  state_->session->Prepare(&context);
+  impl.Prepare(&context);
   v1::RedistributeReply reply;
-  RETURN_IF_ERROR(FromGrpcStatus(state_->session->stub().Redistribute(&context, request, &reply)));
-  return reply.plan();
+  RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->Redistribute(&context, request, &reply)));
+  return FromProto(reply.plan(), spec().mesh.ndim());
 }
 
 absl::StatusOr<HostTensor> DTensor::FullTensor(const Progress& progress) const {
+  const internal::SessionImpl& impl = ImplOf(state_->session);
   v1::FullTensorRequest request;
   request.set_name(name());
   grpc::ClientContext context;
-  state_->session->Prepare(&context, kTransferTimeout);
-  auto reader = state_->session->stub().FullTensor(&context, request);
+  impl.Prepare(&context, kTransferTimeout);
+  auto reader = impl.dtensors->FullTensor(&context, request);
   return ReadTensorStream(context, *reader, absl::StrCat("full_tensor of '", name(), "'"),
                           progress);
 }
 
 absl::StatusOr<HostTensor> DTensor::ToLocal(int64_t rank) const {
+  const internal::SessionImpl& impl = ImplOf(state_->session);
   v1::ToLocalRequest request;
   request.set_name(name());
   request.set_rank(rank);
   grpc::ClientContext context;
-  state_->session->Prepare(&context, kTransferTimeout);
-  auto reader = state_->session->stub().ToLocal(&context, request);
+  impl.Prepare(&context, kTransferTimeout);
+  auto reader = impl.dtensors->ToLocal(&context, request);
   return ReadTensorStream(context, *reader,
                           absl::StrCat("to_local of '", name(), "' on rank ", rank));
 }
 
 absl::Status DTensor::Synchronize(absl::Duration timeout) const {
+  const internal::SessionImpl& impl = ImplOf(state_->session);
   v1::SynchronizeRequest request;
   request.add_names(name());
   grpc::ClientContext context;
-  state_->session->Prepare(&context, timeout);
+  impl.Prepare(&context, timeout);
   v1::SynchronizeReply reply;
-  return FromGrpcStatus(state_->session->stub().Synchronize(&context, request, &reply));
+  return FromGrpcStatus(impl.dtensors->Synchronize(&context, request, &reply));
 }
 
-absl::StatusOr<v1::TensorInfo> DTensor::Refresh() const {
+absl::StatusOr<DTensorInfo> DTensor::Refresh() const {
+  const internal::SessionImpl& impl = ImplOf(state_->session);
   v1::GetTensorRequest request;
   request.set_name(name());
   grpc::ClientContext context;
-  state_->session->Prepare(&context);
+  impl.Prepare(&context);
   v1::TensorInfo info;
-  RETURN_IF_ERROR(FromGrpcStatus(state_->session->stub().GetTensor(&context, request, &info)));
-  return info;
+  RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->GetTensor(&context, request, &info)));
+  return FromWire(info);
 }
 
 absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& tensor,
                                          const Mesh& mesh, const std::vector<Placement>& placements,
                                          const DistributeOptions& options) {
+  const internal::SessionImpl& impl = internal_impl(session);
   grpc::ClientContext context;
-  session.Prepare(&context, kTransferTimeout);
+  impl.Prepare(&context, kTransferTimeout);
   v1::TensorInfo info;
-  auto writer = session.stub().DistributeTensor(&context, &info);
+  auto writer = impl.dtensors->DistributeTensor(&context, &info);
   v1::DistributeChunk chunk;
   v1::DistributeHeader* h = chunk.mutable_header();
   h->set_name(options.name);
@@ -221,16 +167,17 @@ absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& ten
   });
   writer->WritesDone();
   RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
-  return DTensor::Adopt(session.shared_from_this(), info, true);
+  return DTensorAccess::Adopt(session.shared_from_this(), info, true);
 }
 
 absl::StatusOr<DTensor> FromLocal(Session& session, absl::Span<const HostTensor> locals,
                                   const Mesh& mesh, const std::vector<Placement>& placements,
                                   const FromLocalOptions& options) {
+  const internal::SessionImpl& impl = internal_impl(session);
   grpc::ClientContext context;
-  session.Prepare(&context, kTransferTimeout);
+  impl.Prepare(&context, kTransferTimeout);
   v1::TensorInfo info;
-  auto writer = session.stub().FromLocal(&context, &info);
+  auto writer = impl.dtensors->FromLocal(&context, &info);
   for (size_t r = 0; r < locals.size(); ++r) {
     const HostTensor& t = locals[r];
     v1::FromLocalChunk chunk;
@@ -256,86 +203,109 @@ absl::StatusOr<DTensor> FromLocal(Session& session, absl::Span<const HostTensor>
   }
   writer->WritesDone();
   RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
-  return DTensor::Adopt(session.shared_from_this(), info, true);
+  return DTensorAccess::Adopt(session.shared_from_this(), info, true);
 }
 
-absl::StatusOr<DTensor> CreateTensor(Session& session, v1::Factory factory, const Mesh& mesh,
+absl::StatusOr<DTensor> CreateTensor(Session& session, Factory factory, const Mesh& mesh,
                                      const Shape& shape, const std::vector<Placement>& placements,
                                      DType dtype, double value, uint64_t seed,
                                      const std::string& name) {
+  const internal::SessionImpl& impl = internal_impl(session);
   v1::CreateTensorRequest request;
   request.set_name(name);
   request.set_mesh(mesh.name);
   *request.mutable_placements() = ToProto(placements);
   request.set_dtype(ToProto(dtype));
   *request.mutable_shape() = ToProto(shape);
-  request.set_factory(factory);
+  request.set_factory(ToWire(factory));
   request.set_value(value);
   request.set_seed(seed);
   grpc::ClientContext context;
-  session.Prepare(&context);
+  impl.Prepare(&context);
   v1::TensorInfo info;
-  RETURN_IF_ERROR(FromGrpcStatus(session.stub().CreateTensor(&context, request, &info)));
-  return DTensor::Adopt(session.shared_from_this(), info, true);
+  RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->CreateTensor(&context, request, &info)));
+  return DTensorAccess::Adopt(session.shared_from_this(), info, true);
 }
 
 absl::StatusOr<DTensor> Zeros(Session& s, const Mesh& m, const Shape& shape,
                               const std::vector<Placement>& p, DType dtype) {
-  return CreateTensor(s, v1::ZEROS, m, shape, p, dtype);
+  return CreateTensor(s, Factory::kZeros, m, shape, p, dtype);
 }
 absl::StatusOr<DTensor> Ones(Session& s, const Mesh& m, const Shape& shape,
                              const std::vector<Placement>& p, DType dtype) {
-  return CreateTensor(s, v1::ONES, m, shape, p, dtype);
+  return CreateTensor(s, Factory::kOnes, m, shape, p, dtype);
 }
 absl::StatusOr<DTensor> Full(Session& s, const Mesh& m, const Shape& shape,
                              const std::vector<Placement>& p, double value, DType dtype) {
-  return CreateTensor(s, v1::FULL, m, shape, p, dtype, value);
+  return CreateTensor(s, Factory::kFull, m, shape, p, dtype, value);
 }
 absl::StatusOr<DTensor> Rand(Session& s, const Mesh& m, const Shape& shape,
                              const std::vector<Placement>& p, uint64_t seed, DType dtype) {
-  return CreateTensor(s, v1::RAND, m, shape, p, dtype, 0, seed);
+  return CreateTensor(s, Factory::kRand, m, shape, p, dtype, 0, seed);
 }
 absl::StatusOr<DTensor> Randn(Session& s, const Mesh& m, const Shape& shape,
                               const std::vector<Placement>& p, uint64_t seed, DType dtype) {
-  return CreateTensor(s, v1::RANDN, m, shape, p, dtype, 0, seed);
+  return CreateTensor(s, Factory::kRandn, m, shape, p, dtype, 0, seed);
 }
 
 absl::StatusOr<DTensor> GetTensor(Session& session, const std::string& name) {
+  const internal::SessionImpl& impl = internal_impl(session);
   v1::GetTensorRequest request;
   request.set_name(name);
   grpc::ClientContext context;
-  session.Prepare(&context);
+  impl.Prepare(&context);
   v1::TensorInfo info;
-  RETURN_IF_ERROR(FromGrpcStatus(session.stub().GetTensor(&context, request, &info)));
-  return DTensor::Adopt(session.shared_from_this(), info, false);
+  RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->GetTensor(&context, request, &info)));
+  return DTensorAccess::Adopt(session.shared_from_this(), info, false);
+}
+
+absl::StatusOr<std::vector<DTensorInfo>> Session::ListTensors(const std::string& mesh) {
+  v1::ListTensorsRequest request;
+  request.set_mesh(mesh);
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  v1::ListTensorsReply reply;
+  RETURN_IF_ERROR(FromGrpcStatus(impl_->dtensors->ListTensors(&context, request, &reply)));
+  std::vector<DTensorInfo> tensors;
+  for (const v1::TensorInfo& t : reply.tensors()) {
+    ASSIGN_OR_RETURN(DTensorInfo info, FromWire(t));
+    tensors.push_back(std::move(info));
+  }
+  return tensors;
 }
 
 absl::StatusOr<DTensor> RunOp(const OpCall& op, absl::Span<const DTensor> inputs,
                               const std::string& output) {
-  if (inputs.empty() || inputs[0].state_ == nullptr) {
+  if (inputs.empty() || DTensorAccess::StateOf(inputs[0]) == nullptr) {
     return absl::InvalidArgumentError("an op needs input tensors");
   }
-  Session& session = *inputs[0].state_->session;
+  const std::shared_ptr<Session>& session = DTensorAccess::StateOf(inputs[0])->session;
+  const internal::SessionImpl& impl = ImplOf(session);
   v1::OpRequest request;
   *request.mutable_op() = ToProto(op);
   for (const DTensor& t : inputs) request.add_inputs(t.name());
   request.set_output(output);
   grpc::ClientContext context;
-  session.Prepare(&context);
+  impl.Prepare(&context);
   v1::OpReply reply;
-  RETURN_IF_ERROR(FromGrpcStatus(session.stub().RunOp(&context, request, &reply)));
-  ASSIGN_OR_RETURN(DTensor out, DTensor::Adopt(inputs[0].state_->session, reply.output(), true));
-  out.state_->redistributions.assign(reply.redistributions().begin(),
-                                     reply.redistributions().end());
+  RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->RunOp(&context, request, &reply)));
+  ASSIGN_OR_RETURN(DTensor out, DTensorAccess::Adopt(session, reply.output(), true));
+  const int mesh_ndim = out.spec().mesh.ndim();
+  for (const v1::InputRedistribution& r : reply.redistributions()) {
+    ASSIGN_OR_RETURN(InputRedistribution moved, FromWire(r, mesh_ndim));
+    DTensorAccess::StateOf(out).redistributions.push_back(std::move(moved));
+  }
   return out;
 }
 
 namespace {
+
 absl::StatusOr<DTensor> Op(OpKind kind, absl::Span<const DTensor> inputs) {
   OpCall op;
   op.kind = kind;
   return RunOp(op, inputs);
 }
+
 absl::StatusOr<DTensor> Reduction(OpKind kind, const DTensor& x, std::vector<int> dims,
                                   bool keepdim) {
   OpCall op;
@@ -344,6 +314,7 @@ absl::StatusOr<DTensor> Reduction(OpKind kind, const DTensor& x, std::vector<int
   op.keepdim = keepdim;
   return RunOp(op, {x});
 }
+
 }  // namespace
 
 absl::StatusOr<DTensor> Mm(const DTensor& a, const DTensor& b) { return Op(OpKind::kMm, {a, b}); }

@@ -17,8 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "client/coordinator_client.h"
-#include "core/status_macros.h"
+#include "tessera/session.h"
 
 namespace tessera {
 namespace {
@@ -112,20 +111,21 @@ absl::StatusOr<LocalCluster::Process> LocalCluster::Spawn(const std::string& bin
 }
 
 absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
-  ASSIGN_OR_RETURN(Process p,
-                   Spawn(options_.worker_binary,
-                         {absl::StrCat("--coordinator=", address_), "--device=cpu",
-                          absl::StrCat("--listen=", listen),
-                          absl::StrCat("--memory_budget=", options_.memory_budget_bytes)},
-                         absl::StrCat(options_.log_dir, "/worker-", i, ".log")));
+  absl::StatusOr<Process> p = Spawn(
+      options_.worker_binary,
+      {absl::StrCat("--coordinator=", address_), "--device=cpu", absl::StrCat("--listen=", listen),
+       absl::StrCat("--memory_budget=", options_.memory_budget_bytes)},
+      absl::StrCat(options_.log_dir, "/worker-", i, ".log"));
+  if (!p.ok()) return p.status();
   const std::string marker = "serving on ";
-  ASSIGN_OR_RETURN(std::string rest, WaitForLine(p.log, marker, p.pid, absl::Seconds(30)));
+  absl::StatusOr<std::string> rest = WaitForLine(p->log, marker, p->pid, absl::Seconds(30));
+  if (!rest.ok()) return rest.status();
   // The log may hold an earlier incarnation's line: the address is the same on restart anyway.
-  p.address = rest.substr(0, rest.find(','));
+  p->address = rest->substr(0, rest->find(','));
   if (i < static_cast<int>(workers_.size())) {
-    workers_[i] = p;
+    workers_[i] = *p;
   } else {
-    workers_.push_back(p);
+    workers_.push_back(*p);
   }
   return absl::OkStatus();
 }
@@ -138,8 +138,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
   for (auto [path, name] : {std::pair{&options.coordinator_binary, "tessera-coordinator"},
                             std::pair{&options.worker_binary, "tessera-worker"}}) {
     if (!path->empty()) continue;
-    ASSIGN_OR_RETURN(std::string found, FindDaemonBinary(name));
-    *path = found;
+    absl::StatusOr<std::string> found = FindDaemonBinary(name);
+    if (!found.ok()) return found.status();
+    *path = *found;
   }
   if (options.secret.empty()) options.secret = RandomSecret();
   if (options.log_dir.empty()) {
@@ -153,23 +154,25 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
   std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(options)));
   LocalClusterOptions& o = cluster->options_;
 
-  ASSIGN_OR_RETURN(
-      Process coordinator,
-      cluster->Spawn(
-          o.coordinator_binary,
-          {absl::StrCat("--listen=127.0.0.1:", o.coordinator_port),
-           absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
-           absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
-           absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace))},
-          o.log_dir + "/coordinator.log"));
-  cluster->coordinator_ = coordinator;
-  ASSIGN_OR_RETURN(std::string port, WaitForLine(coordinator.log, "listening on port ",
-                                                 coordinator.pid, absl::Seconds(30)));
-  cluster->address_ = absl::StrCat("127.0.0.1:", port);
+  absl::StatusOr<Process> coordinator = cluster->Spawn(
+      o.coordinator_binary,
+      {absl::StrCat("--listen=127.0.0.1:", o.coordinator_port),
+       absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
+       absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
+       absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace))},
+      o.log_dir + "/coordinator.log");
+  if (!coordinator.ok()) return coordinator.status();
+  cluster->coordinator_ = *coordinator;
+  absl::StatusOr<std::string> port =
+      WaitForLine(coordinator->log, "listening on port ", coordinator->pid, absl::Seconds(30));
+  if (!port.ok()) return port.status();
+  cluster->address_ = absl::StrCat("127.0.0.1:", *port);
   for (int i = 0; i < o.workers; ++i) {
-    RETURN_IF_ERROR(cluster->StartWorker(i, "127.0.0.1:0"));
+    if (absl::Status s = cluster->StartWorker(i, "127.0.0.1:0"); !s.ok()) return s;
   }
-  RETURN_IF_ERROR(cluster->WaitForAliveWorkers(o.workers, absl::Seconds(30)));
+  if (absl::Status s = cluster->WaitForAliveWorkers(o.workers, absl::Seconds(30)); !s.ok()) {
+    return s;
+  }
   return cluster;
 }
 
@@ -188,22 +191,26 @@ absl::Status LocalCluster::KillWorker(int i) {
 absl::Status LocalCluster::RestartWorker(int i) {
   if (i < 0 || i >= num_workers()) return absl::InvalidArgumentError(absl::StrCat("no worker ", i));
   if (workers_[i].pid >= 0) {
-    RETURN_IF_ERROR(KillWorker(i));
+    if (absl::Status s = KillWorker(i); !s.ok()) return s;
   }
   std::filesystem::remove(workers_[i].log);
   return StartWorker(i, workers_[i].address);
 }
 
 absl::Status LocalCluster::WaitForAliveWorkers(int count, absl::Duration timeout) {
-  ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
-                   CoordinatorClient::Connect(address_, timeout));
+  client::SessionOptions session_options;
+  session_options.keep_alive = false;
+  session_options.timeout = timeout;
+  absl::StatusOr<std::shared_ptr<client::Session>> session =
+      client::Session::Connect(address_, session_options);
+  if (!session.ok()) return session.status();
   const absl::Time deadline = absl::Now() + timeout;
   int alive = 0;
   while (absl::Now() < deadline) {
-    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client->ListWorkers();
+    absl::StatusOr<std::vector<client::WorkerInfo>> workers = (*session)->ListWorkers();
     if (workers.ok()) {
       alive = 0;
-      for (const v1::WorkerInfo& w : *workers) alive += w.alive() ? 1 : 0;
+      for (const client::WorkerInfo& w : *workers) alive += w.alive ? 1 : 0;
       if (alive >= count) return absl::OkStatus();
     }
     absl::SleepFor(absl::Milliseconds(50));

@@ -7,12 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/dtensor.h"
 #include "client/tensor_files.h"
 #include "core/redistribute_planner.h"
+#include "core/status_macros.h"
 #include "core/visualize_sharding.h"
-#include "proto/convert.h"
-#include "proto/grpc_status.h"
+#include "tessera/tessera.h"
 
 namespace tessera::cli {
 namespace {
@@ -57,33 +56,33 @@ class ProgressBar {
   bool drawn_ = false;
 };
 
-std::string StateName(v1::TensorState s) {
+std::string StateName(client::TensorState s) {
   switch (s) {
-    case v1::READY:
+    case client::TensorState::kReady:
       return "ready";
-    case v1::PENDING:
+    case client::TensorState::kPending:
       return "pending";
-    case v1::FAILED:
+    case client::TensorState::kFailed:
       return "FAILED";
     default:
       return "?";
   }
 }
 
-void PrintSummary(const v1::TensorInfo& info, std::ostream& out) {
-  const DTensorSpec spec = FromProto(info.meta()).value();
-  out << absl::StrFormat("%-16s %-8s %-9s %-16s %-20s %10d B  %-8s owner %s\n", info.name(),
-                         info.mesh(), DTypeName(spec.dtype), ShapeToString(spec.shape),
-                         PlacementsToString(spec.placements), info.meta().nbytes(),
-                         StateName(info.state()), info.owner());
-  if (!info.error().empty()) out << "    error: " << info.error() << "\n";
+void PrintSummary(const client::DTensorInfo& info, std::ostream& out) {
+  const DTensorSpec& spec = info.spec;
+  out << absl::StrFormat("%-16s %-8s %-9s %-16s %-20s %10d B  %-8s owner %s\n", info.name,
+                         info.mesh, DTypeName(spec.dtype), ShapeToString(spec.shape),
+                         PlacementsToString(spec.placements), info.nbytes, StateName(info.state),
+                         info.owner);
+  if (!info.error.empty()) out << "    error: " << info.error << "\n";
 }
 
 // The tensor a put or redistribute made, once the workers have written it (or at once with
 // `async`), detached so that it stays. If the workers failed, it returns their error and `t`'s
 // handle frees the tensor.
-absl::StatusOr<v1::TensorInfo> Keep(client::DTensor t, bool async) {
-  v1::TensorInfo info = t.info();
+absl::StatusOr<client::DTensorInfo> Keep(client::DTensor t, bool async) {
+  client::DTensorInfo info = t.info();
   if (!async) {
     if (absl::Status s = t.Synchronize(kWriteTimeout); !s.ok()) return s;
     ASSIGN_OR_RETURN(auto fresh, t.Refresh());
@@ -168,29 +167,28 @@ absl::Status Redistribute(const RedistributeFlags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
   ASSIGN_OR_RETURN(auto t, client::GetTensor(*session, f.name));
   ASSIGN_OR_RETURN(auto placements, ParsePlacements(f.to));
-  v1::RedistributeRequest request;
-  request.set_name(t.name());
-  *request.mutable_placements() = ToProto(placements);
-  request.set_mesh(f.mesh);
-  request.set_output(f.output);
-  request.set_explain(f.explain);
-  request.set_planner(PlannerNamed(f.planner) == PlannerKind::kGreedy ? v1::GREEDY : v1::MIN_COST);
-  grpc::ClientContext context;
-  session->Prepare(&context, absl::Minutes(10));
-  v1::RedistributeReply reply;
-  if (grpc::Status s = session->stub().Redistribute(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
-  if (reply.cross_mesh()) {
-    out << "moved across meshes: " << reply.relayed_bytes() << " bytes relayed\n";
-  } else {
-    ASSIGN_OR_RETURN(auto plan, FromProto(reply.plan(), t.spec().mesh.ndim()));
+  const PlannerKind planner = PlannerNamed(f.planner);
+  auto print_plan = [&out](const RedistributePlan& plan) {
     out << (plan.steps.empty() ? "no collectives: the tensor is laid out so already\n"
                                : plan.ToString());
+  };
+  if (f.explain) {
+    if (!f.mesh.empty() && f.mesh != t.info().mesh) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--explain plans within mesh '", t.info().mesh, "'; a move to mesh '", f.mesh,
+          "' relays the tensor through the coordinator, with no collectives to explain"));
+    }
+    ASSIGN_OR_RETURN(auto plan, t.ExplainRedistribute(placements, planner));
+    print_plan(plan);
+    return absl::OkStatus();
   }
-  if (!reply.has_output()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(auto info,
-                   Keep(client::DTensor::Adopt(session, reply.output(), /*owned=*/true), f.async));
+  ASSIGN_OR_RETURN(auto moved, t.Redistribute(placements, f.mesh, f.output, planner));
+  if (moved.info().mesh != t.info().mesh) {
+    out << "moved across meshes: " << moved.relayed_bytes() << " bytes relayed\n";
+  } else {
+    print_plan(moved.plan());
+  }
+  ASSIGN_OR_RETURN(auto info, Keep(std::move(moved), f.async));
   PrintSummary(info, out);
   return absl::OkStatus();
 }
@@ -215,16 +213,9 @@ struct ListFlags {
 
 absl::Status List(const ListFlags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
-  v1::ListTensorsRequest request;
-  request.set_mesh(f.mesh);
-  grpc::ClientContext context;
-  session->Prepare(&context);
-  v1::ListTensorsReply reply;
-  if (grpc::Status s = session->stub().ListTensors(&context, request, &reply); !s.ok()) {
-    return FromGrpcStatus(s);
-  }
-  if (reply.tensors().empty()) out << "no tensors\n";
-  for (const v1::TensorInfo& info : reply.tensors()) PrintSummary(info, out);
+  ASSIGN_OR_RETURN(auto tensors, session->ListTensors(f.mesh));
+  if (tensors.empty()) out << "no tensors\n";
+  for (const client::DTensorInfo& info : tensors) PrintSummary(info, out);
   return absl::OkStatus();
 }
 

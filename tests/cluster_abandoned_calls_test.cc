@@ -15,11 +15,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/dtensor.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/testing/reference.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "tessera/v1/collective.grpc.pb.h"
+#include "tessera/v1/dtensor.grpc.pb.h"
 #include "tests/cluster_fixture.h"
 
 namespace tessera {
@@ -109,21 +110,24 @@ class ClusterCalls : public ::testing::Test {
   static void StartCluster() {
     cluster_ = new testing::TestCluster;
     ASSERT_TRUE(cluster_->Start(testing::TestClusterOptions(kWorkers)).ok());
-    ASSERT_TRUE(cluster_->client->CreateMesh("line", "cpu", {kWorkers}).ok());
-    ASSERT_TRUE(cluster_->client->CreateMesh("pair", "cpu", {2}, {}, {2, 3}).ok());
+    ASSERT_TRUE(client::InitDeviceMesh(*cluster_->client, "cpu", {kWorkers}, {}, "line").ok());
+    ASSERT_TRUE(client::InitDeviceMesh(*cluster_->client, "cpu", {2}, {}, "pair",
+                                       client::MeshOptions{.worker_ids = {2, 3}})
+                    .ok());
     session_ = new std::shared_ptr<Session>(Session::Connect(cluster_->cluster->address()).value());
     line_ = new client::Mesh(client::GetMesh(S(), "line").value());
     pair_ = new client::Mesh(client::GetMesh(S(), "pair").value());
     source_value_ = new HostTensor(kernels::testing::RandomTensor(DType::kFloat32, {512, 1024}, 5));
     source_ = new DTensor(
         client::DistributeTensor(S(), *source_value_, *line_, {Placement::Shard(0)}).value());
-    collectives_ =
-        v1::CollectiveService::NewStub(
-            grpc::CreateChannel(cluster_->cluster->address(), grpc::InsecureChannelCredentials()))
-            .release();
+    const std::shared_ptr<grpc::Channel> channel =
+        grpc::CreateChannel(cluster_->cluster->address(), grpc::InsecureChannelCredentials());
+    collectives_ = v1::CollectiveService::NewStub(channel).release();
+    dtensors_ = v1::DTensorService::NewStub(channel).release();
   }
   static void StopCluster() {
     delete collectives_;
+    delete dtensors_;
     delete source_;
     delete source_value_;
     delete line_;
@@ -135,16 +139,20 @@ class ClusterCalls : public ::testing::Test {
 
  protected:
   static Session& S() { return **session_; }
+  // A raw call as S()'s client (the calls below abandon streams the library would finish).
+  static void Prepare(grpc::ClientContext* context) {
+    context->AddMetadata("tessera-client", S().client_id());
+  }
 
   // A DistributeTensor of a 4 MiB tensor under `deadline`, or (with a `hold`) cancelled that long
   // after its first 1 MiB.
   static absl::Status Distribute(absl::Duration deadline,
                                  absl::Duration hold = absl::ZeroDuration()) {
     grpc::ClientContext context;
-    S().Prepare(&context);
+    Prepare(&context);
     context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
     v1::TensorInfo info;
-    auto writer = S().stub().DistributeTensor(&context, &info);
+    auto writer = dtensors_->DistributeTensor(&context, &info);
     v1::DistributeChunk chunk;
     v1::DistributeHeader* h = chunk.mutable_header();
     h->set_mesh("line");
@@ -198,22 +206,22 @@ class ClusterCalls : public ::testing::Test {
 
   static absl::Status ToLocal(absl::Duration deadline) {
     grpc::ClientContext context;
-    S().Prepare(&context);
+    Prepare(&context);
     context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
     v1::ToLocalRequest request;
     request.set_name(source_->name());
     request.set_rank(2);
-    auto reader = S().stub().ToLocal(&context, request);
+    auto reader = dtensors_->ToLocal(&context, request);
     return Drain(*reader);
   }
 
   static absl::Status FullTensor(absl::Duration deadline) {
     grpc::ClientContext context;
-    S().Prepare(&context);
+    Prepare(&context);
     context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
     v1::FullTensorRequest request;
     request.set_name(source_->name());
-    auto reader = S().stub().FullTensor(&context, request);
+    auto reader = dtensors_->FullTensor(&context, request);
     return Drain(*reader);
   }
 
@@ -233,14 +241,14 @@ class ClusterCalls : public ::testing::Test {
 
   static absl::Status MoveAcrossMeshes(absl::Duration deadline) {
     grpc::ClientContext context;
-    S().Prepare(&context);
+    Prepare(&context);
     context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
     v1::RedistributeRequest request;
     request.set_name(source_->name());
     request.set_mesh("pair");
     *request.mutable_placements() = ToProto(std::vector<Placement>{Placement::Shard(1)});
     v1::RedistributeReply reply;
-    const absl::Status status = FromGrpcStatus(S().stub().Redistribute(&context, request, &reply));
+    const absl::Status status = FromGrpcStatus(dtensors_->Redistribute(&context, request, &reply));
     if (status.ok()) FreeByName(reply.output().name());
     return status;
   }
@@ -319,6 +327,7 @@ class ClusterCalls : public ::testing::Test {
   static HostTensor* source_value_;
   static DTensor* source_;
   static v1::CollectiveService::Stub* collectives_;
+  static v1::DTensorService::Stub* dtensors_;
 };
 
 testing::TestCluster* ClusterCalls::cluster_ = nullptr;
@@ -328,6 +337,7 @@ client::Mesh* ClusterCalls::pair_ = nullptr;
 HostTensor* ClusterCalls::source_value_ = nullptr;
 DTensor* ClusterCalls::source_ = nullptr;
 v1::CollectiveService::Stub* ClusterCalls::collectives_ = nullptr;
+v1::DTensorService::Stub* ClusterCalls::dtensors_ = nullptr;
 
 class ClusterEnvironment : public ::testing::Environment {
  public:

@@ -13,11 +13,17 @@
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "tessera/v1/collective.grpc.pb.h"
 #include "tests/cluster_fixture.h"
 
 namespace tessera {
 namespace {
 
+using ::tessera::client::CollectiveOp;
+using ::tessera::client::CollectiveRequest;
+using ::tessera::client::CollectiveResult;
+using ::tessera::client::CollectiveStream;
+using ::tessera::client::Session;
 using ::tessera::testing::StatusIs;
 using ::tessera::testing::TensorsMatch;
 using ::tessera::testing::TestCluster;
@@ -32,17 +38,15 @@ constexpr auto kFailedPrecondition = absl::StatusCode::kFailedPrecondition;
 // The tensors every test must leave as they were, on every rank of mesh "m".
 const char* const kKept[] = {"a", "b"};
 
-v1::CollectiveRequest Collective(v1::CollectiveOp op, const std::string& mesh_dim,
-                                 const std::string& input, int64_t root = 0) {
-  v1::CollectiveRequest request;
-  request.set_mesh("m");
-  request.set_mesh_dim(mesh_dim);
-  request.set_op(op);
-  request.set_input(input);
-  request.set_output("out");
-  request.set_reduce_op(v1::SUM);
-  request.set_root(root);
-  return request;
+CollectiveRequest Collective(CollectiveOp op, const std::string& mesh_dim, const std::string& input,
+                             int64_t root = 0) {
+  return CollectiveRequest{op, {"m", mesh_dim}, input, "out", ReduceOp::kSum, root};
+}
+
+// The status of `request` run synchronously, or started with async_op.
+absl::Status Issue(Session& session, const CollectiveRequest& request, bool async) {
+  return async ? session.StartCollective(request).status()
+               : session.RunCollective(request).status();
 }
 
 // The first chunk of an upload of `tensor` to rank `rank` of mesh "m".
@@ -66,8 +70,8 @@ class ClusterBadInputTest : public ::testing::Test {
     options.memory_budget_bytes = kBudget;
     startup_ = cluster_->Start(std::move(options));
     if (!startup_.ok()) return;
-    CoordinatorClient& client = *cluster_->client;
-    if (absl::StatusOr<v1::MeshInfo> m = client.CreateMesh("m", "cpu", {2, 2}, {"dp", "tp"});
+    Session& client = *cluster_->client;
+    if (absl::StatusOr<client::MeshInfo> m = CreateMesh("m", "cpu", {2, 2}, {"dp", "tp"});
         !m.ok()) {
       startup_ = m.status();
       return;
@@ -104,10 +108,10 @@ class ClusterBadInputTest : public ::testing::Test {
   // the mesh still gives the right answer.
   void TearDown() override {
     if (!startup_.ok()) return;
-    CoordinatorClient& client = *cluster_->client;
-    absl::StatusOr<v1::MeshInfo> mesh = client.GetMesh("m");
+    Session& client = *cluster_->client;
+    absl::StatusOr<client::MeshInfo> mesh = client::GetMesh(client, "m");
     ASSERT_TRUE(mesh.ok()) << mesh.status();
-    EXPECT_TRUE(mesh->ready()) << mesh->broken_reason();
+    EXPECT_TRUE(mesh->ready) << mesh->broken_reason;
     for (int64_t r = 0; r < kWorkers; ++r) {
       for (size_t t = 0; t < std::size(kKept); ++t) {
         absl::StatusOr<HostTensor> got = client.GetLocal("m", r, kKept[t]);
@@ -117,7 +121,7 @@ class ClusterBadInputTest : public ::testing::Test {
             << "tensor '" << kKept[t] << "' of rank " << r << " changed";
       }
     }
-    ASSERT_TRUE(client.RunCollective(Collective(v1::ALL_REDUCE_OP, "", "a")).ok());
+    ASSERT_TRUE(client.RunCollective(Collective(CollectiveOp::kAllReduce, "", "a")).ok());
     HostTensor sum = (*kept_)[0][0].Clone();
     for (int64_t r = 1; r < kWorkers; ++r) {
       ReduceInto(ReduceOp::kSum, sum.dtype(), sum.data(), (*kept_)[r][0].data(),
@@ -142,7 +146,19 @@ class ClusterBadInputTest : public ::testing::Test {
     return FromGrpcStatus(writer->Finish());
   }
 
-  static CoordinatorClient& client() { return *cluster_->client; }
+  static Session& client() { return *cluster_->client; }
+
+  // init_device_mesh as mesh `name` on the suite's session.
+  static absl::StatusOr<client::MeshInfo> CreateMesh(const std::string& name,
+                                                     const std::string& device, const Shape& shape,
+                                                     const std::vector<std::string>& names = {},
+                                                     const std::vector<int64_t>& ids = {},
+                                                     absl::Duration timeout = absl::Seconds(30)) {
+    client::MeshOptions options;
+    options.worker_ids = ids;
+    options.collective_timeout = timeout;
+    return client::InitDeviceMesh(client(), device, shape, names, name, options);
+  }
 
   static inline TestCluster* cluster_ = nullptr;
   static inline absl::Status startup_;
@@ -152,61 +168,60 @@ class ClusterBadInputTest : public ::testing::Test {
 
 TEST_F(ClusterBadInputTest, UnknownMeshIsNotFound) {
   const std::vector<std::string> names = {"'nope'"};
-  EXPECT_TRUE(StatusIs(client().GetMesh("nope").status(), kNotFound, names));
+  EXPECT_TRUE(StatusIs(client::GetMesh(client(), "nope").status(), kNotFound, names));
   EXPECT_TRUE(StatusIs(client().DeleteMesh("nope"), kNotFound, names));
-  v1::CollectiveRequest request = Collective(v1::ALL_REDUCE_OP, "", "a");
-  request.set_mesh("nope");
+  CollectiveRequest request = Collective(CollectiveOp::kAllReduce, "", "a");
+  request.group.mesh = "nope";
   EXPECT_TRUE(StatusIs(client().RunCollective(request).status(), kNotFound, names));
   EXPECT_TRUE(StatusIs(client().PutLocal("nope", 0, "a", (*kept_)[0][0]), kNotFound, names));
   EXPECT_TRUE(StatusIs(client().GetLocal("nope", 0, "a").status(), kNotFound, names));
-  EXPECT_TRUE(StatusIs(client().DeleteTensor("nope", "a"), kNotFound, names));
+  EXPECT_TRUE(StatusIs(client().DeleteLocal("nope", "a"), kNotFound, names));
 }
 
 TEST_F(ClusterBadInputTest, MeshShapeThatDoesNotMatchTheWorkers) {
-  EXPECT_TRUE(StatusIs(client().CreateMesh("nine", "cpu", {3, 3}).status(), kInvalid,
+  EXPECT_TRUE(StatusIs(CreateMesh("nine", "cpu", {3, 3}).status(), kInvalid,
                        {"[3, 3]", "needs 9", "4 are live"}));
-  EXPECT_TRUE(StatusIs(client().CreateMesh("three_ids", "cpu", {2, 2}, {}, {0, 1, 2}).status(),
-                       kInvalid, {"[2, 2]", "needs 4", "names 3"}));
-  EXPECT_TRUE(StatusIs(client().CreateMesh("twice", "cpu", {2}, {}, {1, 1}).status(), kInvalid,
+  EXPECT_TRUE(StatusIs(CreateMesh("three_ids", "cpu", {2, 2}, {}, {0, 1, 2}).status(), kInvalid,
+                       {"[2, 2]", "needs 4", "names 3"}));
+  EXPECT_TRUE(StatusIs(CreateMesh("twice", "cpu", {2}, {}, {1, 1}).status(), kInvalid,
                        {"rank 1 appears twice"}));
-  EXPECT_TRUE(
-      StatusIs(client().CreateMesh("stranger", "cpu", {1}, {}, {17}).status(), kNotFound, {"17"}));
-  EXPECT_TRUE(StatusIs(client().CreateMesh("empty_dim", "cpu", {2, 0}).status(), kInvalid,
+  EXPECT_TRUE(StatusIs(CreateMesh("stranger", "cpu", {1}, {}, {17}).status(), kNotFound, {"17"}));
+  EXPECT_TRUE(StatusIs(CreateMesh("empty_dim", "cpu", {2, 0}).status(), kInvalid,
                        {"[2, 0]", "size 0 at dim 1"}));
-  EXPECT_TRUE(StatusIs(client().CreateMesh("m", "cpu", {2}).status(),
-                       absl::StatusCode::kAlreadyExists, {"'m'"}));
+  EXPECT_TRUE(
+      StatusIs(CreateMesh("m", "cpu", {2}).status(), absl::StatusCode::kAlreadyExists, {"'m'"}));
   // None of them left a mesh behind.
-  absl::StatusOr<std::vector<v1::MeshInfo>> meshes = client().ListMeshes();
+  absl::StatusOr<std::vector<client::MeshInfo>> meshes = client().ListMeshes();
   ASSERT_TRUE(meshes.ok()) << meshes.status();
   ASSERT_EQ(meshes->size(), 1u);
-  EXPECT_EQ((*meshes)[0].name(), "m");
+  EXPECT_EQ((*meshes)[0].name, "m");
 }
 
 TEST_F(ClusterBadInputTest, UnknownDeviceType) {
-  EXPECT_TRUE(StatusIs(client().CreateMesh("t", "tpu", {4}).status(), kInvalid, {"'tpu'"}));
+  EXPECT_TRUE(StatusIs(CreateMesh("t", "tpu", {4}).status(), kInvalid, {"'tpu'"}));
 }
 
 TEST_F(ClusterBadInputTest, DuplicateDimNames) {
+  EXPECT_TRUE(StatusIs(CreateMesh("d", "cpu", {2, 2}, {"dp", "dp"}).status(), kInvalid, {"'dp'"}));
   EXPECT_TRUE(
-      StatusIs(client().CreateMesh("d", "cpu", {2, 2}, {"dp", "dp"}).status(), kInvalid, {"'dp'"}));
-  EXPECT_TRUE(StatusIs(client().CreateMesh("d", "cpu", {2, 2}, {"dp"}).status(), kInvalid,
-                       {"1 names", "2 dims"}));
+      StatusIs(CreateMesh("d", "cpu", {2, 2}, {"dp"}).status(), kInvalid, {"1 names", "2 dims"}));
 }
 
 TEST_F(ClusterBadInputTest, UnknownTensor) {
   const std::vector<std::string> names = {"'ghost'"};
-  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::ALL_REDUCE_OP, "", "ghost")).status(),
-                       kNotFound, names));
+  EXPECT_TRUE(
+      StatusIs(client().RunCollective(Collective(CollectiveOp::kAllReduce, "", "ghost")).status(),
+               kNotFound, names));
   EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "ghost").status(), kNotFound, names));
-  EXPECT_TRUE(StatusIs(client().DeleteTensor("m", "ghost"), kNotFound, names));
+  EXPECT_TRUE(StatusIs(client().DeleteLocal("m", "ghost"), kNotFound, names));
 }
 
 TEST_F(ClusterBadInputTest, TensorOnSomeRanksOnly) {
   // Its own mesh with a short timeout, in case a rank waits in the collective for the others.
-  ASSERT_TRUE(client().CreateMesh("p", "cpu", {kWorkers}, {}, {}, absl::Seconds(2)).ok());
+  ASSERT_TRUE(CreateMesh("p", "cpu", {kWorkers}, {}, {}, absl::Seconds(2)).ok());
   ASSERT_TRUE(client().PutLocal("p", 0, "lonely", (*kept_)[0][0]).ok());
-  v1::CollectiveRequest lonely = Collective(v1::ALL_REDUCE_OP, "", "lonely");
-  lonely.set_mesh("p");
+  CollectiveRequest lonely = Collective(CollectiveOp::kAllReduce, "", "lonely");
+  lonely.group.mesh = "p";
   EXPECT_TRUE(
       StatusIs(client().RunCollective(lonely).status(), kNotFound, {"'lonely'", "ranks 1, 2, 3"}));
   EXPECT_TRUE(
@@ -215,43 +230,49 @@ TEST_F(ClusterBadInputTest, TensorOnSomeRanksOnly) {
   for (int64_t r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(client().PutLocal("p", r, "a", (*kept_)[r][0]).ok());
   }
-  v1::CollectiveRequest request = Collective(v1::ALL_REDUCE_OP, "", "a");
-  request.set_mesh("p");
+  CollectiveRequest request = Collective(CollectiveOp::kAllReduce, "", "a");
+  request.group.mesh = "p";
   EXPECT_TRUE(client().RunCollective(request).ok());
   ASSERT_TRUE(client().DeleteMesh("p").ok());
 }
 
 TEST_F(ClusterBadInputTest, RankOrRootOutOfRange) {
-  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::BROADCAST, "", "a", 4)).status(),
-                       kInvalid, {"root 4", "group of 4"}));
-  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::REDUCE, "", "a", -1)).status(),
-                       kInvalid, {"root -1"}));
-  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::SCATTER, "dp", "a", 2)).status(),
-                       kInvalid, {"root 2", "group of 2"}));
-  v1::CollectiveRequest send = Collective(v1::SEND_RECV, "tp", "a", 1);
-  send.set_peer(1);
+  EXPECT_TRUE(
+      StatusIs(client().RunCollective(Collective(CollectiveOp::kBroadcast, "", "a", 4)).status(),
+               kInvalid, {"root 4", "group of 4"}));
+  EXPECT_TRUE(
+      StatusIs(client().RunCollective(Collective(CollectiveOp::kReduce, "", "a", -1)).status(),
+               kInvalid, {"root -1"}));
+  EXPECT_TRUE(
+      StatusIs(client().RunCollective(Collective(CollectiveOp::kScatter, "dp", "a", 2)).status(),
+               kInvalid, {"root 2", "group of 2"}));
+  CollectiveRequest send = Collective(CollectiveOp::kSendRecv, "tp", "a", 1);
+  send.peer = 1;
   EXPECT_TRUE(StatusIs(client().RunCollective(send).status(), kInvalid, {"peer 1", "sender 1"}));
-  send.set_peer(2);
+  send.peer = 2;
   EXPECT_TRUE(StatusIs(client().RunCollective(send).status(), kInvalid, {"peer 2", "group of 2"}));
   EXPECT_TRUE(StatusIs(client().GetLocal("m", 4, "a").status(), kInvalid, {"rank 4", "4 ranks"}));
   EXPECT_TRUE(StatusIs(client().PutLocal("m", -1, "a", (*kept_)[0][0]), kInvalid, {"rank -1"}));
 }
 
 TEST_F(ClusterBadInputTest, UnknownMeshDimOrOp) {
-  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::ALL_GATHER_OP, "pp", "a")).status(),
-                       kInvalid, {"'pp'", "dp, tp"}));
-  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::ALL_GATHER_OP, "2", "a")).status(),
-                       kInvalid, {"mesh dim 2", "2 dims"}));
-  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::ALL_GATHER_OP, "-1", "a")).status(),
-                       kInvalid, {"mesh dim -1"}));
-  EXPECT_TRUE(StatusIs(
-      client().RunCollective(Collective(static_cast<v1::CollectiveOp>(42), "", "a")).status(),
-      kInvalid, {"42"}));
   EXPECT_TRUE(
-      StatusIs(client().RunCollective(Collective(v1::COLLECTIVE_OP_UNSPECIFIED, "", "a")).status(),
+      StatusIs(client().RunCollective(Collective(CollectiveOp::kAllGather, "pp", "a")).status(),
+               kInvalid, {"'pp'", "dp, tp"}));
+  EXPECT_TRUE(
+      StatusIs(client().RunCollective(Collective(CollectiveOp::kAllGather, "2", "a")).status(),
+               kInvalid, {"mesh dim 2", "2 dims"}));
+  EXPECT_TRUE(
+      StatusIs(client().RunCollective(Collective(CollectiveOp::kAllGather, "-1", "a")).status(),
+               kInvalid, {"mesh dim -1"}));
+  EXPECT_TRUE(
+      StatusIs(client().RunCollective(Collective(static_cast<CollectiveOp>(42), "", "a")).status(),
+               kInvalid, {"42"}));
+  EXPECT_TRUE(
+      StatusIs(client().RunCollective(Collective(static_cast<CollectiveOp>(0), "", "a")).status(),
                kInvalid));
-  v1::CollectiveRequest reduce = Collective(v1::ALL_REDUCE_OP, "", "a");
-  reduce.set_reduce_op(static_cast<v1::ReduceOp>(9));
+  CollectiveRequest reduce = Collective(CollectiveOp::kAllReduce, "", "a");
+  reduce.reduce_op = static_cast<ReduceOp>(9);
   EXPECT_TRUE(StatusIs(client().RunCollective(reduce).status(), kInvalid, {"9"}));
 }
 
@@ -312,10 +333,10 @@ TEST_F(ClusterBadInputTest, TensorOverTheMemoryBudget) {
   const HostTensor third = HostTensor::Zeros(DType::kFloat32, {300, 256}).value();  // 307200 B
   for (int64_t r = 0; r < kWorkers; ++r)
     ASSERT_TRUE(client().PutLocal("m", r, "third", third).ok());
-  EXPECT_TRUE(StatusIs(client().RunCollective(Collective(v1::ALL_GATHER_OP, "", "third")).status(),
-                       absl::StatusCode::kResourceExhausted,
-                       {absl::StrCat(4 * 307200), absl::StrCat(kBudget)}));
-  ASSERT_TRUE(client().DeleteTensor("m", "third").ok());
+  EXPECT_TRUE(StatusIs(
+      client().RunCollective(Collective(CollectiveOp::kAllGather, "", "third")).status(),
+      absl::StatusCode::kResourceExhausted, {absl::StrCat(4 * 307200), absl::StrCat(kBudget)}));
+  ASSERT_TRUE(client().DeleteLocal("m", "third").ok());
 }
 
 TEST_F(ClusterBadInputTest, RanksHoldingDifferentShapesOrDTypes) {
@@ -336,41 +357,43 @@ TEST_F(ClusterBadInputTest, RanksHoldingDifferentShapesOrDTypes) {
   }
   for (bool async : {false, true}) {
     SCOPED_TRACE(async ? "async" : "sync");
-    for (v1::CollectiveOp op : {v1::ALL_REDUCE_OP, v1::ALL_GATHER_OP, v1::REDUCE_SCATTER_OP,
-                                v1::ALL_TO_ALL_OP, v1::BROADCAST}) {
+    for (CollectiveOp op :
+         {CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter,
+          CollectiveOp::kAllToAll, CollectiveOp::kBroadcast}) {
       // Over the whole mesh, and over dim "tp", whose group {2, 3} disagrees.
       for (const char* dim : {"", "tp"}) {
-        v1::CollectiveRequest request = Collective(op, dim, "odd");
-        request.set_async_op(async);
-        EXPECT_TRUE(StatusIs(client().RunCollective(request).status(), kFailedPrecondition,
+        CollectiveRequest request = Collective(op, dim, "odd");
+        EXPECT_TRUE(StatusIs(Issue(client(), request, async), kFailedPrecondition,
                              {"'odd'", "float32[3, 2]", "float32[4, 2]", "positions"}))
-            << v1::CollectiveOp_Name(op) << " over '" << dim << "'";
-        request.set_input("mixed");
-        EXPECT_TRUE(StatusIs(client().RunCollective(request).status(), kFailedPrecondition,
+            << client::CollectiveOpName(op) << " over '" << dim << "'";
+        request.input = "mixed";
+        EXPECT_TRUE(StatusIs(Issue(client(), request, async), kFailedPrecondition,
                              {"'mixed'", "float32[3, 2]", "int32[3, 2]"}))
-            << v1::CollectiveOp_Name(op) << " over '" << dim << "'";
+            << client::CollectiveOpName(op) << " over '" << dim << "'";
       }
     }
     // Over dim "dp" every group agrees ({0, 2} and {1, 3} differ only between groups)... but
     // {1, 3} does not: position 3 differs from 1. A send from position 0 to 2 reads only those.
-    v1::CollectiveRequest send = Collective(v1::SEND_RECV, "", "odd", 0);
-    send.set_peer(2);
-    send.set_output("sent");
-    send.set_async_op(async);
-    absl::StatusOr<v1::CollectiveReply> sent = client().RunCollective(send);
-    ASSERT_TRUE(sent.ok()) << sent.status();
+    CollectiveRequest send = Collective(CollectiveOp::kSendRecv, "", "odd", 0);
+    send.peer = 2;
+    send.output = "sent";
     if (async) {
-      absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcomes =
-          client().WaitCollectives("m", {sent->work()});
+      absl::StatusOr<client::Work> sent = client().StartCollective(send);
+      ASSERT_TRUE(sent.ok()) << sent.status();
+      absl::StatusOr<std::vector<absl::StatusOr<CollectiveResult>>> outcomes =
+          client().WaitCollectives("m", {sent->id()});
       ASSERT_TRUE(outcomes.ok()) << outcomes.status();
       EXPECT_TRUE((*outcomes)[0].ok()) << (*outcomes)[0].status();
+    } else {
+      absl::StatusOr<CollectiveResult> sent = client().RunCollective(send);
+      ASSERT_TRUE(sent.ok()) << sent.status();
     }
     absl::StatusOr<HostTensor> got = client().GetLocal("m", 2, "sent");
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(TensorsMatch(*got, SmallIntegerTensor(DType::kFloat32, {3, 2}, 30)));
   }
   for (const char* name : {"odd", "mixed", "sent"}) {
-    EXPECT_TRUE(client().DeleteTensor("m", name).ok()) << name;
+    EXPECT_TRUE(client().DeleteLocal("m", name).ok()) << name;
   }
 }
 
@@ -382,25 +405,23 @@ TEST_F(ClusterBadInputTest, AsyncFailureIsReportedByWaitAndByTheNextUse) {
   for (int64_t r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(client().PutLocal("m", r, "third", third).ok());
   }
-  v1::CollectiveRequest gather = Collective(v1::ALL_GATHER_OP, "", "third");
-  gather.set_output("gathered");
-  gather.set_async_op(true);
-  v1::CollectiveRequest reduce = Collective(v1::ALL_REDUCE_OP, "", "gathered");
-  reduce.set_output("reduced");
-  reduce.set_async_op(true);
-  absl::StatusOr<v1::CollectiveReply> first = client().RunCollective(gather);
+  CollectiveRequest gather = Collective(CollectiveOp::kAllGather, "", "third");
+  gather.output = "gathered";
+  CollectiveRequest reduce = Collective(CollectiveOp::kAllReduce, "", "gathered");
+  reduce.output = "reduced";
+  absl::StatusOr<client::Work> first = client().StartCollective(gather);
   ASSERT_TRUE(first.ok()) << first.status();
-  absl::StatusOr<v1::CollectiveReply> second = client().RunCollective(reduce);
-  std::vector<int64_t> works = {first->work()};
+  absl::StatusOr<client::Work> second = client().StartCollective(reduce);
+  std::vector<int64_t> works = {first->id()};
   if (second.ok()) {
-    EXPECT_GT(second->work(), first->work());
-    works.push_back(second->work());
+    EXPECT_GT(second->id(), first->id());
+    works.push_back(second->id());
   } else {
     // The all_gather failed before the all_reduce reached the coordinator: refused, with why.
     EXPECT_TRUE(StatusIs(second.status(), kNotFound, {"'gathered'", "failed"}));
   }
 
-  absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcomes =
+  absl::StatusOr<std::vector<absl::StatusOr<CollectiveResult>>> outcomes =
       client().WaitCollectives("m", works);
   ASSERT_TRUE(outcomes.ok()) << outcomes.status();
   ASSERT_EQ(outcomes->size(), works.size());
@@ -411,17 +432,15 @@ TEST_F(ClusterBadInputTest, AsyncFailureIsReportedByWaitAndByTheNextUse) {
   }
   // The failed output is gone, and the next use says why.
   EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "gathered").status(), kNotFound, {"'gathered'"}));
-  reduce.set_async_op(false);
   EXPECT_TRUE(StatusIs(client().RunCollective(reduce).status(), kNotFound,
                        {"'gathered'", "failed", absl::StrCat(kBudget)}));
 
   // Each work is reported once; unknown ids and meshes are NOT_FOUND, naming them.
-  EXPECT_TRUE(StatusIs(client().WaitCollectives("m", {first->work()}).status(), kNotFound,
-                       {absl::StrCat("work ", first->work())}));
+  EXPECT_TRUE(StatusIs(first->Wait().status(), kNotFound, {absl::StrCat("work ", first->id())}));
   EXPECT_TRUE(StatusIs(client().WaitCollectives("m", {987654}).status(), kNotFound, {"987654"}));
   EXPECT_TRUE(
       StatusIs(client().WaitCollectives("nowhere", {1}).status(), kNotFound, {"'nowhere'"}));
-  ASSERT_TRUE(client().DeleteTensor("m", "third").ok());
+  ASSERT_TRUE(client().DeleteLocal("m", "third").ok());
 }
 
 TEST_F(ClusterBadInputTest, InPlaceCollectivesLeaveRanksThatWriteNothingAlone) {
@@ -432,17 +451,17 @@ TEST_F(ClusterBadInputTest, InPlaceCollectivesLeaveRanksThatWriteNothingAlone) {
     p.push_back(SmallIntegerTensor(DType::kFloat32, {4, 3}, 50 + static_cast<uint32_t>(r)));
     ASSERT_TRUE(client().PutLocal("m", r, "p", p.back()).ok());
   }
-  v1::CollectiveRequest reduce = Collective(v1::REDUCE, "", "p", 0);
-  reduce.set_output("");
+  CollectiveRequest reduce = Collective(CollectiveOp::kReduce, "", "p", 0);
+  reduce.output = "";
   ASSERT_TRUE(client().RunCollective(reduce).ok());
   HostTensor sum = p[0].Clone();
   for (int64_t r = 1; r < kWorkers; ++r) {
     ReduceInto(ReduceOp::kSum, sum.dtype(), sum.data(), p[r].data(), sum.num_elements());
   }
   p[0] = std::move(sum);
-  v1::CollectiveRequest send = Collective(v1::SEND_RECV, "", "p", 0);
-  send.set_peer(1);
-  send.set_output("");
+  CollectiveRequest send = Collective(CollectiveOp::kSendRecv, "", "p", 0);
+  send.peer = 1;
+  send.output = "";
   ASSERT_TRUE(client().RunCollective(send).ok());
   p[1] = p[0].Clone();
   for (int64_t r = 0; r < kWorkers; ++r) {
@@ -450,15 +469,15 @@ TEST_F(ClusterBadInputTest, InPlaceCollectivesLeaveRanksThatWriteNothingAlone) {
     ASSERT_TRUE(got.ok()) << "rank " << r << ": " << got.status();
     EXPECT_TRUE(TensorsMatch(*got, p[r])) << "rank " << r;
   }
-  EXPECT_TRUE(client().RunCollective(Collective(v1::ALL_REDUCE_OP, "", "p")).ok());
+  EXPECT_TRUE(client().RunCollective(Collective(CollectiveOp::kAllReduce, "", "p")).ok());
 
   // An in-place all_gather over the budget fails without touching its input.
   const HostTensor third = HostTensor::Zeros(DType::kFloat32, {300, 256}).value();  // 307200 B
   for (int64_t r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(client().PutLocal("m", r, "third", third).ok());
   }
-  v1::CollectiveRequest gather = Collective(v1::ALL_GATHER_OP, "", "third");
-  gather.set_output("");
+  CollectiveRequest gather = Collective(CollectiveOp::kAllGather, "", "third");
+  gather.output = "";
   EXPECT_TRUE(StatusIs(client().RunCollective(gather).status(),
                        absl::StatusCode::kResourceExhausted, {absl::StrCat(kBudget)}));
   for (int64_t r = 0; r < kWorkers; ++r) {
@@ -467,20 +486,20 @@ TEST_F(ClusterBadInputTest, InPlaceCollectivesLeaveRanksThatWriteNothingAlone) {
     EXPECT_TRUE(TensorsMatch(*got, third)) << "rank " << r;
   }
   for (const char* name : {"p", "third"}) {
-    EXPECT_TRUE(client().DeleteTensor("m", name).ok()) << name;
+    EXPECT_TRUE(client().DeleteLocal("m", name).ok()) << name;
   }
 }
 
 TEST_F(ClusterBadInputTest, StreamRefusesPastItsUnreadLimitAndEndsCleanly) {
   absl::StatusOr<std::unique_ptr<CollectiveStream>> stream = client().OpenCollectiveStream();
   ASSERT_TRUE(stream.ok()) << stream.status();
-  const v1::CollectiveRequest barrier = Collective(v1::BARRIER, "", "");
+  const CollectiveRequest barrier = client::Barrier({"m", ""});
   for (int64_t i = 0; i < CollectiveStream::kMaxUnread; ++i) {
     ASSERT_TRUE((*stream)->Submit(barrier).ok()) << i;
   }
   EXPECT_TRUE(StatusIs((*stream)->Submit(barrier), kFailedPrecondition, {"Next"}));
   for (int64_t i = 0; i < CollectiveStream::kMaxUnread; ++i) {
-    absl::StatusOr<v1::CollectiveReply> r = (*stream)->Next();
+    absl::StatusOr<CollectiveResult> r = (*stream)->Next();
     ASSERT_TRUE(r.ok()) << i << ": " << r.status();
   }
   EXPECT_TRUE((*stream)->Submit(barrier).ok());
@@ -493,11 +512,11 @@ TEST_F(ClusterBadInputTest, StreamRefusesPastItsUnreadLimitAndEndsCleanly) {
   ASSERT_TRUE((*brief)->Submit(barrier).ok());
   absl::SleepFor(absl::Milliseconds(600));
   (void)(*brief)->Submit(barrier);
-  absl::StatusOr<v1::CollectiveReply> first = (*brief)->Next();
+  absl::StatusOr<CollectiveResult> first = (*brief)->Next();
   if (!first.ok()) {
     EXPECT_EQ(first.status().code(), absl::StatusCode::kDeadlineExceeded) << first.status();
   }
-  absl::StatusOr<v1::CollectiveReply> late = (*brief)->Next();
+  absl::StatusOr<CollectiveResult> late = (*brief)->Next();
   EXPECT_FALSE(late.ok());
   brief->reset();
 }
@@ -505,21 +524,22 @@ TEST_F(ClusterBadInputTest, StreamRefusesPastItsUnreadLimitAndEndsCleanly) {
 TEST_F(ClusterBadInputTest, StreamReportsARefusedCollectiveInItsPlace) {
   absl::StatusOr<std::unique_ptr<CollectiveStream>> stream = client().OpenCollectiveStream();
   ASSERT_TRUE(stream.ok()) << stream.status();
-  v1::CollectiveRequest first = Collective(v1::ALL_REDUCE_OP, "", "a");
-  first.set_output("s1");
-  v1::CollectiveRequest last = first;
-  last.set_output("s2");
-  for (const v1::CollectiveRequest& request : {first, Collective(v1::ALL_REDUCE_OP, "", "ghost"),
-                                               Collective(v1::BROADCAST, "", "a", 9), last}) {
+  CollectiveRequest first = Collective(CollectiveOp::kAllReduce, "", "a");
+  first.output = "s1";
+  CollectiveRequest last = first;
+  last.output = "s2";
+  for (const CollectiveRequest& request :
+       {first, Collective(CollectiveOp::kAllReduce, "", "ghost"),
+        Collective(CollectiveOp::kBroadcast, "", "a", 9), last}) {
     ASSERT_TRUE((*stream)->Submit(request).ok());
   }
-  absl::StatusOr<v1::CollectiveReply> one = (*stream)->Next();
+  absl::StatusOr<CollectiveResult> one = (*stream)->Next();
   EXPECT_TRUE(one.ok()) << one.status();
   EXPECT_TRUE(StatusIs((*stream)->Next().status(), kNotFound, {"'ghost'"}));
   EXPECT_TRUE(StatusIs((*stream)->Next().status(), kInvalid, {"root 9"}));
-  absl::StatusOr<v1::CollectiveReply> four = (*stream)->Next();
+  absl::StatusOr<CollectiveResult> four = (*stream)->Next();
   ASSERT_TRUE(four.ok()) << four.status();
-  EXPECT_EQ(four->outputs_size(), kWorkers);
+  EXPECT_EQ(four->outputs.size(), size_t{kWorkers});
   stream->reset();
   HostTensor sum = (*kept_)[0][0].Clone();
   for (int64_t r = 1; r < kWorkers; ++r) {
@@ -529,7 +549,7 @@ TEST_F(ClusterBadInputTest, StreamReportsARefusedCollectiveInItsPlace) {
     absl::StatusOr<HostTensor> got = client().GetLocal("m", 2, name);
     ASSERT_TRUE(got.ok()) << name << ": " << got.status();
     EXPECT_TRUE(TensorsMatch(*got, sum)) << name;
-    EXPECT_TRUE(client().DeleteTensor("m", name).ok()) << name;
+    EXPECT_TRUE(client().DeleteLocal("m", name).ok()) << name;
   }
 }
 

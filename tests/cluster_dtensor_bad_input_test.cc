@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/dtensor.h"
+#include "grpcpp/grpcpp.h"
 #include "kernels/testing/reference.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "tessera/tessera.h"
+#include "tessera/v1/dtensor.grpc.pb.h"
 #include "tests/cluster_fixture.h"
 
 namespace tessera {
@@ -31,9 +33,14 @@ class DTensorBadInputTest : public ::testing::Test {
     LocalClusterOptions options = testing::TestClusterOptions(4);
     options.memory_budget_bytes = kBudget;
     ASSERT_TRUE(cluster_->Start(options).ok());
-    ASSERT_TRUE(cluster_->client->CreateMesh("line", "cpu", {4}).ok());
-    ASSERT_TRUE(cluster_->client->CreateMesh("pair", "cpu", {2}, {}, {0, 1}).ok());
+    ASSERT_TRUE(client::InitDeviceMesh(*cluster_->client, "cpu", {4}, {}, "line").ok());
+    client::MeshOptions pair;
+    pair.worker_ids = {0, 1};
+    ASSERT_TRUE(client::InitDeviceMesh(*cluster_->client, "cpu", {2}, {}, "pair", pair).ok());
     session_ = new std::shared_ptr<Session>(Session::Connect(cluster_->cluster->address()).value());
+    stub_ = v1::DTensorService::NewStub(grpc::CreateChannel(cluster_->cluster->address(),
+                                                            grpc::InsecureChannelCredentials()))
+                .release();
     line_ = new client::Mesh(client::GetMesh(**session_, "line").value());
     pair_ = new client::Mesh(client::GetMesh(**session_, "pair").value());
     sentinel_value_ = new HostTensor(kernels::testing::RandomTensor(DType::kFloat32, {5, 3}, 9));
@@ -42,6 +49,7 @@ class DTensorBadInputTest : public ::testing::Test {
             .value());
   }
   static void TearDownTestSuite() {
+    delete stub_;
     delete sentinel_;
     delete sentinel_value_;
     delete line_;
@@ -56,21 +64,26 @@ class DTensorBadInputTest : public ::testing::Test {
     absl::StatusOr<HostTensor> got = sentinel_->FullTensor();
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(TensorsMatch(*got, *sentinel_value_));
-    grpc::ClientContext context;
-    S().Prepare(&context);
-    v1::ListTensorsReply list;
-    ASSERT_TRUE(S().stub().ListTensors(&context, {}, &list).ok());
-    EXPECT_EQ(list.tensors_size(), 1) << list.DebugString();
+    absl::StatusOr<std::vector<client::DTensorInfo>> list = S().ListTensors();
+    ASSERT_TRUE(list.ok()) << list.status();
+    ASSERT_EQ(list->size(), 1u);
+    EXPECT_EQ((*list)[0].name, sentinel_->name());
   }
 
   static Session& S() { return **session_; }
 
+  // A call of the raw stub, as the session's client.
+  static void Prepare(grpc::ClientContext* context) {
+    context->set_deadline(DeadlineAfter(absl::Seconds(60)));
+    context->AddMetadata("tessera-client", S().client_id());
+  }
+
   // Sends a DistributeTensor stream of `bytes` bytes for a float32 tensor of `shape`.
   static absl::Status DistributeRaw(const Shape& shape, size_t bytes, const std::string& name) {
     grpc::ClientContext context;
-    S().Prepare(&context);
+    Prepare(&context);
     v1::TensorInfo info;
-    auto writer = S().stub().DistributeTensor(&context, &info);
+    auto writer = stub_->DistributeTensor(&context, &info);
     v1::DistributeChunk chunk;
     v1::DistributeHeader* h = chunk.mutable_header();
     h->set_name(name);
@@ -90,6 +103,7 @@ class DTensorBadInputTest : public ::testing::Test {
   static client::Mesh* pair_;
   static HostTensor* sentinel_value_;
   static DTensor* sentinel_;
+  static v1::DTensorService::Stub* stub_;  // for requests the library would never send
 };
 
 testing::TestCluster* DTensorBadInputTest::cluster_ = nullptr;
@@ -98,6 +112,7 @@ client::Mesh* DTensorBadInputTest::line_ = nullptr;
 client::Mesh* DTensorBadInputTest::pair_ = nullptr;
 HostTensor* DTensorBadInputTest::sentinel_value_ = nullptr;
 DTensor* DTensorBadInputTest::sentinel_ = nullptr;
+v1::DTensorService::Stub* DTensorBadInputTest::stub_ = nullptr;
 
 TEST_F(DTensorBadInputTest, ShardDimOutOfRange) {
   const HostTensor t = kernels::testing::RandomTensor(DType::kFloat32, {4, 4}, 1);
@@ -149,9 +164,9 @@ TEST_F(DTensorBadInputTest, UnknownTensorAndMesh) {
   v1::FreeTensorRequest request;
   request.set_name("nope");
   grpc::ClientContext context;
-  S().Prepare(&context);
+  Prepare(&context);
   v1::FreeTensorReply reply;
-  EXPECT_TRUE(StatusIs(FromGrpcStatus(S().stub().FreeTensor(&context, request, &reply)),
+  EXPECT_TRUE(StatusIs(FromGrpcStatus(stub_->FreeTensor(&context, request, &reply)),
                        absl::StatusCode::kNotFound, {"'nope'"}));
 }
 
@@ -175,12 +190,13 @@ TEST_F(DTensorBadInputTest, TensorOverTheMemoryBudget) {
 }
 
 TEST_F(DTensorBadInputTest, NameTakenAndBadName) {
-  EXPECT_TRUE(StatusIs(client::CreateTensor(S(), v1::ZEROS, *line_, {4}, {Placement::Shard(0)},
-                                            DType::kFloat32, 0, 0, sentinel_->name())
-                           .status(),
-                       absl::StatusCode::kAlreadyExists, {sentinel_->name()}));
-  EXPECT_TRUE(StatusIs(client::CreateTensor(S(), v1::ZEROS, *line_, {4}, {Placement::Shard(0)},
-                                            DType::kFloat32, 0, 0, "a/b")
+  EXPECT_TRUE(
+      StatusIs(client::CreateTensor(S(), client::Factory::kZeros, *line_, {4},
+                                    {Placement::Shard(0)}, DType::kFloat32, 0, 0, sentinel_->name())
+                   .status(),
+               absl::StatusCode::kAlreadyExists, {sentinel_->name()}));
+  EXPECT_TRUE(StatusIs(client::CreateTensor(S(), client::Factory::kZeros, *line_, {4},
+                                            {Placement::Shard(0)}, DType::kFloat32, 0, 0, "a/b")
                            .status(),
                        absl::StatusCode::kInvalidArgument, {"'a/b'"}));
 }
@@ -213,11 +229,11 @@ TEST_F(DTensorBadInputTest, AWorkerFailureSurfacesOnTheNextCall) {
       StatusIs(t->FullTensor().status(), absl::StatusCode::kResourceExhausted, {t->name()}));
   EXPECT_TRUE(
       StatusIs(client::Relu(*t).status(), absl::StatusCode::kResourceExhausted, {t->name()}));
-  absl::StatusOr<v1::TensorInfo> info = t->Refresh();
+  absl::StatusOr<client::DTensorInfo> info = t->Refresh();
   ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->state(), v1::FAILED);
+  EXPECT_EQ(info->state, client::TensorState::kFailed);
   EXPECT_TRUE(t->Free().ok());
-  ASSERT_TRUE(cluster_->client->DeleteTensor("pair", "raw").ok());
+  ASSERT_TRUE(cluster_->client->DeleteLocal("pair", "raw").ok());
 }
 
 // An op pipelined behind a failing one: the rank without its input still takes part in the
@@ -232,7 +248,7 @@ TEST_F(DTensorBadInputTest, AFailureDoesNotStrandThePeersOfAPipelinedCollective)
   absl::StatusOr<DTensor> r = t->Redistribute({Placement::Replicate()});  // an all_gather
   const absl::Status failure = r.ok() ? r->Synchronize() : r.status();
   EXPECT_TRUE(StatusIs(failure, absl::StatusCode::kResourceExhausted, {t->name()}));
-  ASSERT_TRUE(cluster_->client->DeleteTensor("pair", "raw").ok());
+  ASSERT_TRUE(cluster_->client->DeleteLocal("pair", "raw").ok());
   absl::StatusOr<DTensor> ok = client::Ones(S(), *pair_, {4, 3}, {Placement::Shard(0)});
   ASSERT_TRUE(ok.ok());
   absl::StatusOr<DTensor> gathered = ok->Redistribute({Placement::Replicate()});

@@ -15,7 +15,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/dtensor.h"
 #include "core/elementwise_reduce.h"
 #include "core/op_call.h"
 #include "core/redistribute_planner.h"
@@ -24,7 +23,7 @@
 #include "kernels/backend.h"
 #include "kernels/run_op.h"
 #include "kernels/testing/reference.h"
-#include "proto/convert.h"
+#include "tessera/tessera.h"
 #include "tests/cluster_fixture.h"
 #include "tests/placement_product.h"
 
@@ -52,10 +51,12 @@ class DTensorEnvironment : public ::testing::Environment {
     options.memory_budget_bytes = int64_t{256} << 20;
     options.client_grace = absl::Seconds(2);
     ASSERT_TRUE(shared->cluster.Start(options).ok());
-    CoordinatorClient& c = *shared->cluster.client;
-    ASSERT_TRUE(c.CreateMesh("line", "cpu", {4}, {"x"}).ok());
-    ASSERT_TRUE(c.CreateMesh("grid", "cpu", {2, 2}, {"dp", "tp"}).ok());
-    ASSERT_TRUE(c.CreateMesh("pair", "cpu", {2}, {}, {3, 2}).ok());
+    Session& c = *shared->cluster.client;
+    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {4}, {"x"}, "line").ok());
+    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {2, 2}, {"dp", "tp"}, "grid").ok());
+    client::MeshOptions pair;
+    pair.worker_ids = {3, 2};
+    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {2}, {}, "pair", pair).ok());
     absl::StatusOr<std::shared_ptr<Session>> s =
         Session::Connect(shared->cluster.cluster->address());
     ASSERT_TRUE(s.ok()) << s.status();
@@ -108,7 +109,11 @@ TEST_P(RoundTripTest, EveryPlacementMatchesTheSimulatedMesh) {
     const std::vector<HostTensor> want = sim.Distribute(full, spec).value();
     absl::StatusOr<DTensor> t = client::DistributeTensor(S(), full, mesh, placements);
     ASSERT_TRUE(t.ok()) << t.status();
-    EXPECT_EQ(t->info().meta().shards_size(), mesh.mesh.size());
+    ASSERT_EQ(static_cast<int64_t>(t->info().shards.size()), mesh.mesh.size());
+    for (int64_t r = 0; r < mesh.mesh.size(); ++r) {
+      EXPECT_EQ(t->info().shards[r], LocalShapeAndOffset(spec, mesh.mesh.ranks()[r]).value())
+          << "rank " << r;
+    }
     for (int64_t r = 0; r < mesh.mesh.size(); ++r) {
       absl::StatusOr<HostTensor> local = t->ToLocal(r);
       ASSERT_TRUE(local.ok()) << local.status();
@@ -176,7 +181,7 @@ TEST_P(RedistributeTest, EveryPairMatchesThePlannerAndTheSimulatedMesh) {
         continue;
       }
       ASSERT_TRUE(out.ok()) << out.status();
-      EXPECT_EQ(out->plan().DebugString(), ToProto(*plan).DebugString());
+      EXPECT_EQ(out->plan().ToString(), plan->ToString());
       const std::vector<HostTensor> want = sim.Redistribute(spec, *plan,
                                                             [&] {
                                                               std::vector<HostTensor> copy;
@@ -213,12 +218,17 @@ TEST(RedistributeExplain, ReturnsThePlanWithoutRunningIt) {
       client::Zeros(S(), mesh, {8, 8}, {Placement::Shard(1), Placement::Shard(1)});
   ASSERT_TRUE(t.ok()) << t.status();
   const std::vector<Placement> dst{Placement::Shard(1), Placement::Shard(0)};
-  absl::StatusOr<v1::RedistributePlan> plan = t->ExplainRedistribute(dst);
+  absl::StatusOr<RedistributePlan> plan = t->ExplainRedistribute(dst);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->DebugString(), ToProto(PlanRedistribute(t->spec(), dst).value()).DebugString());
-  ASSERT_EQ(plan->steps_size(), 1);
-  EXPECT_EQ(plan->steps(0).collective(), v1::ALL_TO_ALL);
-  EXPECT_EQ(plan->steps(0).mesh_dim(), 1);
+  EXPECT_EQ(plan->ToString(), PlanRedistribute(t->spec(), dst).value().ToString());
+  ASSERT_EQ(plan->steps.size(), 1u);
+  EXPECT_EQ(plan->steps[0].collective, Collective::kAllToAll);
+  EXPECT_EQ(plan->steps[0].mesh_dim, 1);
+  // With the planner asked for.
+  absl::StatusOr<RedistributePlan> greedy = t->ExplainRedistribute(dst, PlannerKind::kGreedy);
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  EXPECT_EQ(greedy->ToString(),
+            PlanRedistribute(t->spec(), dst, PlannerKind::kGreedy).value().ToString());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -231,31 +241,33 @@ TEST(Factories, ShardsAreSlicesOfTheFullTensor) {
     for (const auto& placements : AllPlacements(mesh.mesh.ndim(), 2, /*partial=*/false)) {
       SCOPED_TRACE(absl::StrCat(mesh_name, " ", PlacementsToString(placements)));
       const Shape shape{7, 5};
-      for (v1::Factory f : {v1::ZEROS, v1::ONES, v1::FULL, v1::RAND, v1::RANDN}) {
+      using client::Factory;
+      for (Factory f :
+           {Factory::kZeros, Factory::kOnes, Factory::kFull, Factory::kRand, Factory::kRandn}) {
         absl::StatusOr<DTensor> t =
             client::CreateTensor(S(), f, mesh, shape, placements, DType::kFloat32, 2.5, 1234);
         ASSERT_TRUE(t.ok()) << t.status();
         HostTensor want = HostTensor::Uninitialized(DType::kFloat32, shape).value();
         const std::vector<int64_t> origin{0, 0};
         switch (f) {
-          case v1::ZEROS:
+          case Factory::kZeros:
             ASSERT_TRUE(cpu->Fill(kernels::ViewOf(want), 0).ok());
             break;
-          case v1::ONES:
+          case Factory::kOnes:
             ASSERT_TRUE(cpu->Fill(kernels::ViewOf(want), 1).ok());
             break;
-          case v1::FULL:
+          case Factory::kFull:
             ASSERT_TRUE(cpu->Fill(kernels::ViewOf(want), 2.5).ok());
             break;
           default:
-            ASSERT_TRUE(cpu->RandomFill(f == v1::RAND ? kernels::Distribution::kUniform
-                                                      : kernels::Distribution::kNormal,
+            ASSERT_TRUE(cpu->RandomFill(f == Factory::kRand ? kernels::Distribution::kUniform
+                                                            : kernels::Distribution::kNormal,
                                         1234, shape, origin, kernels::ViewOf(want))
                             .ok());
         }
         absl::StatusOr<HostTensor> got = t->FullTensor();
         ASSERT_TRUE(got.ok()) << got.status();
-        EXPECT_TRUE(TensorsMatch(*got, want)) << v1::Factory_Name(f);
+        EXPECT_TRUE(TensorsMatch(*got, want)) << "factory " << static_cast<int>(f);
       }
     }
   }
@@ -386,7 +398,8 @@ TEST(CrossMesh, MovesKeepTheValues) {
     ASSERT_TRUE(t.ok()) << t.status();
     absl::StatusOr<DTensor> moved = t->Redistribute(dst, to);
     ASSERT_TRUE(moved.ok()) << moved.status();
-    EXPECT_EQ(moved->info().mesh(), to);
+    EXPECT_EQ(moved->info().mesh, to);
+    EXPECT_EQ(moved->relayed_bytes(), static_cast<int64_t>(full.nbytes()));
     SimulatedMesh sim(M(to).mesh);
     const std::vector<HostTensor> want =
         sim.Distribute(full, SpecOf(M(to), dst, full.shape(), full.dtype())).value();
@@ -402,7 +415,7 @@ TEST(CrossMesh, MovesKeepTheValues) {
 // The collective API in place (output = input): the workers update the stored buffer.
 
 TEST(InPlaceCollectives, AllReduceBroadcastAndRepeatedOutputsUpdateTheTensor) {
-  CoordinatorClient& c = *shared->cluster.client;
+  Session& c = *shared->cluster.client;
   std::vector<HostTensor> inputs;
   for (int r = 0; r < 4; ++r) {
     inputs.push_back(kernels::testing::RandomTensor(DType::kInt32, {3, 5}, 40 + r, -100, 100));
@@ -412,21 +425,15 @@ TEST(InPlaceCollectives, AllReduceBroadcastAndRepeatedOutputsUpdateTheTensor) {
   for (int r = 1; r < 4; ++r) {
     ReduceInto(ReduceOp::kSum, DType::kInt32, sum.data(), inputs[r].data(), sum.num_elements());
   }
-  v1::CollectiveRequest request;
-  request.set_mesh("line");
-  request.set_op(v1::ALL_REDUCE_OP);
-  request.set_input("inplace");
-  request.set_reduce_op(v1::SUM);
-  ASSERT_TRUE(c.RunCollective(request).ok());
+  const client::Mesh& line = M("line");
+  ASSERT_TRUE(c.RunCollective(client::AllReduce(line.group(), "inplace")).ok());
   for (int r = 0; r < 4; ++r) {
     absl::StatusOr<HostTensor> got = c.GetLocal("line", r, "inplace");
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(TensorsMatch(*got, sum)) << "rank " << r;
   }
   ASSERT_TRUE(c.PutLocal("line", 2, "inplace", inputs[2]).ok());
-  request.set_op(v1::BROADCAST);
-  request.set_root(2);
-  ASSERT_TRUE(c.RunCollective(request).ok());
+  ASSERT_TRUE(c.RunCollective(client::Broadcast(line["x"], "inplace", /*src=*/2)).ok());
   for (int r = 0; r < 4; ++r) {
     absl::StatusOr<HostTensor> got = c.GetLocal("line", r, "inplace");
     ASSERT_TRUE(got.ok()) << got.status();
@@ -438,9 +445,7 @@ TEST(InPlaceCollectives, AllReduceBroadcastAndRepeatedOutputsUpdateTheTensor) {
       inputs[r] = kernels::testing::RandomTensor(DType::kInt32, {3, 5}, 60 + 4 * round + r, -9, 9);
       ASSERT_TRUE(c.PutLocal("line", r, "inplace", inputs[r]).ok());
     }
-    request.set_op(v1::ALL_GATHER_OP);
-    request.set_output("gathered");
-    ASSERT_TRUE(c.RunCollective(request).ok());
+    ASSERT_TRUE(c.RunCollective(client::AllGather(line.group(), "inplace", "gathered")).ok());
     for (int r = 0; r < 4; ++r) {
       absl::StatusOr<HostTensor> got = c.GetLocal("line", r, "gathered");
       ASSERT_TRUE(got.ok()) << got.status();
@@ -452,8 +457,8 @@ TEST(InPlaceCollectives, AllReduceBroadcastAndRepeatedOutputsUpdateTheTensor) {
       }
     }
   }
-  EXPECT_TRUE(c.DeleteTensor("line", "gathered").ok());
-  EXPECT_TRUE(c.DeleteTensor("line", "inplace").ok());
+  EXPECT_TRUE(c.DeleteLocal("line", "gathered").ok());
+  EXPECT_TRUE(c.DeleteLocal("line", "inplace").ok());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,11 +18,18 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/grpc_status.h"
+#include "tessera/v1/collective.grpc.pb.h"
 #include "tests/cluster_fixture.h"
 
 namespace tessera {
 namespace {
 
+using ::tessera::client::CollectiveRequest;
+using ::tessera::client::CollectiveResult;
+using ::tessera::client::CollectiveStream;
+using ::tessera::client::MeshOptions;
+using ::tessera::client::Session;
+using ::tessera::client::WorkerInfo;
 using ::tessera::testing::StatusIs;
 using ::tessera::testing::TensorsMatch;
 using ::tessera::testing::TestCluster;
@@ -33,38 +40,41 @@ constexpr int kVictim = kWorkers - 1;  // LocalCluster's index of the worker kil
 constexpr absl::Duration kCollectiveTimeout = absl::Seconds(5);
 
 // The worker with process id `pid`, if registered.
-std::optional<v1::WorkerInfo> WorkerWithPid(CoordinatorClient& client, int64_t pid) {
-  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
+std::optional<WorkerInfo> WorkerWithPid(Session& client, int64_t pid) {
+  absl::StatusOr<std::vector<WorkerInfo>> workers = client.ListWorkers();
   if (!workers.ok()) return std::nullopt;
-  for (const v1::WorkerInfo& w : *workers) {
-    if (w.pid() == pid) return w;
+  for (const WorkerInfo& w : *workers) {
+    if (w.pid == pid) return w;
   }
   return std::nullopt;
 }
 
-std::optional<v1::WorkerInfo> WorkerWithId(CoordinatorClient& client, int64_t id) {
-  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
+std::optional<WorkerInfo> WorkerWithId(Session& client, int64_t id) {
+  absl::StatusOr<std::vector<WorkerInfo>> workers = client.ListWorkers();
   if (!workers.ok()) return std::nullopt;
-  for (const v1::WorkerInfo& w : *workers) {
-    if (w.worker_id() == id) return w;
+  for (const WorkerInfo& w : *workers) {
+    if (w.worker_id == id) return w;
   }
   return std::nullopt;
 }
 
-v1::CollectiveRequest AllReduceSum(const std::string& mesh, const std::string& input,
-                                   const std::string& output) {
-  v1::CollectiveRequest request;
-  request.set_mesh(mesh);
-  request.set_op(v1::ALL_REDUCE_OP);
-  request.set_reduce_op(v1::SUM);
-  request.set_input(input);
-  request.set_output(output);
-  return request;
+CollectiveRequest AllReduceSum(const std::string& mesh, const std::string& input,
+                               const std::string& output) {
+  return client::AllReduce({mesh, ""}, input, output, ReduceOp::kSum);
+}
+
+// A mesh `name` of `shape` on workers `ids` (none: the first live ones), with kCollectiveTimeout.
+absl::Status CreateMesh(Session& client, const std::string& name, const Shape& shape,
+                        const std::vector<int64_t>& ids) {
+  MeshOptions options;
+  options.worker_ids = ids;
+  options.collective_timeout = kCollectiveTimeout;
+  return client::InitDeviceMesh(client, "cpu", shape, {}, name, options).status();
 }
 
 // Puts a small tensor on every rank of `mesh`, all-reduces it and checks every rank's result.
-::testing::AssertionResult AllReduceWorks(CoordinatorClient& client, const std::string& mesh,
-                                          int64_t ranks, uint32_t seed) {
+::testing::AssertionResult AllReduceWorks(Session& client, const std::string& mesh, int64_t ranks,
+                                          uint32_t seed) {
   std::vector<HostTensor> inputs;
   for (int64_t r = 0; r < ranks; ++r) {
     inputs.push_back(SmallIntegerTensor(DType::kFloat32, {7, 3}, seed + static_cast<uint32_t>(r)));
@@ -72,7 +82,7 @@ v1::CollectiveRequest AllReduceSum(const std::string& mesh, const std::string& i
       return ::testing::AssertionFailure() << "upload to rank " << r << ": " << s;
     }
   }
-  absl::StatusOr<v1::CollectiveReply> reply =
+  absl::StatusOr<CollectiveResult> reply =
       client.RunCollective(AllReduceSum(mesh, "small", "small_sum"));
   if (!reply.ok()) return ::testing::AssertionFailure() << "all_reduce: " << reply.status();
   HostTensor want = inputs[0].Clone();
@@ -118,24 +128,24 @@ class ClusterFaultsIssueTest : public ClusterFaultsTest,
 
 TEST_P(ClusterFaultsIssueTest, WorkerKilledDuringAllReduce) {
   LocalCluster& cluster = *cluster_->cluster;
-  CoordinatorClient& client = *cluster_->client;
+  Session& client = *cluster_->client;
   // Worker ids follow registration; LocalCluster indexes by start order. Pids tie them together.
   std::vector<int64_t> ids;
   for (int i = 0; i < kWorkers; ++i) {
-    std::optional<v1::WorkerInfo> w = WorkerWithPid(client, cluster.worker_pid(i));
+    std::optional<WorkerInfo> w = WorkerWithPid(client, cluster.worker_pid(i));
     ASSERT_TRUE(w.has_value()) << "worker " << i << " (pid " << cluster.worker_pid(i)
                                << ") is not registered";
-    ids.push_back(w->worker_id());
+    ids.push_back(w->worker_id);
   }
   const int64_t victim = ids[kVictim];
   const std::string victim_name = absl::StrCat("worker ", victim);
-  const std::optional<v1::WorkerInfo> before = WorkerWithId(client, victim);
+  const std::optional<WorkerInfo> before = WorkerWithId(client, victim);
   ASSERT_TRUE(before.has_value());
 
   // A mesh on the other workers, set up before the fault, and the mesh that will lose a worker.
   const std::vector<int64_t> others(ids.begin(), ids.begin() + kVictim);
-  ASSERT_TRUE(client.CreateMesh("others", "cpu", {kVictim}, {}, others, kCollectiveTimeout).ok());
-  ASSERT_TRUE(client.CreateMesh("big", "cpu", {kWorkers}, {}, ids, kCollectiveTimeout).ok());
+  ASSERT_TRUE(CreateMesh(client, "others", {kVictim}, others).ok());
+  ASSERT_TRUE(CreateMesh(client, "big", {kWorkers}, ids).ok());
   const HostTensor big = HostTensor::Zeros(DType::kFloat32, {32, 1024, 1024}).value();  // 128 MiB
   for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(client.PutLocal("big", r, "x", big).ok());
 
@@ -143,7 +153,7 @@ TEST_P(ClusterFaultsIssueTest, WorkerKilledDuringAllReduce) {
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials());
   std::unique_ptr<v1::CollectiveService::Stub> stub = v1::CollectiveService::NewStub(channel);
-  const v1::CollectiveRequest request = AllReduceSum("big", "x", "y");
+  const CollectiveRequest request = AllReduceSum("big", "x", "y");
   std::promise<absl::Status> done;
   std::future<absl::Status> result = done.get_future();
   absl::Status queued_behind;  // the stream's second collective
@@ -151,20 +161,28 @@ TEST_P(ClusterFaultsIssueTest, WorkerKilledDuringAllReduce) {
     if (GetParam() == Issue::kUnary) {
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      v1::CollectiveRequest wire;
+      wire.set_mesh("big");
+      wire.set_op(v1::ALL_REDUCE_OP);
+      wire.set_reduce_op(v1::SUM);
+      wire.set_input("x");
+      wire.set_output("y");
       v1::CollectiveReply reply;
-      done.set_value(FromGrpcStatus(stub->RunCollective(&context, request, &reply)));
+      done.set_value(FromGrpcStatus(stub->RunCollective(&context, wire, &reply)));
       return;
     }
-    absl::StatusOr<std::unique_ptr<CoordinatorClient>> own =
-        CoordinatorClient::Connect(cluster.address(), absl::Seconds(10));
+    client::SessionOptions options;
+    options.keep_alive = false;
+    options.timeout = absl::Seconds(10);
+    absl::StatusOr<std::shared_ptr<Session>> own = Session::Connect(cluster.address(), options);
     absl::StatusOr<std::unique_ptr<CollectiveStream>> stream =
         own.ok() ? (*own)->OpenCollectiveStream(absl::Seconds(60)) : own.status();
     if (!stream.ok()) {
       done.set_value(stream.status());
       return;
     }
-    v1::CollectiveRequest second = request;
-    second.set_output("y2");
+    CollectiveRequest second = request;
+    second.output = "y2";
     if (absl::Status s = (*stream)->Submit(request); !s.ok()) {
       done.set_value(s);
       return;
@@ -196,18 +214,18 @@ TEST_P(ClusterFaultsIssueTest, WorkerKilledDuringAllReduce) {
   // The coordinator is up and soon reports the worker dead, still under its id.
   ASSERT_TRUE(client.ListWorkers().ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(15);
-  std::optional<v1::WorkerInfo> dead;
+  std::optional<WorkerInfo> dead;
   while (absl::Now() < deadline) {
     dead = WorkerWithId(client, victim);
-    if (dead.has_value() && !dead->alive()) break;
+    if (dead.has_value() && !dead->alive) break;
     absl::SleepFor(absl::Milliseconds(100));
   }
   ASSERT_TRUE(dead.has_value());
-  EXPECT_FALSE(dead->alive()) << victim_name << " still counts as alive after 15 s";
+  EXPECT_FALSE(dead->alive) << victim_name << " still counts as alive after 15 s";
   for (int i = 0; i < kVictim; ++i) {
-    std::optional<v1::WorkerInfo> w = WorkerWithId(client, ids[i]);
+    std::optional<WorkerInfo> w = WorkerWithId(client, ids[i]);
     ASSERT_TRUE(w.has_value());
-    EXPECT_TRUE(w->alive()) << "worker " << ids[i];
+    EXPECT_TRUE(w->alive) << "worker " << ids[i];
   }
 
   // The broken mesh refuses work, naming the worker it lost.
@@ -217,30 +235,29 @@ TEST_P(ClusterFaultsIssueTest, WorkerKilledDuringAllReduce) {
                        {victim_name}));
   EXPECT_TRUE(
       StatusIs(client.PutLocal("big", 0, "w", big), absl::StatusCode::kUnavailable, {victim_name}));
-  absl::StatusOr<v1::MeshInfo> broken = client.GetMesh("big");
+  absl::StatusOr<client::MeshInfo> broken = client::GetMesh(client, "big");
   ASSERT_TRUE(broken.ok()) << broken.status();
-  EXPECT_FALSE(broken->ready());
-  EXPECT_NE(broken->broken_reason().find(victim_name), std::string::npos)
-      << broken->broken_reason();
+  EXPECT_FALSE(broken->ready);
+  EXPECT_NE(broken->broken_reason.find(victim_name), std::string::npos) << broken->broken_reason;
 
   // The mesh on the other workers works, and so does a new one made of live workers.
   EXPECT_TRUE(AllReduceWorks(client, "others", kVictim, 10));
-  ASSERT_TRUE(client.CreateMesh("live", "cpu", {kVictim}, {}, {}, kCollectiveTimeout).ok());
+  ASSERT_TRUE(CreateMesh(client, "live", {kVictim}, {}).ok());
   EXPECT_TRUE(AllReduceWorks(client, "live", kVictim, 20));
 
   // Restarted, the worker registers again under its id, with a new incarnation.
   ASSERT_TRUE(cluster.RestartWorker(kVictim).ok());
   ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok());
-  std::optional<v1::WorkerInfo> back = WorkerWithId(client, victim);
+  std::optional<WorkerInfo> back = WorkerWithId(client, victim);
   ASSERT_TRUE(back.has_value());
-  EXPECT_TRUE(back->alive());
-  EXPECT_EQ(back->pid(), cluster.worker_pid(kVictim));
-  EXPECT_GT(back->incarnation(), before->incarnation());
+  EXPECT_TRUE(back->alive);
+  EXPECT_EQ(back->pid, cluster.worker_pid(kVictim));
+  EXPECT_GT(back->incarnation, before->incarnation);
   // The old mesh stays broken (its communicators died with the old process) and says why.
   EXPECT_TRUE(StatusIs(client.RunCollective(AllReduceSum("big", "x", "z")).status(),
                        absl::StatusCode::kUnavailable, {victim_name, "restarted"}));
   ASSERT_TRUE(client.DeleteMesh("big").ok());
-  ASSERT_TRUE(client.CreateMesh("again", "cpu", {kWorkers}, {}, ids, kCollectiveTimeout).ok());
+  ASSERT_TRUE(CreateMesh(client, "again", {kWorkers}, ids).ok());
   EXPECT_TRUE(AllReduceWorks(client, "again", kWorkers, 30));
   EXPECT_TRUE(AllReduceWorks(client, "others", kVictim, 40));
   for (const char* mesh : {"others", "live", "again"}) {

@@ -15,13 +15,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/coordinator_client.h"
 #include "client/local_cluster.h"
 #include "core/dtype.h"
 #include "core/host_tensor.h"
 #include "core/shape.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/reference.h"
+#include "tessera/tessera.h"
 #include "tests/status_assertions.h"
 
 namespace tessera::testing {
@@ -35,18 +35,21 @@ inline LocalClusterOptions TestClusterOptions(int workers) {
   return options;
 }
 
-// A started cluster and a client connected to it.
+// A started cluster and a session connected to it (with no lease, as an administrator's).
 struct TestCluster {
   std::unique_ptr<LocalCluster> cluster;
-  std::unique_ptr<CoordinatorClient> client;
+  std::shared_ptr<client::Session> client;
 
   // Starts the cluster; on failure `client` stays null and the error is returned.
   absl::Status Start(LocalClusterOptions options) {
     absl::StatusOr<std::unique_ptr<LocalCluster>> started = LocalCluster::Start(std::move(options));
     if (!started.ok()) return started.status();
     cluster = *std::move(started);
-    absl::StatusOr<std::unique_ptr<CoordinatorClient>> connected =
-        CoordinatorClient::Connect(cluster->address(), absl::Seconds(30));
+    client::SessionOptions session_options;
+    session_options.keep_alive = false;
+    session_options.timeout = absl::Seconds(30);
+    absl::StatusOr<std::shared_ptr<client::Session>> connected =
+        client::Session::Connect(cluster->address(), session_options);
     if (!connected.ok()) return connected.status();
     client = *std::move(connected);
     return absl::OkStatus();

@@ -16,12 +16,16 @@
 #include "core/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
-#include "proto/convert.h"
 #include "tests/cluster_fixture.h"
 
 namespace tessera {
 namespace {
 
+using ::tessera::client::CollectiveOp;
+using ::tessera::client::CollectiveRequest;
+using ::tessera::client::CollectiveResult;
+using ::tessera::client::CollectiveStream;
+using ::tessera::client::Session;
 using ::tessera::testing::TensorsMatch;
 using ::tessera::testing::TestCluster;
 using ::tessera::testing::TestClusterOptions;
@@ -32,20 +36,22 @@ constexpr int64_t kRows[] = {1, 5, 8};
 
 // One parameter: a collective, its reduce op when it reduces, and the dtype of its tensors.
 struct CollectiveCase {
-  v1::CollectiveOp op = v1::BARRIER;
+  CollectiveOp op = CollectiveOp::kBarrier;
   ReduceOp reduce = ReduceOp::kSum;
   DType dtype = DType::kFloat32;
 };
 
-bool Reduces(v1::CollectiveOp op) {
-  return op == v1::ALL_REDUCE_OP || op == v1::REDUCE || op == v1::REDUCE_SCATTER_OP;
+bool Reduces(CollectiveOp op) {
+  return op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduce ||
+         op == CollectiveOp::kReduceScatter;
 }
 
 std::vector<CollectiveCase> AllCases() {
   std::vector<CollectiveCase> cases;
-  for (v1::CollectiveOp op :
-       {v1::BROADCAST, v1::ALL_REDUCE_OP, v1::REDUCE, v1::ALL_GATHER_OP, v1::GATHER, v1::SCATTER,
-        v1::REDUCE_SCATTER_OP, v1::ALL_TO_ALL_OP, v1::SEND_RECV}) {
+  for (CollectiveOp op :
+       {CollectiveOp::kBroadcast, CollectiveOp::kAllReduce, CollectiveOp::kReduce,
+        CollectiveOp::kAllGather, CollectiveOp::kGather, CollectiveOp::kScatter,
+        CollectiveOp::kReduceScatter, CollectiveOp::kAllToAll, CollectiveOp::kSendRecv}) {
     for (DType dtype : kAllDTypes) {
       if (!Reduces(op)) {
         cases.push_back({op, ReduceOp::kSum, dtype});
@@ -54,14 +60,14 @@ std::vector<CollectiveCase> AllCases() {
       for (ReduceOp reduce : kAllReduceOps) cases.push_back({op, reduce, dtype});
     }
   }
-  cases.push_back({v1::BARRIER});  // moves no data: one case
+  cases.push_back({CollectiveOp::kBarrier});  // moves no data: one case
   return cases;
 }
 
 std::string CaseName(const ::testing::TestParamInfo<CollectiveCase>& info) {
   const CollectiveCase& c = info.param;
-  if (c.op == v1::BARRIER) return "barrier";
-  std::string name = v1::CollectiveOp_Name(c.op);
+  if (c.op == CollectiveOp::kBarrier) return "barrier";
+  std::string name(client::CollectiveOpName(c.op));
   if (Reduces(c.op)) absl::StrAppend(&name, "_", ReduceOpName(c.reduce));
   return absl::StrCat(name, "_", DTypeName(c.dtype));
 }
@@ -134,30 +140,30 @@ std::optional<HostTensor> Expected(const CollectiveCase& c,
   const int64_t k = static_cast<int64_t>(in.size());
   const int64_t n = in[0]->shape()[0];
   switch (c.op) {
-    case v1::BROADCAST:
+    case CollectiveOp::kBroadcast:
       return in[root]->Clone();
-    case v1::ALL_REDUCE_OP:
+    case CollectiveOp::kAllReduce:
       return Reduced(c.reduce, in);
-    case v1::REDUCE:
+    case CollectiveOp::kReduce:
       if (r != root) return std::nullopt;
       return Reduced(c.reduce, in);
-    case v1::ALL_GATHER_OP:
-    case v1::GATHER: {
-      if (c.op == v1::GATHER && r != root) return std::nullopt;
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kGather: {
+      if (c.op == CollectiveOp::kGather && r != root) return std::nullopt;
       std::vector<HostTensor> parts;
       for (const HostTensor* t : in) parts.push_back(t->Clone());
       return Concat(parts);
     }
-    case v1::SCATTER:
+    case CollectiveOp::kScatter:
       return Rows(*in[root], ChunkOf(n, k, r));
-    case v1::REDUCE_SCATTER_OP:
+    case CollectiveOp::kReduceScatter:
       return Rows(Reduced(c.reduce, in), ChunkOf(n, k, r));
-    case v1::ALL_TO_ALL_OP: {
+    case CollectiveOp::kAllToAll: {
       std::vector<HostTensor> parts;
       for (const HostTensor* t : in) parts.push_back(Rows(*t, ChunkOf(n, k, r)));
       return Concat(parts);
     }
-    case v1::SEND_RECV:
+    case CollectiveOp::kSendRecv:
       if (r != peer) return std::nullopt;
       return in[root]->Clone();
     default:
@@ -174,7 +180,7 @@ std::optional<HostTensor> Expected(const CollectiveCase& c,
 // order (bcube, ring) rather than the reference's rank order: the two are then at most two
 // roundings of 2^-8 apart. Reduce-scatter reduces in rank order, like the reference.
 double Tolerance(const CollectiveCase& c, int64_t group_size) {
-  const bool gloo_order = c.op == v1::ALL_REDUCE_OP || c.op == v1::REDUCE;
+  const bool gloo_order = c.op == CollectiveOp::kAllReduce || c.op == CollectiveOp::kReduce;
   if (gloo_order && c.reduce == ReduceOp::kProduct && c.dtype == DType::kBFloat16 &&
       group_size > 2) {
     return 1.0 / 64;
@@ -210,9 +216,11 @@ class ClusterCollectiveTest : public ::testing::TestWithParam<CollectiveCase> {
     cluster_ = new TestCluster;
     startup_ = cluster_->Start(TestClusterOptions(kWorkers));
     if (!startup_.ok()) return;
-    CoordinatorClient& client = *cluster_->client;
-    absl::StatusOr<v1::MeshInfo> line = client.CreateMesh("line", "cpu", {kWorkers});
-    absl::StatusOr<v1::MeshInfo> grid = client.CreateMesh("grid", "cpu", {2, 2}, {"dp", "tp"});
+    Session& client = *cluster_->client;
+    absl::StatusOr<client::MeshInfo> line =
+        client::InitDeviceMesh(client, "cpu", {kWorkers}, {}, "line");
+    absl::StatusOr<client::MeshInfo> grid =
+        client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
     if (!line.ok() || !grid.ok()) {
       startup_ = line.ok() ? grid.status() : line.status();
       return;
@@ -276,12 +284,13 @@ class ClusterCollectiveTest : public ::testing::TestWithParam<CollectiveCase> {
 // sends them all on one CollectiveStream and then reads the outcomes.
 void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, Mode mode) {
   const bool async = mode == Mode::kAsync;
-  CoordinatorClient& client = *cluster_->client;
+  Session& client = *cluster_->client;
   struct Run {
     const Layout* layout;
     int64_t rows, root, peer;
     std::string output;
-    absl::StatusOr<v1::CollectiveReply> reply;
+    absl::StatusOr<CollectiveResult> reply;
+    int64_t work = 0;  // with kAsync
   };
   std::vector<Run> runs;
   std::map<std::string, std::vector<size_t>> started;  // by mesh: indices into `runs`
@@ -301,29 +310,28 @@ void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, Mode mode) {
               static_cast<int64_t>(s) % k,
               absl::StrCat("y", next_output_++),
               absl::UnknownError("not run")};
-      v1::CollectiveRequest request;
-      request.set_mesh(layout.mesh);
-      request.set_mesh_dim(layout.mesh_dim);
-      request.set_op(c.op);
-      request.set_input(InputName(c.dtype, run.rows));
-      request.set_output(run.output);
-      request.set_reduce_op(ToProto(c.reduce));
-      request.set_root(run.root);
-      request.set_peer(run.peer);
-      request.set_async_op(async);
+      const CollectiveRequest request{c.op,
+                                      {layout.mesh, layout.mesh_dim},
+                                      InputName(c.dtype, run.rows),
+                                      run.output,
+                                      c.reduce,
+                                      run.root,
+                                      run.peer};
       if (stream) {
         ASSERT_TRUE(stream->Submit(request).ok());
         runs.push_back(std::move(run));
         continue;
       }
-      run.reply = client.RunCollective(request);
-      ASSERT_TRUE(run.reply.ok()) << run.reply.status();
       if (async) {
-        EXPECT_GT(run.reply->work(), 0);
-        EXPECT_EQ(run.reply->outputs_size(), 0) << "an async reply lists no outputs";
+        absl::StatusOr<client::Work> work = client.StartCollective(request);
+        ASSERT_TRUE(work.ok()) << work.status();
+        EXPECT_GT(work->id(), 0);
+        EXPECT_EQ(work->mesh(), layout.mesh);
+        run.work = work->id();
         started[layout.mesh].push_back(runs.size());
       } else {
-        EXPECT_EQ(run.reply->work(), 0);
+        run.reply = client.RunCollective(request);
+        ASSERT_TRUE(run.reply.ok()) << run.reply.status();
       }
       runs.push_back(std::move(run));
     }
@@ -335,8 +343,8 @@ void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, Mode mode) {
   }
   for (const auto& [mesh, indices] : started) {
     std::vector<int64_t> works;
-    for (size_t i : indices) works.push_back(runs[i].reply->work());
-    absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcomes =
+    for (size_t i : indices) works.push_back(runs[i].work);
+    absl::StatusOr<std::vector<absl::StatusOr<CollectiveResult>>> outcomes =
         client.WaitCollectives(mesh, works, absl::Seconds(120));
     ASSERT_TRUE(outcomes.ok()) << outcomes.status();
     ASSERT_EQ(outcomes->size(), works.size());
@@ -363,9 +371,8 @@ void ClusterCollectiveTest::RunAndCheck(const CollectiveCase& c, Mode mode) {
     for (const std::optional<HostTensor>& w : want) {
       if (w) want_outputs.push_back(Describe(run.output, w->dtype(), w->shape()));
     }
-    for (const v1::LocalTensorInfo& t : run.reply->outputs()) {
-      got_outputs.push_back(Describe(t.name(), FromProto(t.dtype()).value_or(DType::kFloat32),
-                                     FromProto(t.shape()).value_or(Shape{})));
+    for (const client::LocalTensorInfo& t : run.reply->outputs) {
+      got_outputs.push_back(Describe(t.name, t.dtype, t.shape));
     }
     EXPECT_EQ(got_outputs, want_outputs);
 
@@ -405,7 +412,7 @@ class ClusterAsyncChainTest : public ClusterCollectiveTest {};
 
 TEST_P(ClusterAsyncChainTest, EachStageReadsTheOneBefore) {
   const DType dtype = GetParam().dtype;
-  CoordinatorClient& client = *cluster_->client;
+  Session& client = *cluster_->client;
   const std::vector<Layout>& layouts = Layouts();  // [1] grid "dp", [2] grid "1", [3] grid ""
   struct Stage {
     CollectiveCase c;
@@ -415,33 +422,31 @@ TEST_P(ClusterAsyncChainTest, EachStageReadsTheOneBefore) {
   };
   const std::string tag = absl::StrCat("chain_", DTypeName(dtype), "_");
   const std::vector<Stage> stages = {
-      {{v1::ALL_REDUCE_OP, ReduceOp::kSum, dtype}, &layouts[2], InputName(dtype, 8), tag + "a", 0},
-      {{v1::ALL_GATHER_OP, ReduceOp::kSum, dtype}, &layouts[1], tag + "a", tag + "b", 0},
-      {{v1::REDUCE_SCATTER_OP, ReduceOp::kMax, dtype}, &layouts[3], tag + "b", tag + "c", 0},
-      {{v1::ALL_REDUCE_OP, ReduceOp::kMin, dtype}, &layouts[2], tag + "c", tag + "c", 0},
-      {{v1::BROADCAST, ReduceOp::kSum, dtype}, &layouts[1], tag + "c", tag + "d", 1},
+      {{CollectiveOp::kAllReduce, ReduceOp::kSum, dtype},
+       &layouts[2],
+       InputName(dtype, 8),
+       tag + "a",
+       0},
+      {{CollectiveOp::kAllGather, ReduceOp::kSum, dtype}, &layouts[1], tag + "a", tag + "b", 0},
+      {{CollectiveOp::kReduceScatter, ReduceOp::kMax, dtype}, &layouts[3], tag + "b", tag + "c", 0},
+      {{CollectiveOp::kAllReduce, ReduceOp::kMin, dtype}, &layouts[2], tag + "c", tag + "c", 0},
+      {{CollectiveOp::kBroadcast, ReduceOp::kSum, dtype}, &layouts[1], tag + "c", tag + "d", 1},
   };
-  std::vector<int64_t> works;
+  std::vector<client::Work> works;
   for (const Stage& stage : stages) {
-    v1::CollectiveRequest request;
-    request.set_mesh("grid");
-    request.set_mesh_dim(stage.layout->mesh_dim);
-    request.set_op(stage.c.op);
-    request.set_input(stage.input);
-    request.set_output(stage.output);
-    request.set_reduce_op(ToProto(stage.c.reduce));
-    request.set_root(stage.root);
-    request.set_async_op(true);
-    absl::StatusOr<v1::CollectiveReply> reply = client.RunCollective(request);
-    ASSERT_TRUE(reply.ok()) << stage.output << ": " << reply.status();
-    works.push_back(reply->work());
+    const CollectiveRequest request{stage.c.op,     {"grid", stage.layout->mesh_dim},
+                                    stage.input,    stage.output,
+                                    stage.c.reduce, stage.root};
+    absl::StatusOr<client::Work> work = client.StartCollective(request);
+    ASSERT_TRUE(work.ok()) << stage.output << ": " << work.status();
+    works.push_back(*std::move(work));
   }
-  absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcomes =
-      client.WaitCollectives("grid", works, absl::Seconds(120));
-  ASSERT_TRUE(outcomes.ok()) << outcomes.status();
+  // Each Work waits for its own collective, once.
   for (size_t i = 0; i < stages.size(); ++i) {
-    EXPECT_TRUE((*outcomes)[i].ok()) << stages[i].output << ": " << (*outcomes)[i].status();
+    absl::StatusOr<CollectiveResult> outcome = works[i].Wait(absl::Seconds(120));
+    EXPECT_TRUE(outcome.ok()) << stages[i].output << ": " << outcome.status();
   }
+  EXPECT_EQ(works[0].Wait().status().code(), absl::StatusCode::kNotFound);
 
   std::map<std::string, std::vector<HostTensor>> held;
   for (const HostTensor& t : inputs_->at({dtype, 8}))
@@ -464,15 +469,15 @@ TEST_P(ClusterAsyncChainTest, EachStageReadsTheOneBefore) {
     }
   }
   for (const char* name : {"a", "b", "c", "d"}) {
-    EXPECT_TRUE(client.DeleteTensor("grid", tag + name).ok()) << tag << name;
+    EXPECT_TRUE(client.DeleteLocal("grid", tag + name).ok()) << tag << name;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     SomeDTypes, ClusterAsyncChainTest,
-    ::testing::Values(CollectiveCase{v1::BARRIER, ReduceOp::kSum, DType::kFloat32},
-                      CollectiveCase{v1::BARRIER, ReduceOp::kSum, DType::kInt32},
-                      CollectiveCase{v1::BARRIER, ReduceOp::kSum, DType::kBFloat16}),
+    ::testing::Values(CollectiveCase{CollectiveOp::kBarrier, ReduceOp::kSum, DType::kFloat32},
+                      CollectiveCase{CollectiveOp::kBarrier, ReduceOp::kSum, DType::kInt32},
+                      CollectiveCase{CollectiveOp::kBarrier, ReduceOp::kSum, DType::kBFloat16}),
     [](const ::testing::TestParamInfo<CollectiveCase>& info) {
       return std::string(DTypeName(info.param.dtype));
     });

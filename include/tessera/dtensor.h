@@ -1,79 +1,61 @@
-#ifndef TESSERA_CLIENT_DTENSOR_H_
-#define TESSERA_CLIENT_DTENSOR_H_
+#ifndef TESSERA_INCLUDE_TESSERA_DTENSOR_H_
+#define TESSERA_INCLUDE_TESSERA_DTENSOR_H_
 
-// The C++ client with PyTorch's names: InitDeviceMesh, DistributeTensor, FromLocal, DTensor's
-// Redistribute / FullTensor / ToLocal, the factories and the ops. Every call returns a status; a
-// DTensor handle frees its remote tensor when the last copy is dropped.
+// DTensors on the service with PyTorch's names: DistributeTensor, FromLocal, the factories, and a
+// DTensor's Redistribute / FullTensor / ToLocal and ops. Every call returns a status; a DTensor
+// handle frees its remote tensor when the last copy is dropped.
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
-#include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "core/device_mesh.h"
 #include "core/dtensor_spec.h"
+#include "core/dtype.h"
 #include "core/host_tensor.h"
 #include "core/op_call.h"
 #include "core/placement.h"
-#include "grpcpp/channel.h"
-#include "tessera/v1/dtensor.grpc.pb.h"
-#include "tessera/v1/mesh.grpc.pb.h"
+#include "core/redistribute_planner.h"
+#include "core/shape.h"
+#include "tessera/mesh.h"
 
 namespace tessera::client {
 
-inline Placement Shard(int dim) { return Placement::Shard(dim); }
-inline Placement Replicate() { return Placement::Replicate(); }
-inline Placement Partial(ReduceOp op = ReduceOp::kSum) { return Placement::Partial(op); }
+class Session;
 
 // Called with (bytes done, bytes in all) as a transfer proceeds.
 using Progress = std::function<void(int64_t, int64_t)>;
 
-struct SessionOptions {
-  std::string client_id;   // Empty: a random id.
-  bool keep_alive = true;  // Hold a lease (tensors reclaimed after the grace period once the
-                           // process is gone); false: tensors stay until freed (the CLI).
-  absl::Duration timeout = absl::Seconds(60);  // Deadline of a plain call.
+// Where a DTensor stands: ops return before the workers finish, so a tensor may still be pending.
+enum class TensorState : int {
+  kReady = 1,    // Every rank holds its shard.
+  kPending = 2,  // Commands that write it are still running on the workers.
+  kFailed = 3,   // A command writing it failed; DTensorInfo::error says why.
 };
 
-// A connection to tessera-coordinator as one client. Thread-safe.
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  static absl::StatusOr<std::shared_ptr<Session>> Connect(const std::string& address,
-                                                          SessionOptions options = {});
-  ~Session();
-
-  const std::string& client_id() const { return options_.client_id; }
-  v1::DTensorService::Stub& stub() { return *stub_; }
-  v1::MeshService::Stub& meshes() { return *meshes_; }
-  // Sets the deadline (`timeout`, or the session's) and the client id on a call.
-  void Prepare(grpc::ClientContext* context, absl::Duration timeout = absl::ZeroDuration()) const;
-
- private:
-  Session(const std::shared_ptr<grpc::Channel>& channel, SessionOptions options);
-  std::unique_ptr<v1::DTensorService::Stub> stub_;
-  std::unique_ptr<v1::MeshService::Stub> meshes_;
-  SessionOptions options_;
-  absl::Notification stop_;
-  std::thread keeper_;
+// A DTensor as the coordinator holds it.
+struct DTensorInfo {
+  std::string name;                // Unique name on the coordinator.
+  std::string mesh;                // Name of the mesh it lives on.
+  DTensorSpec spec;                // Global shape, dtype, mesh and placements.
+  std::vector<LocalShard> shards;  // Every rank's shard, in the mesh's row-major rank order.
+  int64_t nbytes = 0;              // Global size in bytes.
+  std::string owner;               // Client id that made it (only the owner may free it).
+  TensorState state = TensorState::kReady;
+  std::string error;  // Why it failed, when it did.
 };
 
-// A mesh on the service, as torch's DeviceMesh.
-struct Mesh {
-  std::string name;
-  DeviceMesh mesh;
+// One input's implicit redistribution before an op.
+struct InputRedistribution {
+  std::string input;            // The input tensor.
+  std::vector<Placement> from;  // Its placements.
+  std::vector<Placement> to;    // What the chosen strategy needs.
+  RedistributePlan plan;        // The collectives that ran.
 };
-
-// init_device_mesh(device_type, shape, mesh_dim_names) as mesh `name`.
-absl::StatusOr<Mesh> InitDeviceMesh(Session& session, const std::string& device_type,
-                                    const Shape& shape, const std::vector<std::string>& dim_names,
-                                    const std::string& name);
-// An existing mesh by name.
-absl::StatusOr<Mesh> GetMesh(Session& session, const std::string& name);
 
 // A handle to a DTensor held by the service. Copies share it; the remote tensor is freed when the
 // last copy goes (unless Detach()ed).
@@ -81,63 +63,65 @@ class DTensor {
  public:
   DTensor() = default;
 
-  const std::string& name() const { return state_->info.name(); }
-  const v1::TensorInfo& info() const { return state_->info; }
-  const DTensorSpec& spec() const { return state_->spec; }
-  const std::vector<Placement>& placements() const { return state_->spec.placements; }
+  const std::string& name() const { return state_->info.name; }
+  const DTensorInfo& info() const { return state_->info; }
+  const DTensorSpec& spec() const { return state_->info.spec; }
+  const std::vector<Placement>& placements() const { return state_->info.spec.placements; }
+  const Shape& shape() const { return state_->info.spec.shape; }
+  DType dtype() const { return state_->info.spec.dtype; }
   // Implicit redistributions the op that made this tensor ran (empty for other tensors).
-  const std::vector<v1::InputRedistribution>& redistributions() const {
+  const std::vector<InputRedistribution>& redistributions() const {
     return state_->redistributions;
   }
-  // The plan the redistribute that made this tensor ran.
-  const v1::RedistributePlan& plan() const { return state_->plan; }
+  // The plan the redistribute that made this tensor ran on its mesh (empty for other tensors and
+  // for moves across meshes).
+  const RedistributePlan& plan() const { return state_->plan; }
+  // Bytes a move across meshes that made this tensor streamed through the coordinator.
+  int64_t relayed_bytes() const { return state_->relayed_bytes; }
 
-  // DTensor.redistribute(placements): same mesh, or `mesh` for a move to another mesh.
+  // DTensor.redistribute(placements): on its mesh, or to `mesh` (streamed through the
+  // coordinator); `output` names the result (empty: the coordinator picks a name).
   absl::StatusOr<DTensor> Redistribute(const std::vector<Placement>& placements,
-                                       const std::string& mesh = "",
-                                       const std::string& output = "") const;
-  // The plan Redistribute would run, without running it.
-  absl::StatusOr<v1::RedistributePlan> ExplainRedistribute(
-      const std::vector<Placement>& placements) const;
+                                       const std::string& mesh = "", const std::string& output = "",
+                                       PlannerKind planner = PlannerKind::kMinCost) const;
+  // The plan Redistribute would run on the tensor's mesh, without running it.
+  absl::StatusOr<RedistributePlan> ExplainRedistribute(
+      const std::vector<Placement>& placements, PlannerKind planner = PlannerKind::kMinCost) const;
   absl::StatusOr<HostTensor> FullTensor(const Progress& progress = nullptr) const;
   absl::StatusOr<HostTensor> ToLocal(int64_t rank) const;
   // Waits until the workers have written it (at most `timeout`, by default the session's);
   // reports their error if they failed.
   absl::Status Synchronize(absl::Duration timeout = absl::ZeroDuration()) const;
   // Fresh metadata (state, error).
-  absl::StatusOr<v1::TensorInfo> Refresh() const;
+  absl::StatusOr<DTensorInfo> Refresh() const;
   // Keeps the remote tensor when the handles go.
   void Detach() { state_->owned = false; }
   // Frees the remote tensor now.
   absl::Status Free();
 
-  // Wraps a reply (internal to the client library); the error of a malformed spec in `info`.
-  static absl::StatusOr<DTensor> Adopt(std::shared_ptr<Session> session, const v1::TensorInfo& info,
-                                       bool owned);
-
  private:
+  friend struct DTensorAccess;
+  // What a handle shares with its copies.
   struct State {
-    State(std::shared_ptr<Session> s, v1::TensorInfo i, DTensorSpec sp, bool o)
-        : session(std::move(s)), info(std::move(i)), spec(std::move(sp)), owned(o) {}
+    State(std::shared_ptr<Session> s, DTensorInfo i, bool o)
+        : session(std::move(s)), info(std::move(i)), owned(o) {}
     State(const State&) = delete;
     State& operator=(const State&) = delete;
-    ~State();
+    ~State();  // frees the remote tensor if owned
     std::shared_ptr<Session> session;
-    v1::TensorInfo info;
-    DTensorSpec spec;
+    DTensorInfo info;
     bool owned = true;
-    std::vector<v1::InputRedistribution> redistributions;
-    v1::RedistributePlan plan;
+    std::vector<InputRedistribution> redistributions;
+    RedistributePlan plan;
+    int64_t relayed_bytes = 0;
   };
   std::shared_ptr<State> state_;
-  friend absl::StatusOr<DTensor> RunOp(const OpCall&, absl::Span<const DTensor>,
-                                       const std::string&);
 };
 
 struct DistributeOptions {
-  int64_t src_data_rank = 0;
-  std::string name;
-  Progress progress;
+  int64_t src_data_rank = 0;  // Rank (row-major mesh position) replicas are broadcast from.
+  std::string name = {};      // Tensor name; empty: the coordinator picks one.
+  Progress progress = {};
 };
 // distribute_tensor(tensor, mesh, placements, src_data_rank).
 absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& tensor,
@@ -145,17 +129,26 @@ absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& ten
                                          const DistributeOptions& options = {});
 
 struct FromLocalOptions {
-  bool run_check = false;
-  std::optional<Shape> shape;  // The global shape; needed when shards are uneven.
-  std::string name;
+  bool run_check = false;           // Broadcast Replicate dims from coordinate 0, as DTensor does.
+  std::optional<Shape> shape = {};  // The global shape; needed when shards are uneven.
+  std::string name = {};            // Tensor name; empty: the coordinator picks one.
 };
 // DTensor.from_local: `locals[r]` is rank r's shard (row-major mesh position).
 absl::StatusOr<DTensor> FromLocal(Session& session, absl::Span<const HostTensor> locals,
                                   const Mesh& mesh, const std::vector<Placement>& placements,
                                   const FromLocalOptions& options = {});
 
+// The factories; values are the wire values of tessera.v1.Factory.
+enum class Factory : int {
+  kZeros = 1,  // torch.zeros
+  kOnes = 2,   // torch.ones
+  kFull = 3,   // torch.full(value)
+  kEmpty = 4,  // torch.empty (contents unspecified)
+  kRand = 5,   // torch.rand: uniform [0, 1), seeded; a shard equals that slice of the full tensor
+  kRandn = 6,  // torch.randn: standard normal, seeded, likewise
+};
 // zeros, ones, full, empty, rand, randn on a mesh.
-absl::StatusOr<DTensor> CreateTensor(Session& session, v1::Factory factory, const Mesh& mesh,
+absl::StatusOr<DTensor> CreateTensor(Session& session, Factory factory, const Mesh& mesh,
                                      const Shape& shape, const std::vector<Placement>& placements,
                                      DType dtype = DType::kFloat32, double value = 0,
                                      uint64_t seed = 0, const std::string& name = "");
@@ -197,4 +190,4 @@ absl::StatusOr<DTensor> Cast(const DTensor& x, DType dtype);
 
 }  // namespace tessera::client
 
-#endif  // TESSERA_CLIENT_DTENSOR_H_
+#endif  // TESSERA_INCLUDE_TESSERA_DTENSOR_H_

@@ -1,0 +1,75 @@
+#include "tessera/session.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/session_impl.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "proto/grpc_status.h"
+
+namespace tessera::client {
+
+absl::StatusOr<std::shared_ptr<Session>> Session::Connect(const std::string& address,
+                                                          SessionOptions options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(DeadlineAfter(options.timeout))) {
+    return absl::UnavailableError(absl::StrCat("cannot reach tessera-coordinator at ", address,
+                                               " within ", absl::FormatDuration(options.timeout)));
+  }
+  if (options.client_id.empty()) {
+    absl::BitGen gen;
+    options.client_id = absl::StrFormat("c-%016x", absl::Uniform<uint64_t>(gen));
+  }
+  std::shared_ptr<Session> session(
+      new Session(std::make_unique<internal::SessionImpl>(address, channel, std::move(options))));
+  internal::SessionImpl& impl = *session->impl_;
+  if (impl.options.keep_alive) {
+    grpc::ClientContext context;
+    impl.Prepare(&context);
+    v1::KeepAliveReply reply;
+    if (grpc::Status s = impl.dtensors->KeepAlive(&context, {}, &reply); !s.ok()) {
+      return FromGrpcStatus(s);
+    }
+    const absl::Duration period =
+        std::max(absl::Milliseconds(reply.grace_ms()) / 4, absl::Milliseconds(20));
+    impl.keeper = std::thread([&impl, period] {
+      while (!impl.stop.WaitForNotificationWithTimeout(period)) {
+        grpc::ClientContext context;
+        impl.Prepare(&context, period);
+        v1::KeepAliveReply ignored;
+        impl.dtensors->KeepAlive(&context, {},
+                                 &ignored);  // a missed renewal is retried next period
+      }
+    });
+  }
+  return session;
+}
+
+Session::Session(std::unique_ptr<internal::SessionImpl> impl) : impl_(std::move(impl)) {}
+
+Session::~Session() {
+  impl_->stop.Notify();
+  if (impl_->keeper.joinable()) impl_->keeper.join();
+}
+
+const std::string& Session::address() const { return impl_->address; }
+
+const std::string& Session::client_id() const { return impl_->options.client_id; }
+
+internal::SessionImpl& internal_impl(Session& session) { return *session.impl_; }
+
+void internal::SessionImpl::Prepare(grpc::ClientContext* context, absl::Duration timeout) const {
+  context->set_deadline(DeadlineAfter(timeout > absl::ZeroDuration() ? timeout : options.timeout));
+  context->AddMetadata("tessera-client", options.client_id);
+}
+
+}  // namespace tessera::client

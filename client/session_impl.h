@@ -1,0 +1,51 @@
+#ifndef TESSERA_CLIENT_SESSION_IMPL_H_
+#define TESSERA_CLIENT_SESSION_IMPL_H_
+
+// What a Session holds behind its public header: one stub per service, the options and the lease
+// keeper. Internal to the client library.
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "tessera/session.h"
+#include "tessera/v1/collective.grpc.pb.h"
+#include "tessera/v1/dtensor.grpc.pb.h"
+#include "tessera/v1/mesh.grpc.pb.h"
+
+namespace tessera::client {
+namespace internal {
+
+struct SessionImpl {
+  SessionImpl(std::string address, const std::shared_ptr<grpc::Channel>& channel,
+              SessionOptions options)
+      : address(std::move(address)),
+        options(std::move(options)),
+        meshes(v1::MeshService::NewStub(channel)),
+        collectives(v1::CollectiveService::NewStub(channel)),
+        dtensors(v1::DTensorService::NewStub(channel)) {}
+
+  // Sets the deadline (`timeout`, or the session's) and the client id on a call.
+  void Prepare(grpc::ClientContext* context, absl::Duration timeout = absl::ZeroDuration()) const;
+
+  const std::string address;
+  const SessionOptions options;
+  const std::unique_ptr<v1::MeshService::Stub> meshes;
+  const std::unique_ptr<v1::CollectiveService::Stub> collectives;
+  const std::unique_ptr<v1::DTensorService::Stub> dtensors;
+  absl::Notification stop;  // ends the lease keeper
+  std::thread keeper;       // renews the lease while the session lives
+};
+
+}  // namespace internal
+
+// The stubs and options behind `session`.
+internal::SessionImpl& internal_impl(Session& session);
+
+}  // namespace tessera::client
+
+#endif  // TESSERA_CLIENT_SESSION_IMPL_H_

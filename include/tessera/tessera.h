@@ -1,0 +1,23 @@
+#ifndef TESSERA_INCLUDE_TESSERA_TESSERA_H_
+#define TESSERA_INCLUDE_TESSERA_TESSERA_H_
+
+// The Tessera C++ client: include this header and link the CMake target tessera::client.
+//
+//   tessera/session.h      Session: the connection, workers, meshes, local tensors, collectives
+//   tessera/mesh.h         InitDeviceMesh, Mesh (mesh["tp"]), MeshInfo, WorkerInfo
+//   tessera/collectives.h  AllReduce, Broadcast, ... as requests; Work; CollectiveStream
+//   tessera/dtensor.h      DTensor: DistributeTensor, FromLocal, factories, Redistribute, ops
+//   tessera/placement.h    Shard, Replicate, Partial; DType, Shape, HostTensor
+//   tessera/core/          the sharding model these types come from (placements, meshes,
+//                          layouts, the redistribute planner), usable offline
+//
+// Each header is one concern over the same Session; the calls on modules (load, parallelize,
+// forward) will come as a header of their own.
+
+#include "tessera/collectives.h"
+#include "tessera/dtensor.h"
+#include "tessera/mesh.h"
+#include "tessera/placement.h"
+#include "tessera/session.h"
+
+#endif  // TESSERA_INCLUDE_TESSERA_TESSERA_H_
