@@ -150,15 +150,24 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", c.input(), "' is a scalar; this collective works along dim 0"));
   }
+  // The first budget refusal of this rank's buffers. A rank over budget still takes part in the
+  // collective (one that left would strand its peers in it until the timeout, which breaks the
+  // communicators) and reports the refusal afterwards instead of keeping its output.
+  absl::Status failure;
   // A budget-checked buffer for the output; every use below overwrites all of it, so it is not
   // zeroed first (that pass costs as much as a copy at large sizes).
   auto output_of = [&](Shape shape) -> absl::StatusOr<HostTensor> {
     if (absl::Status s = store_->Reserve(
             NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype)), c.output());
-        !s.ok()) {
-      return s;
+        !s.ok() && failure.ok()) {
+      failure = s;
     }
     return HostTensor::Uninitialized(dtype, std::move(shape));
+  };
+  // What a rank that writes no output returns once the collective is over.
+  auto no_output = [&]() -> absl::StatusOr<std::vector<v1::LocalTensorInfo>> {
+    if (!failure.ok()) return failure;
+    return std::vector<v1::LocalTensorInfo>{};
   };
   // The final output: the buffer of the tensor it replaces when that has the same size and no
   // reader (a repeated collective then writes into memory it already touched, instead of faulting
@@ -172,6 +181,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
     return output_of(std::move(shape));
   };
   auto keep = [&](HostTensor out) -> absl::StatusOr<std::vector<v1::LocalTensorInfo>> {
+    if (!failure.ok()) return failure;
     v1::LocalTensorInfo info = LocalInfo(c.output(), out);
     if (absl::Status s = store_->Put(c.output(), std::move(out)); !s.ok()) return s;
     return std::vector<v1::LocalTensorInfo>{info};
@@ -215,7 +225,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
                    ? group.Reduce(out->data(), out->num_elements(), dtype, *op, root)
                    : group.AllReduce(out->data(), out->num_elements(), dtype, *op);
       if (!status.ok()) return status;
-      if (c.op() == v1::REDUCE && me != root) return std::vector<v1::LocalTensorInfo>{};
+      if (c.op() == v1::REDUCE && me != root) return no_output();
       return keep(*std::move(out));
     }
     case v1::ALL_GATHER_OP:
@@ -228,7 +238,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
                    ? group.Gather(in.data(), out->data(), in.num_elements(), dtype, root)
                    : group.AllGather(in.data(), out->data(), in.num_elements(), dtype);
       if (!status.ok()) return status;
-      if (c.op() == v1::GATHER && me != root) return std::vector<v1::LocalTensorInfo>{};
+      if (c.op() == v1::GATHER && me != root) return no_output();
       return keep(*std::move(out));
     }
     case v1::SCATTER:

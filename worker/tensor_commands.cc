@@ -108,22 +108,16 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
     }
     return true;
   };
-  const Shape local = LocalShapeAndOffsetAt(*spec, coord).shape;
+  // A rank whose source is missing or whose shard is over budget still takes part in the
+  // broadcasts (see InputOrStandIn) and reports the failure afterwards.
+  absl::Status failure;
   HostTensor shard;
   if (holds_after(0)) {
-    absl::StatusOr<std::shared_ptr<const HostTensor>> held = store_->Get(s.tensor());
-    if (!held.ok()) return held.status();
-    if ((*held)->shape() != local || (*held)->dtype() != spec->dtype) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("local tensor '", s.tensor(), "' is ", DTypeName((*held)->dtype()),
-                       ShapeToString((*held)->shape()), " but the spec needs ",
-                       DTypeName(spec->dtype), ShapeToString(local), " here"));
-    }
-    shard = (*held)->Clone();
+    // A copy: the broadcasts write into it, and the stored tensor may have readers.
+    shard = InputOrStandIn(*store_, s.tensor(), *spec, coord, failure)->Clone();
   } else {
-    if (absl::Status st = store_->Reserve(Bytes(local, spec->dtype), s.tensor()); !st.ok()) {
-      return st;
-    }
+    const Shape local = LocalShapeAndOffsetAt(*spec, coord).shape;
+    failure = store_->Reserve(Bytes(local, spec->dtype), s.tensor());
     absl::StatusOr<HostTensor> fresh = HostTensor::Uninitialized(spec->dtype, local);
     if (!fresh.ok()) return fresh.status();
     shard = *std::move(fresh);
@@ -137,6 +131,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
       return st;
     }
   }
+  if (!failure.ok()) return failure;
   if (s.partition_partials()) PartitionPartials(*spec, coord, shard);
   v1::LocalTensorInfo info = LocalInfo(s.tensor(), shard);
   if (absl::Status st = store_->Put(s.tensor(), std::move(shard)); !st.ok()) return st;
