@@ -386,6 +386,10 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
   if (!block.ok()) return ToGrpcStatus(block.status());
   const std::string name = chunk.tensor();
   const int64_t rank = chunk.rank();
+  // Held against the worker's budget before a byte is sent; given back if the upload fails.
+  if (absl::Status s = (*mesh)->locals.ReserveUpload(name, rank, layout); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   absl::StatusOr<uint64_t> bytes =
       ScatterStream(*dispatcher_, *block, {0}, WorkerTensorName(**mesh, name),
                     TransferDeadline(*context), chunk.data(), [&](std::string* data) {
@@ -393,7 +397,10 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
                       *data = std::move(*chunk.mutable_data());
                       return true;
                     });
-  if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+  if (!bytes.ok()) {
+    (*mesh)->locals.CancelUpload(name, rank);
+    return ToGrpcStatus(bytes.status());
+  }
   reply->set_bytes(static_cast<int64_t>(*bytes));
   (*mesh)->locals.RecordUpload(name, rank, std::move(layout));
   return grpc::Status::OK;

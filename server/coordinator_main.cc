@@ -25,6 +25,7 @@
 #include "server/mesh_table.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_store.h"
+#include "server/worker_bytes.h"
 #include "server/worker_registry.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -63,10 +64,12 @@ int main(int argc, char** argv) {
   tessera::Dispatcher dispatcher(&workers, secret);
   tessera::RegistryService registry_service(&workers, &store);
   tessera::MeshTable meshes(&workers);
+  tessera::WorkerBytes ledger;  // local tensors and DTensor shards, against each worker's budget
   tessera::CollectiveService collective_service(&meshes, &dispatcher);
-  tessera::DTensorTable tensors(&meshes, &dispatcher);
+  tessera::DTensorTable tensors(&meshes, &dispatcher, &ledger);
   tessera::DTensorService dtensor_service(&tensors, absl::GetFlag(FLAGS_client_grace));
-  tessera::MeshService mesh_service(&meshes, &dispatcher, &store, {&collective_service, &tensors});
+  tessera::MeshService mesh_service(&meshes, &dispatcher, &store, &ledger,
+                                    {&collective_service, &tensors});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

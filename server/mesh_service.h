@@ -15,9 +15,14 @@ namespace tessera {
 // every MeshUser to let go of what it keeps there and tears the communicators down.
 class MeshService final : public v1::MeshService::Service {
  public:
+  // A mesh's local tensors are counted in `ledger` against its workers' budgets.
   MeshService(MeshTable* meshes, Dispatcher* dispatcher, RendezvousStore* store,
-              std::vector<MeshUser*> users)
-      : meshes_(meshes), dispatcher_(dispatcher), store_(store), users_(std::move(users)) {}
+              WorkerBytes* ledger, std::vector<MeshUser*> users)
+      : meshes_(meshes),
+        dispatcher_(dispatcher),
+        store_(store),
+        ledger_(ledger),
+        users_(std::move(users)) {}
 
   // Unary.
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
@@ -37,9 +42,10 @@ class MeshService final : public v1::MeshService::Service {
 
  private:
   // The workers for a new mesh of `needed` ranks: those named, or the first live ones of the
-  // device type; with their incarnations.
+  // device type; with their incarnations and memory budgets.
   absl::Status ChooseWorkers(const v1::CreateMeshRequest& request, int64_t needed,
-                             std::vector<int64_t>* ids, std::vector<int64_t>* incarnations) const;
+                             std::vector<int64_t>* ids, std::vector<int64_t>* incarnations,
+                             std::vector<int64_t>* budgets) const;
   // Sets up the mesh's communicators on its workers.
   absl::Status SetUp(const Mesh& mesh);
   v1::MeshInfo Describe(const Mesh& mesh) const;
@@ -47,6 +53,7 @@ class MeshService final : public v1::MeshService::Service {
   MeshTable* meshes_;
   Dispatcher* dispatcher_;
   RendezvousStore* store_;
+  WorkerBytes* ledger_;
   const std::vector<MeshUser*> users_;
 };
 

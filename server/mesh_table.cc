@@ -5,12 +5,14 @@
 namespace tessera {
 
 Mesh::Mesh(std::string name, DeviceMesh mesh, std::vector<int64_t> incarnations,
-           absl::Duration timeout)
+           absl::Duration timeout, std::vector<int64_t> budgets, WorkerBytes* ledger)
     : name(std::move(name)),
       mesh(std::move(mesh)),
       incarnations(std::move(incarnations)),
       timeout(timeout),
-      locals(this->name, static_cast<size_t>(this->mesh.size())) {}
+      budgets(std::move(budgets)),
+      locals(this->name, static_cast<size_t>(this->mesh.size()),
+             {ledger, this->mesh.ranks(), this->budgets}) {}
 
 absl::Status MeshTable::Add(const std::shared_ptr<Mesh>& mesh) {
   absl::MutexLock lock(&mu_);

@@ -11,21 +11,23 @@
 #include "absl/time/time.h"
 #include "core/device_mesh.h"
 #include "server/local_tensor_table.h"
+#include "server/worker_bytes.h"
 #include "server/worker_registry.h"
 
 namespace tessera {
 
-// A mesh over registered workers: its ranks, their incarnations when it was set up, and the local
-// tensors its ranks hold.
+// A mesh over registered workers: its ranks, their incarnations and budgets when it was set up,
+// and the local tensors its ranks hold (counted in `ledger` against the budgets, when given).
 struct Mesh {
-  Mesh(std::string name, DeviceMesh mesh, std::vector<int64_t> incarnations,
-       absl::Duration timeout);
+  Mesh(std::string name, DeviceMesh mesh, std::vector<int64_t> incarnations, absl::Duration timeout,
+       std::vector<int64_t> budgets = {}, WorkerBytes* ledger = nullptr);
 
   int64_t id = 0;  // set when the mesh enters a MeshTable
   const std::string name;
   const DeviceMesh mesh;
   const std::vector<int64_t> incarnations;  // by rank, as registered when the mesh was set up
   const absl::Duration timeout;             // of its collectives
+  const std::vector<int64_t> budgets;       // by rank, the workers' memory budgets (0: none)
   // Held from accepting a command until it is posted, so that the workers run a mesh's commands in
   // the order the coordinator accepted them. Never taken by completions.
   absl::Mutex submit_mu;

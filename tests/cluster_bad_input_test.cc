@@ -318,6 +318,46 @@ TEST_F(ClusterBadInputTest, TensorOverTheMemoryBudget) {
   ASSERT_TRUE(client().DeleteTensor("m", "third").ok());
 }
 
+TEST_F(ClusterBadInputTest, UploadsAndOutputsAreCountedAgainstTheBudgetUpFront) {
+  // The coordinator counts every rank's local tensors against its worker's budget, so what would
+  // pass it is refused before a byte is sent or a collective accepted, naming the worker.
+  absl::StatusOr<v1::MeshInfo> mesh = client().GetMesh("m");
+  ASSERT_TRUE(mesh.ok());
+  const std::string worker0 = absl::StrCat("worker ", mesh->mesh().ranks(0), ",");
+  const HostTensor fill = SmallIntegerTensor(DType::kFloat32, {175000}, 3);  // 700000 B
+  ASSERT_TRUE(client().PutLocal("m", 0, "fill", fill).ok());
+  const HostTensor more = HostTensor::Zeros(DType::kFloat32, {100000}).value();  // 400000 B
+  EXPECT_TRUE(StatusIs(client().PutLocal("m", 0, "more", more),
+                       absl::StatusCode::kResourceExhausted,
+                       {"'more'", "needs 400000 bytes on " + worker0, absl::StrCat(kBudget)}));
+  EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "more").status(), kNotFound, {"'more'"}));
+  // Other ranks have room for it.
+  ASSERT_TRUE(client().PutLocal("m", 1, "more", more).ok());
+  // A collective whose output does not fit is refused when it is started, even async.
+  const HostTensor quarter = HostTensor::Zeros(DType::kFloat32, {25000}).value();  // 100000 B
+  for (int64_t r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(client().PutLocal("m", r, "quarter", quarter).ok());
+  }
+  v1::CollectiveRequest gather = Collective(v1::ALL_GATHER_OP, "", "quarter");
+  gather.set_output("gathered");
+  gather.set_async_op(true);
+  EXPECT_TRUE(StatusIs(client().RunCollective(gather).status(),
+                       absl::StatusCode::kResourceExhausted,
+                       {"'gathered'", "needs 400000 bytes on " + worker0}));
+  EXPECT_TRUE(StatusIs(client().GetLocal("m", 1, "gathered").status(), kNotFound));
+  // Once "fill" is gone, both fit.
+  absl::StatusOr<HostTensor> kept = client().GetLocal("m", 0, "fill");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(TensorsMatch(*kept, fill));
+  ASSERT_TRUE(client().DeleteTensor("m", "fill").ok());
+  gather.set_async_op(false);
+  EXPECT_TRUE(client().RunCollective(gather).ok());
+  EXPECT_TRUE(client().PutLocal("m", 0, "more", more).ok());
+  for (const char* name : {"more", "quarter", "gathered"}) {
+    EXPECT_TRUE(client().DeleteTensor("m", name).ok()) << name;
+  }
+}
+
 TEST_F(ClusterBadInputTest, RanksHoldingDifferentShapesOrDTypes) {
   // Positions 0-2 hold float32[3, 2]; position 3 a float32[4, 2] in "odd" and an int32[3, 2] in
   // "mixed". Gloo would be handed different byte counts on the ranks of one group (which kills
@@ -375,45 +415,46 @@ TEST_F(ClusterBadInputTest, RanksHoldingDifferentShapesOrDTypes) {
 }
 
 TEST_F(ClusterBadInputTest, AsyncFailureIsReportedByWaitAndByTheNextUse) {
-  // An all_gather over the budget, started async: accepted, then failed on every worker. The
-  // all_reduce queued behind it on its output fails on every worker too (no rank waits for
-  // peers that will not come); both outcomes come back from WaitCollectives.
+  // An async reduce to rank 0, accepted (the coordinator counts its output, which only rank 0
+  // holds), that fails on rank 1, whose worker has no room left for the buffer it reduces in. The
+  // failing rank still takes part, so the all_reduce queued behind it runs on every worker; both
+  // outcomes come back from WaitCollectives.
   const HostTensor third = HostTensor::Zeros(DType::kFloat32, {300, 256}).value();  // 307200 B
   for (int64_t r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(client().PutLocal("m", r, "third", third).ok());
   }
-  v1::CollectiveRequest gather = Collective(v1::ALL_GATHER_OP, "", "third");
-  gather.set_output("gathered");
-  gather.set_async_op(true);
-  v1::CollectiveRequest reduce = Collective(v1::ALL_REDUCE_OP, "", "gathered");
+  const HostTensor filler = HostTensor::Zeros(DType::kFloat32, {150000}).value();  // 600000 B
+  ASSERT_TRUE(client().PutLocal("m", 1, "filler", filler).ok());
+  v1::CollectiveRequest reduce = Collective(v1::REDUCE, "", "third");
   reduce.set_output("reduced");
   reduce.set_async_op(true);
-  absl::StatusOr<v1::CollectiveReply> first = client().RunCollective(gather);
+  v1::CollectiveRequest sum = Collective(v1::ALL_REDUCE_OP, "", "a");
+  sum.set_output("summed");
+  sum.set_async_op(true);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::CollectiveReply> first = client().RunCollective(reduce);
   ASSERT_TRUE(first.ok()) << first.status();
-  absl::StatusOr<v1::CollectiveReply> second = client().RunCollective(reduce);
-  std::vector<int64_t> works = {first->work()};
-  if (second.ok()) {
-    EXPECT_GT(second->work(), first->work());
-    works.push_back(second->work());
-  } else {
-    // The all_gather failed before the all_reduce reached the coordinator: refused, with why.
-    EXPECT_TRUE(StatusIs(second.status(), kNotFound, {"'gathered'", "failed"}));
-  }
+  absl::StatusOr<v1::CollectiveReply> second = client().RunCollective(sum);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GT(second->work(), first->work());
+  const std::vector<int64_t> works = {first->work(), second->work()};
 
   absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcomes =
       client().WaitCollectives("m", works);
   ASSERT_TRUE(outcomes.ok()) << outcomes.status();
   ASSERT_EQ(outcomes->size(), works.size());
+  absl::StatusOr<v1::MeshInfo> mesh = client().GetMesh("m");
+  ASSERT_TRUE(mesh.ok());
+  const std::string rank1 = absl::StrCat("worker ", mesh->mesh().ranks(1), " ");
   EXPECT_TRUE(StatusIs((*outcomes)[0].status(), absl::StatusCode::kResourceExhausted,
-                       {absl::StrCat(4 * 307200), absl::StrCat(kBudget)}));
-  if (works.size() == 2) {
-    EXPECT_TRUE(StatusIs((*outcomes)[1].status(), kNotFound, {"gathered"}));
-  }
+                       {rank1, "307200", absl::StrCat(kBudget)}));
+  EXPECT_TRUE((*outcomes)[1].ok()) << (*outcomes)[1].status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "a rank was stranded in the reduce";
   // The failed output is gone, and the next use says why.
-  EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "gathered").status(), kNotFound, {"'gathered'"}));
-  reduce.set_async_op(false);
-  EXPECT_TRUE(StatusIs(client().RunCollective(reduce).status(), kNotFound,
-                       {"'gathered'", "failed", absl::StrCat(kBudget)}));
+  EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "reduced").status(), kNotFound, {"'reduced'"}));
+  v1::CollectiveRequest again = Collective(v1::ALL_REDUCE_OP, "", "reduced");
+  EXPECT_TRUE(StatusIs(client().RunCollective(again).status(), kNotFound,
+                       {"'reduced'", "failed", absl::StrCat(kBudget)}));
 
   // Each work is reported once; unknown ids and meshes are NOT_FOUND, naming them.
   EXPECT_TRUE(StatusIs(client().WaitCollectives("m", {first->work()}).status(), kNotFound,
@@ -421,7 +462,9 @@ TEST_F(ClusterBadInputTest, AsyncFailureIsReportedByWaitAndByTheNextUse) {
   EXPECT_TRUE(StatusIs(client().WaitCollectives("m", {987654}).status(), kNotFound, {"987654"}));
   EXPECT_TRUE(
       StatusIs(client().WaitCollectives("nowhere", {1}).status(), kNotFound, {"'nowhere'"}));
-  ASSERT_TRUE(client().DeleteTensor("m", "third").ok());
+  for (const char* name : {"third", "filler", "summed"}) {
+    EXPECT_TRUE(client().DeleteTensor("m", name).ok()) << name;
+  }
 }
 
 TEST_F(ClusterBadInputTest, InPlaceCollectivesLeaveRanksThatWriteNothingAlone) {
