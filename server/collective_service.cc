@@ -174,7 +174,7 @@ int64_t CollectiveService::Keep(const Mesh& mesh, std::shared_ptr<Work> work) {
 absl::StatusOr<std::shared_ptr<CollectiveService::Work>> CollectiveService::Start(
     const v1::CollectiveRequest& request, bool send_here, int64_t* work_id) {
   ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, meshes_->Find(request.mesh()));
-  ASSIGN_OR_RETURN(std::vector<WorkerHandle> workers, meshes_->Workers(*mesh));
+  ASSIGN_OR_RETURN(std::vector<WorkerHandle> workers, meshes_->ReadyWorkers(*mesh));
   ASSIGN_OR_RETURN(const Checked checked, Check(*mesh, request));
   absl::MutexLock submit(&mesh->submit_mu);
   ASSIGN_OR_RETURN(LocalTensorTable::Reservation reservation,
@@ -370,7 +370,7 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
   if (!reader->Read(&chunk)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "PutLocal stream had no chunks");
   }
-  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Ready(chunk.mesh());
+  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Reachable(chunk.mesh());
   if (!mesh.ok()) return ToGrpcStatus(mesh.status());
   if (chunk.tensor().empty() || chunk.tensor().find('/') != std::string::npos) {
     return grpc::Status(
@@ -409,7 +409,7 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
 grpc::Status CollectiveService::GetLocal(grpc::ServerContext* context,
                                          const v1::GetLocalRequest* request,
                                          grpc::ServerWriter<v1::TensorChunk>* writer) {
-  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Ready(request->mesh());
+  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Reachable(request->mesh());
   if (!mesh.ok()) return ToGrpcStatus(mesh.status());
   const Mesh& m = **mesh;
   if (request->rank() < 0 || request->rank() >= m.mesh.size()) {

@@ -21,6 +21,7 @@
 #include "server/dispatcher.h"
 #include "server/dtensor_service.h"
 #include "server/dtensor_table.h"
+#include "server/mesh_reformer.h"
 #include "server/mesh_service.h"
 #include "server/mesh_table.h"
 #include "server/registry_service.h"
@@ -68,7 +69,12 @@ int main(int argc, char** argv) {
   tessera::CollectiveService collective_service(&meshes, &dispatcher);
   tessera::DTensorTable tensors(&meshes, &dispatcher, &ledger);
   tessera::DTensorService dtensor_service(&tensors, absl::GetFlag(FLAGS_client_grace));
-  tessera::MeshService mesh_service(&meshes, &dispatcher, &store, &ledger,
+  tessera::MeshReformer reformer(&meshes, &dispatcher, &store);
+  dispatcher.ObserveBroken([&reformer](const tessera::WorkerHandle& worker,
+                                       const tessera::v1::BrokenCommunicator& broken) {
+    reformer.OnBroken(worker, broken);
+  });
+  tessera::MeshService mesh_service(&meshes, &dispatcher, &store, &reformer, &ledger,
                                     {&collective_service, &tensors});
 
   grpc::EnableDefaultHealthCheckService(true);

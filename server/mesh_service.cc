@@ -11,8 +11,6 @@ namespace {
 
 constexpr absl::Duration kDefaultCollectiveTimeout = absl::Seconds(30);
 
-std::string StorePrefix(const Mesh& mesh) { return absl::StrCat("mesh/", mesh.id, "/"); }
-
 }  // namespace
 
 v1::MeshInfo MeshService::Describe(const Mesh& mesh) const {
@@ -64,21 +62,6 @@ absl::Status MeshService::ChooseWorkers(const v1::CreateMeshRequest& request, in
   return absl::OkStatus();
 }
 
-absl::Status MeshService::SetUp(const Mesh& mesh) {
-  v1::Command command;
-  v1::SetupMesh* setup = command.mutable_setup_mesh();
-  setup->set_mesh_id(mesh.id);
-  *setup->mutable_mesh() = ToProto(mesh.mesh);
-  setup->set_store_prefix(StorePrefix(mesh));
-  setup->set_timeout_ms(absl::ToInt64Milliseconds(mesh.timeout));
-  absl::StatusOr<std::vector<v1::CommandReply>> replies =
-      dispatcher_->Run(mesh.mesh.ranks(), command, mesh.command_timeout());
-  if (replies.ok()) return absl::OkStatus();
-  return absl::Status(
-      replies.status().code(),
-      absl::StrCat("setting up mesh '", mesh.name, "' failed: ", replies.status().message()));
-}
-
 grpc::Status MeshService::CreateMesh(grpc::ServerContext*, const v1::CreateMeshRequest* request,
                                      v1::MeshInfo* reply) {
   if (request->name().empty()) {
@@ -105,9 +88,9 @@ grpc::Status MeshService::CreateMesh(grpc::ServerContext*, const v1::CreateMeshR
                              std::move(budgets), ledger_);
   // Entered first, so the name is reserved while the workers set it up; removed if that fails.
   if (absl::Status s = meshes_->Add(mesh); !s.ok()) return ToGrpcStatus(s);
-  if (absl::Status s = SetUp(*mesh); !s.ok()) {
+  if (absl::Status s = reformer_->SetUp(*mesh); !s.ok()) {
     meshes_->Remove(mesh->name).IgnoreError();
-    store_->ErasePrefix(StorePrefix(*mesh));
+    store_->ErasePrefix(MeshReformer::StorePrefix(*mesh));
     return ToGrpcStatus(s);
   }
   *reply = Describe(*mesh);
@@ -150,7 +133,7 @@ grpc::Status MeshService::DeleteMesh(grpc::ServerContext*, const v1::DeleteMeshR
   command.mutable_teardown_mesh()->set_mesh_id(mesh.id);
   absl::StatusOr<std::vector<v1::CommandReply>> replies =
       dispatcher_->Run(live, command, Mesh::kRpcSlack);
-  store_->ErasePrefix(StorePrefix(mesh));
+  store_->ErasePrefix(MeshReformer::StorePrefix(mesh));
   return ToGrpcStatus(replies.status());
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "server/dispatcher.h"
+#include "server/mesh_reformer.h"
 #include "server/mesh_table.h"
 #include "server/rendezvous_store.h"
 #include "tessera/v1/mesh.grpc.pb.h"
@@ -15,12 +16,14 @@ namespace tessera {
 // every MeshUser to let go of what it keeps there and tears the communicators down.
 class MeshService final : public v1::MeshService::Service {
  public:
-  // A mesh's local tensors are counted in `ledger` against its workers' budgets.
+  // A mesh's local tensors are counted in `ledger` against its workers' budgets; `reformer` forms
+  // its communicators.
   MeshService(MeshTable* meshes, Dispatcher* dispatcher, RendezvousStore* store,
-              WorkerBytes* ledger, std::vector<MeshUser*> users)
+              MeshReformer* reformer, WorkerBytes* ledger, std::vector<MeshUser*> users)
       : meshes_(meshes),
         dispatcher_(dispatcher),
         store_(store),
+        reformer_(reformer),
         ledger_(ledger),
         users_(std::move(users)) {}
 
@@ -46,13 +49,12 @@ class MeshService final : public v1::MeshService::Service {
   absl::Status ChooseWorkers(const v1::CreateMeshRequest& request, int64_t needed,
                              std::vector<int64_t>* ids, std::vector<int64_t>* incarnations,
                              std::vector<int64_t>* budgets) const;
-  // Sets up the mesh's communicators on its workers.
-  absl::Status SetUp(const Mesh& mesh);
   v1::MeshInfo Describe(const Mesh& mesh) const;
 
   MeshTable* meshes_;
   Dispatcher* dispatcher_;
   RendezvousStore* store_;
+  MeshReformer* reformer_;
   WorkerBytes* ledger_;
   const std::vector<MeshUser*> users_;
 };

@@ -39,7 +39,8 @@ class WorkerService final : public v1::Worker::Service {
  private:
   // OK if the call carries the secret and is for the current incarnation.
   grpc::Status Admit(const grpc::ServerContext& context, int64_t incarnation) const;
-  // Admits `command`, waits for its turn and runs it.
+  // Admits `command`, waits for its turn and runs it; `reply` is filled even when it fails (a
+  // batch returns it with the failure, for CommandReply.broken).
   grpc::Status RunInTurn(const grpc::ServerContext& context, const v1::Command& command,
                          v1::CommandReply* reply);
   // Waits for `sequence`'s turn; on OK the caller must call sequencer_.Done(sequence).

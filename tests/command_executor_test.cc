@@ -1,10 +1,17 @@
-// Workers' command executors (one thread each, real Gloo communicators in this process) where one
-// rank cannot do its part: a SpreadTensor whose source shard is missing or the wrong shape, or
-// whose shard is over the rank's budget, and a collective on local tensors whose output or scratch
-// buffer is over the rank's budget. The failing rank still takes part in the collectives with a
-// stand-in and reports its failure afterwards, so no peer is stranded (every rank returns well
-// before the communicators' timeout), the other ranks hold what the collective gave them, and a
-// collective on the mesh works afterwards.
+// Workers' command executors (one thread each, real Gloo communicators in this process).
+//
+// Where one rank cannot do its part: a SpreadTensor whose source shard is missing or the wrong
+// shape, or whose shard is over the rank's budget, and a collective on local tensors whose output
+// or scratch buffer is over the rank's budget. The failing rank still takes part in the
+// collectives with a stand-in and reports its failure afterwards, so no peer is stranded (every
+// rank returns well before the communicators' timeout), the other ranks hold what the collective
+// gave them, and a collective on the mesh works afterwards.
+//
+// Where a communicator breaks (a rank alone in a collective times out): every command on the mesh
+// reports it in CommandReply.broken, and a SetupMesh of the next generation re-forms the mesh's
+// communicators so that collectives work again.
+
+#include "worker/command_executor.h"
 
 #include <atomic>
 #include <cstring>
@@ -23,7 +30,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "worker/command_executor.h"
 #include "worker/shard_store.h"
 
 namespace tessera {
@@ -58,39 +64,61 @@ struct Worker {
   CommandExecutor executor;
 };
 
+// What one worker's Execute returned.
+struct Outcome {
+  absl::Status status;
+  v1::CommandReply reply;
+  bool ok() const { return status.ok(); }
+};
+
 // Workers 0..n-1 of a mesh whose communicators are set up, each rank's budget given.
 class ExecutorMesh {
  public:
-  // Runs command(position) on every worker at once; returns each one's outcome.
-  std::vector<absl::StatusOr<v1::CommandReply>> OnEveryWorker(
-      const std::function<v1::Command(int64_t)>& command) {
-    std::vector<absl::StatusOr<v1::CommandReply>> results(workers_.size(),
-                                                          absl::UnknownError("not run"));
+  // Runs command(position) on the workers at `positions` (every worker if empty) at once; returns
+  // each one's outcome, by position.
+  std::vector<Outcome> OnEveryWorker(const std::function<v1::Command(int64_t)>& command,
+                                     std::vector<int64_t> positions = {}) {
+    if (positions.empty()) {
+      for (size_t p = 0; p < workers_.size(); ++p) positions.push_back(static_cast<int64_t>(p));
+    }
+    std::vector<Outcome> results(workers_.size(), Outcome{absl::UnknownError("not run"), {}});
     std::vector<std::thread> threads;
-    for (size_t p = 0; p < workers_.size(); ++p) {
-      threads.emplace_back(
-          [&, p] { results[p] = workers_[p]->executor.Execute(command(static_cast<int64_t>(p))); });
+    for (int64_t p : positions) {
+      threads.emplace_back([&, p] {
+        results[p].status = workers_[p]->executor.Execute(command(p), &results[p].reply);
+      });
     }
     for (std::thread& t : threads) t.join();
     return results;
   }
 
-  // Starts one worker per rank of `mesh` (position p's budget is budgets[p]) and sets the mesh up.
-  ::testing::AssertionResult Start(const DeviceMesh& mesh, const std::vector<int64_t>& budgets) {
+  // Starts one worker per rank of `mesh` (position p's budget is budgets[p]) and sets the mesh up
+  // with collectives that time out after `timeout`.
+  ::testing::AssertionResult Start(const DeviceMesh& mesh, const std::vector<int64_t>& budgets,
+                                   absl::Duration timeout = kTimeout) {
+    mesh_ = std::make_unique<DeviceMesh>(mesh);
+    timeout_ = timeout;
     for (int64_t p = 0; p < mesh.size(); ++p) {
       workers_.push_back(std::make_unique<Worker>(p, budgets[p], &rendezvous_));
     }
+    return SetUp(0);
+  }
+
+  // Forms generation `generation` of the mesh's communicators, under a fresh rendezvous prefix.
+  ::testing::AssertionResult SetUp(int64_t generation) {
     const std::string prefix = absl::StrCat("mesh", next_prefix_++, "/");
-    for (const auto& r : OnEveryWorker([&](int64_t) {
+    for (const Outcome& r : OnEveryWorker([&](int64_t) {
            v1::Command command;
            v1::SetupMesh* setup = command.mutable_setup_mesh();
            setup->set_mesh_id(kMeshId);
-           *setup->mutable_mesh() = ToProto(mesh);
+           *setup->mutable_mesh() = ToProto(*mesh_);
            setup->set_store_prefix(prefix);
-           setup->set_timeout_ms(absl::ToInt64Milliseconds(kTimeout));
+           setup->set_timeout_ms(absl::ToInt64Milliseconds(timeout_));
+           setup->set_connect_timeout_ms(absl::ToInt64Milliseconds(kTimeout));
+           setup->set_generation(generation);
            return command;
          })) {
-      if (!r.ok()) return ::testing::AssertionFailure() << "setting up: " << r.status();
+      if (!r.ok()) return ::testing::AssertionFailure() << "setting up: " << r.status;
     }
     return ::testing::AssertionSuccess();
   }
@@ -119,7 +147,11 @@ class ExecutorMesh {
     });
     for (size_t p = 0; p < workers_.size(); ++p) {
       if (!reduced[p].ok()) {
-        return ::testing::AssertionFailure() << "position " << p << ": " << reduced[p].status();
+        return ::testing::AssertionFailure() << "position " << p << ": " << reduced[p].status;
+      }
+      if (reduced[p].reply.has_broken()) {
+        return ::testing::AssertionFailure()
+               << "position " << p << " reports a broken communicator";
       }
       absl::StatusOr<std::shared_ptr<const HostTensor>> got = workers_[p]->store.Get("y_sum");
       if (!got.ok() || !SameTensor(**got, sum)) {
@@ -133,6 +165,8 @@ class ExecutorMesh {
 
  private:
   static inline std::atomic<int> next_prefix_{0};
+  std::unique_ptr<DeviceMesh> mesh_;
+  absl::Duration timeout_;
   gloo::rendezvous::HashStore rendezvous_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
@@ -202,14 +236,14 @@ TEST_P(SpreadStandInTest, FailingRankTakesPartAndReportsAfterwards) {
           : c.failure == SpreadFailure::kSourceWrongShape ? absl::StatusCode::kInvalidArgument
                                                           : absl::StatusCode::kResourceExhausted;
       const std::string named = c.failure == SpreadFailure::kOverBudget ? "budget" : kTensor;
-      EXPECT_EQ(spread[p].status().code(), code) << "position " << p << ": " << spread[p].status();
-      EXPECT_THAT(spread[p].status().message(), HasSubstr(named)) << "position " << p;
+      EXPECT_EQ(spread[p].status.code(), code) << "position " << p << ": " << spread[p].status;
+      EXPECT_THAT(spread[p].status.message(), HasSubstr(named)) << "position " << p;
       if (c.failure == SpreadFailure::kOverBudget) {
         EXPECT_FALSE(workers.store(p).Get(kTensor).ok()) << "position " << p;
       }
       continue;
     }
-    ASSERT_TRUE(spread[p].ok()) << "position " << p << ": " << spread[p].status();
+    ASSERT_TRUE(spread[p].ok()) << "position " << p << ": " << spread[p].status;
     absl::StatusOr<std::shared_ptr<const HostTensor>> held = workers.store(p).Get(kTensor);
     ASSERT_TRUE(held.ok()) << "position " << p << ": " << held.status();
     EXPECT_TRUE(SameTensor(**held, want)) << "position " << p;
@@ -265,10 +299,9 @@ TEST_P(CollectiveStandInTest, RankOverBudgetTakesPartAndReportsAfterwards) {
     return command;
   });
   EXPECT_LT(absl::Now() - start, kTimeout / 2) << "a rank was stranded in the collective";
-  EXPECT_TRUE(outcome[0].ok()) << outcome[0].status();
-  EXPECT_EQ(outcome[1].status().code(), absl::StatusCode::kResourceExhausted)
-      << outcome[1].status();
-  EXPECT_THAT(outcome[1].status().message(), HasSubstr("budget"));
+  EXPECT_TRUE(outcome[0].ok()) << outcome[0].status;
+  EXPECT_EQ(outcome[1].status.code(), absl::StatusCode::kResourceExhausted) << outcome[1].status;
+  EXPECT_THAT(outcome[1].status.message(), HasSubstr("budget"));
   EXPECT_FALSE(workers.store(1).Get("out").ok());
   EXPECT_TRUE(workers.store(1).Get("in").ok());
   EXPECT_TRUE(workers.AllReduceWorks());
@@ -281,6 +314,65 @@ INSTANTIATE_TEST_SUITE_P(Ops, CollectiveStandInTest,
                                            v1::REDUCE_SCATTER_OP, v1::ALL_TO_ALL_OP, v1::SEND_RECV),
                          [](const ::testing::TestParamInfo<v1::CollectiveOp>& info) {
                            return v1::CollectiveOp_Name(info.param);
+                         });
+
+// --- A broken communicator, reported and re-formed ---
+
+struct BreakCase {
+  Shape mesh;
+  int mesh_dim;  // the group position 0 runs a barrier in alone (-1: the whole mesh)
+};
+
+class ReformTest : public ::testing::TestWithParam<BreakCase> {};
+
+TEST_P(ReformTest, BrokenCommunicatorIsReportedUntilTheMeshIsReformed) {
+  const BreakCase& c = GetParam();
+  const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh, {}).value();
+  ExecutorMesh workers;
+  ASSERT_TRUE(
+      workers.Start(mesh, std::vector<int64_t>(mesh.size(), kBudget), absl::Milliseconds(300)));
+  auto barrier = [&](int64_t) {
+    v1::Command command;
+    v1::RunCollective* r = command.mutable_collective();
+    r->set_mesh_id(kMeshId);
+    r->set_mesh_dim(c.mesh_dim);
+    r->set_op(v1::BARRIER);
+    return command;
+  };
+  // Alone in its group, position 0 times out: its communicator is broken for good.
+  const Outcome alone = workers.OnEveryWorker(barrier, {0})[0];
+  EXPECT_FALSE(alone.ok());
+  ASSERT_TRUE(alone.reply.has_broken());
+  EXPECT_EQ(alone.reply.broken().mesh_id(), kMeshId);
+  EXPECT_EQ(alone.reply.broken().generation(), 0);
+  EXPECT_THAT(alone.reply.broken().reason(), HasSubstr("Barrier"));
+  // Every later command on the mesh says so, whatever it does.
+  const Outcome later = workers.OnEveryWorker(barrier, {0})[0];
+  EXPECT_EQ(later.status.code(), absl::StatusCode::kFailedPrecondition) << later.status;
+  EXPECT_TRUE(later.reply.has_broken());
+
+  // The next generation works on every group again, and nothing is reported broken.
+  ASSERT_TRUE(workers.SetUp(1));
+  for (const Outcome& r : workers.OnEveryWorker(barrier)) {
+    EXPECT_TRUE(r.ok()) << r.status;
+    EXPECT_FALSE(r.reply.has_broken());
+  }
+  EXPECT_TRUE(workers.AllReduceWorks());
+  // A break of the new generation is reported as such.
+  const Outcome again = workers.OnEveryWorker(barrier, {0})[0];
+  ASSERT_TRUE(again.reply.has_broken());
+  EXPECT_EQ(again.reply.broken().generation(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ReformTest,
+                         ::testing::Values(BreakCase{{2}, -1}, BreakCase{{2}, 0},
+                                           BreakCase{{2, 2}, -1}, BreakCase{{2, 2}, 0},
+                                           BreakCase{{2, 2}, 1}),
+                         [](const ::testing::TestParamInfo<BreakCase>& info) {
+                           return absl::StrCat("mesh", MeshName(info.param.mesh), "_dim",
+                                               info.param.mesh_dim < 0
+                                                   ? std::string("all")
+                                                   : absl::StrCat(info.param.mesh_dim));
                          });
 
 }  // namespace
