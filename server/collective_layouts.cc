@@ -1,5 +1,7 @@
 #include "server/collective_layouts.h"
 
+#include <limits>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
@@ -34,6 +36,19 @@ std::vector<std::vector<int64_t>> PositionGroups(const DeviceMesh& mesh, int mes
 
 std::string LayoutToString(const LocalLayout& layout) {
   return absl::StrCat(DTypeName(layout.dtype), ShapeToString(layout.shape));
+}
+
+int64_t LayoutBytes(const LocalLayout& layout) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (int64_t d : layout.shape) {
+    if (d == 0) return 0;
+  }
+  int64_t bytes = static_cast<int64_t>(DTypeSize(layout.dtype));
+  for (int64_t d : layout.shape) {
+    if (d < 0 || bytes > kMax / d) return kMax;
+    bytes *= d;
+  }
+  return bytes;
 }
 
 absl::StatusOr<RankLayouts> CollectiveOutputs(v1::CollectiveOp op, const std::string& input,

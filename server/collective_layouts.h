@@ -41,6 +41,8 @@ absl::StatusOr<RankLayouts> CollectiveOutputs(v1::CollectiveOp op, const std::st
                                               int64_t root, int64_t peer);
 
 std::string LayoutToString(const LocalLayout& layout);
+// The bytes a rank holding `layout` holds; INT64_MAX when they would not fit in an int64_t.
+int64_t LayoutBytes(const LocalLayout& layout);
 
 }  // namespace tessera
 

@@ -174,7 +174,7 @@ int64_t CollectiveService::Keep(const Mesh& mesh, std::shared_ptr<Work> work) {
 absl::StatusOr<std::shared_ptr<CollectiveService::Work>> CollectiveService::Start(
     const v1::CollectiveRequest& request, bool send_here, int64_t* work_id) {
   ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, meshes_->Find(request.mesh()));
-  ASSIGN_OR_RETURN(std::vector<WorkerHandle> workers, meshes_->Workers(*mesh));
+  ASSIGN_OR_RETURN(std::vector<WorkerHandle> workers, meshes_->ReadyWorkers(*mesh));
   ASSIGN_OR_RETURN(const Checked checked, Check(*mesh, request));
   absl::MutexLock submit(&mesh->submit_mu);
   ASSIGN_OR_RETURN(LocalTensorTable::Reservation reservation,
@@ -370,7 +370,7 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
   if (!reader->Read(&chunk)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "PutLocal stream had no chunks");
   }
-  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Ready(chunk.mesh());
+  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Reachable(chunk.mesh());
   if (!mesh.ok()) return ToGrpcStatus(mesh.status());
   if (chunk.tensor().empty() || chunk.tensor().find('/') != std::string::npos) {
     return grpc::Status(
@@ -386,6 +386,10 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
   if (!block.ok()) return ToGrpcStatus(block.status());
   const std::string name = chunk.tensor();
   const int64_t rank = chunk.rank();
+  // Held against the worker's budget before a byte is sent; given back if the upload fails.
+  if (absl::Status s = (*mesh)->locals.ReserveUpload(name, rank, layout); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   absl::StatusOr<uint64_t> bytes =
       ScatterStream(*dispatcher_, *block, {0}, WorkerTensorName(**mesh, name),
                     TransferDeadline(*context), chunk.data(), [&](std::string* data) {
@@ -393,7 +397,10 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
                       *data = std::move(*chunk.mutable_data());
                       return true;
                     });
-  if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+  if (!bytes.ok()) {
+    (*mesh)->locals.CancelUpload(name, rank);
+    return ToGrpcStatus(bytes.status());
+  }
   reply->set_bytes(static_cast<int64_t>(*bytes));
   (*mesh)->locals.RecordUpload(name, rank, std::move(layout));
   return grpc::Status::OK;
@@ -402,7 +409,7 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
 grpc::Status CollectiveService::GetLocal(grpc::ServerContext* context,
                                          const v1::GetLocalRequest* request,
                                          grpc::ServerWriter<v1::TensorChunk>* writer) {
-  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Ready(request->mesh());
+  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Reachable(request->mesh());
   if (!mesh.ok()) return ToGrpcStatus(mesh.status());
   const Mesh& m = **mesh;
   if (request->rank() < 0 || request->rank() >= m.mesh.size()) {

@@ -19,10 +19,12 @@
 #include "server/dispatcher.h"
 #include "server/dtensor_service.h"
 #include "server/dtensor_table.h"
+#include "server/mesh_reformer.h"
 #include "server/mesh_service.h"
 #include "server/mesh_table.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_store.h"
+#include "server/worker_bytes.h"
 #include "server/worker_registry.h"
 #include "spdlog/spdlog.h"
 
@@ -84,10 +86,17 @@ int main(int argc, char** argv) {
   tessera::Dispatcher dispatcher(&workers, secret);
   tessera::RegistryService registry_service(&workers, &store);
   tessera::MeshTable meshes(&workers);
+  tessera::WorkerBytes ledger;  // local tensors and DTensor shards, against each worker's budget
   tessera::CollectiveService collective_service(&meshes, &dispatcher);
-  tessera::DTensorTable tensors(&meshes, &dispatcher);
+  tessera::DTensorTable tensors(&meshes, &dispatcher, &ledger);
   tessera::DTensorService dtensor_service(&tensors, flags.client_grace);
-  tessera::MeshService mesh_service(&meshes, &dispatcher, &store, {&collective_service, &tensors});
+  tessera::MeshReformer reformer(&meshes, &dispatcher, &store);
+  dispatcher.ObserveBroken([&reformer](const tessera::WorkerHandle& worker,
+                                       const tessera::v1::BrokenCommunicator& broken) {
+    reformer.OnBroken(worker, broken);
+  });
+  tessera::MeshService mesh_service(&meshes, &dispatcher, &store, &reformer, &ledger,
+                                    {&collective_service, &tensors});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -202,12 +202,14 @@ void Dispatcher::SendLoop() {
 
 void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
   struct Call {
+    WorkerHandle worker;
     grpc::ClientContext context;
     v1::CommandBatch request;
     v1::CommandBatchReply reply;
     std::vector<Queued> items;
   };
   auto call = std::make_shared<Call>();
+  call->worker = worker;
   absl::Time deadline = absl::InfinitePast();
   for (Queued& q : batch) {
     *call->request.add_commands() = q.command;
@@ -260,6 +262,12 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
             continue;
           }
           v1::CommandResult& r = *call->reply.mutable_results(static_cast<int>(i));
+          if (r.reply().has_broken() && observe_broken_) {
+            const bool outer = completing;
+            completing = true;  // its Posts must not wait for room, as in a post's `done`
+            observe_broken_(worker, r.reply().broken());
+            completing = outer;
+          }
           absl::Status status(static_cast<absl::StatusCode>(r.code()), r.message());
           if (!status.ok()) LogFailure(id, q.command, status);
           Complete(q.post, q.index, std::move(status), std::move(*r.mutable_reply()));

@@ -71,6 +71,12 @@ class Dispatcher {
   void Release(const WorkerHandle& worker, std::vector<int64_t> sequences);
   static constexpr absl::Duration kReleaseTimeout = absl::Seconds(30);
 
+  // Called with every worker's reply that reports a broken communicator, as it arrives (before
+  // the other workers of its post have replied), on a gRPC thread; it may Post without waiting
+  // for room. Set once, before the first Post.
+  using BrokenObserver = std::function<void(const WorkerHandle&, const v1::BrokenCommunicator&)>;
+  void ObserveBroken(BrokenObserver observer) { observe_broken_ = std::move(observer); }
+
   // Attaches the cluster secret to a call to a worker.
   void Authorize(grpc::ClientContext* context) const;
 
@@ -108,6 +114,7 @@ class Dispatcher {
 
   WorkerRegistry* registry_;
   const std::string secret_;
+  BrokenObserver observe_broken_;
   absl::Mutex mu_;
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // posts not yet done
   std::map<int64_t, Outbox> outboxes_ ABSL_GUARDED_BY(mu_);

@@ -126,7 +126,7 @@ grpc::Status DTensorService::CreateTensor(grpc::ServerContext* context,
   fill->set_factory(request->factory());
   fill->set_value(request->value());
   fill->set_seed(request->seed());
-  tensors_->Post(**mesh, command, (*t)->write);
+  if (absl::Status s = tensors_->PostWrite(**t, command); !s.ok()) return ToGrpcStatus(s);
   *reply = tensors_->Describe(**t);
   return grpc::Status::OK;
 }
@@ -187,7 +187,7 @@ absl::Status DTensorService::RedistributeInMesh(const v1::RedistributeRequest& r
   r->set_output(DTensorTable::WorkerName(out->name));
   *r->mutable_spec() = ToProto(spec);
   *r->mutable_plan() = reply->plan();
-  tensors_->Post(*src->mesh, command, out->write, {src});
+  RETURN_IF_ERROR(tensors_->PostWrite(*out, command, {src}));
   *reply->mutable_output() = tensors_->Describe(*out);
   return absl::OkStatus();
 }
@@ -255,7 +255,9 @@ grpc::Status DTensorService::RunOp(grpc::ServerContext* context, const v1::OpReq
       *r->mutable_plan() = in->plan();
     }
   }
-  tensors_->Post(*inputs[0]->mesh, command, (*out)->write, inputs);
+  if (absl::Status s = tensors_->PostWrite(**out, command, inputs); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   *reply->mutable_output() = tensors_->Describe(**out);
   return grpc::Status::OK;
 }

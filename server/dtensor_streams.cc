@@ -53,11 +53,10 @@ absl::Status DTensorStreams::ReadFailure(const DTensorEntry& tensor, absl::Statu
   return download;
 }
 
-void DTensorStreams::Spread(const DTensorEntry& tensor, const std::vector<int64_t>& source,
-                            const std::vector<int>& broadcast_dims, bool partition) {
+absl::Status DTensorStreams::Spread(const DTensorEntry& tensor, const std::vector<int64_t>& source,
+                                    const std::vector<int>& broadcast_dims, bool partition) {
   if (broadcast_dims.empty() && !(partition && HasPartial(tensor.spec))) {
-    tensor.write->done.Notify();
-    return;
+    return tensors_->FinishWrite(tensor);
   }
   v1::Command command;
   v1::SpreadTensor* s = command.mutable_spread_tensor();
@@ -67,7 +66,9 @@ void DTensorStreams::Spread(const DTensorEntry& tensor, const std::vector<int64_
   for (int64_t c : source) s->add_source_coordinate(c);
   for (int m : broadcast_dims) s->add_broadcast_dims(m);
   s->set_partition_partials(partition);
-  tensors_->Post(*tensor.mesh, command, tensor.write);
+  // Not posted after a free: the source shards would be gone and the other ranks would keep the
+  // broadcast's stand-in.
+  return tensors_->PostWrite(tensor, command);
 }
 
 absl::StatusOr<v1::TensorInfo> DTensorStreams::Distribute(
@@ -103,7 +104,7 @@ absl::StatusOr<v1::TensorInfo> DTensorStreams::Distribute(
     tensors_->Release(*t);
     return received.status();
   }
-  Spread(*t, source, ReplicaDims(spec), /*partition=*/true);
+  RETURN_IF_ERROR(Spread(*t, source, ReplicaDims(spec), /*partition=*/true));
   return tensors_->Describe(*t);
 }
 
@@ -205,7 +206,8 @@ absl::StatusOr<v1::TensorInfo> DTensorStreams::FromLocal(
       if (spec.placements[m].is_replicate() && dm.size(m) > 1) replicate_dims.push_back(m);
     }
   }
-  Spread(*t, std::vector<int64_t>(dm.ndim(), 0), replicate_dims, /*partition=*/false);
+  RETURN_IF_ERROR(Spread(*t, std::vector<int64_t>(dm.ndim(), 0), replicate_dims,
+                         /*partition=*/false));
   return tensors_->Describe(*t);
 }
 
@@ -321,8 +323,8 @@ absl::Status DTensorStreams::MoveAcrossMeshes(const grpc::ServerContext& context
     tensors_->Release(*out);
     return status;
   }
-  Spread(*out, std::vector<int64_t>(dst_mesh->mesh.ndim(), 0), ReplicaDims(dst),
-         /*partition=*/true);
+  RETURN_IF_ERROR(Spread(*out, std::vector<int64_t>(dst_mesh->mesh.ndim(), 0), ReplicaDims(dst),
+                         /*partition=*/true));
   *reply->mutable_output() = tensors_->Describe(*out);
   return absl::OkStatus();
 }

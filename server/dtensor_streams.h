@@ -51,9 +51,9 @@ class DTensorStreams {
   // Why reading `tensor` failed: its write's error if that failed, else `download`.
   static absl::Status ReadFailure(const DTensorEntry& tensor, absl::Status download);
   // Posts the SpreadTensor that completes an upload, or completes the tensor's write if nothing
-  // is to spread.
-  void Spread(const DTensorEntry& tensor, const std::vector<int64_t>& source,
-              const std::vector<int>& broadcast_dims, bool partition);
+  // is to spread; NOT_FOUND if the tensor was freed during its upload.
+  absl::Status Spread(const DTensorEntry& tensor, const std::vector<int64_t>& source,
+                      const std::vector<int>& broadcast_dims, bool partition);
   // The global shape of a from_local tensor: the one given, or inferred as DTensor does (every
   // rank's shard as large as the first one's).
   static absl::StatusOr<Shape> FromLocalShape(const DeviceMesh& mesh, const v1::FromLocalHeader& h,

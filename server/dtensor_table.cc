@@ -31,15 +31,7 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Add(const std::strin
     return absl::UnimplementedError(absl::StrCat("DTensors live on cpu meshes for now; mesh '",
                                                  mesh->name, "' is ", mesh->mesh.device_type()));
   }
-  std::vector<int64_t> bytes(static_cast<size_t>(mesh->mesh.size()));
-  for (int64_t p = 0; p < mesh->mesh.size(); ++p) bytes[p] = ShardBytes(spec, p);
-  std::vector<int64_t> budgets;
-  for (int64_t id : mesh->mesh.ranks()) {
-    ASSIGN_OR_RETURN(const WorkerHandle w, dispatcher_->registry().Get(id));
-    budgets.push_back(w.memory_budget_bytes);
-  }
-  auto tensor = std::make_shared<DTensorEntry>(
-      DTensorEntry{"", std::move(mesh), std::move(spec), owner, std::make_shared<TensorWrite>()});
+  auto tensor = std::make_shared<DTensorEntry>(std::move(mesh), std::move(spec), owner);
   absl::MutexLock lock(&mu_);
   std::string name = requested;
   if (name.empty()) {
@@ -49,16 +41,14 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Add(const std::strin
   } else if (tensors_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrCat("a tensor named '", name, "' exists"));
   }
-  const std::vector<int64_t>& ranks = tensor->mesh->mesh.ranks();
-  for (size_t p = 0; p < ranks.size(); ++p) {
-    const int64_t held = held_bytes_[ranks[p]];
-    if (budgets[p] > 0 && held + bytes[p] > budgets[p]) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("tensor ", tensor->spec.ToString(), " needs ", bytes[p], " bytes on worker ",
-                       ranks[p], ", which holds ", held, " of its ", budgets[p], "-byte budget"));
-    }
+  const Mesh& m = *tensor->mesh;
+  std::vector<WorkerBytes::Holding> holdings;
+  for (int64_t p = 0; p < m.mesh.size(); ++p) {
+    holdings.push_back({m.mesh.ranks()[p],
+                        p < static_cast<int64_t>(m.budgets.size()) ? m.budgets[p] : 0,
+                        WorkerName(name), ShardBytes(tensor->spec, p)});
   }
-  for (size_t p = 0; p < ranks.size(); ++p) held_bytes_[ranks[p]] += bytes[p];
+  RETURN_IF_ERROR(ledger_->Hold(holdings, absl::StrCat("tensor ", tensor->spec.ToString())));
   tensor->name = name;
   tensors_[name] = tensor;
   return tensor;
@@ -105,14 +95,16 @@ std::string DTensorTable::TemporaryName() {
   return absl::StrCat("dt/.read/", next_id_++);
 }
 
-void DTensorTable::Drop(const std::string& name) {
+void DTensorTable::ReleaseBytes(const DTensorEntry& tensor) {
+  for (int64_t worker : tensor.mesh->mesh.ranks())
+    ledger_->Release(worker, WorkerName(tensor.name));
+}
+
+void DTensorTable::Drop(const DTensorEntry& tensor) {
   absl::MutexLock lock(&mu_);
-  auto it = tensors_.find(name);
-  if (it == tensors_.end()) return;
-  const DTensorEntry& t = *it->second;
-  for (int64_t p = 0; p < t.mesh->mesh.size(); ++p) {
-    held_bytes_[t.mesh->mesh.ranks()[p]] -= ShardBytes(t.spec, p);
-  }
+  auto it = tensors_.find(tensor.name);
+  if (it == tensors_.end() || it->second.get() != &tensor) return;
+  ReleaseBytes(tensor);
   tensors_.erase(it);
 }
 
@@ -124,9 +116,7 @@ std::vector<std::string> DTensorTable::ForgetMesh(const Mesh& mesh) {
       ++t;
       continue;
     }
-    for (int64_t p = 0; p < mesh.mesh.size(); ++p) {
-      held_bytes_[mesh.mesh.ranks()[p]] -= ShardBytes(t->second->spec, p);
-    }
+    ReleaseBytes(*t->second);
     dropped.push_back(WorkerName(t->first));
     t = tensors_.erase(t);
   }
@@ -161,9 +151,39 @@ void DTensorTable::Post(const Mesh& mesh, const v1::Command& command,
       });
 }
 
+absl::Status DTensorTable::Freed(const DTensorEntry& tensor) {
+  absl::Status freed = absl::NotFoundError(
+      absl::StrCat("tensor '", tensor.name, "' was freed before it was written"));
+  if (!tensor.write->done.HasBeenNotified()) {
+    tensor.write->status = freed;
+    tensor.write->done.Notify();
+  }
+  return freed;
+}
+
+absl::Status DTensorTable::PostWrite(const DTensorEntry& tensor, const v1::Command& command,
+                                     std::vector<std::shared_ptr<DTensorEntry>> inputs) {
+  absl::MutexLock lock(&tensor.post_mu);
+  if (tensor.released) return Freed(tensor);
+  Post(*tensor.mesh, command, tensor.write, std::move(inputs));
+  return absl::OkStatus();
+}
+
+absl::Status DTensorTable::FinishWrite(const DTensorEntry& tensor) {
+  absl::MutexLock lock(&tensor.post_mu);
+  if (tensor.released) return Freed(tensor);
+  tensor.write->done.Notify();
+  return absl::OkStatus();
+}
+
 void DTensorTable::Release(const DTensorEntry& tensor) {
-  Drop(tensor.name);
-  if (!meshes_->Health(*tensor.mesh).ok()) return;  // its workers lost it already
+  absl::MutexLock lock(&tensor.post_mu);
+  if (tensor.released) return;
+  tensor.released = true;
+  Drop(tensor);
+  // A mesh that lost a worker lost the shards with it; one whose communicators are being re-formed
+  // still holds them.
+  if (!meshes_->Workers(*tensor.mesh).ok()) return;
   v1::Command command;
   command.mutable_delete_tensors()->add_names(WorkerName(tensor.name));
   Post(*tensor.mesh, command, std::make_shared<TensorWrite>());

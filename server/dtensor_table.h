@@ -12,6 +12,7 @@
 #include "core/dtensor_spec.h"
 #include "server/dispatcher.h"
 #include "server/mesh_table.h"
+#include "server/worker_bytes.h"
 #include "tessera/v1/tensor.pb.h"
 
 namespace tessera {
@@ -23,25 +24,38 @@ struct TensorWrite {
 };
 
 // A DTensor as the table holds it: its spec on a mesh, its owner and the work that writes it.
-// Immutable once made.
+// Immutable once made, but for whether it was released.
 struct DTensorEntry {
+  // A tensor not yet named, whose write has not begun.
+  DTensorEntry(std::shared_ptr<Mesh> mesh, DTensorSpec spec, std::string owner)
+      : mesh(std::move(mesh)),
+        spec(std::move(spec)),
+        owner(std::move(owner)),
+        write(std::make_shared<TensorWrite>()) {}
+
   std::string name;
   std::shared_ptr<Mesh> mesh;
   DTensorSpec spec;
   std::string owner;
   std::shared_ptr<TensorWrite> write;
+  // Held while a command that writes the tensor, or the one that frees it, is posted: a write is
+  // posted before the free or not at all, so none recreates shards on the workers after the free.
+  mutable absl::Mutex post_mu;
+  mutable bool released ABSL_GUARDED_BY(post_mu) = false;
 };
 
-// Every DTensor by name, the bytes their shards take on each worker (checked against the
-// workers' budgets), and the posting of the commands that write and free them. Thread-safe.
+// Every DTensor by name, the bytes their shards take on each worker (held in the ledger the local
+// tensors share, against the workers' budgets), and the posting of the commands that write and
+// free them. Thread-safe.
 class DTensorTable : public MeshUser {
  public:
-  DTensorTable(MeshTable* meshes, Dispatcher* dispatcher)
-      : meshes_(meshes), dispatcher_(dispatcher) {}
+  DTensorTable(MeshTable* meshes, Dispatcher* dispatcher, WorkerBytes* ledger)
+      : meshes_(meshes), dispatcher_(dispatcher), ledger_(ledger) {}
 
   // Adds a tensor under `requested` (or a fresh name) after checking that each rank's shard fits
-  // its worker's budget next to the tensors already there; ALREADY_EXISTS, INVALID_ARGUMENT for a
-  // bad name, RESOURCE_EXHAUSTED naming the worker, UNIMPLEMENTED on a cuda mesh.
+  // its worker's budget next to everything already there (DTensors and local tensors);
+  // ALREADY_EXISTS, INVALID_ARGUMENT for a bad name, RESOURCE_EXHAUSTED naming the worker,
+  // UNIMPLEMENTED on a cuda mesh.
   absl::StatusOr<std::shared_ptr<DTensorEntry>> Add(const std::string& requested,
                                                     std::shared_ptr<Mesh> mesh, DTensorSpec spec,
                                                     const std::string& owner);
@@ -54,8 +68,16 @@ class DTensorTable : public MeshUser {
   std::vector<std::shared_ptr<DTensorEntry>> OnMesh(const std::string& mesh) const;
   // Tensors owned by `client`, ordered by name.
   std::vector<std::shared_ptr<DTensorEntry>> OwnedBy(const std::string& client) const;
-  // Frees a tensor's shards on its workers (asynchronously) and drops it from the table.
+  // Frees a tensor's shards on its workers (asynchronously) and drops it from the table; again
+  // does nothing.
   void Release(const DTensorEntry& tensor);
+  // Posts `command`, which writes `tensor` (with Post's `inputs`), unless the tensor was released:
+  // then its write fails and NOT_FOUND says it was freed.
+  absl::Status PostWrite(const DTensorEntry& tensor, const v1::Command& command,
+                         std::vector<std::shared_ptr<DTensorEntry>> inputs = {});
+  // Completes the write of a tensor that needs no command after its upload; NOT_FOUND (and the
+  // write fails) if it was released meanwhile.
+  absl::Status FinishWrite(const DTensorEntry& tensor);
   // A fresh worker-side name for a temporary of the workers (e.g. a reduced copy to read).
   std::string TemporaryName();
 
@@ -74,18 +96,21 @@ class DTensorTable : public MeshUser {
   Dispatcher& dispatcher() { return *dispatcher_; }
 
  private:
-  // Drops a tensor from the table (not from the workers).
-  void Drop(const std::string& name);
+  // Drops `tensor` from the table (not from the workers) if the table still holds it.
+  void Drop(const DTensorEntry& tensor);
+  // Gives back the bytes of `tensor`'s shards in the ledger.
+  void ReleaseBytes(const DTensorEntry& tensor);
   // Bytes of the shard at mesh `position` of a tensor laid out as `spec`.
   static int64_t ShardBytes(const DTensorSpec& spec, int64_t position);
+  // The write of `tensor` fails: it was freed before it was written.
+  static absl::Status Freed(const DTensorEntry& tensor);
 
   MeshTable* meshes_;
   Dispatcher* dispatcher_;
+  WorkerBytes* ledger_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<DTensorEntry>> tensors_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Bytes of DTensorEntry shards on each worker, by worker id, as the specs say.
-  std::map<int64_t, int64_t> held_bytes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -1,9 +1,35 @@
 #include "server/local_tensor_table.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace tessera {
+namespace {
+
+// Numbers the tables of the process, so that each keeps its own keys in a shared ledger.
+std::atomic<int64_t> next_table{1};
+
+}  // namespace
+
+LocalTensorTable::LocalTensorTable(std::string mesh_name, size_t ranks, LocalTensorAccount account)
+    : mesh_name_(std::move(mesh_name)),
+      ranks_(ranks),
+      account_(std::move(account)),
+      key_prefix_(absl::StrCat("local/", next_table++, "/")) {}
+
+void LocalTensorTable::Account(const std::string& name, size_t position,
+                               const std::optional<LocalLayout>& layout) {
+  if (account_.ledger == nullptr || forgotten_ || position >= account_.workers.size()) return;
+  const int64_t worker = account_.workers[position];
+  if (!layout.has_value()) {
+    account_.ledger->Release(worker, Key(name));
+    return;
+  }
+  const int64_t budget = position < account_.budgets.size() ? account_.budgets[position] : 0;
+  account_.ledger->Set({worker, budget, Key(name), LayoutBytes(*layout)});
+}
 
 absl::StatusOr<RankLayouts> LocalTensorTable::OnEveryRank(const std::string& name) const {
   absl::MutexLock lock(&mu_);
@@ -31,10 +57,25 @@ absl::StatusOr<RankLayouts> LocalTensorTable::OnEveryRank(const std::string& nam
   return it->second;
 }
 
-LocalTensorTable::Reservation LocalTensorTable::Reserve(const std::string& name,
-                                                        RankLayouts outputs) {
+absl::StatusOr<LocalTensorTable::Reservation> LocalTensorTable::Reserve(const std::string& name,
+                                                                        RankLayouts outputs) {
   Reservation reservation;
   absl::MutexLock lock(&mu_);
+  if (account_.ledger != nullptr && !forgotten_) {
+    std::vector<WorkerBytes::Holding> holdings;
+    for (size_t r = 0; r < outputs.size() && r < account_.workers.size(); ++r) {
+      if (!outputs[r].has_value()) continue;
+      holdings.push_back({account_.workers[r],
+                          r < account_.budgets.size() ? account_.budgets[r] : 0, Key(name),
+                          LayoutBytes(*outputs[r])});
+    }
+    if (absl::Status s = account_.ledger->Hold(
+            holdings,
+            absl::StrCat("the output '", name, "' of a collective on mesh '", mesh_name_, "'"));
+        !s.ok()) {
+      return s;
+    }
+  }
   auto [entry, added] = tensors_.try_emplace(name, ranks_);
   if (!added) reservation.previous = entry->second;
   reservation.writes.resize(outputs.size());
@@ -81,16 +122,44 @@ absl::Status LocalTensorTable::Settle(const std::string& name, bool kept_input,
   if (!last) return status;
   if (kept_input) {
     if (reservation.previous.has_value()) tensors_[name] = *reservation.previous;
+    for (size_t r = 0; r < ranks_; ++r) {
+      Account(name, r, reservation.previous ? (*reservation.previous)[r] : std::nullopt);
+    }
     return status;
   }
   // Its contents are undefined: the name leaves the table and every worker.
   tensors_.erase(name);
+  for (size_t r = 0; r < ranks_; ++r) Account(name, r, std::nullopt);
   erase_on_workers();
   return status;
 }
 
+absl::Status LocalTensorTable::ReserveUpload(const std::string& name, int64_t rank,
+                                             const LocalLayout& layout) {
+  absl::MutexLock lock(&mu_);
+  const size_t r = static_cast<size_t>(rank);
+  if (account_.ledger == nullptr || forgotten_ || r >= account_.workers.size()) {
+    return absl::OkStatus();
+  }
+  const WorkerBytes::Holding holding{account_.workers[r],
+                                     r < account_.budgets.size() ? account_.budgets[r] : 0,
+                                     Key(name), LayoutBytes(layout)};
+  return account_.ledger->Hold({&holding, 1}, absl::StrCat("local tensor '", name, "' of mesh '",
+                                                           mesh_name_, "' on rank ", rank));
+}
+
+void LocalTensorTable::CancelUpload(const std::string& name, int64_t rank) {
+  absl::MutexLock lock(&mu_);
+  std::optional<LocalLayout> held;
+  if (auto it = tensors_.find(name); it != tensors_.end() && static_cast<size_t>(rank) < ranks_) {
+    held = it->second[static_cast<size_t>(rank)];
+  }
+  Account(name, static_cast<size_t>(rank), held);
+}
+
 void LocalTensorTable::RecordUpload(const std::string& name, int64_t rank, LocalLayout layout) {
   absl::MutexLock lock(&mu_);
+  Account(name, static_cast<size_t>(rank), layout);
   tensors_.try_emplace(name, ranks_).first->second[static_cast<size_t>(rank)] = std::move(layout);
   last_writer_[name] = next_write_++;
   failed_writes_.erase(name);
@@ -112,6 +181,7 @@ absl::Status LocalTensorTable::Erase(const std::string& name) {
   }
   last_writer_.erase(name);
   failed_writes_.erase(name);
+  for (size_t r = 0; r < ranks_; ++r) Account(name, r, std::nullopt);
   return absl::OkStatus();
 }
 
@@ -123,4 +193,14 @@ std::vector<std::string> LocalTensorTable::Names() const {
   return names;
 }
 
+void LocalTensorTable::Forget() {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, layouts] : tensors_) {
+    for (size_t r = 0; r < ranks_; ++r) Account(name, r, std::nullopt);
+  }
+  tensors_.clear();
+  last_writer_.clear();
+  failed_writes_.clear();
+  forgotten_ = true;
+}
 }  // namespace tessera

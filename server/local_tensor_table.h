@@ -11,17 +11,27 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/collective_layouts.h"
+#include "server/worker_bytes.h"
 
 namespace tessera {
+
+// Where a LocalTensorTable counts its bytes: the ledger (none: not counted), and by mesh position
+// the worker and its memory budget.
+struct LocalTensorAccount {
+  WorkerBytes* ledger = nullptr;
+  std::vector<int64_t> workers;
+  std::vector<int64_t> budgets;
+};
 
 // What the ranks of one mesh hold under each local tensor name (uploads and collectives'
 // outputs), as the workers will hold it once the commands accepted so far have run. A
 // collective's output is entered when it is accepted, so that later calls can use it at once; the
-// last writer accepted for a name settles its entry when it finishes. Thread-safe.
+// last writer accepted for a name settles its entry when it finishes. With a byte account, what
+// each rank holds is also held in a WorkerBytes ledger against its worker's budget, and uploads
+// and collective outputs that would pass it are refused before anything runs. Thread-safe.
 class LocalTensorTable {
  public:
-  LocalTensorTable(std::string mesh_name, size_t ranks)
-      : mesh_name_(std::move(mesh_name)), ranks_(ranks) {}
+  LocalTensorTable(std::string mesh_name, size_t ranks, LocalTensorAccount account = {});
 
   // A write accepted for a name: its number among the writers, and what it changes.
   struct Reservation {
@@ -40,7 +50,9 @@ class LocalTensorTable {
   absl::StatusOr<RankLayouts> OnEveryRank(const std::string& name) const;
   // Enters `outputs` (by mesh position; nullopt where the collective writes nothing, so the rank
   // keeps what it held) as what the ranks will hold under `name`; the caller is its last writer.
-  Reservation Reserve(const std::string& name, RankLayouts outputs);
+  // RESOURCE_EXHAUSTED naming the worker, and nothing changes, if an output would pass a worker's
+  // budget.
+  absl::StatusOr<Reservation> Reserve(const std::string& name, RankLayouts outputs);
   // Settles a collective's output `name` (read from `input`) once its workers replied. If it is
   // still the last writer of the name: on success each rank must report what was reserved
   // (INTERNAL otherwise); on failure the entry goes back to `previous` when the collective left it
@@ -51,6 +63,12 @@ class LocalTensorTable {
                       absl::Status status, const std::vector<Reported>& reported,
                       absl::FunctionRef<void()> erase_on_workers);
 
+  // Holds the bytes of an upload of `layout` to `rank` under `name` before it starts:
+  // RESOURCE_EXHAUSTED naming the worker if they would pass its budget. Finished by RecordUpload,
+  // or by CancelUpload if the upload fails.
+  absl::Status ReserveUpload(const std::string& name, int64_t rank, const LocalLayout& layout);
+  // Gives back what ReserveUpload held: `rank` holds what the table says under `name`.
+  void CancelUpload(const std::string& name, int64_t rank);
   // Records that `rank` holds `layout` under `name` after an upload, which is the name's last
   // writer now: collectives still writing it leave its entry be.
   void RecordUpload(const std::string& name, int64_t rank, LocalLayout layout);
@@ -61,11 +79,23 @@ class LocalTensorTable {
   absl::Status Erase(const std::string& name);
   // Every name, ordered.
   std::vector<std::string> Names() const;
+  // Forgets every tensor (the mesh is deleted and its workers free them) and gives their bytes
+  // back; later calls change nothing in the ledger.
+  void Forget();
 
  private:
+  // The ledger's key of `name` on this mesh's workers.
+  std::string Key(const std::string& name) const { return key_prefix_ + name; }
+  // Sets the ledger's holding of `name` at `position` to `layout` (none: released).
+  void Account(const std::string& name, size_t position, const std::optional<LocalLayout>& layout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const std::string mesh_name_;
   const size_t ranks_;
+  const LocalTensorAccount account_;
+  const std::string key_prefix_;  // unique to this table
   mutable absl::Mutex mu_;
+  bool forgotten_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, RankLayouts> tensors_ ABSL_GUARDED_BY(mu_);
   // For each name being written, the number of the last collective or upload accepted to write
   // it: only that one settles the name's entry when it finishes.

@@ -11,8 +11,6 @@ namespace {
 
 constexpr absl::Duration kDefaultCollectiveTimeout = absl::Seconds(30);
 
-std::string StorePrefix(const Mesh& mesh) { return absl::StrCat("mesh/", mesh.id, "/"); }
-
 }  // namespace
 
 v1::MeshInfo MeshService::Describe(const Mesh& mesh) const {
@@ -35,7 +33,8 @@ grpc::Status MeshService::ListWorkers(grpc::ServerContext*, const v1::ListWorker
 
 absl::Status MeshService::ChooseWorkers(const v1::CreateMeshRequest& request, int64_t needed,
                                         std::vector<int64_t>* ids,
-                                        std::vector<int64_t>* incarnations) const {
+                                        std::vector<int64_t>* incarnations,
+                                        std::vector<int64_t>* budgets) const {
   const WorkerRegistry& registry = dispatcher_->registry();
   const std::string shape = ShapeToString(Shape(request.shape().begin(), request.shape().end()));
   ids->assign(request.worker_ids().begin(), request.worker_ids().end());
@@ -58,23 +57,9 @@ absl::Status MeshService::ChooseWorkers(const v1::CreateMeshRequest& request, in
                                                      "', not ", request.device_type()));
     }
     incarnations->push_back(w.incarnation);
+    budgets->push_back(w.memory_budget_bytes);
   }
   return absl::OkStatus();
-}
-
-absl::Status MeshService::SetUp(const Mesh& mesh) {
-  v1::Command command;
-  v1::SetupMesh* setup = command.mutable_setup_mesh();
-  setup->set_mesh_id(mesh.id);
-  *setup->mutable_mesh() = ToProto(mesh.mesh);
-  setup->set_store_prefix(StorePrefix(mesh));
-  setup->set_timeout_ms(absl::ToInt64Milliseconds(mesh.timeout));
-  absl::StatusOr<std::vector<v1::CommandReply>> replies =
-      dispatcher_->Run(mesh.mesh.ranks(), command, mesh.command_timeout());
-  if (replies.ok()) return absl::OkStatus();
-  return absl::Status(
-      replies.status().code(),
-      absl::StrCat("setting up mesh '", mesh.name, "' failed: ", replies.status().message()));
 }
 
 grpc::Status MeshService::CreateMesh(grpc::ServerContext*, const v1::CreateMeshRequest* request,
@@ -89,7 +74,9 @@ grpc::Status MeshService::CreateMesh(grpc::ServerContext*, const v1::CreateMeshR
   if (!probe.ok()) return ToGrpcStatus(probe.status());
   std::vector<int64_t> ids;
   std::vector<int64_t> incarnations;
-  if (absl::Status s = ChooseWorkers(*request, probe->size(), &ids, &incarnations); !s.ok()) {
+  std::vector<int64_t> budgets;
+  if (absl::Status s = ChooseWorkers(*request, probe->size(), &ids, &incarnations, &budgets);
+      !s.ok()) {
     return ToGrpcStatus(s);
   }
   absl::StatusOr<DeviceMesh> dm = DeviceMesh::Create(request->device_type(), shape, names, ids);
@@ -97,12 +84,13 @@ grpc::Status MeshService::CreateMesh(grpc::ServerContext*, const v1::CreateMeshR
   auto mesh =
       std::make_shared<Mesh>(request->name(), *std::move(dm), std::move(incarnations),
                              request->timeout_ms() > 0 ? absl::Milliseconds(request->timeout_ms())
-                                                       : kDefaultCollectiveTimeout);
+                                                       : kDefaultCollectiveTimeout,
+                             std::move(budgets), ledger_);
   // Entered first, so the name is reserved while the workers set it up; removed if that fails.
   if (absl::Status s = meshes_->Add(mesh); !s.ok()) return ToGrpcStatus(s);
-  if (absl::Status s = SetUp(*mesh); !s.ok()) {
+  if (absl::Status s = reformer_->SetUp(*mesh); !s.ok()) {
     meshes_->Remove(mesh->name).IgnoreError();
-    store_->ErasePrefix(StorePrefix(*mesh));
+    store_->ErasePrefix(MeshReformer::StorePrefix(*mesh));
     return ToGrpcStatus(s);
   }
   *reply = Describe(*mesh);
@@ -127,11 +115,12 @@ grpc::Status MeshService::DeleteMesh(grpc::ServerContext*, const v1::DeleteMeshR
                                      v1::DeleteMeshReply*) {
   absl::StatusOr<std::shared_ptr<Mesh>> removed = meshes_->Remove(request->name());
   if (!removed.ok()) return ToGrpcStatus(removed.status());
-  const Mesh& mesh = **removed;
+  Mesh& mesh = **removed;
   std::vector<std::string> dropped;  // what the mesh's users kept on its workers
   for (MeshUser* user : users_) {
     for (std::string& name : user->ForgetMesh(mesh)) dropped.push_back(std::move(name));
   }
+  mesh.locals.Forget();  // their bytes leave the ledger; the workers free them below
   // Tear down on the workers still serving this mesh's incarnation; the others lost it already.
   const std::vector<int64_t> live = meshes_->LiveWorkerIds(mesh);
   if (!dropped.empty()) {
@@ -144,7 +133,7 @@ grpc::Status MeshService::DeleteMesh(grpc::ServerContext*, const v1::DeleteMeshR
   command.mutable_teardown_mesh()->set_mesh_id(mesh.id);
   absl::StatusOr<std::vector<v1::CommandReply>> replies =
       dispatcher_->Run(live, command, Mesh::kRpcSlack);
-  store_->ErasePrefix(StorePrefix(mesh));
+  store_->ErasePrefix(MeshReformer::StorePrefix(mesh));
   return ToGrpcStatus(replies.status());
 }
 

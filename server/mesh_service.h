@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "server/dispatcher.h"
+#include "server/mesh_reformer.h"
 #include "server/mesh_table.h"
 #include "server/rendezvous_store.h"
 #include "tessera/v1/mesh.grpc.pb.h"
@@ -15,9 +16,16 @@ namespace tessera {
 // every MeshUser to let go of what it keeps there and tears the communicators down.
 class MeshService final : public v1::MeshService::Service {
  public:
+  // A mesh's local tensors are counted in `ledger` against its workers' budgets; `reformer` forms
+  // its communicators.
   MeshService(MeshTable* meshes, Dispatcher* dispatcher, RendezvousStore* store,
-              std::vector<MeshUser*> users)
-      : meshes_(meshes), dispatcher_(dispatcher), store_(store), users_(std::move(users)) {}
+              MeshReformer* reformer, WorkerBytes* ledger, std::vector<MeshUser*> users)
+      : meshes_(meshes),
+        dispatcher_(dispatcher),
+        store_(store),
+        reformer_(reformer),
+        ledger_(ledger),
+        users_(std::move(users)) {}
 
   // Unary.
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
@@ -37,16 +45,17 @@ class MeshService final : public v1::MeshService::Service {
 
  private:
   // The workers for a new mesh of `needed` ranks: those named, or the first live ones of the
-  // device type; with their incarnations.
+  // device type; with their incarnations and memory budgets.
   absl::Status ChooseWorkers(const v1::CreateMeshRequest& request, int64_t needed,
-                             std::vector<int64_t>* ids, std::vector<int64_t>* incarnations) const;
-  // Sets up the mesh's communicators on its workers.
-  absl::Status SetUp(const Mesh& mesh);
+                             std::vector<int64_t>* ids, std::vector<int64_t>* incarnations,
+                             std::vector<int64_t>* budgets) const;
   v1::MeshInfo Describe(const Mesh& mesh) const;
 
   MeshTable* meshes_;
   Dispatcher* dispatcher_;
   RendezvousStore* store_;
+  MeshReformer* reformer_;
+  WorkerBytes* ledger_;
   const std::vector<MeshUser*> users_;
 };
 

@@ -5,12 +5,14 @@
 namespace tessera {
 
 Mesh::Mesh(std::string name, DeviceMesh mesh, std::vector<int64_t> incarnations,
-           absl::Duration timeout)
+           absl::Duration timeout, std::vector<int64_t> budgets, WorkerBytes* ledger)
     : name(std::move(name)),
       mesh(std::move(mesh)),
       incarnations(std::move(incarnations)),
       timeout(timeout),
-      locals(this->name, static_cast<size_t>(this->mesh.size())) {}
+      budgets(std::move(budgets)),
+      locals(this->name, static_cast<size_t>(this->mesh.size()),
+             {ledger, this->mesh.ranks(), this->budgets}) {}
 
 absl::Status MeshTable::Add(const std::shared_ptr<Mesh>& mesh) {
   absl::MutexLock lock(&mu_);
@@ -38,11 +40,38 @@ absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::Find(const std::string& name) c
   return it->second;
 }
 
+absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::FindById(int64_t id) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, mesh] : meshes_) {
+    if (mesh->id == id) return mesh;
+  }
+  return absl::NotFoundError(absl::StrCat("no mesh with id ", id));
+}
+
 absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::Ready(const std::string& name) const {
   absl::StatusOr<std::shared_ptr<Mesh>> mesh = Find(name);
   if (!mesh.ok()) return mesh;
   if (absl::Status s = Health(**mesh); !s.ok()) return s;
   return mesh;
+}
+
+absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::Reachable(const std::string& name) const {
+  absl::StatusOr<std::shared_ptr<Mesh>> mesh = Find(name);
+  if (!mesh.ok()) return mesh;
+  if (absl::Status s = Workers(**mesh).status(); !s.ok()) return s;
+  return mesh;
+}
+
+absl::Status MeshTable::Health(const Mesh& mesh) const { return ReadyWorkers(mesh).status(); }
+
+absl::StatusOr<std::vector<WorkerHandle>> MeshTable::ReadyWorkers(const Mesh& mesh) const {
+  absl::StatusOr<std::vector<WorkerHandle>> workers = Workers(mesh);
+  if (!workers.ok()) return workers;
+  if (absl::Status comms = mesh.comms.Health(); !comms.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("mesh '", mesh.name, "' is broken: ", comms.message()));
+  }
+  return workers;
 }
 
 std::vector<std::shared_ptr<Mesh>> MeshTable::List() const {

@@ -11,25 +11,29 @@
 #include "absl/time/time.h"
 #include "core/device_mesh.h"
 #include "server/local_tensor_table.h"
+#include "server/mesh_communicators.h"
+#include "server/worker_bytes.h"
 #include "server/worker_registry.h"
 
 namespace tessera {
 
-// A mesh over registered workers: its ranks, their incarnations when it was set up, and the local
-// tensors its ranks hold.
+// A mesh over registered workers: its ranks, their incarnations and budgets when it was set up,
+// and the local tensors its ranks hold (counted in `ledger` against the budgets, when given).
 struct Mesh {
-  Mesh(std::string name, DeviceMesh mesh, std::vector<int64_t> incarnations,
-       absl::Duration timeout);
+  Mesh(std::string name, DeviceMesh mesh, std::vector<int64_t> incarnations, absl::Duration timeout,
+       std::vector<int64_t> budgets = {}, WorkerBytes* ledger = nullptr);
 
   int64_t id = 0;  // set when the mesh enters a MeshTable
   const std::string name;
   const DeviceMesh mesh;
   const std::vector<int64_t> incarnations;  // by rank, as registered when the mesh was set up
   const absl::Duration timeout;             // of its collectives
+  const std::vector<int64_t> budgets;       // by rank, the workers' memory budgets (0: none)
   // Held from accepting a command until it is posted, so that the workers run a mesh's commands in
   // the order the coordinator accepted them. Never taken by completions.
   absl::Mutex submit_mu;
   LocalTensorTable locals;  // what each rank holds under each name (uploads and collectives)
+  MeshCommunicators comms;  // their generation, and whether a failure broke them
 
   // Time a command gets beyond the collectives it runs (set-up, deletes, the RPC itself).
   static constexpr absl::Duration kRpcSlack = absl::Seconds(10);
@@ -57,16 +61,24 @@ class MeshTable {
   absl::StatusOr<std::shared_ptr<Mesh>> Remove(const std::string& name);
   // The named mesh; NOT_FOUND if unknown.
   absl::StatusOr<std::shared_ptr<Mesh>> Find(const std::string& name) const;
+  // The mesh with id `id`; NOT_FOUND if there is none (any more).
+  absl::StatusOr<std::shared_ptr<Mesh>> FindById(int64_t id) const;
   // The named mesh if it can run commands: NOT_FOUND if unknown, UNAVAILABLE if broken.
   absl::StatusOr<std::shared_ptr<Mesh>> Ready(const std::string& name) const;
+  // The named mesh if its workers serve it, for transfers that use no communicator (while its
+  // communicators are re-formed too): NOT_FOUND if unknown, UNAVAILABLE if a worker is lost.
+  absl::StatusOr<std::shared_ptr<Mesh>> Reachable(const std::string& name) const;
   // Every mesh, ordered by name.
   std::vector<std::shared_ptr<Mesh>> List() const;
 
   // The workers of a mesh's ranks, in rank order, looked up once: UNAVAILABLE naming the worker
   // when one is dead or restarted since the mesh was set up.
   absl::StatusOr<std::vector<WorkerHandle>> Workers(const Mesh& mesh) const;
-  // OK, or why the mesh cannot run commands (a worker dead or restarted since set-up).
-  absl::Status Health(const Mesh& mesh) const { return Workers(mesh).status(); }
+  // OK, or why the mesh cannot run commands (UNAVAILABLE): a worker dead or restarted since
+  // set-up, or its communicators broken by a failure and not yet re-formed.
+  absl::Status Health(const Mesh& mesh) const;
+  // The workers of a mesh that can run commands, as Workers; UNAVAILABLE as Health.
+  absl::StatusOr<std::vector<WorkerHandle>> ReadyWorkers(const Mesh& mesh) const;
   // Ids of the mesh's workers still serving the incarnation it was set up with.
   std::vector<int64_t> LiveWorkerIds(const Mesh& mesh) const;
 

@@ -339,6 +339,44 @@ TEST_F(ClusterBadInputTest, TensorOverTheMemoryBudget) {
   ASSERT_TRUE(client().DeleteLocal("m", "third").ok());
 }
 
+TEST_F(ClusterBadInputTest, UploadsAndOutputsAreCountedAgainstTheBudgetUpFront) {
+  // The coordinator counts every rank's local tensors against its worker's budget, so what would
+  // pass it is refused before a byte is sent or a collective accepted, naming the worker.
+  absl::StatusOr<client::MeshInfo> mesh = client::GetMesh(client(), "m");
+  ASSERT_TRUE(mesh.ok());
+  const std::string worker0 = absl::StrCat("worker ", mesh->mesh.ranks()[0], ",");
+  const HostTensor fill = SmallIntegerTensor(DType::kFloat32, {175000}, 3);  // 700000 B
+  ASSERT_TRUE(client().PutLocal("m", 0, "fill", fill).ok());
+  const HostTensor more = HostTensor::Zeros(DType::kFloat32, {100000}).value();  // 400000 B
+  EXPECT_TRUE(StatusIs(client().PutLocal("m", 0, "more", more),
+                       absl::StatusCode::kResourceExhausted,
+                       {"'more'", "needs 400000 bytes on " + worker0, absl::StrCat(kBudget)}));
+  EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "more").status(), kNotFound, {"'more'"}));
+  // Other ranks have room for it.
+  ASSERT_TRUE(client().PutLocal("m", 1, "more", more).ok());
+  // A collective whose output does not fit is refused when it is started, even async.
+  const HostTensor quarter = HostTensor::Zeros(DType::kFloat32, {25000}).value();  // 100000 B
+  for (int64_t r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(client().PutLocal("m", r, "quarter", quarter).ok());
+  }
+  CollectiveRequest gather = Collective(CollectiveOp::kAllGather, "", "quarter");
+  gather.output = "gathered";
+  EXPECT_TRUE(StatusIs(client().StartCollective(gather).status(),
+                       absl::StatusCode::kResourceExhausted,
+                       {"'gathered'", "needs 400000 bytes on " + worker0}));
+  EXPECT_TRUE(StatusIs(client().GetLocal("m", 1, "gathered").status(), kNotFound));
+  // Once "fill" is gone, both fit.
+  absl::StatusOr<HostTensor> kept = client().GetLocal("m", 0, "fill");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(TensorsMatch(*kept, fill));
+  ASSERT_TRUE(client().DeleteLocal("m", "fill").ok());
+  EXPECT_TRUE(client().RunCollective(gather).ok());
+  EXPECT_TRUE(client().PutLocal("m", 0, "more", more).ok());
+  for (const char* name : {"more", "quarter", "gathered"}) {
+    EXPECT_TRUE(client().DeleteLocal("m", name).ok()) << name;
+  }
+}
+
 TEST_F(ClusterBadInputTest, RanksHoldingDifferentShapesOrDTypes) {
   // Positions 0-2 hold float32[3, 2]; position 3 a float32[4, 2] in "odd" and an int32[3, 2] in
   // "mixed". Gloo would be handed different byte counts on the ranks of one group (which kills
@@ -398,49 +436,53 @@ TEST_F(ClusterBadInputTest, RanksHoldingDifferentShapesOrDTypes) {
 }
 
 TEST_F(ClusterBadInputTest, AsyncFailureIsReportedByWaitAndByTheNextUse) {
-  // An all_gather over the budget, started async: accepted, then failed on every worker. The
-  // all_reduce queued behind it on its output fails on every worker too (no rank waits for
-  // peers that will not come); both outcomes come back from WaitCollectives.
+  // An async reduce to rank 0, accepted (the coordinator counts its output, which only rank 0
+  // holds), that fails on rank 1, whose worker has no room left for the buffer it reduces in. The
+  // failing rank still takes part, so the all_reduce queued behind it runs on every worker; both
+  // outcomes come back from WaitCollectives.
   const HostTensor third = HostTensor::Zeros(DType::kFloat32, {300, 256}).value();  // 307200 B
   for (int64_t r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(client().PutLocal("m", r, "third", third).ok());
   }
-  CollectiveRequest gather = Collective(CollectiveOp::kAllGather, "", "third");
-  gather.output = "gathered";
-  CollectiveRequest reduce = Collective(CollectiveOp::kAllReduce, "", "gathered");
+  const HostTensor filler = HostTensor::Zeros(DType::kFloat32, {150000}).value();  // 600000 B
+  ASSERT_TRUE(client().PutLocal("m", 1, "filler", filler).ok());
+  CollectiveRequest reduce = Collective(CollectiveOp::kReduce, "", "third");
   reduce.output = "reduced";
-  absl::StatusOr<client::Work> first = client().StartCollective(gather);
+  CollectiveRequest sum = Collective(CollectiveOp::kAllReduce, "", "a");
+  sum.output = "summed";
+  const absl::Time start = absl::Now();
+  absl::StatusOr<client::Work> first = client().StartCollective(reduce);
   ASSERT_TRUE(first.ok()) << first.status();
-  absl::StatusOr<client::Work> second = client().StartCollective(reduce);
-  std::vector<int64_t> works = {first->id()};
-  if (second.ok()) {
-    EXPECT_GT(second->id(), first->id());
-    works.push_back(second->id());
-  } else {
-    // The all_gather failed before the all_reduce reached the coordinator: refused, with why.
-    EXPECT_TRUE(StatusIs(second.status(), kNotFound, {"'gathered'", "failed"}));
-  }
+  absl::StatusOr<client::Work> second = client().StartCollective(sum);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GT(second->id(), first->id());
+  const std::vector<int64_t> works = {first->id(), second->id()};
 
   absl::StatusOr<std::vector<absl::StatusOr<CollectiveResult>>> outcomes =
       client().WaitCollectives("m", works);
   ASSERT_TRUE(outcomes.ok()) << outcomes.status();
   ASSERT_EQ(outcomes->size(), works.size());
+  absl::StatusOr<client::MeshInfo> mesh = client::GetMesh(client(), "m");
+  ASSERT_TRUE(mesh.ok());
+  const std::string rank1 = absl::StrCat("worker ", mesh->mesh.ranks()[1], " ");
   EXPECT_TRUE(StatusIs((*outcomes)[0].status(), absl::StatusCode::kResourceExhausted,
-                       {absl::StrCat(4 * 307200), absl::StrCat(kBudget)}));
-  if (works.size() == 2) {
-    EXPECT_TRUE(StatusIs((*outcomes)[1].status(), kNotFound, {"gathered"}));
-  }
+                       {rank1, "307200", absl::StrCat(kBudget)}));
+  EXPECT_TRUE((*outcomes)[1].ok()) << (*outcomes)[1].status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "a rank was stranded in the reduce";
   // The failed output is gone, and the next use says why.
-  EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "gathered").status(), kNotFound, {"'gathered'"}));
-  EXPECT_TRUE(StatusIs(client().RunCollective(reduce).status(), kNotFound,
-                       {"'gathered'", "failed", absl::StrCat(kBudget)}));
+  EXPECT_TRUE(StatusIs(client().GetLocal("m", 0, "reduced").status(), kNotFound, {"'reduced'"}));
+  CollectiveRequest again = Collective(CollectiveOp::kAllReduce, "", "reduced");
+  EXPECT_TRUE(StatusIs(client().RunCollective(again).status(), kNotFound,
+                       {"'reduced'", "failed", absl::StrCat(kBudget)}));
 
   // Each work is reported once; unknown ids and meshes are NOT_FOUND, naming them.
   EXPECT_TRUE(StatusIs(first->Wait().status(), kNotFound, {absl::StrCat("work ", first->id())}));
   EXPECT_TRUE(StatusIs(client().WaitCollectives("m", {987654}).status(), kNotFound, {"987654"}));
   EXPECT_TRUE(
       StatusIs(client().WaitCollectives("nowhere", {1}).status(), kNotFound, {"'nowhere'"}));
-  ASSERT_TRUE(client().DeleteLocal("m", "third").ok());
+  for (const char* name : {"third", "filler", "summed"}) {
+    EXPECT_TRUE(client().DeleteLocal("m", name).ok()) << name;
+  }
 }
 
 TEST_F(ClusterBadInputTest, InPlaceCollectivesLeaveRanksThatWriteNothingAlone) {

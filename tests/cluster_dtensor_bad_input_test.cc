@@ -3,17 +3,19 @@
 // still there and still correct afterwards. Also: a failure on a worker after an op has returned
 // surfaces on the next call that touches the tensor and on Synchronize.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "grpcpp/grpcpp.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/dtensor.h"
+#include "core/elementwise_reduce.h"
 #include "kernels/testing/reference.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
-#include "tessera/tessera.h"
-#include "tessera/v1/dtensor.grpc.pb.h"
 #include "tests/cluster_fixture.h"
 
 namespace tessera {
@@ -33,14 +35,9 @@ class DTensorBadInputTest : public ::testing::Test {
     LocalClusterOptions options = testing::TestClusterOptions(4);
     options.memory_budget_bytes = kBudget;
     ASSERT_TRUE(cluster_->Start(options).ok());
-    ASSERT_TRUE(client::InitDeviceMesh(*cluster_->client, "cpu", {4}, {}, "line").ok());
-    client::MeshOptions pair;
-    pair.worker_ids = {0, 1};
-    ASSERT_TRUE(client::InitDeviceMesh(*cluster_->client, "cpu", {2}, {}, "pair", pair).ok());
+    ASSERT_TRUE(cluster_->client->CreateMesh("line", "cpu", {4}).ok());
+    ASSERT_TRUE(cluster_->client->CreateMesh("pair", "cpu", {2}, {}, {0, 1}).ok());
     session_ = new std::shared_ptr<Session>(Session::Connect(cluster_->cluster->address()).value());
-    stub_ = v1::DTensorService::NewStub(grpc::CreateChannel(cluster_->cluster->address(),
-                                                            grpc::InsecureChannelCredentials()))
-                .release();
     line_ = new client::Mesh(client::GetMesh(**session_, "line").value());
     pair_ = new client::Mesh(client::GetMesh(**session_, "pair").value());
     sentinel_value_ = new HostTensor(kernels::testing::RandomTensor(DType::kFloat32, {5, 3}, 9));
@@ -49,7 +46,6 @@ class DTensorBadInputTest : public ::testing::Test {
             .value());
   }
   static void TearDownTestSuite() {
-    delete stub_;
     delete sentinel_;
     delete sentinel_value_;
     delete line_;
@@ -64,26 +60,21 @@ class DTensorBadInputTest : public ::testing::Test {
     absl::StatusOr<HostTensor> got = sentinel_->FullTensor();
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(TensorsMatch(*got, *sentinel_value_));
-    absl::StatusOr<std::vector<client::DTensorInfo>> list = S().ListTensors();
-    ASSERT_TRUE(list.ok()) << list.status();
-    ASSERT_EQ(list->size(), 1u);
-    EXPECT_EQ((*list)[0].name, sentinel_->name());
+    grpc::ClientContext context;
+    S().Prepare(&context);
+    v1::ListTensorsReply list;
+    ASSERT_TRUE(S().stub().ListTensors(&context, {}, &list).ok());
+    EXPECT_EQ(list.tensors_size(), 1) << list.DebugString();
   }
 
   static Session& S() { return **session_; }
 
-  // A call of the raw stub, as the session's client.
-  static void Prepare(grpc::ClientContext* context) {
-    context->set_deadline(DeadlineAfter(absl::Seconds(60)));
-    context->AddMetadata("tessera-client", S().client_id());
-  }
-
   // Sends a DistributeTensor stream of `bytes` bytes for a float32 tensor of `shape`.
   static absl::Status DistributeRaw(const Shape& shape, size_t bytes, const std::string& name) {
     grpc::ClientContext context;
-    Prepare(&context);
+    S().Prepare(&context);
     v1::TensorInfo info;
-    auto writer = stub_->DistributeTensor(&context, &info);
+    auto writer = S().stub().DistributeTensor(&context, &info);
     v1::DistributeChunk chunk;
     v1::DistributeHeader* h = chunk.mutable_header();
     h->set_name(name);
@@ -97,13 +88,156 @@ class DTensorBadInputTest : public ::testing::Test {
     return FromGrpcStatus(writer->Finish());
   }
 
+  // Bytes each worker reported holding last, by worker id.
+  static std::vector<int64_t> UsedBytes() {
+    std::vector<int64_t> used;
+    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = cluster_->client->ListWorkers();
+    if (!workers.ok()) return used;
+    for (const v1::WorkerInfo& w : *workers) {
+      if (w.worker_id() >= static_cast<int64_t>(used.size())) used.resize(w.worker_id() + 1);
+      used[w.worker_id()] = w.used_bytes();
+    }
+    return used;
+  }
+
+  // UsedBytes() once two reports half a second apart agree (up to 5 s).
+  static std::vector<int64_t> SettledUsedBytes() {
+    std::vector<int64_t> last = UsedBytes();
+    for (int i = 0; i < 10; ++i) {
+      absl::SleepFor(absl::Milliseconds(500));
+      std::vector<int64_t> now = UsedBytes();
+      if (now == last) break;
+      last = std::move(now);
+    }
+    return last;
+  }
+
+  // Waits (up to 5 s) until `done(UsedBytes())`.
+  static bool UsedBytesBecome(const std::function<bool(const std::vector<int64_t>&)>& done) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (absl::Now() < deadline) {
+      if (done(UsedBytes())) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  static ::testing::AssertionResult UsedBytesReturnTo(const std::vector<int64_t>& before) {
+    if (UsedBytesBecome([&](const std::vector<int64_t>& used) { return used == before; })) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "workers hold " << absl::StrJoin(UsedBytes(), ", ")
+                                         << " bytes, not " << absl::StrJoin(before, ", ");
+  }
+
+  // Local tensors on every rank of `mesh` all-reduce to their sum; they are deleted afterwards.
+  static ::testing::AssertionResult LocalAllReduceWorks(const std::string& mesh, int64_t ranks) {
+    CoordinatorClient& client = *cluster_->client;
+    HostTensor sum = HostTensor::Zeros(DType::kFloat32, {6, 2}).value();
+    for (int64_t r = 0; r < ranks; ++r) {
+      const HostTensor mine =
+          kernels::testing::RandomTensor(DType::kFloat32, {6, 2}, 40 + static_cast<uint32_t>(r));
+      ReduceInto(ReduceOp::kSum, DType::kFloat32, sum.data(), mine.data(), sum.num_elements());
+      if (absl::Status s = client.PutLocal(mesh, r, "lar_in", mine); !s.ok()) {
+        return ::testing::AssertionFailure() << "upload to rank " << r << ": " << s;
+      }
+    }
+    v1::CollectiveRequest request;
+    request.set_mesh(mesh);
+    request.set_op(v1::ALL_REDUCE_OP);
+    request.set_reduce_op(v1::SUM);
+    request.set_input("lar_in");
+    request.set_output("lar_out");
+    if (absl::Status s = client.RunCollective(request).status(); !s.ok()) {
+      return ::testing::AssertionFailure() << "all_reduce on mesh '" << mesh << "': " << s;
+    }
+    for (int64_t r = 0; r < ranks; ++r) {
+      absl::StatusOr<HostTensor> got = client.GetLocal(mesh, r, "lar_out");
+      if (!got.ok()) return ::testing::AssertionFailure() << got.status();
+      // Summed in ring order: equal within rounding.
+      if (::testing::AssertionResult m = TensorsMatch(*got, sum, 1e-6); !m) return m;
+    }
+    for (const char* name : {"lar_in", "lar_out"}) {
+      if (absl::Status s = client.DeleteTensor(mesh, name); !s.ok()) {
+        return ::testing::AssertionFailure() << s;
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // Bytes on a worker that the coordinator does not count against its budget: the reduced copy a
+  // FullTensor of a Partial tensor makes on the workers and keeps while its stream is being read.
+  // The stream is left unread after its first window, so the copy stays until the hold ends.
+  class UncountedHold {
+   public:
+    static constexpr int64_t kBytes = int64_t{30} << 20;  // the Partial tensor, and its copy
+
+    // Holds kBytes uncounted (next to the kBytes of the Partial tensor, which are counted) on
+    // `worker` and on worker 2, over a mesh "hold" made for it.
+    static absl::StatusOr<std::unique_ptr<UncountedHold>> Start(int64_t worker) {
+      std::unique_ptr<UncountedHold> hold(new UncountedHold);
+      hold->worker_ = worker;
+      absl::StatusOr<v1::MeshInfo> mesh =
+          cluster_->client->CreateMesh("hold", "cpu", {2}, {}, {worker, 2});
+      if (!mesh.ok()) return mesh.status();
+      hold->mesh_ = true;
+      absl::StatusOr<client::Mesh> m = client::GetMesh(S(), "hold");
+      if (!m.ok()) return m.status();
+      absl::StatusOr<DTensor> partial =
+          client::Zeros(S(), *m, {kBytes / 4}, {Placement::Partial()});
+      if (!partial.ok()) return partial.status();
+      hold->partial_ = std::make_unique<DTensor>(*std::move(partial));
+      S().Prepare(&hold->context_);
+      v1::FullTensorRequest request;
+      request.set_name(hold->partial_->name());
+      hold->reader_ = S().stub().FullTensor(&hold->context_, request);
+      v1::TensorData first;
+      if (!hold->reader_->Read(&first)) return absl::InternalError("FullTensor sent nothing");
+      // The worker holds the tensor and its copy (the tests leave little else on it).
+      if (!UsedBytesBecome(
+              [&](const std::vector<int64_t>& used) { return used[worker] >= 2 * kBytes; })) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("worker ", worker, " holds ", UsedBytes()[worker], " bytes, not ",
+                         2 * kBytes, ": the FullTensor stream did not keep the copy"));
+      }
+      return hold;
+    }
+
+    // Ends the stream, frees the tensor and the mesh, and waits until the worker reports holding
+    // neither, for the next hold to measure.
+    ~UncountedHold() {
+      const int64_t held = UsedBytes()[worker_];
+      if (reader_ != nullptr) {
+        context_.TryCancel();
+        v1::TensorData rest;
+        while (reader_->Read(&rest)) {
+        }
+        reader_->Finish().IgnoreError();
+        // The copy goes once the coordinator sees the stream end.
+        UsedBytesBecome(
+            [&](const std::vector<int64_t>& used) { return used[worker_] <= held - kBytes; });
+      }
+      if (partial_ != nullptr) partial_->Free().IgnoreError();
+      if (mesh_) cluster_->client->DeleteMesh("hold").IgnoreError();
+      UsedBytesBecome(
+          [&](const std::vector<int64_t>& used) { return used[worker_] <= held - 2 * kBytes; });
+    }
+
+   private:
+    UncountedHold() = default;
+    int64_t worker_ = 0;
+    bool mesh_ = false;
+    std::unique_ptr<DTensor> partial_;
+    grpc::ClientContext context_;
+    std::unique_ptr<grpc::ClientReader<v1::TensorData>> reader_;
+  };
+
   static testing::TestCluster* cluster_;
   static std::shared_ptr<Session>* session_;
   static client::Mesh* line_;
   static client::Mesh* pair_;
   static HostTensor* sentinel_value_;
   static DTensor* sentinel_;
-  static v1::DTensorService::Stub* stub_;  // for requests the library would never send
 };
 
 testing::TestCluster* DTensorBadInputTest::cluster_ = nullptr;
@@ -112,7 +246,6 @@ client::Mesh* DTensorBadInputTest::line_ = nullptr;
 client::Mesh* DTensorBadInputTest::pair_ = nullptr;
 HostTensor* DTensorBadInputTest::sentinel_value_ = nullptr;
 DTensor* DTensorBadInputTest::sentinel_ = nullptr;
-v1::DTensorService::Stub* DTensorBadInputTest::stub_ = nullptr;
 
 TEST_F(DTensorBadInputTest, ShardDimOutOfRange) {
   const HostTensor t = kernels::testing::RandomTensor(DType::kFloat32, {4, 4}, 1);
@@ -164,9 +297,9 @@ TEST_F(DTensorBadInputTest, UnknownTensorAndMesh) {
   v1::FreeTensorRequest request;
   request.set_name("nope");
   grpc::ClientContext context;
-  Prepare(&context);
+  S().Prepare(&context);
   v1::FreeTensorReply reply;
-  EXPECT_TRUE(StatusIs(FromGrpcStatus(stub_->FreeTensor(&context, request, &reply)),
+  EXPECT_TRUE(StatusIs(FromGrpcStatus(S().stub().FreeTensor(&context, request, &reply)),
                        absl::StatusCode::kNotFound, {"'nope'"}));
 }
 
@@ -190,20 +323,19 @@ TEST_F(DTensorBadInputTest, TensorOverTheMemoryBudget) {
 }
 
 TEST_F(DTensorBadInputTest, NameTakenAndBadName) {
-  EXPECT_TRUE(
-      StatusIs(client::CreateTensor(S(), client::Factory::kZeros, *line_, {4},
-                                    {Placement::Shard(0)}, DType::kFloat32, 0, 0, sentinel_->name())
-                   .status(),
-               absl::StatusCode::kAlreadyExists, {sentinel_->name()}));
-  EXPECT_TRUE(StatusIs(client::CreateTensor(S(), client::Factory::kZeros, *line_, {4},
-                                            {Placement::Shard(0)}, DType::kFloat32, 0, 0, "a/b")
+  EXPECT_TRUE(StatusIs(client::CreateTensor(S(), v1::ZEROS, *line_, {4}, {Placement::Shard(0)},
+                                            DType::kFloat32, 0, 0, sentinel_->name())
+                           .status(),
+                       absl::StatusCode::kAlreadyExists, {sentinel_->name()}));
+  EXPECT_TRUE(StatusIs(client::CreateTensor(S(), v1::ZEROS, *line_, {4}, {Placement::Shard(0)},
+                                            DType::kFloat32, 0, 0, "a/b")
                            .status(),
                        absl::StatusCode::kInvalidArgument, {"'a/b'"}));
 }
 
 TEST_F(DTensorBadInputTest, RedistributeToAnImpossibleLayout) {
-  EXPECT_TRUE(StatusIs(sentinel_->Redistribute({Placement::Partial(ReduceOp::kMax)}).status(),
-                       absl::StatusCode::kInvalidArgument, {"S(0)", "P(max)"}));
+  EXPECT_TRUE(StatusIs(sentinel_->Redistribute({Placement::Partial()}).status(),
+                       absl::StatusCode::kInvalidArgument, {"S(0)", "P(sum)"}));
   EXPECT_TRUE(StatusIs(sentinel_->Redistribute({Placement::Shard(0)}, "nowhere").status(),
                        absl::StatusCode::kNotFound, {"'nowhere'"}));
 }
@@ -214,47 +346,166 @@ TEST_F(DTensorBadInputTest, RandomOfAnIntegerDtype) {
                absl::StatusCode::kInvalidArgument, {"int32"}));
 }
 
-// The coordinator counts DTensors against each worker's budget, but a worker also holds raw
-// tensors of the collective API; when those leave too little room the worker refuses after the
-// call has returned, and the error reaches the client on its next touch and on Synchronize.
+// The coordinator counts DTensors and local tensors against each worker's budget; a worker also
+// holds the temporaries of running commands, which it alone counts. Here one holds the reduced
+// copy a FullTensor of a Partial tensor makes, while the stream is left unread, so that the worker
+// refuses a write after the call has returned: the error reaches the client on its next touch and
+// on Synchronize.
 TEST_F(DTensorBadInputTest, AWorkerFailureSurfacesOnTheNextCall) {
-  const HostTensor big = HostTensor::Zeros(DType::kFloat32, {12 << 20}).value();  // 48 MiB
-  ASSERT_TRUE(cluster_->client->PutLocal("pair", 0, "raw", big).ok());
+  absl::StatusOr<std::unique_ptr<UncountedHold>> hold = UncountedHold::Start(0);
+  ASSERT_TRUE(hold.ok()) << hold.status();
   absl::StatusOr<DTensor> t =
-      client::Zeros(S(), *pair_, {2, 5 << 20}, {Placement::Shard(0)});  // 20 MiB per rank
-  ASSERT_TRUE(t.ok()) << t.status();  // accepted: the DTensor table has room
-  EXPECT_TRUE(
-      StatusIs(t->Synchronize(), absl::StatusCode::kResourceExhausted, {t->name(), "budget"}));
+      client::Zeros(S(), *pair_, {2, 2 << 20}, {Placement::Shard(0)});  // 8 MiB per rank
+  ASSERT_TRUE(t.ok()) << t.status();  // accepted: the coordinator's count has room
+  EXPECT_TRUE(StatusIs(t->Synchronize(), absl::StatusCode::kResourceExhausted,
+                       {t->name(), "budget", "worker 0 "}));
   EXPECT_TRUE(
       StatusIs(t->FullTensor().status(), absl::StatusCode::kResourceExhausted, {t->name()}));
   EXPECT_TRUE(
       StatusIs(client::Relu(*t).status(), absl::StatusCode::kResourceExhausted, {t->name()}));
-  absl::StatusOr<client::DTensorInfo> info = t->Refresh();
+  absl::StatusOr<v1::TensorInfo> info = t->Refresh();
   ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->state, client::TensorState::kFailed);
+  EXPECT_EQ(info->state(), v1::FAILED);
   EXPECT_TRUE(t->Free().ok());
-  ASSERT_TRUE(cluster_->client->DeleteLocal("pair", "raw").ok());
 }
 
 // An op pipelined behind a failing one: the rank without its input still takes part in the
 // collectives (with zeros), so its peer is not stranded, the error names the input that failed,
 // and the mesh keeps working at once.
 TEST_F(DTensorBadInputTest, AFailureDoesNotStrandThePeersOfAPipelinedCollective) {
-  const HostTensor big = HostTensor::Zeros(DType::kFloat32, {12 << 20}).value();  // 48 MiB
-  ASSERT_TRUE(cluster_->client->PutLocal("pair", 0, "raw", big).ok());
+  absl::StatusOr<std::unique_ptr<UncountedHold>> hold = UncountedHold::Start(0);
+  ASSERT_TRUE(hold.ok()) << hold.status();
   const absl::Time start = absl::Now();
-  absl::StatusOr<DTensor> t = client::Zeros(S(), *pair_, {2, 5 << 20}, {Placement::Shard(0)});
+  absl::StatusOr<DTensor> t = client::Zeros(S(), *pair_, {2, 2 << 20}, {Placement::Shard(0)});
   ASSERT_TRUE(t.ok()) << t.status();
   absl::StatusOr<DTensor> r = t->Redistribute({Placement::Replicate()});  // an all_gather
   const absl::Status failure = r.ok() ? r->Synchronize() : r.status();
   EXPECT_TRUE(StatusIs(failure, absl::StatusCode::kResourceExhausted, {t->name()}));
-  ASSERT_TRUE(cluster_->client->DeleteLocal("pair", "raw").ok());
   absl::StatusOr<DTensor> ok = client::Ones(S(), *pair_, {4, 3}, {Placement::Shard(0)});
   ASSERT_TRUE(ok.ok());
   absl::StatusOr<DTensor> gathered = ok->Redistribute({Placement::Replicate()});
   ASSERT_TRUE(gathered.ok()) << gathered.status();
   EXPECT_TRUE(gathered->Synchronize().ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "a rank was stranded in a collective";
+}
+
+// Local tensors count against a worker's budget next to DTensors, both ways: a 32 MiB Replicate
+// put onto a worker that PutLocal filled is refused up front, naming the worker (it used to be
+// accepted and then leave its peer waiting in the broadcast), and a local tensor that does not fit
+// next to a DTensor is refused too; every tensor stays as it was.
+TEST_F(DTensorBadInputTest, ADTensorThatDoesNotFitNextToLocalTensorsIsRefused) {
+  const HostTensor raw = kernels::testing::RandomTensor(DType::kFloat32, {12 << 20}, 5);  // 48 MiB
+  ASSERT_TRUE(cluster_->client->PutLocal("pair", 1, "raw", raw).ok());
+  const HostTensor value = kernels::testing::RandomTensor(DType::kFloat32, {8 << 20}, 6);  // 32 MiB
+  EXPECT_TRUE(
+      StatusIs(client::DistributeTensor(S(), value, *pair_, {Placement::Replicate()}).status(),
+               absl::StatusCode::kResourceExhausted,
+               {"needs 33554432 bytes on worker 1,", "which holds 5033", "of its 67108864"}));
+  EXPECT_TRUE(StatusIs(client::Zeros(S(), *pair_, {2, 5 << 20}, {Placement::Shard(0)}).status(),
+                       absl::StatusCode::kResourceExhausted, {"worker 1,"}));
+  absl::StatusOr<HostTensor> kept = cluster_->client->GetLocal("pair", 1, "raw");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(TensorsMatch(*kept, raw));
+  ASSERT_TRUE(cluster_->client->DeleteTensor("pair", "raw").ok());
+
+  absl::StatusOr<DTensor> t =
+      client::DistributeTensor(S(), value, *pair_, {Placement::Replicate()});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(StatusIs(cluster_->client->PutLocal("pair", 0, "raw", raw),
+                       absl::StatusCode::kResourceExhausted,
+                       {"'raw'", "needs 50331648 bytes on worker 0,", "which holds 3355"}));
+  EXPECT_TRUE(
+      StatusIs(cluster_->client->GetLocal("pair", 0, "raw").status(), absl::StatusCode::kNotFound));
+  absl::StatusOr<HostTensor> whole = t->FullTensor();
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(TensorsMatch(*whole, value));
+  EXPECT_TRUE(t->Free().ok());
+  EXPECT_TRUE(LocalAllReduceWorks("pair", 2));
+}
+
+// A Replicate distribute whose shard the receiving rank cannot hold: that rank still takes part in
+// the broadcast (with a stand-in), so the tensor fails at once with the worker's refusal, naming
+// the worker, instead of after the collective timeout (30 s here), and the mesh keeps working.
+TEST_F(DTensorBadInputTest, AReplicaThatDoesNotFitFailsAtOnceAndTheMeshKeepsWorking) {
+  absl::StatusOr<std::unique_ptr<UncountedHold>> hold = UncountedHold::Start(1);
+  ASSERT_TRUE(hold.ok()) << hold.status();
+  const HostTensor value = kernels::testing::RandomTensor(DType::kFloat32, {2 << 20}, 4);  // 8 MiB
+  const absl::Time start = absl::Now();
+  absl::StatusOr<DTensor> t =
+      client::DistributeTensor(S(), value, *pair_, {Placement::Replicate()});  // from rank 0
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(StatusIs(t->Synchronize(), absl::StatusCode::kResourceExhausted,
+                       {t->name(), "worker 1 ", "budget"}));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3)) << "rank 0 waited in its broadcast";
+  EXPECT_TRUE(t->Free().ok());
+  hold->reset();
+  // Collectives on the mesh work: a broadcast of the next Replicate tensor, and a local all_reduce.
+  absl::StatusOr<DTensor> again =
+      client::DistributeTensor(S(), value, *pair_, {Placement::Replicate()});
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    absl::StatusOr<HostTensor> got = again->ToLocal(rank);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, value)) << "rank " << rank;
+  }
+  EXPECT_TRUE(again->Free().ok());
+  EXPECT_TRUE(LocalAllReduceWorks("pair", 2));
+}
+
+// `tessera tensor rm` of a Replicate tensor while its upload is still streaming: the upload ends
+// with NOT_FOUND, nothing is spread after the free (no rank is left waiting in a broadcast, none
+// keeps a copy), and the mesh serves the next call at once.
+TEST_F(DTensorBadInputTest, FreeDuringAReplicateUpload) {
+  const std::vector<int64_t> before = SettledUsedBytes();
+  grpc::ClientContext context;
+  S().Prepare(&context);
+  v1::TensorInfo info;
+  auto writer = S().stub().DistributeTensor(&context, &info);
+  v1::DistributeChunk chunk;
+  v1::DistributeHeader* h = chunk.mutable_header();
+  h->set_name("slow");
+  h->set_mesh("line");
+  *h->mutable_placements() = ToProto(std::vector<Placement>{Placement::Replicate()});
+  h->set_dtype(v1::FLOAT32);
+  *h->mutable_shape() = ToProto(Shape{1 << 20});  // 4 MiB
+  chunk.set_data(std::string(2 << 20, '\1'));
+  ASSERT_TRUE(writer->Write(chunk));
+  // The tensor exists once the coordinator has read the header; its owner frees it while the
+  // rest of its bytes are still to come.
+  absl::StatusOr<v1::TensorInfo> pending = absl::NotFoundError("not looked up");
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(5);
+       !pending.ok() && absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(10))) {
+    grpc::ClientContext get_context;
+    S().Prepare(&get_context);
+    v1::GetTensorRequest get;
+    get.set_name("slow");
+    v1::TensorInfo got;
+    const grpc::Status s = S().stub().GetTensor(&get_context, get, &got);
+    pending = s.ok() ? absl::StatusOr<v1::TensorInfo>(got) : FromGrpcStatus(s);
+  }
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  EXPECT_EQ(pending->state(), v1::PENDING);
+  v1::FreeTensorRequest free;
+  free.set_name("slow");
+  grpc::ClientContext free_context;
+  S().Prepare(&free_context);
+  v1::FreeTensorReply freed;
+  ASSERT_TRUE(S().stub().FreeTensor(&free_context, free, &freed).ok());
+  chunk.Clear();
+  chunk.set_data(std::string(2 << 20, '\1'));
+  ASSERT_TRUE(writer->Write(chunk));
+  writer->WritesDone();
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(
+      StatusIs(FromGrpcStatus(writer->Finish()), absl::StatusCode::kNotFound, {"'slow'", "freed"}));
+  EXPECT_TRUE(StatusIs(client::GetTensor(S(), "slow").status(), absl::StatusCode::kNotFound));
+  // The mesh answers at once: a read of another tensor and a collective.
+  absl::StatusOr<HostTensor> got = sentinel_->FullTensor();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(LocalAllReduceWorks("line", 4));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  // No worker keeps a byte of it.
+  EXPECT_TRUE(UsedBytesReturnTo(before));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "server/dtensor_table.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -10,16 +11,19 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Two registered cpu workers with `budget` bytes each (no process behind them: the table only
-// posts commands in Release, which these tests do not reach), and a 1-D mesh over them.
+// Two registered cpu workers with `budget` bytes each (no process behind them: the table posts
+// commands only in Release and PostWrite, which these tests reach only once the workers count as
+// dead, so that nothing is sent), and a 1-D mesh over them whose local tensors share the ledger.
 struct Fixture {
-  explicit Fixture(int64_t budget, const std::string& device = "cpu")
-      : registry(absl::Seconds(1), absl::Seconds(60)),
+  explicit Fixture(int64_t budget, const std::string& device = "cpu",
+                   absl::Duration dead_after = absl::Seconds(60))
+      : registry(absl::Seconds(1), dead_after),
         dispatcher(&registry, "secret"),
         meshes(&registry),
-        table(&meshes, &dispatcher) {
+        table(&meshes, &dispatcher, &ledger) {
     std::vector<int64_t> ids;
     std::vector<int64_t> incarnations;
+    std::vector<int64_t> budgets;
     for (int i = 0; i < 2; ++i) {
       v1::RegisterRequest r;
       r.set_address(absl::StrCat("127.0.0.1:", 2000 + i));
@@ -28,9 +32,10 @@ struct Fixture {
       v1::RegisterReply reply = registry.Register(r);
       ids.push_back(reply.worker_id());
       incarnations.push_back(reply.incarnation());
+      budgets.push_back(budget);
     }
     mesh = std::make_shared<Mesh>("m", *DeviceMesh::Create(device, {2}, {}, ids), incarnations,
-                                  absl::Seconds(1));
+                                  absl::Seconds(1), budgets, &ledger);
     EXPECT_TRUE(meshes.Add(mesh).ok());
   }
   // A float32 tensor of `n` elements sharded over the mesh.
@@ -40,6 +45,7 @@ struct Fixture {
   WorkerRegistry registry;
   Dispatcher dispatcher;
   MeshTable meshes;
+  WorkerBytes ledger;
   DTensorTable table;
   std::shared_ptr<Mesh> mesh;
 };
@@ -76,6 +82,50 @@ TEST(DTensorTableTest, BudgetsCountEveryShardAndNameTheWorker) {
   EXPECT_THAT(f.table.ForgetMesh(*f.mesh), ElementsAre("dt/big", "dt/small"));
   EXPECT_TRUE(f.table.OnMesh("m").empty());
   EXPECT_TRUE(f.table.Add("over", f.mesh, f.Sharded(4), "").ok());
+}
+
+TEST(DTensorTableTest, DTensorsAndLocalTensorsShareTheBudget) {
+  Fixture f(40);
+  const int64_t first = f.mesh->mesh.ranks()[0];
+  const LocalLayout raw{DType::kFloat32, {8}};  // 32 bytes on rank 0
+  ASSERT_TRUE(f.mesh->locals.ReserveUpload("raw", 0, raw).ok());
+  f.mesh->locals.RecordUpload("raw", 0, raw);
+  // 8 bytes a rank fit next to it; 12 do not, on rank 0's worker.
+  ASSERT_TRUE(f.table.Add("small", f.mesh, f.Sharded(4), "").ok());
+  absl::Status over = f.table.Add("over", f.mesh, f.Sharded(6), "").status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.message(), HasSubstr(absl::StrCat("needs 12 bytes on worker ", first,
+                                                     ", which holds 40 of its 40-byte budget")));
+  // And a local tensor does not fit next to the DTensor.
+  const LocalLayout more{DType::kFloat32, {9}};  // 36 bytes
+  EXPECT_EQ(f.mesh->locals.ReserveUpload("more", 1, more).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(f.mesh->locals.ReserveUpload("more", 1, LocalLayout{DType::kFloat32, {8}}).ok());
+  EXPECT_EQ(f.ledger.Held(first), 40);
+}
+
+TEST(DTensorTableTest, ATensorReleasedBeforeItsWriteIsNotWritten) {
+  Fixture f(0, "cpu", absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(20));  // the workers count as dead: nothing is sent
+  std::shared_ptr<DTensorEntry> t = *f.table.Add("a", f.mesh, f.Sharded(4), "");
+  f.table.Release(*t);
+  f.table.Release(*t);  // again: nothing
+  v1::Command spread;
+  spread.mutable_spread_tensor()->set_tensor("dt/a");
+  absl::Status s = f.table.PostWrite(*t, spread);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("'a' was freed before it was written"));
+  ASSERT_TRUE(t->write->done.HasBeenNotified());
+  EXPECT_EQ(t->write->status.code(), absl::StatusCode::kNotFound);
+  std::shared_ptr<DTensorEntry> u = *f.table.Add("u", f.mesh, f.Sharded(4), "");
+  f.table.Release(*u);
+  EXPECT_EQ(f.table.FinishWrite(*u).code(), absl::StatusCode::kNotFound);
+  // Releasing a tensor the table no longer holds leaves a new one of its name alone.
+  std::shared_ptr<DTensorEntry> old = *f.table.Add("b", f.mesh, f.Sharded(4), "");
+  f.table.ForgetMesh(*f.mesh);
+  ASSERT_TRUE(f.table.Add("b", f.mesh, f.Sharded(4), "").ok());
+  f.table.Release(*old);
+  EXPECT_TRUE(f.table.Find("b").ok());
 }
 
 TEST(DTensorTableTest, CudaMeshesHoldNoDTensorsYet) {

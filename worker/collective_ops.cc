@@ -17,12 +17,12 @@ Shape WithRows(const Shape& shape, int64_t rows) { return WithDimSize(shape, 0, 
 // `in` as k blocks of c rows, the layout the equal-block collectives send: `in` itself when its
 // rows divide evenly, else a zero-padded copy (counted against the budget) held in `padded`.
 absl::StatusOr<const std::byte*> RowBlocks(const HostTensor& in, int64_t k,
-                                           const CollectiveOutputs& outputs, HostTensor& padded) {
+                                           CollectiveOutputs& outputs, HostTensor& padded) {
   const Shape block_shape = WithRows(in.shape(), ChunkSize(in.shape()[0], k));
   if (!IsChunkBlocks(in.shape(), 0, k, block_shape)) {
     const int64_t bytes =
         k * NumElements(block_shape) * static_cast<int64_t>(DTypeSize(in.dtype()));
-    if (absl::Status s = outputs.Reserve(bytes); !s.ok()) return s;
+    outputs.Charge(bytes);
   }
   return ChunkBlocksData(in, 0, k, block_shape, padded);
 }

@@ -9,15 +9,14 @@ CollectiveOutputs::CollectiveOutputs(ShardStore& store, std::string input, std::
                                      DType dtype)
     : store_(store), input_(std::move(input)), output_(std::move(output)), dtype_(dtype) {}
 
-absl::Status CollectiveOutputs::Reserve(int64_t bytes) const {
-  return store_.Reserve(bytes, output_);
+void CollectiveOutputs::Charge(int64_t bytes) {
+  if (absl::Status s = store_.Reserve(bytes, output_); !s.ok() && failure_.ok()) {
+    failure_ = std::move(s);
+  }
 }
 
-absl::StatusOr<HostTensor> CollectiveOutputs::Scratch(Shape shape) const {
-  if (absl::Status s = Reserve(NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype_)));
-      !s.ok()) {
-    return s;
-  }
+absl::StatusOr<HostTensor> CollectiveOutputs::Scratch(Shape shape) {
+  Charge(NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype_)));
   return HostTensor::Uninitialized(dtype_, std::move(shape));
 }
 

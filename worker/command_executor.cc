@@ -14,6 +14,28 @@
 #include "worker/collective_outputs.h"
 
 namespace tessera {
+namespace {
+
+// The mesh a command runs on; 0 for none (set-up, teardown and deletes use no communicator).
+int64_t MeshOf(const v1::Command& command) {
+  switch (command.kind_case()) {
+    case v1::Command::kCollective:
+      return command.collective().mesh_id();
+    case v1::Command::kSpreadTensor:
+      return command.spread_tensor().mesh_id();
+    case v1::Command::kRedistribute:
+      return command.redistribute().mesh_id();
+    case v1::Command::kFillTensor:
+      return command.fill_tensor().mesh_id();
+    case v1::Command::kRunOp:
+      return command.run_op().mesh_id();
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
 CommandExecutor::CommandExecutor(int64_t worker_id, std::string device, ShardStore* store,
                                  gloo::rendezvous::Store* rendezvous, std::string collective_host)
     : worker_id_(worker_id),
@@ -31,25 +53,43 @@ v1::LocalTensorInfo CommandExecutor::LocalInfo(const std::string& name, const Ho
   return info;
 }
 
-absl::StatusOr<v1::CommandReply> CommandExecutor::Execute(const v1::Command& command) {
-  v1::CommandReply reply;
-  reply.set_sequence(command.sequence());
+absl::Status CommandExecutor::Execute(const v1::Command& command, v1::CommandReply* reply) {
+  reply->set_sequence(command.sequence());
+  const absl::Status status = Run(command, reply);
+  reply->set_used_bytes(store_->used_bytes());
+  ReportBroken(MeshOf(command), reply);
+  return status;
+}
+
+void CommandExecutor::ReportBroken(int64_t mesh_id, v1::CommandReply* reply) const {
+  auto it = meshes_.find(mesh_id);
+  if (mesh_id == 0 || it == meshes_.end()) return;
+  const MeshComms& mc = *it->second;
+  absl::Status health = mc.world->Health();
+  for (size_t m = 0; health.ok() && m < mc.dims.size(); ++m) health = mc.dims[m]->Health();
+  if (health.ok()) return;
+  v1::BrokenCommunicator* broken = reply->mutable_broken();
+  broken->set_mesh_id(mesh_id);
+  broken->set_generation(mc.generation);
+  broken->set_reason(std::string(health.message()));
+}
+
+absl::Status CommandExecutor::Run(const v1::Command& command, v1::CommandReply* reply) {
   switch (command.kind_case()) {
     case v1::Command::kSetupMesh:
-      RETURN_IF_ERROR(SetupMesh(command.setup_mesh()));
-      break;
+      return SetupMesh(command.setup_mesh());
     case v1::Command::kTeardownMesh:
       meshes_.erase(command.teardown_mesh().mesh_id());
-      break;
+      return absl::OkStatus();
     case v1::Command::kCollective: {
       ASSIGN_OR_RETURN(std::vector<v1::LocalTensorInfo> written,
                        RunCollective(command.collective()));
-      for (v1::LocalTensorInfo& t : written) *reply.add_tensors() = std::move(t);
-      break;
+      for (v1::LocalTensorInfo& t : written) *reply->add_tensors() = std::move(t);
+      return absl::OkStatus();
     }
     case v1::Command::kDeleteTensors:
       for (const std::string& name : command.delete_tensors().names()) store_->Erase(name);
-      break;
+      return absl::OkStatus();
     case v1::Command::kSpreadTensor:
     case v1::Command::kRedistribute:
     case v1::Command::kFillTensor:
@@ -60,29 +100,37 @@ absl::StatusOr<v1::CommandReply> CommandExecutor::Execute(const v1::Command& com
           : command.kind_case() == v1::Command::kRedistribute ? Redistribute(command.redistribute())
           : command.kind_case() == v1::Command::kFillTensor   ? FillTensor(command.fill_tensor())
                                                               : RunOp(command.run_op()));
-      *reply.add_tensors() = std::move(written);
-      break;
+      *reply->add_tensors() = std::move(written);
+      return absl::OkStatus();
     }
     case v1::Command::KIND_NOT_SET:
-      return absl::InvalidArgumentError("command has no kind");
+      break;
   }
-  reply.set_used_bytes(store_->used_bytes());
-  return reply;
+  return absl::InvalidArgumentError("command has no kind");
 }
 
 absl::StatusOr<std::unique_ptr<comm::Communicator>> CommandExecutor::Connect(
-    const std::string& prefix, int rank, int size, absl::Duration timeout) {
+    const std::string& prefix, int rank, int size, absl::Duration connect_timeout,
+    absl::Duration timeout) {
   comm::CommunicatorOptions options;
-  options.timeout = timeout;
+  options.timeout = connect_timeout;
   options.hostname = collective_host_;
-  return comm::MakeCommunicator(device_, *rendezvous_, prefix, rank, size, options);
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> comm =
+      comm::MakeCommunicator(device_, *rendezvous_, prefix, rank, size, options);
+  if (!comm.ok()) return comm.status();
+  if (absl::Status s = (*comm)->set_timeout(timeout); !s.ok()) return s;
+  return comm;
 }
 
 absl::Status CommandExecutor::SetupMesh(const v1::SetupMesh& setup) {
   ASSIGN_OR_RETURN(DeviceMesh mesh, FromProto(setup.mesh()));
   ASSIGN_OR_RETURN(std::vector<int64_t> coord, mesh.CoordinateOf(worker_id_));
   const absl::Duration timeout = absl::Milliseconds(setup.timeout_ms());
-  auto comms = std::make_unique<MeshComms>(MeshComms{mesh, coord, nullptr, {}});
+  const absl::Duration connect_timeout =
+      setup.connect_timeout_ms() > 0 ? absl::Milliseconds(setup.connect_timeout_ms()) : timeout;
+  // A re-form: the broken communicators go first (their sockets close, their memory is freed).
+  meshes_.erase(setup.mesh_id());
+  auto comms = std::make_unique<MeshComms>(MeshComms{mesh, coord, setup.generation(), nullptr, {}});
   const int64_t position = [&] {
     int64_t p = 0;
     for (size_t i = 0; i < coord.size(); ++i) {
@@ -90,15 +138,16 @@ absl::Status CommandExecutor::SetupMesh(const v1::SetupMesh& setup) {
     }
     return p;
   }();
-  ASSIGN_OR_RETURN(comms->world,
-                   Connect(absl::StrCat(setup.store_prefix(), "all/"), static_cast<int>(position),
-                           static_cast<int>(mesh.size()), timeout));
+  ASSIGN_OR_RETURN(comms->world, Connect(absl::StrCat(setup.store_prefix(), "all/"),
+                                         static_cast<int>(position), static_cast<int>(mesh.size()),
+                                         connect_timeout, timeout));
   for (int m = 0; m < mesh.ndim(); ++m) {
     // A group is named by its first rank, which every member computes the same way.
     const int64_t first = mesh.GroupAlong(m, coord)[0];
     ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> group,
                      Connect(absl::StrCat(setup.store_prefix(), "dim", m, "/g", first, "/"),
-                             static_cast<int>(coord[m]), static_cast<int>(mesh.size(m)), timeout));
+                             static_cast<int>(coord[m]), static_cast<int>(mesh.size(m)),
+                             connect_timeout, timeout));
     comms->dims.push_back(std::move(group));
   }
   meshes_[setup.mesh_id()] = std::move(comms);
@@ -125,6 +174,8 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
   CollectiveOutputs outputs(*store_, c.input(), c.output(), (*input)->dtype());
   absl::StatusOr<CollectiveResult> out = RunCollectiveOp(c, group, **input, outputs);
   if (!out.ok()) return out.status();
+  // A rank over budget took part all the same (see CollectiveOutputs) and reports it now.
+  RETURN_IF_ERROR(outputs.failure());
   if (!out->has_value()) return std::vector<v1::LocalTensorInfo>{};
   v1::LocalTensorInfo info = LocalInfo(c.output(), **out);
   if (absl::Status s = store_->Put(c.output(), *std::move(*out)); !s.ok()) return s;

@@ -29,16 +29,25 @@ class CommandExecutor {
   CommandExecutor(int64_t worker_id, std::string device, ShardStore* store,
                   gloo::rendezvous::Store* rendezvous, std::string collective_host);
 
-  absl::StatusOr<v1::CommandReply> Execute(const v1::Command& command);
+  // Runs `command` and fills `reply` with what it wrote. Whether it succeeded or not, a command on
+  // a mesh whose communicators one failure broke reports that in reply->broken (the coordinator
+  // then re-forms them with a new SetupMesh).
+  absl::Status Execute(const v1::Command& command, v1::CommandReply* reply);
 
  private:
   // A mesh as this worker takes part in it.
   struct MeshComms {
     DeviceMesh mesh;
     std::vector<int64_t> coordinate;
+    int64_t generation = 0;  // of SetupMesh that formed the communicators
     std::unique_ptr<comm::Communicator> world;
     std::vector<std::unique_ptr<comm::Communicator>> dims;
   };
+
+  // Runs `command`, filling reply->tensors.
+  absl::Status Run(const v1::Command& command, v1::CommandReply* reply);
+  // Sets reply->broken if a communicator of mesh `mesh_id` is broken.
+  void ReportBroken(int64_t mesh_id, v1::CommandReply* reply) const;
 
   // What a command reports about a local tensor it wrote.
   static v1::LocalTensorInfo LocalInfo(const std::string& name, const HostTensor& t);
@@ -55,8 +64,12 @@ class CommandExecutor {
   // broadcast and all_reduce whose output is their input: updated in the stored buffer.
   absl::StatusOr<std::vector<v1::LocalTensorInfo>> RunInPlace(const v1::RunCollective& c,
                                                               comm::Communicator& group);
+  // A communicator of the group under `prefix`, which connects within `connect_timeout`; its calls
+  // time out after `timeout`.
   absl::StatusOr<std::unique_ptr<comm::Communicator>> Connect(const std::string& prefix, int rank,
-                                                              int size, absl::Duration timeout);
+                                                              int size,
+                                                              absl::Duration connect_timeout,
+                                                              absl::Duration timeout);
 
   const int64_t worker_id_;
   const std::string device_;

@@ -107,19 +107,18 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
     }
     return true;
   };
-  const Shape local = LocalShapeAndOffsetAt(spec, coord).shape;
+  // A rank whose source is missing or whose shard is over budget still takes part in the
+  // broadcasts (see InputOrStandIn) and reports the failure afterwards.
+  absl::Status failure;
   HostTensor shard;
   if (holds_after(0)) {
-    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> held, store_->Get(s.tensor()));
-    if (held->shape() != local || held->dtype() != spec.dtype) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("local tensor '", s.tensor(), "' is ", DTypeName(held->dtype()),
-                       ShapeToString(held->shape()), " but the spec needs ", DTypeName(spec.dtype),
-                       ShapeToString(local), " here"));
-    }
+    // A copy: the broadcasts write into it, and the stored tensor may have readers.
+    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> held,
+                     InputOrStandIn(*store_, s.tensor(), spec, coord, failure));
     shard = held->Clone();
   } else {
-    RETURN_IF_ERROR(store_->Reserve(Bytes(local, spec.dtype), s.tensor()));
+    const Shape local = LocalShapeAndOffsetAt(spec, coord).shape;
+    failure = store_->Reserve(Bytes(local, spec.dtype), s.tensor());
     ASSIGN_OR_RETURN(shard, HostTensor::Uninitialized(spec.dtype, local));
   }
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -128,6 +127,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
     RETURN_IF_ERROR(mc->dims[m]->Broadcast(shard.data(), shard.num_elements(), spec.dtype,
                                            static_cast<int>(source[m])));
   }
+  RETURN_IF_ERROR(failure);
   if (s.partition_partials()) PartitionPartials(spec, coord, shard);
   v1::LocalTensorInfo info = LocalInfo(s.tensor(), shard);
   RETURN_IF_ERROR(store_->Put(s.tensor(), std::move(shard)));

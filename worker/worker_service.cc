@@ -66,15 +66,13 @@ grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context,
                                         const v1::Command& command, v1::CommandReply* reply) {
   if (grpc::Status s = Admit(context, command.incarnation()); !s.ok()) return s;
   if (grpc::Status s = AwaitTurn(context, command.sequence()); !s.ok()) return s;
-  absl::StatusOr<v1::CommandReply> result;
+  absl::Status result;
   {
     absl::MutexLock lock(&mu_);
-    result = executor_->Execute(command);
+    result = executor_->Execute(command, reply);  // fills the reply even on failure
   }
   sequencer_.Done(command.sequence());
-  if (!result.ok()) return ToGrpcStatus(result.status());
-  *reply = *std::move(result);
-  return grpc::Status::OK;
+  return ToGrpcStatus(result);
 }
 
 grpc::Status WorkerService::Execute(grpc::ServerContext* context, const v1::Command* command,
