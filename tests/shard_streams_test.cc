@@ -442,7 +442,7 @@ TEST(ShardScatterErrorsTest, TooFewBytesAtFinishAreRejectedAndNothingIsStored) {
   ASSERT_TRUE(scatter.ok()) << scatter.status();
   ASSERT_TRUE((*scatter)->Write(bytes.substr(0, 47)).ok());
   EXPECT_TRUE(StatusIs((*scatter)->Finish(), absl::StatusCode::kInvalidArgument,
-                       {"after 47 of the tensor's 48 bytes"}));
+                       {"after 47 of the 48 bytes"}));
   for (int64_t id = 0; id < kWorkers; ++id) {
     EXPECT_FALSE(cluster.worker(id).tensor(kTensor).has_value()) << "worker " << id;
   }
