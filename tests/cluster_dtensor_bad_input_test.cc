@@ -11,11 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "client/dtensor.h"
 #include "core/elementwise_reduce.h"
+#include "grpcpp/grpcpp.h"
 #include "kernels/testing/reference.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "tessera/tessera.h"
+#include "tessera/v1/dtensor.grpc.pb.h"
 #include "tests/cluster_fixture.h"
 
 namespace tessera {
@@ -35,9 +37,14 @@ class DTensorBadInputTest : public ::testing::Test {
     LocalClusterOptions options = testing::TestClusterOptions(4);
     options.memory_budget_bytes = kBudget;
     ASSERT_TRUE(cluster_->Start(options).ok());
-    ASSERT_TRUE(cluster_->client->CreateMesh("line", "cpu", {4}).ok());
-    ASSERT_TRUE(cluster_->client->CreateMesh("pair", "cpu", {2}, {}, {0, 1}).ok());
+    ASSERT_TRUE(client::InitDeviceMesh(*cluster_->client, "cpu", {4}, {}, "line").ok());
+    client::MeshOptions pair;
+    pair.worker_ids = {0, 1};
+    ASSERT_TRUE(client::InitDeviceMesh(*cluster_->client, "cpu", {2}, {}, "pair", pair).ok());
     session_ = new std::shared_ptr<Session>(Session::Connect(cluster_->cluster->address()).value());
+    stub_ = v1::DTensorService::NewStub(grpc::CreateChannel(cluster_->cluster->address(),
+                                                            grpc::InsecureChannelCredentials()))
+                .release();
     line_ = new client::Mesh(client::GetMesh(**session_, "line").value());
     pair_ = new client::Mesh(client::GetMesh(**session_, "pair").value());
     sentinel_value_ = new HostTensor(kernels::testing::RandomTensor(DType::kFloat32, {5, 3}, 9));
@@ -46,6 +53,7 @@ class DTensorBadInputTest : public ::testing::Test {
             .value());
   }
   static void TearDownTestSuite() {
+    delete stub_;
     delete sentinel_;
     delete sentinel_value_;
     delete line_;
@@ -60,21 +68,26 @@ class DTensorBadInputTest : public ::testing::Test {
     absl::StatusOr<HostTensor> got = sentinel_->FullTensor();
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(TensorsMatch(*got, *sentinel_value_));
-    grpc::ClientContext context;
-    S().Prepare(&context);
-    v1::ListTensorsReply list;
-    ASSERT_TRUE(S().stub().ListTensors(&context, {}, &list).ok());
-    EXPECT_EQ(list.tensors_size(), 1) << list.DebugString();
+    absl::StatusOr<std::vector<client::DTensorInfo>> list = S().ListTensors();
+    ASSERT_TRUE(list.ok()) << list.status();
+    ASSERT_EQ(list->size(), 1u);
+    EXPECT_EQ((*list)[0].name, sentinel_->name());
   }
 
   static Session& S() { return **session_; }
 
+  // A call of the raw stub, as the session's client.
+  static void Prepare(grpc::ClientContext* context) {
+    context->set_deadline(DeadlineAfter(absl::Seconds(60)));
+    context->AddMetadata("tessera-client", S().client_id());
+  }
+
   // Sends a DistributeTensor stream of `bytes` bytes for a float32 tensor of `shape`.
   static absl::Status DistributeRaw(const Shape& shape, size_t bytes, const std::string& name) {
     grpc::ClientContext context;
-    S().Prepare(&context);
+    Prepare(&context);
     v1::TensorInfo info;
-    auto writer = S().stub().DistributeTensor(&context, &info);
+    auto writer = stub_->DistributeTensor(&context, &info);
     v1::DistributeChunk chunk;
     v1::DistributeHeader* h = chunk.mutable_header();
     h->set_name(name);
@@ -91,11 +104,11 @@ class DTensorBadInputTest : public ::testing::Test {
   // Bytes each worker reported holding last, by worker id.
   static std::vector<int64_t> UsedBytes() {
     std::vector<int64_t> used;
-    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = cluster_->client->ListWorkers();
+    absl::StatusOr<std::vector<client::WorkerInfo>> workers = cluster_->client->ListWorkers();
     if (!workers.ok()) return used;
-    for (const v1::WorkerInfo& w : *workers) {
-      if (w.worker_id() >= static_cast<int64_t>(used.size())) used.resize(w.worker_id() + 1);
-      used[w.worker_id()] = w.used_bytes();
+    for (const client::WorkerInfo& w : *workers) {
+      if (w.worker_id >= static_cast<int64_t>(used.size())) used.resize(w.worker_id + 1);
+      used[w.worker_id] = w.used_bytes;
     }
     return used;
   }
@@ -132,7 +145,7 @@ class DTensorBadInputTest : public ::testing::Test {
 
   // Local tensors on every rank of `mesh` all-reduce to their sum; they are deleted afterwards.
   static ::testing::AssertionResult LocalAllReduceWorks(const std::string& mesh, int64_t ranks) {
-    CoordinatorClient& client = *cluster_->client;
+    Session& client = *cluster_->client;
     HostTensor sum = HostTensor::Zeros(DType::kFloat32, {6, 2}).value();
     for (int64_t r = 0; r < ranks; ++r) {
       const HostTensor mine =
@@ -142,13 +155,10 @@ class DTensorBadInputTest : public ::testing::Test {
         return ::testing::AssertionFailure() << "upload to rank " << r << ": " << s;
       }
     }
-    v1::CollectiveRequest request;
-    request.set_mesh(mesh);
-    request.set_op(v1::ALL_REDUCE_OP);
-    request.set_reduce_op(v1::SUM);
-    request.set_input("lar_in");
-    request.set_output("lar_out");
-    if (absl::Status s = client.RunCollective(request).status(); !s.ok()) {
+    if (absl::Status s =
+            client.RunCollective(client::AllReduce({mesh, ""}, "lar_in", "lar_out", ReduceOp::kSum))
+                .status();
+        !s.ok()) {
       return ::testing::AssertionFailure() << "all_reduce on mesh '" << mesh << "': " << s;
     }
     for (int64_t r = 0; r < ranks; ++r) {
@@ -158,7 +168,7 @@ class DTensorBadInputTest : public ::testing::Test {
       if (::testing::AssertionResult m = TensorsMatch(*got, sum, 1e-6); !m) return m;
     }
     for (const char* name : {"lar_in", "lar_out"}) {
-      if (absl::Status s = client.DeleteTensor(mesh, name); !s.ok()) {
+      if (absl::Status s = client.DeleteLocal(mesh, name); !s.ok()) {
         return ::testing::AssertionFailure() << s;
       }
     }
@@ -177,8 +187,9 @@ class DTensorBadInputTest : public ::testing::Test {
     static absl::StatusOr<std::unique_ptr<UncountedHold>> Start(int64_t worker) {
       std::unique_ptr<UncountedHold> hold(new UncountedHold);
       hold->worker_ = worker;
-      absl::StatusOr<v1::MeshInfo> mesh =
-          cluster_->client->CreateMesh("hold", "cpu", {2}, {}, {worker, 2});
+      absl::StatusOr<client::MeshInfo> mesh =
+          client::InitDeviceMesh(*cluster_->client, "cpu", {2}, {}, "hold",
+                                 client::MeshOptions{.worker_ids = {worker, 2}});
       if (!mesh.ok()) return mesh.status();
       hold->mesh_ = true;
       absl::StatusOr<client::Mesh> m = client::GetMesh(S(), "hold");
@@ -187,10 +198,10 @@ class DTensorBadInputTest : public ::testing::Test {
           client::Zeros(S(), *m, {kBytes / 4}, {Placement::Partial()});
       if (!partial.ok()) return partial.status();
       hold->partial_ = std::make_unique<DTensor>(*std::move(partial));
-      S().Prepare(&hold->context_);
+      Prepare(&hold->context_);
       v1::FullTensorRequest request;
       request.set_name(hold->partial_->name());
-      hold->reader_ = S().stub().FullTensor(&hold->context_, request);
+      hold->reader_ = stub_->FullTensor(&hold->context_, request);
       v1::TensorData first;
       if (!hold->reader_->Read(&first)) return absl::InternalError("FullTensor sent nothing");
       // The worker holds the tensor and its copy (the tests leave little else on it).
@@ -238,6 +249,7 @@ class DTensorBadInputTest : public ::testing::Test {
   static client::Mesh* pair_;
   static HostTensor* sentinel_value_;
   static DTensor* sentinel_;
+  static v1::DTensorService::Stub* stub_;  // for requests the library would never send
 };
 
 testing::TestCluster* DTensorBadInputTest::cluster_ = nullptr;
@@ -246,6 +258,7 @@ client::Mesh* DTensorBadInputTest::line_ = nullptr;
 client::Mesh* DTensorBadInputTest::pair_ = nullptr;
 HostTensor* DTensorBadInputTest::sentinel_value_ = nullptr;
 DTensor* DTensorBadInputTest::sentinel_ = nullptr;
+v1::DTensorService::Stub* DTensorBadInputTest::stub_ = nullptr;
 
 TEST_F(DTensorBadInputTest, ShardDimOutOfRange) {
   const HostTensor t = kernels::testing::RandomTensor(DType::kFloat32, {4, 4}, 1);
@@ -297,9 +310,9 @@ TEST_F(DTensorBadInputTest, UnknownTensorAndMesh) {
   v1::FreeTensorRequest request;
   request.set_name("nope");
   grpc::ClientContext context;
-  S().Prepare(&context);
+  Prepare(&context);
   v1::FreeTensorReply reply;
-  EXPECT_TRUE(StatusIs(FromGrpcStatus(S().stub().FreeTensor(&context, request, &reply)),
+  EXPECT_TRUE(StatusIs(FromGrpcStatus(stub_->FreeTensor(&context, request, &reply)),
                        absl::StatusCode::kNotFound, {"'nope'"}));
 }
 
@@ -323,19 +336,20 @@ TEST_F(DTensorBadInputTest, TensorOverTheMemoryBudget) {
 }
 
 TEST_F(DTensorBadInputTest, NameTakenAndBadName) {
-  EXPECT_TRUE(StatusIs(client::CreateTensor(S(), v1::ZEROS, *line_, {4}, {Placement::Shard(0)},
-                                            DType::kFloat32, 0, 0, sentinel_->name())
-                           .status(),
-                       absl::StatusCode::kAlreadyExists, {sentinel_->name()}));
-  EXPECT_TRUE(StatusIs(client::CreateTensor(S(), v1::ZEROS, *line_, {4}, {Placement::Shard(0)},
-                                            DType::kFloat32, 0, 0, "a/b")
+  EXPECT_TRUE(
+      StatusIs(client::CreateTensor(S(), client::Factory::kZeros, *line_, {4},
+                                    {Placement::Shard(0)}, DType::kFloat32, 0, 0, sentinel_->name())
+                   .status(),
+               absl::StatusCode::kAlreadyExists, {sentinel_->name()}));
+  EXPECT_TRUE(StatusIs(client::CreateTensor(S(), client::Factory::kZeros, *line_, {4},
+                                            {Placement::Shard(0)}, DType::kFloat32, 0, 0, "a/b")
                            .status(),
                        absl::StatusCode::kInvalidArgument, {"'a/b'"}));
 }
 
 TEST_F(DTensorBadInputTest, RedistributeToAnImpossibleLayout) {
-  EXPECT_TRUE(StatusIs(sentinel_->Redistribute({Placement::Partial()}).status(),
-                       absl::StatusCode::kInvalidArgument, {"S(0)", "P(sum)"}));
+  EXPECT_TRUE(StatusIs(sentinel_->Redistribute({Placement::Partial(ReduceOp::kMax)}).status(),
+                       absl::StatusCode::kInvalidArgument, {"S(0)", "P(max)"}));
   EXPECT_TRUE(StatusIs(sentinel_->Redistribute({Placement::Shard(0)}, "nowhere").status(),
                        absl::StatusCode::kNotFound, {"'nowhere'"}));
 }
@@ -363,9 +377,9 @@ TEST_F(DTensorBadInputTest, AWorkerFailureSurfacesOnTheNextCall) {
       StatusIs(t->FullTensor().status(), absl::StatusCode::kResourceExhausted, {t->name()}));
   EXPECT_TRUE(
       StatusIs(client::Relu(*t).status(), absl::StatusCode::kResourceExhausted, {t->name()}));
-  absl::StatusOr<v1::TensorInfo> info = t->Refresh();
+  absl::StatusOr<client::DTensorInfo> info = t->Refresh();
   ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->state(), v1::FAILED);
+  EXPECT_EQ(info->state, client::TensorState::kFailed);
   EXPECT_TRUE(t->Free().ok());
 }
 
@@ -406,7 +420,7 @@ TEST_F(DTensorBadInputTest, ADTensorThatDoesNotFitNextToLocalTensorsIsRefused) {
   absl::StatusOr<HostTensor> kept = cluster_->client->GetLocal("pair", 1, "raw");
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_TRUE(TensorsMatch(*kept, raw));
-  ASSERT_TRUE(cluster_->client->DeleteTensor("pair", "raw").ok());
+  ASSERT_TRUE(cluster_->client->DeleteLocal("pair", "raw").ok());
 
   absl::StatusOr<DTensor> t =
       client::DistributeTensor(S(), value, *pair_, {Placement::Replicate()});
@@ -458,9 +472,9 @@ TEST_F(DTensorBadInputTest, AReplicaThatDoesNotFitFailsAtOnceAndTheMeshKeepsWork
 TEST_F(DTensorBadInputTest, FreeDuringAReplicateUpload) {
   const std::vector<int64_t> before = SettledUsedBytes();
   grpc::ClientContext context;
-  S().Prepare(&context);
+  Prepare(&context);
   v1::TensorInfo info;
-  auto writer = S().stub().DistributeTensor(&context, &info);
+  auto writer = stub_->DistributeTensor(&context, &info);
   v1::DistributeChunk chunk;
   v1::DistributeHeader* h = chunk.mutable_header();
   h->set_name("slow");
@@ -472,25 +486,14 @@ TEST_F(DTensorBadInputTest, FreeDuringAReplicateUpload) {
   ASSERT_TRUE(writer->Write(chunk));
   // The tensor exists once the coordinator has read the header; its owner frees it while the
   // rest of its bytes are still to come.
-  absl::StatusOr<v1::TensorInfo> pending = absl::NotFoundError("not looked up");
+  absl::StatusOr<DTensor> pending = absl::NotFoundError("not looked up");
   for (const absl::Time deadline = absl::Now() + absl::Seconds(5);
        !pending.ok() && absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(10))) {
-    grpc::ClientContext get_context;
-    S().Prepare(&get_context);
-    v1::GetTensorRequest get;
-    get.set_name("slow");
-    v1::TensorInfo got;
-    const grpc::Status s = S().stub().GetTensor(&get_context, get, &got);
-    pending = s.ok() ? absl::StatusOr<v1::TensorInfo>(got) : FromGrpcStatus(s);
+    pending = client::GetTensor(S(), "slow");
   }
   ASSERT_TRUE(pending.ok()) << pending.status();
-  EXPECT_EQ(pending->state(), v1::PENDING);
-  v1::FreeTensorRequest free;
-  free.set_name("slow");
-  grpc::ClientContext free_context;
-  S().Prepare(&free_context);
-  v1::FreeTensorReply freed;
-  ASSERT_TRUE(S().stub().FreeTensor(&free_context, free, &freed).ok());
+  EXPECT_EQ(pending->info().state, client::TensorState::kPending);
+  ASSERT_TRUE(pending->Free().ok());
   chunk.Clear();
   chunk.set_data(std::string(2 << 20, '\1'));
   ASSERT_TRUE(writer->Write(chunk));

@@ -14,7 +14,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/dtensor.h"
 #include "core/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
@@ -24,6 +23,9 @@
 namespace tessera {
 namespace {
 
+using ::tessera::client::CollectiveRequest;
+using ::tessera::client::CollectiveResult;
+using ::tessera::client::Session;
 using ::tessera::testing::StatusIs;
 using ::tessera::testing::TensorsMatch;
 using ::tessera::testing::TestCluster;
@@ -33,24 +35,19 @@ constexpr int kWorkers = 4;
 constexpr int kStalled = kWorkers - 1;  // LocalCluster's index of the worker stopped
 constexpr absl::Duration kCollectiveTimeout = absl::Seconds(1);
 
-v1::CollectiveRequest AllReduceSum(const std::string& mesh, const std::string& input,
-                                   const std::string& output) {
-  v1::CollectiveRequest request;
-  request.set_mesh(mesh);
-  request.set_op(v1::ALL_REDUCE_OP);
-  request.set_reduce_op(v1::SUM);
-  request.set_input(input);
-  request.set_output(output);
-  return request;
+// A sum all_reduce of `input` into `output` over the groups of `mesh_dim` ("": the whole mesh).
+CollectiveRequest AllReduceSum(const std::string& mesh, const std::string& input,
+                               const std::string& output, const std::string& mesh_dim = "") {
+  return client::AllReduce({mesh, mesh_dim}, input, output, ReduceOp::kSum);
 }
 
 // Waits (up to `timeout`) until mesh `name` is ready (or not); returns its last description.
-absl::StatusOr<v1::MeshInfo> AwaitReady(CoordinatorClient& client, const std::string& name,
-                                        bool ready, absl::Duration timeout) {
+absl::StatusOr<client::MeshInfo> AwaitReady(Session& session, const std::string& name, bool ready,
+                                            absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
-    absl::StatusOr<v1::MeshInfo> mesh = client.GetMesh(name);
-    if (!mesh.ok() || mesh->ready() == ready || absl::Now() > deadline) return mesh;
+    absl::StatusOr<client::MeshInfo> mesh = client::GetMesh(session, name);
+    if (!mesh.ok() || mesh->ready == ready || absl::Now() > deadline) return mesh;
     absl::SleepFor(absl::Milliseconds(20));
   }
 }
@@ -74,7 +71,7 @@ class ClusterReformTest : public ::testing::Test {
     ASSERT_TRUE(startup_.ok()) << "the cluster did not start: " << startup_ << cluster_->LogHint();
   }
 
-  static CoordinatorClient& client() { return *cluster_->client; }
+  static Session& client() { return *cluster_->client; }
 
   // Every rank of `mesh` uploads its own small tensor, they all-reduce it, and every rank's
   // result is the sum.
@@ -87,7 +84,7 @@ class ClusterReformTest : public ::testing::Test {
         return ::testing::AssertionFailure() << "upload to rank " << r << ": " << s;
       }
     }
-    absl::StatusOr<v1::CollectiveReply> reply =
+    absl::StatusOr<CollectiveResult> reply =
         client().RunCollective(AllReduceSum(mesh, "small", "small_sum"));
     if (!reply.ok()) return ::testing::AssertionFailure() << "all_reduce: " << reply.status();
     HostTensor want = inputs[0].Clone();
@@ -121,8 +118,9 @@ class ClusterReformCaseTest : public ClusterReformTest,
 TEST_P(ClusterReformCaseTest, BrokenMeshShowsBrokenAndWorksAgainAfterTheReform) {
   const Case& c = GetParam();
   const std::string name = absl::StrCat("m", c.shape.size(), c.mesh_dim);
-  absl::StatusOr<v1::MeshInfo> created =
-      client().CreateMesh(name, "cpu", c.shape, {}, {}, kCollectiveTimeout);
+  absl::StatusOr<client::MeshInfo> created =
+      client::InitDeviceMesh(client(), "cpu", c.shape, {}, name,
+                             client::MeshOptions{.collective_timeout = kCollectiveTimeout});
   ASSERT_TRUE(created.ok()) << created.status();
   const HostTensor kept = SmallIntegerTensor(DType::kInt32, {4, 2}, 7);
   for (int64_t r = 0; r < kWorkers; ++r) ASSERT_TRUE(client().PutLocal(name, r, "kept", kept).ok());
@@ -132,57 +130,49 @@ TEST_P(ClusterReformCaseTest, BrokenMeshShowsBrokenAndWorksAgainAfterTheReform) 
   // The last worker stops; its peers run the all_reduce without it and time out after 1 s.
   const pid_t stalled = cluster_->cluster->worker_pid(kStalled);
   ASSERT_EQ(kill(stalled, SIGSTOP), 0);
-  v1::CollectiveRequest request = AllReduceSum(name, "x", "y");
-  request.set_mesh_dim(c.mesh_dim);
-  request.set_async_op(true);
-  absl::StatusOr<v1::CollectiveReply> started = client().RunCollective(request);
+  absl::StatusOr<client::Work> started =
+      client().StartCollective(AllReduceSum(name, "x", "y", c.mesh_dim));
   // Broken as soon as one of them reports it, while the stalled worker has not even replied.
-  absl::StatusOr<v1::MeshInfo> broken = AwaitReady(client(), name, false, absl::Seconds(5));
-  absl::StatusOr<std::vector<v1::MeshInfo>> listed = client().ListMeshes();
+  absl::StatusOr<client::MeshInfo> broken = AwaitReady(client(), name, false, absl::Seconds(5));
+  absl::StatusOr<std::vector<client::MeshInfo>> listed = client().ListMeshes();
   const absl::Status refused = client().RunCollective(AllReduceSum(name, "kept", "k2")).status();
   ASSERT_EQ(kill(stalled, SIGCONT), 0);  // before any ASSERT can leave it stopped
   ASSERT_TRUE(started.ok()) << started.status();
   ASSERT_TRUE(broken.ok()) << broken.status();
-  EXPECT_FALSE(broken->ready());
-  EXPECT_NE(broken->broken_reason().find("communicators broke"), std::string::npos)
-      << broken->broken_reason();
-  EXPECT_NE(broken->broken_reason().find("re-forming"), std::string::npos)
-      << broken->broken_reason();
+  EXPECT_FALSE(broken->ready);
+  EXPECT_NE(broken->broken_reason.find("communicators broke"), std::string::npos)
+      << broken->broken_reason;
+  EXPECT_NE(broken->broken_reason.find("re-forming"), std::string::npos) << broken->broken_reason;
   ASSERT_TRUE(listed.ok()) << listed.status();
   bool listed_broken = false;
-  for (const v1::MeshInfo& m : *listed) {
-    if (m.name() == name) listed_broken = !m.ready() && !m.broken_reason().empty();
+  for (const client::MeshInfo& m : *listed) {
+    if (m.name == name) listed_broken = !m.ready && !m.broken_reason.empty();
   }
   EXPECT_TRUE(listed_broken) << "ListMeshes does not show mesh '" << name << "' broken";
   EXPECT_TRUE(StatusIs(refused, absl::StatusCode::kUnavailable, {name, "communicators broke"}));
 
   // The all_reduce that broke it fails; then the mesh is re-formed and works, tensors included.
-  absl::StatusOr<std::vector<absl::StatusOr<v1::CollectiveReply>>> outcome =
-      client().WaitCollectives(name, {started->work()});
+  absl::StatusOr<std::vector<absl::StatusOr<CollectiveResult>>> outcome =
+      client().WaitCollectives(name, {started->id()});
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_FALSE((*outcome)[0].ok());
-  absl::StatusOr<v1::MeshInfo> ready = AwaitReady(client(), name, true, absl::Seconds(30));
+  absl::StatusOr<client::MeshInfo> ready = AwaitReady(client(), name, true, absl::Seconds(30));
   ASSERT_TRUE(ready.ok()) << ready.status();
-  ASSERT_TRUE(ready->ready()) << ready->broken_reason();
-  EXPECT_TRUE(ready->broken_reason().empty()) << ready->broken_reason();
+  ASSERT_TRUE(ready->ready) << ready->broken_reason;
+  EXPECT_TRUE(ready->broken_reason.empty()) << ready->broken_reason;
   for (int64_t r = 0; r < kWorkers; ++r) {
     absl::StatusOr<HostTensor> got = client().GetLocal(name, r, "kept");
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(TensorsMatch(*got, kept)) << "rank " << r;
   }
-  v1::CollectiveRequest again = AllReduceSum(name, "x", "y");
-  again.set_mesh_dim(c.mesh_dim);
-  EXPECT_TRUE(client().RunCollective(again).ok());
+  EXPECT_TRUE(client().RunCollective(AllReduceSum(name, "x", "y", c.mesh_dim)).ok());
   EXPECT_TRUE(AllReduceWorks(name, 10));
   // DTensors use the re-formed communicators too: a Replicate put is broadcast from rank 0.
-  absl::StatusOr<std::shared_ptr<client::Session>> session =
-      client::Session::Connect(cluster_->cluster->address());
-  ASSERT_TRUE(session.ok()) << session.status();
-  absl::StatusOr<client::Mesh> mesh = client::GetMesh(**session, name);
+  absl::StatusOr<client::Mesh> mesh = client::GetMesh(client(), name);
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   const HostTensor value = kernels::testing::RandomTensor(DType::kFloat32, {6, 5}, 3);
   const std::vector<Placement> replicate(c.shape.size(), Placement::Replicate());
-  absl::StatusOr<client::DTensor> t = client::DistributeTensor(**session, value, *mesh, replicate);
+  absl::StatusOr<client::DTensor> t = client::DistributeTensor(client(), value, *mesh, replicate);
   ASSERT_TRUE(t.ok()) << t.status();
   for (int64_t r = 0; r < kWorkers; ++r) {
     absl::StatusOr<HostTensor> got = t->ToLocal(r);
