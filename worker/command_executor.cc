@@ -138,9 +138,9 @@ absl::Status CommandExecutor::SetupMesh(const v1::SetupMesh& setup) {
     }
     return p;
   }();
-  ASSIGN_OR_RETURN(comms->world, Connect(absl::StrCat(setup.store_prefix(), "all/"),
-                                         static_cast<int>(position), static_cast<int>(mesh.size()),
-                                         connect_timeout, timeout));
+  ASSIGN_OR_RETURN(comms->world,
+                   Connect(absl::StrCat(setup.store_prefix(), "all/"), static_cast<int>(position),
+                           static_cast<int>(mesh.size()), connect_timeout, timeout));
   for (int m = 0; m < mesh.ndim(); ++m) {
     // A group is named by its first rank, which every member computes the same way.
     const int64_t first = mesh.GroupAlong(m, coord)[0];
