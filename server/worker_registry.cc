@@ -13,6 +13,10 @@ v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
+  // A connection of its own: a worker that registers again (a restart on the same address) must
+  // not inherit the reconnect backoff that calls to its dead predecessor built up in a shared
+  // subchannel.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   auto channel =
       grpc::CreateCustomChannel(request.address(), grpc::InsecureChannelCredentials(), args);
   absl::MutexLock lock(&mu_);

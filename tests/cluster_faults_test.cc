@@ -257,7 +257,8 @@ TEST_P(ClusterFaultsIssueTest, WorkerKilledDuringAllReduce) {
   EXPECT_TRUE(StatusIs(client.RunCollective(AllReduceSum("big", "x", "z")).status(),
                        absl::StatusCode::kUnavailable, {victim_name, "restarted"}));
   ASSERT_TRUE(client.DeleteMesh("big").ok());
-  ASSERT_TRUE(CreateMesh(client, "again", {kWorkers}, ids).ok());
+  const absl::Status again = CreateMesh(client, "again", {kWorkers}, ids);
+  ASSERT_TRUE(again.ok()) << again;
   EXPECT_TRUE(AllReduceWorks(client, "again", kWorkers, 30));
   EXPECT_TRUE(AllReduceWorks(client, "others", kVictim, 40));
   for (const char* mesh : {"others", "live", "again"}) {
