@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -162,9 +161,9 @@ void Dispatcher::Release(const WorkerHandle& worker, std::vector<int64_t> sequen
       [call, id = worker.id, address = worker.address](grpc::Status s) {
         // A stale incarnation has no use for the numbers; any other failure leaves a gap.
         if (s.ok() || s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) return;
-        std::cerr << "tessera-coordinator: " << WorkerError(id, address, s).message()
-                  << " (releasing command sequences " << call->request.ShortDebugString()
-                  << "; its later commands wait for them)\n";
+        spdlog::error("{} (releasing command sequences {}; its later commands wait for them)",
+                      std::string(WorkerError(id, address, s).message()),
+                      call->request.ShortDebugString());
       });
 }
 

@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
       if (absl::Status broken = service.command_order_broken(); !broken.ok()) {
         // Nothing can run until the order starts again: a new incarnation, which the coordinator
         // sees as a restart of this worker.
-        std::cerr << "tessera-worker: " << broken.message() << "\n";
+        spdlog::error("{}; registering again", std::string(broken.message()));
         reg = begin();
         continue;
       }
