@@ -78,6 +78,8 @@ absl::string_view ActivationName(Activation f) {
       return "gelu_tanh";
     case Activation::kTanh:
       return "tanh";
+    case Activation::kSilu:
+      return "silu";
   }
   return "invalid";
 }

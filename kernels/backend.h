@@ -105,6 +105,61 @@ class KernelBackend {
   // Sets every element to `value` converted to out's dtype by Cast's rule.
   absl::Status Fill(const TensorView& out, double value);
 
+  // --- Neural-network kernels (module programs). float32 and float64; other dtypes are
+  // INVALID_ARGUMENT naming the dtype. Leading dims fold into rows. A null optional view means
+  // the module has no such parameter. Gradients of parameters (dweight, dbias) are accumulated
+  // (+=); every other output is overwritten. ---
+
+  // dx = dy * f'(x), same dtype and shape (relu'(0) = 0, as torch).
+  absl::Status ActivateBackward(Activation f, const ConstTensorView& x, const ConstTensorView& dy,
+                                const TensorView& dx);
+
+  // y = (x - mean) * rstd * weight + bias over the last dim (n); mean and rstd are float32 [rows]
+  // for the backward, rstd = 1 / sqrt(var + eps) with the biased variance, as torch.
+  absl::Status LayerNorm(const ConstTensorView& x, const ConstTensorView* weight,
+                         const ConstTensorView* bias, double eps, const TensorView& y,
+                         const TensorView& mean, const TensorView& rstd);
+  absl::Status LayerNormBackward(const ConstTensorView& dy, const ConstTensorView& x,
+                                 const ConstTensorView* weight, const ConstTensorView& mean,
+                                 const ConstTensorView& rstd, const TensorView& dx,
+                                 const TensorView* dweight, const TensorView* dbias);
+
+  // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps) over the last dim; rstd float32
+  // [rows].
+  absl::Status RmsNorm(const ConstTensorView& x, const ConstTensorView* weight, double eps,
+                       const TensorView& y, const TensorView& rstd);
+  absl::Status RmsNormBackward(const ConstTensorView& dy, const ConstTensorView& x,
+                               const ConstTensorView* weight, const ConstTensorView& rstd,
+                               const TensorView& dx, const TensorView* dweight);
+
+  // out[i, :] = weight[ids[i] - row_offset, :] when row_offset <= ids[i] < row_offset + rows of
+  // weight, else zeros (a vocab-sharded embedding's part; an all-reduce sums the parts). ids are
+  // int64 of any shape, out is ids' shape + [dim]. INVALID_ARGUMENT naming the id and position
+  // for an id outside [0, num_embeddings).
+  absl::Status Embedding(const ConstTensorView& ids, const ConstTensorView& weight,
+                         int64_t row_offset, int64_t num_embeddings, const TensorView& out);
+  // dweight[ids[i] - row_offset, :] += dy[i, :] for the ids within this shard's rows.
+  absl::Status EmbeddingBackward(const ConstTensorView& ids, const ConstTensorView& dy,
+                                 int64_t row_offset, const TensorView& dweight);
+
+  // Scaled dot-product attention per head: q, k, v and out are [B, S, H*D] (head h is features
+  // [h*D, (h+1)*D)), probs is float32 [B, H, S, S] = softmax(q k^T / sqrt(D)), with positions
+  // j > i masked out when `causal`; out = probs v.
+  absl::Status Attention(const ConstTensorView& q, const ConstTensorView& k,
+                         const ConstTensorView& v, int64_t heads, bool causal,
+                         const TensorView& out, const TensorView& probs);
+  absl::Status AttentionBackward(const ConstTensorView& q, const ConstTensorView& k,
+                                 const ConstTensorView& v, const ConstTensorView& probs,
+                                 const ConstTensorView& dout, int64_t heads, const TensorView& dq,
+                                 const TensorView& dk, const TensorView& dv);
+
+  // One torch.optim.SGD step on one parameter (dampening 0, no Nesterov): g = grad +
+  // weight_decay * param; with momentum, buf = g on the first step and momentum * buf + g after,
+  // and g = buf; param -= lr * g. `momentum_buf` is required when momentum != 0.
+  absl::Status SgdStep(const TensorView& param, const ConstTensorView& grad,
+                       const TensorView* momentum_buf, double lr, double momentum,
+                       double weight_decay, bool first_step);
+
   // Fills the shard of a random tensor of shape `global_shape` that starts at `offset` and has
   // out's shape, so that every shard equals the same slice of the full tensor filled with the same
   // seed. Element values are a function of (seed, global linear index) only: Philox4x32-10 keyed by

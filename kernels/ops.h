@@ -10,8 +10,9 @@ namespace tessera::kernels {
 enum class BinaryOp : int { kAdd, kSub, kMul, kDiv };
 
 // Elementwise activations. kGelu is PyTorch's default, x * Phi(x) with the exact erf;
-// kGeluTanh is gelu(approximate="tanh"). kRelu takes any non-bool dtype, the others floating ones.
-enum class Activation : int { kRelu, kGelu, kGeluTanh, kTanh };
+// kGeluTanh is gelu(approximate="tanh"); kSilu is x * sigmoid(x). kRelu takes any non-bool dtype,
+// the others floating ones.
+enum class Activation : int { kRelu, kGelu, kGeluTanh, kTanh, kSilu };
 
 // Distributions of RandomFill.
 enum class Distribution : int { kUniform, kNormal };

@@ -91,6 +91,8 @@ C ApplyActivation(C v) {
     } else if constexpr (kF == Activation::kGeluTanh) {
       const C inner = C(0.79788456080286535588) * (v + C(0.044715) * v * v * v);
       return C(0.5) * v * (C(1) + std::tanh(inner));
+    } else if constexpr (kF == Activation::kSilu) {
+      return v / (C(1) + std::exp(-v));
     } else {
       return std::tanh(v);
     }
@@ -139,6 +141,8 @@ absl::Status CpuBackend::DoActivate(Activation f, DType dtype, const std::byte* 
         return ActivateTyped<T, Activation::kGeluTanh>(x, out, n);
       case Activation::kTanh:
         return ActivateTyped<T, Activation::kTanh>(x, out, n);
+      case Activation::kSilu:
+        return ActivateTyped<T, Activation::kSilu>(x, out, n);
     }
   });
   return absl::OkStatus();

@@ -55,6 +55,8 @@ __device__ C ApplyActivation(C v) {
     } else if constexpr (kF == Activation::kGeluTanh) {
       const C inner = C(0.79788456080286535588) * (v + C(0.044715) * v * v * v);
       return C(0.5) * v * (C(1) + tanh(inner));
+    } else if constexpr (kF == Activation::kSilu) {
+      return v / (C(1) + exp(-v));
     } else {
       return tanh(v);
     }
@@ -117,6 +119,8 @@ cudaError_t LaunchActivate(Activation f, DType dtype, const void* x, void* out, 
         return LaunchActivateTyped<T, Activation::kGeluTanh>(x, out, n, stream);
       case Activation::kTanh:
         return LaunchActivateTyped<T, Activation::kTanh>(x, out, n, stream);
+      case Activation::kSilu:
+        return LaunchActivateTyped<T, Activation::kSilu>(x, out, n, stream);
     }
   });
   return cudaGetLastError();

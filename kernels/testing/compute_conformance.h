@@ -308,6 +308,8 @@ inline double NaiveActivation(Activation f, double x) {
     }
     case Activation::kTanh:
       return std::tanh(x);
+    case Activation::kSilu:
+      return x / (1 + std::exp(-x));
   }
   return 0;
 }
@@ -347,7 +349,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, ActivationTest,
                          ::testing::Combine(::testing::ValuesIn(kAllDTypes),
                                             ::testing::Values(Activation::kRelu, Activation::kGelu,
                                                               Activation::kGeluTanh,
-                                                              Activation::kTanh),
+                                                              Activation::kTanh, Activation::kSilu),
                                             ::testing::Values(Shape{257}, Shape{3, 4, 5})),
                          [](const ::testing::TestParamInfo<ActivationParam>& info) {
                            return absl::StrCat(DTypeName(std::get<0>(info.param)), "_",
