@@ -339,6 +339,27 @@ absl::StatusOr<OpCall> FromProto(const v1::OpCall& op) {
   return out;
 }
 
+v1::InlineTensor ToProto(const HostTensor& tensor) {
+  v1::InlineTensor out;
+  out.set_dtype(ToProto(tensor.dtype()));
+  *out.mutable_shape() = ToProto(tensor.shape());
+  if (tensor.nbytes() > 0) {
+    out.set_data(reinterpret_cast<const char*>(tensor.data()), tensor.nbytes());
+  }
+  return out;
+}
+
+absl::StatusOr<HostTensor> FromProto(const v1::InlineTensor& tensor) {
+  absl::StatusOr<DType> dtype = FromProto(tensor.dtype());
+  if (!dtype.ok()) return Prefixed("dtype", dtype.status());
+  absl::StatusOr<Shape> shape = FromProto(tensor.shape());
+  if (!shape.ok()) return Prefixed("shape", shape.status());
+  const std::string& data = tensor.data();
+  return HostTensor::FromBytes(
+      *dtype, *std::move(shape),
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(data.data()), data.size()));
+}
+
 namespace {
 
 v1::ProgramStep StepToProto(const ProgramStep& step) {

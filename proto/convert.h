@@ -13,6 +13,7 @@
 #include "core/device_mesh.h"
 #include "core/dtensor_spec.h"
 #include "core/dtype.h"
+#include "core/host_tensor.h"
 #include "core/module_program.h"
 #include "core/op_call.h"
 #include "core/placement.h"
@@ -22,6 +23,7 @@
 #include "tessera/v1/program.pb.h"
 #include "tessera/v1/tensor.pb.h"
 #include "tessera/v1/types.pb.h"
+#include "tessera/v1/worker.pb.h"
 
 namespace tessera {
 
@@ -72,6 +74,11 @@ absl::StatusOr<RedistributePlan> FromProto(const v1::RedistributePlan& plan, int
 v1::OpCall ToProto(const OpCall& op);
 // Validates the kind and the cast dtype; attribute values are checked by InferOpOutput.
 absl::StatusOr<OpCall> FromProto(const v1::OpCall& op);
+
+// A tensor's bytes inline (RunProgram's input and output).
+v1::InlineTensor ToProto(const HostTensor& tensor);
+// INVALID_ARGUMENT naming the dtype, the shape, or the data's size against the size they take.
+absl::StatusOr<HostTensor> FromProto(const v1::InlineTensor& tensor);
 
 // The local tensors a worker keeps for one parameter of a module program.
 struct ParameterTensors {
