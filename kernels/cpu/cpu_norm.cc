@@ -30,6 +30,22 @@ class ParameterRow {
   const T* row_ = nullptr;
 };
 
+// The sum over j < n of term(j) in float64, in four interleaved partial sums so that the
+// additions overlap (a single running sum is bound by the add's latency).
+template <typename F>
+double SumOf(int64_t n, F term) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    s0 += term(j);
+    s1 += term(j + 1);
+    s2 += term(j + 2);
+    s3 += term(j + 3);
+  }
+  for (; j < n; ++j) s0 += term(j);
+  return (s0 + s1) + (s2 + s3);
+}
+
 // y = (x - mean) * rstd * weight + bias per row; mean is 0 unless `centered`.
 template <typename T, typename NormArgs>
 void NormalizeRows(const NormArgs& a, bool centered) {
@@ -42,17 +58,14 @@ void NormalizeRows(const NormArgs& a, bool centered) {
   for (int64_t r = 0; r < a.rows; ++r) {
     const T* x = reinterpret_cast<const T*>(a.x) + r * n;
     T* y = reinterpret_cast<T*>(a.y) + r * n;
-    double mean = 0;
-    if (centered) {
-      for (int64_t j = 0; j < n; ++j) mean += x[j];
-      mean /= static_cast<double>(n);
-    }
-    double var = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      const double d = x[j] - mean;
-      var += d * d;
-    }
-    var /= static_cast<double>(n);
+    const double mean =
+        centered ? SumOf(n, [&](int64_t j) { return double{x[j]}; }) / static_cast<double>(n) : 0.0;
+    const double var = SumOf(n,
+                             [&](int64_t j) {
+                               const double d = x[j] - mean;
+                               return d * d;
+                             }) /
+                       static_cast<double>(n);
     const double rstd = 1.0 / std::sqrt(var + a.eps);
     for (int64_t j = 0; j < n; ++j) y[j] = static_cast<T>((x[j] - mean) * rstd * w[j] + b[j]);
     if (centered) mean_out[r] = static_cast<float>(mean);
@@ -77,13 +90,10 @@ void NormalizeRowsBackward(const NormBackwardArgs& a, bool centered) {
     const T* dy = reinterpret_cast<const T*>(a.dy) + r * n;
     T* dx = reinterpret_cast<T*>(a.dx) + r * n;
     const double mean = centered ? mean_in[r] : 0.0, rstd = rstd_in[r];
-    double sum_g = 0, sum_g_xhat = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      xhat[j] = (x[j] - mean) * rstd;
-      const double g = static_cast<double>(dy[j]) * w[j];
-      sum_g += g;
-      sum_g_xhat += g * xhat[j];
-    }
+    for (int64_t j = 0; j < n; ++j) xhat[j] = (x[j] - mean) * rstd;
+    const double sum_g = SumOf(n, [&](int64_t j) { return static_cast<double>(dy[j]) * w[j]; });
+    const double sum_g_xhat =
+        SumOf(n, [&](int64_t j) { return static_cast<double>(dy[j]) * w[j] * xhat[j]; });
     if (!dweight.empty()) {
       for (int64_t j = 0; j < n; ++j) dweight[j] += dy[j] * xhat[j];
     }
