@@ -309,7 +309,7 @@ class KernelBackend {
   virtual absl::Status DoRmsNorm(const NormArgs& args) = 0;
   virtual absl::Status DoRmsNormBackward(const NormBackwardArgs& args) = 0;
   // INVALID_ARGUMENT naming the first id outside [0, num_embeddings) and its position, before
-  // writing anything.
+  // writing anything; called whenever there are ids, even with dim 0.
   virtual absl::Status DoEmbedding(const EmbeddingArgs& args) = 0;
   virtual absl::Status DoEmbeddingBackward(const EmbeddingBackwardArgs& args) = 0;
   virtual absl::Status DoAttention(const AttentionArgs& args) = 0;

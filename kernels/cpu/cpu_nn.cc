@@ -112,6 +112,7 @@ absl::Status CpuBackend::DoEmbedding(const EmbeddingArgs& e) {
     }
   }
   const size_t row_bytes = static_cast<size_t>(e.dim) * DTypeSize(e.dtype);
+  if (row_bytes == 0) return absl::OkStatus();  // ids checked, nothing to write
   for (int64_t i = 0; i < e.count; ++i) {
     std::byte* dst = e.out + i * row_bytes;
     if (ids[i] >= e.row_offset && ids[i] - e.row_offset < e.rows) {

@@ -315,7 +315,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, EmbeddingTest,
                                                               EmbeddingCase{{4, 5}, 3, 3, 4, 10},
                                                               EmbeddingCase{{4, 5}, 3, 2, 7, 10},
                                                               EmbeddingCase{{}, 5, 6, 0, 5},
-                                                              EmbeddingCase{{2, 0}, 5, 3, 0, 5})),
+                                                              EmbeddingCase{{2, 0}, 5, 3, 0, 5},
+                                                              EmbeddingCase{{3}, 5, 0, 0, 5})),
                          [](const ::testing::TestParamInfo<EmbeddingParam>& info) {
                            const EmbeddingCase& c = std::get<1>(info.param);
                            return absl::StrCat(DTypeName(std::get<0>(info.param)), "_ids_",
