@@ -312,22 +312,20 @@ absl::Status ParseModule(const json& object, const std::string& path, bool is_ro
                         "Attention's children q, k, v, o are made from dim and bias; give none");
       } else {
         return BadValue(key_path, value,
-                        absl::StrCat("a ", ModuleTypeName(spec.type), " has no children"));
+                        absl::StrCat(ModuleTypeName(spec.type), " takes no children"));
       }
       continue;
     }
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-      return BadValue(key_path, value,
-                      absl::StrCat("unknown key for a ", ModuleTypeName(spec.type), " (",
-                                   TakesText(spec.type), ")"));
+      return BadValue(key_path, value, absl::StrCat("unknown key; ", TakesText(spec.type)));
     }
     RETURN_IF_ERROR(ReadArgument(key, value, key_path, spec));
   }
   for (absl::string_view size : RequiredSizes(spec.type)) {
     if (!object.contains(size)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("module spec: ", JoinPath(path, size), " is missing: ", ModuleAt(path),
-                       " is a ", ModuleTypeName(spec.type), ", which needs a positive ", size));
+      return absl::InvalidArgumentError(absl::StrCat("module spec: ", JoinPath(path, size),
+                                                     " is missing: ", ModuleTypeName(spec.type),
+                                                     " needs a positive ", size));
     }
   }
   if (spec.type == ModuleType::kAttention) {

@@ -170,22 +170,22 @@ absl::Status CheckStyleApplies(StyleKind kind, absl::string_view pattern, absl::
       if (module.type == ModuleType::kLinear || module.type == ModuleType::kEmbedding) {
         return absl::OkStatus();
       }
-      needs = "a Linear or an Embedding";
+      needs = "Linear and Embedding";
       break;
     case StyleKind::kSequenceParallel:
       if (module.type == ModuleType::kLayerNorm || module.type == ModuleType::kRMSNorm ||
           module.type == ModuleType::kDropout || NamedParameters(module).empty()) {
         return absl::OkStatus();
       }
-      needs = "a LayerNorm, an RMSNorm, a Dropout or a module without parameters";
+      needs = "LayerNorm, RMSNorm, Dropout and modules without parameters";
       break;
     case StyleKind::kPrepareModuleInput:
     case StyleKind::kPrepareModuleOutput:
       return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("plan: ", ModuleLabel(fqn), " is a ", ModuleTypeName(module.type), "; ",
-                   StyleKindName(kind), " (pattern '", pattern, "') applies to ", needs));
+      absl::StrCat("plan: ", ModuleLabel(fqn), " is of type ", ModuleTypeName(module.type), "; ",
+                   StyleKindName(kind), " (pattern '", pattern, "') applies only to ", needs));
 }
 
 // `placements` for the parameter `param` checked and with shard dims made non-negative.
