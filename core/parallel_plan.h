@@ -67,7 +67,8 @@ struct ParallelizePlan {
 };
 
 // A distribute_module partition: per-parameter placements on the whole mesh (one per mesh dim)
-// by FQN pattern, first match wins; a parameter no pattern matches is Replicate on every dim.
+// by FQN pattern (matched token by token as a parallelize plan's), first match wins; a parameter
+// no pattern matches is Replicate on every dim.
 struct DistributePlan {
   std::vector<std::pair<std::string, std::vector<Placement>>> placements;
 };
