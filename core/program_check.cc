@@ -195,6 +195,8 @@ std::optional<StepSignature> SignatureOf(ProgramOpKind kind) {
       return StepSignature{3, 2, 2, kNone, kNone, true, false};
     case ProgramOpKind::kAdd:
       return StepSignature{2, 1, 1, kNone, kNone, true, false};
+    case ProgramOpKind::kBiasAdd:
+      return StepSignature{1, 1, 1, kNone, kRequired, true, false};
     case ProgramOpKind::kAllReduce:
     case ProgramOpKind::kAllGather:
     case ProgramOpKind::kReduceScatter:
@@ -216,7 +218,9 @@ std::optional<StepSignature> SignatureOf(ProgramOpKind kind) {
     case ProgramOpKind::kAccumulate:
       return StepSignature{2, 1, 1, kNone, kNone, false, true};
     case ProgramOpKind::kScale:
-      return Unary(false, true);
+      return Unary(true, true);
+    case ProgramOpKind::kBiasAddBackward:
+      return StepSignature{1, 0, 0, kNone, kRequired, false, true};
     case ProgramOpKind::kGradAllReduce:
       return StepSignature{0, 0, 0, kRequired, kNone, false, true};
   }

@@ -64,23 +64,31 @@ Program EveryKind() {
                   {"ln.weight", {4}, {Placement::Replicate(), Placement::Replicate()}},
                   {"ln.bias", {4}, {Placement::Replicate(), Placement::Replicate()}},
                   {"rms.weight", {4}, {Placement::Replicate(), Placement::Replicate()}},
-                  {"out.weight", {4, 4}, {Placement::Replicate(), Placement::Shard(1)}}};
+                  {"out.weight", {4, 4}, {Placement::Replicate(), Placement::Shard(1)}},
+                  {"out.bias", {4}, {Placement::Replicate(), Placement::Replicate()}}};
   p.input = {DType::kInt64, {-1, 3}};
   p.input_layout = {Placement::Replicate(), false};
   p.output_layout = {Placement::Partial(ReduceOp::kSum), true};
   p.output_rank = 3;
   p.output_dtype = DType::kFloat64;
   p.output_features = 4;
-  p.num_buffers = 29;
+  p.num_buffers = 31;
   using K = ProgramOpKind;
-  p.forward = {
-      Step(K::kEmbedding, {0}, {1}, "emb", 0),         Step(K::kAllReduce, {1}, {2}, "emb"),
-      Step(K::kLayerNorm, {2}, {3, 4, 5}, "ln", 1, 2), Step(K::kRmsNorm, {3}, {6, 7}, "rms", 3),
-      Step(K::kAttention, {6, 6, 6}, {8, 9}, "attn"),  Step(K::kChunk, {8}, {10}, "attn"),
-      Step(K::kAllToAll, {10}, {11}, "attn"),          Step(K::kAllGather, {11}, {12}, "attn"),
-      Step(K::kReduceScatter, {12}, {13}, "attn"),     Step(K::kAllGather, {13}, {14}, "attn"),
-      Step(K::kActivation, {14}, {15}, "act"),         Step(K::kAdd, {15, 6}, {16}, ""),
-      Step(K::kLinear, {16}, {17}, "out", 4)};
+  p.forward = {Step(K::kEmbedding, {0}, {1}, "emb", 0),
+               Step(K::kAllReduce, {1}, {2}, "emb"),
+               Step(K::kLayerNorm, {2}, {3, 4, 5}, "ln", 1, 2),
+               Step(K::kRmsNorm, {3}, {6, 7}, "rms", 3),
+               Step(K::kAttention, {6, 6, 6}, {8, 9}, "attn"),
+               Step(K::kChunk, {8}, {10}, "attn"),
+               Step(K::kAllToAll, {10}, {11}, "attn"),
+               Step(K::kAllGather, {11}, {12}, "attn"),
+               Step(K::kReduceScatter, {12}, {13}, "attn"),
+               Step(K::kAllGather, {13}, {14}, "attn"),
+               Step(K::kActivation, {14}, {15}, "act"),
+               Step(K::kAdd, {15, 6}, {16}, ""),
+               Step(K::kLinear, {16}, {17}, "out", 4),
+               Step(K::kBiasAdd, {17}, {29}, "out", -1, 5),
+               Step(K::kScale, {29}, {18}, "out")};
   p.forward[0].size = 10;
   p.forward[1].mesh_dim = 1;
   p.forward[1].reduce_op = ReduceOp::kMax;
@@ -96,9 +104,11 @@ Program EveryKind() {
   p.forward[8].reduce_op = ReduceOp::kAvg;
   p.forward[9].dim = 2;
   p.forward[10].activation = ActivationKind::kGeluTanh;
-  p.output = 17;
-  p.grad_output = 18;
-  p.backward = {Step(K::kLinearBackward, {16, 18}, {19}, "out", 4),
+  p.forward[14].scale = 0.25;
+  p.output = 18;
+  p.grad_output = 30;
+  p.backward = {Step(K::kBiasAddBackward, {30}, {}, "out", -1, 5),
+                Step(K::kLinearBackward, {16, 30}, {19}, "out", 4),
                 Step(K::kScale, {19}, {20}, "out"),
                 Step(K::kAccumulate, {19, 20}, {21}, ""),
                 Step(K::kActivationBackward, {14, 21}, {22}, "act"),
@@ -108,12 +118,12 @@ Program EveryKind() {
                 Step(K::kLayerNormBackward, {2, 4, 5, 27}, {28}, "ln", 1, 2),
                 Step(K::kEmbeddingBackward, {0, 28}, {}, "emb", 0),
                 Step(K::kGradAllReduce, {}, {}, "ln", 1)};
-  p.backward[1].scale = 0.5;
-  p.backward[3].activation = ActivationKind::kGeluTanh;
-  p.backward[4].heads = 2;
-  p.backward[4].causal = true;
-  p.backward[9].mesh_dim = 1;
-  p.backward[9].reduce_op = ReduceOp::kAvg;
+  p.backward[2].scale = 0.5;
+  p.backward[4].activation = ActivationKind::kGeluTanh;
+  p.backward[5].heads = 2;
+  p.backward[5].causal = true;
+  p.backward[10].mesh_dim = 1;
+  p.backward[10].reduce_op = ReduceOp::kAvg;
   return p;
 }
 
@@ -218,8 +228,8 @@ std::vector<Malformed> MalformedPrograms() {
        [](Program& p) { p.forward[1].kind = static_cast<K>(99); },
        {"forward step 1 (kind 99, module \"relu\")", "not a step kind"}},
       {"BackwardKindInForward",
-       [](Program& p) { p.forward[1].kind = K::kScale; },
-       {"forward step 1 (scale, module \"relu\")", "cannot be in forward"}},
+       [](Program& p) { p.forward[1].kind = K::kAccumulate; },
+       {"forward step 1 (accumulate, module \"relu\")", "cannot be in forward"}},
       {"ForwardKindInBackward",
        [](Program& p) { p.backward[2].kind = K::kLinear; },
        {"backward step 2 (linear, module \"net1\")", "cannot be in backward"}},
@@ -286,6 +296,9 @@ std::vector<Malformed> MalformedPrograms() {
          p.forward[1] = Step(K::kAttention, {1, 1, 1}, {2, 7}, "attn");
        },
        {"forward step 1 (attention, module \"attn\")", "heads is 0"}},
+      {"BiasAddWithoutBias",
+       [](Program& p) { p.forward[1] = Step(K::kBiasAdd, {1}, {2}, "net1"); },
+       {"forward step 1 (bias_add, module \"net1\")", "bias is -1 but this kind needs one"}},
       {"AllToAllOnOneDim",
        [](Program& p) {
          p.forward[3].kind = K::kAllToAll;

@@ -106,6 +106,39 @@ absl::StatusOr<std::vector<HostTensor>> Linear(KernelBackend& k, const StepInput
   return out;
 }
 
+// grad[b] += dy summed over rows; `bias` holds the bias's value and gradient.
+absl::Status AccumulateBiasGrad(KernelBackend& k, const HostTensor& dy, const StepParameter& bias) {
+  RETURN_IF_ERROR(NeedGrad("bias", bias));
+  RETURN_IF_ERROR(NeedRank("dy", dy, 1));
+  const HostTensor& b = *bias.value;
+  if (b.shape() != Shape{dy.shape().back()}) {
+    return absl::InvalidArgumentError(absl::StrCat("dy ", ShapeToString(dy.shape()), " has ",
+                                                   dy.shape().back(), " features; the bias is ",
+                                                   ShapeToString(b.shape())));
+  }
+  ASSIGN_OR_RETURN(HostTensor sum, HostTensor::Uninitialized(dy.dtype(), b.shape()));
+  RETURN_IF_ERROR(k.ReduceAlongDim(ReduceOp::kSum, Rows(dy), 0, ViewOf(sum)));
+  return k.Binary(kernels::BinaryOp::kAdd, ViewOf(*bias.grad), ViewOf(sum), ViewOf(*bias.grad));
+}
+
+// out = in0 + b over the last dim (a rowwise Linear's bias after its reduction).
+absl::StatusOr<std::vector<HostTensor>> BiasAdd(KernelBackend& k, const StepInput& in,
+                                                const StepParameter& bias) {
+  const HostTensor& x = *in.tensor;
+  const HostTensor& b = *bias.value;
+  RETURN_IF_ERROR(NeedRank("the input", x, 1));
+  if (b.shape() != Shape{x.shape().back()}) {
+    return absl::InvalidArgumentError(absl::StrCat("the input ", ShapeToString(x.shape()), " has ",
+                                                   x.shape().back(), " features; the bias is ",
+                                                   ShapeToString(b.shape())));
+  }
+  HostTensor y = in.last_use ? std::move(*in.tensor) : x.Clone();
+  RETURN_IF_ERROR(k.BiasAdd(Rows(y), ViewOf(b)));
+  std::vector<HostTensor> out;
+  out.push_back(std::move(y));
+  return out;
+}
+
 absl::StatusOr<std::vector<HostTensor>> LinearBackward(KernelBackend& k, const ProgramStep& step,
                                                        std::span<const StepInput> in,
                                                        const StepParameter& weight,
@@ -114,18 +147,12 @@ absl::StatusOr<std::vector<HostTensor>> LinearBackward(KernelBackend& k, const P
   const HostTensor& dy = *in[1].tensor;
   const HostTensor& w = *weight.value;
   RETURN_IF_ERROR(NeedGrad("weight", weight));
-  RETURN_IF_ERROR(NeedGrad("bias", bias));
   RETURN_IF_ERROR(NeedRank("x", x, 1));
   if (w.rank() != 2) return absl::InvalidArgumentError("the weight is not 2-D");
   RETURN_IF_ERROR(NeedShape("dy", dy, WithDimSize(x.shape(), x.rank() - 1, w.shape()[0])));
   // grad[W] += dy^T x; grad[b] += dy summed over rows.
   RETURN_IF_ERROR(k.Gemm(true, false, 1.0, Rows(dy), Rows(x), 1.0, ViewOf(*weight.grad)));
-  if (bias.value != nullptr) {
-    ASSIGN_OR_RETURN(HostTensor sum, HostTensor::Uninitialized(dy.dtype(), {w.shape()[0]}));
-    RETURN_IF_ERROR(k.ReduceAlongDim(ReduceOp::kSum, Rows(dy), 0, ViewOf(sum)));
-    RETURN_IF_ERROR(
-        k.Binary(kernels::BinaryOp::kAdd, ViewOf(*bias.grad), ViewOf(sum), ViewOf(*bias.grad)));
-  }
+  if (bias.value != nullptr) RETURN_IF_ERROR(AccumulateBiasGrad(k, dy, bias));
   std::vector<HostTensor> out;
   if (step.outputs.empty()) return out;
   // dx = dy W.
@@ -348,6 +375,11 @@ absl::StatusOr<std::vector<HostTensor>> RunComputeStep(KernelBackend& kernels,
     case ProgramOpKind::kAdd:
     case ProgramOpKind::kAccumulate:
       return Add(kernels, inputs);
+    case ProgramOpKind::kBiasAdd:
+      return BiasAdd(kernels, inputs[0], bias);
+    case ProgramOpKind::kBiasAddBackward:
+      RETURN_IF_ERROR(AccumulateBiasGrad(kernels, *inputs[0].tensor, bias));
+      return std::vector<HostTensor>{};
     case ProgramOpKind::kLinearBackward:
       return LinearBackward(kernels, step, inputs, weight, bias);
     case ProgramOpKind::kEmbeddingBackward: {
