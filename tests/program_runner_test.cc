@@ -1,0 +1,813 @@
+// Module programs (core/module_program.h) installed and run by the workers' command executors
+// (LoadProgram, RunProgram), one thread per rank with real Gloo communicators in this process, on
+// hand-built programs as the compiler emits them: a colwise Linear -> activation -> rowwise
+// Linear MLP, a colwise Linear whose output is gathered, a rowwise Linear whose output is
+// reduce-scattered by rows, a vocab-parallel Embedding, sequence-parallel LayerNorm and RMSNorm,
+// a Megatron attention block, and a round trip through every collective; uneven torch.chunk
+// shards where the sizes do not divide (10 features over 3 and 4 ranks, 5 rows over 4).
+//
+// Every rank's output, every parameter's gradient and every parameter (and momentum buffer) after
+// SGD are compared with the same piece of a single-process float64 computation of the whole
+// model (kernels/testing/nn_reference.h), for 1 to 4 ranks, in float64 and float32; then 2-D
+// data x tensor parallelism, and the refusals of malformed programs and inputs, with their codes
+// and messages, losing nothing.
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/dtensor_spec.h"
+#include "core/program_check.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "gtest/gtest.h"
+#include "kernels/testing/nn_reference.h"
+#include "proto/convert.h"
+#include "tests/status_assertions.h"
+#include "worker/command_executor.h"
+#include "worker/shard_store.h"
+
+namespace tessera {
+namespace {
+
+using kernels::testing::AttentionShape;
+using kernels::testing::ToValues;
+using kernels::testing::Values;
+using ::tessera::testing::StatusIs;
+using K = ProgramOpKind;
+
+constexpr int64_t kMeshId = 5;
+constexpr int64_t kProgramId = 9;
+constexpr absl::Duration kTimeout = absl::Seconds(10);
+
+// ---------------------------------------------------------------------------------------------
+// Tensors and their pieces
+
+// Deterministic values in [-1, 1).
+Values RandomValues(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  Values v(n);
+  for (double& x : v) x = uniform(gen);
+  return v;
+}
+
+HostTensor Float64(const Shape& shape, const Values& values) {
+  return HostTensor::FromValues<double>(DType::kFloat64, shape, values);
+}
+
+HostTensor Random(const Shape& shape, uint32_t seed) {
+  return Float64(shape, RandomValues(NumElements(shape), seed));
+}
+
+// Tensors moved into a vector (an initializer list would copy them).
+template <typename... T>
+std::vector<HostTensor> Tensors(T&&... tensors) {
+  std::vector<HostTensor> v;
+  (v.push_back(std::forward<T>(tensors)), ...);
+  return v;
+}
+
+// `t` (float64 or int64) with its floating values in `dtype`.
+HostTensor InDType(const HostTensor& t, DType dtype) {
+  if (t.dtype() != DType::kFloat64 || dtype == DType::kFloat64) return t.Clone();
+  HostTensor out = HostTensor::ZerosOfValidShape(DType::kFloat32, t.shape());
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    out.data_as<float>()[i] = static_cast<float>(t.data_as<double>()[i]);
+  }
+  return out;
+}
+
+// The piece of `full` that the rank at `coordinate` holds under `placements` on `mesh`.
+HostTensor Piece(const HostTensor& full, const DeviceMesh& mesh,
+                 const std::vector<Placement>& placements, const std::vector<int64_t>& coordinate) {
+  absl::StatusOr<DTensorSpec> spec = MakeDTensorSpec(mesh, placements, full.shape(), full.dtype());
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  const LocalShard shard = LocalShapeAndOffsetAt(*spec, coordinate);
+  absl::StatusOr<HostTensor> piece = PackBlock(full, shard.offset, shard.shape);
+  EXPECT_TRUE(piece.ok()) << piece.status();
+  return *std::move(piece);
+}
+
+// Every element of `got` within `tolerance` (relative, and absolute near 0) of `want`.
+::testing::AssertionResult Near(const HostTensor& got, const HostTensor& want, double tolerance) {
+  if (got.shape() != want.shape()) {
+    return ::testing::AssertionFailure()
+           << "shape " << ShapeToString(got.shape()) << ", want " << ShapeToString(want.shape());
+  }
+  const Values g = ToValues(got), w = ToValues(want);
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!(std::abs(g[i] - w[i]) <= tolerance * (1 + std::abs(w[i])))) {
+      return ::testing::AssertionFailure()
+             << "element " << i << " of " << ShapeToString(got.shape()) << " is " << g[i]
+             << ", want " << w[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+double Tolerance(DType dtype, bool float32_intermediates) {
+  if (dtype == DType::kFloat32) return 2e-4;
+  return float32_intermediates ? 2e-6 : 1e-10;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Single-process references on row-major values
+
+// y[m, n] = x[m, k] w[n, k]^T (+ b[n]).
+Values LinearForward(const Values& x, const Values& w, const Values& b, int64_t k, int64_t n) {
+  const int64_t m = static_cast<int64_t>(x.size()) / k;
+  Values y(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = b.empty() ? 0 : b[j];
+      for (int64_t l = 0; l < k; ++l) sum += x[i * k + l] * w[j * k + l];
+      y[i * n + j] = sum;
+    }
+  }
+  return y;
+}
+
+// The gradients of a Linear: dx = dy w, dw = dy^T x, db = dy summed over rows.
+struct LinearGrads {
+  Values dx, dw, db;
+};
+LinearGrads LinearBackward(const Values& x, const Values& w, const Values& dy, int64_t k,
+                           int64_t n) {
+  const int64_t m = static_cast<int64_t>(x.size()) / k;
+  LinearGrads g{Values(m * k, 0.0), Values(n * k, 0.0), Values(n, 0.0)};
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const double d = dy[i * n + j];
+      g.db[j] += d;
+      for (int64_t l = 0; l < k; ++l) {
+        g.dx[i * k + l] += d * w[j * k + l];
+        g.dw[j * k + l] += d * x[i * k + l];
+      }
+    }
+  }
+  return g;
+}
+
+kernels::Activation KernelActivation(ActivationKind f) {
+  switch (f) {
+    case ActivationKind::kGelu:
+      return kernels::Activation::kGelu;
+    case ActivationKind::kGeluTanh:
+      return kernels::Activation::kGeluTanh;
+    case ActivationKind::kSilu:
+      return kernels::Activation::kSilu;
+    default:
+      return kernels::Activation::kRelu;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models: a hand-built program for a tp group of a given size, full parameters and input, and the
+// single-process computation of the output and of every parameter's gradient of sum(output * dy).
+
+struct Reference {
+  HostTensor output;
+  std::vector<HostTensor> grads;  // one per parameter, full
+};
+
+struct Model {
+  Program program;
+  std::vector<HostTensor> params;  // full, float64
+  HostTensor input;                // full, float64 or int64
+  Shape output_shape;              // full
+  bool trains = true;
+  // The kernels keep some intermediates in float32 (norm statistics, attention probabilities),
+  // which bounds a float64 run's agreement with the reference.
+  bool float32_intermediates = false;  // false: forward only (no parameters)
+  std::function<Reference(const std::vector<HostTensor>& params, const HostTensor& input,
+                          const HostTensor& dy)>
+      reference;
+};
+
+ProgramStep Step(K kind, std::vector<int> inputs, std::vector<int> outputs, std::string module,
+                 int weight = -1, int bias = -1) {
+  ProgramStep step;
+  step.kind = kind;
+  step.inputs = std::move(inputs);
+  step.outputs = std::move(outputs);
+  step.module = std::move(module);
+  step.weight = weight;
+  step.bias = bias;
+  return step;
+}
+
+ProgramStep WithDim(ProgramStep step, int dim, int dim2 = 0) {
+  step.dim = dim;
+  step.dim2 = dim2;
+  return step;
+}
+
+// net1 (colwise Linear 5 -> 10) -> f -> net2 (rowwise Linear 10 -> 4, its bias added after the
+// all-reduce), on [2, 3, 5] inputs.
+Model Mlp(ActivationKind f) {
+  constexpr int64_t kIn = 5, kHidden = 10, kOut = 4;
+  Model m;
+  Program& p = m.program;
+  p.parameters = {{"net1.weight", {kHidden, kIn}, {Placement::Shard(0)}},
+                  {"net1.bias", {kHidden}, {Placement::Shard(0)}},
+                  {"net2.weight", {kOut, kHidden}, {Placement::Shard(1)}},
+                  {"net2.bias", {kOut}, {Placement::Replicate()}}};
+  p.input = {DType::kFloat64, {-1, -1, kIn}};
+  p.output_rank = 3;
+  p.output_features = kOut;
+  p.num_buffers = 10;
+  p.forward = {Step(K::kLinear, {0}, {1}, "net1", 0, 1), Step(K::kActivation, {1}, {2}, "act"),
+               Step(K::kLinear, {2}, {3}, "net2", 2), Step(K::kAllReduce, {3}, {4}, "net2"),
+               Step(K::kBiasAdd, {4}, {5}, "net2", -1, 3)};
+  p.forward[1].activation = f;
+  p.output = 5;
+  p.grad_output = 6;
+  p.backward = {Step(K::kBiasAddBackward, {6}, {}, "net2", -1, 3),
+                Step(K::kLinearBackward, {2, 6}, {7}, "net2", 2),
+                Step(K::kActivationBackward, {1, 7}, {8}, "act"),
+                Step(K::kLinearBackward, {0, 8}, {}, "net1", 0, 1)};
+  p.backward[2].activation = f;
+  m.params = Tensors(Random({kHidden, kIn}, 1), Random({kHidden}, 2), Random({kOut, kHidden}, 3),
+                     Random({kOut}, 4));
+  m.input = Random({2, 3, kIn}, 5);
+  m.output_shape = {2, 3, kOut};
+  m.reference = [f](const std::vector<HostTensor>& w, const HostTensor& x, const HostTensor& dy) {
+    const Values h = LinearForward(ToValues(x), ToValues(w[0]), ToValues(w[1]), kIn, kHidden);
+    Values a(h.size());
+    const kernels::Activation g = KernelActivation(f);
+    for (size_t i = 0; i < h.size(); ++i) a[i] = kernels::testing::NaiveActivation(g, h[i]);
+    const Values y = LinearForward(a, ToValues(w[2]), ToValues(w[3]), kHidden, kOut);
+    const LinearGrads g2 = LinearBackward(a, ToValues(w[2]), ToValues(dy), kHidden, kOut);
+    Values dh(h.size());
+    for (size_t i = 0; i < h.size(); ++i) {
+      dh[i] = g2.dx[i] * kernels::testing::NaiveActivationDerivative(g, h[i]);
+    }
+    const LinearGrads g1 = LinearBackward(ToValues(x), ToValues(w[0]), dh, kIn, kHidden);
+    return Reference{Float64({2, 3, kOut}, y),
+                     Tensors(Float64({kHidden, kIn}, g1.dw), Float64({kHidden}, g1.db),
+                             Float64({kOut, kHidden}, g2.dw), Float64({kOut}, g2.db))};
+  };
+  return m;
+}
+
+// A colwise Linear 6 -> 10 whose output is gathered (output_layouts Replicate); its gradient is
+// chunked back.
+Model ColwiseGathered() {
+  constexpr int64_t kIn = 6, kOut = 10;
+  Model m;
+  Program& p = m.program;
+  p.parameters = {{"proj.weight", {kOut, kIn}, {Placement::Shard(0)}},
+                  {"proj.bias", {kOut}, {Placement::Shard(0)}}};
+  p.input = {DType::kFloat64, {-1, 3, kIn}};
+  p.output_rank = 3;
+  p.output_features = kOut;
+  p.num_buffers = 5;
+  p.forward = {Step(K::kLinear, {0}, {1}, "proj", 0, 1),
+               WithDim(Step(K::kAllGather, {1}, {2}, "proj"), 2)};
+  p.output = 2;
+  p.grad_output = 3;
+  p.backward = {WithDim(Step(K::kChunk, {3}, {4}, "proj"), 2),
+                Step(K::kLinearBackward, {0, 4}, {}, "proj", 0, 1)};
+  m.params = Tensors(Random({kOut, kIn}, 11), Random({kOut}, 12));
+  m.input = Random({2, 3, kIn}, 13);
+  m.output_shape = {2, 3, kOut};
+  m.reference = [](const std::vector<HostTensor>& w, const HostTensor& x, const HostTensor& dy) {
+    const Values y = LinearForward(ToValues(x), ToValues(w[0]), ToValues(w[1]), kIn, kOut);
+    const LinearGrads g = LinearBackward(ToValues(x), ToValues(w[0]), ToValues(dy), kIn, kOut);
+    return Reference{Float64({2, 3, kOut}, y),
+                     Tensors(Float64({kOut, kIn}, g.dw), Float64({kOut}, g.db))};
+  };
+  return m;
+}
+
+// A rowwise Linear 8 -> 4 on inputs sharded by features, its output reduce-scattered by rows (5
+// rows) and its bias added to each rank's rows: the bias's gradient is all-reduced.
+Model RowwiseScattered() {
+  constexpr int64_t kRows = 5, kIn = 8, kOut = 4;
+  Model m;
+  Program& p = m.program;
+  p.parameters = {{"proj.weight", {kOut, kIn}, {Placement::Shard(1)}},
+                  {"proj.bias", {kOut}, {Placement::Replicate()}}};
+  p.input = {DType::kFloat64, {kRows, kIn}};
+  p.input_layout = {Placement::Shard(1), true};
+  p.output_layout = {Placement::Shard(0), true};
+  p.output_rank = 2;
+  p.output_features = kOut;
+  p.num_buffers = 6;
+  p.forward = {Step(K::kLinear, {0}, {1}, "proj", 0),
+               WithDim(Step(K::kReduceScatter, {1}, {2}, "proj"), 0),
+               Step(K::kBiasAdd, {2}, {3}, "proj", -1, 1)};
+  p.output = 3;
+  p.grad_output = 4;
+  p.backward = {Step(K::kBiasAddBackward, {4}, {}, "proj", -1, 1),
+                WithDim(Step(K::kAllGather, {4}, {5}, "proj"), 0),
+                Step(K::kLinearBackward, {0, 5}, {}, "proj", 0),
+                Step(K::kGradAllReduce, {}, {}, "proj", 1)};
+  m.params = Tensors(Random({kOut, kIn}, 21), Random({kOut}, 22));
+  m.input = Random({kRows, kIn}, 23);
+  m.output_shape = {kRows, kOut};
+  m.reference = [](const std::vector<HostTensor>& w, const HostTensor& x, const HostTensor& dy) {
+    const Values y = LinearForward(ToValues(x), ToValues(w[0]), ToValues(w[1]), kIn, kOut);
+    const LinearGrads g = LinearBackward(ToValues(x), ToValues(w[0]), ToValues(dy), kIn, kOut);
+    return Reference{Float64({kRows, kOut}, y),
+                     Tensors(Float64({kOut, kIn}, g.dw), Float64({kOut}, g.db))};
+  };
+  return m;
+}
+
+// A vocab-parallel Embedding (10 rows of 4, rows sharded): each rank's rows, summed.
+Model VocabEmbedding() {
+  constexpr int64_t kVocab = 10, kDim = 4;
+  Model m;
+  Program& p = m.program;
+  p.parameters = {{"tok.weight", {kVocab, kDim}, {Placement::Shard(0)}}};
+  p.input = {DType::kInt64, {-1, -1}};
+  p.output_rank = 3;
+  p.output_features = kDim;
+  p.num_buffers = 4;
+  p.forward = {Step(K::kEmbedding, {0}, {1}, "tok", 0), Step(K::kAllReduce, {1}, {2}, "tok")};
+  p.forward[0].size = kVocab;
+  p.output = 2;
+  p.grad_output = 3;
+  p.backward = {Step(K::kEmbeddingBackward, {0, 3}, {}, "tok", 0)};
+  m.params = Tensors(Random({kVocab, kDim}, 31));
+  const std::vector<int64_t> ids = {0, 9, 3, 3, 7, 5, 1, 8};
+  m.input = HostTensor::FromValues<int64_t>(DType::kInt64, {2, 4}, ids);
+  m.output_shape = {2, 4, kDim};
+  m.reference = [ids](const std::vector<HostTensor>& w, const HostTensor&, const HostTensor& dy) {
+    const Values y = kernels::testing::NaiveEmbedding(ids, ToValues(w[0]), kVocab, kDim, 0);
+    const Values dw = kernels::testing::NaiveEmbeddingBackward(ids, ToValues(dy), kVocab, kDim, 0);
+    return Reference{Float64({2, 4, kDim}, y), Tensors(Float64({kVocab, kDim}, dw))};
+  };
+  return m;
+}
+
+// A LayerNorm (or RMSNorm) over 6 features on inputs sharded by sequence (SequenceParallel): its
+// replicated parameters' gradients are all-reduced.
+Model SequenceParallelNorm(bool layer) {
+  constexpr int64_t kBatch = 2, kSeq = 5, kDim = 6;
+  constexpr double kEps = 1e-5;
+  Model m;
+  Program& p = m.program;
+  p.parameters = {{"norm.weight", {kDim}, {Placement::Replicate()}}};
+  if (layer) p.parameters.push_back({"norm.bias", {kDim}, {Placement::Replicate()}});
+  p.input = {DType::kFloat64, {-1, -1, kDim}};
+  p.input_layout = {Placement::Shard(1), true};
+  p.output_layout = {Placement::Shard(1), true};
+  p.output_rank = 3;
+  p.output_features = kDim;
+  if (layer) {
+    p.num_buffers = 5;
+    p.forward = {Step(K::kLayerNorm, {0}, {1, 2, 3}, "norm", 0, 1)};
+    p.grad_output = 4;
+    p.backward = {Step(K::kLayerNormBackward, {0, 2, 3, 4}, {}, "norm", 0, 1),
+                  Step(K::kGradAllReduce, {}, {}, "norm", 0),
+                  Step(K::kGradAllReduce, {}, {}, "norm", 1)};
+  } else {
+    p.num_buffers = 4;
+    p.forward = {Step(K::kRmsNorm, {0}, {1, 2}, "norm", 0)};
+    p.grad_output = 3;
+    p.backward = {Step(K::kRmsNormBackward, {0, 2, 3}, {}, "norm", 0),
+                  Step(K::kGradAllReduce, {}, {}, "norm", 0)};
+  }
+  p.forward[0].eps = kEps;
+  p.output = 1;
+  m.params = Tensors(Random({kDim}, 41));
+  if (layer) m.params.push_back(Random({kDim}, 42));
+  m.input = Random({kBatch, kSeq, kDim}, 43);
+  m.output_shape = {kBatch, kSeq, kDim};
+  m.float32_intermediates = true;
+  m.reference = [layer](const std::vector<HostTensor>& w, const HostTensor& x,
+                        const HostTensor& dy) {
+    const Values bias = layer ? ToValues(w[1]) : Values{};
+    const kernels::testing::NormForward f =
+        kernels::testing::NaiveNorm(ToValues(x), kDim, ToValues(w[0]), bias, kEps, layer);
+    const kernels::testing::NormGrads g = kernels::testing::NaiveNormBackward(
+        ToValues(dy), ToValues(x), kDim, ToValues(w[0]), kEps, layer);
+    Reference r{Float64(x.shape(), f.y), Tensors(Float64({kDim}, g.dweight))};
+    if (layer) r.grads.push_back(Float64({kDim}, g.dbias));
+    return r;
+  };
+  return m;
+}
+
+// Megatron self-attention: q, k, v colwise (12 heads of 2, split by heads), causal attention on
+// each rank's heads, o rowwise with its bias added after the all-reduce.
+Model AttentionBlock(int tp) {
+  constexpr int64_t kBatch = 2, kSeq = 3, kHeads = 12, kHeadDim = 2, kDim = kHeads * kHeadDim;
+  Model m;
+  Program& p = m.program;
+  for (const char* name : {"q", "k", "v"}) {
+    p.parameters.push_back(
+        {absl::StrCat("attn.", name, ".weight"), {kDim, kDim}, {Placement::Shard(0)}});
+    p.parameters.push_back({absl::StrCat("attn.", name, ".bias"), {kDim}, {Placement::Shard(0)}});
+  }
+  p.parameters.push_back({"attn.o.weight", {kDim, kDim}, {Placement::Shard(1)}});
+  p.parameters.push_back({"attn.o.bias", {kDim}, {Placement::Replicate()}});
+  p.input = {DType::kFloat64, {-1, -1, kDim}};
+  p.output_rank = 3;
+  p.output_features = kDim;
+  p.num_buffers = 14;
+  p.forward = {
+      Step(K::kLinear, {0}, {1}, "attn.q", 0, 1),  Step(K::kLinear, {0}, {2}, "attn.k", 2, 3),
+      Step(K::kLinear, {0}, {3}, "attn.v", 4, 5),  Step(K::kAttention, {1, 2, 3}, {4, 5}, "attn"),
+      Step(K::kLinear, {4}, {6}, "attn.o", 6),     Step(K::kAllReduce, {6}, {7}, "attn.o"),
+      Step(K::kBiasAdd, {7}, {8}, "attn.o", -1, 7)};
+  p.forward[3].heads = kHeads / tp;
+  p.forward[3].causal = true;
+  p.output = 8;
+  p.grad_output = 9;
+  p.backward = {Step(K::kBiasAddBackward, {9}, {}, "attn.o", -1, 7),
+                Step(K::kLinearBackward, {4, 9}, {10}, "attn.o", 6),
+                Step(K::kAttentionBackward, {1, 2, 3, 5, 10}, {11, 12, 13}, "attn"),
+                Step(K::kLinearBackward, {0, 11}, {}, "attn.q", 0, 1),
+                Step(K::kLinearBackward, {0, 12}, {}, "attn.k", 2, 3),
+                Step(K::kLinearBackward, {0, 13}, {}, "attn.v", 4, 5)};
+  p.backward[2].heads = kHeads / tp;
+  p.backward[2].causal = true;
+  // Small weights: SGD steps on the summed output then keep the softmax far from saturating, where
+  // the float32 probabilities would make the runs drift apart.
+  for (uint32_t i = 0; i < 8; ++i) {
+    const Shape shape = i % 2 == 0 ? Shape{kDim, kDim} : Shape{kDim};
+    Values v = RandomValues(NumElements(shape), 50 + i);
+    for (double& x : v) x *= 0.05;
+    m.params.push_back(Float64(shape, v));
+  }
+  m.input = Random({kBatch, kSeq, kDim}, 59);
+  m.output_shape = {kBatch, kSeq, kDim};
+  m.float32_intermediates = true;
+  m.reference = [](const std::vector<HostTensor>& w, const HostTensor& x, const HostTensor& dy) {
+    const Values xv = ToValues(x);
+    std::vector<Values> qkv;
+    for (int i = 0; i < 3; ++i) {
+      qkv.push_back(LinearForward(xv, ToValues(w[2 * i]), ToValues(w[2 * i + 1]), kDim, kDim));
+    }
+    const AttentionShape shape{kBatch, kSeq, kHeads, kHeadDim};
+    const Values attn = kernels::testing::NaiveAttention(qkv[0], qkv[1], qkv[2], shape, true);
+    const Values y = LinearForward(attn, ToValues(w[6]), ToValues(w[7]), kDim, kDim);
+    const LinearGrads go = LinearBackward(attn, ToValues(w[6]), ToValues(dy), kDim, kDim);
+    const kernels::testing::AttentionGrads ga =
+        kernels::testing::NaiveAttentionBackward(qkv[0], qkv[1], qkv[2], go.dx, shape, true);
+    Reference r{Float64(x.shape(), y), {}};
+    for (int i = 0; i < 3; ++i) {
+      const Values& d = i == 0 ? ga.dq : i == 1 ? ga.dk : ga.dv;
+      const LinearGrads g = LinearBackward(xv, ToValues(w[2 * i]), d, kDim, kDim);
+      r.grads.push_back(Float64({kDim, kDim}, g.dw));
+      r.grads.push_back(Float64({kDim}, g.db));
+    }
+    r.grads.push_back(Float64({kDim, kDim}, go.dw));
+    r.grads.push_back(Float64({kDim}, go.db));
+    return r;
+  };
+  return m;
+}
+
+// No parameters: chunk, all_to_all there and back, gather, reduce_scatter, gather, scale and an
+// averaging all_reduce on a [7, 10] input give the input times the group size times 0.5.
+Model CollectivesRoundTrip(int tp) {
+  Model m;
+  Program& p = m.program;
+  p.input = {DType::kFloat64, {7, 10}};
+  p.output_rank = 2;
+  p.output_features = 10;
+  p.num_buffers = 9;
+  p.forward = {WithDim(Step(K::kChunk, {0}, {1}, "a"), 1),
+               WithDim(Step(K::kAllToAll, {1}, {2}, "b"), 1, 0),
+               WithDim(Step(K::kAllToAll, {2}, {3}, "c"), 0, 1),
+               WithDim(Step(K::kAllGather, {3}, {4}, "d"), 1),
+               WithDim(Step(K::kReduceScatter, {4}, {5}, "e"), 0),
+               WithDim(Step(K::kAllGather, {5}, {6}, "f"), 0),
+               Step(K::kScale, {6}, {7}, "g"),
+               Step(K::kAllReduce, {7}, {8}, "h")};
+  p.forward[6].scale = 0.5;
+  p.forward[7].reduce_op = ReduceOp::kAvg;
+  p.output = 8;
+  m.input = Random({7, 10}, 61);
+  m.output_shape = {7, 10};
+  m.trains = false;
+  m.reference = [tp](const std::vector<HostTensor>&, const HostTensor& x, const HostTensor&) {
+    Values y = ToValues(x);
+    for (double& v : y) v *= tp * 0.5;
+    return Reference{Float64(x.shape(), y), Tensors()};
+  };
+  return m;
+}
+
+struct ModelCase {
+  std::string name;
+  std::function<Model(int tp)> make;
+};
+
+std::vector<ModelCase> Models() {
+  return {
+      {"MlpRelu", [](int) { return Mlp(ActivationKind::kRelu); }},
+      {"MlpGelu", [](int) { return Mlp(ActivationKind::kGelu); }},
+      {"MlpGeluTanh", [](int) { return Mlp(ActivationKind::kGeluTanh); }},
+      {"MlpSilu", [](int) { return Mlp(ActivationKind::kSilu); }},
+      {"ColwiseGathered", [](int) { return ColwiseGathered(); }},
+      {"RowwiseScattered", [](int) { return RowwiseScattered(); }},
+      {"VocabEmbedding", [](int) { return VocabEmbedding(); }},
+      {"SequenceParallelLayerNorm", [](int) { return SequenceParallelNorm(true); }},
+      {"SequenceParallelRmsNorm", [](int) { return SequenceParallelNorm(false); }},
+      {"AttentionBlock", AttentionBlock},
+      {"CollectivesRoundTrip", CollectivesRoundTrip},
+  };
+}
+
+// A model in `dtype`: its program takes that dtype (ids stay int64) and its parameters are held
+// in it.
+Model InDType(Model m, DType dtype) {
+  if (m.program.input.dtype == DType::kFloat64) m.program.input.dtype = dtype;
+  m.program.output_dtype = dtype;
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers: one executor and store per rank, run on threads
+
+struct Worker {
+  Worker(int64_t id, gloo::rendezvous::Store* rendezvous)
+      : store(int64_t{1} << 30), executor(id, "cpu", &store, rendezvous, "127.0.0.1") {}
+  ShardStore store;
+  CommandExecutor executor;
+};
+
+struct Outcome {
+  absl::Status status;
+  v1::CommandReply reply;
+};
+
+// The workers of one mesh with its communicators set up; worker r is mesh rank r.
+class Cluster {
+ public:
+  explicit Cluster(DeviceMesh mesh) : mesh_(std::move(mesh)) {
+    for (int64_t r = 0; r < mesh_.size(); ++r) {
+      workers_.push_back(std::make_unique<Worker>(r, &rendezvous_));
+    }
+    for (const Outcome& o : OnEveryRank([&](int) {
+           v1::Command command;
+           v1::SetupMesh* setup = command.mutable_setup_mesh();
+           setup->set_mesh_id(kMeshId);
+           *setup->mutable_mesh() = ToProto(mesh_);
+           setup->set_store_prefix("mesh/");
+           setup->set_timeout_ms(absl::ToInt64Milliseconds(kTimeout));
+           return command;
+         })) {
+      EXPECT_TRUE(o.status.ok()) << o.status;
+    }
+  }
+
+  // Runs command(rank) on every rank at once; each rank's outcome.
+  std::vector<Outcome> OnEveryRank(const std::function<v1::Command(int)>& command) {
+    std::vector<Outcome> out(workers_.size());
+    std::vector<v1::Command> commands;
+    for (int r = 0; r < size(); ++r) commands.push_back(command(r));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size(); ++r) {
+      threads.emplace_back(
+          [&, r] { out[r].status = workers_[r]->executor.Execute(commands[r], &out[r].reply); });
+    }
+    for (std::thread& t : threads) t.join();
+    return out;
+  }
+
+  int size() const { return static_cast<int>(workers_.size()); }
+  const DeviceMesh& mesh() const { return mesh_; }
+  std::vector<int64_t> coordinate(int r) const { return mesh_.CoordinateOfIndex(r); }
+  ShardStore& store(int r) { return workers_[r]->store; }
+
+ private:
+  const DeviceMesh mesh_;
+  gloo::rendezvous::HashStore rendezvous_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+DeviceMesh Mesh(Shape shape) {
+  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create("cpu", std::move(shape), {}, {});
+  EXPECT_TRUE(mesh.ok()) << mesh.status();
+  return *std::move(mesh);
+}
+
+std::vector<ParameterTensors> NamesFor(const Program& p) {
+  std::vector<ParameterTensors> names;
+  for (const ProgramParameter& param : p.parameters) {
+    names.push_back({"p/" + param.fqn, "g/" + param.fqn, "m/" + param.fqn});
+  }
+  return names;
+}
+
+// A tensor's placements on every mesh dim: `tp` on the tp dim, Shard(0) (the batch) on the
+// others.
+std::vector<Placement> EdgePlacements(const Program& p, const DeviceMesh& mesh,
+                                      const Placement& tp) {
+  std::vector<Placement> placements(mesh.ndim(), Placement::Shard(0));
+  placements[p.tp_mesh_dim] = tp;
+  return placements;
+}
+
+// The options of one RunProgram.
+struct RunOptions {
+  bool train = false;
+  std::optional<HostTensor> dy = std::nullopt;  // full output gradient; none: loss_sum
+  std::optional<SgdOptions> sgd = std::nullopt;
+};
+
+v1::Command RunCommand(const Cluster& cluster, const Program& p, int r, const HostTensor& input,
+                       const RunOptions& options) {
+  v1::Command command;
+  v1::RunProgram* run = command.mutable_run_program();
+  run->set_mesh_id(kMeshId);
+  run->set_program_id(kProgramId);
+  const std::vector<int64_t> coord = cluster.coordinate(r);
+  *run->mutable_input() = ToProto(Piece(
+      input, cluster.mesh(), EdgePlacements(p, cluster.mesh(), p.input_layout.placement), coord));
+  run->set_return_output(true);
+  run->set_train(options.train);
+  if (options.train && options.dy.has_value()) {
+    *run->mutable_grad_output() =
+        ToProto(Piece(*options.dy, cluster.mesh(),
+                      EdgePlacements(p, cluster.mesh(), p.output_layout.placement), coord));
+  } else if (options.train) {
+    run->set_loss_sum(true);
+  }
+  if (options.sgd.has_value()) {
+    run->mutable_sgd()->set_lr(options.sgd->lr);
+    run->mutable_sgd()->set_momentum(options.sgd->momentum);
+    run->mutable_sgd()->set_weight_decay(options.sgd->weight_decay);
+  }
+  return command;
+}
+
+// Stores every rank's piece of each parameter (in `dtype`) and loads the program.
+::testing::AssertionResult Load(Cluster& cluster, const Model& m, DType dtype) {
+  const std::vector<ParameterTensors> names = NamesFor(m.program);
+  for (int r = 0; r < cluster.size(); ++r) {
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      const HostTensor piece = Piece(InDType(m.params[i], dtype), cluster.mesh(),
+                                     m.program.parameters[i].placements, cluster.coordinate(r));
+      if (absl::Status s = cluster.store(r).Put(names[i].tensor, piece.Clone()); !s.ok()) {
+        return ::testing::AssertionFailure() << s;
+      }
+    }
+  }
+  for (const Outcome& o : cluster.OnEveryRank([&](int) {
+         v1::Command command;
+         v1::LoadProgram* load = command.mutable_load_program();
+         load->set_mesh_id(kMeshId);
+         load->set_program_id(kProgramId);
+         *load->mutable_program() = ToProto(m.program, names);
+         return command;
+       })) {
+    if (!o.status.ok()) return ::testing::AssertionFailure() << "loading: " << o.status;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Runs the program on every rank; fails the test unless every rank succeeds.
+std::vector<Outcome> RunEverywhere(Cluster& cluster, const Model& m, const HostTensor& input,
+                                   const RunOptions& options) {
+  std::vector<Outcome> out =
+      cluster.OnEveryRank([&](int r) { return RunCommand(cluster, m.program, r, input, options); });
+  for (int r = 0; r < cluster.size(); ++r) EXPECT_TRUE(out[r].status.ok()) << out[r].status;
+  return out;
+}
+
+// Every rank's output in its reply is its piece of `want` (full).
+void ExpectOutputs(const Cluster& cluster, const Model& m, const std::vector<Outcome>& outcomes,
+                   const HostTensor& want, double tolerance) {
+  for (int r = 0; r < cluster.size(); ++r) {
+    if (!outcomes[r].status.ok()) continue;
+    absl::StatusOr<HostTensor> got = FromProto(outcomes[r].reply.output());
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->dtype(), m.program.output_dtype);
+    const HostTensor piece =
+        Piece(want, cluster.mesh(),
+              EdgePlacements(m.program, cluster.mesh(), m.program.output_layout.placement),
+              cluster.coordinate(r));
+    EXPECT_TRUE(Near(*got, piece, tolerance)) << "output of rank " << r;
+  }
+}
+
+// Every rank holds its piece of each `want[i]` (full) under the name `name(i)`.
+void ExpectStored(Cluster& cluster, const Model& m, const std::vector<HostTensor>& want,
+                  const std::function<std::string(const ParameterTensors&)>& name,
+                  double tolerance) {
+  const std::vector<ParameterTensors> names = NamesFor(m.program);
+  for (int r = 0; r < cluster.size(); ++r) {
+    for (size_t i = 0; i < want.size(); ++i) {
+      absl::StatusOr<std::shared_ptr<const HostTensor>> got = cluster.store(r).Get(name(names[i]));
+      ASSERT_TRUE(got.ok()) << got.status();
+      const HostTensor piece =
+          Piece(want[i], cluster.mesh(), m.program.parameters[i].placements, cluster.coordinate(r));
+      EXPECT_TRUE(Near(**got, piece, tolerance)) << name(names[i]) << " on rank " << r;
+    }
+  }
+}
+
+std::string GradName(const ParameterTensors& n) { return n.grad; }
+std::string ValueName(const ParameterTensors& n) { return n.tensor; }
+std::string MomentumName(const ParameterTensors& n) { return n.momentum; }
+
+HostTensor Ones(const Shape& shape) { return Float64(shape, Values(NumElements(shape), 1.0)); }
+
+// ---------------------------------------------------------------------------------------------
+// Tensor parallelism on a 1-D mesh: every model, 1 to 4 ranks, float64 and float32
+
+using ModelParam = std::tuple<ModelCase, int, DType>;
+
+class ModelProgramTest : public ::testing::TestWithParam<ModelParam> {
+ protected:
+  const ModelCase& model_case() const { return std::get<0>(GetParam()); }
+  int tp() const { return std::get<1>(GetParam()); }
+  DType dtype() const { return std::get<2>(GetParam()); }
+  Model MakeModel() const { return InDType(model_case().make(tp()), dtype()); }
+  double tolerance() const { return Tolerance(dtype(), MakeModel().float32_intermediates); }
+};
+
+std::string PrintModelParam(const ::testing::TestParamInfo<ModelParam>& info) {
+  return absl::StrCat(std::get<0>(info.param).name, "_", std::get<1>(info.param), "Ranks_",
+                      DTypeName(std::get<2>(info.param)));
+}
+
+TEST_P(ModelProgramTest, ForwardAndGradientsEqualOneProcess) {
+  const Model m = MakeModel();
+  ASSERT_TRUE(CheckProgram(m.program).ok()) << CheckProgram(m.program);
+  Cluster cluster(Mesh({tp()}));
+  ASSERT_TRUE(Load(cluster, m, dtype()));
+  const HostTensor input = InDType(m.input, dtype());
+  const Reference ref = m.reference(m.params, m.input, Ones(m.output_shape));
+  // A forward keeps nothing but the parameters.
+  const int64_t held = cluster.store(0).used_bytes();
+  ExpectOutputs(cluster, m, RunEverywhere(cluster, m, input, {}), ref.output, tolerance());
+  EXPECT_EQ(cluster.store(0).used_bytes(), held);
+  if (!m.trains) return;
+
+  const HostTensor dy = Random(m.output_shape, 99);
+  const Reference with_dy = m.reference(m.params, m.input, dy);
+  const std::vector<Outcome> trained =
+      RunEverywhere(cluster, m, input, {.train = true, .dy = InDType(dy, dtype())});
+  ExpectOutputs(cluster, m, trained, with_dy.output, tolerance());
+  ExpectStored(cluster, m, with_dy.grads, GradName, tolerance());
+  // The reply names the gradients it wrote; the parameters are untouched without SGD.
+  EXPECT_EQ(trained[0].reply.tensors_size(), static_cast<int>(m.params.size()));
+  std::vector<HostTensor> params;
+  for (const HostTensor& p : m.params) params.push_back(InDType(p, dtype()));
+  ExpectStored(cluster, m, params, ValueName, 0);
+  // Gradients are zeroed for each step, not accumulated across steps.
+  RunEverywhere(cluster, m, input, {.train = true, .dy = InDType(dy, dtype())});
+  ExpectStored(cluster, m, with_dy.grads, GradName, tolerance());
+}
+
+TEST_P(ModelProgramTest, SgdStepsEqualTorchOptimSgd) {
+  const Model m = MakeModel();
+  if (!m.trains) GTEST_SKIP() << "no parameters";
+  Cluster cluster(Mesh({tp()}));
+  ASSERT_TRUE(Load(cluster, m, dtype()));
+  const HostTensor input = InDType(m.input, dtype());
+  // Reference parameters and momentum buffers, float64, updated as torch.optim.SGD does.
+  std::vector<Values> params, buffers;
+  for (const HostTensor& p : m.params) params.push_back(ToValues(InDType(p, dtype())));
+  buffers.resize(params.size());
+  const auto full = [&](const std::vector<Values>& values) {
+    std::vector<HostTensor> out;
+    for (size_t i = 0; i < values.size(); ++i) {
+      out.push_back(Float64(m.params[i].shape(), values[i]));
+    }
+    return out;
+  };
+  const std::vector<SgdOptions> steps = {{0.25, 0, 0}, {0.25, 0.9, 0.01}, {0.25, 0.9, 0.01}};
+  bool momentum_started = false;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    SCOPED_TRACE(absl::StrCat("step ", s));
+    const Reference ref = m.reference(full(params), m.input, Ones(m.output_shape));
+    RunEverywhere(cluster, m, input, {.train = true, .sgd = steps[s]});
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (buffers[i].empty()) buffers[i].assign(params[i].size(), 0.0);
+      kernels::testing::NaiveSgdStep(params[i], ToValues(ref.grads[i]), buffers[i], steps[s].lr,
+                                     steps[s].momentum, steps[s].weight_decay,
+                                     steps[s].momentum != 0 && !momentum_started);
+    }
+    momentum_started |= steps[s].momentum != 0;
+    ExpectStored(cluster, m, ref.grads, GradName, tolerance());
+    ExpectStored(cluster, m, full(params), ValueName, tolerance());
+    if (momentum_started) ExpectStored(cluster, m, full(buffers), MomentumName, tolerance());
+  }
+}
+
+std::vector<ModelCase> AllModels() { return Models(); }
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelProgramTest,
+                         ::testing::Combine(::testing::ValuesIn(AllModels()),
+                                            ::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(DType::kFloat64, DType::kFloat32)),
+                         PrintModelParam);
+
+}  // namespace
+}  // namespace tessera
