@@ -250,7 +250,7 @@ Model Mlp(ActivationKind f) {
       dh[i] = g2.dx[i] * kernels::testing::NaiveActivationDerivative(g, h[i]);
     }
     const LinearGrads g1 = LinearBackward(ToValues(x), ToValues(w[0]), dh, kIn, kHidden);
-    return Reference{Float64({2, 3, kOut}, y),
+    return Reference{Float64(WithDimSize(x.shape(), 2, kOut), y),
                      Tensors(Float64({kHidden, kIn}, g1.dw), Float64({kHidden}, g1.db),
                              Float64({kOut, kHidden}, g2.dw), Float64({kOut}, g2.db))};
   };
@@ -281,7 +281,7 @@ Model ColwiseGathered() {
   m.reference = [](const std::vector<HostTensor>& w, const HostTensor& x, const HostTensor& dy) {
     const Values y = LinearForward(ToValues(x), ToValues(w[0]), ToValues(w[1]), kIn, kOut);
     const LinearGrads g = LinearBackward(ToValues(x), ToValues(w[0]), ToValues(dy), kIn, kOut);
-    return Reference{Float64({2, 3, kOut}, y),
+    return Reference{Float64(WithDimSize(x.shape(), 2, kOut), y),
                      Tensors(Float64({kOut, kIn}, g.dw), Float64({kOut}, g.db))};
   };
   return m;
@@ -808,6 +808,58 @@ INSTANTIATE_TEST_SUITE_P(Models, ModelProgramTest,
                                             ::testing::Values(1, 2, 3, 4),
                                             ::testing::Values(DType::kFloat64, DType::kFloat32)),
                          PrintModelParam);
+
+// ---------------------------------------------------------------------------------------------
+// Data x tensor parallelism: the MLP on a (dp 2, tp n) mesh, the batch split over dp, every
+// gradient averaged over dp (AddDataParallel)
+
+// `m` with its tensor-parallel program moved to mesh dim 1 of a 2-D mesh (Replicate on dim 0),
+// and data parallel on dim 0.
+Model OnDataParallelMesh(Model m) {
+  Program& p = m.program;
+  p.tp_mesh_dim = 1;
+  for (ProgramParameter& param : p.parameters) {
+    param.placements = {Placement::Replicate(), param.placements[0]};
+  }
+  for (std::vector<ProgramStep>* steps : {&p.forward, &p.backward}) {
+    for (ProgramStep& step : *steps) step.mesh_dim = 1;
+  }
+  AddDataParallel(p, 0);
+  return m;
+}
+
+class DataParallelProgramTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DataParallelProgramTest, GradientsAreTheBatchMeanOverDataParallelGroups) {
+  constexpr int kDp = 2;
+  Model m = OnDataParallelMesh(InDType(Mlp(ActivationKind::kGelu), DType::kFloat64));
+  m.input = Random({4, 3, 5}, 71);
+  m.output_shape = {4, 3, 4};
+  ASSERT_TRUE(CheckProgram(m.program).ok()) << CheckProgram(m.program);
+  Cluster cluster(Mesh({kDp, GetParam()}));
+  ASSERT_TRUE(Load(cluster, m, DType::kFloat64));
+  const HostTensor dy = Random(m.output_shape, 72);
+  Reference ref = m.reference(m.params, m.input, dy);
+  // Each dp group's loss is the sum over its rows; the groups' gradients are averaged.
+  for (HostTensor& g : ref.grads) {
+    for (int64_t i = 0; i < g.num_elements(); ++i) g.data_as<double>()[i] /= kDp;
+  }
+  const std::vector<Outcome> trained =
+      RunEverywhere(cluster, m, m.input, {.train = true, .dy = dy.Clone()});
+  ExpectOutputs(cluster, m, trained, ref.output, 1e-10);
+  ExpectStored(cluster, m, ref.grads, GradName, 1e-10);
+  // And SGD keeps the replicas of each parameter equal.
+  RunEverywhere(cluster, m, m.input, {.train = true, .dy = dy.Clone(), .sgd = SgdOptions{0.25}});
+  std::vector<HostTensor> stepped;
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    Values p = ToValues(m.params[i]), none;
+    kernels::testing::NaiveSgdStep(p, ToValues(ref.grads[i]), none, 0.25, 0, 0, false);
+    stepped.push_back(Float64(m.params[i].shape(), p));
+  }
+  ExpectStored(cluster, m, stepped, ValueName, 1e-10);
+}
+
+INSTANTIATE_TEST_SUITE_P(TpSizes, DataParallelProgramTest, ::testing::Values(1, 2, 3));
 
 }  // namespace
 }  // namespace tessera
