@@ -861,5 +861,270 @@ TEST_P(DataParallelProgramTest, GradientsAreTheBatchMeanOverDataParallelGroups) 
 
 INSTANTIATE_TEST_SUITE_P(TpSizes, DataParallelProgramTest, ::testing::Values(1, 2, 3));
 
+// ---------------------------------------------------------------------------------------------
+// Refusals: a malformed program, command or input fails on every rank with the code and a message
+// naming the value, and loses nothing: the installed program and its parameters stay as they were.
+
+// A bad command for every rank of a 2-rank mesh holding the MLP (program kProgramId), and what
+// its refusal must be.
+struct BadCommand {
+  std::string name;
+  std::function<v1::Command(Cluster& cluster, const Model& m, int rank)> command;
+  absl::StatusCode code;
+  std::vector<std::string> message;
+};
+
+std::string PrintBadCommand(const ::testing::TestParamInfo<BadCommand>& info) {
+  return info.param.name;
+}
+
+// A LoadProgram of `m` under `names` as program `id`.
+v1::Command LoadCommand(const Program& program, const std::vector<ParameterTensors>& names,
+                        int64_t id = kProgramId, int64_t mesh_id = kMeshId) {
+  v1::Command command;
+  v1::LoadProgram* load = command.mutable_load_program();
+  load->set_mesh_id(mesh_id);
+  load->set_program_id(id);
+  *load->mutable_program() = ToProto(program, names);
+  return command;
+}
+
+// A forward (or, with `train`, a training step without its output's gradient) of the whole
+// input, changed by `change`.
+std::function<v1::Command(Cluster&, const Model&, int)> ChangedRun(
+    std::function<void(v1::RunProgram&)> change, bool train = false) {
+  return [change, train](Cluster& cluster, const Model& m, int r) {
+    RunOptions options;
+    options.train = train;
+    v1::Command command = RunCommand(cluster, m.program, r, m.input, options);
+    command.mutable_run_program()->set_loss_sum(false);  // the change says where dy comes from
+    change(*command.mutable_run_program());
+    return command;
+  };
+}
+
+HostTensor Zeros(DType dtype, const Shape& shape) {
+  return HostTensor::ZerosOfValidShape(dtype, shape);
+}
+
+std::vector<BadCommand> BadCommands() {
+  using absl::StatusCode;
+  return {
+      {"LoadOnAnUnknownMesh",
+       [](Cluster&, const Model& m, int) {
+         return LoadCommand(m.program, NamesFor(m.program), kProgramId, 77);
+       },
+       StatusCode::kFailedPrecondition,
+       {"no communicators for mesh 77"}},
+      {"LoadWithAMissingParameterTensor",
+       [](Cluster&, const Model& m, int) {
+         std::vector<ParameterTensors> names = NamesFor(m.program);
+         names[2].tensor = "nope";
+         return LoadCommand(m.program, names);
+       },
+       StatusCode::kFailedPrecondition,
+       {"program 9", "parameter 2 (\"net2.weight\")", "no local tensor 'nope'"}},
+      {"LoadWithAParameterOfAnotherShape",
+       [](Cluster& cluster, const Model& m, int r) {
+         EXPECT_TRUE(cluster.store(r).Put("whole", InDType(m.params[0], DType::kFloat64)).ok());
+         std::vector<ParameterTensors> names = NamesFor(m.program);
+         names[0].tensor = "whole";
+         return LoadCommand(m.program, names);
+       },
+       StatusCode::kFailedPrecondition,
+       {"parameter 0 (\"net1.weight\")", "local tensor 'whole' is float64[10, 5]",
+        "this rank's shard of [10, 5] (S(0)) is [5, 5]"}},
+      {"LoadAMalformedProgram",
+       [](Cluster&, const Model& m, int) {
+         Program p = m.program;
+         p.forward[2].inputs = {40};
+         return LoadCommand(p, NamesFor(p));
+       },
+       StatusCode::kInvalidArgument,
+       {"program 9", "forward step 2 (linear, module \"net2\")", "inputs[0] is buffer 40"}},
+      {"LoadACollectiveOffTheMesh",
+       [](Cluster&, const Model& m, int) {
+         Program p = m.program;
+         p.forward[3].mesh_dim = 1;
+         return LoadCommand(p, NamesFor(p));
+       },
+       StatusCode::kInvalidArgument,
+       {"forward step 3 (all_reduce, module \"net2\")", "mesh_dim is 1 on a mesh of 1 dims"}},
+      {"LoadParametersOffTheMesh",
+       [](Cluster&, const Model& m, int) {
+         Program p = m.program;
+         for (ProgramParameter& param : p.parameters) {
+           param.placements.push_back(Placement::Replicate());
+         }
+         return LoadCommand(p, NamesFor(p));
+       },
+       StatusCode::kInvalidArgument,
+       {"parameter 0 (\"net1.weight\")"}},
+      {"LoadWithoutProgram",
+       [](Cluster&, const Model& m, int) {
+         v1::Command command = LoadCommand(m.program, NamesFor(m.program));
+         command.mutable_load_program()->clear_program();
+         return command;
+       },
+       StatusCode::kInvalidArgument,
+       {"LoadProgram has no program"}},
+      {"RunAnUnknownProgram",
+       ChangedRun([](v1::RunProgram& run) { run.set_program_id(404); }),
+       StatusCode::kNotFound,
+       {"has no program 404"}},
+      {"RunOnAnotherMesh",
+       ChangedRun([](v1::RunProgram& run) { run.set_mesh_id(6); }),
+       StatusCode::kInvalidArgument,
+       {"program 9 runs on mesh 5, not mesh 6"}},
+      {"RunWithoutInput",
+       ChangedRun([](v1::RunProgram& run) { run.clear_input(); }),
+       StatusCode::kInvalidArgument,
+       {"RunProgram has no input"}},
+      {"InputOfAnotherDtype",
+       ChangedRun([](v1::RunProgram& run) {
+         *run.mutable_input() = ToProto(Zeros(DType::kFloat32, {2, 3, 5}));
+       }),
+       StatusCode::kInvalidArgument,
+       {"input float32[2, 3, 5] does not fit the program's input float64[-1, -1, 5]"}},
+      {"InputOfAnotherRank",
+       ChangedRun([](v1::RunProgram& run) {
+         *run.mutable_input() = ToProto(Zeros(DType::kFloat64, {6, 5}));
+       }),
+       StatusCode::kInvalidArgument,
+       {"input float64[6, 5] does not fit the program's input float64[-1, -1, 5]"}},
+      {"InputWithOtherFeatures",
+       ChangedRun([](v1::RunProgram& run) {
+         *run.mutable_input() = ToProto(Zeros(DType::kFloat64, {2, 3, 6}));
+       }),
+       StatusCode::kInvalidArgument,
+       {"input float64[2, 3, 6] is not this rank's piece [-1, -1, 5]", "dim 2 must be 5"}},
+      {"InputBytesShort",
+       ChangedRun([](v1::RunProgram& run) { run.mutable_input()->set_data("12345678"); }),
+       StatusCode::kInvalidArgument,
+       {"input", "needs 240 bytes, got 8"}},
+      {"InputWithoutDtype",
+       ChangedRun([](v1::RunProgram& run) { run.mutable_input()->clear_dtype(); }),
+       StatusCode::kInvalidArgument,
+       {"input: dtype", "DTYPE_UNSPECIFIED"}},
+      {"TrainingWithoutAGradient",
+       ChangedRun([](v1::RunProgram&) {}, /*train=*/true),
+       StatusCode::kInvalidArgument,
+       {"exactly one of loss_sum and grad_output"}},
+      {"TrainingWithTwoGradients",
+       ChangedRun(
+           [](v1::RunProgram& run) {
+             run.set_loss_sum(true);
+             *run.mutable_grad_output() = ToProto(Zeros(DType::kFloat64, {2, 3, 4}));
+           },
+           /*train=*/true),
+       StatusCode::kInvalidArgument,
+       {"exactly one of loss_sum and grad_output"}},
+      {"GradientOfAnotherShape",
+       ChangedRun(
+           [](v1::RunProgram& run) {
+             *run.mutable_grad_output() = ToProto(Zeros(DType::kFloat64, {2, 3, 5}));
+           },
+           /*train=*/true),
+       StatusCode::kInvalidArgument,
+       {"grad_output float64[2, 3, 5] is not shaped as this rank's output float64[2, 3, 4]"}},
+      {"GradientOfAnotherDtype",
+       ChangedRun(
+           [](v1::RunProgram& run) {
+             *run.mutable_grad_output() = ToProto(Zeros(DType::kFloat32, {2, 3, 4}));
+           },
+           /*train=*/true),
+       StatusCode::kInvalidArgument,
+       {"grad_output float32[2, 3, 4] is not a gradient of the output, a float64 tensor of 3 "
+        "dims"}},
+      {"NegativeLearningRate",
+       ChangedRun(
+           [](v1::RunProgram& run) {
+             run.set_loss_sum(true);
+             run.mutable_sgd()->set_lr(-1);
+           },
+           /*train=*/true),
+       StatusCode::kInvalidArgument,
+       {"sgd.lr is -1"}},
+      {"NanMomentum",
+       ChangedRun(
+           [](v1::RunProgram& run) {
+             run.set_loss_sum(true);
+             run.mutable_sgd()->set_lr(0.1);
+             run.mutable_sgd()->set_momentum(std::nan(""));
+           },
+           /*train=*/true),
+       StatusCode::kInvalidArgument,
+       {"sgd.momentum is nan"}},
+      {"SgdWithoutTraining",
+       ChangedRun([](v1::RunProgram& run) { run.mutable_sgd()->set_lr(0.1); }),
+       StatusCode::kInvalidArgument,
+       {"belong to training steps; train is not set"}},
+      {"MomentumBufferOfAnotherShape",
+       [](Cluster& cluster, const Model& m, int r) {
+         EXPECT_TRUE(cluster.store(r).Put("m/net2.bias", Zeros(DType::kFloat64, {3})).ok());
+         RunOptions options;
+         options.train = true;
+         options.sgd = SgdOptions{0.1, 0.9, 0};
+         return RunCommand(cluster, m.program, r, m.input, options);
+       },
+       StatusCode::kFailedPrecondition,
+       {"parameter 3 (\"net2.bias\")", "momentum buffer 'm/net2.bias' is float64[3]",
+        "the parameter is float64[4]"}},
+  };
+}
+
+class BadCommandTest : public ::testing::TestWithParam<BadCommand> {};
+
+TEST_P(BadCommandTest, FailsOnEveryRankAndLosesNothing) {
+  const Model m = InDType(Mlp(ActivationKind::kRelu), DType::kFloat64);
+  Cluster cluster(Mesh({2}));
+  ASSERT_TRUE(Load(cluster, m, DType::kFloat64));
+  const BadCommand& bad = GetParam();
+  for (const Outcome& o : cluster.OnEveryRank([&](int r) { return bad.command(cluster, m, r); })) {
+    EXPECT_TRUE(StatusIs(o.status, bad.code, bad.message));
+  }
+  // The program and its parameters are as they were: a forward gives the reference output.
+  ExpectStored(cluster, m, m.params, ValueName, 0);
+  const Reference ref = m.reference(m.params, m.input, Ones(m.output_shape));
+  ExpectOutputs(cluster, m, RunEverywhere(cluster, m, m.input, {}), ref.output, 1e-10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BadCommandTest, ::testing::ValuesIn(BadCommands()),
+                         PrintBadCommand);
+
+// A step that fails names itself; a program installed is dropped by DropProgram.
+TEST(ProgramStepFailureTest, NamesTheStepAndLosesNothing) {
+  Model m = VocabEmbedding();
+  m.program.output_dtype = DType::kFloat64;
+  Cluster cluster(Mesh({2}));
+  ASSERT_TRUE(Load(cluster, m, DType::kFloat64));
+  const HostTensor out_of_range =
+      HostTensor::FromValues<int64_t>(DType::kInt64, {1, 2}, std::vector<int64_t>{3, 12});
+  for (const Outcome& o : cluster.OnEveryRank([&](int r) {
+         return RunCommand(cluster, m.program, r, out_of_range, {.train = true});
+       })) {
+    EXPECT_TRUE(StatusIs(o.status, absl::StatusCode::kInvalidArgument,
+                         {"program 9: forward step 0 (embedding, module \"tok\")", "12"}));
+  }
+  ExpectStored(cluster, m, m.params, ValueName, 0);
+  EXPECT_FALSE(cluster.store(0).Get("g/tok.weight").ok());
+  const Reference ref = m.reference(m.params, m.input, Ones(m.output_shape));
+  ExpectOutputs(cluster, m, RunEverywhere(cluster, m, m.input, {}), ref.output, 1e-10);
+
+  for (const Outcome& o : cluster.OnEveryRank([&](int) {
+         v1::Command command;
+         command.mutable_drop_program()->set_program_id(kProgramId);
+         return command;
+       })) {
+    EXPECT_TRUE(o.status.ok()) << o.status;
+  }
+  for (const Outcome& o :
+       cluster.OnEveryRank([&](int r) { return RunCommand(cluster, m.program, r, m.input, {}); })) {
+    EXPECT_TRUE(StatusIs(o.status, absl::StatusCode::kNotFound, {"has no program 9"}));
+  }
+  // Its parameters stay: they are the caller's tensors.
+  ExpectStored(cluster, m, m.params, ValueName, 0);
+}
+
 }  // namespace
 }  // namespace tessera
