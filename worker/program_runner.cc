@@ -348,13 +348,6 @@ absl::StatusOr<ProgramRunResult> ProgramRunner::Run(
     return absl::InternalError(
         absl::StrCat(dim_groups.size(), " communicators for a mesh of ", mesh_.ndim(), " dims"));
   }
-  if (training.has_value() && training->grad_output.has_value() &&
-      (training->grad_output->dtype() != p.output_dtype ||
-       training->grad_output->rank() != p.output_rank)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "grad_output ", Describe(*training->grad_output), " is not a gradient of the output, a ",
-        DTypeName(p.output_dtype), " tensor of ", p.output_rank, " dims"));
-  }
   ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const HostTensor>> parameters,
                    FetchParameters(store));
   RunState state{kernels, dim_groups, training.has_value(), {}, std::move(parameters), nullptr};
@@ -373,10 +366,11 @@ absl::StatusOr<ProgramRunResult> ProgramRunner::Run(
 
   HostTensor grad_output;
   if (training->grad_output.has_value()) {
-    if (training->grad_output->shape() != result.output.shape()) {
+    if (training->grad_output->shape() != result.output.shape() ||
+        training->grad_output->dtype() != result.output.dtype()) {
       return absl::InvalidArgumentError(
           absl::StrCat("grad_output ", Describe(*training->grad_output),
-                       " is not shaped as this rank's output ", Describe(result.output)));
+                       " does not match this rank's output ", Describe(result.output)));
     }
     grad_output = *std::move(training->grad_output);
   } else {

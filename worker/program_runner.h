@@ -65,8 +65,8 @@ class ProgramRunner {
 
   // Runs the forward on `input` (checked by CheckInput) and, with `training`, the backward and
   // SGD. `dim_groups[m]` is this rank's communicator along mesh dim m; `kernels` computes and
-  // `store` holds the parameters. A training step's grad_output must have the output's dtype
-  // and local shape (INVALID_ARGUMENT). Parameters are updated only once the whole backward has
+  // `store` holds the parameters. A training step's grad_output must have the dtype and shape of
+  // this rank's output (INVALID_ARGUMENT). Parameters are updated only once the whole backward has
   // run and every gradient and momentum buffer is stored.
   absl::StatusOr<ProgramRunResult> Run(HostTensor input, std::optional<TrainingStep> training,
                                        kernels::KernelBackend& kernels, ShardStore& store,
