@@ -13,25 +13,18 @@
 // and messages, losing nothing.
 
 #include <cmath>
-#include <cstring>
 #include <functional>
-#include <memory>
 #include <optional>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/dtensor_spec.h"
 #include "core/program_check.h"
-#include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/nn_reference.h"
 #include "proto/convert.h"
+#include "tests/program_cluster.h"
 #include "tests/status_assertions.h"
-#include "worker/command_executor.h"
-#include "worker/shard_store.h"
 
 namespace tessera {
 namespace {
@@ -39,78 +32,30 @@ namespace {
 using kernels::testing::AttentionShape;
 using kernels::testing::ToValues;
 using kernels::testing::Values;
+using ::tessera::testing::Cluster;
+using ::tessera::testing::EdgePlacements;
+using ::tessera::testing::ExpectOutputs;
+using ::tessera::testing::ExpectStored;
+using ::tessera::testing::Float64;
+using ::tessera::testing::GradName;
+using ::tessera::testing::InDType;
+using ::tessera::testing::kMeshId;
+using ::tessera::testing::kProgramId;
+using ::tessera::testing::LoadEverywhere;
+using ::tessera::testing::Mesh;
+using ::tessera::testing::MomentumName;
+using ::tessera::testing::NamesFor;
+using ::tessera::testing::Ones;
+using ::tessera::testing::Outcome;
+using ::tessera::testing::Random;
+using ::tessera::testing::RandomValues;
+using ::tessera::testing::RunCommand;
+using ::tessera::testing::RunEverywhere;
+using ::tessera::testing::RunOptions;
 using ::tessera::testing::StatusIs;
+using ::tessera::testing::Tensors;
+using ::tessera::testing::ValueName;
 using K = ProgramOpKind;
-
-constexpr int64_t kMeshId = 5;
-constexpr int64_t kProgramId = 9;
-constexpr absl::Duration kTimeout = absl::Seconds(10);
-
-// ---------------------------------------------------------------------------------------------
-// Tensors and their pieces
-
-// Deterministic values in [-1, 1).
-Values RandomValues(int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-  Values v(n);
-  for (double& x : v) x = uniform(gen);
-  return v;
-}
-
-HostTensor Float64(const Shape& shape, const Values& values) {
-  return HostTensor::FromValues<double>(DType::kFloat64, shape, values);
-}
-
-HostTensor Random(const Shape& shape, uint32_t seed) {
-  return Float64(shape, RandomValues(NumElements(shape), seed));
-}
-
-// Tensors moved into a vector (an initializer list would copy them).
-template <typename... T>
-std::vector<HostTensor> Tensors(T&&... tensors) {
-  std::vector<HostTensor> v;
-  (v.push_back(std::forward<T>(tensors)), ...);
-  return v;
-}
-
-// `t` (float64 or int64) with its floating values in `dtype`.
-HostTensor InDType(const HostTensor& t, DType dtype) {
-  if (t.dtype() != DType::kFloat64 || dtype == DType::kFloat64) return t.Clone();
-  HostTensor out = HostTensor::ZerosOfValidShape(DType::kFloat32, t.shape());
-  for (int64_t i = 0; i < t.num_elements(); ++i) {
-    out.data_as<float>()[i] = static_cast<float>(t.data_as<double>()[i]);
-  }
-  return out;
-}
-
-// The piece of `full` that the rank at `coordinate` holds under `placements` on `mesh`.
-HostTensor Piece(const HostTensor& full, const DeviceMesh& mesh,
-                 const std::vector<Placement>& placements, const std::vector<int64_t>& coordinate) {
-  absl::StatusOr<DTensorSpec> spec = MakeDTensorSpec(mesh, placements, full.shape(), full.dtype());
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  const LocalShard shard = LocalShapeAndOffsetAt(*spec, coordinate);
-  absl::StatusOr<HostTensor> piece = PackBlock(full, shard.offset, shard.shape);
-  EXPECT_TRUE(piece.ok()) << piece.status();
-  return *std::move(piece);
-}
-
-// Every element of `got` within `tolerance` (relative, and absolute near 0) of `want`.
-::testing::AssertionResult Near(const HostTensor& got, const HostTensor& want, double tolerance) {
-  if (got.shape() != want.shape()) {
-    return ::testing::AssertionFailure()
-           << "shape " << ShapeToString(got.shape()) << ", want " << ShapeToString(want.shape());
-  }
-  const Values g = ToValues(got), w = ToValues(want);
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (!(std::abs(g[i] - w[i]) <= tolerance * (1 + std::abs(w[i])))) {
-      return ::testing::AssertionFailure()
-             << "element " << i << " of " << ShapeToString(got.shape()) << " is " << g[i]
-             << ", want " << w[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 double Tolerance(DType dtype, bool float32_intermediates) {
   if (dtype == DType::kFloat32) return 2e-4;
@@ -530,194 +475,6 @@ Model InDType(Model m, DType dtype) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Workers: one executor and store per rank, run on threads
-
-struct Worker {
-  Worker(int64_t id, gloo::rendezvous::Store* rendezvous)
-      : store(int64_t{1} << 30), executor(id, "cpu", &store, rendezvous, "127.0.0.1") {}
-  ShardStore store;
-  CommandExecutor executor;
-};
-
-struct Outcome {
-  absl::Status status;
-  v1::CommandReply reply;
-};
-
-// The workers of one mesh with its communicators set up; worker r is mesh rank r.
-class Cluster {
- public:
-  explicit Cluster(DeviceMesh mesh) : mesh_(std::move(mesh)) {
-    for (int64_t r = 0; r < mesh_.size(); ++r) {
-      workers_.push_back(std::make_unique<Worker>(r, &rendezvous_));
-    }
-    for (const Outcome& o : OnEveryRank([&](int) {
-           v1::Command command;
-           v1::SetupMesh* setup = command.mutable_setup_mesh();
-           setup->set_mesh_id(kMeshId);
-           *setup->mutable_mesh() = ToProto(mesh_);
-           setup->set_store_prefix("mesh/");
-           setup->set_timeout_ms(absl::ToInt64Milliseconds(kTimeout));
-           return command;
-         })) {
-      EXPECT_TRUE(o.status.ok()) << o.status;
-    }
-  }
-
-  // Runs command(rank) on every rank at once; each rank's outcome.
-  std::vector<Outcome> OnEveryRank(const std::function<v1::Command(int)>& command) {
-    std::vector<Outcome> out(workers_.size());
-    std::vector<v1::Command> commands;
-    for (int r = 0; r < size(); ++r) commands.push_back(command(r));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < size(); ++r) {
-      threads.emplace_back(
-          [&, r] { out[r].status = workers_[r]->executor.Execute(commands[r], &out[r].reply); });
-    }
-    for (std::thread& t : threads) t.join();
-    return out;
-  }
-
-  int size() const { return static_cast<int>(workers_.size()); }
-  const DeviceMesh& mesh() const { return mesh_; }
-  std::vector<int64_t> coordinate(int r) const { return mesh_.CoordinateOfIndex(r); }
-  ShardStore& store(int r) { return workers_[r]->store; }
-
- private:
-  const DeviceMesh mesh_;
-  gloo::rendezvous::HashStore rendezvous_;
-  std::vector<std::unique_ptr<Worker>> workers_;
-};
-
-DeviceMesh Mesh(Shape shape) {
-  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create("cpu", std::move(shape), {}, {});
-  EXPECT_TRUE(mesh.ok()) << mesh.status();
-  return *std::move(mesh);
-}
-
-std::vector<ParameterTensors> NamesFor(const Program& p) {
-  std::vector<ParameterTensors> names;
-  for (const ProgramParameter& param : p.parameters) {
-    names.push_back({"p/" + param.fqn, "g/" + param.fqn, "m/" + param.fqn});
-  }
-  return names;
-}
-
-// A tensor's placements on every mesh dim: `tp` on the tp dim, Shard(0) (the batch) on the
-// others.
-std::vector<Placement> EdgePlacements(const Program& p, const DeviceMesh& mesh,
-                                      const Placement& tp) {
-  std::vector<Placement> placements(mesh.ndim(), Placement::Shard(0));
-  placements[p.tp_mesh_dim] = tp;
-  return placements;
-}
-
-// The options of one RunProgram.
-struct RunOptions {
-  bool train = false;
-  std::optional<HostTensor> dy = std::nullopt;  // full output gradient; none: loss_sum
-  std::optional<SgdOptions> sgd = std::nullopt;
-};
-
-v1::Command RunCommand(const Cluster& cluster, const Program& p, int r, const HostTensor& input,
-                       const RunOptions& options) {
-  v1::Command command;
-  v1::RunProgram* run = command.mutable_run_program();
-  run->set_mesh_id(kMeshId);
-  run->set_program_id(kProgramId);
-  const std::vector<int64_t> coord = cluster.coordinate(r);
-  *run->mutable_input() = ToProto(Piece(
-      input, cluster.mesh(), EdgePlacements(p, cluster.mesh(), p.input_layout.placement), coord));
-  run->set_return_output(true);
-  run->set_train(options.train);
-  if (options.train && options.dy.has_value()) {
-    *run->mutable_grad_output() =
-        ToProto(Piece(*options.dy, cluster.mesh(),
-                      EdgePlacements(p, cluster.mesh(), p.output_layout.placement), coord));
-  } else if (options.train) {
-    run->set_loss_sum(true);
-  }
-  if (options.sgd.has_value()) {
-    run->mutable_sgd()->set_lr(options.sgd->lr);
-    run->mutable_sgd()->set_momentum(options.sgd->momentum);
-    run->mutable_sgd()->set_weight_decay(options.sgd->weight_decay);
-  }
-  return command;
-}
-
-// Stores every rank's piece of each parameter (in `dtype`) and loads the program.
-::testing::AssertionResult Load(Cluster& cluster, const Model& m, DType dtype) {
-  const std::vector<ParameterTensors> names = NamesFor(m.program);
-  for (int r = 0; r < cluster.size(); ++r) {
-    for (size_t i = 0; i < m.params.size(); ++i) {
-      const HostTensor piece = Piece(InDType(m.params[i], dtype), cluster.mesh(),
-                                     m.program.parameters[i].placements, cluster.coordinate(r));
-      if (absl::Status s = cluster.store(r).Put(names[i].tensor, piece.Clone()); !s.ok()) {
-        return ::testing::AssertionFailure() << s;
-      }
-    }
-  }
-  for (const Outcome& o : cluster.OnEveryRank([&](int) {
-         v1::Command command;
-         v1::LoadProgram* load = command.mutable_load_program();
-         load->set_mesh_id(kMeshId);
-         load->set_program_id(kProgramId);
-         *load->mutable_program() = ToProto(m.program, names);
-         return command;
-       })) {
-    if (!o.status.ok()) return ::testing::AssertionFailure() << "loading: " << o.status;
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// Runs the program on every rank; fails the test unless every rank succeeds.
-std::vector<Outcome> RunEverywhere(Cluster& cluster, const Model& m, const HostTensor& input,
-                                   const RunOptions& options) {
-  std::vector<Outcome> out =
-      cluster.OnEveryRank([&](int r) { return RunCommand(cluster, m.program, r, input, options); });
-  for (int r = 0; r < cluster.size(); ++r) EXPECT_TRUE(out[r].status.ok()) << out[r].status;
-  return out;
-}
-
-// Every rank's output in its reply is its piece of `want` (full).
-void ExpectOutputs(const Cluster& cluster, const Model& m, const std::vector<Outcome>& outcomes,
-                   const HostTensor& want, double tolerance) {
-  for (int r = 0; r < cluster.size(); ++r) {
-    if (!outcomes[r].status.ok()) continue;
-    absl::StatusOr<HostTensor> got = FromProto(outcomes[r].reply.output());
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->dtype(), m.program.output_dtype);
-    const HostTensor piece =
-        Piece(want, cluster.mesh(),
-              EdgePlacements(m.program, cluster.mesh(), m.program.output_layout.placement),
-              cluster.coordinate(r));
-    EXPECT_TRUE(Near(*got, piece, tolerance)) << "output of rank " << r;
-  }
-}
-
-// Every rank holds its piece of each `want[i]` (full) under the name `name(i)`.
-void ExpectStored(Cluster& cluster, const Model& m, const std::vector<HostTensor>& want,
-                  const std::function<std::string(const ParameterTensors&)>& name,
-                  double tolerance) {
-  const std::vector<ParameterTensors> names = NamesFor(m.program);
-  for (int r = 0; r < cluster.size(); ++r) {
-    for (size_t i = 0; i < want.size(); ++i) {
-      absl::StatusOr<std::shared_ptr<const HostTensor>> got = cluster.store(r).Get(name(names[i]));
-      ASSERT_TRUE(got.ok()) << got.status();
-      const HostTensor piece =
-          Piece(want[i], cluster.mesh(), m.program.parameters[i].placements, cluster.coordinate(r));
-      EXPECT_TRUE(Near(**got, piece, tolerance)) << name(names[i]) << " on rank " << r;
-    }
-  }
-}
-
-std::string GradName(const ParameterTensors& n) { return n.grad; }
-std::string ValueName(const ParameterTensors& n) { return n.tensor; }
-std::string MomentumName(const ParameterTensors& n) { return n.momentum; }
-
-HostTensor Ones(const Shape& shape) { return Float64(shape, Values(NumElements(shape), 1.0)); }
-
-// ---------------------------------------------------------------------------------------------
 // Tensor parallelism on a 1-D mesh: every model, 1 to 4 ranks, float64 and float32
 
 using ModelParam = std::tuple<ModelCase, int, DType>;
@@ -740,36 +497,37 @@ TEST_P(ModelProgramTest, ForwardAndGradientsEqualOneProcess) {
   const Model m = MakeModel();
   ASSERT_TRUE(CheckProgram(m.program).ok()) << CheckProgram(m.program);
   Cluster cluster(Mesh({tp()}));
-  ASSERT_TRUE(Load(cluster, m, dtype()));
+  ASSERT_TRUE(LoadEverywhere(cluster, m.program, m.params, dtype()));
   const HostTensor input = InDType(m.input, dtype());
   const Reference ref = m.reference(m.params, m.input, Ones(m.output_shape));
   // A forward keeps nothing but the parameters.
   const int64_t held = cluster.store(0).used_bytes();
-  ExpectOutputs(cluster, m, RunEverywhere(cluster, m, input, {}), ref.output, tolerance());
+  ExpectOutputs(cluster, m.program, RunEverywhere(cluster, m.program, input, {}), ref.output,
+                tolerance());
   EXPECT_EQ(cluster.store(0).used_bytes(), held);
   if (!m.trains) return;
 
   const HostTensor dy = Random(m.output_shape, 99);
   const Reference with_dy = m.reference(m.params, m.input, dy);
   const std::vector<Outcome> trained =
-      RunEverywhere(cluster, m, input, {.train = true, .dy = InDType(dy, dtype())});
-  ExpectOutputs(cluster, m, trained, with_dy.output, tolerance());
-  ExpectStored(cluster, m, with_dy.grads, GradName, tolerance());
+      RunEverywhere(cluster, m.program, input, {.train = true, .dy = InDType(dy, dtype())});
+  ExpectOutputs(cluster, m.program, trained, with_dy.output, tolerance());
+  ExpectStored(cluster, m.program, with_dy.grads, GradName, tolerance());
   // The reply names the gradients it wrote; the parameters are untouched without SGD.
   EXPECT_EQ(trained[0].reply.tensors_size(), static_cast<int>(m.params.size()));
   std::vector<HostTensor> params;
   for (const HostTensor& p : m.params) params.push_back(InDType(p, dtype()));
-  ExpectStored(cluster, m, params, ValueName, 0);
+  ExpectStored(cluster, m.program, params, ValueName, 0);
   // Gradients are zeroed for each step, not accumulated across steps.
-  RunEverywhere(cluster, m, input, {.train = true, .dy = InDType(dy, dtype())});
-  ExpectStored(cluster, m, with_dy.grads, GradName, tolerance());
+  RunEverywhere(cluster, m.program, input, {.train = true, .dy = InDType(dy, dtype())});
+  ExpectStored(cluster, m.program, with_dy.grads, GradName, tolerance());
 }
 
 TEST_P(ModelProgramTest, SgdStepsEqualTorchOptimSgd) {
   const Model m = MakeModel();
   if (!m.trains) GTEST_SKIP() << "no parameters";
   Cluster cluster(Mesh({tp()}));
-  ASSERT_TRUE(Load(cluster, m, dtype()));
+  ASSERT_TRUE(LoadEverywhere(cluster, m.program, m.params, dtype()));
   const HostTensor input = InDType(m.input, dtype());
   // Reference parameters and momentum buffers, float64, updated as torch.optim.SGD does.
   std::vector<Values> params, buffers;
@@ -787,7 +545,7 @@ TEST_P(ModelProgramTest, SgdStepsEqualTorchOptimSgd) {
   for (size_t s = 0; s < steps.size(); ++s) {
     SCOPED_TRACE(absl::StrCat("step ", s));
     const Reference ref = m.reference(full(params), m.input, Ones(m.output_shape));
-    RunEverywhere(cluster, m, input, {.train = true, .sgd = steps[s]});
+    RunEverywhere(cluster, m.program, input, {.train = true, .sgd = steps[s]});
     for (size_t i = 0; i < params.size(); ++i) {
       if (buffers[i].empty()) buffers[i].assign(params[i].size(), 0.0);
       kernels::testing::NaiveSgdStep(params[i], ToValues(ref.grads[i]), buffers[i], steps[s].lr,
@@ -795,9 +553,10 @@ TEST_P(ModelProgramTest, SgdStepsEqualTorchOptimSgd) {
                                      steps[s].momentum != 0 && !momentum_started);
     }
     momentum_started |= steps[s].momentum != 0;
-    ExpectStored(cluster, m, ref.grads, GradName, tolerance());
-    ExpectStored(cluster, m, full(params), ValueName, tolerance());
-    if (momentum_started) ExpectStored(cluster, m, full(buffers), MomentumName, tolerance());
+    ExpectStored(cluster, m.program, ref.grads, GradName, tolerance());
+    ExpectStored(cluster, m.program, full(params), ValueName, tolerance());
+    if (momentum_started)
+      ExpectStored(cluster, m.program, full(buffers), MomentumName, tolerance());
   }
 }
 
@@ -837,7 +596,7 @@ TEST_P(DataParallelProgramTest, GradientsAreTheBatchMeanOverDataParallelGroups) 
   m.output_shape = {4, 3, 4};
   ASSERT_TRUE(CheckProgram(m.program).ok()) << CheckProgram(m.program);
   Cluster cluster(Mesh({kDp, GetParam()}));
-  ASSERT_TRUE(Load(cluster, m, DType::kFloat64));
+  ASSERT_TRUE(LoadEverywhere(cluster, m.program, m.params, DType::kFloat64));
   const HostTensor dy = Random(m.output_shape, 72);
   Reference ref = m.reference(m.params, m.input, dy);
   // Each dp group's loss is the sum over its rows; the groups' gradients are averaged.
@@ -845,18 +604,19 @@ TEST_P(DataParallelProgramTest, GradientsAreTheBatchMeanOverDataParallelGroups) 
     for (int64_t i = 0; i < g.num_elements(); ++i) g.data_as<double>()[i] /= kDp;
   }
   const std::vector<Outcome> trained =
-      RunEverywhere(cluster, m, m.input, {.train = true, .dy = dy.Clone()});
-  ExpectOutputs(cluster, m, trained, ref.output, 1e-10);
-  ExpectStored(cluster, m, ref.grads, GradName, 1e-10);
+      RunEverywhere(cluster, m.program, m.input, {.train = true, .dy = dy.Clone()});
+  ExpectOutputs(cluster, m.program, trained, ref.output, 1e-10);
+  ExpectStored(cluster, m.program, ref.grads, GradName, 1e-10);
   // And SGD keeps the replicas of each parameter equal.
-  RunEverywhere(cluster, m, m.input, {.train = true, .dy = dy.Clone(), .sgd = SgdOptions{0.25}});
+  RunEverywhere(cluster, m.program, m.input,
+                {.train = true, .dy = dy.Clone(), .sgd = SgdOptions{0.25}});
   std::vector<HostTensor> stepped;
   for (size_t i = 0; i < m.params.size(); ++i) {
     Values p = ToValues(m.params[i]), none;
     kernels::testing::NaiveSgdStep(p, ToValues(ref.grads[i]), none, 0.25, 0, 0, false);
     stepped.push_back(Float64(m.params[i].shape(), p));
   }
-  ExpectStored(cluster, m, stepped, ValueName, 1e-10);
+  ExpectStored(cluster, m.program, stepped, ValueName, 1e-10);
 }
 
 INSTANTIATE_TEST_SUITE_P(TpSizes, DataParallelProgramTest, ::testing::Values(1, 2, 3));
@@ -1026,7 +786,7 @@ std::vector<BadCommand> BadCommands() {
            },
            /*train=*/true),
        StatusCode::kInvalidArgument,
-       {"grad_output float64[2, 3, 5] is not shaped as this rank's output float64[2, 3, 4]"}},
+       {"grad_output float64[2, 3, 5] does not match this rank's output float64[2, 3, 4]"}},
       {"GradientOfAnotherDtype",
        ChangedRun(
            [](v1::RunProgram& run) {
@@ -1034,8 +794,7 @@ std::vector<BadCommand> BadCommands() {
            },
            /*train=*/true),
        StatusCode::kInvalidArgument,
-       {"grad_output float32[2, 3, 4] is not a gradient of the output, a float64 tensor of 3 "
-        "dims"}},
+       {"grad_output float32[2, 3, 4] does not match this rank's output float64[2, 3, 4]"}},
       {"NegativeLearningRate",
        ChangedRun(
            [](v1::RunProgram& run) {
@@ -1078,15 +837,16 @@ class BadCommandTest : public ::testing::TestWithParam<BadCommand> {};
 TEST_P(BadCommandTest, FailsOnEveryRankAndLosesNothing) {
   const Model m = InDType(Mlp(ActivationKind::kRelu), DType::kFloat64);
   Cluster cluster(Mesh({2}));
-  ASSERT_TRUE(Load(cluster, m, DType::kFloat64));
+  ASSERT_TRUE(LoadEverywhere(cluster, m.program, m.params, DType::kFloat64));
   const BadCommand& bad = GetParam();
   for (const Outcome& o : cluster.OnEveryRank([&](int r) { return bad.command(cluster, m, r); })) {
     EXPECT_TRUE(StatusIs(o.status, bad.code, bad.message));
   }
   // The program and its parameters are as they were: a forward gives the reference output.
-  ExpectStored(cluster, m, m.params, ValueName, 0);
+  ExpectStored(cluster, m.program, m.params, ValueName, 0);
   const Reference ref = m.reference(m.params, m.input, Ones(m.output_shape));
-  ExpectOutputs(cluster, m, RunEverywhere(cluster, m, m.input, {}), ref.output, 1e-10);
+  ExpectOutputs(cluster, m.program, RunEverywhere(cluster, m.program, m.input, {}), ref.output,
+                1e-10);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, BadCommandTest, ::testing::ValuesIn(BadCommands()),
@@ -1097,7 +857,7 @@ TEST(ProgramStepFailureTest, NamesTheStepAndLosesNothing) {
   Model m = VocabEmbedding();
   m.program.output_dtype = DType::kFloat64;
   Cluster cluster(Mesh({2}));
-  ASSERT_TRUE(Load(cluster, m, DType::kFloat64));
+  ASSERT_TRUE(LoadEverywhere(cluster, m.program, m.params, DType::kFloat64));
   const HostTensor out_of_range =
       HostTensor::FromValues<int64_t>(DType::kInt64, {1, 2}, std::vector<int64_t>{3, 12});
   for (const Outcome& o : cluster.OnEveryRank([&](int r) {
@@ -1106,10 +866,11 @@ TEST(ProgramStepFailureTest, NamesTheStepAndLosesNothing) {
     EXPECT_TRUE(StatusIs(o.status, absl::StatusCode::kInvalidArgument,
                          {"program 9: forward step 0 (embedding, module \"tok\")", "12"}));
   }
-  ExpectStored(cluster, m, m.params, ValueName, 0);
+  ExpectStored(cluster, m.program, m.params, ValueName, 0);
   EXPECT_FALSE(cluster.store(0).Get("g/tok.weight").ok());
   const Reference ref = m.reference(m.params, m.input, Ones(m.output_shape));
-  ExpectOutputs(cluster, m, RunEverywhere(cluster, m, m.input, {}), ref.output, 1e-10);
+  ExpectOutputs(cluster, m.program, RunEverywhere(cluster, m.program, m.input, {}), ref.output,
+                1e-10);
 
   for (const Outcome& o : cluster.OnEveryRank([&](int) {
          v1::Command command;
@@ -1123,7 +884,7 @@ TEST(ProgramStepFailureTest, NamesTheStepAndLosesNothing) {
     EXPECT_TRUE(StatusIs(o.status, absl::StatusCode::kNotFound, {"has no program 9"}));
   }
   // Its parameters stay: they are the caller's tensors.
-  ExpectStored(cluster, m, m.params, ValueName, 0);
+  ExpectStored(cluster, m.program, m.params, ValueName, 0);
 }
 
 }  // namespace
