@@ -69,16 +69,16 @@ std::vector<std::string> Placements(const Program& p) {
   return out;
 }
 
-constexpr char kLinear16x10[] = R"({"type": "Linear", "in_features": 16, "out_features": 10})";
-constexpr char kLinear10x16[] = R"({"type": "Linear", "in_features": 10, "out_features": 16})";
-constexpr char kMlp[] = R"({"type": "Module", "children": [
+constexpr char kLinear16x10[] = R"js({"type": "Linear", "in_features": 16, "out_features": 10})js";
+constexpr char kLinear10x16[] = R"js({"type": "Linear", "in_features": 10, "out_features": 16})js";
+constexpr char kMlp[] = R"js({"type": "Module", "children": [
     {"name": "net1", "type": "Linear", "in_features": 10, "out_features": 16},
     {"name": "relu", "type": "ReLU"},
-    {"name": "net2", "type": "Linear", "in_features": 16, "out_features": 10}]})";
+    {"name": "net2", "type": "Linear", "in_features": 16, "out_features": 10}]})js";
 
 TEST(CompileParallelize, RowwiseLinear) {
-  Program p = Compiled(
-      CompileParallelize(Parse(kLinear16x10), PlanOf(R"({"plan": "RowwiseParallel"})"), Mesh1D(4)));
+  Program p = Compiled(CompileParallelize(Parse(kLinear16x10),
+                                          PlanOf(R"js({"plan": "RowwiseParallel"})js"), Mesh1D(4)));
   EXPECT_THAT(Placements(p), ElementsAre("weight=(S(1))", "bias=(R)"));
   EXPECT_EQ(p.input_layout.placement, Placement::Shard(1));
   EXPECT_FALSE(p.input_layout.is_dtensor);
@@ -92,46 +92,46 @@ TEST(CompileParallelize, RowwiseLinear) {
 
 TEST(CompileParallelize, ColwiseLinearWithReplicateOutput) {
   Program p = Compiled(CompileParallelize(Parse(kLinear10x16),
-                         PlanOf(R"({"plan": {"": {"style": "ColwiseParallel",
+                                          PlanOf(R"js({"plan": {"": {"style": "ColwiseParallel",
                                                    "output_layouts": "Replicate()"
 }
 }
-})"),
-                         Mesh1D(4)));
-EXPECT_THAT(Placements(p), ElementsAre("weight=(S(0))", "bias=(S(0))"));
-EXPECT_EQ(p.input_layout.placement, Placement::Replicate());
-EXPECT_EQ(Kinds(p.forward), "linear all_gather(1)");
-EXPECT_EQ(Kinds(p.backward), "chunk(1) linear_backward");
+})js"),
+                                          Mesh1D(4)));
+  EXPECT_THAT(Placements(p), ElementsAre("weight=(S(0))", "bias=(S(0))"));
+  EXPECT_EQ(p.input_layout.placement, Placement::Replicate());
+  EXPECT_EQ(Kinds(p.forward), "linear all_gather(1)");
+  EXPECT_EQ(Kinds(p.backward), "chunk(1) linear_backward");
 }
 
 // The plans "net*", "net?" and "net[1-2]" of torch's test file all land on net1 and net2.
 class MlpColwise : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MlpColwise, GathersAfterEachLayerAndReducesTheInputGradientOnce) {
-  const std::string plan = std::string(R"({"plan": {")") + GetParam() +
-                           R"(": {"style": "ColwiseParallel", "output_layouts": "Replicate()"
+  const std::string plan = std::string(R"js({"plan": {")js") + GetParam() +
+                           R"js(": {"style": "ColwiseParallel", "output_layouts": "Replicate()"
 }
 }
-})";
+})js";
   Program p = Compiled(CompileParallelize(Parse(kMlp), PlanOf(plan), Mesh1D(4)));
-EXPECT_THAT(Placements(p), ElementsAre("net1.weight=(S(0))", "net1.bias=(S(0))",
-                                       "net2.weight=(S(0))", "net2.bias=(S(0))"));
-EXPECT_TRUE(p.unmatched.empty());
-EXPECT_EQ(Kinds(p.forward), "linear all_gather(1) activation linear all_gather(1)");
-// net2's input gradient is Partial (its output features are split): one all_reduce brings it
-// to relu's Replicate output.
-EXPECT_EQ(Kinds(p.backward),
-          "chunk(1) linear_backward all_reduce activation_backward chunk(1) linear_backward");
+  EXPECT_THAT(Placements(p), ElementsAre("net1.weight=(S(0))", "net1.bias=(S(0))",
+                                         "net2.weight=(S(0))", "net2.bias=(S(0))"));
+  EXPECT_TRUE(p.unmatched.empty());
+  EXPECT_EQ(Kinds(p.forward), "linear all_gather(1) activation linear all_gather(1)");
+  // net2's input gradient is Partial (its output features are split): one all_reduce brings it
+  // to relu's Replicate output.
+  EXPECT_EQ(Kinds(p.backward),
+            "chunk(1) linear_backward all_reduce activation_backward chunk(1) linear_backward");
 }
 
 INSTANTIATE_TEST_SUITE_P(Patterns, MlpColwise, ::testing::Values("net*", "net?", "net[1-2]"));
 
 TEST(CompileParallelize, StackedMlpColwiseThenRowwise) {
-  const std::string spec = std::string(R"({"type": "Module", "children": [{"name": "layers",
-      "type": "ModuleList", "children": [)") +
+  const std::string spec = std::string(R"js({"type": "Module", "children": [{"name": "layers",
+      "type": "ModuleList", "children": [)js") +
                            kMlp + "," + kMlp + "]}]}";
-  Program p = Compiled(CompileParallelize(Parse(spec), PlanOf(R"({"plan": {
-          "layers.*.net[1]": "ColwiseParallel", "layers.*.net[2]": "RowwiseParallel"}})"),
+  Program p = Compiled(CompileParallelize(Parse(spec), PlanOf(R"js({"plan": {
+          "layers.*.net[1]": "ColwiseParallel", "layers.*.net[2]": "RowwiseParallel"}})js"),
                                           Mesh1D(2)));
   EXPECT_THAT(Placements(p), ElementsAre("layers.0.net1.weight=(S(0))", "layers.0.net1.bias=(S(0))",
                                          "layers.0.net2.weight=(S(1))", "layers.0.net2.bias=(R)",
@@ -146,38 +146,41 @@ TEST(CompileParallelize, StackedMlpColwiseThenRowwise) {
 }
 
 TEST(CompileParallelize, PrepareModuleInputGathersALocalShard) {
-  Program p = Compiled(CompileParallelize(Parse(R"({"type": "Module", "input": {"dtype": "float32",
-                                                                          "shape": [-1, 7]}})"),
-                                    PlanOf(R"({"plan": {"": {"style": "PrepareModuleInput",
+  Program p =
+      Compiled(CompileParallelize(Parse(R"js({"type": "Module", "input": {"dtype": "float32",
+                                                                          "shape": [-1, 7]}})js"),
+                                  PlanOf(R"js({"plan": {"": {"style": "PrepareModuleInput",
                                         "input_layouts": "Shard(0)",
                                         "desired_input_layouts": "Replicate()"
 }
 }
-})"),
-                                    Mesh1D(4)));
-EXPECT_EQ(p.input_layout.placement, Placement::Shard(0));
-EXPECT_EQ(Kinds(p.forward), "all_gather(0)");
-EXPECT_EQ(p.output_layout.placement, Placement::Replicate());
-EXPECT_TRUE(p.output_layout.is_dtensor);
+})js"),
+                                  Mesh1D(4)));
+  EXPECT_EQ(p.input_layout.placement, Placement::Shard(0));
+  EXPECT_EQ(Kinds(p.forward), "all_gather(0)");
+  EXPECT_EQ(p.output_layout.placement, Placement::Replicate());
+  EXPECT_TRUE(p.output_layout.is_dtensor);
 }
 
 TEST(CompileParallelize, PrepareModuleOutputChunksAReplicatedOutput) {
-  Program p = Compiled(CompileParallelize(Parse(R"({"type": "Module", "input": {"dtype": "float32",
-                                                                          "shape": [-1, 7]}})"),
-                                    PlanOf(R"({"plan": {"": {"style": "PrepareModuleOutput",
+  Program p =
+      Compiled(CompileParallelize(Parse(R"js({"type": "Module", "input": {"dtype": "float32",
+                                                                          "shape": [-1, 7]}})js"),
+                                  PlanOf(R"js({"plan": {"": {"style": "PrepareModuleOutput",
                                         "output_layouts": "Replicate()",
                                         "desired_output_layouts": "Shard(0)"
 }
 }
-})"),
-                                    Mesh1D(4)));
-EXPECT_EQ(p.input_layout.placement, Placement::Replicate());
-EXPECT_EQ(Kinds(p.forward), "chunk(0)");
-EXPECT_EQ(p.output_layout.placement, Placement::Shard(0));
-EXPECT_FALSE(p.output_layout.is_dtensor);
+})js"),
+                                  Mesh1D(4)));
+  EXPECT_EQ(p.input_layout.placement, Placement::Replicate());
+  EXPECT_EQ(Kinds(p.forward), "chunk(0)");
+  EXPECT_EQ(p.output_layout.placement, Placement::Shard(0));
+  EXPECT_FALSE(p.output_layout.is_dtensor);
 }
 
-constexpr char kBlock[] = R"({"type": "Module", "input": {"dtype": "float32", "shape": [-1, -1, 8]},
+constexpr char kBlock[] =
+    R"js({"type": "Module", "input": {"dtype": "float32", "shape": [-1, -1, 8]},
   "children": [
     {"name": "attn", "type": "Module", "residual": true, "children": [
       {"name": "norm", "type": "LayerNorm", "normalized_shape": 8},
@@ -186,12 +189,12 @@ constexpr char kBlock[] = R"({"type": "Module", "input": {"dtype": "float32", "s
       {"name": "norm", "type": "RMSNorm", "normalized_shape": 8},
       {"name": "net1", "type": "Linear", "in_features": 8, "out_features": 32},
       {"name": "act", "type": "GELU", "approximate": "tanh"},
-      {"name": "net2", "type": "Linear", "in_features": 32, "out_features": 8}]}]})";
+      {"name": "net2", "type": "Linear", "in_features": 32, "out_features": 8}]}]})js";
 
 TEST(CompileParallelize, TransformerBlockMegatron) {
-  Program p = Compiled(CompileParallelize(Parse(kBlock), PlanOf(R"({"plan": {
+  Program p = Compiled(CompileParallelize(Parse(kBlock), PlanOf(R"js({"plan": {
           "attn.attention.[qkv]": "ColwiseParallel", "attn.attention.o": "RowwiseParallel",
-          "mlp.net1": "ColwiseParallel", "mlp.net2": "RowwiseParallel"}})"),
+          "mlp.net1": "ColwiseParallel", "mlp.net2": "RowwiseParallel"}})js"),
                                           Mesh1D(2)));
   EXPECT_EQ(Kinds(p.forward),
             "layer_norm linear linear linear attention linear all_reduce bias_add add "
@@ -204,7 +207,7 @@ TEST(CompileParallelize, TransformerBlockMegatron) {
 }
 
 TEST(CompileParallelize, TransformerBlockSequenceParallel) {
-  Program p = Compiled(CompileParallelize(Parse(kBlock), PlanOf(R"({"plan": {
+  Program p = Compiled(CompileParallelize(Parse(kBlock), PlanOf(R"js({"plan": {
           "attn.norm": "SequenceParallel",
           "attn.attention.[qkv]": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
           "attn.attention.o": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"},
@@ -214,38 +217,38 @@ TEST(CompileParallelize, TransformerBlockSequenceParallel) {
   "style" : "RowwiseParallel", "output_layouts" : "Shard(1)"
 }
 }
-})"),
-                                    Mesh1D(2)));
-EXPECT_EQ(p.input_layout.placement, Placement::Shard(1));
-EXPECT_EQ(Kinds(p.forward),
-          "layer_norm all_gather(1) linear all_gather(1) linear all_gather(1) linear attention "
-          "linear reduce_scatter(1) bias_add add "
-          "rms_norm all_gather(1) linear activation linear reduce_scatter(1) bias_add add");
-EXPECT_EQ(p.output_layout.placement, Placement::Shard(1));
-// Norm weights and the rowwise biases see sequence shards: their gradients are summed.
-EXPECT_THAT(Kinds(p.backward), HasSubstr("grad_all_reduce(attn.norm.weight)"));
-EXPECT_THAT(Kinds(p.backward), HasSubstr("grad_all_reduce(mlp.net2.bias)"));
+})js"),
+                                          Mesh1D(2)));
+  EXPECT_EQ(p.input_layout.placement, Placement::Shard(1));
+  EXPECT_EQ(Kinds(p.forward),
+            "layer_norm all_gather(1) linear all_gather(1) linear all_gather(1) linear attention "
+            "linear reduce_scatter(1) bias_add add "
+            "rms_norm all_gather(1) linear activation linear reduce_scatter(1) bias_add add");
+  EXPECT_EQ(p.output_layout.placement, Placement::Shard(1));
+  // Norm weights and the rowwise biases see sequence shards: their gradients are summed.
+  EXPECT_THAT(Kinds(p.backward), HasSubstr("grad_all_reduce(attn.norm.weight)"));
+  EXPECT_THAT(Kinds(p.backward), HasSubstr("grad_all_reduce(mlp.net2.bias)"));
 }
 
 TEST(CompileParallelize, UnevenHeadsAreRejected) {
   const auto p = CompileParallelize(
-      Parse(R"({"type": "Attention", "dim": 6, "n_heads": 3})"),
-      PlanOf(R"({"plan": {"[qkv]": "ColwiseParallel", "o": "RowwiseParallel"}})"), Mesh1D(2));
+      Parse(R"js({"type": "Attention", "dim": 6, "n_heads": 3})js"),
+      PlanOf(R"js({"plan": {"[qkv]": "ColwiseParallel", "o": "RowwiseParallel"}})js"), Mesh1D(2));
   EXPECT_TRUE(testing::StatusIs(p.status(), absl::StatusCode::kInvalidArgument, {"3 heads"}));
 }
 
 TEST(CompileParallelize, ALocalShardAnnotatedAsReplicateIsRejected) {
   // net1's default output is a local Shard(-1) tensor; net2 colwise says its input is Replicate.
   const auto p = CompileParallelize(
-      Parse(kMlp), PlanOf(R"({"plan": {"net1": "ColwiseParallel", "net2": "ColwiseParallel"}})"),
-      Mesh1D(2));
+      Parse(kMlp),
+      PlanOf(R"js({"plan": {"net1": "ColwiseParallel", "net2": "ColwiseParallel"}})js"), Mesh1D(2));
   EXPECT_TRUE(testing::StatusIs(p.status(), absl::StatusCode::kInvalidArgument, {"net2"}));
 }
 
 TEST(CompileParallelize, TwoDimMeshAveragesGradientsOverDp) {
   DeviceMesh mesh = DeviceMesh::Create("cpu", {2, 2}, {"dp", "tp"}).value();
-  Program p = Compiled(CompileParallelize(Parse(kMlp), PlanOf(R"({"mesh_dim": "tp", "plan": {
-          "net1": "ColwiseParallel", "net2": "RowwiseParallel"}})"),
+  Program p = Compiled(CompileParallelize(Parse(kMlp), PlanOf(R"js({"mesh_dim": "tp", "plan": {
+          "net1": "ColwiseParallel", "net2": "RowwiseParallel"}})js"),
                                           mesh));
   EXPECT_EQ(p.tp_mesh_dim, 1);
   EXPECT_THAT(Placements(p), ElementsAre("net1.weight=(R, S(0))", "net1.bias=(R, S(0))",
