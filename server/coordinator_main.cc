@@ -1,6 +1,6 @@
 // tessera-coordinator: the control plane. Serves the client-facing services (meshes,
-// collectives, DTensors) and the worker-facing Registry (with the rendezvous store) on one port,
-// plus gRPC health and reflection.
+// collectives, DTensors), KServe v2 inference on the published models, and the worker-facing
+// Registry (with the rendezvous store) on one port, plus gRPC health and reflection.
 
 #include <malloc.h>
 
@@ -19,11 +19,13 @@
 #include "server/dispatcher.h"
 #include "server/dtensor_service.h"
 #include "server/dtensor_table.h"
+#include "server/inference_service.h"
 #include "server/mesh_reformer.h"
 #include "server/mesh_service.h"
 #include "server/mesh_table.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_store.h"
+#include "server/served_models.h"
 #include "server/worker_bytes.h"
 #include "server/worker_registry.h"
 #include "spdlog/spdlog.h"
@@ -97,6 +99,9 @@ int main(int argc, char** argv) {
   });
   tessera::MeshService mesh_service(&meshes, &dispatcher, &store, &reformer, &ledger,
                                     {&collective_service, &tensors});
+  // The models published for serving: whatever publishes modules gets `served` by pointer.
+  tessera::ServedModels served;
+  tessera::InferenceService inference_service(&served);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -110,6 +115,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(&mesh_service);
   builder.RegisterService(&collective_service);
   builder.RegisterService(&dtensor_service);
+  builder.RegisterService(&inference_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     spdlog::critical("cannot listen on {}", flags.listen);
