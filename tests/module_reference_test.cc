@@ -1,6 +1,6 @@
 // The single-process reference (module_reference.h): forwards against numbers worked out by hand,
 // every gradient against central finite differences in double, and SGD against hand numbers.
-#include "tests/module_reference.h"
+#include "reference/module_reference.h"
 
 #include <algorithm>
 #include <cmath>

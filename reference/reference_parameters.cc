@@ -10,9 +10,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "tests/module_reference.h"
-#include "tests/reference_layers.h"
-#include "tests/reference_tree.h"
+#include "reference/module_reference.h"
+#include "reference/reference_layers.h"
+#include "reference/reference_tree.h"
 
 namespace tessera {
 namespace {
@@ -37,8 +37,8 @@ absl::Status CheckAttentionChildren(const std::string& fqn, const ModuleSpec& m)
     if (!known || child.type != ModuleType::kLinear || child.in_features != m.dim ||
         child.out_features != m.dim) {
       return absl::InvalidArgumentError(absl::StrCat(
-          DescribeModule(fqn, m), " has child '", child.name, "' (",
-          reference::TypeName(child.type), " ", child.in_features, " -> ", child.out_features,
+          DescribeModule(fqn, m), " has child '", child.name, "' (", ModuleTypeName(child.type),
+          " ", child.in_features, " -> ", child.out_features,
           "); its children are q, k, v, o, each ", "Linear ", m.dim, " -> ", m.dim));
     }
     names.insert(child.name);

@@ -1,13 +1,13 @@
 // The reference's forward and backward: a walk over the spec's tree calling reference_layers.h.
-#include "tests/module_reference.h"
+#include "reference/module_reference.h"
 
 #include <utility>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "tests/reference_layers.h"
-#include "tests/reference_tree.h"
+#include "reference/reference_layers.h"
+#include "reference/reference_tree.h"
 
 namespace tessera {
 namespace {

@@ -1,8 +1,8 @@
 // The single-process reference the tensor-parallel tests compare against: a ModelSpec's forward,
 // backward and torch.optim.SGD step with PyTorch's semantics, computed in double with plain loops
-// (tests/reference_layers.h), independent of kernels/ and of core's spec helpers.
-#ifndef TESSERA_TESTS_MODULE_REFERENCE_H_
-#define TESSERA_TESTS_MODULE_REFERENCE_H_
+// (reference/reference_layers.h), independent of kernels/ and of core's spec helpers.
+#ifndef TESSERA_REFERENCE_MODULE_REFERENCE_H_
+#define TESSERA_REFERENCE_MODULE_REFERENCE_H_
 
 #include <cstdint>
 #include <map>
@@ -85,4 +85,4 @@ absl::Status ReferenceSgd(ReferenceModel& model, const std::map<std::string, Hos
 
 }  // namespace tessera
 
-#endif  // TESSERA_TESTS_MODULE_REFERENCE_H_
+#endif  // TESSERA_REFERENCE_MODULE_REFERENCE_H_

@@ -1,4 +1,4 @@
-#include "tests/reference_layers.h"
+#include "reference/reference_layers.h"
 
 #include <algorithm>
 #include <cmath>

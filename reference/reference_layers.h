@@ -1,8 +1,8 @@
 // The per-layer forward and backward math of the single-process reference (module_reference.h):
 // plain loops over row-major arrays of doubles, with PyTorch's semantics, independent of kernels/.
 // Callers pass consistent shapes (module_reference.cc checks them); leading dims fold into rows.
-#ifndef TESSERA_TESTS_REFERENCE_LAYERS_H_
-#define TESSERA_TESTS_REFERENCE_LAYERS_H_
+#ifndef TESSERA_REFERENCE_REFERENCE_LAYERS_H_
+#define TESSERA_REFERENCE_REFERENCE_LAYERS_H_
 
 #include <cstdint>
 #include <vector>
@@ -84,4 +84,4 @@ AttentionGradients AttentionBackward(const Array& q, const Array& k, const Array
 
 }  // namespace tessera::reference
 
-#endif  // TESSERA_TESTS_REFERENCE_LAYERS_H_
+#endif  // TESSERA_REFERENCE_REFERENCE_LAYERS_H_
