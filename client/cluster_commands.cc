@@ -10,6 +10,7 @@
 #include "client/cluster_selfcheck.h"
 #include "client/dtensor_selfcheck.h"
 #include "client/local_cluster.h"
+#include "client/module_selfcheck.h"
 #include "core/shape.h"
 #include "tessera/tessera.h"
 
@@ -74,7 +75,9 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
     if (absl::Status s = RunClusterSelfcheck(**session, options.workers, out); !s.ok()) return s;
     if (options.workers < 4) return absl::OkStatus();
     out << "\n";
-    return RunDTensorSelfcheck((*cluster)->address(), out);
+    if (absl::Status s = RunDTensorSelfcheck((*cluster)->address(), out); !s.ok()) return s;
+    out << "\n";
+    return RunModuleSelfcheck((*cluster)->address(), (*cluster)->log_dir() + "/selfcheck", out);
   }
   absl::StatusOr<client::MeshInfo> world =
       client::InitDeviceMesh(**session, "cpu", {options.workers}, {"world"}, "world");
