@@ -1,5 +1,5 @@
 // tessera-coordinator: the control plane. Serves the client-facing services (meshes,
-// collectives, DTensors) and the worker-facing Registry (with the rendezvous store) on one port,
+// collectives, DTensors, modules) and the worker-facing Registry (with the rendezvous store) on one port,
 // plus gRPC health and reflection.
 
 #include <malloc.h>
@@ -22,6 +22,8 @@
 #include "server/mesh_reformer.h"
 #include "server/mesh_service.h"
 #include "server/mesh_table.h"
+#include "server/module_service.h"
+#include "server/module_table.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_store.h"
 #include "server/worker_bytes.h"
@@ -95,8 +97,13 @@ int main(int argc, char** argv) {
                                        const tessera::v1::BrokenCommunicator& broken) {
     reformer.OnBroken(worker, broken);
   });
+  // Modules publish into the served models of the inference endpoint; until the coordinator
+  // holds one (server/served_models.h), PublishModule answers UNIMPLEMENTED.
+  tessera::ServedModels* const served = nullptr;
+  tessera::ModuleTable modules;
+  tessera::ModuleService module_service(&tensors, &modules, served);
   tessera::MeshService mesh_service(&meshes, &dispatcher, &store, &reformer, &ledger,
-                                    {&collective_service, &tensors});
+                                    {&collective_service, &tensors, &modules});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -110,6 +117,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(&mesh_service);
   builder.RegisterService(&collective_service);
   builder.RegisterService(&dtensor_service);
+  builder.RegisterService(&module_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     spdlog::critical("cannot listen on {}", flags.listen);
