@@ -104,19 +104,28 @@ class JsonChecker final : public nlohmann::json_sax<nlohmann::json> {
   std::vector<Frame> frames_;
 };
 
-}  // namespace
-
-absl::StatusOr<nlohmann::json> ParseJson(absl::string_view text) {
+// Parses `text` into a `Json` (nlohmann::json or ordered_json) after the checking pass.
+template <typename Json>
+absl::StatusOr<Json> CheckAndParse(absl::string_view text) {
   JsonChecker checker;
   if (!nlohmann::json::sax_parse(text.begin(), text.end(), &checker) || !checker.error.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("JSON: ", checker.error));
   }
-  nlohmann::json value = nlohmann::json::parse(text.begin(), text.end(), /*cb=*/nullptr,
-                                               /*allow_exceptions=*/false);
+  Json value = Json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) {
     return absl::InternalError("JSON: the parser refused text its checking pass accepted");
   }
   return value;
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> ParseJson(absl::string_view text) {
+  return CheckAndParse<nlohmann::json>(text);
+}
+
+absl::StatusOr<nlohmann::ordered_json> ParseOrderedJson(absl::string_view text) {
+  return CheckAndParse<nlohmann::ordered_json>(text);
 }
 
 absl::StatusOr<std::string> DumpJson(const nlohmann::ordered_json& value) {

@@ -15,6 +15,9 @@ namespace tessera {
 // included), and naming the path for a key that appears twice in one object, an integer that
 // fits neither int64 nor uint64, or nesting deeper than 64 levels.
 absl::StatusOr<nlohmann::json> ParseJson(absl::string_view text);
+// ParseJson with each object's members kept in the order the text gives them, for files where
+// that order means something (a plan's patterns, first match first).
+absl::StatusOr<nlohmann::ordered_json> ParseOrderedJson(absl::string_view text);
 
 // `value` as compact JSON text (no spaces), members in the order they were inserted.
 // INVALID_ARGUMENT naming the byte if a string in it is not valid UTF-8; never throws.

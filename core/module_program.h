@@ -29,6 +29,8 @@ enum class ProgramOpKind : int {
   kAttention = 6,   // inputs q, k, v [B, S, H*D]; outputs: out [B, S, H*D], probs [B, H, S, S];
                     // `heads` local heads, `causal`
   kAdd = 7,         // out = in0 + in1 (same shape)
+  kBiasAdd = 8,     // out = in0 + b over the last dim (a rowwise Linear's bias, added after the
+                    // reduction of its partial products)
   // --- collectives on the group of `mesh_dim` ---
   kAllReduce = 20,      // out = reduce(in0) over the group, `reduce_op`
   kAllGather = 21,      // out = the ranks' in0 concatenated on `dim` (torch.chunk layout,
@@ -46,7 +48,8 @@ enum class ProgramOpKind : int {
   kActivationBackward = 44,  // inputs x, dy -> dx
   kAttentionBackward = 45,   // inputs q, k, v, probs, dout -> dq, dk, dv
   kAccumulate = 46,          // out = in0 + in1 (a gradient reaching a buffer twice)
-  kScale = 47,               // out = in0 * `scale`
+  kScale = 47,               // out = in0 * `scale` (forward: Replicate -> Partial(sum) as 1/n)
+  kBiasAddBackward = 48,     // inputs dy; grad[b] += sum of dy over rows
   // --- after backward: a parameter's gradient reduced over the group of `mesh_dim` ---
   kGradAllReduce = 60,  // grad[weight] = reduce(grad[weight]), `reduce_op` (sum or avg)
 };

@@ -90,8 +90,9 @@ struct ParameterInfo {
 // it), and an optional top-level "input": {"dtype": "float32", "shape": [-1, 10]}; without it the
 // input is inferred from the first leaf (Linear, norm, activation: [-1, features] float32;
 // Embedding: [-1, -1] int64; Attention: [-1, -1, dim] float32). Attention's q/k/v/o children are
-// made by the parser. INVALID_ARGUMENT naming the JSON path and value for an unknown type or key,
-// a missing or non-positive size, a duplicate child name, or children on a leaf.
+// made by the parser (a spec giving them is refused). INVALID_ARGUMENT naming the JSON path and
+// value for an unknown type or key, a missing or non-positive size, a duplicate child name, or
+// children on a leaf.
 absl::StatusOr<ModelSpec> ParseModelSpec(absl::string_view json);
 // The spec as JSON that ParseModelSpec reads back to an equal spec.
 std::string ModelSpecToJson(const ModelSpec& spec);

@@ -51,7 +51,8 @@ struct ParallelStyle {
   int sequence_dim = 1;  // SequenceParallel only
 };
 
-// A style of `kind` with torch's defaults.
+// A style of `kind` with torch's defaults. RowwiseParallel's are a Linear's: which module a style
+// lands on is not known here, so the compiler applies the Embedding case above.
 ParallelStyle MakeStyle(StyleKind kind);
 
 // A parallelize_module plan: FQN patterns to styles, in the order given, on one mesh dim.
@@ -66,7 +67,8 @@ struct ParallelizePlan {
 };
 
 // A distribute_module partition: per-parameter placements on the whole mesh (one per mesh dim)
-// by FQN pattern, first match wins; a parameter no pattern matches is Replicate on every dim.
+// by FQN pattern (matched token by token as a parallelize plan's), first match wins; a parameter
+// no pattern matches is Replicate on every dim.
 struct DistributePlan {
   std::vector<std::pair<std::string, std::vector<Placement>>> placements;
 };

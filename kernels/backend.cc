@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -42,6 +43,80 @@ absl::Status NeedsFloating(absl::string_view op, DType dtype) {
   if (IsFloatingPoint(dtype)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       op, " needs a floating dtype (float32, float64, float16, bfloat16); got ", DTypeName(dtype)));
+}
+
+// OK iff `view` is valid and has `dtype` and `shape`; errors name the operation and the operand.
+template <typename View>
+absl::Status CheckOperand(absl::string_view op, absl::string_view operand, const View& view,
+                          DType dtype, const Shape& shape) {
+  RETURN_IF_ERROR(CheckView(op, operand, view));
+  if (view.dtype == dtype && view.shape == shape) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, " ", operand, " must be ", DTypeName(dtype), " ", ShapeToString(shape),
+                   "; got ", DTypeName(view.dtype), " ", ShapeToString(view.shape)));
+}
+
+// CheckOperand for an optional operand: OK when absent.
+template <typename View>
+absl::Status CheckOptionalOperand(absl::string_view op, absl::string_view operand, const View* view,
+                                  DType dtype, const Shape& shape) {
+  if (view == nullptr) return absl::OkStatus();
+  return CheckOperand(op, operand, *view, dtype, shape);
+}
+
+// The neural-network kernels take float32 and float64.
+absl::Status NeedsFloat32Or64(absl::string_view op, DType dtype) {
+  if (dtype == DType::kFloat32 || dtype == DType::kFloat64) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, " needs float32 or float64 tensors; got ", DTypeName(dtype)));
+}
+
+// OK iff `value` is finite and >= 0; errors name the operation and the parameter.
+absl::Status CheckNonNegative(absl::string_view op, absl::string_view parameter, double value) {
+  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, " ", parameter, " must be finite and >= 0; got ", value));
+}
+
+// The rows x cols split of a normalization's input, which must be floating with a nonempty
+// last dim.
+absl::Status CheckNormInput(absl::string_view op, const ConstTensorView& x, int64_t* rows,
+                            int64_t* cols) {
+  RETURN_IF_ERROR(CheckView(op, "x", x));
+  RETURN_IF_ERROR(NeedsFloat32Or64(op, x.dtype));
+  if (x.rank() < 1 || x.shape.back() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, " normalizes over the last dim, which x of shape ", ShapeToString(x.shape),
+                     x.rank() < 1 ? " does not have" : " has empty"));
+  }
+  *cols = x.shape.back();
+  *rows = x.num_elements() / *cols;
+  return absl::OkStatus();
+}
+
+// The [batch, seq, heads, head_dim] split of attention's q, which must be floating
+// [B, S, H*D] with H dividing the last dim, every size fitting a BLAS int.
+absl::Status CheckAttentionQuery(absl::string_view op, const ConstTensorView& q, int64_t heads,
+                                 int64_t* head_dim) {
+  RETURN_IF_ERROR(CheckView(op, "q", q));
+  RETURN_IF_ERROR(NeedsFloat32Or64(op, q.dtype));
+  if (q.rank() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(op, " needs q of shape [batch, seq, heads * ",
+                                                   "head_dim]; got ", ShapeToString(q.shape)));
+  }
+  if (heads < 1 || q.shape[2] % heads != 0 || q.shape[2] / heads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, " with ", heads, " heads needs q's last dim to be a positive multiple of ",
+                     "them; q has shape ", ShapeToString(q.shape)));
+  }
+  for (int64_t size : {q.shape[1], q.shape[2]}) {
+    if (size > INT_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(op, " size ", size, " exceeds the BLAS limit ",
+                                                     INT_MAX, " (q ", ShapeToString(q.shape), ")"));
+    }
+  }
+  *head_dim = q.shape[2] / heads;
+  return absl::OkStatus();
 }
 
 absl::Status CheckBinarySupported(BinaryOp op, DType dtype) {
@@ -386,6 +461,200 @@ absl::Status KernelBackend::RandomFill(Distribution dist, uint64_t seed,
   if (out.num_elements() == 0) return absl::OkStatus();
   return DoRandomFill(RandomFillArgs{dist, seed, ContiguousStrides(global_shape),
                                      std::vector<int64_t>(offset.begin(), offset.end()), out});
+}
+
+absl::Status KernelBackend::ActivateBackward(Activation f, const ConstTensorView& x,
+                                             const ConstTensorView& dy, const TensorView& dx) {
+  const std::string name = absl::StrCat(ActivationName(f), " backward");
+  RETURN_IF_ERROR(CheckView(name, "x", x));
+  RETURN_IF_ERROR(NeedsFloat32Or64(name, x.dtype));
+  RETURN_IF_ERROR(CheckOperand(name, "dy", dy, x.dtype, x.shape));
+  RETURN_IF_ERROR(CheckOperand(name, "dx", dx, x.dtype, x.shape));
+  if (x.num_elements() == 0) return absl::OkStatus();
+  return DoActivateBackward(f, x.dtype, x.data, dy.data, dx.data, x.num_elements());
+}
+
+absl::Status KernelBackend::LayerNorm(const ConstTensorView& x, const ConstTensorView* weight,
+                                      const ConstTensorView* bias, double eps, const TensorView& y,
+                                      const TensorView& mean, const TensorView& rstd) {
+  constexpr absl::string_view kOp = "layer_norm";
+  int64_t rows = 0, cols = 0;
+  RETURN_IF_ERROR(CheckNormInput(kOp, x, &rows, &cols));
+  RETURN_IF_ERROR(CheckOptionalOperand(kOp, "weight", weight, x.dtype, {cols}));
+  RETURN_IF_ERROR(CheckOptionalOperand(kOp, "bias", bias, x.dtype, {cols}));
+  RETURN_IF_ERROR(CheckNonNegative(kOp, "eps", eps));
+  RETURN_IF_ERROR(CheckOperand(kOp, "y", y, x.dtype, x.shape));
+  RETURN_IF_ERROR(CheckOperand(kOp, "mean", mean, DType::kFloat32, {rows}));
+  RETURN_IF_ERROR(CheckOperand(kOp, "rstd", rstd, DType::kFloat32, {rows}));
+  if (rows == 0) return absl::OkStatus();
+  return DoLayerNorm(
+      NormArgs{x.dtype, rows, cols, eps, x.data, weight != nullptr ? weight->data : nullptr,
+               bias != nullptr ? bias->data : nullptr, y.data, mean.data, rstd.data});
+}
+
+absl::Status KernelBackend::LayerNormBackward(const ConstTensorView& dy, const ConstTensorView& x,
+                                              const ConstTensorView* weight,
+                                              const ConstTensorView& mean,
+                                              const ConstTensorView& rstd, const TensorView& dx,
+                                              const TensorView* dweight, const TensorView* dbias) {
+  constexpr absl::string_view kOp = "layer_norm backward";
+  int64_t rows = 0, cols = 0;
+  RETURN_IF_ERROR(CheckNormInput(kOp, x, &rows, &cols));
+  RETURN_IF_ERROR(CheckOperand(kOp, "dy", dy, x.dtype, x.shape));
+  RETURN_IF_ERROR(CheckOptionalOperand(kOp, "weight", weight, x.dtype, {cols}));
+  RETURN_IF_ERROR(CheckOperand(kOp, "mean", mean, DType::kFloat32, {rows}));
+  RETURN_IF_ERROR(CheckOperand(kOp, "rstd", rstd, DType::kFloat32, {rows}));
+  RETURN_IF_ERROR(CheckOperand(kOp, "dx", dx, x.dtype, x.shape));
+  RETURN_IF_ERROR(CheckOptionalOperand(kOp, "dweight", dweight, x.dtype, {cols}));
+  RETURN_IF_ERROR(CheckOptionalOperand(kOp, "dbias", dbias, x.dtype, {cols}));
+  if (rows == 0) return absl::OkStatus();
+  return DoLayerNormBackward(NormBackwardArgs{
+      x.dtype, rows, cols, dy.data, x.data, weight != nullptr ? weight->data : nullptr, mean.data,
+      rstd.data, dx.data, dweight != nullptr ? dweight->data : nullptr,
+      dbias != nullptr ? dbias->data : nullptr});
+}
+
+absl::Status KernelBackend::RmsNorm(const ConstTensorView& x, const ConstTensorView* weight,
+                                    double eps, const TensorView& y, const TensorView& rstd) {
+  constexpr absl::string_view kOp = "rms_norm";
+  int64_t rows = 0, cols = 0;
+  RETURN_IF_ERROR(CheckNormInput(kOp, x, &rows, &cols));
+  RETURN_IF_ERROR(CheckOptionalOperand(kOp, "weight", weight, x.dtype, {cols}));
+  RETURN_IF_ERROR(CheckNonNegative(kOp, "eps", eps));
+  RETURN_IF_ERROR(CheckOperand(kOp, "y", y, x.dtype, x.shape));
+  RETURN_IF_ERROR(CheckOperand(kOp, "rstd", rstd, DType::kFloat32, {rows}));
+  if (rows == 0) return absl::OkStatus();
+  return DoRmsNorm(NormArgs{x.dtype, rows, cols, eps, x.data,
+                            weight != nullptr ? weight->data : nullptr, nullptr, y.data, nullptr,
+                            rstd.data});
+}
+
+absl::Status KernelBackend::RmsNormBackward(const ConstTensorView& dy, const ConstTensorView& x,
+                                            const ConstTensorView* weight,
+                                            const ConstTensorView& rstd, const TensorView& dx,
+                                            const TensorView* dweight) {
+  constexpr absl::string_view kOp = "rms_norm backward";
+  int64_t rows = 0, cols = 0;
+  RETURN_IF_ERROR(CheckNormInput(kOp, x, &rows, &cols));
+  RETURN_IF_ERROR(CheckOperand(kOp, "dy", dy, x.dtype, x.shape));
+  RETURN_IF_ERROR(CheckOptionalOperand(kOp, "weight", weight, x.dtype, {cols}));
+  RETURN_IF_ERROR(CheckOperand(kOp, "rstd", rstd, DType::kFloat32, {rows}));
+  RETURN_IF_ERROR(CheckOperand(kOp, "dx", dx, x.dtype, x.shape));
+  RETURN_IF_ERROR(CheckOptionalOperand(kOp, "dweight", dweight, x.dtype, {cols}));
+  if (rows == 0) return absl::OkStatus();
+  return DoRmsNormBackward(NormBackwardArgs{
+      x.dtype, rows, cols, dy.data, x.data, weight != nullptr ? weight->data : nullptr, nullptr,
+      rstd.data, dx.data, dweight != nullptr ? dweight->data : nullptr, nullptr});
+}
+
+absl::Status KernelBackend::Embedding(const ConstTensorView& ids, const ConstTensorView& weight,
+                                      int64_t row_offset, int64_t num_embeddings,
+                                      const TensorView& out) {
+  constexpr absl::string_view kOp = "embedding";
+  RETURN_IF_ERROR(CheckOperand(kOp, "ids", ids, DType::kInt64, ids.shape));
+  RETURN_IF_ERROR(CheckView(kOp, "weight", weight));
+  RETURN_IF_ERROR(NeedsFloat32Or64(kOp, weight.dtype));
+  if (weight.rank() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, " needs a 2-D weight [rows, dim]; got weight ", ShapeToString(weight.shape)));
+  }
+  if (row_offset < 0 || num_embeddings < row_offset + weight.shape[0]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, " weight of ", weight.shape[0], " rows at row_offset ", row_offset,
+                     " does not fit in num_embeddings ", num_embeddings));
+  }
+  Shape out_shape = ids.shape;
+  out_shape.push_back(weight.shape[1]);
+  RETURN_IF_ERROR(CheckOperand(kOp, "out", out, weight.dtype, out_shape));
+  if (ids.num_elements() == 0) return absl::OkStatus();
+  return DoEmbedding(EmbeddingArgs{weight.dtype, ids.num_elements(), weight.shape[0],
+                                   weight.shape[1], row_offset, num_embeddings, ids.data,
+                                   weight.data, out.data});
+}
+
+absl::Status KernelBackend::EmbeddingBackward(const ConstTensorView& ids, const ConstTensorView& dy,
+                                              int64_t row_offset, const TensorView& dweight) {
+  constexpr absl::string_view kOp = "embedding backward";
+  RETURN_IF_ERROR(CheckOperand(kOp, "ids", ids, DType::kInt64, ids.shape));
+  RETURN_IF_ERROR(CheckView(kOp, "dweight", dweight));
+  RETURN_IF_ERROR(NeedsFloat32Or64(kOp, dweight.dtype));
+  if (dweight.rank() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, " needs a 2-D dweight [rows, dim]; got dweight ", ShapeToString(dweight.shape)));
+  }
+  if (row_offset < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, " row_offset must be >= 0; got ", row_offset));
+  }
+  Shape dy_shape = ids.shape;
+  dy_shape.push_back(dweight.shape[1]);
+  RETURN_IF_ERROR(CheckOperand(kOp, "dy", dy, dweight.dtype, dy_shape));
+  if (dy.num_elements() == 0) return absl::OkStatus();
+  return DoEmbeddingBackward(EmbeddingBackwardArgs{dweight.dtype, ids.num_elements(),
+                                                   dweight.shape[0], dweight.shape[1], row_offset,
+                                                   ids.data, dy.data, dweight.data});
+}
+
+absl::Status KernelBackend::Attention(const ConstTensorView& q, const ConstTensorView& k,
+                                      const ConstTensorView& v, int64_t heads, bool causal,
+                                      const TensorView& out, const TensorView& probs) {
+  constexpr absl::string_view kOp = "attention";
+  int64_t head_dim = 0;
+  RETURN_IF_ERROR(CheckAttentionQuery(kOp, q, heads, &head_dim));
+  RETURN_IF_ERROR(CheckOperand(kOp, "k", k, q.dtype, q.shape));
+  RETURN_IF_ERROR(CheckOperand(kOp, "v", v, q.dtype, q.shape));
+  RETURN_IF_ERROR(CheckOperand(kOp, "out", out, q.dtype, q.shape));
+  const int64_t batch = q.shape[0], seq = q.shape[1];
+  RETURN_IF_ERROR(CheckOperand(kOp, "probs", probs, DType::kFloat32, {batch, heads, seq, seq}));
+  if (batch == 0 || seq == 0) return absl::OkStatus();
+  return DoAttention(AttentionArgs{q.dtype, batch, seq, heads, head_dim, causal, q.data, k.data,
+                                   v.data, out.data, probs.data});
+}
+
+absl::Status KernelBackend::AttentionBackward(const ConstTensorView& q, const ConstTensorView& k,
+                                              const ConstTensorView& v,
+                                              const ConstTensorView& probs,
+                                              const ConstTensorView& dout, int64_t heads,
+                                              const TensorView& dq, const TensorView& dk,
+                                              const TensorView& dv) {
+  constexpr absl::string_view kOp = "attention backward";
+  int64_t head_dim = 0;
+  RETURN_IF_ERROR(CheckAttentionQuery(kOp, q, heads, &head_dim));
+  RETURN_IF_ERROR(CheckOperand(kOp, "k", k, q.dtype, q.shape));
+  RETURN_IF_ERROR(CheckOperand(kOp, "v", v, q.dtype, q.shape));
+  const int64_t batch = q.shape[0], seq = q.shape[1];
+  RETURN_IF_ERROR(CheckOperand(kOp, "probs", probs, DType::kFloat32, {batch, heads, seq, seq}));
+  RETURN_IF_ERROR(CheckOperand(kOp, "dout", dout, q.dtype, q.shape));
+  RETURN_IF_ERROR(CheckOperand(kOp, "dq", dq, q.dtype, q.shape));
+  RETURN_IF_ERROR(CheckOperand(kOp, "dk", dk, q.dtype, q.shape));
+  RETURN_IF_ERROR(CheckOperand(kOp, "dv", dv, q.dtype, q.shape));
+  if (batch == 0 || seq == 0) return absl::OkStatus();
+  return DoAttentionBackward(AttentionBackwardArgs{q.dtype, batch, seq, heads, head_dim, q.data,
+                                                   k.data, v.data, probs.data, dout.data, dq.data,
+                                                   dk.data, dv.data});
+}
+
+absl::Status KernelBackend::SgdStep(const TensorView& param, const ConstTensorView& grad,
+                                    const TensorView* momentum_buf, double lr, double momentum,
+                                    double weight_decay, bool first_step) {
+  constexpr absl::string_view kOp = "sgd step";
+  RETURN_IF_ERROR(CheckView(kOp, "param", param));
+  RETURN_IF_ERROR(NeedsFloat32Or64(kOp, param.dtype));
+  RETURN_IF_ERROR(CheckOperand(kOp, "grad", grad, param.dtype, param.shape));
+  RETURN_IF_ERROR(CheckNonNegative(kOp, "lr", lr));
+  RETURN_IF_ERROR(CheckNonNegative(kOp, "momentum", momentum));
+  RETURN_IF_ERROR(CheckNonNegative(kOp, "weight_decay", weight_decay));
+  if (momentum != 0) {
+    if (momentum_buf == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, " with momentum ", momentum, " needs a momentum buffer"));
+    }
+    RETURN_IF_ERROR(CheckOperand(kOp, "momentum buffer", *momentum_buf, param.dtype, param.shape));
+  }
+  if (param.num_elements() == 0) return absl::OkStatus();
+  return DoSgdStep(SgdArgs{param.dtype, param.num_elements(), param.data, grad.data,
+                           momentum != 0 ? momentum_buf->data : nullptr, lr, momentum, weight_decay,
+                           first_step});
 }
 
 }  // namespace tessera::kernels

@@ -197,6 +197,86 @@ class KernelBackend {
     std::vector<int64_t> offset;
     TensorView out;
   };
+  // A checked normalization of `rows` rows of `cols` >= 1 elements (float32 or float64); weight
+  // and bias [cols] are null when absent, mean (LayerNorm only) and rstd are float32 [rows].
+  struct NormArgs {
+    DType dtype;
+    int64_t rows, cols;
+    double eps;
+    const std::byte* x;
+    const std::byte* weight;
+    const std::byte* bias;
+    std::byte* y;
+    std::byte* mean;
+    std::byte* rstd;
+  };
+  // A checked normalization backward: dx is overwritten; dweight and dbias, null when not wanted,
+  // are accumulated into.
+  struct NormBackwardArgs {
+    DType dtype;
+    int64_t rows, cols;
+    const std::byte* dy;
+    const std::byte* x;
+    const std::byte* weight;
+    const std::byte* mean;
+    const std::byte* rstd;
+    std::byte* dx;
+    std::byte* dweight;
+    std::byte* dbias;
+  };
+  // A checked embedding lookup of `count` int64 ids into the weight rows [row_offset, row_offset +
+  // rows) of `num_embeddings`, each of `dim` elements; the ids are not range-checked yet.
+  struct EmbeddingArgs {
+    DType dtype;
+    int64_t count, rows, dim, row_offset, num_embeddings;
+    const std::byte* ids;
+    const std::byte* weight;
+    std::byte* out;
+  };
+  // A checked embedding backward: the rows of `dy` whose ids fall in the shard are added to
+  // dweight.
+  struct EmbeddingBackwardArgs {
+    DType dtype;
+    int64_t count, rows, dim, row_offset;
+    const std::byte* ids;
+    const std::byte* dy;
+    std::byte* dweight;
+  };
+  // A checked attention on [batch, seq, heads * head_dim] tensors with float32 probs [batch,
+  // heads, seq, seq]; every size is at least 1 and seq and heads * head_dim fit a BLAS int.
+  struct AttentionArgs {
+    DType dtype;
+    int64_t batch, seq, heads, head_dim;
+    bool causal;
+    const std::byte* q;
+    const std::byte* k;
+    const std::byte* v;
+    std::byte* out;
+    std::byte* probs;
+  };
+  // A checked attention backward, shaped as AttentionArgs.
+  struct AttentionBackwardArgs {
+    DType dtype;
+    int64_t batch, seq, heads, head_dim;
+    const std::byte* q;
+    const std::byte* k;
+    const std::byte* v;
+    const std::byte* probs;
+    const std::byte* dout;
+    std::byte* dq;
+    std::byte* dk;
+    std::byte* dv;
+  };
+  // A checked SGD step on `n` elements; momentum_buf is null when momentum == 0.
+  struct SgdArgs {
+    DType dtype;
+    int64_t n;
+    std::byte* param;
+    const std::byte* grad;
+    std::byte* momentum_buf;
+    double lr, momentum, weight_decay;
+    bool first_step;
+  };
 
   // The implementations, called with checked arguments and at least one element to produce.
   virtual absl::StatusOr<std::byte*> AllocateBytes(size_t nbytes) = 0;
@@ -221,6 +301,20 @@ class KernelBackend {
   virtual absl::Status DoFill(std::byte* data, int64_t n, const std::byte* value,
                               size_t element_size) = 0;
   virtual absl::Status DoRandomFill(const RandomFillArgs& args) = 0;
+  // The neural-network kernels: float32 or float64 operands.
+  virtual absl::Status DoActivateBackward(Activation f, DType dtype, const std::byte* x,
+                                          const std::byte* dy, std::byte* dx, int64_t n) = 0;
+  virtual absl::Status DoLayerNorm(const NormArgs& args) = 0;
+  virtual absl::Status DoLayerNormBackward(const NormBackwardArgs& args) = 0;
+  virtual absl::Status DoRmsNorm(const NormArgs& args) = 0;
+  virtual absl::Status DoRmsNormBackward(const NormBackwardArgs& args) = 0;
+  // INVALID_ARGUMENT naming the first id outside [0, num_embeddings) and its position, before
+  // writing anything; called whenever there are ids, even with dim 0.
+  virtual absl::Status DoEmbedding(const EmbeddingArgs& args) = 0;
+  virtual absl::Status DoEmbeddingBackward(const EmbeddingBackwardArgs& args) = 0;
+  virtual absl::Status DoAttention(const AttentionArgs& args) = 0;
+  virtual absl::Status DoAttentionBackward(const AttentionBackwardArgs& args) = 0;
+  virtual absl::Status DoSgdStep(const SgdArgs& args) = 0;
 
  private:
   friend class DeviceTensor;

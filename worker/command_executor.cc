@@ -103,6 +103,10 @@ absl::Status CommandExecutor::Run(const v1::Command& command, v1::CommandReply* 
       *reply->add_tensors() = std::move(written);
       return absl::OkStatus();
     }
+    case v1::Command::kLoadProgram:
+    case v1::Command::kDropProgram:
+    case v1::Command::kRunProgram:
+      return absl::UnimplementedError("module programs are not run by this worker yet");
     case v1::Command::KIND_NOT_SET:
       break;
   }

@@ -8,9 +8,10 @@
 
 namespace tessera::kernels {
 
-// The CPU backend: host memory, OpenBLAS GEMM, single-threaded loops elsewhere (one worker per
-// core slot). BLAS threads follow OPENBLAS_NUM_THREADS, read when the process starts.
-// Reductions for collectives are core's ReduceInto and DivideInPlace.
+// The CPU backend: host memory, OpenBLAS GEMM (and attention's per-head products),
+// single-threaded loops elsewhere (one worker per core slot). BLAS threads follow
+// OPENBLAS_NUM_THREADS, read when the process starts. Reductions for collectives are core's
+// ReduceInto and DivideInPlace.
 class CpuBackend final : public KernelBackend {
  public:
   CpuBackend() = default;
@@ -38,6 +39,17 @@ class CpuBackend final : public KernelBackend {
   absl::Status DoFill(std::byte* data, int64_t n, const std::byte* value,
                       size_t element_size) override;
   absl::Status DoRandomFill(const RandomFillArgs& args) override;
+  absl::Status DoActivateBackward(Activation f, DType dtype, const std::byte* x,
+                                  const std::byte* dy, std::byte* dx, int64_t n) override;
+  absl::Status DoLayerNorm(const NormArgs& args) override;
+  absl::Status DoLayerNormBackward(const NormBackwardArgs& args) override;
+  absl::Status DoRmsNorm(const NormArgs& args) override;
+  absl::Status DoRmsNormBackward(const NormBackwardArgs& args) override;
+  absl::Status DoEmbedding(const EmbeddingArgs& args) override;
+  absl::Status DoEmbeddingBackward(const EmbeddingBackwardArgs& args) override;
+  absl::Status DoAttention(const AttentionArgs& args) override;
+  absl::Status DoAttentionBackward(const AttentionBackwardArgs& args) override;
+  absl::Status DoSgdStep(const SgdArgs& args) override;
 };
 
 }  // namespace tessera::kernels

@@ -48,6 +48,18 @@ class CudaBackend final : public KernelBackend {
   absl::Status DoFill(std::byte* data, int64_t n, const std::byte* value,
                       size_t element_size) override;
   absl::Status DoRandomFill(const RandomFillArgs& args) override;
+  // The neural-network kernels are UNIMPLEMENTED on CUDA for now (cuda_nn.cc).
+  absl::Status DoActivateBackward(Activation f, DType dtype, const std::byte* x,
+                                  const std::byte* dy, std::byte* dx, int64_t n) override;
+  absl::Status DoLayerNorm(const NormArgs& args) override;
+  absl::Status DoLayerNormBackward(const NormBackwardArgs& args) override;
+  absl::Status DoRmsNorm(const NormArgs& args) override;
+  absl::Status DoRmsNormBackward(const NormBackwardArgs& args) override;
+  absl::Status DoEmbedding(const EmbeddingArgs& args) override;
+  absl::Status DoEmbeddingBackward(const EmbeddingBackwardArgs& args) override;
+  absl::Status DoAttention(const AttentionArgs& args) override;
+  absl::Status DoAttentionBackward(const AttentionBackwardArgs& args) override;
+  absl::Status DoSgdStep(const SgdArgs& args) override;
 
  private:
   CudaBackend(int ordinal, CUstream_st* stream, cublasContext* cublas)

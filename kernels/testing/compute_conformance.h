@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/conformance_fixture.h"
+#include "kernels/testing/nn_reference.h"
 
 namespace tessera::kernels::testing {
 
@@ -295,24 +296,6 @@ TEST_F(KernelTest, BiasAddRejectsMismatchedBias) {
 
 // ---------------------------------------------------------------------------------------------
 // Activations
-
-inline double NaiveActivation(Activation f, double x) {
-  switch (f) {
-    case Activation::kRelu:
-      return x < 0 ? 0 : x;
-    case Activation::kGelu:
-      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    case Activation::kGeluTanh: {
-      const double k = std::sqrt(2.0 / 3.14159265358979323846);
-      return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
-    }
-    case Activation::kTanh:
-      return std::tanh(x);
-    case Activation::kSilu:
-      return x / (1 + std::exp(-x));
-  }
-  return 0;
-}
 
 using ActivationParam = std::tuple<DType, Activation, Shape>;
 class ActivationTest : public KernelParamTest<ActivationParam> {};
