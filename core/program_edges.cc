@@ -1,5 +1,6 @@
 #include "core/program_edges.h"
 
+#include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,29 +10,6 @@
 
 namespace tessera {
 namespace {
-
-// The full size of each dim of a tensor the ranks' `locals` make under `placements`: a dim some
-// mesh dims shard is the sum of the pieces along those mesh dims (at coordinate 0 of the others).
-Shape AssembledShape(const std::vector<HostTensor>& locals, const DeviceMesh& mesh,
-                     const std::vector<Placement>& placements) {
-  Shape shape = locals[0].shape();
-  for (size_t d = 0; d < shape.size(); ++d) {
-    bool sharded = false;
-    for (const Placement& p : placements) sharded = sharded || p.is_shard(static_cast<int>(d));
-    if (!sharded) continue;
-    int64_t size = 0;
-    for (int64_t r = 0; r < mesh.size(); ++r) {
-      const std::vector<int64_t> coord = mesh.CoordinateOfIndex(r);
-      bool along = true;
-      for (int m = 0; m < mesh.ndim(); ++m) {
-        if (!placements[m].is_shard(static_cast<int>(d)) && coord[m] != 0) along = false;
-      }
-      if (along) size += locals[r].shape()[d];
-    }
-    shape[d] = size;
-  }
-  return shape;
-}
 
 // The row-major position of `coordinate` in `mesh`.
 int64_t PositionOf(const DeviceMesh& mesh, const std::vector<int64_t>& coordinate) {
@@ -64,10 +42,9 @@ void ReducePartials(std::vector<HostTensor>& locals, const DeviceMesh& mesh,
 
 }  // namespace
 
-std::vector<Placement> EdgePlacements(const DeviceMesh& mesh, int tp_mesh_dim, const Placement& tp,
-                                      bool split_batch) {
-  std::vector<Placement> placements(mesh.ndim(),
-                                    split_batch ? Placement::Shard(0) : Placement::Replicate());
+std::vector<Placement> EdgePlacements(const DeviceMesh& mesh, int tp_mesh_dim,
+                                      const Placement& tp) {
+  std::vector<Placement> placements(mesh.ndim(), Placement::Shard(0));
   if (tp_mesh_dim >= 0 && tp_mesh_dim < mesh.ndim()) placements[tp_mesh_dim] = tp;
   return placements;
 }
@@ -111,25 +88,58 @@ absl::StatusOr<std::vector<HostTensor>> SplitEdge(const HostTensor& full, const 
   return locals;
 }
 
+absl::StatusOr<Shape> AssembledShape(std::span<const Shape> local_shapes, const DeviceMesh& mesh,
+                                     const std::vector<Placement>& placements) {
+  if (static_cast<int64_t>(local_shapes.size()) != mesh.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(local_shapes.size(),
+                                                   " local tensors for a mesh of ", mesh.size(),
+                                                   " ranks; give one per rank"));
+  }
+  for (size_t r = 1; r < local_shapes.size(); ++r) {
+    if (local_shapes[r].size() != local_shapes[0].size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", r, "'s local tensor is ", ShapeToString(local_shapes[r]), " and rank 0's ",
+          ShapeToString(local_shapes[0]), "; they cannot make one tensor"));
+    }
+  }
+  ASSIGN_OR_RETURN(const std::vector<Placement> normal,
+                   NormalizePlacements(mesh, placements, static_cast<int>(local_shapes[0].size())));
+  // A dim some mesh dims shard is the sum of its pieces along them (at coordinate 0 of the others).
+  Shape shape = local_shapes[0];
+  for (size_t d = 0; d < shape.size(); ++d) {
+    bool sharded = false;
+    for (const Placement& p : normal) sharded = sharded || p.is_shard(static_cast<int>(d));
+    if (!sharded) continue;
+    int64_t size = 0;
+    for (int64_t r = 0; r < mesh.size(); ++r) {
+      const std::vector<int64_t> coord = mesh.CoordinateOfIndex(r);
+      bool along = true;
+      for (int m = 0; m < mesh.ndim(); ++m) {
+        if (!normal[m].is_shard(static_cast<int>(d)) && coord[m] != 0) along = false;
+      }
+      if (along) size += local_shapes[r][d];
+    }
+    shape[d] = size;
+  }
+  return shape;
+}
+
 absl::StatusOr<HostTensor> AssembleEdge(std::vector<HostTensor> locals, const DeviceMesh& mesh,
                                         const std::vector<Placement>& placements) {
-  if (static_cast<int64_t>(locals.size()) != mesh.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(locals.size(), " local tensors for a mesh of ",
-                                                   mesh.size(), " ranks; give one per rank"));
-  }
+  std::vector<Shape> shapes;
+  for (const HostTensor& t : locals) shapes.push_back(t.shape());
+  ASSIGN_OR_RETURN(const Shape shape, AssembledShape(shapes, mesh, placements));
   for (size_t r = 1; r < locals.size(); ++r) {
-    if (locals[r].dtype() != locals[0].dtype() || locals[r].rank() != locals[0].rank()) {
+    if (locals[r].dtype() != locals[0].dtype()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", r, "'s local tensor is ", DTypeName(locals[r].dtype()),
           ShapeToString(locals[r].shape()), " and rank 0's ", DTypeName(locals[0].dtype()),
           ShapeToString(locals[0].shape()), "; they cannot make one tensor"));
     }
   }
-  ASSIGN_OR_RETURN(const std::vector<Placement> normal,
-                   NormalizePlacements(mesh, placements, locals[0].rank()));
-  ASSIGN_OR_RETURN(
-      const DTensorSpec spec,
-      MakeDTensorSpec(mesh, normal, AssembledShape(locals, mesh, normal), locals[0].dtype()));
+  ASSIGN_OR_RETURN(const DTensorSpec spec,
+                   MakeDTensorSpec(mesh, placements, shape, locals[0].dtype()));
+  const std::vector<Placement>& normal = spec.placements;
   for (int64_t r = 0; r < mesh.size(); ++r) {
     const Shape want = LocalShapeAndOffsetAt(spec, mesh.CoordinateOfIndex(r)).shape;
     if (locals[r].shape() != want) {

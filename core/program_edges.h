@@ -1,6 +1,7 @@
 #ifndef TESSERA_CORE_PROGRAM_EDGES_H_
 #define TESSERA_CORE_PROGRAM_EDGES_H_
 
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -17,13 +18,11 @@ namespace tessera {
 
 // The edges of a compiled module program as whole tensors: a full input cut into every rank's
 // local input, and the ranks' local outputs put together into the full output. The edge's layout
-// applies on the tensor-parallel mesh dim; every other mesh dim splits the batch (dim 0) under
-// data parallelism, or holds the whole batch.
+// applies on the tensor-parallel mesh dim; every other mesh dim is data parallel and splits the
+// batch (dim 0).
 
-// An edge's placements on `mesh`: `tp` on `tp_mesh_dim`; on every other mesh dim Shard(0) when
-// `split_batch`, else Replicate.
-std::vector<Placement> EdgePlacements(const DeviceMesh& mesh, int tp_mesh_dim, const Placement& tp,
-                                      bool split_batch);
+// An edge's placements on `mesh`: `tp` on `tp_mesh_dim`, Shard(0) on every other mesh dim.
+std::vector<Placement> EdgePlacements(const DeviceMesh& mesh, int tp_mesh_dim, const Placement& tp);
 
 // OK iff a tensor of `dtype` and `shape` is an input the model takes (`expected`: its dtype, and
 // its shape with -1 for any size); INVALID_ARGUMENT naming both otherwise.
@@ -39,6 +38,13 @@ Shape OutputShapeFor(const Program& program, const Shape& input_shape);
 // INVALID_ARGUMENT if a placement does not fit the tensor.
 absl::StatusOr<std::vector<HostTensor>> SplitEdge(const HostTensor& full, const DeviceMesh& mesh,
                                                   const std::vector<Placement>& placements);
+
+// The full shape of the tensor that local tensors of `local_shapes` (row-major mesh order) make
+// under `placements`: a dim some mesh dims shard is the sum of its pieces along them.
+// INVALID_ARGUMENT if they are not one per rank, differ in their number of dims, or a placement
+// does not fit them.
+absl::StatusOr<Shape> AssembledShape(std::span<const Shape> local_shapes, const DeviceMesh& mesh,
+                                     const std::vector<Placement>& placements);
 
 // The full tensor that the ranks' `locals` (row-major mesh order) make under `placements`: Shard
 // dims concatenate in torch.chunk order, Replicate dims take coordinate 0's copy, Partial dims

@@ -1,6 +1,6 @@
 // tessera-coordinator: the control plane. Serves the client-facing services (meshes,
-// collectives, DTensors, modules) and the worker-facing Registry (with the rendezvous store) on one port,
-// plus gRPC health and reflection.
+// collectives, DTensors, modules) and the worker-facing Registry (with the rendezvous store) on one
+// port, plus gRPC health and reflection.
 
 #include <malloc.h>
 

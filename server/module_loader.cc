@@ -98,7 +98,6 @@ absl::Status ModuleLoader::Fill(grpc::ServerReaderInterface<v1::LoadModuleChunk>
   absl::MutexLock lock(&module.mu);
   module.plan_json = std::move(compiled.plan_json);
   module.program = std::move(compiled.program);
-  module.data_parallel = compiled.data_parallel;
   std::map<std::string, std::shared_ptr<DTensorEntry>> by_fqn;
   for (const ProgramParameter& p : module.program.parameters) {
     ASSIGN_OR_RETURN(DTensorSpec spec,

@@ -47,7 +47,6 @@ absl::StatusOr<CompiledPlan> ModulePrograms::Compile(const ModelSpec& model, Pla
                        mesh_dim, "' cannot be chosen for it"));
     }
     ASSIGN_OR_RETURN(out.program, CompileDistribute(model, *plan.distribute, mesh));
-    out.data_parallel = false;
     out.plan_json = PlanSpecToJson(plan);
     return out;
   }
@@ -55,9 +54,6 @@ absl::StatusOr<CompiledPlan> ModulePrograms::Compile(const ModelSpec& model, Pla
   ParallelizePlan& styles = given ? *plan.parallelize : plan.parallelize.emplace();
   if (!mesh_dim.empty()) RETURN_IF_ERROR(UseMeshDim(mesh, mesh_dim, styles));
   ASSIGN_OR_RETURN(out.program, CompileParallelize(model, styles, mesh));
-  for (int m = 0; m < mesh.ndim(); ++m) {
-    if (m != out.program.tp_mesh_dim && mesh.size(m) > 1) AddDataParallel(out.program, m);
-  }
   if (given) out.plan_json = PlanSpecToJson(plan);
   return out;
 }

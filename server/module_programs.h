@@ -19,9 +19,6 @@ namespace tessera {
 struct CompiledPlan {
   Program program;
   std::string plan_json;  // the plan as applied (PlanSpecToJson); empty for no plan
-  // The mesh dims other than the program's tp dim split the batch (a parallelize plan, or none);
-  // false: the edges are Replicate on every mesh dim (a distribute_module partition).
-  bool data_parallel = true;
 };
 
 // Compiles modules' plans, and installs and drops their programs on the workers of their mesh.
@@ -32,9 +29,9 @@ class ModulePrograms {
 
   // Compiles `model` for `mesh` under `plan`: parallelize_module's styles (on the mesh dim
   // `mesh_dim` names when not empty: a dim name or index, in place of the plan's), a
-  // distribute_module partition, or with neither every parameter Replicate. Parallelize plans on
-  // an N-D mesh average gradients over the other mesh dims (AddDataParallel). INVALID_ARGUMENT
-  // naming the value the plan cannot take.
+  // distribute_module partition, or with neither every parameter Replicate. On an N-D mesh the
+  // other mesh dims are data parallel (the compiler averages gradients over them).
+  // INVALID_ARGUMENT naming the value the plan cannot take.
   static absl::StatusOr<CompiledPlan> Compile(const ModelSpec& model, PlanSpec plan,
                                               const DeviceMesh& mesh,
                                               const std::string& mesh_dim = "");

@@ -1,5 +1,6 @@
 #include "server/module_runs.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +46,38 @@ Placement GradientPlacement(const Placement& placement) {
   return placement.is_partial() ? Placement::Replicate() : placement;
 }
 
+// t *= factor, for the floating dtypes module outputs have.
+absl::Status Scale(HostTensor& t, double factor) {
+  switch (t.dtype()) {
+    case DType::kFloat32:
+      for (int64_t i = 0; i < t.num_elements(); ++i) {
+        t.data_as<float>()[i] *= static_cast<float>(factor);
+      }
+      return absl::OkStatus();
+    case DType::kFloat64:
+      for (int64_t i = 0; i < t.num_elements(); ++i) t.data_as<double>()[i] *= factor;
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("an output gradient of ", DTypeName(t.dtype()),
+                                                     " cannot be scaled; float32 or float64"));
+  }
+}
+
+// A tensor of `shape` whose every element is `value` (floating dtypes).
+absl::StatusOr<HostTensor> Filled(DType dtype, const Shape& shape, double value) {
+  ASSIGN_OR_RETURN(HostTensor t, HostTensor::Zeros(dtype, shape));
+  if (dtype == DType::kFloat32) {
+    std::fill_n(t.data_as<float>(), t.num_elements(), static_cast<float>(value));
+    return t;
+  }
+  if (dtype == DType::kFloat64) {
+    std::fill_n(t.data_as<double>(), t.num_elements(), value);
+    return t;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("an output gradient of ", DTypeName(dtype), "; float32 or float64"));
+}
+
 // Marks the write of each of `tensors` done with `status`.
 void CompleteWrites(const std::vector<std::shared_ptr<DTensorEntry>>& tensors,
                     const absl::Status& status) {
@@ -64,8 +97,7 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalInputs(const ModuleEntr
   if (input.full.has_value()) {
     RETURN_IF_ERROR(CheckModelInput(program.input, input.full->dtype(), input.full->shape()));
     return SplitEdge(*input.full, mesh,
-                     EdgePlacements(mesh, program.tp_mesh_dim, program.input_layout.placement,
-                                    module.data_parallel));
+                     EdgePlacements(mesh, program.tp_mesh_dim, program.input_layout.placement));
   }
   if (static_cast<int64_t>(input.locals.size()) != mesh.size()) {
     return absl::InvalidArgumentError(
@@ -85,22 +117,32 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalInputs(const ModuleEntr
 }
 
 absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalGradients(const ModuleEntry& module,
-                                                                   const RunInput& input,
-                                                                   const HostTensor& grad_output) {
+                                                                   const Shape& input_shape,
+                                                                   const StepOptions& step) {
   const Program& program = module.program;
-  if (grad_output.dtype() != program.output_dtype ||
-      (input.full.has_value() &&
-       grad_output.shape() != OutputShapeFor(program, input.full->shape()))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "grad_output ", DTypeName(grad_output.dtype()), ShapeToString(grad_output.shape()),
-        " is not laid out as the output, ", DTypeName(program.output_dtype),
-        input.full.has_value() ? ShapeToString(OutputShapeFor(program, input.full->shape())) : ""));
-  }
   const DeviceMesh& mesh = module.mesh->mesh;
-  return SplitEdge(
-      grad_output, mesh,
-      EdgePlacements(mesh, program.tp_mesh_dim, GradientPlacement(program.output_layout.placement),
-                     module.data_parallel));
+  const int64_t groups = mesh.size() / mesh.size(program.tp_mesh_dim);
+  if (step.loss_sum && groups == 1) return std::vector<HostTensor>();
+  const Shape output_shape = OutputShapeFor(program, input_shape);
+  HostTensor grad;
+  if (step.loss_sum) {
+    ASSIGN_OR_RETURN(grad, Filled(program.output_dtype, output_shape, 1));
+  } else {
+    const HostTensor& given = *step.grad_output;
+    if (given.dtype() != program.output_dtype || given.shape() != output_shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("grad_output ", DTypeName(given.dtype()), ShapeToString(given.shape()),
+                       " is not laid out as the output, ", DTypeName(program.output_dtype),
+                       ShapeToString(output_shape)));
+    }
+    grad = given.Clone();
+  }
+  // The program averages gradients over the data-parallel groups; scaled by their number, the
+  // average is the gradient of the whole batch's loss, as one process computes it.
+  if (groups > 1) RETURN_IF_ERROR(Scale(grad, static_cast<double>(groups)));
+  return SplitEdge(grad, mesh,
+                   EdgePlacements(mesh, program.tp_mesh_dim,
+                                  GradientPlacement(program.output_layout.placement)));
 }
 
 std::vector<v1::Command> ModuleRuns::Commands(const ModuleEntry& module,
@@ -116,7 +158,7 @@ std::vector<v1::Command> ModuleRuns::Commands(const ModuleEntry& module,
     run->set_return_output(return_output);
     if (step == nullptr) continue;
     run->set_train(true);
-    run->set_loss_sum(step->loss_sum);
+    run->set_loss_sum(grads.empty());
     if (r < grads.size()) TensorToProto(grads[r], run->mutable_grad_output());
     if (step->sgd.has_value()) *run->mutable_sgd() = *step->sgd;
   }
@@ -174,8 +216,7 @@ absl::StatusOr<RunResult> ModuleRuns::Result(const ModuleEntry& module,
     const DeviceMesh& mesh = module.mesh->mesh;
     absl::StatusOr<HostTensor> full =
         AssembleEdge(std::move(locals), mesh,
-                     EdgePlacements(mesh, program.tp_mesh_dim, program.output_layout.placement,
-                                    module.data_parallel));
+                     EdgePlacements(mesh, program.tp_mesh_dim, program.output_layout.placement));
     if (!full.ok()) {
       return absl::DataLossError(
           absl::StrCat("the ranks' outputs of module '", module.name,
@@ -208,15 +249,23 @@ absl::StatusOr<RunResult> ModuleRuns::Step(ModuleEntry& module, RunInput input, 
     return absl::NotFoundError(absl::StrCat("module '", module.name, "' was removed"));
   }
   RETURN_IF_ERROR(programs_->MeshReady(*module.mesh));
-  std::vector<HostTensor> grads;
-  if (!step.loss_sum) {
-    if (!step.grad_output.has_value()) {
-      return absl::InvalidArgumentError(
-          "a step needs the loss \"sum\" or the output's gradient (grad_output)");
-    }
-    ASSIGN_OR_RETURN(grads, LocalGradients(module, input, *step.grad_output));
+  if (!step.loss_sum && !step.grad_output.has_value()) {
+    return absl::InvalidArgumentError(
+        "a step needs the loss \"sum\" or the output's gradient (grad_output)");
   }
+  const bool full = input.full.has_value();
+  Shape input_shape = full ? input.full->shape() : Shape();
   ASSIGN_OR_RETURN(std::vector<HostTensor> locals, LocalInputs(module, std::move(input)));
+  if (!full) {
+    std::vector<Shape> shapes;
+    for (const HostTensor& t : locals) shapes.push_back(t.shape());
+    const Program& program = module.program;
+    ASSIGN_OR_RETURN(input_shape,
+                     AssembledShape(shapes, module.mesh->mesh,
+                                    EdgePlacements(module.mesh->mesh, program.tp_mesh_dim,
+                                                   program.input_layout.placement)));
+  }
+  ASSIGN_OR_RETURN(std::vector<HostTensor> grads, LocalGradients(module, input_shape, step));
   // The gradients' DTensors: made by the first step, written again by each one after.
   const bool fresh = module.gradients.empty();
   std::vector<std::shared_ptr<DTensorEntry>> gradients = module.gradients;

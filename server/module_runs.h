@@ -58,7 +58,8 @@ class ModuleRuns {
   absl::StatusOr<RunResult> Forward(ModuleEntry& module, RunInput input, RunOutputs outputs,
                                     absl::Time deadline);
   // A training step: forward, backward from the loss into the gradients
-  // ("<module>.<fqn>.grad", laid out as their parameters), then SGD when asked.
+  // ("<module>.<fqn>.grad", laid out as their parameters), then SGD when asked. On an N-D mesh the
+  // gradients are those of the loss over the whole batch, as in one process.
   absl::StatusOr<RunResult> Step(ModuleEntry& module, RunInput input, StepOptions step,
                                  RunOutputs outputs, absl::Time deadline);
 
@@ -72,10 +73,14 @@ class ModuleRuns {
   static absl::StatusOr<std::vector<HostTensor>> LocalInputs(const ModuleEntry& module,
                                                              RunInput input)
       ABSL_SHARED_LOCKS_REQUIRED(module.mu);
-  // Every rank's local output gradient from the full one.
+  // Every rank's local output gradient for a step on a full input of `input_shape` (none when the
+  // workers take output.sum()'s themselves): the one given or the sum's, cut by the output
+  // layout, and scaled by the number of
+  // data-parallel groups, whose gradients the program averages, so that a step's gradients are the
+  // whole batch's as one process computes them.
   static absl::StatusOr<std::vector<HostTensor>> LocalGradients(const ModuleEntry& module,
-                                                                const RunInput& input,
-                                                                const HostTensor& grad_output)
+                                                                const Shape& input_shape,
+                                                                const StepOptions& step)
       ABSL_SHARED_LOCKS_REQUIRED(module.mu);
   // Sends `commands[r]` to rank r and waits until `deadline`; every rank's output when
   // `return_output`. `done` also gets the outcome, once the workers replied (even after the

@@ -39,9 +39,6 @@ struct ModuleEntry {
   mutable absl::Mutex mu;
   std::string plan_json ABSL_GUARDED_BY(mu);  // as PlanSpecToJson writes it; empty: no plan
   Program program ABSL_GUARDED_BY(mu);
-  // The mesh dims other than the program's tp dim split the batch; false: the edges are Replicate
-  // on them (CompiledPlan::data_parallel).
-  bool data_parallel ABSL_GUARDED_BY(mu) = true;
   // One per Program::parameters entry, in that order.
   std::vector<std::shared_ptr<DTensorEntry>> parameters ABSL_GUARDED_BY(mu);
   // The same order, once a step wrote them; empty before.

@@ -28,12 +28,13 @@ std::vector<float> Values(const HostTensor& t) {
 
 DeviceMesh MeshOf(const Shape& shape) { return *DeviceMesh::Create("cpu", shape); }
 
-TEST(EdgePlacementsTest, TheTpDimTakesTheLayoutAndTheOthersSplitOrHoldTheBatch) {
-  const DeviceMesh mesh = MeshOf({2, 3});
-  EXPECT_EQ(EdgePlacements(mesh, 1, Placement::Shard(-1), true),
-            (std::vector<Placement>{Placement::Shard(0), Placement::Shard(-1)}));
-  EXPECT_EQ(EdgePlacements(mesh, 0, Placement::Partial(), false),
-            (std::vector<Placement>{Placement::Partial(), Placement::Replicate()}));
+TEST(EdgePlacementsTest, TheTpDimTakesTheLayoutAndTheOthersSplitTheBatch) {
+  const DeviceMesh mesh = MeshOf({2, 3, 2});
+  EXPECT_EQ(
+      EdgePlacements(mesh, 1, Placement::Shard(-1)),
+      (std::vector<Placement>{Placement::Shard(0), Placement::Shard(-1), Placement::Shard(0)}));
+  EXPECT_EQ(EdgePlacements(MeshOf({4}), 0, Placement::Partial()),
+            (std::vector<Placement>{Placement::Partial()}));
 }
 
 TEST(CheckModelInputTest, NamesBothDtypesAndShapes) {
@@ -119,17 +120,16 @@ TEST(AssembleEdgeTest, RefusesLocalsThatDoNotMakeOneTensor) {
 }
 
 // Every edge layout round-trips: split a full tensor, then put it together again, on 1-D and 2-D
-// meshes, with the batch split or not, for sizes that do and do not divide.
+// meshes with the tp dim first or last, for sizes that do and do not divide.
 using RoundTripParam =
-    std::tuple<Shape /*mesh*/, std::string /*tp placement*/, bool /*split*/, Shape /*tensor*/>;
+    std::tuple<Shape /*mesh*/, std::string /*tp placement*/, bool /*tp last*/, Shape /*tensor*/>;
 class EdgeRoundTripTest : public ::testing::TestWithParam<RoundTripParam> {};
 
 TEST_P(EdgeRoundTripTest, AssembleUndoesSplit) {
-  const auto& [mesh_shape, tp_text, split, shape] = GetParam();
+  const auto& [mesh_shape, tp_text, tp_last, shape] = GetParam();
   const DeviceMesh mesh = MeshOf(mesh_shape);
-  const int tp = mesh.ndim() - 1;
   const std::vector<Placement> placements =
-      EdgePlacements(mesh, tp, *ParsePlacement(tp_text), split);
+      EdgePlacements(mesh, tp_last ? mesh.ndim() - 1 : 0, *ParsePlacement(tp_text));
   const HostTensor full = Iota(shape);
   absl::StatusOr<std::vector<HostTensor>> locals = SplitEdge(full, mesh, placements);
   ASSERT_TRUE(locals.ok()) << locals.status();
@@ -145,9 +145,9 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Bool(),
                        ::testing::Values(Shape{4, 6}, Shape{5, 3}, Shape{1, 7}, Shape{3, 2, 5})),
     [](const ::testing::TestParamInfo<RoundTripParam>& info) {
-      std::string name = absl::StrCat("mesh", ShapeToString(std::get<0>(info.param)), "_",
-                                      std::get<1>(info.param), std::get<2>(info.param) ? "_dp" : "",
-                                      "_", ShapeToString(std::get<3>(info.param)));
+      std::string name = absl::StrCat(
+          "mesh", ShapeToString(std::get<0>(info.param)), "_", std::get<1>(info.param),
+          std::get<2>(info.param) ? "_tplast" : "", "_", ShapeToString(std::get<3>(info.param)));
       for (char& c : name) {
         if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
       }
