@@ -5,19 +5,25 @@
 // specs, weights, plans and inputs refused with their codes and messages, leaving every module and
 // tensor as it was.
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/safetensors.h"
+#include "grpcpp/grpcpp.h"
 #include "kernels/testing/reference.h"
+#include "proto/convert.h"
+#include "proto/grpc_status.h"
 #include "tessera/tessera.h"
+#include "tessera/v1/module.grpc.pb.h"
 #include "tests/cluster_fixture.h"
 
 namespace tessera {
@@ -171,7 +177,8 @@ Weights SgdStep(const Weights& w, const Weights& g, double lr) {
   return out;
 }
 
-constexpr double kTolerance = 1e-5;
+// float32 sums taken in another order (sharded, then reduced) against float64.
+constexpr double kTolerance = 1e-4;
 
 // The module's state_dict as a map.
 Weights StateDict(const Module& m, bool gradients = false) {
@@ -363,6 +370,104 @@ TEST(ModuleTest, AStepMatchesTheSingleProcessGradientsAndUpdate) {
   EXPECT_TRUE(TensorsNamed("trained.").empty());
 }
 
+// On the 2-D mesh the batch is split over dp and the gradients averaged over it; the step is
+// still the whole batch's, as one process takes it.
+TEST(ModuleTest, AStepOnADataParallelMeshMatchesTheSingleProcess) {
+  const Weights w = MlpWeights(33);
+  absl::StatusOr<Module> m =
+      LoadMlp("trained2d", "grid", WriteWeights("trained2d.safetensors", w), kMlpPlan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {5, 10}, 10);
+  absl::StatusOr<client::StepResult> step = m->Step(x, {.sgd = client::SgdOptions{.lr = 0.25}});
+  ASSERT_TRUE(step.ok()) << step.status() << shared->cluster.LogHint();
+  const Weights grads = MlpGradients(w, x);
+  const Weights got = StateDict(*m, /*gradients=*/true);
+  for (const auto& [fqn, g] : grads) {
+    EXPECT_TRUE(TensorsMatch(got.at(fqn + ".grad"), g, kTolerance)) << fqn;
+  }
+  const Weights want = SgdStep(w, grads, 0.25);
+  for (const auto& [fqn, t] : want) EXPECT_TRUE(TensorsMatch(got.at(fqn), t, kTolerance)) << fqn;
+  EXPECT_TRUE(m->Remove().ok());
+}
+
+// A step from a given output gradient: the gradients are its vector-Jacobian product; twice the
+// sum's gradient gives twice its parameter gradients. Without SGD the parameters stay.
+TEST(ModuleTest, AStepFromAGivenOutputGradient) {
+  const Weights w = MlpWeights(34);
+  absl::StatusOr<Module> m = LoadMlp("vjp", "line", WriteWeights("vjp.safetensors", w), kMlpPlan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {4, 10}, 11);
+  std::vector<float> twos(4 * 12, 2.0f);
+  absl::StatusOr<client::StepResult> step =
+      m->Step(x, {.grad_output = HostTensor::FromValues(DType::kFloat32, {4, 12}, twos)});
+  ASSERT_TRUE(step.ok()) << step.status();
+  const Weights got = StateDict(*m, /*gradients=*/true);
+  for (const auto& [fqn, g] : MlpGradients(w, x)) {
+    std::vector<double> doubled(static_cast<size_t>(g.num_elements()));
+    for (int64_t i = 0; i < g.num_elements(); ++i) doubled[i] = 2 * At(g, i);
+    EXPECT_TRUE(TensorsMatch(got.at(fqn + ".grad"), Float32(doubled, g.shape()), kTolerance))
+        << fqn;
+    EXPECT_TRUE(TensorsMatch(got.at(fqn), w.at(fqn))) << fqn;
+  }
+  EXPECT_TRUE(m->Remove().ok());
+}
+
+// Every rank's own input gives what the full input does (the MLP's input is Replicate on tp: each
+// rank takes the whole batch on the 1-D mesh), and forwards from many threads at once all come
+// back right.
+TEST(ModuleTest, LocalInputsAndConcurrentForwards) {
+  const Weights w = MlpWeights(35);
+  absl::StatusOr<Module> m =
+      LoadMlp("concurrent", "line", WriteWeights("concurrent.safetensors", w), kMlpPlan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {3, 10}, 12);
+  std::vector<HostTensor> locals;
+  for (int r = 0; r < 4; ++r) locals.push_back(x.Clone());
+  absl::StatusOr<client::ModuleOutput> local = m->ForwardLocal(locals, client::Outputs::kBoth);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_TRUE(TensorsMatch(*local->full, MlpForward(w, x), kTolerance));
+  ASSERT_EQ(local->locals.size(), 4u);
+
+  std::vector<std::thread> threads;
+  std::atomic<int> right{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) {
+        const HostTensor in =
+            kernels::testing::RandomTensor(DType::kFloat32, {2 + t, 10}, 100 + 10 * t + i);
+        absl::StatusOr<client::ModuleOutput> y = m->Forward(in);
+        if (y.ok() && TensorsMatch(*y->full, MlpForward(w, in), kTolerance)) ++right;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(right.load(), 20);
+  EXPECT_TRUE(m->Remove().ok());
+}
+
+// distribute_module with every parameter Replicate: each rank holds the whole module.
+TEST(ModuleTest, DistributeModulePlacesEveryParameter) {
+  const Weights w = MlpWeights(36);
+  absl::StatusOr<Module> m =
+      LoadMlp("distributed", "grid", WriteWeights("distributed.safetensors", w), kMlpPlan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  absl::StatusOr<Module> d =
+      client::DistributeModule(*m, R"json({"distribute": {"*": ["R", "R"]}})json");
+  ASSERT_TRUE(d.ok()) << d.status();
+  for (const client::ModuleParameter& p : d->info().parameters) {
+    EXPECT_EQ(p.spec.placements,
+              (std::vector<Placement>{Placement::Replicate(), Placement::Replicate()}))
+        << p.fqn;
+  }
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {6, 10}, 13);
+  absl::StatusOr<client::ModuleOutput> y = d->Forward(x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_TRUE(TensorsMatch(*y->full, MlpForward(w, x), kTolerance));
+  const Weights saved = StateDict(*d);
+  for (const auto& [fqn, t] : w) EXPECT_TRUE(TensorsMatch(saved.at(fqn), t)) << fqn;
+  EXPECT_TRUE(d->Remove().ok());
+}
+
 // Seeded parameters follow torch's Linear init (uniform within 1/sqrt(in_features)), and the same
 // seed gives the same values whatever the layout.
 TEST(ModuleTest, SeededParametersAreTorchsInitAndIndependentOfTheLayout) {
@@ -485,6 +590,54 @@ TEST_F(BadInputTest, AnotherDtypeIsRefusedNamingIt) {
   w.erase("net1.bias");
   w.emplace("net1.bias", kernels::testing::RandomTensor(DType::kFloat64, {16}, 1));
   ExpectLoadRefused(w, absl::StatusCode::kInvalidArgument, {"'net1.bias' is float64"});
+}
+
+// A stream that ends part way through the weights: the parameters already routed to their shards
+// are freed with the rest.
+TEST_F(BadInputTest, AWeightsStreamCutShortLeavesNothing) {
+  auto stub = v1::ModuleService::NewStub(
+      grpc::CreateChannel(shared->cluster.cluster->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(absl::Seconds(30)));
+  v1::ModuleInfo info;
+  auto writer = stub->LoadModule(&context, &info);
+  v1::LoadModuleChunk chunk;
+  v1::LoadModuleHeader* h = chunk.mutable_header();
+  h->set_name("bad");
+  h->set_mesh("line");
+  h->set_spec_json(kMlpSpec);
+  h->set_weights_follow(true);
+  const Weights w = MlpWeights(2);
+  for (const auto& [name, t] : w) {
+    v1::WeightsEntry* e = chunk.mutable_weights()->add_tensors();
+    e->set_name(name);
+    e->set_dtype(ToProto(t.dtype()));
+    *e->mutable_shape() = ToProto(t.shape());
+  }
+  ASSERT_TRUE(writer->Write(chunk));
+  // The first two tensors whole, then half of the third.
+  auto it = w.begin();
+  for (int i = 0; i < 2; ++i, ++it) {
+    v1::LoadModuleChunk data;
+    data.set_data(reinterpret_cast<const char*>(it->second.data()), it->second.nbytes());
+    ASSERT_TRUE(writer->Write(data));
+  }
+  v1::LoadModuleChunk half;
+  half.set_data(reinterpret_cast<const char*>(it->second.data()), it->second.nbytes() / 2);
+  ASSERT_TRUE(writer->Write(half));
+  writer->WritesDone();
+  EXPECT_TRUE(StatusIs(FromGrpcStatus(writer->Finish()), absl::StatusCode::kInvalidArgument,
+                       {"the stream ended in the bytes of weights tensor", it->first}));
+}
+
+// Parameters past the workers' budget (256 MiB each): the second Linear's weight does not fit
+// beside the first's; the first is freed again.
+TEST_F(BadInputTest, ParametersPastTheBudgetLeaveNothing) {
+  constexpr char kHuge[] = R"({"type": "Sequential", "children": [
+    {"type": "Linear", "in_features": 10, "out_features": 10},
+    {"type": "Linear", "in_features": 10, "out_features": 8388608}]})";
+  EXPECT_TRUE(StatusIs(client::LoadModule(S(), kHuge, M("line"), "bad", {.seed = 1}).status(),
+                       absl::StatusCode::kResourceExhausted, {"worker"}));
 }
 
 TEST_F(BadInputTest, ANameInUseIsRefused) {
