@@ -26,6 +26,7 @@
 #include "server/module_table.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_store.h"
+#include "server/served_models.h"
 #include "server/worker_bytes.h"
 #include "server/worker_registry.h"
 #include "spdlog/spdlog.h"
@@ -97,11 +98,13 @@ int main(int argc, char** argv) {
                                        const tessera::v1::BrokenCommunicator& broken) {
     reformer.OnBroken(worker, broken);
   });
-  // Modules publish into the served models of the inference endpoint; until the coordinator
-  // holds one (server/served_models.h), PublishModule answers UNIMPLEMENTED.
-  tessera::ServedModels* const served = nullptr;
-  tessera::ModuleTable modules;
-  tessera::ModuleService module_service(&tensors, &modules, served);
+  // The models published for serving (the inference endpoint serves them); a module that goes
+  // with its mesh takes its published versions with it.
+  tessera::ServedModels served;
+  tessera::ModuleTable modules([&served](const tessera::v1::PublishedVersion& p) {
+    served.Unpublish(p.model(), p.version()).IgnoreError();
+  });
+  tessera::ModuleService module_service(&tensors, &modules, &served);
   tessera::MeshService mesh_service(&meshes, &dispatcher, &store, &reformer, &ledger,
                                     {&collective_service, &tensors, &modules});
 
