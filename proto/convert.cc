@@ -1,12 +1,14 @@
 #include "proto/convert.h"
 
 #include <limits>
+#include <set>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/program_check.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -334,6 +336,176 @@ absl::StatusOr<OpCall> FromProto(const v1::OpCall& op) {
     out.alpha = op.alpha();
     out.beta = op.beta();
   }
+  return out;
+}
+
+v1::InlineTensor ToProto(const HostTensor& tensor) {
+  v1::InlineTensor out;
+  out.set_dtype(ToProto(tensor.dtype()));
+  *out.mutable_shape() = ToProto(tensor.shape());
+  if (tensor.nbytes() > 0) {
+    out.set_data(reinterpret_cast<const char*>(tensor.data()), tensor.nbytes());
+  }
+  return out;
+}
+
+absl::StatusOr<HostTensor> FromProto(const v1::InlineTensor& tensor) {
+  absl::StatusOr<DType> dtype = FromProto(tensor.dtype());
+  if (!dtype.ok()) return Prefixed("dtype", dtype.status());
+  absl::StatusOr<Shape> shape = FromProto(tensor.shape());
+  if (!shape.ok()) return Prefixed("shape", shape.status());
+  const std::string& data = tensor.data();
+  return HostTensor::FromBytes(
+      *dtype, *std::move(shape),
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(data.data()), data.size()));
+}
+
+namespace {
+
+v1::ProgramStep StepToProto(const ProgramStep& step) {
+  v1::ProgramStep out;
+  out.set_kind(static_cast<int32_t>(step.kind));
+  out.mutable_inputs()->Add(step.inputs.begin(), step.inputs.end());
+  out.mutable_outputs()->Add(step.outputs.begin(), step.outputs.end());
+  out.set_weight(step.weight);
+  out.set_bias(step.bias);
+  out.set_activation(static_cast<int32_t>(step.activation));
+  out.set_eps(step.eps);
+  out.set_heads(step.heads);
+  out.set_causal(step.causal);
+  out.set_size(step.size);
+  out.set_mesh_dim(step.mesh_dim);
+  out.set_dim(step.dim);
+  out.set_dim2(step.dim2);
+  out.set_reduce_op(ToProto(step.reduce_op));
+  out.set_scale(step.scale);
+  out.set_module(step.module);
+  return out;
+}
+
+// Values are taken as they are; CheckProgram judges them against the step's kind.
+ProgramStep StepFromProto(const v1::ProgramStep& step) {
+  ProgramStep out;
+  out.kind = static_cast<ProgramOpKind>(step.kind());
+  out.inputs.assign(step.inputs().begin(), step.inputs().end());
+  out.outputs.assign(step.outputs().begin(), step.outputs().end());
+  out.weight = step.weight();
+  out.bias = step.bias();
+  out.activation = static_cast<ActivationKind>(step.activation());
+  out.eps = step.eps();
+  out.heads = step.heads();
+  out.causal = step.causal();
+  out.size = step.size();
+  out.mesh_dim = step.mesh_dim();
+  out.dim = step.dim();
+  out.dim2 = step.dim2();
+  out.reduce_op = static_cast<ReduceOp>(step.reduce_op());
+  out.scale = step.scale();
+  out.module = step.module();
+  return out;
+}
+
+v1::EdgeLayout EdgeToProto(const EdgeLayout& layout) {
+  v1::EdgeLayout out;
+  *out.mutable_placement() = ToProto(layout.placement);
+  out.set_is_dtensor(layout.is_dtensor);
+  return out;
+}
+
+absl::StatusOr<EdgeLayout> EdgeFromProto(absl::string_view field, const v1::EdgeLayout& layout) {
+  absl::StatusOr<Placement> placement = FromProto(layout.placement());
+  if (!placement.ok()) return Prefixed(absl::StrCat(field, ".placement"), placement.status());
+  return EdgeLayout{*placement, layout.is_dtensor()};
+}
+
+// The parameter's fields, its tensor names apart.
+absl::StatusOr<ProgramParameter> ParameterFromProto(int index, const v1::ProgramParameter& p) {
+  const std::string field = absl::StrCat("parameters[", index, "] (\"", p.fqn(), "\")");
+  absl::StatusOr<Shape> shape = FromProto(p.shape());
+  if (!shape.ok()) return Prefixed(absl::StrCat(field, ".shape"), shape.status());
+  absl::StatusOr<std::vector<Placement>> placements = FromProto(p.placements());
+  if (!placements.ok()) {
+    return absl::Status(placements.status().code(),
+                        absl::StrCat(field, ".", placements.status().message()));
+  }
+  return ProgramParameter{p.fqn(), *std::move(shape), *std::move(placements)};
+}
+
+}  // namespace
+
+v1::Program ToProto(const Program& program, std::span<const ParameterTensors> tensors) {
+  v1::Program out;
+  out.set_tp_mesh_dim(program.tp_mesh_dim);
+  for (size_t i = 0; i < program.parameters.size(); ++i) {
+    const ProgramParameter& p = program.parameters[i];
+    v1::ProgramParameter* q = out.add_parameters();
+    q->set_fqn(p.fqn);
+    *q->mutable_shape() = ToProto(p.shape);
+    *q->mutable_placements() = ToProto(p.placements);
+    if (i < tensors.size()) {
+      q->set_tensor(tensors[i].tensor);
+      q->set_grad(tensors[i].grad);
+      q->set_momentum(tensors[i].momentum);
+    }
+  }
+  out.set_input_dtype(ToProto(program.input.dtype));
+  *out.mutable_input_shape() = ToProto(program.input.shape);
+  *out.mutable_input_layout() = EdgeToProto(program.input_layout);
+  *out.mutable_output_layout() = EdgeToProto(program.output_layout);
+  out.set_output_rank(program.output_rank);
+  out.set_output_dtype(ToProto(program.output_dtype));
+  out.set_output_features(program.output_features);
+  out.set_num_buffers(program.num_buffers);
+  out.set_output(program.output);
+  for (const ProgramStep& step : program.forward) *out.add_forward() = StepToProto(step);
+  out.set_grad_output(program.grad_output);
+  for (const ProgramStep& step : program.backward) *out.add_backward() = StepToProto(step);
+  return out;
+}
+
+absl::StatusOr<WorkerProgram> FromProto(const v1::Program& program) {
+  WorkerProgram out;
+  Program& p = out.program;
+  p.tp_mesh_dim = program.tp_mesh_dim();
+  std::set<std::string> names;
+  for (int i = 0; i < program.parameters_size(); ++i) {
+    const v1::ProgramParameter& q = program.parameters(i);
+    ASSIGN_OR_RETURN(ProgramParameter parameter, ParameterFromProto(i, q));
+    p.parameters.push_back(std::move(parameter));
+    ParameterTensors tensors{q.tensor(), q.grad(), q.momentum()};
+    for (const auto& [field, name] :
+         {std::pair<absl::string_view, const std::string&>{"tensor", tensors.tensor},
+          {"grad", tensors.grad},
+          {"momentum", tensors.momentum}}) {
+      const std::string where = absl::StrCat("parameters[", i, "] (\"", q.fqn(), "\").", field);
+      if (name.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, " is empty; every parameter names its local tensors"));
+      }
+      if (!names.insert(name).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, " is '", name, "', a name another field already uses"));
+      }
+    }
+    out.tensors.push_back(std::move(tensors));
+  }
+  absl::StatusOr<DType> input_dtype = FromProto(program.input_dtype());
+  if (!input_dtype.ok()) return Prefixed("input_dtype", input_dtype.status());
+  p.input.dtype = *input_dtype;
+  p.input.shape = ToVector(program.input_shape().dims());
+  ASSIGN_OR_RETURN(p.input_layout, EdgeFromProto("input_layout", program.input_layout()));
+  ASSIGN_OR_RETURN(p.output_layout, EdgeFromProto("output_layout", program.output_layout()));
+  p.output_rank = program.output_rank();
+  absl::StatusOr<DType> output_dtype = FromProto(program.output_dtype());
+  if (!output_dtype.ok()) return Prefixed("output_dtype", output_dtype.status());
+  p.output_dtype = *output_dtype;
+  p.output_features = program.output_features();
+  p.num_buffers = program.num_buffers();
+  p.output = program.output();
+  for (const v1::ProgramStep& step : program.forward()) p.forward.push_back(StepFromProto(step));
+  p.grad_output = program.grad_output();
+  for (const v1::ProgramStep& step : program.backward()) p.backward.push_back(StepFromProto(step));
+  RETURN_IF_ERROR(CheckProgram(p));
   return out;
 }
 

@@ -15,13 +15,16 @@
 #include "core/dtensor_spec.h"
 #include "core/dtype.h"
 #include "core/host_tensor.h"
+#include "core/module_program.h"
 #include "core/op_call.h"
 #include "core/placement.h"
 #include "core/redistribute_planner.h"
 #include "core/shape.h"
 #include "google/protobuf/repeated_ptr_field.h"
+#include "tessera/v1/program.pb.h"
 #include "tessera/v1/tensor.pb.h"
 #include "tessera/v1/types.pb.h"
+#include "tessera/v1/worker.pb.h"
 
 namespace tessera {
 
@@ -96,6 +99,34 @@ absl::StatusOr<HostTensor> TensorFromProto(const Message& message, std::string_v
 v1::OpCall ToProto(const OpCall& op);
 // Validates the kind and the cast dtype; attribute values are checked by InferOpOutput.
 absl::StatusOr<OpCall> FromProto(const v1::OpCall& op);
+
+// A tensor's bytes inline (RunProgram's input and output).
+v1::InlineTensor ToProto(const HostTensor& tensor);
+// INVALID_ARGUMENT naming the dtype, the shape, or the data's size against the size they take.
+absl::StatusOr<HostTensor> FromProto(const v1::InlineTensor& tensor);
+
+// The local tensors a worker keeps for one parameter of a module program.
+struct ParameterTensors {
+  std::string tensor;    // this rank's shard of the value
+  std::string grad;      // its gradient, written by training steps
+  std::string momentum;  // SGD's momentum buffer
+  friend bool operator==(const ParameterTensors&, const ParameterTensors&) = default;
+};
+
+// A module program as LoadProgram carries it: core's program and, per parameter, its local
+// tensors on the worker.
+struct WorkerProgram {
+  Program program;
+  std::vector<ParameterTensors> tensors;  // one per program.parameters entry
+};
+
+// `tensors` is empty (the names stay unset, for the caller to fill) or one per parameter.
+// Program::unmatched is not sent.
+v1::Program ToProto(const Program& program, std::span<const ParameterTensors> tensors = {});
+// Converts and checks the program (core's CheckProgram: step kinds, buffer numbers, parameter
+// indices, inputs and outputs per kind), and requires every parameter's three tensor names, all
+// different across the program.
+absl::StatusOr<WorkerProgram> FromProto(const v1::Program& program);
 
 }  // namespace tessera
 

@@ -1,6 +1,6 @@
 // tessera-coordinator: the control plane. Serves the client-facing services (meshes,
-// collectives, DTensors, modules) and the worker-facing Registry (with the rendezvous store) on one
-// port, plus gRPC health and reflection.
+// collectives, DTensors, modules), KServe v2 inference on the published models, and the
+// worker-facing Registry (with the rendezvous store) on one port, plus gRPC health and reflection.
 
 #include <malloc.h>
 
@@ -19,6 +19,7 @@
 #include "server/dispatcher.h"
 #include "server/dtensor_service.h"
 #include "server/dtensor_table.h"
+#include "server/inference_service.h"
 #include "server/mesh_reformer.h"
 #include "server/mesh_service.h"
 #include "server/mesh_table.h"
@@ -107,6 +108,7 @@ int main(int argc, char** argv) {
   tessera::ModuleService module_service(&tensors, &modules, &served);
   tessera::MeshService mesh_service(&meshes, &dispatcher, &store, &reformer, &ledger,
                                     {&collective_service, &tensors, &modules});
+  tessera::InferenceService inference_service(&served);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -121,6 +123,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(&collective_service);
   builder.RegisterService(&dtensor_service);
   builder.RegisterService(&module_service);
+  builder.RegisterService(&inference_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     spdlog::critical("cannot listen on {}", flags.listen);

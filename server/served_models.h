@@ -52,7 +52,9 @@ struct ServedModel {
 // The published models by name and version. Thread-safe.
 class ServedModels {
  public:
-  // ALREADY_EXISTS if that name and version is published.
+  // ALREADY_EXISTS if that name and version is published; INVALID_ARGUMENT for an empty name or
+  // version, no runner, or a negative max_batch_size. A model with batching on is served (and
+  // found) with a DynamicBatcher (server/dynamic_batcher.h) over its runner.
   absl::Status Publish(ServedModel model);
   // Removes every version of `name` (or only `version` when not empty); NOT_FOUND if none.
   absl::Status Unpublish(const std::string& name, const std::string& version = "");

@@ -11,8 +11,9 @@ WorkerRegistry::WorkerRegistry(absl::Duration heartbeat_interval, absl::Duration
 
 v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetMaxSendMessageSize(64 << 20);
+  // Commands carry inline tensors (a module program's input and output for a whole batch).
+  args.SetMaxReceiveMessageSize(1 << 30);
+  args.SetMaxSendMessageSize(1 << 30);
   // A connection of its own: a worker that registers again (a restart on the same address) must
   // not inherit the reconnect backoff that calls to its dead predecessor built up in a shared
   // subchannel.

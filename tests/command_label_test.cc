@@ -44,6 +44,12 @@ INSTANTIATE_TEST_SUITE_P(
                                 [](v1::Command& c) { c.mutable_fill_tensor()->set_mesh_id(7); }},
                       LabelCase{"run_op (mesh 7, sequence 12)",
                                 [](v1::Command& c) { c.mutable_run_op()->set_mesh_id(7); }},
+                      LabelCase{"load_program (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_load_program()->set_mesh_id(7); }},
+                      LabelCase{"drop_program (sequence 12)",
+                                [](v1::Command& c) { c.mutable_drop_program(); }},
+                      LabelCase{"run_program (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_run_program()->set_mesh_id(7); }},
                       LabelCase{"empty command (sequence 12)", [](v1::Command&) {}}));
 
 // Every kind the proto defines has a case above, so a new kind gets a label checked here too.
@@ -51,7 +57,7 @@ TEST(CommandLabelTest, EveryKindIsCovered) {
   const google::protobuf::OneofDescriptor* kind =
       v1::Command::descriptor()->FindOneofByName("kind");
   ASSERT_NE(kind, nullptr);
-  EXPECT_EQ(kind->field_count(), 8);
+  EXPECT_EQ(kind->field_count(), 11);
 }
 
 }  // namespace

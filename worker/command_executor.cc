@@ -29,6 +29,10 @@ int64_t MeshOf(const v1::Command& command) {
       return command.fill_tensor().mesh_id();
     case v1::Command::kRunOp:
       return command.run_op().mesh_id();
+    case v1::Command::kLoadProgram:
+      return command.load_program().mesh_id();
+    case v1::Command::kRunProgram:
+      return command.run_program().mesh_id();
     default:
       return 0;
   }
@@ -104,9 +108,12 @@ absl::Status CommandExecutor::Run(const v1::Command& command, v1::CommandReply* 
       return absl::OkStatus();
     }
     case v1::Command::kLoadProgram:
+      return LoadProgram(command.load_program());
     case v1::Command::kDropProgram:
+      programs_.erase(command.drop_program().program_id());
+      return absl::OkStatus();
     case v1::Command::kRunProgram:
-      return absl::UnimplementedError("module programs are not run by this worker yet");
+      return RunProgram(command.run_program(), reply);
     case v1::Command::KIND_NOT_SET:
       break;
   }

@@ -14,13 +14,15 @@
 #include "tessera/v1/worker.pb.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/make_communicator.h"
+#include "worker/program_runner.h"
 #include "worker/shard_store.h"
 
 namespace tessera {
 
 // Runs the coordinator's commands on this worker: sets up a mesh's communicators (one for the
-// whole mesh, one per mesh dim group), runs collectives on local tensors, and runs the DTensor
-// commands (spread, redistribute, fill, ops; tensor_commands.cc). Shards live in host memory and
+// whole mesh, one per mesh dim group), runs collectives on local tensors, runs the DTensor
+// commands (spread, redistribute, fill, ops; tensor_commands.cc), and installs and runs module
+// programs (program_commands.cc). Shards live in host memory and
 // are computed on with the CPU kernels. Every worker of a
 // mesh gets the same command and derives its own part from its worker id. Called by one thread at a
 // time (the sequencer orders commands).
@@ -61,6 +63,10 @@ class CommandExecutor {
   absl::StatusOr<v1::LocalTensorInfo> FillTensor(const v1::FillTensor& f);
   absl::StatusOr<v1::LocalTensorInfo> RunOp(const v1::RunOp& r);
   absl::StatusOr<std::vector<v1::LocalTensorInfo>> RunCollective(const v1::RunCollective& c);
+  // Installs a program (replacing one of its id only once the new one is checked).
+  absl::Status LoadProgram(const v1::LoadProgram& load);
+  // Runs a program; fills reply->output (when asked) and reply->tensors.
+  absl::Status RunProgram(const v1::RunProgram& run, v1::CommandReply* reply);
   // broadcast and all_reduce whose output is their input: updated in the stored buffer.
   absl::StatusOr<std::vector<v1::LocalTensorInfo>> RunInPlace(const v1::RunCollective& c,
                                                               comm::Communicator& group);
@@ -77,6 +83,12 @@ class CommandExecutor {
   gloo::rendezvous::Store* rendezvous_;
   const std::string collective_host_;
   std::map<int64_t, std::unique_ptr<MeshComms>> meshes_;
+  // A module program as this worker holds it: the mesh it runs on and its runner.
+  struct InstalledProgram {
+    int64_t mesh_id = 0;
+    std::unique_ptr<ProgramRunner> runner;
+  };
+  std::map<int64_t, InstalledProgram> programs_;  // by program id
   std::unique_ptr<kernels::KernelBackend> kernels_;
 };
 

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
 #include "core/elementwise_reduce.h"
-#include "core/padding.h"
 #include "core/status_macros.h"
+#include "worker/dim_collectives.h"
 
 namespace tessera {
 namespace {
@@ -65,83 +65,6 @@ absl::Status CheckStep(const DTensorSpec& spec, const RedistributeStep& step,
   return absl::OkStatus();
 }
 
-// Shard(d) → Replicate: all_gather of shards padded to the chunk size c, each rank's rows placed
-// at its chunk's offset. `full_shape` is the shard's shape after the step.
-absl::StatusOr<HostTensor> AllGather(comm::Communicator& group, const HostTensor& local, int d,
-                                     const Shape& full_shape) {
-  const int64_t k = group.size();
-  const Shape block_shape = WithDimSize(full_shape, d, ChunkSize(full_shape[d], k));
-  HostTensor padded;
-  absl::StatusOr<const std::byte*> send = ChunkBlocksData(local, d, 1, block_shape, padded);
-  if (!send.ok()) return send.status();
-  // The blocks are the output when they are adjacent and unpadded.
-  const bool direct = IsChunkBlocks(full_shape, d, k, block_shape);
-  absl::StatusOr<HostTensor> received =
-      HostTensor::Uninitialized(local.dtype(), direct ? full_shape : BlocksShape(k, block_shape));
-  if (!received.ok()) return received.status();
-  if (absl::Status s =
-          group.AllGather(*send, received->data(), NumElements(block_shape), local.dtype());
-      !s.ok()) {
-    return s;
-  }
-  if (direct) return received;
-  return UnpadFromChunks(*received, d, full_shape);
-}
-
-// Partial(op) → Shard(d): reduce_scatter of k blocks of c slices along d (padded with zeros), each
-// rank keeping its chunk's rows of the reduced block.
-absl::StatusOr<HostTensor> ReduceScatter(comm::Communicator& group, const HostTensor& local, int d,
-                                         ReduceOp op) {
-  const Shape& shape = local.shape();
-  const int64_t k = group.size();
-  const Shape block_shape = WithDimSize(shape, d, ChunkSize(shape[d], k));
-  HostTensor padded;
-  absl::StatusOr<const std::byte*> send = ChunkBlocksData(local, d, k, block_shape, padded);
-  if (!send.ok()) return send.status();
-  absl::StatusOr<HostTensor> reduced =
-      HostTensor::Uninitialized(local.dtype(), BlocksShape(1, block_shape));
-  if (!reduced.ok()) return reduced.status();
-  if (absl::Status s =
-          group.ReduceScatter(*send, reduced->data(), NumElements(block_shape), local.dtype(), op);
-      !s.ok()) {
-    return s;
-  }
-  const Shape mine = WithDimSize(shape, d, ChunkOf(shape[d], k, group.rank()).size);
-  if (mine == block_shape) {
-    if (absl::Status s = reduced->Reshape(mine); !s.ok()) return s;
-    return reduced;
-  }
-  return UnpadFromChunks(*reduced, d, mine);
-}
-
-// Shard(i) → Shard(j): all_to_all of k blocks (block q: slice q along j, padded to c_i along i and
-// c_j along j), then each peer's block placed at its chunk's offset along i.
-absl::StatusOr<HostTensor> AllToAll(comm::Communicator& group, const HostTensor& local, int i,
-                                    int j, int64_t ni) {
-  const Shape& shape = local.shape();
-  const int64_t k = group.size();
-  const int64_t nj = shape[j];
-  const Shape block_shape =
-      WithDimSize(WithDimSize(shape, i, ChunkSize(ni, k)), j, ChunkSize(nj, k));
-  HostTensor padded;
-  absl::StatusOr<const std::byte*> send = ChunkBlocksData(local, j, k, block_shape, padded);
-  if (!send.ok()) return send.status();
-  const Shape out_shape =
-      WithDimSize(WithDimSize(shape, i, ni), j, ChunkOf(nj, k, group.rank()).size);
-  // The blocks are the output when they are adjacent and unpadded.
-  const bool direct = IsChunkBlocks(out_shape, i, k, block_shape);
-  absl::StatusOr<HostTensor> received =
-      HostTensor::Uninitialized(local.dtype(), direct ? out_shape : BlocksShape(k, block_shape));
-  if (!received.ok()) return received.status();
-  if (absl::Status s =
-          group.AllToAll(*send, received->data(), NumElements(block_shape), local.dtype());
-      !s.ok()) {
-    return s;
-  }
-  if (direct) return received;
-  return UnpadFromChunks(*received, i, out_shape);
-}
-
 // Shard(d) → Partial(sum): zeros of `full_shape` (the shard's shape after the step) holding
 // `local` at the offset of chunk `q` of k along d, so that the sum over the group is the unsharded
 // tensor. No traffic.
@@ -188,14 +111,14 @@ absl::StatusOr<HostTensor> RunToNewShard(const DTensorSpec& spec, const Redistri
       return LocalEmbed(local, step.from.dim, spec.mesh.size(m), coordinate[m],
                         LocalShapeAndOffsetAt(after, coordinate).shape);
     case Collective::kAllGather:
-      return AllGather(*group, local, step.from.dim,
-                       LocalShapeAndOffsetAt(after, coordinate).shape);
+      return AllGatherAlong(*group, local, step.from.dim,
+                            LocalShapeAndOffsetAt(after, coordinate).shape);
     case Collective::kReduceScatter:
-      return ReduceScatter(*group, local, step.to.dim, step.from.op);
+      return ReduceScatterAlong(*group, local, step.to.dim, step.from.op);
     case Collective::kAllToAll: {
       const int i = step.from.dim;
-      return AllToAll(*group, local, i, step.to.dim,
-                      LocalShapeAndOffsetAt(after, coordinate).shape[i]);
+      return AllToAllAlong(*group, local, i, step.to.dim,
+                           LocalShapeAndOffsetAt(after, coordinate).shape[i]);
     }
     case Collective::kLocalPartition:
     case Collective::kAllReduce:

@@ -38,7 +38,7 @@ struct WorkerFlags {
   std::string collective_host;
   int32_t threads = 1;
   std::string secret;
-  int64_t max_message_bytes = 64 << 20;
+  int64_t max_message_bytes = int64_t{1} << 30;  // inline tensors of large batches fit
   absl::Duration sequence_stall_limit = absl::Minutes(1);
 };
 

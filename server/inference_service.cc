@@ -1,0 +1,95 @@
+#include "server/inference_service.h"
+
+#include <memory>
+#include <string>
+
+#include "core/status_macros.h"
+#include "proto/grpc_status.h"
+#include "server/infer_tensors.h"
+
+#ifndef TESSERA_VERSION_STRING
+#define TESSERA_VERSION_STRING "unknown"
+#endif
+
+namespace tessera {
+namespace {
+
+// One input or output in ModelMetadata's form.
+void Describe(const ServedTensor& t, inference::ModelMetadataResponse::TensorMetadata* out) {
+  out->set_name(t.name);
+  out->set_datatype(std::string(KServeDatatype(t.dtype)));
+  for (int64_t size : t.shape) out->add_shape(size);
+}
+
+// ModelInfer as an absl::Status.
+absl::Status Infer(const ServedModels& models, const inference::ModelInferRequest& request,
+                   inference::ModelInferResponse* response) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const ServedModel> model,
+                   models.Find(request.model_name(), request.model_version()));
+  ASSIGN_OR_RETURN(HostTensor input, ReadModelInput(request, *model));
+  RETURN_IF_ERROR(CheckRequestedOutputs(request, *model));
+  ASSIGN_OR_RETURN(HostTensor output, model->runner->Run(input));
+  response->set_model_name(model->name);
+  response->set_model_version(model->version);
+  response->set_id(request.id());
+  AppendModelOutput(*model, output, response);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status InferenceService::ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
+                                          inference::ServerLiveResponse* response) {
+  response->set_live(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::ServerReady(grpc::ServerContext*,
+                                           const inference::ServerReadyRequest*,
+                                           inference::ServerReadyResponse* response) {
+  response->set_ready(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::ModelReady(grpc::ServerContext*,
+                                          const inference::ModelReadyRequest* request,
+                                          inference::ModelReadyResponse* response) {
+  response->set_ready(models_->Find(request->name(), request->version()).ok());
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::ServerMetadata(grpc::ServerContext*,
+                                              const inference::ServerMetadataRequest*,
+                                              inference::ServerMetadataResponse* response) {
+  response->set_name("tessera");
+  response->set_version(TESSERA_VERSION_STRING);
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::ModelMetadata(grpc::ServerContext*,
+                                             const inference::ModelMetadataRequest* request,
+                                             inference::ModelMetadataResponse* response) {
+  absl::StatusOr<std::shared_ptr<const ServedModel>> model =
+      models_->Find(request->name(), request->version());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  response->set_name((*model)->name);
+  if (!request->version().empty()) {
+    response->add_versions((*model)->version);
+  } else {
+    for (const auto& m : models_->List()) {
+      if (m->name == request->name()) response->add_versions(m->version);
+    }
+  }
+  response->set_platform("tessera");
+  Describe((*model)->input, response->add_inputs());
+  Describe((*model)->output, response->add_outputs());
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::ModelInfer(grpc::ServerContext*,
+                                          const inference::ModelInferRequest* request,
+                                          inference::ModelInferResponse* response) {
+  return ToGrpcStatus(Infer(*models_, *request, response));
+}
+
+}  // namespace tessera

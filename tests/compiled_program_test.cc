@@ -1,0 +1,201 @@
+// Programs compiled by CompileParallelize (a module spec, a plan, a mesh) and run by the workers
+// equal the same model compiled without a plan and run by one worker: every rank's output, every
+// parameter's gradient and every parameter after an SGD step. Models: an MLP (colwise then
+// rowwise, over sizes that do not divide, and with its output scattered by rows), a transformer
+// block (LayerNorm, causal attention, RMSNorm, GELU MLP, residuals) under Megatron's plan and under
+// sequence parallelism, a vocab-parallel embedding feeding a gathered colwise head, and the MLP on
+// a 2-D (dp, tp) mesh.
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/module_program.h"
+#include "core/program_check.h"
+#include "gtest/gtest.h"
+#include "tests/program_cluster.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::Cluster;
+using ::tessera::testing::ExpectOutputs;
+using ::tessera::testing::ExpectStored;
+using ::tessera::testing::GradName;
+using ::tessera::testing::InDType;
+using ::tessera::testing::LoadEverywhere;
+using ::tessera::testing::NamesFor;
+using ::tessera::testing::Outcome;
+using ::tessera::testing::Random;
+using ::tessera::testing::RunEverywhere;
+using ::tessera::testing::ValueName;
+
+// Agreement of two runs summed in another order when sharded: float64 runs whose kernels keep norm
+// statistics and attention probabilities in float32, or float32 runs.
+double Tolerance(DType dtype) { return dtype == DType::kFloat64 ? 2e-6 : 2e-4; }
+constexpr double kLr = 0.25;
+
+constexpr char kMlp[] = R"json({"type": "Module", "input": {"dtype": "float64", "shape": [-1, 10]},
+  "children": [
+    {"name": "net1", "type": "Linear", "in_features": 10, "out_features": 16},
+    {"name": "relu", "type": "ReLU"},
+    {"name": "net2", "type": "Linear", "in_features": 16, "out_features": 10}]})json";
+
+constexpr char kBlock[] =
+    R"json({"type": "Module", "input": {"dtype": "float64", "shape": [-1, -1, 8]},
+  "children": [
+    {"name": "attn", "type": "Module", "residual": true, "children": [
+      {"name": "norm", "type": "LayerNorm", "normalized_shape": 8},
+      {"name": "attention", "type": "Attention", "dim": 8, "n_heads": 4, "causal": true}]},
+    {"name": "mlp", "type": "Module", "residual": true, "children": [
+      {"name": "norm", "type": "RMSNorm", "normalized_shape": 8},
+      {"name": "net1", "type": "Linear", "in_features": 8, "out_features": 32},
+      {"name": "act", "type": "GELU", "approximate": "tanh"},
+      {"name": "net2", "type": "Linear", "in_features": 32, "out_features": 8}]}]})json";
+
+constexpr char kMegatron[] = R"json({"plan": {
+  "attn.attention.[qkv]": "ColwiseParallel", "attn.attention.o": "RowwiseParallel",
+  "mlp.net1": "ColwiseParallel", "mlp.net2": "RowwiseParallel"}})json";
+
+constexpr char kSequenceParallel[] = R"json({"plan": {
+  "attn.norm": "SequenceParallel",
+  "attn.attention.[qkv]": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
+  "attn.attention.o": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"},
+  "mlp.norm": "SequenceParallel",
+  "mlp.net1": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
+  "mlp.net2": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"}}})json";
+
+constexpr char kEmbeddingHead[] = R"json({"type": "Module",
+  "input": {"dtype": "int64", "shape": [-1, -1]},
+  "children": [
+    {"name": "tok", "type": "Embedding", "num_embeddings": 20, "embedding_dim": 8},
+    {"name": "norm", "type": "LayerNorm", "normalized_shape": 8},
+    {"name": "head", "type": "Linear", "in_features": 8, "out_features": 20}]})json";
+
+struct CompiledCase {
+  std::string name;
+  const char* model;
+  std::string plan;
+  Shape mesh;
+  std::vector<std::string> mesh_names;
+  Shape input;  // full
+};
+
+std::vector<CompiledCase> Cases() {
+  const std::string mlp_plan =
+      R"json({"plan": {"net1": "ColwiseParallel", "net2": "RowwiseParallel"}})json";
+  return {
+      {"MlpOver2", kMlp, mlp_plan, {2}, {}, {5, 10}},
+      {"MlpOver3", kMlp, mlp_plan, {3}, {}, {5, 10}},
+      {"MlpOver4", kMlp, mlp_plan, {4}, {}, {5, 10}},
+      {"MlpRowsScattered",
+       kMlp,
+       R"json({"plan": {"net1": "ColwiseParallel",
+                        "net2": {"style": "RowwiseParallel", "output_layouts": "Shard(0)"}}})json",
+       {3},
+       {},
+       {5, 10}},
+      {"MlpGatheredColwise",
+       kMlp,
+       R"json({"plan": {"net2": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json",
+       {4},
+       {},
+       {5, 10}},
+      {"MegatronBlockOver2", kBlock, kMegatron, {2}, {}, {2, 5, 8}},
+      {"MegatronBlockOver4", kBlock, kMegatron, {4}, {}, {2, 5, 8}},
+      {"SequenceParallelBlockOver2", kBlock, kSequenceParallel, {2}, {}, {2, 5, 8}},
+      {"SequenceParallelBlockOver4", kBlock, kSequenceParallel, {4}, {}, {2, 5, 8}},
+      {"EmbeddingHeadOver3",
+       kEmbeddingHead,
+       R"json({"plan": {"tok": "RowwiseParallel",
+                    "head": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json",
+       {3},
+       {},
+       {2, 6}},
+      {"MlpDataParallel2x2",
+       kMlp,
+       R"json({"mesh_dim": "tp", "plan": {
+         "net1": "ColwiseParallel", "net2": "RowwiseParallel"}})json",
+       {2, 2},
+       {"dp", "tp"},
+       {6, 10}},
+  };
+}
+
+std::string PrintCase(const ::testing::TestParamInfo<CompiledCase>& info) {
+  return info.param.name;
+}
+
+// The full input: random values, or random ids below `vocab` for an int64 input.
+HostTensor Input(const ModelSpec& model, const Shape& shape, int64_t vocab) {
+  if (model.input.dtype != DType::kInt64) return Random(shape, 7);
+  std::vector<int64_t> ids(NumElements(shape));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 7 + 3) % vocab;
+  return HostTensor::FromValues<int64_t>(DType::kInt64, shape, ids);
+}
+
+// The full tensors one worker holds under the program's names `name(...)`.
+std::vector<HostTensor> Held(Cluster& cluster, const Program& program,
+                             std::string (*name)(const ParameterTensors&)) {
+  std::vector<HostTensor> out;
+  for (const ParameterTensors& names : NamesFor(program)) {
+    out.push_back(cluster.store(0).Get(name(names)).value()->Clone());
+  }
+  return out;
+}
+
+class CompiledProgramTest : public ::testing::TestWithParam<CompiledCase> {};
+
+TEST_P(CompiledProgramTest, ShardedRunEqualsOneWorker) {
+  const CompiledCase& c = GetParam();
+  const ModelSpec model = ParseModelSpec(c.model).value();
+  const ParallelizePlan plan = *ParsePlanSpec(c.plan).value().parallelize;
+  const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh, c.mesh_names, {}).value();
+  absl::StatusOr<Program> sharded = CompileParallelize(model, plan, mesh);
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  ASSERT_TRUE(CheckProgram(*sharded).ok()) << CheckProgram(*sharded);
+  absl::StatusOr<Program> single =
+      CompileParallelize(model, ParallelizePlan{}, DeviceMesh::Create("cpu", {1}).value());
+  ASSERT_TRUE(single.ok()) << single.status();
+  ASSERT_EQ(single->parameters.size(), sharded->parameters.size());
+  // Parameters in the program's output dtype (an embedding model computes in float32).
+  const DType dtype = sharded->output_dtype;
+  const double tolerance = Tolerance(dtype);
+  std::vector<HostTensor> params;
+  for (size_t i = 0; i < sharded->parameters.size(); ++i) {
+    ASSERT_EQ(single->parameters[i].fqn, sharded->parameters[i].fqn);
+    params.push_back(Random(sharded->parameters[i].shape, 100 + static_cast<uint32_t>(i)));
+  }
+  const HostTensor input = Input(model, c.input, 20);
+
+  // One worker: the output, then a training step with gradient dy (divided by the data-parallel
+  // size, as the sharded run averages its groups' gradients) and SGD.
+  Cluster one(DeviceMesh::Create("cpu", {1}).value());
+  ASSERT_TRUE(LoadEverywhere(one, *single, params, dtype));
+  const std::vector<Outcome> forward = RunEverywhere(one, *single, input, {});
+  ASSERT_TRUE(forward[0].status.ok());
+  const HostTensor output = FromProto(forward[0].reply.output()).value();
+  const HostTensor dy = Random(output.shape(), 8);
+  int64_t dp = 1;
+  for (int m = 0; m < mesh.ndim(); ++m) dp *= m == sharded->tp_mesh_dim ? 1 : mesh.size(m);
+  HostTensor dy_single = dy.Clone();
+  for (int64_t i = 0; i < dy_single.num_elements(); ++i) dy_single.data_as<double>()[i] /= dp;
+  RunEverywhere(one, *single, input,
+                {.train = true, .dy = InDType(dy_single, dtype), .sgd = SgdOptions{kLr}});
+  const std::vector<HostTensor> grads = Held(one, *single, GradName);
+  const std::vector<HostTensor> stepped = Held(one, *single, ValueName);
+
+  Cluster cluster(mesh);
+  ASSERT_TRUE(LoadEverywhere(cluster, *sharded, params, dtype));
+  ExpectOutputs(cluster, *sharded, RunEverywhere(cluster, *sharded, input, {}), output, tolerance);
+  const std::vector<Outcome> trained = RunEverywhere(
+      cluster, *sharded, input, {.train = true, .dy = InDType(dy, dtype), .sgd = SgdOptions{kLr}});
+  ExpectOutputs(cluster, *sharded, trained, output, tolerance);
+  ExpectStored(cluster, *sharded, grads, GradName, tolerance);
+  ExpectStored(cluster, *sharded, stepped, ValueName, tolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CompiledProgramTest, ::testing::ValuesIn(Cases()), PrintCase);
+
+}  // namespace
+}  // namespace tessera

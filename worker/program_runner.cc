@@ -1,0 +1,401 @@
+#include "worker/program_runner.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/chunk.h"
+#include "core/dtensor_spec.h"
+#include "core/program_check.h"
+#include "core/status_macros.h"
+#include "worker/program_steps.h"
+
+namespace tessera {
+namespace {
+
+// A last use that never comes: the buffer is neither taken nor freed by a step.
+constexpr int kNever = std::numeric_limits<int>::max();
+
+bool IsCollective(ProgramOpKind kind) {
+  switch (kind) {
+    case ProgramOpKind::kAllReduce:
+    case ProgramOpKind::kAllGather:
+    case ProgramOpKind::kReduceScatter:
+    case ProgramOpKind::kChunk:
+    case ProgramOpKind::kAllToAll:
+    case ProgramOpKind::kGradAllReduce:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string ParameterLabel(const ProgramParameter& p, int index) {
+  return absl::StrCat("parameter ", index, " (\"", p.fqn, "\")");
+}
+
+std::string Describe(const HostTensor& t) {
+  return absl::StrCat(DTypeName(t.dtype()), ShapeToString(t.shape()));
+}
+
+// Mesh dims other than the tp dim whose groups reduce gradients: data-parallel dims, which split
+// the batch (AddDataParallel).
+bool SplitsBatch(const Program& program) {
+  for (const ProgramStep& step : program.backward) {
+    if (step.kind == ProgramOpKind::kGradAllReduce && step.mesh_dim != program.tp_mesh_dim) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+// The state of one run: its buffers, the parameters it reads and (in backward) the gradients it
+// accumulates into.
+struct ProgramRunner::RunState {
+  kernels::KernelBackend& kernels;
+  std::span<comm::Communicator* const> dim_groups;
+  bool training = false;
+  std::vector<std::optional<HostTensor>> buffers;
+  std::vector<std::shared_ptr<const HostTensor>> parameters;
+  std::vector<HostTensor>* grads = nullptr;
+};
+
+ProgramRunner::ProgramRunner(WorkerProgram program, DeviceMesh mesh,
+                             std::vector<int64_t> coordinate)
+    : program_(std::move(program)), mesh_(std::move(mesh)), coordinate_(std::move(coordinate)) {}
+
+absl::StatusOr<std::unique_ptr<ProgramRunner>> ProgramRunner::Create(
+    WorkerProgram program, DeviceMesh mesh, std::vector<int64_t> coordinate,
+    const ShardStore& store) {
+  RETURN_IF_ERROR(CheckProgram(program.program));
+  const Program& p = program.program;
+  if (static_cast<int>(coordinate.size()) != mesh.ndim()) {
+    return absl::InternalError(absl::StrCat("coordinate of ", coordinate.size(),
+                                            " dims on a mesh of ", mesh.ndim(), " dims"));
+  }
+  if (p.tp_mesh_dim >= mesh.ndim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp_mesh_dim is ", p.tp_mesh_dim, " on a mesh of ", mesh.ndim(), " dims"));
+  }
+  for (auto [list, steps] :
+       {std::pair<absl::string_view, const std::vector<ProgramStep>*>{"forward", &p.forward},
+        {"backward", &p.backward}}) {
+    for (int i = 0; i < static_cast<int>(steps->size()); ++i) {
+      const ProgramStep& step = (*steps)[i];
+      if (IsCollective(step.kind) && step.mesh_dim >= mesh.ndim()) {
+        return absl::InvalidArgumentError(absl::StrCat(ProgramStepLabel(list, i, step),
+                                                       ": mesh_dim is ", step.mesh_dim,
+                                                       " on a mesh of ", mesh.ndim(), " dims"));
+      }
+    }
+  }
+  if (const Placement& in = p.input_layout.placement; in.is_shard()) {
+    const int rank = static_cast<int>(p.input.shape.size());
+    if (in.dim >= rank || in.dim < -rank) {
+      return absl::InvalidArgumentError(absl::StrCat("input_layout ", PlacementToString(in),
+                                                     " shards a dim the input ",
+                                                     ShapeToString(p.input.shape), " lacks"));
+    }
+  }
+  std::vector<Shape> local_shapes;
+  std::vector<int64_t> row_offsets;
+  for (int i = 0; i < static_cast<int>(p.parameters.size()); ++i) {
+    const ProgramParameter& param = p.parameters[i];
+    absl::StatusOr<DTensorSpec> spec =
+        MakeDTensorSpec(mesh, param.placements, param.shape, DType::kFloat32);
+    if (!spec.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ParameterLabel(param, i), ": ", spec.status().message()));
+    }
+    const LocalShard shard = LocalShapeAndOffsetAt(*spec, coordinate);
+    local_shapes.push_back(shard.shape);
+    row_offsets.push_back(shard.offset.empty() ? 0 : shard.offset[0]);
+  }
+  std::unique_ptr<ProgramRunner> runner(
+      new ProgramRunner(std::move(program), std::move(mesh), std::move(coordinate)));
+  runner->local_shapes_ = std::move(local_shapes);
+  runner->row_offsets_ = std::move(row_offsets);
+  RETURN_IF_ERROR(runner->FetchParameters(store).status());
+  runner->PlanBufferUses();
+  return runner;
+}
+
+void ProgramRunner::PlanBufferUses() {
+  const Program& p = program_.program;
+  const int forward = static_cast<int>(p.forward.size());
+  const auto last_uses = [&](bool training) {
+    std::vector<int> last(p.num_buffers, -1);
+    const auto visit = [&](const ProgramStep& step, int position) {
+      for (int b : step.inputs) last[b] = position;
+      for (int b : step.outputs) last[b] = std::max(last[b], position);
+    };
+    for (int i = 0; i < forward; ++i) visit(p.forward[i], i);
+    bool backward_reads_output = false;
+    if (training) {
+      for (int j = 0; j < static_cast<int>(p.backward.size()); ++j) {
+        visit(p.backward[j], forward + j);
+        for (int b : p.backward[j].inputs) backward_reads_output |= b == p.output;
+      }
+    }
+    // The output outlives the forward: it is moved out then, or copied out when backward reads
+    // it (and freed after that read).
+    if (!backward_reads_output) last[p.output] = kNever;
+    return last;
+  };
+  const auto free_lists = [&](const std::vector<int>& last, int positions) {
+    std::vector<std::vector<int>> free_after(positions);
+    for (int b = 0; b < p.num_buffers; ++b) {
+      if (last[b] >= 0 && last[b] < positions) free_after[last[b]].push_back(b);
+    }
+    return free_after;
+  };
+  uses_.last_forward_use = last_uses(false);
+  uses_.last_training_use = last_uses(true);
+  uses_.free_after_forward = free_lists(uses_.last_forward_use, forward);
+  uses_.free_after_training =
+      free_lists(uses_.last_training_use, forward + static_cast<int>(p.backward.size()));
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const HostTensor>>> ProgramRunner::FetchParameters(
+    const ShardStore& store) const {
+  std::vector<std::shared_ptr<const HostTensor>> values;
+  for (int i = 0; i < static_cast<int>(program_.program.parameters.size()); ++i) {
+    const ProgramParameter& param = program_.program.parameters[i];
+    const std::string& name = program_.tensors[i].tensor;
+    absl::StatusOr<std::shared_ptr<const HostTensor>> value = store.Get(name);
+    if (!value.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(ParameterLabel(param, i), ": no local tensor '", name, "' on this worker"));
+    }
+    if ((*value)->shape() != LocalShape(i)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          ParameterLabel(param, i), ": local tensor '", name, "' is ", Describe(**value),
+          ", but this rank's shard of ", ShapeToString(param.shape), " ",
+          PlacementsToString(param.placements), " is ", ShapeToString(LocalShape(i))));
+    }
+    values.push_back(*std::move(value));
+  }
+  return values;
+}
+
+absl::Status ProgramRunner::CheckInput(const HostTensor& input) const {
+  const Program& p = program_.program;
+  const Shape& full = p.input.shape;
+  const std::string want = absl::StrCat(DTypeName(p.input.dtype), ShapeToString(full));
+  if (input.dtype() != p.input.dtype || input.rank() != static_cast<int>(full.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input ", Describe(input), " does not fit the program's input ", want, " (-1: any size)"));
+  }
+  Shape piece = full;
+  if (const Placement& in = p.input_layout.placement; in.is_shard()) {
+    const int d = in.dim < 0 ? in.dim + input.rank() : in.dim;
+    if (piece[d] >= 0) {
+      piece[d] = ChunkOf(piece[d], mesh_.size(p.tp_mesh_dim), coordinate_[p.tp_mesh_dim]).size;
+    }
+  }
+  if (!piece.empty() && SplitsBatch(p)) piece[0] = -1;
+  for (int d = 0; d < input.rank(); ++d) {
+    if (piece[d] >= 0 && input.shape()[d] != piece[d]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input ", Describe(input), " is not this rank's piece ", ShapeToString(piece),
+          " of the program's input ", want, ": dim ", d, " must be ", piece[d]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int index,
+                                    int position) const {
+  const Program& p = program_.program;
+  const ProgramStep& step = list == "forward" ? p.forward[index] : p.backward[index];
+  const std::vector<int>& last = state.training ? uses_.last_training_use : uses_.last_forward_use;
+  absl::Status status = [&]() -> absl::Status {
+    comm::Communicator* group = IsCollective(step.kind) ? state.dim_groups[step.mesh_dim] : nullptr;
+    if (IsCollective(step.kind) && group == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no communicator for mesh dim ", step.mesh_dim));
+    }
+    if (step.kind == ProgramOpKind::kGradAllReduce) {
+      HostTensor& grad = (*state.grads)[step.weight];
+      return group->AllReduce(grad.data(), grad.num_elements(), grad.dtype(), step.reduce_op);
+    }
+    std::vector<StepInput> inputs;
+    for (int b : step.inputs) {
+      if (!state.buffers[b].has_value()) {
+        return absl::InternalError(absl::StrCat("buffer ", b, " is not held"));
+      }
+      const bool once = std::count(step.inputs.begin(), step.inputs.end(), b) == 1;
+      inputs.push_back({&*state.buffers[b], once && last[b] == position});
+    }
+    std::vector<HostTensor> outputs;
+    if (IsCollective(step.kind)) {
+      ASSIGN_OR_RETURN(outputs.emplace_back(), RunCollectiveStep(step, *group, inputs[0]));
+    } else {
+      const auto parameter = [&](int i) {
+        if (i < 0) return StepParameter{};
+        return StepParameter{state.parameters[i].get(),
+                             state.grads == nullptr ? nullptr : &(*state.grads)[i],
+                             row_offsets_[i]};
+      };
+      ASSIGN_OR_RETURN(outputs, RunComputeStep(state.kernels, step, inputs, parameter(step.weight),
+                                               parameter(step.bias)));
+    }
+    if (outputs.size() != step.outputs.size()) {
+      return absl::InternalError(absl::StrCat("the step made ", outputs.size(), " outputs"));
+    }
+    for (size_t j = 0; j < step.outputs.size(); ++j) {
+      state.buffers[step.outputs[j]] = std::move(outputs[j]);
+    }
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat(ProgramStepLabel(list, index, step), ": ", status.message()));
+  }
+  const auto& free_after = state.training ? uses_.free_after_training : uses_.free_after_forward;
+  for (int b : free_after[position]) state.buffers[b].reset();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<HostTensor>> ProgramRunner::ZeroGradients(
+    kernels::KernelBackend& kernels, ShardStore& store) const {
+  std::vector<HostTensor> grads;
+  for (int i = 0; i < static_cast<int>(program_.program.parameters.size()); ++i) {
+    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> value,
+                     store.Get(program_.tensors[i].tensor));
+    const DType dtype = value->dtype();
+    const size_t bytes = value->nbytes();
+    std::optional<HostTensor> reused = store.TakeForReuse(program_.tensors[i].grad, dtype, bytes);
+    if (reused.has_value()) {
+      RETURN_IF_ERROR(reused->Reshape(LocalShape(i)));
+      if (reused->num_elements() > 0) RETURN_IF_ERROR(kernels.Fill(kernels::ViewOf(*reused), 0));
+      grads.push_back(*std::move(reused));
+    } else {
+      ASSIGN_OR_RETURN(grads.emplace_back(), HostTensor::Zeros(dtype, LocalShape(i)));
+    }
+  }
+  return grads;
+}
+
+absl::Status ProgramRunner::ApplySgd(const SgdOptions& sgd, kernels::KernelBackend& kernels,
+                                     ShardStore& store, std::vector<std::string>& written) const {
+  const std::vector<ProgramParameter>& params = program_.program.parameters;
+  const bool momentum = sgd.momentum != 0;
+  // Every update is checked possible before any is made.
+  std::vector<bool> first_step(params.size(), false);
+  for (int i = 0; momentum && i < static_cast<int>(params.size()); ++i) {
+    const std::string& name = program_.tensors[i].momentum;
+    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> value,
+                     store.Get(program_.tensors[i].tensor));
+    absl::StatusOr<std::shared_ptr<const HostTensor>> buffer = store.Get(name);
+    if (!buffer.ok()) {
+      first_step[i] = true;
+      continue;
+    }
+    if ((*buffer)->dtype() != value->dtype() || (*buffer)->shape() != value->shape()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(ParameterLabel(params[i], i), ": momentum buffer '", name, "' is ",
+                       Describe(**buffer), " but the parameter is ", Describe(*value)));
+    }
+  }
+  for (int i = 0; i < static_cast<int>(params.size()); ++i) {
+    if (!first_step[i]) continue;
+    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> value,
+                     store.Get(program_.tensors[i].tensor));
+    ASSIGN_OR_RETURN(HostTensor zeros, HostTensor::Zeros(value->dtype(), value->shape()));
+    RETURN_IF_ERROR(store.Put(program_.tensors[i].momentum, std::move(zeros)));
+  }
+  for (int i = 0; i < static_cast<int>(params.size()); ++i) {
+    const ParameterTensors& names = program_.tensors[i];
+    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> grad, store.Get(names.grad));
+    ASSIGN_OR_RETURN(HostTensor value, store.TakeOrCopy(names.tensor));
+    std::optional<HostTensor> buffer;
+    if (momentum) {
+      absl::StatusOr<HostTensor> taken = store.TakeOrCopy(names.momentum);
+      if (!taken.ok()) {
+        RETURN_IF_ERROR(store.Put(names.tensor, std::move(value)));
+        return taken.status();
+      }
+      buffer = *std::move(taken);
+    }
+    kernels::TensorView buffer_view;
+    if (buffer.has_value()) buffer_view = kernels::ViewOf(*buffer);
+    const absl::Status updated = kernels.SgdStep(
+        kernels::ViewOf(value), kernels::ViewOf(*grad), buffer.has_value() ? &buffer_view : nullptr,
+        sgd.lr, sgd.momentum, sgd.weight_decay, first_step[i]);
+    // Whatever happened, the tensors go back to the store.
+    RETURN_IF_ERROR(store.Put(names.tensor, std::move(value)));
+    if (buffer.has_value()) RETURN_IF_ERROR(store.Put(names.momentum, *std::move(buffer)));
+    if (!updated.ok()) {
+      return absl::Status(updated.code(), absl::StrCat("SGD of ", ParameterLabel(params[i], i),
+                                                       ": ", updated.message()));
+    }
+    written.push_back(names.tensor);
+    if (momentum) written.push_back(names.momentum);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProgramRunResult> ProgramRunner::Run(
+    HostTensor input, std::optional<TrainingStep> training, kernels::KernelBackend& kernels,
+    ShardStore& store, std::span<comm::Communicator* const> dim_groups) const {
+  const Program& p = program_.program;
+  RETURN_IF_ERROR(CheckInput(input));
+  if (static_cast<int>(dim_groups.size()) != mesh_.ndim()) {
+    return absl::InternalError(
+        absl::StrCat(dim_groups.size(), " communicators for a mesh of ", mesh_.ndim(), " dims"));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const HostTensor>> parameters,
+                   FetchParameters(store));
+  RunState state{kernels, dim_groups, training.has_value(), {}, std::move(parameters), nullptr};
+  state.buffers.resize(p.num_buffers);
+  state.buffers[0] = std::move(input);
+  const int forward = static_cast<int>(p.forward.size());
+  for (int i = 0; i < forward; ++i) RETURN_IF_ERROR(RunStep(state, "forward", i, i));
+  ProgramRunResult result;
+  if (state.training && uses_.last_training_use[p.output] != kNever) {
+    result.output = state.buffers[p.output]->Clone();
+  } else {
+    result.output = *std::move(state.buffers[p.output]);
+    state.buffers[p.output].reset();
+  }
+  if (!state.training) return result;
+
+  HostTensor grad_output;
+  if (training->grad_output.has_value()) {
+    if (training->grad_output->shape() != result.output.shape() ||
+        training->grad_output->dtype() != result.output.dtype()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("grad_output ", Describe(*training->grad_output),
+                       " does not match this rank's output ", Describe(result.output)));
+    }
+    grad_output = *std::move(training->grad_output);
+  } else {
+    ASSIGN_OR_RETURN(grad_output,
+                     HostTensor::Uninitialized(result.output.dtype(), result.output.shape()));
+    if (grad_output.num_elements() > 0) {
+      RETURN_IF_ERROR(kernels.Fill(kernels::ViewOf(grad_output), 1.0));
+    }
+  }
+  state.buffers[p.grad_output] = std::move(grad_output);
+  ASSIGN_OR_RETURN(std::vector<HostTensor> grads, ZeroGradients(kernels, store));
+  state.grads = &grads;
+  for (int j = 0; j < static_cast<int>(p.backward.size()); ++j) {
+    RETURN_IF_ERROR(RunStep(state, "backward", j, forward + j));
+  }
+  state.buffers.clear();
+  state.parameters.clear();  // readers of the stored values would make SGD copy them
+  for (int i = 0; i < static_cast<int>(grads.size()); ++i) {
+    RETURN_IF_ERROR(store.Put(program_.tensors[i].grad, std::move(grads[i])));
+    result.written.push_back(program_.tensors[i].grad);
+  }
+  if (training->sgd.has_value()) {
+    RETURN_IF_ERROR(ApplySgd(*training->sgd, kernels, store, result.written));
+  }
+  return result;
+}
+
+}  // namespace tessera

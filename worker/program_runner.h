@@ -1,0 +1,114 @@
+#ifndef TESSERA_WORKER_PROGRAM_RUNNER_H_
+#define TESSERA_WORKER_PROGRAM_RUNNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/device_mesh.h"
+#include "core/host_tensor.h"
+#include "kernels/backend.h"
+#include "proto/convert.h"
+#include "worker/comm/communicator.h"
+#include "worker/shard_store.h"
+
+namespace tessera {
+
+// SGD as torch.optim.SGD (dampening 0, no Nesterov).
+struct SgdOptions {
+  double lr = 0;
+  double momentum = 0;
+  double weight_decay = 0;
+};
+
+// What a training step does after the forward.
+struct TrainingStep {
+  // The output's gradient, laid out as this rank's local output; nullopt: ones (the loss is the
+  // sum of the output).
+  std::optional<HostTensor> grad_output;
+  // The update after backward; nullopt: gradients only.
+  std::optional<SgdOptions> sgd;
+};
+
+// What a run leaves: this rank's local output and the local tensors it wrote to the store.
+struct ProgramRunResult {
+  HostTensor output;
+  std::vector<std::string> written;
+};
+
+// A module program installed on one rank of its mesh. Parameters are local tensors of the store
+// (WorkerProgram::tensors): read by every run; a training step writes each one's gradient (its
+// local shape, zeroed first), and SGD updates the value in place and keeps the momentum buffer
+// (made at its first step). Activations live in the run's buffers, each freed after its last
+// use: a forward keeps nothing, a training step what backward reads. Every failure of a step
+// names it (list, index, kind, module FQN).
+class ProgramRunner {
+ public:
+  // Installs `program` for the rank at `coordinate` of `mesh`. INVALID_ARGUMENT if it does not
+  // fit the mesh (a parameter without one placement per mesh dim or sharding a dim it lacks, a
+  // mesh dim past the mesh); FAILED_PRECONDITION naming the parameter and its tensor if `store`
+  // lacks the tensor or holds it with another local shape.
+  static absl::StatusOr<std::unique_ptr<ProgramRunner>> Create(WorkerProgram program,
+                                                               DeviceMesh mesh,
+                                                               std::vector<int64_t> coordinate,
+                                                               const ShardStore& store);
+
+  // OK iff `input` is this rank's piece of the program's input: its dtype, its rank, and every
+  // size the program fixes (the tp group's torch.chunk piece of a dim the input layout shards;
+  // dim 0 unchecked where a data-parallel mesh dim splits the batch). INVALID_ARGUMENT naming the
+  // shapes otherwise.
+  absl::Status CheckInput(const HostTensor& input) const;
+
+  // Runs the forward on `input` (checked by CheckInput) and, with `training`, the backward and
+  // SGD. `dim_groups[m]` is this rank's communicator along mesh dim m; `kernels` computes and
+  // `store` holds the parameters. A training step's grad_output must have the dtype and shape of
+  // this rank's output (INVALID_ARGUMENT). Parameters are updated only once the whole backward has
+  // run and every gradient and momentum buffer is stored.
+  absl::StatusOr<ProgramRunResult> Run(HostTensor input, std::optional<TrainingStep> training,
+                                       kernels::KernelBackend& kernels, ShardStore& store,
+                                       std::span<comm::Communicator* const> dim_groups) const;
+
+  const WorkerProgram& program() const { return program_; }
+
+ private:
+  // Where a buffer is last used: in a forward-only run, and in a training step (forward steps
+  // first, then backward steps numbered on).
+  struct BufferUses {
+    std::vector<std::vector<int>> free_after_forward;   // per forward step
+    std::vector<std::vector<int>> free_after_training;  // per forward then backward step
+    std::vector<int> last_forward_use;                  // per buffer, -1 if none
+    std::vector<int> last_training_use;                 // per buffer, -1 if none
+  };
+  struct RunState;
+
+  ProgramRunner(WorkerProgram program, DeviceMesh mesh, std::vector<int64_t> coordinate);
+  void PlanBufferUses();
+  // This rank's local shape of parameter `i`.
+  const Shape& LocalShape(int i) const { return local_shapes_[i]; }
+  // The parameters' values in `store`, checked against their local shapes.
+  absl::StatusOr<std::vector<std::shared_ptr<const HostTensor>>> FetchParameters(
+      const ShardStore& store) const;
+  // Runs step `index` of `list` (position `position` among the run's steps).
+  absl::Status RunStep(RunState& state, absl::string_view list, int index, int position) const;
+  // Zeroed gradients of every parameter, reusing the memory of the stored ones.
+  absl::StatusOr<std::vector<HostTensor>> ZeroGradients(kernels::KernelBackend& kernels,
+                                                        ShardStore& store) const;
+  // The SGD update of every parameter with its stored gradient; appends what it wrote.
+  absl::Status ApplySgd(const SgdOptions& sgd, kernels::KernelBackend& kernels, ShardStore& store,
+                        std::vector<std::string>& written) const;
+
+  const WorkerProgram program_;
+  const DeviceMesh mesh_;
+  const std::vector<int64_t> coordinate_;
+  std::vector<Shape> local_shapes_;   // per parameter
+  std::vector<int64_t> row_offsets_;  // per parameter: its shard's offset along dim 0
+  BufferUses uses_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_PROGRAM_RUNNER_H_
