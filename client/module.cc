@@ -66,8 +66,8 @@ absl::StatusOr<bool> SendWeights(const std::string& path, const SafetensorsHeade
 // The run's input message: the full tensor, or every rank's.
 void InputToWire(std::span<const HostTensor> locals, const HostTensor* full,
                  v1::ModuleInput* input) {
-  if (full != nullptr) TensorToProto(*full, input->mutable_full());
-  for (const HostTensor& t : locals) TensorToProto(t, input->add_locals());
+  if (full != nullptr) *input->mutable_full() = ToProto(*full);
+  for (const HostTensor& t : locals) *input->add_locals() = ToProto(t);
 }
 
 absl::StatusOr<ModuleOutput> RunForward(const Module& module, const HostTensor* full,
@@ -214,7 +214,7 @@ absl::StatusOr<StepResult> Module::Step(const HostTensor& input, const StepOptio
   request.set_name(name());
   InputToWire({}, &input, request.mutable_input());
   if (options.grad_output.has_value()) {
-    TensorToProto(*options.grad_output, request.mutable_grad_output());
+    *request.mutable_grad_output() = ToProto(*options.grad_output);
   } else {
     request.set_loss("sum");
   }

@@ -9,6 +9,11 @@
 namespace tessera::client {
 namespace {
 
+// `status` with `what` in front of its message.
+absl::Status Named(const std::string& what, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+}
+
 absl::StatusOr<EdgeLayoutInfo> FromWire(const v1::EdgeLayoutInfo& edge) {
   ASSIGN_OR_RETURN(Placement placement, FromProto(edge.placement()));
   return EdgeLayoutInfo{placement, edge.is_dtensor()};
@@ -70,12 +75,14 @@ absl::StatusOr<ModuleOutput> FromWire(const v1::ForwardReply& reply) {
   ASSIGN_OR_RETURN(output.layout, FromWire(reply.output_layout()));
   output.tp_mesh_dim = reply.tp_mesh_dim();
   if (reply.has_output()) {
-    ASSIGN_OR_RETURN(output.full, TensorFromProto(reply.output(), "the full output"));
+    absl::StatusOr<HostTensor> full = FromProto(reply.output());
+    if (!full.ok()) return Named("the full output", full.status());
+    output.full = *std::move(full);
   }
   for (int r = 0; r < reply.local_outputs_size(); ++r) {
-    ASSIGN_OR_RETURN(HostTensor t, TensorFromProto(reply.local_outputs(r),
-                                                   absl::StrCat("rank ", r, "'s output")));
-    output.locals.push_back(std::move(t));
+    absl::StatusOr<HostTensor> t = FromProto(reply.local_outputs(r));
+    if (!t.ok()) return Named(absl::StrCat("rank ", r, "'s output"), t.status());
+    output.locals.push_back(*std::move(t));
   }
   return output;
 }

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -71,30 +70,6 @@ v1::RedistributePlan ToProto(const RedistributePlan& plan);
 // A plan as sent to workers: validates each step's mesh dim against `mesh_ndim`, its placements
 // and its collective.
 absl::StatusOr<RedistributePlan> FromProto(const v1::RedistributePlan& plan, int mesh_ndim);
-
-// A tensor carried whole in one message with `dtype`, `shape` and `data` fields (TensorData,
-// InlineTensor).
-template <typename Message>
-void TensorToProto(const HostTensor& tensor, Message* message) {
-  message->set_dtype(ToProto(tensor.dtype()));
-  *message->mutable_shape() = ToProto(tensor.shape());
-  message->set_data(reinterpret_cast<const char*>(tensor.data()), tensor.nbytes());
-}
-// The tensor such a message carries; INVALID_ARGUMENT naming `what` for a bad dtype or shape, or
-// bytes that are not what they give.
-template <typename Message>
-absl::StatusOr<HostTensor> TensorFromProto(const Message& message, std::string_view what) {
-  absl::StatusOr<DType> dtype = FromProto(message.dtype());
-  absl::StatusOr<Shape> shape = dtype.ok() ? FromProto(message.shape()) : dtype.status();
-  absl::StatusOr<HostTensor> tensor =
-      shape.ok() ? HostTensor::FromBytes(
-                       *dtype, *shape,
-                       std::as_bytes(std::span(message.data().data(), message.data().size())))
-                 : shape.status();
-  if (tensor.ok()) return tensor;
-  return absl::Status(tensor.status().code(),
-                      std::string(what) + ": " + std::string(tensor.status().message()));
-}
 
 v1::OpCall ToProto(const OpCall& op);
 // Validates the kind and the cast dtype; attribute values are checked by InferOpOutput.

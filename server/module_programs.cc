@@ -2,12 +2,12 @@
 
 #include <memory>
 #include <utility>
+#include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "server/program_proto.h"
+#include "proto/convert.h"
 
 namespace tessera {
 namespace {
@@ -59,13 +59,13 @@ absl::StatusOr<CompiledPlan> ModulePrograms::Compile(const ModelSpec& model, Pla
 }
 
 v1::Program ModulePrograms::ForWorkers(const std::string& module, const Program& program) {
-  v1::Program wire = ProgramToProto(program);
-  for (v1::ProgramParameter& p : *wire.mutable_parameters()) {
-    p.set_tensor(DTensorTable::WorkerName(ParameterTensorName(module, p.fqn())));
-    p.set_grad(DTensorTable::WorkerName(GradientTensorName(module, p.fqn())));
-    p.set_momentum(MomentumWorkerName(module, p.fqn()));
+  std::vector<ParameterTensors> tensors;
+  for (const ProgramParameter& p : program.parameters) {
+    tensors.push_back({DTensorTable::WorkerName(ParameterTensorName(module, p.fqn)),
+                       DTensorTable::WorkerName(GradientTensorName(module, p.fqn)),
+                       MomentumWorkerName(module, p.fqn)});
   }
-  return wire;
+  return ToProto(program, tensors);
 }
 
 absl::Status ModulePrograms::MeshReady(const Mesh& mesh) const {

@@ -154,12 +154,12 @@ std::vector<v1::Command> ModuleRuns::Commands(const ModuleEntry& module,
     v1::RunProgram* run = commands[r].mutable_run_program();
     run->set_mesh_id(module.mesh->id);
     run->set_program_id(module.program_id);
-    TensorToProto(inputs[r], run->mutable_input());
+    *run->mutable_input() = ToProto(inputs[r]);
     run->set_return_output(return_output);
     if (step == nullptr) continue;
     run->set_train(true);
     run->set_loss_sum(grads.empty());
-    if (r < grads.size()) TensorToProto(grads[r], run->mutable_grad_output());
+    if (r < grads.size()) *run->mutable_grad_output() = ToProto(grads[r]);
     if (step->sgd.has_value()) *run->mutable_sgd() = *step->sgd;
   }
   return commands;
@@ -195,9 +195,10 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
   std::vector<HostTensor> outputs;
   if (!return_output) return outputs;
   for (size_t r = 0; r < state->replies.size(); ++r) {
-    absl::StatusOr<HostTensor> out =
-        TensorFromProto(state->replies[r].output(), absl::StrCat("rank ", r, "'s output"));
-    if (!out.ok()) return absl::DataLossError(out.status().message());
+    absl::StatusOr<HostTensor> out = FromProto(state->replies[r].output());
+    if (!out.ok()) {
+      return absl::DataLossError(absl::StrCat("rank ", r, "'s output: ", out.status().message()));
+    }
     outputs.push_back(*std::move(out));
   }
   return outputs;

@@ -26,16 +26,18 @@ absl::StatusOr<RunInput> InputFromProto(const v1::ModuleInput& input) {
     if (input.locals_size() > 0) {
       return absl::InvalidArgumentError("give the full input or local inputs, not both");
     }
-    ASSIGN_OR_RETURN(in.full, TensorFromProto(input.full(), "input"));
+    absl::StatusOr<HostTensor> full = FromProto(input.full());
+    if (!full.ok()) return Prefixed("input: ", full.status());
+    in.full = *std::move(full);
     return in;
   }
   if (input.locals_size() == 0) {
     return absl::InvalidArgumentError("the input has neither a full tensor nor local tensors");
   }
   for (int r = 0; r < input.locals_size(); ++r) {
-    ASSIGN_OR_RETURN(HostTensor t,
-                     TensorFromProto(input.locals(r), absl::StrCat("rank ", r, "'s input")));
-    in.locals.push_back(std::move(t));
+    absl::StatusOr<HostTensor> t = FromProto(input.locals(r));
+    if (!t.ok()) return Prefixed(absl::StrCat("rank ", r, "'s input: "), t.status());
+    in.locals.push_back(*std::move(t));
   }
   return in;
 }
@@ -57,8 +59,8 @@ void ResultToProto(const RunResult& result, v1::ForwardReply* reply) {
   *reply->mutable_output_layout()->mutable_placement() = ToProto(result.output_layout.placement);
   reply->mutable_output_layout()->set_is_dtensor(result.output_layout.is_dtensor);
   reply->set_tp_mesh_dim(result.tp_mesh_dim);
-  if (result.full.has_value()) TensorToProto(*result.full, reply->mutable_output());
-  for (const HostTensor& t : result.locals) TensorToProto(t, reply->add_local_outputs());
+  if (result.full.has_value()) *reply->mutable_output() = ToProto(*result.full);
+  for (const HostTensor& t : result.locals) *reply->add_local_outputs() = ToProto(t);
 }
 
 // OK iff each SGD option is a finite non-negative number.
@@ -213,8 +215,8 @@ grpc::Status ModuleService::Step(grpc::ServerContext* context, const v1::StepReq
     step.loss_sum = true;
   } else if (request->loss().empty() && request->has_grad_output()) {
     step.loss_sum = false;
-    absl::StatusOr<HostTensor> grad = TensorFromProto(request->grad_output(), "grad_output");
-    if (!grad.ok()) return ToGrpcStatus(grad.status());
+    absl::StatusOr<HostTensor> grad = FromProto(request->grad_output());
+    if (!grad.ok()) return ToGrpcStatus(Prefixed("grad_output: ", grad.status()));
     step.grad_output = *std::move(grad);
   } else {
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
