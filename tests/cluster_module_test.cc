@@ -17,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/module_spec.h"
 #include "core/safetensors.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/testing/reference.h"
@@ -25,6 +26,7 @@
 #include "tessera/tessera.h"
 #include "tessera/v1/module.grpc.pb.h"
 #include "tests/cluster_fixture.h"
+#include "tests/module_reference.h"
 
 namespace tessera {
 namespace {
@@ -507,6 +509,137 @@ TEST(ModuleTest, PublishServesTheModuleUntilUnpublished) {
   EXPECT_TRUE(StatusIs(client::Unpublish(S(), "served"), absl::StatusCode::kNotFound));
   EXPECT_TRUE(m->Remove().ok());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Models beyond the MLP (norms, causal attention, GELU, residuals, an embedding) under torch's
+// plans, on both meshes, against the single-process reference (tests/module_reference.h): the
+// forward, and two training steps with momentum (gradients and parameters after).
+
+constexpr char kBlock[] =
+    R"json({"type": "Module", "input": {"dtype": "float64", "shape": [-1, -1, 8]},
+  "children": [
+    {"name": "attn", "type": "Module", "residual": true, "children": [
+      {"name": "norm", "type": "LayerNorm", "normalized_shape": 8},
+      {"name": "attention", "type": "Attention", "dim": 8, "n_heads": 4, "causal": true}]},
+    {"name": "mlp", "type": "Module", "residual": true, "children": [
+      {"name": "norm", "type": "RMSNorm", "normalized_shape": 8},
+      {"name": "net1", "type": "Linear", "in_features": 8, "out_features": 32},
+      {"name": "act", "type": "GELU", "approximate": "tanh"},
+      {"name": "net2", "type": "Linear", "in_features": 32, "out_features": 8}]}]})json";
+constexpr char kMegatron[] = R"json({"plan": {
+  "attn.attention.[qkv]": "ColwiseParallel", "attn.attention.o": "RowwiseParallel",
+  "mlp.net1": "ColwiseParallel", "mlp.net2": "RowwiseParallel"}})json";
+constexpr char kSequenceParallel[] = R"json({"plan": {
+  "attn.norm": "SequenceParallel",
+  "attn.attention.[qkv]": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
+  "attn.attention.o": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"},
+  "mlp.norm": "SequenceParallel",
+  "mlp.net1": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
+  "mlp.net2": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"}}})json";
+constexpr char kEmbeddingHead[] = R"json({"type": "Module",
+  "input": {"dtype": "int64", "shape": [-1, -1]},
+  "children": [
+    {"name": "tok", "type": "Embedding", "num_embeddings": 20, "embedding_dim": 8},
+    {"name": "norm", "type": "LayerNorm", "normalized_shape": 8},
+    {"name": "head", "type": "Linear", "in_features": 8, "out_features": 20}]})json";
+constexpr char kEmbeddingPlan[] = R"json({"plan": {"tok": "RowwiseParallel",
+  "head": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json";
+
+struct ModelCase {
+  std::string name;
+  const char* spec;
+  const char* plan;
+  Shape input;  // full
+};
+
+// (model, mesh)
+using ReferenceCase = std::tuple<ModelCase, std::string>;
+class ReferenceModelTest : public ::testing::TestWithParam<ReferenceCase> {};
+
+// As torch.testing.assert_close: every element within atol + rtol * |want| (gradients that are 0
+// in exact arithmetic, such as a key bias's, come out as rounding noise).
+::testing::AssertionResult AllClose(const HostTensor& got, const HostTensor& want, double rtol,
+                                    double atol) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) {
+    return ::testing::AssertionFailure()
+           << "got " << DTypeName(got.dtype()) << ShapeToString(got.shape()) << ", want "
+           << DTypeName(want.dtype()) << ShapeToString(want.shape());
+  }
+  for (int64_t i = 0; i < got.num_elements(); ++i) {
+    const double a = At(got, i), b = At(want, i);
+    if (std::abs(a - b) > atol + rtol * std::abs(b)) {
+      return ::testing::AssertionFailure()
+             << "differs at flat index " << i << ": got " << a << ", want " << b;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// float64 models, whose kernels keep norm statistics and attention probabilities in float32, and
+// float32 ones (the embedding model), against the float64 reference.
+::testing::AssertionResult Close(const HostTensor& got, const HostTensor& want) {
+  return got.dtype() == DType::kFloat64 ? AllClose(got, want, 1e-4, 1e-6)
+                                        : AllClose(got, want, 1e-4, 1e-5);
+}
+
+TEST_P(ReferenceModelTest, ForwardAndStepsMatchTheSingleProcess) {
+  const auto& [c, mesh] = GetParam();
+  absl::StatusOr<ModelSpec> spec = ParseModelSpec(c.spec);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const DType dtype = spec->input.dtype == DType::kInt64 ? DType::kFloat32 : spec->input.dtype;
+  absl::StatusOr<std::map<std::string, HostTensor>> params = RandomParameters(*spec, 5, dtype);
+  ASSERT_TRUE(params.ok()) << params.status();
+  ReferenceModel reference{*spec, {}};
+  for (const auto& [fqn, t] : *params) reference.params.emplace(fqn, t.Clone());
+  const std::string name = absl::StrCat(c.name, "_", mesh);
+  absl::StatusOr<Module> loaded = client::LoadModule(
+      S(), c.spec, M(mesh), name, {.weights_path = WriteWeights(name + ".safetensors", *params)});
+  ASSERT_TRUE(loaded.ok()) << loaded.status() << shared->cluster.LogHint();
+  absl::StatusOr<Module> m = client::ParallelizeModule(*loaded, "tp", c.plan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->info().unmatched.empty());
+
+  const HostTensor input = spec->input.dtype == DType::kInt64
+                               ? kernels::testing::RandomTensor(DType::kInt64, c.input, 3, 0, 19)
+                               : kernels::testing::RandomTensor(dtype, c.input, 3);
+  absl::StatusOr<HostTensor> want = ReferenceForward(reference, input);
+  ASSERT_TRUE(want.ok()) << want.status();
+  absl::StatusOr<client::ModuleOutput> y = m->Forward(input);
+  ASSERT_TRUE(y.ok()) << y.status() << shared->cluster.LogHint();
+  EXPECT_TRUE(Close(*y->full, *want));
+
+  const client::SgdOptions sgd{.lr = 0.25, .momentum = 0.9, .weight_decay = 0.01};
+  std::map<std::string, HostTensor> buffers;
+  std::map<std::string, HostTensor> grads;
+  for (int step = 0; step < 2; ++step) {
+    absl::StatusOr<ReferenceStep> ref = ReferenceBackward(reference, input, nullptr);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    absl::StatusOr<client::StepResult> got = m->Step(input, {.sgd = sgd});
+    ASSERT_TRUE(got.ok()) << got.status() << shared->cluster.LogHint();
+    EXPECT_TRUE(Close(*got->output.full, ref->output)) << "step " << step;
+    ASSERT_TRUE(
+        ReferenceSgd(reference, ref->grads, {sgd.lr, sgd.momentum, sgd.weight_decay}, buffers)
+            .ok());
+    grads = std::move(ref->grads);
+  }
+  const Weights after = StateDict(*m, /*gradients=*/true);
+  for (const auto& [fqn, t] : reference.params) {
+    EXPECT_TRUE(Close(after.at(fqn + ".grad"), grads.at(fqn))) << fqn;
+    EXPECT_TRUE(Close(after.at(fqn), t)) << fqn;
+  }
+  EXPECT_TRUE(m->Remove().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cluster, ReferenceModelTest,
+    ::testing::Combine(
+        ::testing::Values(ModelCase{"megatron", kBlock, kMegatron, {2, 5, 8}},
+                          ModelCase{"sequence", kBlock, kSequenceParallel, {2, 5, 8}},
+                          ModelCase{"embedding", kEmbeddingHead, kEmbeddingPlan, {2, 6}}),
+        ::testing::Values("line", "grid")),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param).name, "_", std::get<1>(info.param));
+    });
 
 // ---------------------------------------------------------------------------------------------
 // Bad input: refused with its code and a message naming the value; everything else intact.
