@@ -16,6 +16,7 @@
 #include "tessera/v1/collective.grpc.pb.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
 #include "tessera/v1/mesh.grpc.pb.h"
+#include "tessera/v1/module.grpc.pb.h"
 
 namespace tessera::client {
 namespace internal {
@@ -27,7 +28,8 @@ struct SessionImpl {
         options(std::move(options)),
         meshes(v1::MeshService::NewStub(channel)),
         collectives(v1::CollectiveService::NewStub(channel)),
-        dtensors(v1::DTensorService::NewStub(channel)) {}
+        dtensors(v1::DTensorService::NewStub(channel)),
+        modules(v1::ModuleService::NewStub(channel)) {}
 
   // Sets the deadline (`timeout`, or the session's) and the client id on a call.
   void Prepare(grpc::ClientContext* context, absl::Duration timeout = absl::ZeroDuration()) const;
@@ -37,6 +39,7 @@ struct SessionImpl {
   const std::unique_ptr<v1::MeshService::Stub> meshes;
   const std::unique_ptr<v1::CollectiveService::Stub> collectives;
   const std::unique_ptr<v1::DTensorService::Stub> dtensors;
+  const std::unique_ptr<v1::ModuleService::Stub> modules;
   absl::Notification stop;  // ends the lease keeper
   std::thread keeper;       // renews the lease while the session lives
 };

@@ -38,6 +38,33 @@ absl::StatusOr<std::vector<std::byte>> ReadFileBytes(absl::string_view path) {
   return bytes;
 }
 
+absl::StatusOr<uint64_t> FileSize(absl::string_view path) {
+  const std::string p(path);
+  FilePtr f(std::fopen(p.c_str(), "rb"));
+  if (f == nullptr) return FileError(errno, "open", path);
+  if (std::fseek(f.get(), 0, SEEK_END) != 0) return FileError(errno, "seek in", path);
+  const long size = std::ftell(f.get());
+  if (size < 0) return FileError(errno, "measure", path);
+  return static_cast<uint64_t>(size);
+}
+
+absl::StatusOr<std::string> ReadFileRange(absl::string_view path, uint64_t offset, size_t length) {
+  const std::string p(path);
+  FilePtr f(std::fopen(p.c_str(), "rb"));
+  if (f == nullptr) return FileError(errno, "open", path);
+  if (std::fseek(f.get(), static_cast<long>(offset), SEEK_SET) != 0) {
+    return FileError(errno, "seek in", path);
+  }
+  std::string bytes(length, '\0');
+  const size_t n = std::fread(bytes.data(), 1, length, f.get());
+  if (std::ferror(f.get())) return FileError(errno, "read", path);
+  if (n != length) {
+    return absl::OutOfRangeError(absl::StrCat("'", path, "' ends before byte ", offset + length,
+                                              " (", offset + n, " bytes)"));
+  }
+  return bytes;
+}
+
 absl::Status WriteFileBytes(absl::string_view path, std::span<const std::byte> bytes) {
   const std::string p(path);
   const std::string tmp = p + ".tmp";

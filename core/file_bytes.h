@@ -2,7 +2,9 @@
 #define TESSERA_CORE_FILE_BYTES_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,6 +16,13 @@ namespace tessera {
 // The whole contents of the file at `path`. NOT_FOUND (naming the path) if it does not exist;
 // other failures carry the errno-derived code and the path.
 absl::StatusOr<std::vector<std::byte>> ReadFileBytes(absl::string_view path);
+
+// The size of the file at `path` in bytes; NOT_FOUND naming the path if it does not exist.
+absl::StatusOr<uint64_t> FileSize(absl::string_view path);
+
+// Bytes [offset, offset + length) of the file at `path`; OUT_OF_RANGE naming the path if the file
+// ends first.
+absl::StatusOr<std::string> ReadFileRange(absl::string_view path, uint64_t offset, size_t length);
 
 // Replaces the file at `path` with `bytes`: writes `path`.tmp, then renames it over `path`, so a
 // reader never sees a half-written file.

@@ -24,15 +24,6 @@ static_assert(std::endian::native == std::endian::little,
 constexpr absl::string_view kMetadataKey = "__metadata__";
 constexpr size_t kLengthFieldSize = 8;
 
-// One tensor's header entry, validated against the data buffer.
-struct TensorEntry {
-  std::string name;
-  DType dtype;
-  Shape shape;
-  uint64_t begin = 0;
-  uint64_t end = 0;
-};
-
 absl::Status Invalid(absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat("safetensors: ", message));
 }
@@ -83,8 +74,8 @@ absl::StatusOr<std::vector<int64_t>> IntegerArray(const nlohmann::json& array,
 }
 
 // Decodes and checks one tensor entry against a data buffer of `buffer_size` bytes.
-absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const nlohmann::json& value,
-                                       uint64_t buffer_size) {
+absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const nlohmann::json& value,
+                                            uint64_t buffer_size) {
   if (!value.is_object()) {
     return Invalid(
         absl::StrCat("tensor '", name, "' is ", JsonTypeName(value), ", expected an object"));
@@ -96,7 +87,7 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const nlohmann::
   ASSIGN_OR_RETURN(const nlohmann::json* offsets,
                    RequireField(value, "data_offsets", nlohmann::json::value_t::array, name));
 
-  TensorEntry entry;
+  SafetensorsEntry entry;
   entry.name = name;
   absl::StatusOr<DType> d = ParseSafetensorsDType(dtype->get_ref<const std::string&>());
   if (!d.ok()) return Invalid(absl::StrCat("tensor '", name, "': ", d.status().message()));
@@ -152,13 +143,14 @@ absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(const nlohmann:
 }
 
 // OK iff no two non-empty tensors share a byte; otherwise names both.
-absl::Status CheckNoOverlap(std::vector<const TensorEntry*> entries) {
-  std::erase_if(entries, [](const TensorEntry* e) { return e->begin == e->end; });
-  std::sort(entries.begin(), entries.end(), [](const TensorEntry* a, const TensorEntry* b) {
-    return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
-  });
-  const TensorEntry* reach = nullptr;  // the entry seen so far that ends last
-  for (const TensorEntry* e : entries) {
+absl::Status CheckNoOverlap(std::vector<const SafetensorsEntry*> entries) {
+  std::erase_if(entries, [](const SafetensorsEntry* e) { return e->begin == e->end; });
+  std::sort(entries.begin(), entries.end(),
+            [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
+              return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
+            });
+  const SafetensorsEntry* reach = nullptr;  // the entry seen so far that ends last
+  for (const SafetensorsEntry* e : entries) {
     if (reach != nullptr && e->begin < reach->end) {
       return Invalid(absl::StrCat("tensors '", reach->name, "' ",
                                   OffsetsToString(reach->begin, reach->end), " and '", e->name,
@@ -203,21 +195,26 @@ absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name) {
       "unknown dtype '", name, "'; expected one of F32, F64, F16, BF16, I8, U8, I32, I64, BOOL"));
 }
 
-absl::StatusOr<SafetensorsFile> ParseSafetensors(std::span<const std::byte> bytes) {
-  if (bytes.size() < kLengthFieldSize) {
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> prefix,
+                                                         uint64_t file_size) {
+  if (file_size < kLengthFieldSize || prefix.size() < kLengthFieldSize) {
     return Invalid(
-        absl::StrCat("file is ", bytes.size(), " bytes, too short for the 8-byte header length"));
+        absl::StrCat("file is ", file_size, " bytes, too short for the 8-byte header length"));
   }
   uint64_t header_size = 0;
-  std::memcpy(&header_size, bytes.data(), kLengthFieldSize);
-  const uint64_t after_length = bytes.size() - kLengthFieldSize;
+  std::memcpy(&header_size, prefix.data(), kLengthFieldSize);
+  const uint64_t after_length = file_size - kLengthFieldSize;
   if (header_size > after_length) {
     return Invalid(absl::StrCat("header length ", header_size, " runs past the end of the file (",
                                 after_length, " bytes follow the length)"));
   }
-  const absl::string_view header(reinterpret_cast<const char*>(bytes.data()) + kLengthFieldSize,
+  if (prefix.size() - kLengthFieldSize < header_size) {
+    return Invalid(absl::StrCat("only ", prefix.size() - kLengthFieldSize, " of the header's ",
+                                header_size, " bytes were read"));
+  }
+  const absl::string_view header(reinterpret_cast<const char*>(prefix.data()) + kLengthFieldSize,
                                  header_size);
-  const std::span<const std::byte> buffer = bytes.subspan(kLengthFieldSize + header_size);
+  const uint64_t buffer_size = after_length - header_size;
 
   absl::StatusOr<nlohmann::json> json = ParseJson(header);
   if (!json.ok()) return Invalid(absl::StrCat("header: ", json.status().message()));
@@ -225,23 +222,53 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::span<const std::byte> byte
     return Invalid(absl::StrCat("header is ", JsonTypeName(*json), ", expected an object"));
   }
 
-  // ParseJson refuses repeated keys, so names are unique; items() visits them sorted by name.
-  SafetensorsFile file;
-  std::vector<TensorEntry> entries;
+  // ParseJson refuses repeated keys, so names are unique.
+  SafetensorsHeader out;
+  out.data_offset = kLengthFieldSize + header_size;
   for (const auto& [key, value] : json->items()) {
     if (key == kMetadataKey) {
-      ASSIGN_OR_RETURN(file.metadata, ParseMetadata(value));
+      ASSIGN_OR_RETURN(out.metadata, ParseMetadata(value));
       continue;
     }
-    ASSIGN_OR_RETURN(TensorEntry entry, ParseEntry(key, value, buffer.size()));
-    entries.push_back(std::move(entry));
+    ASSIGN_OR_RETURN(SafetensorsEntry entry, ParseEntry(key, value, buffer_size));
+    out.tensors.push_back(std::move(entry));
   }
+  std::vector<const SafetensorsEntry*> entries;
+  for (const SafetensorsEntry& e : out.tensors) entries.push_back(&e);
+  RETURN_IF_ERROR(CheckNoOverlap(entries));
+  std::sort(out.tensors.begin(), out.tensors.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+            });
+  return out;
+}
 
-  std::vector<const TensorEntry*> by_name;
-  for (const TensorEntry& e : entries) by_name.push_back(&e);
-  RETURN_IF_ERROR(CheckNoOverlap(by_name));
+absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(absl::string_view path) {
+  ASSIGN_OR_RETURN(const uint64_t size, FileSize(path));
+  absl::StatusOr<SafetensorsHeader> header = [&]() -> absl::StatusOr<SafetensorsHeader> {
+    if (size < kLengthFieldSize) return ParseSafetensorsHeader({}, size);
+    ASSIGN_OR_RETURN(const std::string length, ReadFileRange(path, 0, kLengthFieldSize));
+    uint64_t header_size = 0;
+    std::memcpy(&header_size, length.data(), kLengthFieldSize);
+    const uint64_t readable = std::min<uint64_t>(header_size, size - kLengthFieldSize);
+    ASSIGN_OR_RETURN(const std::string prefix,
+                     ReadFileRange(path, 0, static_cast<size_t>(kLengthFieldSize + readable)));
+    return ParseSafetensorsHeader(
+        {reinterpret_cast<const std::byte*>(prefix.data()), prefix.size()}, size);
+  }();
+  if (!header.ok() && absl::IsInvalidArgument(header.status())) {
+    return absl::Status(header.status().code(),
+                        absl::StrCat(path, ": ", header.status().message()));
+  }
+  return header;
+}
 
-  for (TensorEntry& e : entries) {
+absl::StatusOr<SafetensorsFile> ParseSafetensors(std::span<const std::byte> bytes) {
+  ASSIGN_OR_RETURN(SafetensorsHeader header, ParseSafetensorsHeader(bytes, bytes.size()));
+  const std::span<const std::byte> buffer = bytes.subspan(header.data_offset);
+  SafetensorsFile file;
+  file.metadata = std::move(header.metadata);
+  for (SafetensorsEntry& e : header.tensors) {
     ASSIGN_OR_RETURN(HostTensor t, HostTensor::FromBytes(e.dtype, std::move(e.shape),
                                                          buffer.subspan(e.begin, e.end - e.begin)));
     file.tensors.emplace(e.name, std::move(t));

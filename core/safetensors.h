@@ -2,6 +2,7 @@
 #define TESSERA_CORE_SAFETENSORS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <span>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "core/dtype.h"
 #include "core/host_tensor.h"
+#include "core/shape.h"
 
 namespace tessera {
 
@@ -27,6 +29,33 @@ absl::string_view SafetensorsDTypeName(DType dtype);
 
 // Parses a safetensors dtype string; INVALID_ARGUMENT naming it if Tessera has no such dtype.
 absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name);
+
+// One tensor of a safetensors header: its name, dtype, shape, and where its bytes lie in the data
+// buffer ([begin, end), relative to the buffer's start).
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+// A safetensors file without its data: the tensors in the order their bytes lie in the file, the
+// metadata, and where the data buffer starts in the file.
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> tensors;
+  std::map<std::string, std::string> metadata;
+  uint64_t data_offset = 0;
+};
+
+// Decodes the header of a safetensors file of `file_size` bytes from `prefix`, which holds at
+// least its first 8 + N bytes (the length and the JSON), with ParseSafetensors' checks.
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> prefix,
+                                                         uint64_t file_size);
+
+// Reads only the header of the file at `path` (its data stays on disk); NOT_FOUND naming the path
+// if it does not exist.
+absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(absl::string_view path);
 
 // Decodes a whole safetensors file: an 8-byte little-endian header length N, N bytes of JSON,
 // then the data buffer. INVALID_ARGUMENT naming the tensor and the bad value for a malformed

@@ -1,6 +1,6 @@
 // tessera-coordinator: the control plane. Serves the client-facing services (meshes,
-// collectives, DTensors), KServe v2 inference on the published models, and the worker-facing
-// Registry (with the rendezvous store) on one port, plus gRPC health and reflection.
+// collectives, DTensors, modules), KServe v2 inference on the published models, and the
+// worker-facing Registry (with the rendezvous store) on one port, plus gRPC health and reflection.
 
 #include <malloc.h>
 
@@ -23,6 +23,8 @@
 #include "server/mesh_reformer.h"
 #include "server/mesh_service.h"
 #include "server/mesh_table.h"
+#include "server/module_service.h"
+#include "server/module_table.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_store.h"
 #include "server/served_models.h"
@@ -97,10 +99,15 @@ int main(int argc, char** argv) {
                                        const tessera::v1::BrokenCommunicator& broken) {
     reformer.OnBroken(worker, broken);
   });
-  tessera::MeshService mesh_service(&meshes, &dispatcher, &store, &reformer, &ledger,
-                                    {&collective_service, &tensors});
-  // The models published for serving: whatever publishes modules gets `served` by pointer.
+  // The models published for serving (the inference endpoint serves them); a module that goes
+  // with its mesh takes its published versions with it.
   tessera::ServedModels served;
+  tessera::ModuleTable modules([&served](const tessera::v1::PublishedVersion& p) {
+    served.Unpublish(p.model(), p.version()).IgnoreError();
+  });
+  tessera::ModuleService module_service(&tensors, &modules, &served);
+  tessera::MeshService mesh_service(&meshes, &dispatcher, &store, &reformer, &ledger,
+                                    {&collective_service, &tensors, &modules});
   tessera::InferenceService inference_service(&served);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -115,6 +122,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(&mesh_service);
   builder.RegisterService(&collective_service);
   builder.RegisterService(&dtensor_service);
+  builder.RegisterService(&module_service);
   builder.RegisterService(&inference_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

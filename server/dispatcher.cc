@@ -98,6 +98,19 @@ absl::StatusOr<std::vector<v1::CommandReply>> Dispatcher::Run(
 
 void Dispatcher::Post(const std::vector<WorkerHandle>& workers, const v1::Command& command,
                       absl::Duration timeout, Done done, bool send_here) {
+  PostEach(workers, std::vector<v1::Command>(workers.size(), command), timeout, std::move(done),
+           send_here);
+}
+
+void Dispatcher::PostEach(const std::vector<WorkerHandle>& workers,
+                          std::vector<v1::Command> commands, absl::Duration timeout, Done done,
+                          bool send_here) {
+  if (commands.size() != workers.size()) {
+    done(absl::InternalError(
+             absl::StrCat(commands.size(), " commands for ", workers.size(), " workers")),
+         {});
+    return;
+  }
   if (workers.empty()) {
     done(absl::OkStatus(), {});
     return;
@@ -120,7 +133,7 @@ void Dispatcher::Post(const std::vector<WorkerHandle>& workers, const v1::Comman
   // it would stall).
   std::vector<SequenceLease> leases = Reserve(workers);
   for (size_t i = 0; i < workers.size(); ++i) {
-    Queued q{command, std::move(leases[i]), deadline, post, i};
+    Queued q{std::move(commands[i]), std::move(leases[i]), deadline, post, i};
     q.command.set_sequence(q.lease.sequence());
     q.command.set_incarnation(workers[i].incarnation);
     Outbox& box = outboxes_[workers[i].id];

@@ -48,6 +48,11 @@ class Dispatcher {
   // `send_here`, on the calling thread (Run, which waits anyway, saves a thread hand-off).
   void Post(const std::vector<WorkerHandle>& workers, const v1::Command& command,
             absl::Duration timeout, Done done, bool send_here = false);
+  // Post with a command of its own for each worker (`commands[i]` to `workers[i]`, each given its
+  // sequence and incarnation): one step of SPMD work whose ranks each get their own data, ordered
+  // on every worker as one post.
+  void PostEach(const std::vector<WorkerHandle>& workers, std::vector<v1::Command> commands,
+                absl::Duration timeout, Done done, bool send_here = false);
   static constexpr int kMaxInFlight = 256;
 
   // Reserves the next command sequence on each of `workers`, in that order, all under the

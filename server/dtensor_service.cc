@@ -276,19 +276,7 @@ grpc::Status DTensorService::Synchronize(grpc::ServerContext* context,
       tensors.push_back(*std::move(t));
     }
   }
-  const absl::Time deadline = absl::FromChrono(context->deadline());
-  for (const auto& t : tensors) {
-    if (!t->write->done.WaitForNotificationWithDeadline(deadline)) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          absl::StrCat("tensor '", t->name, "' is still being written"));
-    }
-    if (!t->write->status.ok()) {
-      return ToGrpcStatus(absl::Status(
-          t->write->status.code(),
-          absl::StrCat("tensor '", t->name, "' failed: ", t->write->status.message())));
-    }
-  }
-  return grpc::Status::OK;
+  return ToGrpcStatus(DTensorTable::AwaitWrites(tensors, absl::FromChrono(context->deadline())));
 }
 
 grpc::Status DTensorService::KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest*,

@@ -10,15 +10,6 @@
 namespace tessera {
 namespace {
 
-// Mesh dims that are not Shard: the dims along which one uploaded copy is broadcast.
-std::vector<int> ReplicaDims(const DTensorSpec& spec) {
-  std::vector<int> dims;
-  for (int m = 0; m < spec.mesh.ndim(); ++m) {
-    if (!spec.placements[m].is_shard() && spec.mesh.size(m) > 1) dims.push_back(m);
-  }
-  return dims;
-}
-
 // The spec of the block of `spec` at mesh `position`, on a mesh of that rank alone.
 absl::StatusOr<DTensorSpec> BlockAt(const DTensorSpec& spec, int64_t position) {
   const Shape local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(position)).shape;
@@ -263,19 +254,29 @@ void DTensorStreams::DropReadable(const DTensorEntry& tensor, const Readable& r)
   tensors_->Post(*tensor.mesh, command, std::make_shared<TensorWrite>());
 }
 
+absl::Status DTensorStreams::ReadFull(const DTensorEntry& tensor, absl::Time deadline,
+                                      absl::FunctionRef<bool(std::string)> write) {
+  ASSIGN_OR_RETURN(const Readable readable, ReadableLayout(tensor));
+  // The downloads are closed when GatherStream returns, before the temporary goes.
+  absl::Status status =
+      GatherStream(tensors_->dispatcher(), readable.spec, readable.worker_tensor, deadline, write);
+  DropReadable(tensor, readable);
+  return status.ok() || absl::IsCancelled(status) ? status : ReadFailure(tensor, status);
+}
+
 absl::Status DTensorStreams::FullTensor(const grpc::ServerContext& context,
                                         const v1::FullTensorRequest& request,
                                         grpc::ServerWriter<v1::TensorData>* writer) {
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t, tensors_->Usable(request.name()));
-  ASSIGN_OR_RETURN(const Readable readable, ReadableLayout(*t));
   v1::TensorData data;
   data.set_dtype(ToProto(t->spec.dtype));
   *data.mutable_shape() = ToProto(t->spec.shape);
-  // The downloads are closed when this returns, before the temporary goes.
-  absl::Status status =
-      StreamOut(*tensors_, readable.spec, readable.worker_tensor, context, std::move(data), writer);
-  DropReadable(*t, readable);
-  return status.ok() || absl::IsCancelled(status) ? status : ReadFailure(*t, status);
+  return ReadFull(*t, TransferDeadline(context), [&](std::string window) {
+    data.set_data(std::move(window));
+    const bool sent = writer->Write(data);
+    data.Clear();
+    return sent;
+  });
 }
 
 absl::Status DTensorStreams::MoveAcrossMeshes(const grpc::ServerContext& context,

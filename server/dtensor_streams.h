@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/dtensor_spec.h"
 #include "grpcpp/grpcpp.h"
 #include "server/dtensor_table.h"
@@ -38,6 +40,17 @@ class DTensorStreams {
                                 const std::string& output, const std::string& owner,
                                 v1::RedistributeReply* reply);
 
+  // full_tensor() of `tensor` to `write`, window by window, until `deadline` (Partial values are
+  // reduced by the workers first); CANCELLED when `write` fails.
+  absl::Status ReadFull(const DTensorEntry& tensor, absl::Time deadline,
+                        absl::FunctionRef<bool(std::string)> write);
+  // Completes a tensor whose blocks were uploaded to the ranks at coordinate `source` on every
+  // non-Shard mesh dim: posts the SpreadTensor that broadcasts them along `broadcast_dims` (and,
+  // with `partition`, gives Partial dims distribute_tensor's layout), or completes the tensor's
+  // write if nothing is to spread; NOT_FOUND if the tensor was freed during its upload.
+  absl::Status Spread(const DTensorEntry& tensor, const std::vector<int64_t>& source,
+                      const std::vector<int>& broadcast_dims, bool partition);
+
  private:
   // Where a tensor's values can be read from: its own shards, or (with Partial placements) a
   // temporary the workers reduce them into first.
@@ -50,10 +63,6 @@ class DTensorStreams {
   void DropReadable(const DTensorEntry& tensor, const Readable& readable);
   // Why reading `tensor` failed: its write's error if that failed, else `download`.
   static absl::Status ReadFailure(const DTensorEntry& tensor, absl::Status download);
-  // Posts the SpreadTensor that completes an upload, or completes the tensor's write if nothing
-  // is to spread; NOT_FOUND if the tensor was freed during its upload.
-  absl::Status Spread(const DTensorEntry& tensor, const std::vector<int64_t>& source,
-                      const std::vector<int>& broadcast_dims, bool partition);
   // The global shape of a from_local tensor: the one given, or inferred as DTensor does (every
   // rank's shard as large as the first one's).
   static absl::StatusOr<Shape> FromLocalShape(const DeviceMesh& mesh, const v1::FromLocalHeader& h,

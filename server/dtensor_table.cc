@@ -41,17 +41,41 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Add(const std::strin
   } else if (tensors_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrCat("a tensor named '", name, "' exists"));
   }
-  const Mesh& m = *tensor->mesh;
-  std::vector<WorkerBytes::Holding> holdings;
-  for (int64_t p = 0; p < m.mesh.size(); ++p) {
-    holdings.push_back({m.mesh.ranks()[p],
-                        p < static_cast<int64_t>(m.budgets.size()) ? m.budgets[p] : 0,
-                        WorkerName(name), ShardBytes(tensor->spec, p)});
-  }
-  RETURN_IF_ERROR(ledger_->Hold(holdings, absl::StrCat("tensor ", tensor->spec.ToString())));
+  RETURN_IF_ERROR(ledger_->Hold(Holdings(*tensor->mesh, name, tensor->spec),
+                                absl::StrCat("tensor ", tensor->spec.ToString())));
   tensor->name = name;
   tensors_[name] = tensor;
   return tensor;
+}
+
+std::vector<WorkerBytes::Holding> DTensorTable::Holdings(const Mesh& mesh, const std::string& name,
+                                                         const DTensorSpec& spec) {
+  std::vector<WorkerBytes::Holding> holdings;
+  for (int64_t p = 0; p < mesh.mesh.size(); ++p) {
+    holdings.push_back({mesh.mesh.ranks()[p],
+                        p < static_cast<int64_t>(mesh.budgets.size()) ? mesh.budgets[p] : 0,
+                        WorkerName(name), ShardBytes(spec, p)});
+  }
+  return holdings;
+}
+
+absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Relayout(
+    const DTensorEntry& tensor, DTensorSpec spec, std::shared_ptr<TensorWrite> write) {
+  absl::MutexLock post(&tensor.post_mu);
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(tensor.name);
+  if (tensor.released || it == tensors_.end() || it->second.get() != &tensor) {
+    return absl::NotFoundError(absl::StrCat("tensor '", tensor.name, "' was freed"));
+  }
+  auto relaid = std::make_shared<DTensorEntry>(tensor.mesh, std::move(spec), tensor.owner);
+  // Each holding replaces what the tensor's name held on its worker.
+  RETURN_IF_ERROR(ledger_->Hold(Holdings(*tensor.mesh, tensor.name, relaid->spec),
+                                absl::StrCat("tensor ", relaid->spec.ToString())));
+  relaid->name = tensor.name;
+  if (write != nullptr) relaid->write = std::move(write);
+  it->second = relaid;
+  tensor.released = true;
+  return relaid;
 }
 
 absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Find(const std::string& name) const {
@@ -88,6 +112,22 @@ std::vector<std::shared_ptr<DTensorEntry>> DTensorTable::OwnedBy(const std::stri
     if (t->owner == client) found.push_back(t);
   }
   return found;
+}
+
+absl::Status DTensorTable::AwaitWrites(const std::vector<std::shared_ptr<DTensorEntry>>& tensors,
+                                       absl::Time deadline) {
+  for (const auto& t : tensors) {
+    if (!t->write->done.WaitForNotificationWithDeadline(deadline)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("tensor '", t->name, "' is still being written"));
+    }
+    if (!t->write->status.ok()) {
+      return absl::Status(
+          t->write->status.code(),
+          absl::StrCat("tensor '", t->name, "' failed: ", t->write->status.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string DTensorTable::TemporaryName() {

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "core/dtensor_spec.h"
 #include "server/dispatcher.h"
 #include "server/mesh_table.h"
@@ -59,6 +60,14 @@ class DTensorTable : public MeshUser {
   absl::StatusOr<std::shared_ptr<DTensorEntry>> Add(const std::string& requested,
                                                     std::shared_ptr<Mesh> mesh, DTensorSpec spec,
                                                     const std::string& owner);
+  // Replaces `tensor` by one of the same name (and worker-side name) laid out as `spec` (same
+  // shape and dtype), whose write the caller posts: a redistribute in place. Its shards' bytes
+  // move in the ledger first (RESOURCE_EXHAUSTED naming the worker, and nothing changes, if they
+  // do not fit); the old entry counts as released (nothing more is posted for it or frees it).
+  // With `write`, the new entry shares that work instead (a relayout undone before anything was
+  // posted). NOT_FOUND if `tensor` is no longer in the table.
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> Relayout(
+      const DTensorEntry& tensor, DTensorSpec spec, std::shared_ptr<TensorWrite> write = nullptr);
   // The named tensor; NOT_FOUND if unknown.
   absl::StatusOr<std::shared_ptr<DTensorEntry>> Find(const std::string& name) const;
   // The named tensor, ready to be read by a new command: its mesh is healthy and the work that
@@ -78,6 +87,10 @@ class DTensorTable : public MeshUser {
   // Completes the write of a tensor that needs no command after its upload; NOT_FOUND (and the
   // write fails) if it was released meanwhile.
   absl::Status FinishWrite(const DTensorEntry& tensor);
+  // Waits until the work writing each of `tensors` is done, at most until `deadline`: the first
+  // failure, naming its tensor; DEADLINE_EXCEEDED naming one still being written.
+  static absl::Status AwaitWrites(const std::vector<std::shared_ptr<DTensorEntry>>& tensors,
+                                  absl::Time deadline);
   // A fresh worker-side name for a temporary of the workers (e.g. a reduced copy to read).
   std::string TemporaryName();
 
@@ -96,6 +109,9 @@ class DTensorTable : public MeshUser {
   Dispatcher& dispatcher() { return *dispatcher_; }
 
  private:
+  // The ledger's holdings of a tensor named `name` laid out as `spec` on `mesh`.
+  static std::vector<WorkerBytes::Holding> Holdings(const Mesh& mesh, const std::string& name,
+                                                    const DTensorSpec& spec);
   // Drops `tensor` from the table (not from the workers) if the table still holds it.
   void Drop(const DTensorEntry& tensor);
   // Gives back the bytes of `tensor`'s shards in the ledger.

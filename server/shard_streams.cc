@@ -48,6 +48,14 @@ std::vector<int64_t> BlockHolders(const DTensorSpec& spec, const std::vector<int
   return positions;
 }
 
+std::vector<int> ReplicaDims(const DTensorSpec& spec) {
+  std::vector<int> dims;
+  for (int m = 0; m < spec.mesh.ndim(); ++m) {
+    if (!spec.placements[m].is_shard() && spec.mesh.size(m) > 1) dims.push_back(m);
+  }
+  return dims;
+}
+
 struct ShardScatter::Upload {
   Upload(const BlockRuns& r, size_t elem) : runs(r), cursor(runs, elem) {}
   SequenceLease lease;  // ends after the stream: released unless the upload succeeded

@@ -105,6 +105,10 @@ absl::Status GatherStream(Dispatcher& dispatcher, const DTensorSpec& spec,
 // mesh dim that is not Shard, any coordinate on Shard dims.
 std::vector<int64_t> BlockHolders(const DTensorSpec& spec, const std::vector<int64_t>& source);
 
+// Mesh dims that are not Shard (and have more than one rank): the dims along which the one copy
+// of each block that BlockHolders received is broadcast.
+std::vector<int> ReplicaDims(const DTensorSpec& spec);
+
 }  // namespace tessera
 
 #endif  // TESSERA_SERVER_SHARD_STREAMS_H_

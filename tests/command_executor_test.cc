@@ -375,5 +375,44 @@ INSTANTIATE_TEST_SUITE_P(Cases, ReformTest,
                                                    : absl::StrCat(info.param.mesh_dim));
                          });
 
+// --- FillTensor ---
+
+// rand with a range gives the draws of plain rand moved from [0, 1) into [low, high), as torch's
+// uniform_(low, high) does, on every shard.
+TEST(FillTensorTest, RandWithARangeIsTheUnitDrawMovedIntoIt) {
+  const DeviceMesh line = *DeviceMesh::Create("cpu", {2});
+  ExecutorMesh mesh;
+  ASSERT_TRUE(mesh.Start(line, {kBudget, kBudget}));
+  const DTensorSpec spec = *MakeDTensorSpec(line, {Placement::Shard(0)}, {6, 5}, DType::kFloat32);
+  auto fill = [&](const std::string& output, double low, double high) {
+    return mesh.OnEveryWorker([&](int64_t) {
+      v1::Command command;
+      v1::FillTensor* f = command.mutable_fill_tensor();
+      f->set_mesh_id(kMeshId);
+      f->set_output(output);
+      *f->mutable_spec() = ToProto(spec);
+      f->set_factory(v1::RAND);
+      f->set_seed(9);
+      f->set_low(low);
+      f->set_high(high);
+      return command;
+    });
+  };
+  for (const Outcome& o : fill("unit", 0, 0)) ASSERT_TRUE(o.ok()) << o.status;
+  for (const Outcome& o : fill("ranged", -0.25, 0.25)) ASSERT_TRUE(o.ok()) << o.status;
+  for (int64_t p = 0; p < 2; ++p) {
+    const std::shared_ptr<const HostTensor> unit = *mesh.store(p).Get("unit");
+    const std::shared_ptr<const HostTensor> ranged = *mesh.store(p).Get("ranged");
+    ASSERT_EQ(ranged->shape(), (Shape{3, 5}));
+    for (int64_t i = 0; i < ranged->num_elements(); ++i) {
+      const float u = unit->data_as<float>()[i];
+      const float r = ranged->data_as<float>()[i];
+      EXPECT_FLOAT_EQ(r, -0.25f + 0.5f * u) << "position " << p << ", element " << i;
+      EXPECT_GE(r, -0.25f);
+      EXPECT_LT(r, 0.25f);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera

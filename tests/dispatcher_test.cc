@@ -183,6 +183,37 @@ TEST(DispatcherTest, PostToNoWorkersIsDoneAtOnce) {
   EXPECT_TRUE(cluster.worker(0).batches().empty());
 }
 
+TEST(DispatcherTest, PostEachGivesEveryWorkerItsOwnCommandInOneOrder) {
+  FakeCluster cluster(SharedFakeWorkers(3));
+  std::vector<WorkerHandle> workers;
+  for (int64_t id : {2, 0, 1}) workers.push_back(*cluster.registry().Get(id));
+  Outcomes outcomes;
+  cluster.dispatcher().Post({workers[0], workers[1]}, LabeledCommand("before"), absl::Seconds(10),
+                            outcomes.For("before"));
+  cluster.dispatcher().PostEach(
+      workers, {LabeledCommand("to2"), LabeledCommand("to0"), LabeledCommand("to1")},
+      absl::Seconds(10), outcomes.For("each"));
+  ASSERT_TRUE(outcomes.WaitFor(2));
+  const std::optional<Outcomes::Outcome> each = outcomes.Of("each");
+  ASSERT_TRUE(each.has_value());
+  ASSERT_TRUE(each->status.ok()) << each->status;
+  ASSERT_EQ(each->replies.size(), 3u);
+  EXPECT_EQ(each->replies[0].tensors(0).name(), cluster.worker(2).ReplyName("to2"));
+  EXPECT_EQ(LabelsOf(cluster.worker(2)), (std::vector<std::string>{"before", "to2"}));
+  EXPECT_EQ(LabelsOf(cluster.worker(0)), (std::vector<std::string>{"before", "to0"}));
+  EXPECT_EQ(LabelsOf(cluster.worker(1)), (std::vector<std::string>{"to1"}));
+  EXPECT_EQ(SequencesOf(cluster.worker(0)), OneTo(2));
+  EXPECT_EQ(SequencesOf(cluster.worker(1)), OneTo(1));
+
+  // A command short is refused before anything is sent.
+  cluster.dispatcher().PostEach(workers, {LabeledCommand("one")}, absl::Seconds(10),
+                                outcomes.For("short"));
+  ASSERT_TRUE(outcomes.WaitFor(3));
+  EXPECT_TRUE(StatusIs(outcomes.Of("short")->status, absl::StatusCode::kInternal,
+                       {"1 commands for 3 workers"}));
+  EXPECT_EQ(cluster.worker(1).commands().size(), 1u);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Batching and ordering
 

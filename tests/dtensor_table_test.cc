@@ -151,5 +151,52 @@ TEST(DTensorTableTest, DescribeAndUsableFollowTheWrite) {
   EXPECT_EQ(f.table.Find("b").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(DTensorTableTest, RelayoutKeepsTheNameAndMovesTheBytesInTheLedger) {
+  // 40 bytes per worker: [16] float32 sharded takes 32 on each; replicated it would take 64.
+  Fixture f(40);
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> t = f.table.Add("w", f.mesh, f.Sharded(16), "o");
+  ASSERT_TRUE(t.ok());
+  DTensorSpec replicated = f.Sharded(16);
+  replicated.placements = {Placement::Replicate()};
+  absl::Status over = f.table.Relayout(**t, replicated).status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(*f.table.Find("w"), *t);  // nothing changed
+  EXPECT_EQ(f.ledger.Held(f.mesh->mesh.ranks()[0]), 32);
+
+  DTensorSpec smaller = *MakeDTensorSpec(f.mesh->mesh, {Placement::Shard(0)}, {16},
+                                         DType::kFloat16);  // 16 bytes per worker
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> relaid = f.table.Relayout(**t, smaller);
+  ASSERT_TRUE(relaid.ok()) << relaid.status();
+  EXPECT_EQ((*relaid)->name, "w");
+  EXPECT_EQ((*relaid)->owner, "o");
+  EXPECT_EQ(*f.table.Find("w"), *relaid);
+  EXPECT_EQ(f.ledger.Held(f.mesh->mesh.ranks()[0]), 16);
+  // The old entry is spent: nothing is posted for it, and relaying it again finds nothing.
+  EXPECT_EQ(f.table.PostWrite(**t, v1::Command()).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(f.table.Relayout(**t, smaller).status().code(), absl::StatusCode::kNotFound);
+  // Undone with the original's write, the entry shares it.
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> back =
+      f.table.Relayout(**relaid, (*t)->spec, (*t)->write);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ((*back)->write, (*t)->write);
+  EXPECT_EQ(f.ledger.Held(f.mesh->mesh.ranks()[0]), 32);
+}
+
+TEST(DTensorTableTest, AwaitWritesNamesTheFailedOrPendingTensor) {
+  Fixture f(0);
+  auto a = *f.table.Add("a", f.mesh, f.Sharded(4), "");
+  auto b = *f.table.Add("b", f.mesh, f.Sharded(4), "");
+  ASSERT_TRUE(f.table.FinishWrite(*a).ok());
+  absl::Status pending = DTensorTable::AwaitWrites({a, b}, absl::Now() + absl::Milliseconds(20));
+  EXPECT_EQ(pending.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(pending.message(), HasSubstr("'b'"));
+  b->write->status = absl::UnavailableError("worker gone");
+  b->write->done.Notify();
+  absl::Status failed = DTensorTable::AwaitWrites({a, b}, absl::Now() + absl::Seconds(1));
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(failed.message(), HasSubstr("tensor 'b' failed: worker gone"));
+  EXPECT_TRUE(DTensorTable::AwaitWrites({a}, absl::Now()).ok());
+}
+
 }  // namespace
 }  // namespace tessera

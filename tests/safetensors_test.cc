@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/file_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -462,6 +463,68 @@ TEST_F(SafetensorsFileTest, ReadingADirectoryFails) {
   absl::StatusOr<SafetensorsFile> file = ReadSafetensorsFile(dir_);
   EXPECT_FALSE(file.ok());
   EXPECT_THAT(std::string(file.status().message()), HasSubstr(dir_));
+}
+
+// The header alone, as a client streaming a file reads it: tensors in the order of their bytes,
+// each of whose range holds exactly its bytes.
+TEST_F(SafetensorsFileTest, TheHeaderAloneGivesEachTensorsBytesInFileOrder) {
+  const std::string path = dir_ + "/model.safetensors";
+  SafetensorsFile file;
+  file.tensors.emplace("b", PatternTensor(DType::kFloat32, {3, 2}, 1));
+  file.tensors.emplace("a", PatternTensor(DType::kInt64, {5}, 2));
+  file.tensors.emplace("c.empty", PatternTensor(DType::kFloat16, {0, 4}, 3));
+  file.metadata["format"] = "pt";
+  ASSERT_TRUE(WriteSafetensorsFile(path, file).ok());
+  absl::StatusOr<SafetensorsHeader> header = ReadSafetensorsHeader(path);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->metadata, file.metadata);
+  ASSERT_EQ(header->tensors.size(), 3u);
+  // Written sorted by name: "a" at 0 (40 bytes), "b" at 40 (24), "c.empty" at 64 (none).
+  EXPECT_EQ(header->tensors[0].name, "a");
+  EXPECT_EQ(header->tensors[1].name, "b");
+  EXPECT_EQ(header->tensors[1].begin, 40u);
+  EXPECT_EQ(header->tensors[1].end, 64u);
+  EXPECT_EQ(header->tensors[2].name, "c.empty");
+  for (const SafetensorsEntry& e : header->tensors) {
+    const HostTensor& want = file.tensors.at(e.name);
+    EXPECT_EQ(e.dtype, want.dtype());
+    EXPECT_EQ(e.shape, want.shape());
+    absl::StatusOr<std::string> bytes =
+        ReadFileRange(path, header->data_offset + e.begin, static_cast<size_t>(e.end - e.begin));
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(*bytes, std::string(reinterpret_cast<const char*>(want.data()), want.nbytes()))
+        << e.name;
+  }
+}
+
+TEST_F(SafetensorsFileTest, TheHeaderOfABadFileNamesThePathAndTheProblem) {
+  const std::string missing = dir_ + "/missing.safetensors";
+  absl::StatusOr<SafetensorsHeader> none = ReadSafetensorsHeader(missing);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr(missing));
+
+  // A header that promises more data than the file holds.
+  const std::string cut = dir_ + "/cut.safetensors";
+  SafetensorsFile file;
+  file.tensors.emplace("w", PatternTensor(DType::kFloat32, {8}));
+  absl::StatusOr<std::vector<std::byte>> bytes = SerializeSafetensors(file);
+  ASSERT_TRUE(bytes.ok());
+  bytes->resize(bytes->size() - 4);
+  ASSERT_TRUE(WriteFileBytes(cut, *bytes).ok());
+  absl::StatusOr<SafetensorsHeader> header = ReadSafetensorsHeader(cut);
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(header.status().message()),
+              AllOf(HasSubstr(cut), HasSubstr("'w'"), HasSubstr("28-byte data buffer")));
+
+  // A header length past the end of the file.
+  const std::string tiny = dir_ + "/tiny.safetensors";
+  std::vector<std::byte> length(8, std::byte{0});
+  length[0] = std::byte{200};
+  ASSERT_TRUE(WriteFileBytes(tiny, length).ok());
+  header = ReadSafetensorsHeader(tiny);
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(header.status().message()),
+              AllOf(HasSubstr(tiny), HasSubstr("header length 200")));
 }
 
 }  // namespace

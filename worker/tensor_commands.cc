@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <span>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/elementwise_reduce.h"
@@ -27,6 +28,18 @@ void PartitionPartials(const DTensorSpec& spec, std::span<const int64_t> coordin
       PartitionValue(p.op, coordinate[m], spec.dtype, shard.data(), shard.num_elements());
     }
   }
+}
+
+// x = low + (high - low) * x: uniform [0, 1) draws moved to [low, high), as torch's uniform_.
+absl::Status ToRange(kernels::KernelBackend& kernels, const kernels::TensorView& x, double low,
+                     double high) {
+  ASSIGN_OR_RETURN(HostTensor scale, HostTensor::Uninitialized(x.dtype, {}));
+  ASSIGN_OR_RETURN(HostTensor shift, HostTensor::Uninitialized(x.dtype, {}));
+  RETURN_IF_ERROR(kernels.Fill(kernels::ViewOf(scale), high - low));
+  RETURN_IF_ERROR(kernels.Fill(kernels::ViewOf(shift), low));
+  RETURN_IF_ERROR(
+      kernels.Binary(kernels::BinaryOp::kMul, x, kernels::ViewOf(std::as_const(scale)), x));
+  return kernels.Binary(kernels::BinaryOp::kAdd, x, kernels::ViewOf(std::as_const(shift)), x);
 }
 
 int64_t Bytes(const Shape& shape, DType dtype) {
@@ -184,6 +197,9 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::FillTensor(const v1::FillTe
         st = kernels_->RandomFill(f.factory() == v1::RAND ? kernels::Distribution::kUniform
                                                           : kernels::Distribution::kNormal,
                                   f.seed(), spec.shape, local.offset, view);
+        if (st.ok() && f.factory() == v1::RAND && f.high() > f.low()) {
+          st = ToRange(*kernels_, view, f.low(), f.high());
+        }
         break;
       default:
         return absl::InvalidArgumentError(absl::StrCat("factory ", f.factory(), " is not one"));

@@ -7,16 +7,18 @@
 //   tessera/mesh.h         InitDeviceMesh, Mesh (mesh["tp"]), MeshInfo, WorkerInfo
 //   tessera/collectives.h  AllReduce, Broadcast, ... as requests; Work; CollectiveStream
 //   tessera/dtensor.h      DTensor: DistributeTensor, FromLocal, factories, Redistribute, ops
+//   tessera/module.h       Module: LoadModule, ParallelizeModule, DistributeModule, Forward,
+//                          Step, Save, Publish
 //   tessera/placement.h    Shard, Replicate, Partial; DType, Shape, HostTensor
 //   tessera/core/          the sharding model these types come from (placements, meshes,
 //                          layouts, the redistribute planner), usable offline
 //
-// Each header is one concern over the same Session; the calls on modules (load, parallelize,
-// forward) will come as a header of their own.
+// Each header is one concern over the same Session.
 
 #include "tessera/collectives.h"
 #include "tessera/dtensor.h"
 #include "tessera/mesh.h"
+#include "tessera/module.h"
 #include "tessera/placement.h"
 #include "tessera/session.h"
 

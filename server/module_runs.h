@@ -1,0 +1,107 @@
+#ifndef TESSERA_SERVER_MODULE_RUNS_H_
+#define TESSERA_SERVER_MODULE_RUNS_H_
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/host_tensor.h"
+#include "core/module_program.h"
+#include "server/dtensor_table.h"
+#include "server/module_programs.h"
+#include "server/module_table.h"
+#include "server/served_models.h"
+#include "tessera/v1/worker.pb.h"
+
+namespace tessera {
+
+// The input of a run: the full tensor (split over the ranks by the input layout), or every rank's
+// local tensor in the mesh's row-major order.
+struct RunInput {
+  std::optional<HostTensor> full;
+  std::vector<HostTensor> locals;
+};
+
+// Which outputs a run sends back.
+struct RunOutputs {
+  bool full = true;     // the full output, put together by the output layout
+  bool locals = false;  // every rank's local output
+};
+
+// What a run gave.
+struct RunResult {
+  EdgeLayout output_layout;  // on the tp mesh dim
+  int tp_mesh_dim = 0;
+  std::optional<HostTensor> full;
+  std::vector<HostTensor> locals;
+};
+
+// The backward and update of a training step.
+struct StepOptions {
+  bool loss_sum = true;                   // the loss is output.sum()
+  std::optional<HostTensor> grad_output;  // else: the full output's gradient
+  std::optional<v1::SgdOptions> sgd;      // the update; none: gradients only
+};
+
+// Forwards and training steps of modules: one RunProgram command per worker, each carrying its
+// rank's local input; the ranks' outputs come back in the replies. Nothing is planned per run
+// beyond splitting the input and putting the output together. Thread-safe.
+class ModuleRuns {
+ public:
+  ModuleRuns(DTensorTable* tensors, ModulePrograms* programs)
+      : tensors_(tensors), programs_(programs) {}
+
+  // module(input), waiting for the workers until `deadline`. INVALID_ARGUMENT naming the input's
+  // dtype or shape if the model cannot take it; FAILED_PRECONDITION if the mesh is not ready.
+  absl::StatusOr<RunResult> Forward(ModuleEntry& module, RunInput input, RunOutputs outputs,
+                                    absl::Time deadline);
+  // A training step: forward, backward from the loss into the gradients
+  // ("<module>.<fqn>.grad", laid out as their parameters), then SGD when asked. On an N-D mesh the
+  // gradients are those of the loss over the whole batch, as in one process.
+  absl::StatusOr<RunResult> Step(ModuleEntry& module, RunInput input, StepOptions step,
+                                 RunOutputs outputs, absl::Time deadline);
+
+  // What serves a published module: a forward of a full input batch to the full output.
+  std::shared_ptr<ModelRunner> RunnerFor(std::shared_ptr<ModuleEntry> module);
+  // How long a served forward may take.
+  static constexpr absl::Duration kServedTimeout = absl::Seconds(60);
+
+ private:
+  // Every rank's local input, checked against what the model takes.
+  static absl::StatusOr<std::vector<HostTensor>> LocalInputs(const ModuleEntry& module,
+                                                             RunInput input)
+      ABSL_SHARED_LOCKS_REQUIRED(module.mu);
+  // Every rank's local output gradient for a step on a full input of `input_shape` (none when the
+  // workers take output.sum()'s themselves): the one given or the sum's, cut by the output
+  // layout, and scaled by the number of
+  // data-parallel groups, whose gradients the program averages, so that a step's gradients are the
+  // whole batch's as one process computes them.
+  static absl::StatusOr<std::vector<HostTensor>> LocalGradients(const ModuleEntry& module,
+                                                                const Shape& input_shape,
+                                                                const StepOptions& step)
+      ABSL_SHARED_LOCKS_REQUIRED(module.mu);
+  // Sends `commands[r]` to rank r and waits until `deadline`; every rank's output when
+  // `return_output`. `done` also gets the outcome, once the workers replied (even after the
+  // deadline).
+  absl::StatusOr<std::vector<HostTensor>> Run(const ModuleEntry& module,
+                                              std::vector<v1::Command> commands, bool return_output,
+                                              absl::Time deadline,
+                                              std::function<void(const absl::Status&)> done);
+  // The reply of a run from the ranks' outputs.
+  static absl::StatusOr<RunResult> Result(const ModuleEntry& module, std::vector<HostTensor> locals,
+                                          RunOutputs outputs) ABSL_SHARED_LOCKS_REQUIRED(module.mu);
+  // One RunProgram per rank; `grads` empty or one per rank.
+  static std::vector<v1::Command> Commands(const ModuleEntry& module,
+                                           const std::vector<HostTensor>& inputs,
+                                           const std::vector<HostTensor>& grads,
+                                           const StepOptions* step, bool return_output);
+
+  DTensorTable* tensors_;
+  ModulePrograms* programs_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_MODULE_RUNS_H_

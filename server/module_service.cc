@@ -1,0 +1,346 @@
+#include "server/module_service.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/program_edges.h"
+#include "core/status_macros.h"
+#include "proto/convert.h"
+#include "proto/grpc_status.h"
+#include "transfer/tensor_stream.h"
+
+namespace tessera {
+namespace {
+
+// `status` with `context` in front of its message, keeping its code.
+absl::Status Prefixed(const std::string& context, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(context, status.message()));
+}
+
+// A run's input from its message: the full tensor or every rank's.
+absl::StatusOr<RunInput> InputFromProto(const v1::ModuleInput& input) {
+  RunInput in;
+  if (input.has_full()) {
+    if (input.locals_size() > 0) {
+      return absl::InvalidArgumentError("give the full input or local inputs, not both");
+    }
+    absl::StatusOr<HostTensor> full = FromProto(input.full());
+    if (!full.ok()) return Prefixed("input: ", full.status());
+    in.full = *std::move(full);
+    return in;
+  }
+  if (input.locals_size() == 0) {
+    return absl::InvalidArgumentError("the input has neither a full tensor nor local tensors");
+  }
+  for (int r = 0; r < input.locals_size(); ++r) {
+    absl::StatusOr<HostTensor> t = FromProto(input.locals(r));
+    if (!t.ok()) return Prefixed(absl::StrCat("rank ", r, "'s input: "), t.status());
+    in.locals.push_back(*std::move(t));
+  }
+  return in;
+}
+
+absl::StatusOr<RunOutputs> OutputsFromProto(v1::ModuleOutputs outputs) {
+  switch (outputs) {
+    case v1::OUTPUTS_FULL:
+      return RunOutputs{.full = true, .locals = false};
+    case v1::OUTPUTS_LOCAL:
+      return RunOutputs{.full = false, .locals = true};
+    case v1::OUTPUTS_BOTH:
+      return RunOutputs{.full = true, .locals = true};
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("outputs ", outputs, " is not one"));
+  }
+}
+
+void ResultToProto(const RunResult& result, v1::ForwardReply* reply) {
+  *reply->mutable_output_layout()->mutable_placement() = ToProto(result.output_layout.placement);
+  reply->mutable_output_layout()->set_is_dtensor(result.output_layout.is_dtensor);
+  reply->set_tp_mesh_dim(result.tp_mesh_dim);
+  if (result.full.has_value()) *reply->mutable_output() = ToProto(*result.full);
+  for (const HostTensor& t : result.locals) *reply->add_local_outputs() = ToProto(t);
+}
+
+// OK iff each SGD option is a finite non-negative number.
+absl::Status CheckSgd(const v1::SgdOptions& sgd) {
+  for (const auto& [name, value] : {std::pair<const char*, double>{"lr", sgd.lr()},
+                                    {"momentum", sgd.momentum()},
+                                    {"weight_decay", sgd.weight_decay()}}) {
+    if (!std::isfinite(value) || value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SGD ", name, " ", value, " must be a finite number >= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// OK iff `version` is a version number ("1", "2", ...).
+absl::Status CheckVersion(const std::string& version) {
+  bool digits = !version.empty() && version.size() <= 18 && version[0] != '0';
+  for (char c : version) digits = digits && absl::ascii_isdigit(c);
+  if (digits) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("version '", version, "' must be a positive number (\"1\", \"2\", ...)"));
+}
+
+}  // namespace
+
+ModuleService::ModuleService(DTensorTable* tensors, ModuleTable* modules, ServedModels* served)
+    : tensors_(tensors),
+      modules_(modules),
+      served_(served),
+      streams_(tensors),
+      programs_(tensors),
+      loader_(tensors, modules, &programs_, &streams_),
+      plans_(tensors, &programs_),
+      runs_(tensors, &programs_) {}
+
+grpc::Status ModuleService::LoadModule(grpc::ServerContext* context,
+                                       grpc::ServerReader<v1::LoadModuleChunk>* reader,
+                                       v1::ModuleInfo* reply) {
+  absl::StatusOr<v1::ModuleInfo> info = loader_.Load(*context, reader);
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *reply = *std::move(info);
+  return grpc::Status::OK;
+}
+
+absl::Status ModuleService::ApplyPlan(const grpc::ServerContext& context, const std::string& name,
+                                      PlanSpec plan, const std::string& mesh_dim,
+                                      v1::ParallelizeModuleReply* reply) {
+  ASSIGN_OR_RETURN(std::shared_ptr<ModuleEntry> module, modules_->Find(name));
+  // parallelize_module(module, mesh, plan) names the module's own mesh: the plan's dim applies.
+  const std::string dim = mesh_dim == module->mesh->name ? "" : mesh_dim;
+  ASSIGN_OR_RETURN(std::vector<std::string> unmatched,
+                   plans_.Apply(*module, std::move(plan), dim, TransferDeadline(context)));
+  *reply->mutable_module() = ModuleTable::Describe(*module);
+  for (std::string& u : unmatched) reply->add_unmatched(std::move(u));
+  return absl::OkStatus();
+}
+
+grpc::Status ModuleService::ParallelizeModule(grpc::ServerContext* context,
+                                              const v1::ParallelizeModuleRequest* request,
+                                              v1::ParallelizeModuleReply* reply) {
+  absl::StatusOr<PlanSpec> plan = ParsePlanSpec(request->plan_json());
+  if (!plan.ok()) return ToGrpcStatus(Prefixed("plan: ", plan.status()));
+  if (!plan->parallelize.has_value()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "the plan is a distribute_module partition; apply it with DistributeModule"));
+  }
+  return ToGrpcStatus(
+      ApplyPlan(*context, request->name(), *std::move(plan), request->mesh_dim(), reply));
+}
+
+grpc::Status ModuleService::DistributeModule(grpc::ServerContext* context,
+                                             const v1::DistributeModuleRequest* request,
+                                             v1::ParallelizeModuleReply* reply) {
+  absl::StatusOr<PlanSpec> plan = ParsePlanSpec(request->partition_json());
+  if (!plan.ok()) return ToGrpcStatus(Prefixed("partition: ", plan.status()));
+  if (!plan->distribute.has_value()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "the partition is a parallelize_module plan; apply it with ParallelizeModule"));
+  }
+  return ToGrpcStatus(ApplyPlan(*context, request->name(), *std::move(plan), "", reply));
+}
+
+grpc::Status ModuleService::ListModules(grpc::ServerContext*, const v1::ListModulesRequest*,
+                                        v1::ListModulesReply* reply) {
+  for (const auto& module : modules_->List())
+    *reply->add_modules() = ModuleTable::Describe(*module);
+  return grpc::Status::OK;
+}
+
+grpc::Status ModuleService::ShowModule(grpc::ServerContext*, const v1::ShowModuleRequest* request,
+                                       v1::ModuleInfo* reply) {
+  absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
+  if (!module.ok()) return ToGrpcStatus(module.status());
+  *reply = ModuleTable::Describe(**module);
+  return grpc::Status::OK;
+}
+
+grpc::Status ModuleService::ExportPlan(grpc::ServerContext*, const v1::ExportPlanRequest* request,
+                                       v1::ExportPlanReply* reply) {
+  absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
+  if (!module.ok()) return ToGrpcStatus(module.status());
+  absl::ReaderMutexLock lock(&(*module)->mu);
+  reply->set_plan_json((*module)->plan_json);
+  return grpc::Status::OK;
+}
+
+grpc::Status ModuleService::RemoveModule(grpc::ServerContext*,
+                                         const v1::RemoveModuleRequest* request,
+                                         v1::RemoveModuleReply*) {
+  absl::StatusOr<std::shared_ptr<ModuleEntry>> taken = modules_->Take(request->name());
+  if (!taken.ok()) return ToGrpcStatus(taken.status());
+  ModuleEntry& module = **taken;
+  absl::MutexLock lock(&module.mu);
+  module.removed = true;
+  for (const v1::PublishedVersion& p : module.published) {
+    if (served_ != nullptr) served_->Unpublish(p.model(), p.version()).IgnoreError();
+  }
+  module.published.clear();
+  plans_.DropTrainingState(module);
+  programs_.Drop(module);
+  for (const auto& p : module.parameters) tensors_->Release(*p);
+  module.parameters.clear();
+  return grpc::Status::OK;
+}
+
+grpc::Status ModuleService::Forward(grpc::ServerContext* context, const v1::ForwardRequest* request,
+                                    v1::ForwardReply* reply) {
+  absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
+  if (!module.ok()) return ToGrpcStatus(module.status());
+  absl::StatusOr<RunInput> input = InputFromProto(request->input());
+  if (!input.ok()) return ToGrpcStatus(input.status());
+  absl::StatusOr<RunOutputs> outputs = OutputsFromProto(request->outputs());
+  if (!outputs.ok()) return ToGrpcStatus(outputs.status());
+  absl::StatusOr<RunResult> result =
+      runs_.Forward(**module, *std::move(input), *outputs, TransferDeadline(*context));
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  ResultToProto(*result, reply);
+  return grpc::Status::OK;
+}
+
+grpc::Status ModuleService::Step(grpc::ServerContext* context, const v1::StepRequest* request,
+                                 v1::StepReply* reply) {
+  absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
+  if (!module.ok()) return ToGrpcStatus(module.status());
+  absl::StatusOr<RunInput> input = InputFromProto(request->input());
+  if (!input.ok()) return ToGrpcStatus(input.status());
+  absl::StatusOr<RunOutputs> outputs = OutputsFromProto(request->outputs());
+  if (!outputs.ok()) return ToGrpcStatus(outputs.status());
+  StepOptions step;
+  if (request->loss() == "sum") {
+    step.loss_sum = true;
+  } else if (request->loss().empty() && request->has_grad_output()) {
+    step.loss_sum = false;
+    absl::StatusOr<HostTensor> grad = FromProto(request->grad_output());
+    if (!grad.ok()) return ToGrpcStatus(Prefixed("grad_output: ", grad.status()));
+    step.grad_output = *std::move(grad);
+  } else {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "loss '", request->loss(), "' is not one; give \"sum\", or no loss and grad_output")));
+  }
+  if (request->has_sgd()) {
+    if (absl::Status s = CheckSgd(request->sgd()); !s.ok()) return ToGrpcStatus(s);
+    step.sgd = request->sgd();
+  }
+  absl::StatusOr<RunResult> result = runs_.Step(**module, *std::move(input), std::move(step),
+                                                *outputs, TransferDeadline(*context));
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  ResultToProto(*result, reply->mutable_forward());
+  v1::ModuleInfo info = ModuleTable::Describe(**module);
+  for (v1::ModuleParameter& p : *info.mutable_parameters()) *reply->add_gradients() = std::move(p);
+  return grpc::Status::OK;
+}
+
+absl::Status ModuleService::Save(const grpc::ServerContext& context, ModuleEntry& module,
+                                 bool gradients, grpc::ServerWriter<v1::SaveModuleChunk>* writer) {
+  absl::ReaderMutexLock lock(&module.mu);
+  if (module.removed) {
+    return absl::NotFoundError(absl::StrCat("module '", module.name, "' was removed"));
+  }
+  if (gradients && module.gradients.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("module '", module.name, "' has no gradients yet; run a step first"));
+  }
+  RETURN_IF_ERROR(programs_.MeshReady(*module.mesh));
+  const absl::Time deadline = TransferDeadline(context);
+  std::vector<std::pair<std::string, std::shared_ptr<DTensorEntry>>> tensors;
+  for (size_t i = 0; i < module.parameters.size(); ++i) {
+    tensors.emplace_back(module.program.parameters[i].fqn, module.parameters[i]);
+  }
+  if (gradients) {
+    for (size_t i = 0; i < module.gradients.size(); ++i) {
+      tensors.emplace_back(absl::StrCat(module.program.parameters[i].fqn, ".grad"),
+                           module.gradients[i]);
+    }
+  }
+  for (const auto& [name, tensor] : tensors) {
+    v1::SaveModuleChunk chunk;
+    chunk.set_name(name);
+    chunk.mutable_data()->set_dtype(ToProto(tensor->spec.dtype));
+    *chunk.mutable_data()->mutable_shape() = ToProto(tensor->spec.shape);
+    RETURN_IF_ERROR(streams_.ReadFull(*tensor, deadline, [&](std::string window) {
+      chunk.mutable_data()->set_data(std::move(window));
+      const bool sent = writer->Write(chunk);
+      chunk.Clear();
+      return sent;
+    }));
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status ModuleService::SaveModule(grpc::ServerContext* context,
+                                       const v1::SaveModuleRequest* request,
+                                       grpc::ServerWriter<v1::SaveModuleChunk>* writer) {
+  absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
+  if (!module.ok()) return ToGrpcStatus(module.status());
+  return ToGrpcStatus(Save(*context, **module, request->gradients(), writer));
+}
+
+grpc::Status ModuleService::PublishModule(grpc::ServerContext*,
+                                          const v1::PublishModuleRequest* request,
+                                          v1::PublishModuleReply* reply) {
+  if (served_ == nullptr) {
+    return ToGrpcStatus(absl::UnimplementedError("this coordinator serves no models"));
+  }
+  absl::StatusOr<std::shared_ptr<ModuleEntry>> found = modules_->Find(request->name());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  ModuleEntry& module = **found;
+  v1::PublishedVersion published;
+  published.set_model(request->model().empty() ? request->name() : request->model());
+  published.set_version(request->version().empty() ? "1" : request->version());
+  published.set_max_batch_size(request->max_batch_size());
+  published.set_max_queue_delay_us(request->max_queue_delay_us() > 0 ? request->max_queue_delay_us()
+                                                                     : 500);
+  if (absl::Status s = CheckVersion(published.version()); !s.ok()) return ToGrpcStatus(s);
+  if (request->max_batch_size() < 0 || request->max_queue_delay_us() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("max_batch_size ", request->max_batch_size(), " and max_queue_delay_us ",
+                     request->max_queue_delay_us(), " must be >= 0")));
+  }
+  absl::MutexLock lock(&module.mu);
+  if (module.removed) {
+    return ToGrpcStatus(
+        absl::NotFoundError(absl::StrCat("module '", module.name, "' was removed")));
+  }
+  const Program& program = module.program;
+  ServedModel model;
+  model.name = published.model();
+  model.version = published.version();
+  model.input = {"input", program.input.dtype, program.input.shape};
+  model.output = {"output", program.output_dtype, OutputShapeFor(program, program.input.shape)};
+  model.batching.max_batch_size = published.max_batch_size();
+  model.batching.max_queue_delay = absl::Microseconds(published.max_queue_delay_us());
+  model.runner = runs_.RunnerFor(*found);
+  if (absl::Status s = served_->Publish(std::move(model)); !s.ok()) return ToGrpcStatus(s);
+  module.published.push_back(published);
+  *reply->mutable_published() = std::move(published);
+  return grpc::Status::OK;
+}
+
+void ModuleService::ForgetPublished(const std::string& model, const std::string& version) {
+  for (const auto& module : modules_->List()) {
+    absl::MutexLock lock(&module->mu);
+    std::erase_if(module->published, [&](const v1::PublishedVersion& p) {
+      return p.model() == model && (version.empty() || p.version() == version);
+    });
+  }
+}
+
+grpc::Status ModuleService::UnpublishModule(grpc::ServerContext*,
+                                            const v1::UnpublishModuleRequest* request,
+                                            v1::UnpublishModuleReply*) {
+  if (served_ == nullptr) {
+    return ToGrpcStatus(absl::UnimplementedError("this coordinator serves no models"));
+  }
+  if (absl::Status s = served_->Unpublish(request->model(), request->version()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  ForgetPublished(request->model(), request->version());
+  return grpc::Status::OK;
+}
+
+}  // namespace tessera

@@ -1,0 +1,88 @@
+#ifndef TESSERA_SERVER_MODULE_SERVICE_H_
+#define TESSERA_SERVER_MODULE_SERVICE_H_
+
+#include "server/dtensor_streams.h"
+#include "server/dtensor_table.h"
+#include "server/module_loader.h"
+#include "server/module_plans.h"
+#include "server/module_programs.h"
+#include "server/module_runs.h"
+#include "server/module_table.h"
+#include "server/served_models.h"
+#include "tessera/v1/module.grpc.pb.h"
+
+namespace tessera {
+
+// The client-facing ModuleService: modules loaded from a spec with a seed or streamed weights,
+// parallelize_module / distribute_module, forwards and training steps, saving, and publishing for
+// serving. Loading, plans and runs are each one class; this one maps them to the RPCs. Every call
+// runs until the caller's deadline at most (and at most kTransferTimeout).
+class ModuleService final : public v1::ModuleService::Service {
+ public:
+  // `served` (may be null: nothing is served) receives the published modules.
+  ModuleService(DTensorTable* tensors, ModuleTable* modules, ServedModels* served);
+
+  // Client stream.
+  grpc::Status LoadModule(grpc::ServerContext* context,
+                          grpc::ServerReader<v1::LoadModuleChunk>* reader,
+                          v1::ModuleInfo* reply) override;
+  // Unary.
+  grpc::Status ParallelizeModule(grpc::ServerContext* context,
+                                 const v1::ParallelizeModuleRequest* request,
+                                 v1::ParallelizeModuleReply* reply) override;
+  // Unary.
+  grpc::Status DistributeModule(grpc::ServerContext* context,
+                                const v1::DistributeModuleRequest* request,
+                                v1::ParallelizeModuleReply* reply) override;
+  // Unary.
+  grpc::Status ListModules(grpc::ServerContext* context, const v1::ListModulesRequest* request,
+                           v1::ListModulesReply* reply) override;
+  // Unary.
+  grpc::Status ShowModule(grpc::ServerContext* context, const v1::ShowModuleRequest* request,
+                          v1::ModuleInfo* reply) override;
+  // Unary.
+  grpc::Status ExportPlan(grpc::ServerContext* context, const v1::ExportPlanRequest* request,
+                          v1::ExportPlanReply* reply) override;
+  // Unary.
+  grpc::Status RemoveModule(grpc::ServerContext* context, const v1::RemoveModuleRequest* request,
+                            v1::RemoveModuleReply* reply) override;
+  // Unary.
+  grpc::Status Forward(grpc::ServerContext* context, const v1::ForwardRequest* request,
+                       v1::ForwardReply* reply) override;
+  // Unary.
+  grpc::Status Step(grpc::ServerContext* context, const v1::StepRequest* request,
+                    v1::StepReply* reply) override;
+  // Server stream.
+  grpc::Status SaveModule(grpc::ServerContext* context, const v1::SaveModuleRequest* request,
+                          grpc::ServerWriter<v1::SaveModuleChunk>* writer) override;
+  // Unary.
+  grpc::Status PublishModule(grpc::ServerContext* context, const v1::PublishModuleRequest* request,
+                             v1::PublishModuleReply* reply) override;
+  // Unary.
+  grpc::Status UnpublishModule(grpc::ServerContext* context,
+                               const v1::UnpublishModuleRequest* request,
+                               v1::UnpublishModuleReply* reply) override;
+
+ private:
+  // Applies a parsed plan (ParallelizeModule and DistributeModule).
+  absl::Status ApplyPlan(const grpc::ServerContext& context, const std::string& name, PlanSpec plan,
+                         const std::string& mesh_dim, v1::ParallelizeModuleReply* reply);
+  // Streams every parameter of `module` (and gradient, with `gradients`) whole, one after another.
+  absl::Status Save(const grpc::ServerContext& context, ModuleEntry& module, bool gradients,
+                    grpc::ServerWriter<v1::SaveModuleChunk>* writer);
+  // Forgets published versions of model `model` (only `version`, when not empty) in the modules.
+  void ForgetPublished(const std::string& model, const std::string& version);
+
+  DTensorTable* tensors_;
+  ModuleTable* modules_;
+  ServedModels* served_;
+  DTensorStreams streams_;
+  ModulePrograms programs_;
+  ModuleLoader loader_;
+  ModulePlans plans_;
+  ModuleRuns runs_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_MODULE_SERVICE_H_

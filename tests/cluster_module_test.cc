@@ -1,0 +1,828 @@
+// Modules on a real local cluster (a coordinator and 4 CPU worker processes; meshes 1-D of 4 and
+// 2 dp x 2 tp), through the client library: an MLP loaded from a safetensors file written here,
+// parallelized by plans, its layouts (Show) against layouts worked out by hand, its forward and
+// training step against a plain single-process MLP, saving, seeds, publishing, and malformed
+// specs, weights, plans and inputs refused with their codes and messages, leaving every module and
+// tensor as it was.
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/module_spec.h"
+#include "core/safetensors.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/testing/reference.h"
+#include "proto/convert.h"
+#include "proto/grpc_status.h"
+#include "tessera/tessera.h"
+#include "tessera/v1/module.grpc.pb.h"
+#include "tests/cluster_fixture.h"
+#include "tests/module_reference.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::client::Module;
+using ::tessera::client::Session;
+using ::tessera::testing::StatusIs;
+using ::tessera::testing::TensorsMatch;
+
+// MLP(net1 = Linear(10, 16), relu, net2 = Linear(16, 12)), as the seed's MLPModule.
+constexpr char kMlpSpec[] = R"({"type": "Module", "children": [
+  {"name": "net1", "type": "Linear", "in_features": 10, "out_features": 16},
+  {"name": "relu", "type": "ReLU"},
+  {"name": "net2", "type": "Linear", "in_features": 16, "out_features": 12}]})";
+// torch's Megatron-style MLP plan.
+constexpr char kMlpPlan[] = R"({"plan": {"net1": "ColwiseParallel", "net2": "RowwiseParallel"}})";
+
+struct Shared {
+  testing::TestCluster cluster;
+  std::shared_ptr<Session> session;
+  std::map<std::string, client::Mesh> meshes;
+  std::string dir;
+};
+Shared* shared = nullptr;
+
+class ModuleEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    shared = new Shared;
+    LocalClusterOptions options = testing::TestClusterOptions(4);
+    options.memory_budget_bytes = int64_t{256} << 20;
+    ASSERT_TRUE(shared->cluster.Start(options).ok());
+    Session& c = *shared->cluster.client;
+    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {4}, {"tp"}, "line").ok());
+    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {2, 2}, {"dp", "tp"}, "grid").ok());
+    shared->session = shared->cluster.client;
+    for (const char* name : {"line", "grid"}) {
+      absl::StatusOr<client::Mesh> m = client::GetMesh(*shared->session, name);
+      ASSERT_TRUE(m.ok()) << m.status();
+      shared->meshes.emplace(name, *m);
+    }
+    shared->dir = std::filesystem::path(::testing::TempDir()) /
+                  absl::StrCat("cluster_module_test_", ::getpid());
+    std::filesystem::create_directories(shared->dir);
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(shared->dir);
+    shared->session.reset();
+    shared->cluster.Stop();
+    delete shared;
+  }
+};
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new ModuleEnvironment);
+
+Session& S() { return *shared->session; }
+const client::Mesh& M(const std::string& name) { return shared->meshes.at(name); }
+std::string PathOf(const std::string& file) { return shared->dir + "/" + file; }
+
+// ---------------------------------------------------------------------------------------------
+// The single-process reference: the MLP's parameters, forward and backward, in float64.
+
+using Weights = std::map<std::string, HostTensor>;
+
+Weights MlpWeights(uint64_t seed) {
+  Weights w;
+  w.emplace("net1.weight", kernels::testing::RandomTensor(DType::kFloat32, {16, 10}, seed));
+  w.emplace("net1.bias", kernels::testing::RandomTensor(DType::kFloat32, {16}, seed + 1));
+  w.emplace("net2.weight", kernels::testing::RandomTensor(DType::kFloat32, {12, 16}, seed + 2));
+  w.emplace("net2.bias", kernels::testing::RandomTensor(DType::kFloat32, {12}, seed + 3));
+  return w;
+}
+
+std::string WriteWeights(const std::string& file, const Weights& weights) {
+  SafetensorsFile f;
+  for (const auto& [name, t] : weights) f.tensors.emplace(name, t.Clone());
+  const std::string path = PathOf(file);
+  EXPECT_TRUE(WriteSafetensorsFile(path, f).ok());
+  return path;
+}
+
+double At(const HostTensor& t, int64_t i) { return kernels::testing::GetDouble(t, i); }
+
+// y = x @ W^T + b for x [rows, in], W [out, in].
+std::vector<double> Linear(const std::vector<double>& x, int64_t rows, const HostTensor& w,
+                           const HostTensor& b) {
+  const int64_t out = w.shape()[0], in = w.shape()[1];
+  std::vector<double> y(static_cast<size_t>(rows * out));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = At(b, o);
+      for (int64_t i = 0; i < in; ++i) acc += x[r * in + i] * At(w, o * in + i);
+      y[r * out + o] = acc;
+    }
+  }
+  return y;
+}
+
+HostTensor Float32(const std::vector<double>& values, Shape shape) {
+  std::vector<float> f(values.begin(), values.end());
+  return HostTensor::FromValues(DType::kFloat32, std::move(shape), f);
+}
+
+// The MLP's forward on x [rows, 10]; `hidden` gets net1's output before the ReLU.
+HostTensor MlpForward(const Weights& w, const HostTensor& x,
+                      std::vector<double>* hidden = nullptr) {
+  const int64_t rows = x.shape()[0];
+  std::vector<double> in(static_cast<size_t>(x.num_elements()));
+  for (int64_t i = 0; i < x.num_elements(); ++i) in[i] = At(x, i);
+  std::vector<double> z = Linear(in, rows, w.at("net1.weight"), w.at("net1.bias"));
+  if (hidden != nullptr) *hidden = z;
+  for (double& v : z) v = std::max(v, 0.0);
+  return Float32(Linear(z, rows, w.at("net2.weight"), w.at("net2.bias")), {rows, 12});
+}
+
+// The gradients of output.sum() with respect to every parameter.
+Weights MlpGradients(const Weights& w, const HostTensor& x) {
+  const int64_t rows = x.shape()[0];
+  std::vector<double> z;
+  MlpForward(w, x, &z);
+  std::vector<double> dw1(160, 0), db1(16, 0), dw2(192, 0), db2(12, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < 12; ++o) {
+      db2[o] += 1;
+      for (int64_t h = 0; h < 16; ++h) dw2[o * 16 + h] += std::max(z[r * 16 + h], 0.0);
+    }
+    for (int64_t h = 0; h < 16; ++h) {
+      if (z[r * 16 + h] <= 0) continue;
+      double dh = 0;
+      for (int64_t o = 0; o < 12; ++o) dh += At(w.at("net2.weight"), o * 16 + h);
+      db1[h] += dh;
+      for (int64_t i = 0; i < 10; ++i) dw1[h * 10 + i] += dh * At(x, r * 10 + i);
+    }
+  }
+  Weights g;
+  g.emplace("net1.weight", Float32(dw1, {16, 10}));
+  g.emplace("net1.bias", Float32(db1, {16}));
+  g.emplace("net2.weight", Float32(dw2, {12, 16}));
+  g.emplace("net2.bias", Float32(db2, {12}));
+  return g;
+}
+
+// `w` after torch.optim.SGD(lr).step() with gradients `g`.
+Weights SgdStep(const Weights& w, const Weights& g, double lr) {
+  Weights out;
+  for (const auto& [name, t] : w) {
+    std::vector<double> v(static_cast<size_t>(t.num_elements()));
+    for (int64_t i = 0; i < t.num_elements(); ++i) v[i] = At(t, i) - lr * At(g.at(name), i);
+    out.emplace(name, Float32(v, t.shape()));
+  }
+  return out;
+}
+
+// float32 sums taken in another order (sharded, then reduced) against float64.
+constexpr double kTolerance = 1e-4;
+
+// The module's state_dict as a map.
+Weights StateDict(const Module& m, bool gradients = false) {
+  Weights w;
+  absl::StatusOr<std::vector<std::pair<std::string, HostTensor>>> state = m.StateDict(gradients);
+  EXPECT_TRUE(state.ok()) << state.status();
+  if (!state.ok()) return w;
+  for (auto& [name, t] : *state) w.emplace(name, std::move(t));
+  return w;
+}
+
+// Names of the DTensors on the service that start with `prefix`.
+std::vector<std::string> TensorsNamed(const std::string& prefix) {
+  std::vector<std::string> names;
+  absl::StatusOr<std::vector<client::DTensorInfo>> all = S().ListTensors();
+  EXPECT_TRUE(all.ok()) << all.status();
+  if (!all.ok()) return names;
+  for (const auto& t : *all) {
+    if (absl::StartsWith(t.name, prefix)) names.push_back(t.name);
+  }
+  return names;
+}
+
+absl::StatusOr<Module> LoadMlp(const std::string& name, const std::string& mesh,
+                               const std::string& weights_path, const std::string& plan = "") {
+  return client::LoadModule(S(), kMlpSpec, M(mesh), name, {.weights_path = weights_path},
+                            {.plan_json = plan});
+}
+
+const client::ModuleParameter* Find(const client::ModuleInfo& info, const std::string& fqn) {
+  for (const auto& p : info.parameters) {
+    if (p.fqn == fqn) return &p;
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading from a file, parallelizing, and the forward against the reference.
+
+// (mesh, plan given at load, plan applied after, input rows).
+using ForwardCase = std::tuple<std::string, std::string, std::string, int64_t>;
+class MlpForwardTest : public ::testing::TestWithParam<ForwardCase> {};
+
+TEST_P(MlpForwardTest, MatchesTheSingleProcessMlp) {
+  const auto& [mesh, load_plan, plan, rows] = GetParam();
+  const Weights w = MlpWeights(11);
+  const std::string name = absl::StrCat("fwd_", mesh, load_plan.empty() ? "" : "_loadplan",
+                                        plan.empty() ? "" : "_parallelized", "_", rows);
+  absl::StatusOr<Module> m = LoadMlp(name, mesh, WriteWeights(name + ".safetensors", w), load_plan);
+  ASSERT_TRUE(m.ok()) << m.status() << shared->cluster.LogHint();
+  if (!plan.empty()) {
+    absl::StatusOr<Module> p = client::ParallelizeModule(*m, mesh, plan);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(p->info().unmatched.empty());
+  }
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {rows, 10}, 5);
+  absl::StatusOr<client::ModuleOutput> y = m->Forward(x, client::Outputs::kBoth);
+  ASSERT_TRUE(y.ok()) << y.status() << shared->cluster.LogHint();
+  ASSERT_TRUE(y->full.has_value());
+  EXPECT_TRUE(TensorsMatch(*y->full, MlpForward(w, x), kTolerance));
+  EXPECT_EQ(static_cast<int64_t>(y->locals.size()), M(mesh).mesh.size());
+  // The parameters are the file's, whatever their layout.
+  const Weights saved = StateDict(*m);
+  for (const auto& [fqn, t] : w) EXPECT_TRUE(TensorsMatch(saved.at(fqn), t)) << fqn;
+  EXPECT_TRUE(m->Remove().ok());
+  EXPECT_TRUE(TensorsNamed(name + ".").empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cluster, MlpForwardTest,
+    ::testing::Combine(::testing::Values("line", "grid"), ::testing::Values("", kMlpPlan),
+                       ::testing::Values("", kMlpPlan), ::testing::Values(int64_t{8}, int64_t{5})),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param), std::get<1>(info.param)[0] ? "_loadplan" : "",
+                          std::get<2>(info.param)[0] ? "_parallelized" : "", "_rows",
+                          std::get<3>(info.param));
+    });
+
+// Worked by hand: the MLP plan on the 1-D mesh of 4: net1 colwise (weight [16, 10] and bias [16]
+// S(0): 4 rows each), net2 rowwise (weight [12, 16] S(1): 4 columns each; bias [12] R).
+TEST(ModuleTest, ShowGivesThePlansPlacementsAndLocalShapes) {
+  const Weights w = MlpWeights(3);
+  absl::StatusOr<Module> m = LoadMlp("shown", "line", WriteWeights("shown.safetensors", w));
+  ASSERT_TRUE(m.ok()) << m.status() << shared->cluster.LogHint();
+  absl::StatusOr<Module> p = client::ParallelizeModule(*m, "tp", kMlpPlan);
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<client::ModuleInfo> info = p->Show();
+  ASSERT_TRUE(info.ok()) << info.status();
+  struct Want {
+    std::string fqn;
+    Placement placement;
+    std::vector<LocalShard> shards;
+  };
+  const std::vector<Want> want = {
+      {"net1.weight",
+       Placement::Shard(0),
+       {{{4, 10}, {0, 0}}, {{4, 10}, {4, 0}}, {{4, 10}, {8, 0}}, {{4, 10}, {12, 0}}}},
+      {"net1.bias", Placement::Shard(0), {{{4}, {0}}, {{4}, {4}}, {{4}, {8}}, {{4}, {12}}}},
+      {"net2.weight",
+       Placement::Shard(1),
+       {{{12, 4}, {0, 0}}, {{12, 4}, {0, 4}}, {{12, 4}, {0, 8}}, {{12, 4}, {0, 12}}}},
+      {"net2.bias", Placement::Replicate(), {{{12}, {0}}, {{12}, {0}}, {{12}, {0}}, {{12}, {0}}}},
+  };
+  ASSERT_EQ(info->parameters.size(), want.size());
+  for (const Want& x : want) {
+    const client::ModuleParameter* got = Find(*info, x.fqn);
+    ASSERT_NE(got, nullptr) << x.fqn;
+    EXPECT_EQ(got->tensor, "shown." + x.fqn);
+    EXPECT_EQ(got->spec.placements, std::vector<Placement>{x.placement}) << x.fqn;
+    EXPECT_EQ(got->shards, x.shards) << x.fqn;
+  }
+  // torch's defaults at the edges: Replicate in (colwise), Replicate out (rowwise), local tensors.
+  EXPECT_EQ(info->input_layout.placement, Placement::Replicate());
+  EXPECT_EQ(info->output_layout.placement, Placement::Replicate());
+  EXPECT_FALSE(info->output_layout.is_dtensor);
+  EXPECT_EQ(info->input_shape, (std::vector<int64_t>{-1, 10}));
+  EXPECT_EQ(info->output_features, 12);
+  // The parameters are DTensors any client can read.
+  absl::StatusOr<client::DTensor> t = client::GetTensor(S(), "shown.net2.weight");
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<HostTensor> full = t->FullTensor();
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_TRUE(TensorsMatch(*full, w.at("net2.weight")));
+  absl::StatusOr<std::string> plan = p->ExportPlan();
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(absl::StrContains(*plan, "ColwiseParallel")) << *plan;
+  EXPECT_TRUE(p->Remove().ok());
+}
+
+TEST(ModuleTest, UnmatchedPlanKeysAreReported) {
+  absl::StatusOr<Module> m =
+      LoadMlp("unmatched", "line", WriteWeights("unmatched.safetensors", MlpWeights(4)));
+  ASSERT_TRUE(m.ok()) << m.status();
+  absl::StatusOr<Module> p = client::ParallelizeModule(
+      *m, "line", R"({"plan": {"net1": "ColwiseParallel", "net9": "RowwiseParallel"}})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->info().unmatched, std::vector<std::string>{"net9"});
+  EXPECT_TRUE(p->Remove().ok());
+}
+
+TEST(ModuleTest, SaveWritesTheStateDictAsSafetensors) {
+  const Weights w = MlpWeights(21);
+  absl::StatusOr<Module> m =
+      LoadMlp("saved", "grid", WriteWeights("saved_in.safetensors", w), kMlpPlan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string out = PathOf("saved_out.safetensors");
+  ASSERT_TRUE(m->Save(out).ok());
+  absl::StatusOr<SafetensorsFile> back = ReadSafetensorsFile(out);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->tensors.size(), w.size());
+  for (const auto& [fqn, t] : w) EXPECT_TRUE(TensorsMatch(back->tensors.at(fqn), t)) << fqn;
+  // And it loads again as it is.
+  absl::StatusOr<Module> again = LoadMlp("saved_again", "line", out);
+  ASSERT_TRUE(again.ok()) << again.status();
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {3, 10}, 8);
+  absl::StatusOr<client::ModuleOutput> a = m->Forward(x), b = again->Forward(x);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(TensorsMatch(*a->full, *b->full, kTolerance));
+  EXPECT_TRUE(m->Remove().ok());
+  EXPECT_TRUE(again->Remove().ok());
+}
+
+// A training step (output.sum().backward(); SGD(lr=0.25).step()) as the seed's TP tests check
+// it: gradients and parameters after equal the single process's.
+TEST(ModuleTest, AStepMatchesTheSingleProcessGradientsAndUpdate) {
+  const Weights w = MlpWeights(31);
+  absl::StatusOr<Module> m = LoadMlp("trained", "line", WriteWeights("trained.safetensors", w));
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(client::ParallelizeModule(*m, "line", kMlpPlan).ok());
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {6, 10}, 9);
+  absl::StatusOr<client::StepResult> step = m->Step(x, {.sgd = client::SgdOptions{.lr = 0.25}});
+  ASSERT_TRUE(step.ok()) << step.status() << shared->cluster.LogHint();
+  ASSERT_TRUE(step->output.full.has_value());
+  EXPECT_TRUE(TensorsMatch(*step->output.full, MlpForward(w, x), kTolerance));
+  const Weights grads = MlpGradients(w, x);
+  for (const auto& g : step->gradients) {
+    EXPECT_EQ(g.grad, "trained." + g.fqn + ".grad");
+    absl::StatusOr<client::DTensor> t = client::GetTensor(S(), g.grad);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->placements(), g.spec.placements) << g.fqn;  // laid out as its parameter
+    absl::StatusOr<HostTensor> full = t->FullTensor();
+    ASSERT_TRUE(full.ok()) << full.status();
+    EXPECT_TRUE(TensorsMatch(*full, grads.at(g.fqn), kTolerance)) << g.fqn;
+  }
+  const Weights after = StateDict(*m);
+  const Weights want = SgdStep(w, grads, 0.25);
+  for (const auto& [fqn, t] : want) EXPECT_TRUE(TensorsMatch(after.at(fqn), t, kTolerance)) << fqn;
+  EXPECT_TRUE(m->Remove().ok());
+  EXPECT_TRUE(TensorsNamed("trained.").empty());
+}
+
+// On the 2-D mesh the batch is split over dp and the gradients averaged over it; the step is
+// still the whole batch's, as one process takes it.
+TEST(ModuleTest, AStepOnADataParallelMeshMatchesTheSingleProcess) {
+  const Weights w = MlpWeights(33);
+  absl::StatusOr<Module> m =
+      LoadMlp("trained2d", "grid", WriteWeights("trained2d.safetensors", w), kMlpPlan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {5, 10}, 10);
+  absl::StatusOr<client::StepResult> step = m->Step(x, {.sgd = client::SgdOptions{.lr = 0.25}});
+  ASSERT_TRUE(step.ok()) << step.status() << shared->cluster.LogHint();
+  const Weights grads = MlpGradients(w, x);
+  const Weights got = StateDict(*m, /*gradients=*/true);
+  for (const auto& [fqn, g] : grads) {
+    EXPECT_TRUE(TensorsMatch(got.at(fqn + ".grad"), g, kTolerance)) << fqn;
+  }
+  const Weights want = SgdStep(w, grads, 0.25);
+  for (const auto& [fqn, t] : want) EXPECT_TRUE(TensorsMatch(got.at(fqn), t, kTolerance)) << fqn;
+  EXPECT_TRUE(m->Remove().ok());
+}
+
+// A step from a given output gradient: the gradients are its vector-Jacobian product; twice the
+// sum's gradient gives twice its parameter gradients. Without SGD the parameters stay.
+TEST(ModuleTest, AStepFromAGivenOutputGradient) {
+  const Weights w = MlpWeights(34);
+  absl::StatusOr<Module> m = LoadMlp("vjp", "line", WriteWeights("vjp.safetensors", w), kMlpPlan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {4, 10}, 11);
+  std::vector<float> twos(4 * 12, 2.0f);
+  absl::StatusOr<client::StepResult> step =
+      m->Step(x, {.grad_output = HostTensor::FromValues(DType::kFloat32, {4, 12}, twos)});
+  ASSERT_TRUE(step.ok()) << step.status();
+  const Weights got = StateDict(*m, /*gradients=*/true);
+  for (const auto& [fqn, g] : MlpGradients(w, x)) {
+    std::vector<double> doubled(static_cast<size_t>(g.num_elements()));
+    for (int64_t i = 0; i < g.num_elements(); ++i) doubled[i] = 2 * At(g, i);
+    EXPECT_TRUE(TensorsMatch(got.at(fqn + ".grad"), Float32(doubled, g.shape()), kTolerance))
+        << fqn;
+    EXPECT_TRUE(TensorsMatch(got.at(fqn), w.at(fqn))) << fqn;
+  }
+  EXPECT_TRUE(m->Remove().ok());
+}
+
+// Every rank's own input gives what the full input does (the MLP's input is Replicate on tp: each
+// rank takes the whole batch on the 1-D mesh), and forwards from many threads at once all come
+// back right.
+TEST(ModuleTest, LocalInputsAndConcurrentForwards) {
+  const Weights w = MlpWeights(35);
+  absl::StatusOr<Module> m =
+      LoadMlp("concurrent", "line", WriteWeights("concurrent.safetensors", w), kMlpPlan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {3, 10}, 12);
+  std::vector<HostTensor> locals;
+  for (int r = 0; r < 4; ++r) locals.push_back(x.Clone());
+  absl::StatusOr<client::ModuleOutput> local = m->ForwardLocal(locals, client::Outputs::kBoth);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_TRUE(TensorsMatch(*local->full, MlpForward(w, x), kTolerance));
+  ASSERT_EQ(local->locals.size(), 4u);
+
+  std::vector<std::thread> threads;
+  std::atomic<int> right{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) {
+        const HostTensor in =
+            kernels::testing::RandomTensor(DType::kFloat32, {2 + t, 10}, 100 + 10 * t + i);
+        absl::StatusOr<client::ModuleOutput> y = m->Forward(in);
+        if (y.ok() && TensorsMatch(*y->full, MlpForward(w, in), kTolerance)) ++right;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(right.load(), 20);
+  EXPECT_TRUE(m->Remove().ok());
+}
+
+// distribute_module with every parameter Replicate: each rank holds the whole module.
+TEST(ModuleTest, DistributeModulePlacesEveryParameter) {
+  const Weights w = MlpWeights(36);
+  absl::StatusOr<Module> m =
+      LoadMlp("distributed", "grid", WriteWeights("distributed.safetensors", w), kMlpPlan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  absl::StatusOr<Module> d =
+      client::DistributeModule(*m, R"json({"distribute": {"*": ["R", "R"]}})json");
+  ASSERT_TRUE(d.ok()) << d.status();
+  for (const client::ModuleParameter& p : d->info().parameters) {
+    EXPECT_EQ(p.spec.placements,
+              (std::vector<Placement>{Placement::Replicate(), Placement::Replicate()}))
+        << p.fqn;
+  }
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {6, 10}, 13);
+  absl::StatusOr<client::ModuleOutput> y = d->Forward(x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_TRUE(TensorsMatch(*y->full, MlpForward(w, x), kTolerance));
+  const Weights saved = StateDict(*d);
+  for (const auto& [fqn, t] : w) EXPECT_TRUE(TensorsMatch(saved.at(fqn), t)) << fqn;
+  EXPECT_TRUE(d->Remove().ok());
+}
+
+// Seeded parameters follow torch's Linear init (uniform within 1/sqrt(in_features)), and the same
+// seed gives the same values whatever the layout.
+TEST(ModuleTest, SeededParametersAreTorchsInitAndIndependentOfTheLayout) {
+  absl::StatusOr<Module> a = client::LoadModule(S(), kMlpSpec, M("line"), "seeded_a", {.seed = 7});
+  absl::StatusOr<Module> b = client::LoadModule(S(), kMlpSpec, M("grid"), "seeded_b", {.seed = 7},
+                                                {.plan_json = kMlpPlan});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const Weights wa = StateDict(*a), wb = StateDict(*b);
+  ASSERT_EQ(wa.size(), 4u);
+  for (const auto& [fqn, t] : wa) {
+    const double bound = 1 / std::sqrt(absl::StartsWith(fqn, "net1") ? 10.0 : 16.0);
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      ASSERT_LT(std::abs(At(t, i)), bound) << fqn << "[" << i << "]";
+    }
+    EXPECT_TRUE(TensorsMatch(wb.at(fqn), t)) << fqn;
+  }
+  EXPECT_FALSE(TensorsMatch(wa.at("net1.weight").Clone(), wa.at("net2.weight").Clone()));
+  EXPECT_TRUE(a->Remove().ok());
+  EXPECT_TRUE(b->Remove().ok());
+}
+
+TEST(ModuleTest, PublishServesTheModuleUntilUnpublished) {
+  absl::StatusOr<Module> m =
+      LoadMlp("served", "line", WriteWeights("served.safetensors", MlpWeights(41)), kMlpPlan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  absl::StatusOr<client::PublishedVersion> v = m->Publish({.version = "2", .max_batch_size = 8});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->model, "served");
+  EXPECT_EQ(v->version, "2");
+  EXPECT_TRUE(StatusIs(m->Publish({.version = "2"}).status(), absl::StatusCode::kAlreadyExists));
+  absl::StatusOr<client::ModuleInfo> info = m->Show();
+  ASSERT_TRUE(info.ok());
+  ASSERT_EQ(info->published.size(), 1u);
+  EXPECT_EQ(info->published[0].max_batch_size, 8);
+  EXPECT_TRUE(client::Unpublish(S(), "served").ok());
+  EXPECT_TRUE(StatusIs(client::Unpublish(S(), "served"), absl::StatusCode::kNotFound));
+  EXPECT_TRUE(m->Remove().ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models beyond the MLP (norms, causal attention, GELU, residuals, an embedding) under torch's
+// plans, on both meshes, against the single-process reference (tests/module_reference.h): the
+// forward, and two training steps with momentum (gradients and parameters after).
+
+constexpr char kBlock[] =
+    R"json({"type": "Module", "input": {"dtype": "float64", "shape": [-1, -1, 8]},
+  "children": [
+    {"name": "attn", "type": "Module", "residual": true, "children": [
+      {"name": "norm", "type": "LayerNorm", "normalized_shape": 8},
+      {"name": "attention", "type": "Attention", "dim": 8, "n_heads": 4, "causal": true}]},
+    {"name": "mlp", "type": "Module", "residual": true, "children": [
+      {"name": "norm", "type": "RMSNorm", "normalized_shape": 8},
+      {"name": "net1", "type": "Linear", "in_features": 8, "out_features": 32},
+      {"name": "act", "type": "GELU", "approximate": "tanh"},
+      {"name": "net2", "type": "Linear", "in_features": 32, "out_features": 8}]}]})json";
+constexpr char kMegatron[] = R"json({"plan": {
+  "attn.attention.[qkv]": "ColwiseParallel", "attn.attention.o": "RowwiseParallel",
+  "mlp.net1": "ColwiseParallel", "mlp.net2": "RowwiseParallel"}})json";
+constexpr char kSequenceParallel[] = R"json({"plan": {
+  "attn.norm": "SequenceParallel",
+  "attn.attention.[qkv]": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
+  "attn.attention.o": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"},
+  "mlp.norm": "SequenceParallel",
+  "mlp.net1": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
+  "mlp.net2": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"}}})json";
+constexpr char kEmbeddingHead[] = R"json({"type": "Module",
+  "input": {"dtype": "int64", "shape": [-1, -1]},
+  "children": [
+    {"name": "tok", "type": "Embedding", "num_embeddings": 20, "embedding_dim": 8},
+    {"name": "norm", "type": "LayerNorm", "normalized_shape": 8},
+    {"name": "head", "type": "Linear", "in_features": 8, "out_features": 20}]})json";
+constexpr char kEmbeddingPlan[] = R"json({"plan": {"tok": "RowwiseParallel",
+  "head": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json";
+
+struct ModelCase {
+  std::string name;
+  const char* spec;
+  const char* plan;
+  Shape input;  // full
+};
+
+// (model, mesh)
+using ReferenceCase = std::tuple<ModelCase, std::string>;
+class ReferenceModelTest : public ::testing::TestWithParam<ReferenceCase> {};
+
+// As torch.testing.assert_close: every element within atol + rtol * |want| (gradients that are 0
+// in exact arithmetic, such as a key bias's, come out as rounding noise).
+::testing::AssertionResult AllClose(const HostTensor& got, const HostTensor& want, double rtol,
+                                    double atol) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) {
+    return ::testing::AssertionFailure()
+           << "got " << DTypeName(got.dtype()) << ShapeToString(got.shape()) << ", want "
+           << DTypeName(want.dtype()) << ShapeToString(want.shape());
+  }
+  for (int64_t i = 0; i < got.num_elements(); ++i) {
+    const double a = At(got, i), b = At(want, i);
+    if (std::abs(a - b) > atol + rtol * std::abs(b)) {
+      return ::testing::AssertionFailure()
+             << "differs at flat index " << i << ": got " << a << ", want " << b;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// float64 models, whose kernels keep norm statistics and attention probabilities in float32, and
+// float32 ones (the embedding model), against the float64 reference.
+::testing::AssertionResult Close(const HostTensor& got, const HostTensor& want) {
+  return got.dtype() == DType::kFloat64 ? AllClose(got, want, 1e-4, 1e-6)
+                                        : AllClose(got, want, 1e-4, 1e-5);
+}
+
+TEST_P(ReferenceModelTest, ForwardAndStepsMatchTheSingleProcess) {
+  const auto& [c, mesh] = GetParam();
+  absl::StatusOr<ModelSpec> spec = ParseModelSpec(c.spec);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const DType dtype = spec->input.dtype == DType::kInt64 ? DType::kFloat32 : spec->input.dtype;
+  absl::StatusOr<std::map<std::string, HostTensor>> params = RandomParameters(*spec, 5, dtype);
+  ASSERT_TRUE(params.ok()) << params.status();
+  ReferenceModel reference{*spec, {}};
+  for (const auto& [fqn, t] : *params) reference.params.emplace(fqn, t.Clone());
+  const std::string name = absl::StrCat(c.name, "_", mesh);
+  absl::StatusOr<Module> loaded = client::LoadModule(
+      S(), c.spec, M(mesh), name, {.weights_path = WriteWeights(name + ".safetensors", *params)});
+  ASSERT_TRUE(loaded.ok()) << loaded.status() << shared->cluster.LogHint();
+  absl::StatusOr<Module> m = client::ParallelizeModule(*loaded, "tp", c.plan);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->info().unmatched.empty());
+
+  const HostTensor input = spec->input.dtype == DType::kInt64
+                               ? kernels::testing::RandomTensor(DType::kInt64, c.input, 3, 0, 19)
+                               : kernels::testing::RandomTensor(dtype, c.input, 3);
+  absl::StatusOr<HostTensor> want = ReferenceForward(reference, input);
+  ASSERT_TRUE(want.ok()) << want.status();
+  absl::StatusOr<client::ModuleOutput> y = m->Forward(input);
+  ASSERT_TRUE(y.ok()) << y.status() << shared->cluster.LogHint();
+  EXPECT_TRUE(Close(*y->full, *want));
+
+  const client::SgdOptions sgd{.lr = 0.25, .momentum = 0.9, .weight_decay = 0.01};
+  std::map<std::string, HostTensor> buffers;
+  std::map<std::string, HostTensor> grads;
+  for (int step = 0; step < 2; ++step) {
+    absl::StatusOr<ReferenceStep> ref = ReferenceBackward(reference, input, nullptr);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    absl::StatusOr<client::StepResult> got = m->Step(input, {.sgd = sgd});
+    ASSERT_TRUE(got.ok()) << got.status() << shared->cluster.LogHint();
+    EXPECT_TRUE(Close(*got->output.full, ref->output)) << "step " << step;
+    ASSERT_TRUE(
+        ReferenceSgd(reference, ref->grads, {sgd.lr, sgd.momentum, sgd.weight_decay}, buffers)
+            .ok());
+    grads = std::move(ref->grads);
+  }
+  const Weights after = StateDict(*m, /*gradients=*/true);
+  for (const auto& [fqn, t] : reference.params) {
+    EXPECT_TRUE(Close(after.at(fqn + ".grad"), grads.at(fqn))) << fqn;
+    EXPECT_TRUE(Close(after.at(fqn), t)) << fqn;
+  }
+  EXPECT_TRUE(m->Remove().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cluster, ReferenceModelTest,
+    ::testing::Combine(
+        ::testing::Values(ModelCase{"megatron", kBlock, kMegatron, {2, 5, 8}},
+                          ModelCase{"sequence", kBlock, kSequenceParallel, {2, 5, 8}},
+                          ModelCase{"embedding", kEmbeddingHead, kEmbeddingPlan, {2, 6}}),
+        ::testing::Values("line", "grid")),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param).name, "_", std::get<1>(info.param));
+    });
+
+// ---------------------------------------------------------------------------------------------
+// Bad input: refused with its code and a message naming the value; everything else intact.
+
+// A module every bad-input test checks is still whole afterwards.
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    weights_ = MlpWeights(51);
+    absl::StatusOr<Module> m =
+        LoadMlp("intact", "line", WriteWeights("intact.safetensors", weights_), kMlpPlan);
+    ASSERT_TRUE(m.ok()) << m.status() << shared->cluster.LogHint();
+    intact_ = *m;
+    absl::StatusOr<client::ModuleInfo> info = intact_.Show();
+    ASSERT_TRUE(info.ok());
+    layout_before_ = *info;
+  }
+  void TearDown() override {
+    // The module answers as before, with its layout and its parameters.
+    absl::StatusOr<client::ModuleInfo> info = intact_.Show();
+    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_EQ(info->parameters.size(), layout_before_.parameters.size());
+    for (size_t i = 0; i < info->parameters.size(); ++i) {
+      EXPECT_EQ(info->parameters[i].spec.placements, layout_before_.parameters[i].spec.placements);
+    }
+    EXPECT_EQ(info->plan_json, layout_before_.plan_json);
+    const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {4, 10}, 6);
+    absl::StatusOr<client::ModuleOutput> y = intact_.Forward(x);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(TensorsMatch(*y->full, MlpForward(weights_, x), kTolerance));
+    // Nothing of the refused module is on the service.
+    EXPECT_TRUE(TensorsNamed("bad.").empty());
+    absl::StatusOr<std::vector<client::ModuleInfo>> modules = client::ListModules(S());
+    ASSERT_TRUE(modules.ok());
+    for (const client::ModuleInfo& m : *modules) EXPECT_NE(m.name, "bad");
+    EXPECT_TRUE(intact_.Remove().ok());
+  }
+
+  // Loads the MLP as "bad" from `weights`, expecting `code` and every fragment.
+  void ExpectLoadRefused(const Weights& weights, absl::StatusCode code,
+                         const std::vector<std::string>& fragments) {
+    const std::string path = WriteWeights("bad.safetensors", weights);
+    EXPECT_TRUE(StatusIs(LoadMlp("bad", "line", path).status(), code, fragments));
+  }
+
+  Weights weights_;
+  Module intact_;
+  client::ModuleInfo layout_before_;
+};
+
+TEST_F(BadInputTest, AMalformedSpecIsNamed) {
+  EXPECT_TRUE(StatusIs(
+      client::LoadModule(S(), R"({"type": "Linearr"})", M("line"), "bad", {.seed = 1}).status(),
+      absl::StatusCode::kInvalidArgument, {"Linearr"}));
+  EXPECT_TRUE(StatusIs(client::LoadModule(S(), "{not json", M("line"), "bad", {.seed = 1}).status(),
+                       absl::StatusCode::kInvalidArgument, {"module spec"}));
+}
+
+TEST_F(BadInputTest, WeightsMissingAParameterAreRefusedNamingIt) {
+  Weights w = MlpWeights(1);
+  w.erase("net2.bias");
+  ExpectLoadRefused(w, absl::StatusCode::kInvalidArgument, {"'net2.bias' [12] is missing"});
+}
+
+TEST_F(BadInputTest, WeightsWithAnExtraTensorAreRefusedNamingIt) {
+  Weights w = MlpWeights(1);
+  w.emplace("net3.weight", kernels::testing::RandomTensor(DType::kFloat32, {2, 2}, 1));
+  ExpectLoadRefused(w, absl::StatusCode::kInvalidArgument, {"'net3.weight' [2, 2]"});
+}
+
+TEST_F(BadInputTest, AMisShapedWeightIsRefusedNamingBothShapes) {
+  Weights w = MlpWeights(1);
+  w.erase("net1.weight");
+  w.emplace("net1.weight", kernels::testing::RandomTensor(DType::kFloat32, {10, 16}, 1));
+  ExpectLoadRefused(w, absl::StatusCode::kInvalidArgument,
+                    {"'net1.weight' is [16, 10] in the spec but [10, 16] in the weights"});
+}
+
+TEST_F(BadInputTest, AnotherDtypeIsRefusedNamingIt) {
+  Weights w = MlpWeights(1);
+  w.erase("net1.bias");
+  w.emplace("net1.bias", kernels::testing::RandomTensor(DType::kFloat64, {16}, 1));
+  ExpectLoadRefused(w, absl::StatusCode::kInvalidArgument, {"'net1.bias' is float64"});
+}
+
+// A stream that ends part way through the weights: the parameters already routed to their shards
+// are freed with the rest.
+TEST_F(BadInputTest, AWeightsStreamCutShortLeavesNothing) {
+  auto stub = v1::ModuleService::NewStub(
+      grpc::CreateChannel(shared->cluster.cluster->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(absl::Seconds(30)));
+  v1::ModuleInfo info;
+  auto writer = stub->LoadModule(&context, &info);
+  v1::LoadModuleChunk chunk;
+  v1::LoadModuleHeader* h = chunk.mutable_header();
+  h->set_name("bad");
+  h->set_mesh("line");
+  h->set_spec_json(kMlpSpec);
+  h->set_weights_follow(true);
+  const Weights w = MlpWeights(2);
+  for (const auto& [name, t] : w) {
+    v1::WeightsEntry* e = chunk.mutable_weights()->add_tensors();
+    e->set_name(name);
+    e->set_dtype(ToProto(t.dtype()));
+    *e->mutable_shape() = ToProto(t.shape());
+  }
+  ASSERT_TRUE(writer->Write(chunk));
+  // The first two tensors whole, then half of the third.
+  auto it = w.begin();
+  for (int i = 0; i < 2; ++i, ++it) {
+    v1::LoadModuleChunk data;
+    data.set_data(reinterpret_cast<const char*>(it->second.data()), it->second.nbytes());
+    ASSERT_TRUE(writer->Write(data));
+  }
+  v1::LoadModuleChunk half;
+  half.set_data(reinterpret_cast<const char*>(it->second.data()), it->second.nbytes() / 2);
+  ASSERT_TRUE(writer->Write(half));
+  writer->WritesDone();
+  EXPECT_TRUE(StatusIs(FromGrpcStatus(writer->Finish()), absl::StatusCode::kInvalidArgument,
+                       {"the stream ended in the bytes of weights tensor", it->first}));
+}
+
+// Parameters past the workers' budget (256 MiB each): the second Linear's weight does not fit
+// beside the first's; the first is freed again.
+TEST_F(BadInputTest, ParametersPastTheBudgetLeaveNothing) {
+  constexpr char kHuge[] = R"({"type": "Sequential", "children": [
+    {"type": "Linear", "in_features": 10, "out_features": 10},
+    {"type": "Linear", "in_features": 10, "out_features": 8388608}]})";
+  EXPECT_TRUE(StatusIs(client::LoadModule(S(), kHuge, M("line"), "bad", {.seed = 1}).status(),
+                       absl::StatusCode::kResourceExhausted, {"worker"}));
+}
+
+TEST_F(BadInputTest, ANameInUseIsRefused) {
+  EXPECT_TRUE(StatusIs(client::LoadModule(S(), kMlpSpec, M("line"), "intact", {.seed = 1}).status(),
+                       absl::StatusCode::kAlreadyExists, {"'intact'"}));
+  EXPECT_TRUE(StatusIs(client::LoadModule(S(), kMlpSpec, M("line"), "a.b", {.seed = 1}).status(),
+                       absl::StatusCode::kInvalidArgument, {"'a.b'"}));
+}
+
+TEST_F(BadInputTest, AnUnknownMeshOrModuleIsNotFound) {
+  client::Mesh nowhere{"nowhere", M("line").mesh};
+  EXPECT_TRUE(StatusIs(client::LoadModule(S(), kMlpSpec, nowhere, "bad", {.seed = 1}).status(),
+                       absl::StatusCode::kNotFound, {"'nowhere'"}));
+  EXPECT_TRUE(
+      StatusIs(client::GetModule(S(), "ghost").status(), absl::StatusCode::kNotFound, {"'ghost'"}));
+  EXPECT_TRUE(
+      StatusIs(client::RemoveModule(S(), "ghost"), absl::StatusCode::kNotFound, {"'ghost'"}));
+}
+
+TEST_F(BadInputTest, ABadPlanChangesNothing) {
+  EXPECT_TRUE(
+      StatusIs(client::ParallelizeModule(intact_, "line", R"({"plan": {"net1": "ColumnParallel"}})")
+                   .status(),
+               absl::StatusCode::kInvalidArgument, {"ColumnParallel"}));
+  // A style that cannot apply to the module it lands on.
+  EXPECT_TRUE(StatusIs(
+      client::ParallelizeModule(intact_, "line", R"({"plan": {"relu": "ColwiseParallel"}})")
+          .status(),
+      absl::StatusCode::kInvalidArgument, {"relu"}));
+  EXPECT_TRUE(StatusIs(client::ParallelizeModule(intact_, "nodim", kMlpPlan).status(),
+                       absl::StatusCode::kInvalidArgument, {"'nodim'"}));
+  EXPECT_TRUE(StatusIs(client::DistributeModule(intact_, kMlpPlan).status(),
+                       absl::StatusCode::kInvalidArgument, {"ParallelizeModule"}));
+}
+
+TEST_F(BadInputTest, ABadInputIsNamed) {
+  const HostTensor wrong = kernels::testing::RandomTensor(DType::kFloat32, {4, 9}, 1);
+  EXPECT_TRUE(StatusIs(intact_.Forward(wrong).status(), absl::StatusCode::kInvalidArgument,
+                       {"float32[4, 9]", "[-1, 10]"}));
+  const HostTensor ints = HostTensor::ZerosOfValidShape(DType::kInt32, {4, 10});
+  EXPECT_TRUE(StatusIs(intact_.Forward(ints).status(), absl::StatusCode::kInvalidArgument,
+                       {"int32[4, 10]"}));
+  std::vector<HostTensor> three;
+  for (int i = 0; i < 3; ++i)
+    three.push_back(HostTensor::ZerosOfValidShape(DType::kFloat32, {2, 10}));
+  EXPECT_TRUE(StatusIs(intact_.ForwardLocal(three).status(), absl::StatusCode::kInvalidArgument,
+                       {"3 local inputs", "4 ranks"}));
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {4, 10}, 1);
+  const HostTensor bad_grad = HostTensor::ZerosOfValidShape(DType::kFloat32, {4, 11});
+  EXPECT_TRUE(StatusIs(intact_.Step(x, {.grad_output = bad_grad.Clone()}).status(),
+                       absl::StatusCode::kInvalidArgument, {"grad_output", "[4, 11]", "[4, 12]"}));
+}
+
+}  // namespace
+}  // namespace tessera
