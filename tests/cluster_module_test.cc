@@ -26,7 +26,7 @@
 #include "tessera/tessera.h"
 #include "tessera/v1/module.grpc.pb.h"
 #include "tests/cluster_fixture.h"
-#include "tests/module_reference.h"
+#include "reference/module_reference.h"
 
 namespace tessera {
 namespace {
@@ -512,7 +512,7 @@ TEST(ModuleTest, PublishServesTheModuleUntilUnpublished) {
 
 // ---------------------------------------------------------------------------------------------
 // Models beyond the MLP (norms, causal attention, GELU, residuals, an embedding) under torch's
-// plans, on both meshes, against the single-process reference (tests/module_reference.h): the
+// plans, on both meshes, against the single-process reference (reference/module_reference.h): the
 // forward, and two training steps with momentum (gradients and parameters after).
 
 constexpr char kBlock[] =
