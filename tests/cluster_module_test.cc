@@ -253,6 +253,23 @@ TEST(ModuleTest, ShowGivesThePlansPlacementsAndLocalShapes) {
   EXPECT_TRUE(p->Remove().ok());
 }
 
+// A module without parameters (torch's DummyModule) loads from a safetensors file without tensors;
+// its forward gives back its input.
+TEST(ModuleTest, AModuleWithoutParametersLoadsFromAnEmptyWeightsFile) {
+  constexpr char kIdentity[] = R"js({"type": "Module", "input": {"dtype": "float32",
+                                                                 "shape": [-1, 7]}})js";
+  absl::StatusOr<Module> m =
+      client::LoadModule(S(), kIdentity, M("line"), "identity",
+                         {.weights_path = WriteWeights("empty.safetensors", {})});
+  ASSERT_TRUE(m.ok()) << m.status() << shared->cluster.LogHint();
+  EXPECT_TRUE(m->info().parameters.empty());
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {3, 7}, 14);
+  absl::StatusOr<client::ModuleOutput> y = m->Forward(x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_TRUE(TensorsMatch(*y->full, x));
+  EXPECT_TRUE(m->Remove().ok());
+}
+
 TEST(ModuleTest, UnmatchedPlanKeysAreReported) {
   absl::StatusOr<Module> m =
       LoadMlp("unmatched", "line", WriteWeights("unmatched.safetensors", MlpWeights(4)));
