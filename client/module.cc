@@ -102,8 +102,10 @@ absl::StatusOr<Module> LoadModule(Session& session, const std::string& spec_json
   } else {
     ASSIGN_OR_RETURN(weights, ReadSafetensorsHeader(init.weights_path));
     h->set_weights_follow(true);
+    // Present even without tensors: a module without parameters loads from an empty file.
+    v1::WeightsHeader* entries = chunk.mutable_weights();
     for (const SafetensorsEntry& e : weights.tensors) {
-      v1::WeightsEntry* w = chunk.mutable_weights()->add_tensors();
+      v1::WeightsEntry* w = entries->add_tensors();
       w->set_name(e.name);
       w->set_dtype(ToProto(e.dtype));
       *w->mutable_shape() = ToProto(e.shape);

@@ -72,10 +72,12 @@ struct TestCluster {
   }
 };
 
-// Success iff dtype and shape are equal and every element is within `relative_tolerance` of the
-// larger magnitude of the pair (0: bit for bit); otherwise names the first element that differs.
+// Success iff dtype and shape are equal and every element pair differs by at most
+// `absolute_tolerance` + `relative_tolerance` times the larger magnitude of the pair (torch's
+// assert_close rule; both 0: bit for bit); otherwise names the first element that differs.
 inline ::testing::AssertionResult TensorsMatch(const HostTensor& got, const HostTensor& want,
-                                               double relative_tolerance = 0) {
+                                               double relative_tolerance = 0,
+                                               double absolute_tolerance = 0) {
   if (got.dtype() != want.dtype() || got.shape() != want.shape()) {
     return ::testing::AssertionFailure()
            << "got " << DTypeName(got.dtype()) << ShapeToString(got.shape()) << ", want "
@@ -85,8 +87,9 @@ inline ::testing::AssertionResult TensorsMatch(const HostTensor& got, const Host
   for (int64_t i = 0; i < got.num_elements(); ++i) {
     if (std::memcmp(got.data() + i * element, want.data() + i * element, element) == 0) continue;
     const double a = kernels::testing::GetDouble(got, i), b = kernels::testing::GetDouble(want, i);
-    if (relative_tolerance > 0 &&
-        std::abs(a - b) <= relative_tolerance * std::max(std::abs(a), std::abs(b))) {
+    if ((relative_tolerance > 0 || absolute_tolerance > 0) &&
+        std::abs(a - b) <=
+            absolute_tolerance + relative_tolerance * std::max(std::abs(a), std::abs(b))) {
       continue;
     }
     return ::testing::AssertionFailure()

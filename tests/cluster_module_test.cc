@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,7 +25,7 @@
 #include "tessera/tessera.h"
 #include "tessera/v1/module.grpc.pb.h"
 #include "tests/cluster_fixture.h"
-#include "reference/module_reference.h"
+#include "tests/module_cluster.h"
 
 namespace tessera {
 namespace {
@@ -44,42 +43,13 @@ constexpr char kMlpSpec[] = R"({"type": "Module", "children": [
 // torch's Megatron-style MLP plan.
 constexpr char kMlpPlan[] = R"({"plan": {"net1": "ColwiseParallel", "net2": "RowwiseParallel"}})";
 
-struct Shared {
-  testing::TestCluster cluster;
-  std::shared_ptr<Session> session;
-  std::map<std::string, client::Mesh> meshes;
-  std::string dir;
-};
-Shared* shared = nullptr;
-
-class ModuleEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    shared = new Shared;
-    LocalClusterOptions options = testing::TestClusterOptions(4);
-    options.memory_budget_bytes = int64_t{256} << 20;
-    ASSERT_TRUE(shared->cluster.Start(options).ok());
-    Session& c = *shared->cluster.client;
-    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {4}, {"tp"}, "line").ok());
-    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {2, 2}, {"dp", "tp"}, "grid").ok());
-    shared->session = shared->cluster.client;
-    for (const char* name : {"line", "grid"}) {
-      absl::StatusOr<client::Mesh> m = client::GetMesh(*shared->session, name);
-      ASSERT_TRUE(m.ok()) << m.status();
-      shared->meshes.emplace(name, *m);
-    }
-    shared->dir = std::filesystem::path(::testing::TempDir()) /
-                  absl::StrCat("cluster_module_test_", ::getpid());
-    std::filesystem::create_directories(shared->dir);
-  }
-  void TearDown() override {
-    std::filesystem::remove_all(shared->dir);
-    shared->session.reset();
-    shared->cluster.Stop();
-    delete shared;
-  }
-};
-const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new ModuleEnvironment);
+testing::ModuleCluster* shared = nullptr;
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment([] {
+  LocalClusterOptions options = testing::TestClusterOptions(4);
+  options.memory_budget_bytes = int64_t{256} << 20;
+  return new testing::ModuleClusterEnvironment(
+      options, {{"line", {4}, {"tp"}}, {"grid", {2, 2}, {"dp", "tp"}}}, &shared);
+}());
 
 Session& S() { return *shared->session; }
 const client::Mesh& M(const std::string& name) { return shared->meshes.at(name); }
@@ -88,7 +58,7 @@ std::string PathOf(const std::string& file) { return shared->dir + "/" + file; }
 // ---------------------------------------------------------------------------------------------
 // The single-process reference: the MLP's parameters, forward and backward, in float64.
 
-using Weights = std::map<std::string, HostTensor>;
+using ::tessera::testing::Weights;
 
 Weights MlpWeights(uint64_t seed) {
   Weights w;
@@ -100,11 +70,7 @@ Weights MlpWeights(uint64_t seed) {
 }
 
 std::string WriteWeights(const std::string& file, const Weights& weights) {
-  SafetensorsFile f;
-  for (const auto& [name, t] : weights) f.tensors.emplace(name, t.Clone());
-  const std::string path = PathOf(file);
-  EXPECT_TRUE(WriteSafetensorsFile(path, f).ok());
-  return path;
+  return testing::WriteWeightsFile(PathOf(file), weights);
 }
 
 double At(const HostTensor& t, int64_t i) { return kernels::testing::GetDouble(t, i); }
@@ -182,28 +148,6 @@ Weights SgdStep(const Weights& w, const Weights& g, double lr) {
 // float32 sums taken in another order (sharded, then reduced) against float64.
 constexpr double kTolerance = 1e-4;
 
-// The module's state_dict as a map.
-Weights StateDict(const Module& m, bool gradients = false) {
-  Weights w;
-  absl::StatusOr<std::vector<std::pair<std::string, HostTensor>>> state = m.StateDict(gradients);
-  EXPECT_TRUE(state.ok()) << state.status();
-  if (!state.ok()) return w;
-  for (auto& [name, t] : *state) w.emplace(name, std::move(t));
-  return w;
-}
-
-// Names of the DTensors on the service that start with `prefix`.
-std::vector<std::string> TensorsNamed(const std::string& prefix) {
-  std::vector<std::string> names;
-  absl::StatusOr<std::vector<client::DTensorInfo>> all = S().ListTensors();
-  EXPECT_TRUE(all.ok()) << all.status();
-  if (!all.ok()) return names;
-  for (const auto& t : *all) {
-    if (absl::StartsWith(t.name, prefix)) names.push_back(t.name);
-  }
-  return names;
-}
-
 absl::StatusOr<Module> LoadMlp(const std::string& name, const std::string& mesh,
                                const std::string& weights_path, const std::string& plan = "") {
   return client::LoadModule(S(), kMlpSpec, M(mesh), name, {.weights_path = weights_path},
@@ -243,10 +187,10 @@ TEST_P(MlpForwardTest, MatchesTheSingleProcessMlp) {
   EXPECT_TRUE(TensorsMatch(*y->full, MlpForward(w, x), kTolerance));
   EXPECT_EQ(static_cast<int64_t>(y->locals.size()), M(mesh).mesh.size());
   // The parameters are the file's, whatever their layout.
-  const Weights saved = StateDict(*m);
+  const Weights saved = testing::StateDictOf(*m);
   for (const auto& [fqn, t] : w) EXPECT_TRUE(TensorsMatch(saved.at(fqn), t)) << fqn;
   EXPECT_TRUE(m->Remove().ok());
-  EXPECT_TRUE(TensorsNamed(name + ".").empty());
+  EXPECT_TRUE(testing::TensorsNamed(S(), name + ".").empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -310,6 +254,23 @@ TEST(ModuleTest, ShowGivesThePlansPlacementsAndLocalShapes) {
   EXPECT_TRUE(p->Remove().ok());
 }
 
+// A module without parameters (torch's DummyModule) loads from a safetensors file without tensors;
+// its forward gives back its input.
+TEST(ModuleTest, AModuleWithoutParametersLoadsFromAnEmptyWeightsFile) {
+  constexpr char kIdentity[] = R"js({"type": "Module", "input": {"dtype": "float32",
+                                                                 "shape": [-1, 7]}})js";
+  absl::StatusOr<Module> m =
+      client::LoadModule(S(), kIdentity, M("line"), "identity",
+                         {.weights_path = WriteWeights("empty.safetensors", {})});
+  ASSERT_TRUE(m.ok()) << m.status() << shared->cluster.LogHint();
+  EXPECT_TRUE(m->info().parameters.empty());
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {3, 7}, 14);
+  absl::StatusOr<client::ModuleOutput> y = m->Forward(x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_TRUE(TensorsMatch(*y->full, x));
+  EXPECT_TRUE(m->Remove().ok());
+}
+
 TEST(ModuleTest, UnmatchedPlanKeysAreReported) {
   absl::StatusOr<Module> m =
       LoadMlp("unmatched", "line", WriteWeights("unmatched.safetensors", MlpWeights(4)));
@@ -365,11 +326,11 @@ TEST(ModuleTest, AStepMatchesTheSingleProcessGradientsAndUpdate) {
     ASSERT_TRUE(full.ok()) << full.status();
     EXPECT_TRUE(TensorsMatch(*full, grads.at(g.fqn), kTolerance)) << g.fqn;
   }
-  const Weights after = StateDict(*m);
+  const Weights after = testing::StateDictOf(*m);
   const Weights want = SgdStep(w, grads, 0.25);
   for (const auto& [fqn, t] : want) EXPECT_TRUE(TensorsMatch(after.at(fqn), t, kTolerance)) << fqn;
   EXPECT_TRUE(m->Remove().ok());
-  EXPECT_TRUE(TensorsNamed("trained.").empty());
+  EXPECT_TRUE(testing::TensorsNamed(S(), "trained.").empty());
 }
 
 // On the 2-D mesh the batch is split over dp and the gradients averaged over it; the step is
@@ -383,7 +344,7 @@ TEST(ModuleTest, AStepOnADataParallelMeshMatchesTheSingleProcess) {
   absl::StatusOr<client::StepResult> step = m->Step(x, {.sgd = client::SgdOptions{.lr = 0.25}});
   ASSERT_TRUE(step.ok()) << step.status() << shared->cluster.LogHint();
   const Weights grads = MlpGradients(w, x);
-  const Weights got = StateDict(*m, /*gradients=*/true);
+  const Weights got = testing::StateDictOf(*m, /*gradients=*/true);
   for (const auto& [fqn, g] : grads) {
     EXPECT_TRUE(TensorsMatch(got.at(fqn + ".grad"), g, kTolerance)) << fqn;
   }
@@ -403,7 +364,7 @@ TEST(ModuleTest, AStepFromAGivenOutputGradient) {
   absl::StatusOr<client::StepResult> step =
       m->Step(x, {.grad_output = HostTensor::FromValues(DType::kFloat32, {4, 12}, twos)});
   ASSERT_TRUE(step.ok()) << step.status();
-  const Weights got = StateDict(*m, /*gradients=*/true);
+  const Weights got = testing::StateDictOf(*m, /*gradients=*/true);
   for (const auto& [fqn, g] : MlpGradients(w, x)) {
     std::vector<double> doubled(static_cast<size_t>(g.num_elements()));
     for (int64_t i = 0; i < g.num_elements(); ++i) doubled[i] = 2 * At(g, i);
@@ -465,7 +426,7 @@ TEST(ModuleTest, DistributeModulePlacesEveryParameter) {
   absl::StatusOr<client::ModuleOutput> y = d->Forward(x);
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_TRUE(TensorsMatch(*y->full, MlpForward(w, x), kTolerance));
-  const Weights saved = StateDict(*d);
+  const Weights saved = testing::StateDictOf(*d);
   for (const auto& [fqn, t] : w) EXPECT_TRUE(TensorsMatch(saved.at(fqn), t)) << fqn;
   EXPECT_TRUE(d->Remove().ok());
 }
@@ -478,7 +439,7 @@ TEST(ModuleTest, SeededParametersAreTorchsInitAndIndependentOfTheLayout) {
                                                 {.plan_json = kMlpPlan});
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
-  const Weights wa = StateDict(*a), wb = StateDict(*b);
+  const Weights wa = testing::StateDictOf(*a), wb = testing::StateDictOf(*b);
   ASSERT_EQ(wa.size(), 4u);
   for (const auto& [fqn, t] : wa) {
     const double bound = 1 / std::sqrt(absl::StartsWith(fqn, "net1") ? 10.0 : 16.0);
@@ -671,7 +632,7 @@ class BadInputTest : public ::testing::Test {
     ASSERT_TRUE(y.ok()) << y.status();
     EXPECT_TRUE(TensorsMatch(*y->full, MlpForward(weights_, x), kTolerance));
     // Nothing of the refused module is on the service.
-    EXPECT_TRUE(TensorsNamed("bad.").empty());
+    EXPECT_TRUE(testing::TensorsNamed(S(), "bad.").empty());
     absl::StatusOr<std::vector<client::ModuleInfo>> modules = client::ListModules(S());
     ASSERT_TRUE(modules.ok());
     for (const client::ModuleInfo& m : *modules) EXPECT_NE(m.name, "bad");

@@ -1,0 +1,176 @@
+// A transformer block and a vocab-parallel embedding model on a real local cluster, on meshes of 2
+// and 4 workers, against the single-process float64 reference (reference/module_reference.h), each
+// loaded from a safetensors file of the reference's parameters: the block (LayerNorm + causal
+// Attention, RMSNorm + Linear -> GELU(tanh) -> Linear, both residual) under Megatron's plan and
+// under sequence parallelism, forward and one training step (output.sum() backward, SGD); and an
+// Embedding sharded by vocabulary (RowwiseParallel(input_layouts=Replicate())) feeding a
+// colwise/rowwise MLP on int64 ids, forward and one training step.
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/host_tensor.h"
+#include "core/placement.h"
+#include "kernels/testing/reference.h"
+#include "tessera/tessera.h"
+#include "tests/module_cluster.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::client::Module;
+using ::tessera::testing::ReferenceOf;
+using ::tessera::testing::Weights;
+
+testing::ModuleCluster* shared = nullptr;
+const auto* const kEnvironment =
+    ::testing::AddGlobalTestEnvironment(new testing::ModuleClusterEnvironment(
+        testing::TestClusterOptions(4),
+        {{"tp2", {2}, {"tp"}, {0, 1}}, {"tp4", {4}, {"tp"}, {0, 1, 2, 3}}}, &shared));
+
+client::Session& S() { return *shared->session; }
+std::string MeshFor(int world) { return absl::StrCat("tp", world); }
+
+constexpr double kLr = 0.25;
+
+// A pre-norm transformer block on [batch, seq, 16]: 4 heads, a 64-wide MLP.
+constexpr char kBlock[] =
+    R"js({"type": "Module", "input": {"dtype": "float32", "shape": [-1, -1, 16]},
+  "children": [
+    {"name": "attn", "type": "Module", "residual": true, "children": [
+      {"name": "norm", "type": "LayerNorm", "normalized_shape": 16},
+      {"name": "attention", "type": "Attention", "dim": 16, "n_heads": 4, "causal": true}]},
+    {"name": "mlp", "type": "Module", "residual": true, "children": [
+      {"name": "norm", "type": "RMSNorm", "normalized_shape": 16},
+      {"name": "net1", "type": "Linear", "in_features": 16, "out_features": 64},
+      {"name": "act", "type": "GELU", "approximate": "tanh"},
+      {"name": "net2", "type": "Linear", "in_features": 64, "out_features": 16}]}]})js";
+
+// Megatron: q, k, v colwise (heads split), o rowwise; the MLP colwise then rowwise.
+constexpr char kMegatron[] = R"js({"plan": {
+  "attn.attention.[qkv]": "ColwiseParallel", "attn.attention.o": "RowwiseParallel",
+  "mlp.net1": "ColwiseParallel", "mlp.net2": "RowwiseParallel"}})js";
+
+// Sequence parallel: the norms on sequence shards, gathered before q/k/v and net1, and the
+// rowwise outputs reduce-scattered back to sequence shards.
+constexpr char kSequenceParallel[] = R"js({"plan": {
+  "attn.norm": "SequenceParallel",
+  "attn.attention.[qkv]": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
+  "attn.attention.o": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"},
+  "mlp.norm": "SequenceParallel",
+  "mlp.net1": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
+  "mlp.net2": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"}}})js";
+
+// Token ids [batch, seq] -> an Embedding of 30 tokens -> an MLP.
+constexpr int64_t kVocab = 30;
+constexpr char kEmbeddingMlp[] =
+    R"js({"type": "Module", "input": {"dtype": "int64", "shape": [-1, -1]},
+  "children": [
+    {"name": "tok", "type": "Embedding", "num_embeddings": 30, "embedding_dim": 16},
+    {"name": "net1", "type": "Linear", "in_features": 16, "out_features": 32},
+    {"name": "relu", "type": "ReLU"},
+    {"name": "net2", "type": "Linear", "in_features": 32, "out_features": 16}]})js";
+
+// The vocabulary split over the ranks (each looks up the ids in its range, the partial
+// embeddings summed), then the MLP colwise and rowwise.
+constexpr char kVocabParallel[] = R"js({"plan": {
+  "tok": {"style": "RowwiseParallel", "input_layouts": "Replicate()"},
+  "net1": "ColwiseParallel", "net2": "RowwiseParallel"}})js";
+
+const Placement kR = Placement::Replicate(), kS0 = Placement::Shard(0), kS1 = Placement::Shard(1);
+
+// The block's parameters under either plan: q, k, v and net1 split by rows (output features), o
+// and net2 by columns with their biases whole, the norms whole.
+const std::map<std::string, Placement> kBlockPlacements = {{"attn.norm.weight", kR},
+                                                           {"attn.norm.bias", kR},
+                                                           {"attn.attention.q.weight", kS0},
+                                                           {"attn.attention.q.bias", kS0},
+                                                           {"attn.attention.k.weight", kS0},
+                                                           {"attn.attention.k.bias", kS0},
+                                                           {"attn.attention.v.weight", kS0},
+                                                           {"attn.attention.v.bias", kS0},
+                                                           {"attn.attention.o.weight", kS1},
+                                                           {"attn.attention.o.bias", kR},
+                                                           {"mlp.norm.weight", kR},
+                                                           {"mlp.net1.weight", kS0},
+                                                           {"mlp.net1.bias", kS0},
+                                                           {"mlp.net2.weight", kS1},
+                                                           {"mlp.net2.bias", kR}};
+
+// The embedding split by vocabulary rows.
+const std::map<std::string, Placement> kVocabPlacements = {{"tok.weight", kS0},
+                                                           {"net1.weight", kS0},
+                                                           {"net1.bias", kS0},
+                                                           {"net2.weight", kS1},
+                                                           {"net2.bias", kR}};
+
+struct BlockPlan {
+  std::string name;
+  const char* plan;
+};
+
+void PrintTo(const BlockPlan& p, std::ostream* os) { *os << p.name; }
+
+class TransformerBlockTest : public ::testing::TestWithParam<std::tuple<BlockPlan, int>> {};
+
+// The block's forward, then a training step: output, gradients and parameters after SGD equal
+// the single process's. The sequence (6) does not divide over 4 ranks: the last sequence shard is
+// empty under sequence parallelism.
+TEST_P(TransformerBlockTest, ForwardAndStepMatchTheSingleProcess) {
+  const auto& [plan, world] = GetParam();
+  const std::string name = absl::StrCat("block_", plan.name, "_", world);
+  absl::StatusOr<Weights> params = RandomParameters(ParseModelSpec(kBlock).value(), /*seed=*/17);
+  ASSERT_TRUE(params.ok()) << params.status();
+  ReferenceModel model = ReferenceOf(kBlock, *params);
+  absl::StatusOr<Module> m =
+      testing::LoadAndParallelize(*shared, name, kBlock, *params, MeshFor(world), plan.plan);
+  ASSERT_TRUE(m.ok()) << m.status() << shared->cluster.LogHint();
+  testing::ExpectPlacements(*m, kBlockPlacements);
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {2, 6, 16}, 23, -1, 1);
+  testing::ExpectForwardMatchesReference(*m, model, x);
+  testing::ExpectStepMatchesReference(*m, model, x, kLr);
+  EXPECT_TRUE(m->Remove().ok());
+  EXPECT_TRUE(testing::TensorsNamed(S(), name + ".").empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cluster, TransformerBlockTest,
+    ::testing::Combine(::testing::Values(BlockPlan{"megatron", kMegatron},
+                                         BlockPlan{"sequence_parallel", kSequenceParallel}),
+                       ::testing::Values(2, 4)),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param).name, "_world", std::get<1>(info.param));
+    });
+
+class VocabParallelEmbeddingTest : public ::testing::TestWithParam<int> {};
+
+// 30 tokens over 2 ranks (15 each) and over 4 (8, 8, 8, 6): every id is looked up by the one rank
+// whose range holds it.
+TEST_P(VocabParallelEmbeddingTest, ForwardAndStepMatchTheSingleProcess) {
+  const int world = GetParam();
+  const std::string name = absl::StrCat("vocab_", world);
+  absl::StatusOr<Weights> params =
+      RandomParameters(ParseModelSpec(kEmbeddingMlp).value(), /*seed=*/29);
+  ASSERT_TRUE(params.ok()) << params.status();
+  ReferenceModel model = ReferenceOf(kEmbeddingMlp, *params);
+  absl::StatusOr<Module> m = testing::LoadAndParallelize(*shared, name, kEmbeddingMlp, *params,
+                                                         MeshFor(world), kVocabParallel);
+  ASSERT_TRUE(m.ok()) << m.status() << shared->cluster.LogHint();
+  testing::ExpectPlacements(*m, kVocabPlacements);
+  const HostTensor ids = kernels::testing::RandomTensor(DType::kInt64, {3, 7}, 31, 0, kVocab - 1);
+  testing::ExpectForwardMatchesReference(*m, model, ids);
+  testing::ExpectStepMatchesReference(*m, model, ids, kLr);
+  EXPECT_TRUE(m->Remove().ok());
+  EXPECT_TRUE(testing::TensorsNamed(S(), name + ".").empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cluster, VocabParallelEmbeddingTest, ::testing::Values(2, 4),
+                         [](const auto& info) { return absl::StrCat("world", info.param); });
+
+}  // namespace
+}  // namespace tessera
