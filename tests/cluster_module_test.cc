@@ -583,7 +583,7 @@ TEST_P(ReferenceModelTest, ForwardAndStepsMatchTheSingleProcess) {
             .ok());
     grads = std::move(ref->grads);
   }
-  const Weights after = StateDict(*m, /*gradients=*/true);
+  const Weights after = testing::StateDictOf(*m, /*gradients=*/true);
   for (const auto& [fqn, t] : reference.params) {
     EXPECT_TRUE(Close(after.at(fqn + ".grad"), grads.at(fqn))) << fqn;
     EXPECT_TRUE(Close(after.at(fqn), t)) << fqn;
