@@ -735,6 +735,54 @@ TEST(ServingTest, BlockAndEmbeddingRefuseMalformedRequests) {
   EXPECT_TRUE(ids->Remove().ok());
 }
 
+// Token ids out of the vocabulary are refused naming the id, without batching and with it; in a
+// batch, only the request holding them fails, and the requests joined with it get their rows.
+TEST(ServingTest, AnIdOutOfRangeFailsOnlyItsOwnRequest) {
+  ReferenceModel reference;
+  absl::StatusOr<Module> m = LoadCase(kEmbeddingCase, "out_of_range", "grid", 17, &reference);
+  ASSERT_TRUE(m.ok()) << m.status();
+  // Four one-row requests fill a batch; the long delay keeps them from running apart.
+  ASSERT_TRUE(
+      m->Publish({.version = "1", .max_batch_size = 4, .max_queue_delay = absl::Seconds(20)}).ok());
+  ASSERT_TRUE(m->Publish({.version = "2"}).ok());
+  for (const int64_t id : {kVocab, int64_t{-1}}) {
+    HostTensor bad = WireInput(Wire::kInt64Raw, {1, 3}, 18);
+    bad.data_as<int64_t>()[1] = id;
+    EXPECT_TRUE(StatusIs(Infer(Request("out_of_range", "2", bad, Wire::kInt64Raw)).status(),
+                         absl::StatusCode::kInvalidArgument,
+                         {absl::StrCat("id ", id, " at position 1"), "outside [0, 30)"}));
+  }
+
+  constexpr int kRequests = 4;
+  std::vector<HostTensor> inputs;
+  for (int k = 0; k < kRequests; ++k) inputs.push_back(WireInput(Wire::kInt64Raw, {1, 3}, 40 + k));
+  inputs[2].data_as<int64_t>()[2] = kVocab + 1;
+  std::vector<absl::StatusOr<inference::ModelInferResponse>> responses(
+      kRequests, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kRequests; ++k) {
+    threads.emplace_back(
+        [&, k] { responses[k] = Infer(Request("out_of_range", "1", inputs[k], Wire::kInt64Raw)); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int k = 0; k < kRequests; ++k) {
+    SCOPED_TRACE(absl::StrCat("request ", k));
+    if (k == 2) {
+      EXPECT_TRUE(StatusIs(responses[k].status(), absl::StatusCode::kInvalidArgument,
+                           {"id 31 at position 2", "outside [0, 30)"}));
+      continue;
+    }
+    ASSERT_TRUE(responses[k].ok()) << responses[k].status();
+    absl::StatusOr<HostTensor> got = OutputOf(*responses[k], {1, 3, 16});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, ReferenceForward(reference, inputs[k]).value(),
+                             testing::kFloat32Rtol, testing::kFloat32Atol));
+  }
+  ExpectServedMatchesReference("out_of_range", "1", reference,
+                               WireInput(Wire::kInt64Raw, {4, 2}, 19), Wire::kInt64Raw, 16);
+  EXPECT_TRUE(m->Remove().ok());
+}
+
 // Removing a module unpublishes every version it published; deleting a mesh unpublishes the
 // modules on it.
 TEST(ServingTest, RemovingTheModuleOrItsMeshUnpublishes) {
