@@ -9,6 +9,7 @@
 // malformed requests refused with their codes and messages, the model answering as before after
 // them; unpublishing, removing the module and deleting its mesh.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -781,6 +782,63 @@ TEST(ServingTest, AnIdOutOfRangeFailsOnlyItsOwnRequest) {
   ExpectServedMatchesReference("out_of_range", "1", reference,
                                WireInput(Wire::kInt64Raw, {4, 2}, 19), Wire::kInt64Raw, 16);
   EXPECT_TRUE(m->Remove().ok());
+}
+
+// A module removed while requests to it are in flight, with batching on and off: every request
+// either gets the reference's rows or NOT_FOUND, none hangs, and afterwards the model is gone.
+TEST(ServingTest, RemovingAModuleWithRequestsInFlightAnswersEachOne) {
+  for (const int64_t max_batch_size : {int64_t{0}, int64_t{8}}) {
+    SCOPED_TRACE(absl::StrCat("max_batch_size ", max_batch_size));
+    const std::string name = absl::StrCat("busy_", max_batch_size);
+    ReferenceModel reference;
+    absl::StatusOr<Module> m = LoadCase(kMlpCase, name, "grid", 20, &reference);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_TRUE(
+        m->Publish({.max_batch_size = max_batch_size, .max_queue_delay = absl::Milliseconds(5)})
+            .ok());
+    constexpr int kThreads = 8;
+    constexpr int kRequestsEach = 12;
+    std::vector<std::vector<absl::StatusOr<HostTensor>>> outputs(kThreads);
+    std::vector<std::vector<HostTensor>> inputs(kThreads);
+    std::latch start(kThreads + 1);
+    std::atomic<int> finished = 0;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        start.arrive_and_wait();
+        for (int k = 0; k < kRequestsEach; ++k) {
+          inputs[t].push_back(WireInput(Wire::kFp32Raw, {1 + k % 2, 10}, 1000 + t * 100 + k));
+          absl::StatusOr<inference::ModelInferResponse> r =
+              Infer(Request(name, "", inputs[t].back(), Wire::kFp32Raw));
+          outputs[t].push_back(r.ok() ? OutputOf(*r, {1 + k % 2, 12}) : r.status());
+          ++finished;
+        }
+      });
+    }
+    start.arrive_and_wait();
+    // Removed once the requests are well under way.
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (finished < kThreads && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+    const absl::Status removed = m->Remove();
+    for (std::thread& t : threads) t.join();
+    ASSERT_TRUE(removed.ok()) << removed;
+    int answered = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      for (int k = 0; k < kRequestsEach; ++k) {
+        SCOPED_TRACE(absl::StrCat("thread ", t, " request ", k));
+        const absl::StatusOr<HostTensor>& got = outputs[t][k];
+        if (!got.ok()) {
+          EXPECT_TRUE(StatusIs(got.status(), absl::StatusCode::kNotFound, {name}));
+          continue;
+        }
+        ++answered;
+        EXPECT_TRUE(TensorsMatch(*got, ReferenceForward(reference, inputs[t][k]).value(),
+                                 testing::kFloat32Rtol, testing::kFloat32Atol));
+      }
+    }
+    EXPECT_GE(answered, kThreads);
+    EXPECT_FALSE(ModelReady(name));
+  }
 }
 
 // Removing a module unpublishes every version it published; deleting a mesh unpublishes the
