@@ -784,6 +784,31 @@ TEST(ServingTest, AnIdOutOfRangeFailsOnlyItsOwnRequest) {
   EXPECT_TRUE(m->Remove().ok());
 }
 
+// A published module serves the module as it is now: loaded whole, after parallelize_module, and
+// after a training step (output.sum() backward, SGD) the served forward equals the reference's
+// with the parameters of that moment.
+TEST(ServingTest, APublishedModuleServesItsCurrentLayoutAndParameters) {
+  const Weights params = RandomParameters(ParseModelSpec(kMlp).value(), 31).value();
+  ReferenceModel reference = testing::ReferenceOf(kMlp, params);
+  const std::string path = testing::WriteWeightsFile(shared->dir + "/evolving.safetensors", params);
+  absl::StatusOr<Module> m =
+      client::LoadModule(S(), kMlp, shared->meshes.at("grid"), "evolving", {.weights_path = path});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(m->Publish({.max_batch_size = 8}).ok());
+  const HostTensor x = WireInput(Wire::kFp32Raw, {3, 10}, 8);
+  ExpectServedMatchesReference("evolving", "", reference, x, Wire::kFp32Raw, 12);
+  absl::StatusOr<Module> p = client::ParallelizeModule(*m, "grid", kMlpPlan);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ExpectServedMatchesReference("evolving", "", reference, x, Wire::kFp32Raw, 12);
+  const ReferenceModel before = testing::ReferenceOf(kMlp, params);
+  testing::ExpectStepMatchesReference(*p, reference, x, /*lr=*/0.25);
+  ExpectServedMatchesReference("evolving", "", reference, x, Wire::kFp32Raw, 12);
+  // The step changed the output, so the comparison above tells the parameters apart.
+  EXPECT_FALSE(TensorsMatch(ReferenceForward(before, x).value(),
+                            ReferenceForward(reference, x).value(), 1e-3, 1e-3));
+  EXPECT_TRUE(p->Remove().ok());
+}
+
 // A module removed while requests to it are in flight, with batching on and off: every request
 // either gets the reference's rows or NOT_FOUND, none hangs, and afterwards the model is gone.
 TEST(ServingTest, RemovingAModuleWithRequestsInFlightAnswersEachOne) {
