@@ -1,14 +1,13 @@
 """Triton's Python client (tritonclient on PyPI) calling modules published on a real local cluster.
 
-`tessera up --workers 2` starts a coordinator and two CPU workers with mesh 'world';
-kserve_publish_module (tests/kserve_publish_module.cc) loads each module from a JSON spec and a
-safetensors file written here with numpy, parallelizes it by Megatron's colwise/rowwise plan and
-publishes it for KServe v2; the client's answers are compared with the same model in numpy.
+`tessera up --workers 2` starts a coordinator and two CPU workers with mesh 'world'; the `tessera
+module` CLI loads each module from a JSON spec and a safetensors file written here with numpy,
+parallelizes it by Megatron's colwise/rowwise plan and publishes it for KServe v2; the client's
+answers are compared with the same model in numpy.
 
 Optional: skips with a message when tritonclient (with its grpc extra) or numpy is not importable,
-or when the binaries are not built. Their paths come from $TESSERA_CLI and
-$TESSERA_PUBLISH_MODULE, else build/client/tessera and build/tests/kserve_publish_module under the
-repository.
+or when the CLI is not built. Its path comes from $TESSERA_CLI, else build/client/tessera under the
+repository (which finds the daemons beside it in the build tree).
 
     pip install "tritonclient[grpc]" pytest      # in a virtual environment
     pytest tests/python/test_kserve_module.py
@@ -40,9 +39,6 @@ except Exception as error:  # absent, or installed without its grpc extra
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CLI = pathlib.Path(os.environ.get("TESSERA_CLI", REPO / "build" / "client" / "tessera"))
-PUBLISHER = pathlib.Path(
-    os.environ.get("TESSERA_PUBLISH_MODULE", REPO / "build" / "tests" / "kserve_publish_module")
-)
 
 # float32 on the service against float64 in numpy.
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
@@ -126,7 +122,7 @@ def write_safetensors(path, tensors):
 
 
 class Cluster:
-    """`tessera up --workers 2` and the modules published on it."""
+    """`tessera up --workers 2`, and the `tessera module` commands run against it."""
 
     def __init__(self, directory):
         self.dir = directory
@@ -142,27 +138,28 @@ class Cluster:
             raise RuntimeError(f"tessera up ended without a coordinator address (exit {self.process.returncode})")
         self.client = grpcclient.InferenceServerClient(url=self.address)
 
-    def publish(self, name, spec, plan, weights, model="", version="", max_batch_size=0, max_queue_delay_us=500):
-        for suffix, text in (("json", json.dumps(spec)), ("plan.json", json.dumps(plan))):
-            (self.dir / f"{name}.{suffix}").write_text(text)
+    def load(self, name, spec, plan, weights):
+        """tessera module load, then tessera module parallelize by `plan`."""
+        (self.dir / f"{name}.json").write_text(json.dumps(spec))
+        (self.dir / f"{name}.plan.json").write_text(json.dumps(plan))
         write_safetensors(self.dir / f"{name}.safetensors", weights)
-        result = self.run_publisher(
-            "--name", name, "--spec", self.dir / f"{name}.json", "--weights", self.dir / f"{name}.safetensors",
-            "--plan", self.dir / f"{name}.plan.json", "--model", model, "--version", version,
-            "--max_batch_size", max_batch_size, "--max_queue_delay_us", max_queue_delay_us,
-        )
-        assert result.stdout.strip() == f"published {model or name} version {version or '1'}"
+        self.module("load", self.dir / f"{name}.json", "--weights", self.dir / f"{name}.safetensors",
+                    "--mesh", "world", "--name", name)
+        self.module("parallelize", name, "--plan", self.dir / f"{name}.plan.json")
 
-    def remove(self, name):
-        self.run_publisher("--remove", name)
+    def publish(self, name, version="1", max_batch_size=0, max_queue_delay_us=500):
+        out = self.module("publish", name, "--version", version, "--max-batch-size", max_batch_size,
+                          "--max-queue-delay-us", max_queue_delay_us)
+        assert out.startswith("published "), out
 
-    def run_publisher(self, *args):
+    def module(self, *args):
+        """`tessera module ARGS --coordinator ADDRESS`; its stdout, after checking it succeeded."""
         result = subprocess.run(
-            [str(PUBLISHER), "--coordinator", self.address, *map(str, args)],
+            [str(CLI), "module", *map(str, args), "--coordinator", self.address],
             capture_output=True, text=True, timeout=120,
         )
-        assert result.returncode == 0, result.stderr
-        return result
+        assert result.returncode == 0, f"tessera module {' '.join(map(str, args))}: {result.stderr}"
+        return result.stdout
 
     def stop(self):
         if self.process.poll() is None:
@@ -170,23 +167,22 @@ class Cluster:
         self.process.wait(timeout=60)
 
 
-MLP_V1 = mlp_weights(1)
-MLP_V2 = mlp_weights(2)
+MLP_WEIGHTS = mlp_weights(1)
 IDS = ids_weights(3)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    for binary in (CLI, PUBLISHER):
-        if not binary.exists():
-            pytest.skip(f"{binary} is not built (cmake --build build --target tessera kserve_publish_module)")
+    if not CLI.exists():
+        pytest.skip(f"{CLI} is not built (cmake --build build --target tessera)")
     c = Cluster(tmp_path_factory.mktemp("modules"))
     try:
-        # Model "mlp": version 1 and version 2 (the default) are two modules with their own weights.
-        c.publish("mlp_a", MLP_SPEC, MLP_PLAN, MLP_V1, model="mlp", version="1")
-        c.publish("mlp_b", MLP_SPEC, MLP_PLAN, MLP_V2, model="mlp", version="2")
-        c.publish("batched", MLP_SPEC, MLP_PLAN, MLP_V1, max_batch_size=8, max_queue_delay_us=20000)
-        c.publish("ids", IDS_SPEC, IDS_PLAN, IDS)
+        # Model "mlp": version 1 without batching, version 2 (the default) with it.
+        c.load("mlp", MLP_SPEC, MLP_PLAN, MLP_WEIGHTS)
+        c.publish("mlp", version="1")
+        c.publish("mlp", version="2", max_batch_size=8, max_queue_delay_us=20000)
+        c.load("ids", IDS_SPEC, IDS_PLAN, IDS)
+        c.publish("ids")
         yield c
     finally:
         c.stop()
@@ -228,15 +224,15 @@ def test_model_ready_and_metadata(cluster):
     assert [(t.name, t.datatype, list(t.shape)) for t in metadata.outputs] == [("output", "FP32", [-1, -1, 6])]
 
 
-@pytest.mark.parametrize("version,weights", [("", MLP_V2), ("1", MLP_V1), ("2", MLP_V2)], ids=["default", "v1", "v2"])
+@pytest.mark.parametrize("version", ["", "1", "2"], ids=["default", "v1", "v2"])
 @pytest.mark.parametrize("datatype,numpy_type", [("FP32", np.float32), ("FP16", np.float16), ("FP64", np.float64)])
 @pytest.mark.parametrize("rows", [1, 5])
-def test_mlp_infer(cluster, version, weights, datatype, numpy_type, rows):
+def test_mlp_infer(cluster, version, datatype, numpy_type, rows):
     x = inputs(rows, seed=rows).astype(numpy_type)
     result = infer(cluster.client, "mlp", x, datatype, version)
     y = result.as_numpy("output")
     assert y.dtype == np.float32 and y.shape == (rows, 12)
-    np.testing.assert_allclose(y, mlp(weights, x), **TOLERANCE)
+    np.testing.assert_allclose(y, mlp(MLP_WEIGHTS, x), **TOLERANCE)
     response = result.get_response()
     assert response.model_name == "mlp"
     assert response.model_version == (version or "2")
@@ -247,7 +243,7 @@ def test_bf16_input(cluster):
     ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes (tritonclient's BF16) is not installed")
     x = inputs(3, seed=9)
     y = infer(cluster.client, "mlp", x.astype(ml_dtypes.bfloat16), "BF16", "1").as_numpy("output")
-    np.testing.assert_allclose(y, mlp(MLP_V1, x), **TOLERANCE)
+    np.testing.assert_allclose(y, mlp(MLP_WEIGHTS, x), **TOLERANCE)
 
 
 def test_int64_token_ids(cluster):
@@ -257,13 +253,14 @@ def test_int64_token_ids(cluster):
     np.testing.assert_allclose(y, ids_model(IDS, ids), **TOLERANCE)
 
 
+@pytest.mark.parametrize("version", ["1", "2"], ids=["unbatched", "batched"])
 @pytest.mark.parametrize("max_rows", [1, 3])
-def test_concurrent_requests_to_a_batched_module(cluster, max_rows):
+def test_concurrent_requests_get_their_own_rows(cluster, version, max_rows):
     xs = [inputs(1 + k % max_rows, seed=100 + k) for k in range(16)]
     results = [None] * len(xs)
 
     def run(k):
-        results[k] = infer(cluster.client, "batched", xs[k], "FP32").as_numpy("output")
+        results[k] = infer(cluster.client, "mlp", xs[k], "FP32", version).as_numpy("output")
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(len(xs))]
     for t in threads:
@@ -271,12 +268,17 @@ def test_concurrent_requests_to_a_batched_module(cluster, max_rows):
     for t in threads:
         t.join()
     for k, x in enumerate(xs):
-        np.testing.assert_allclose(results[k], mlp(MLP_V1, x), **TOLERANCE)
+        np.testing.assert_allclose(results[k], mlp(MLP_WEIGHTS, x), **TOLERANCE)
 
 
-def out_of_vocabulary():
-    ids = np.array([[1, 2, VOCAB]], dtype=np.int64)
-    return ids
+def expect_models_answer(client):
+    """Every published version answers as numpy."""
+    x = inputs(2, seed=5)
+    for version in ("1", "2"):
+        np.testing.assert_allclose(infer(client, "mlp", x, "FP32", version).as_numpy("output"), mlp(MLP_WEIGHTS, x),
+                                   **TOLERANCE)
+    ids = np.array([[0, 29, 7]], dtype=np.int64)
+    np.testing.assert_allclose(infer(client, "ids", ids, "INT64").as_numpy("output"), ids_model(IDS, ids), **TOLERANCE)
 
 
 @pytest.mark.parametrize(
@@ -287,9 +289,9 @@ def out_of_vocabulary():
         ("mlp", "", "x", inputs(2), "FP32", "StatusCode.INVALID_ARGUMENT", "'x'"),
         ("mlp", "", "input", inputs(2, 9), "FP32", "StatusCode.INVALID_ARGUMENT", "[2, 9]"),
         ("mlp", "", "input", inputs(2).astype(np.int64), "INT64", "StatusCode.INVALID_ARGUMENT", "INT64"),
-        ("batched", "", "input", inputs(9), "FP32", "StatusCode.INVALID_ARGUMENT", "max_batch_size 8"),
+        ("mlp", "2", "input", inputs(9), "FP32", "StatusCode.INVALID_ARGUMENT", "max_batch_size 8"),
         ("ids", "", "input", inputs(2, 3), "FP32", "StatusCode.INVALID_ARGUMENT", "FP32"),
-        ("ids", "", "input", out_of_vocabulary(), "INT64", "StatusCode.INVALID_ARGUMENT", f"id {VOCAB}"),
+        ("ids", "", "input", np.array([[1, 2, VOCAB]], dtype=np.int64), "INT64", "StatusCode.INVALID_ARGUMENT", "id 30"),
     ],
     ids=["unknown_model", "unknown_version", "input_name", "shape", "datatype", "rows", "ids_datatype", "id_range"],
 )
@@ -298,17 +300,22 @@ def test_bad_requests_are_refused_and_the_model_answers_after(cluster, model, ve
         infer(cluster.client, model, x, datatype, version, name)
     assert error.value.status() == status
     assert named in error.value.message()
-    x = inputs(2, seed=5)
-    np.testing.assert_allclose(infer(cluster.client, "batched", x, "FP32").as_numpy("output"), mlp(MLP_V1, x), **TOLERANCE)
+    expect_models_answer(cluster.client)
 
 
-def test_a_removed_module_is_not_served(cluster):
-    cluster.publish("gone", MLP_SPEC, MLP_PLAN, MLP_V1, version="4")
+def test_unpublished_and_removed_modules_are_not_served(cluster):
+    cluster.load("gone", MLP_SPEC, MLP_PLAN, MLP_WEIGHTS)
+    cluster.publish("gone", version="4")
     assert cluster.client.is_model_ready("gone", "4")
     x = inputs(2, seed=6)
-    np.testing.assert_allclose(infer(cluster.client, "gone", x, "FP32").as_numpy("output"), mlp(MLP_V1, x), **TOLERANCE)
-    cluster.remove("gone")
+    np.testing.assert_allclose(infer(cluster.client, "gone", x, "FP32").as_numpy("output"), mlp(MLP_WEIGHTS, x), **TOLERANCE)
+    cluster.module("unpublish", "gone")
+    assert not cluster.client.is_model_ready("gone")
+    cluster.publish("gone", version="5")
+    assert cluster.client.is_model_ready("gone", "5")
+    cluster.module("rm", "gone")
     assert not cluster.client.is_model_ready("gone")
     with pytest.raises(InferenceServerException) as error:
         infer(cluster.client, "gone", x, "FP32")
     assert error.value.status() == "StatusCode.NOT_FOUND"
+    assert "'gone'" in error.value.message()
