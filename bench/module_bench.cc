@@ -6,6 +6,8 @@
 //
 //   module_bench [--iterations=20] [--rounds=5] [--block_iterations=4] [--infer_seconds=3]
 //                [--torch_python=PYTHON --torch_peer=bench/torch_tp_peer.py] [--json=out.json]
+//                [--sections=mlp,step,block,infer] [--mlp_hidden=8 (the service's fixed cost)]
+//                [--coordinator_binary=... --worker_binary=... (another build's daemons, for A/B)]
 //
 // What is timed (client wall clock, float32, every figure a median over --rounds alternations of
 // the service and its in-process yardstick):
@@ -75,6 +77,8 @@ ABSL_FLAG(std::string, torch_peer, "", "Path of bench/torch_tp_peer.py");
 ABSL_FLAG(int, torch_iterations, 50, "Timed forwards and steps of the torch peer");
 ABSL_FLAG(std::string, json, "", "Where to write the results as JSON");
 ABSL_FLAG(bool, keep_logs, false, "Keep the cluster's and the peer's logs");
+ABSL_FLAG(std::string, coordinator_binary, "", "tessera-coordinator to run; found if empty");
+ABSL_FLAG(std::string, worker_binary, "", "tessera-worker to run; found if empty");
 
 namespace tessera {
 namespace {
@@ -566,6 +570,8 @@ absl::Status Run(const std::string& dir, Results& r) {
   LocalClusterOptions options;
   options.workers = kWorkers;
   options.log_dir = dir + "/cluster";
+  options.coordinator_binary = absl::GetFlag(FLAGS_coordinator_binary);
+  options.worker_binary = absl::GetFlag(FLAGS_worker_binary);
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   Processes processes;
   ASSIGN_OR_RETURN(processes.coordinator, ChildNamed("tessera-coordinator"));
