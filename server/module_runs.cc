@@ -78,6 +78,19 @@ absl::StatusOr<HostTensor> Filled(DType dtype, const Shape& shape, double value)
       absl::StrCat("an output gradient of ", DTypeName(dtype), "; float32 or float64"));
 }
 
+// The full output from the outputs of the tp group's first rank of each data-parallel group (in
+// row-major order), for an output replicated over the tp mesh dim `tp`: the one rank's on a mesh of
+// the tp dim alone; else those put together along the batch, which the other mesh dims shard.
+absl::StatusOr<HostTensor> AssembleReplicated(std::vector<HostTensor> locals,
+                                              const DeviceMesh& mesh, int tp) {
+  if (mesh.ndim() == 1 && locals.size() == 1) return std::move(locals[0]);
+  Shape groups = mesh.shape();
+  groups.erase(groups.begin() + tp);
+  ASSIGN_OR_RETURN(const DeviceMesh data_parallel, DeviceMesh::Create(mesh.device_type(), groups));
+  return AssembleEdge(std::move(locals), data_parallel,
+                      std::vector<Placement>(groups.size(), Placement::Shard(0)));
+}
+
 // Marks the write of each of `tensors` done with `status`.
 void CompleteWrites(const std::vector<std::shared_ptr<DTensorEntry>>& tensors,
                     const absl::Status& status) {
@@ -96,8 +109,15 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalInputs(const ModuleEntr
   const DeviceMesh& mesh = module.mesh->mesh;
   if (input.full.has_value()) {
     RETURN_IF_ERROR(CheckModelInput(program.input, input.full->dtype(), input.full->shape()));
-    return SplitEdge(*input.full, mesh,
-                     EdgePlacements(mesh, program.tp_mesh_dim, program.input_layout.placement));
+    const std::vector<Placement> placements =
+        EdgePlacements(mesh, program.tp_mesh_dim, program.input_layout.placement);
+    if (std::all_of(placements.begin(), placements.end(),
+                    [](const Placement& p) { return p.is_replicate(); })) {
+      std::vector<HostTensor> whole;
+      whole.push_back(*std::move(input.full));
+      return whole;
+    }
+    return SplitEdge(*input.full, mesh, placements);
   }
   if (static_cast<int64_t>(input.locals.size()) != mesh.size()) {
     return absl::InvalidArgumentError(
@@ -148,14 +168,15 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalGradients(const ModuleE
 std::vector<v1::Command> ModuleRuns::Commands(const ModuleEntry& module,
                                               const std::vector<HostTensor>& inputs,
                                               const std::vector<HostTensor>& grads,
-                                              const StepOptions* step, bool return_output) {
-  std::vector<v1::Command> commands(inputs.size());
-  for (size_t r = 0; r < inputs.size(); ++r) {
+                                              const StepOptions* step,
+                                              const std::vector<bool>& returned) {
+  std::vector<v1::Command> commands(static_cast<size_t>(module.mesh->mesh.size()));
+  for (size_t r = 0; r < commands.size(); ++r) {
     v1::RunProgram* run = commands[r].mutable_run_program();
     run->set_mesh_id(module.mesh->id);
     run->set_program_id(module.program_id);
-    *run->mutable_input() = ToProto(inputs[r]);
-    run->set_return_output(return_output);
+    *run->mutable_input() = ToProto(inputs[inputs.size() == 1 ? 0 : r]);
+    run->set_return_output(returned[r]);
     if (step == nullptr) continue;
     run->set_train(true);
     run->set_loss_sum(grads.empty());
@@ -166,7 +187,7 @@ std::vector<v1::Command> ModuleRuns::Commands(const ModuleEntry& module,
 }
 
 absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
-    const ModuleEntry& module, std::vector<v1::Command> commands, bool return_output,
+    const ModuleEntry& module, std::vector<v1::Command> commands, const std::vector<bool>& returned,
     absl::Time deadline, std::function<void(const absl::Status&)> done) {
   absl::StatusOr<std::vector<WorkerHandle>> workers = tensors_->meshes().ReadyWorkers(*module.mesh);
   if (!workers.ok()) {
@@ -193,8 +214,8 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
                         absl::StrCat("module '", module.name, "': ", state->status.message()));
   }
   std::vector<HostTensor> outputs;
-  if (!return_output) return outputs;
   for (size_t r = 0; r < state->replies.size(); ++r) {
+    if (!returned[r]) continue;
     absl::StatusOr<HostTensor> out = FromProto(state->replies[r].output());
     if (!out.ok()) {
       return absl::DataLossError(absl::StrCat("rank ", r, "'s output: ", out.status().message()));
@@ -202,6 +223,15 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
     outputs.push_back(*std::move(out));
   }
   return outputs;
+}
+
+std::vector<bool> ModuleRuns::ReturnedOutputs(const ModuleEntry& module, RunOutputs outputs) {
+  const DeviceMesh& mesh = module.mesh->mesh;
+  const int tp = module.program.tp_mesh_dim;
+  std::vector<bool> returned(static_cast<size_t>(mesh.size()), outputs.full || outputs.locals);
+  if (outputs.locals || !module.program.output_layout.placement.is_replicate()) return returned;
+  for (int64_t r = 0; r < mesh.size(); ++r) returned[r] = mesh.CoordinateOfIndex(r)[tp] == 0;
+  return returned;
 }
 
 absl::StatusOr<RunResult> ModuleRuns::Result(const ModuleEntry& module,
@@ -216,8 +246,11 @@ absl::StatusOr<RunResult> ModuleRuns::Result(const ModuleEntry& module,
   if (outputs.full) {
     const DeviceMesh& mesh = module.mesh->mesh;
     absl::StatusOr<HostTensor> full =
-        AssembleEdge(std::move(locals), mesh,
-                     EdgePlacements(mesh, program.tp_mesh_dim, program.output_layout.placement));
+        static_cast<int64_t>(locals.size()) == mesh.size()
+            ? AssembleEdge(
+                  std::move(locals), mesh,
+                  EdgePlacements(mesh, program.tp_mesh_dim, program.output_layout.placement))
+            : AssembleReplicated(std::move(locals), mesh, program.tp_mesh_dim);
     if (!full.ok()) {
       return absl::DataLossError(
           absl::StrCat("the ranks' outputs of module '", module.name,
@@ -236,10 +269,10 @@ absl::StatusOr<RunResult> ModuleRuns::Forward(ModuleEntry& module, RunInput inpu
   }
   RETURN_IF_ERROR(programs_->MeshReady(*module.mesh));
   ASSIGN_OR_RETURN(std::vector<HostTensor> locals, LocalInputs(module, std::move(input)));
-  const bool want = outputs.full || outputs.locals;
+  const std::vector<bool> returned = ReturnedOutputs(module, outputs);
   ASSIGN_OR_RETURN(
       std::vector<HostTensor> out,
-      Run(module, Commands(module, locals, {}, nullptr, want), want, deadline, nullptr));
+      Run(module, Commands(module, locals, {}, nullptr, returned), returned, deadline, nullptr));
   return Result(module, std::move(out), outputs);
 }
 
@@ -283,9 +316,9 @@ absl::StatusOr<RunResult> ModuleRuns::Step(ModuleEntry& module, RunInput input, 
       gradients.push_back(*std::move(g));
     }
   }
-  const bool want = outputs.full || outputs.locals;
+  const std::vector<bool> returned = ReturnedOutputs(module, outputs);
   absl::StatusOr<std::vector<HostTensor>> out =
-      Run(module, Commands(module, locals, grads, &step, want), want, deadline,
+      Run(module, Commands(module, locals, grads, &step, returned), returned, deadline,
           [fresh, gradients](const absl::Status& status) {
             if (fresh) CompleteWrites(gradients, status);
           });
