@@ -26,9 +26,15 @@
 #include "tessera/v1/module.grpc.pb.h"
 #include "tests/cluster_fixture.h"
 #include "tests/module_cluster.h"
+#include "tests/test_models.h"
 
 namespace tessera {
 namespace {
+
+using ::tessera::testing::kEmbeddingHead;
+using ::tessera::testing::kMegatron;
+using ::tessera::testing::kMlpPlan;
+using ::tessera::testing::kSequenceParallel;
 
 using ::tessera::client::Module;
 using ::tessera::client::Session;
@@ -40,9 +46,6 @@ constexpr char kMlpSpec[] = R"({"type": "Module", "children": [
   {"name": "net1", "type": "Linear", "in_features": 10, "out_features": 16},
   {"name": "relu", "type": "ReLU"},
   {"name": "net2", "type": "Linear", "in_features": 16, "out_features": 12}]})";
-// torch's Megatron-style MLP plan.
-constexpr char kMlpPlan[] = R"({"plan": {"net1": "ColwiseParallel", "net2": "RowwiseParallel"}})";
-
 testing::ModuleCluster* shared = nullptr;
 const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment([] {
   LocalClusterOptions options = testing::TestClusterOptions(4);
@@ -482,33 +485,8 @@ TEST(ModuleTest, PublishServesTheModuleUntilUnpublished) {
 // plans, on both meshes, against the single-process reference (reference/module_reference.h): the
 // forward, and two training steps with momentum (gradients and parameters after).
 
-constexpr char kBlock[] =
-    R"json({"type": "Module", "input": {"dtype": "float64", "shape": [-1, -1, 8]},
-  "children": [
-    {"name": "attn", "type": "Module", "residual": true, "children": [
-      {"name": "norm", "type": "LayerNorm", "normalized_shape": 8},
-      {"name": "attention", "type": "Attention", "dim": 8, "n_heads": 4, "causal": true}]},
-    {"name": "mlp", "type": "Module", "residual": true, "children": [
-      {"name": "norm", "type": "RMSNorm", "normalized_shape": 8},
-      {"name": "net1", "type": "Linear", "in_features": 8, "out_features": 32},
-      {"name": "act", "type": "GELU", "approximate": "tanh"},
-      {"name": "net2", "type": "Linear", "in_features": 32, "out_features": 8}]}]})json";
-constexpr char kMegatron[] = R"json({"plan": {
-  "attn.attention.[qkv]": "ColwiseParallel", "attn.attention.o": "RowwiseParallel",
-  "mlp.net1": "ColwiseParallel", "mlp.net2": "RowwiseParallel"}})json";
-constexpr char kSequenceParallel[] = R"json({"plan": {
-  "attn.norm": "SequenceParallel",
-  "attn.attention.[qkv]": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
-  "attn.attention.o": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"},
-  "mlp.norm": "SequenceParallel",
-  "mlp.net1": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
-  "mlp.net2": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"}}})json";
-constexpr char kEmbeddingHead[] = R"json({"type": "Module",
-  "input": {"dtype": "int64", "shape": [-1, -1]},
-  "children": [
-    {"name": "tok", "type": "Embedding", "num_embeddings": 20, "embedding_dim": 8},
-    {"name": "norm", "type": "LayerNorm", "normalized_shape": 8},
-    {"name": "head", "type": "Linear", "in_features": 8, "out_features": 20}]})json";
+constexpr const char* kBlock = testing::kBlockDim8Float64;
+
 constexpr char kEmbeddingPlan[] = R"json({"plan": {"tok": "RowwiseParallel",
   "head": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json";
 

@@ -40,9 +40,14 @@
 #include "tests/cluster_fixture.h"
 #include "tests/module_cluster.h"
 #include "tests/status_assertions.h"
+#include "tests/test_models.h"
 
 namespace tessera {
 namespace {
+
+using ::tessera::testing::kMegatron;
+using ::tessera::testing::kMlpPlan;
+using ::tessera::testing::kVocabParallel;
 
 using ::tessera::client::Module;
 using ::tessera::testing::StatusIs;
@@ -65,25 +70,7 @@ constexpr char kMlp[] = R"js({"type": "Module", "children": [
   {"name": "net1", "type": "Linear", "in_features": 10, "out_features": 16},
   {"name": "relu", "type": "ReLU"},
   {"name": "net2", "type": "Linear", "in_features": 16, "out_features": 12}]})js";
-constexpr char kMlpPlan[] =
-    R"js({"plan": {"net1": "ColwiseParallel", "net2": "RowwiseParallel"}})js";
-
-// A pre-norm transformer block on [batch, seq, 16]: 4 heads, a 64-wide MLP.
-constexpr char kBlock[] =
-    R"js({"type": "Module", "input": {"dtype": "float32", "shape": [-1, -1, 16]},
-  "children": [
-    {"name": "attn", "type": "Module", "residual": true, "children": [
-      {"name": "norm", "type": "LayerNorm", "normalized_shape": 16},
-      {"name": "attention", "type": "Attention", "dim": 16, "n_heads": 4, "causal": true}]},
-    {"name": "mlp", "type": "Module", "residual": true, "children": [
-      {"name": "norm", "type": "RMSNorm", "normalized_shape": 16},
-      {"name": "net1", "type": "Linear", "in_features": 16, "out_features": 64},
-      {"name": "act", "type": "GELU", "approximate": "tanh"},
-      {"name": "net2", "type": "Linear", "in_features": 64, "out_features": 16}]}]})js";
-// Megatron: q, k, v colwise (heads split), o rowwise; the MLP colwise then rowwise.
-constexpr char kMegatron[] = R"js({"plan": {
-  "attn.attention.[qkv]": "ColwiseParallel", "attn.attention.o": "RowwiseParallel",
-  "mlp.net1": "ColwiseParallel", "mlp.net2": "RowwiseParallel"}})js";
+constexpr const char* kBlock = testing::kBlockDim16Float32;
 
 // Token ids [batch, seq] -> an Embedding of 30 tokens -> an MLP.
 constexpr int64_t kVocab = 30;
@@ -92,11 +79,6 @@ constexpr char kEmbedding[] = R"js({"type": "Module", "children": [
   {"name": "net1", "type": "Linear", "in_features": 16, "out_features": 32},
   {"name": "relu", "type": "ReLU"},
   {"name": "net2", "type": "Linear", "in_features": 32, "out_features": 16}]})js";
-// The vocabulary split over the ranks, then the MLP colwise and rowwise.
-constexpr char kVocabParallel[] = R"js({"plan": {
-  "tok": {"style": "RowwiseParallel", "input_layouts": "Replicate()"},
-  "net1": "ColwiseParallel", "net2": "RowwiseParallel"}})js";
-
 // How a request carries its input.
 enum class Wire { kFp32Raw, kFp32Typed, kFp16Raw, kBf16Raw, kFp64Raw, kInt64Raw, kInt64Typed };
 

@@ -19,9 +19,14 @@
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
 #include "tests/module_cluster.h"
+#include "tests/test_models.h"
 
 namespace tessera {
 namespace {
+
+using ::tessera::testing::kMegatron;
+using ::tessera::testing::kSequenceParallel;
+using ::tessera::testing::kVocabParallel;
 
 using ::tessera::client::Module;
 using ::tessera::testing::ReferenceOf;
@@ -38,33 +43,7 @@ std::string MeshFor(int world) { return absl::StrCat("tp", world); }
 
 constexpr double kLr = 0.25;
 
-// A pre-norm transformer block on [batch, seq, 16]: 4 heads, a 64-wide MLP.
-constexpr char kBlock[] =
-    R"js({"type": "Module", "input": {"dtype": "float32", "shape": [-1, -1, 16]},
-  "children": [
-    {"name": "attn", "type": "Module", "residual": true, "children": [
-      {"name": "norm", "type": "LayerNorm", "normalized_shape": 16},
-      {"name": "attention", "type": "Attention", "dim": 16, "n_heads": 4, "causal": true}]},
-    {"name": "mlp", "type": "Module", "residual": true, "children": [
-      {"name": "norm", "type": "RMSNorm", "normalized_shape": 16},
-      {"name": "net1", "type": "Linear", "in_features": 16, "out_features": 64},
-      {"name": "act", "type": "GELU", "approximate": "tanh"},
-      {"name": "net2", "type": "Linear", "in_features": 64, "out_features": 16}]}]})js";
-
-// Megatron: q, k, v colwise (heads split), o rowwise; the MLP colwise then rowwise.
-constexpr char kMegatron[] = R"js({"plan": {
-  "attn.attention.[qkv]": "ColwiseParallel", "attn.attention.o": "RowwiseParallel",
-  "mlp.net1": "ColwiseParallel", "mlp.net2": "RowwiseParallel"}})js";
-
-// Sequence parallel: the norms on sequence shards, gathered before q/k/v and net1, and the
-// rowwise outputs reduce-scattered back to sequence shards.
-constexpr char kSequenceParallel[] = R"js({"plan": {
-  "attn.norm": "SequenceParallel",
-  "attn.attention.[qkv]": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
-  "attn.attention.o": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"},
-  "mlp.norm": "SequenceParallel",
-  "mlp.net1": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
-  "mlp.net2": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"}}})js";
+constexpr const char* kBlock = testing::kBlockDim16Float32;
 
 // Token ids [batch, seq] -> an Embedding of 30 tokens -> an MLP.
 constexpr int64_t kVocab = 30;
@@ -75,12 +54,6 @@ constexpr char kEmbeddingMlp[] =
     {"name": "net1", "type": "Linear", "in_features": 16, "out_features": 32},
     {"name": "relu", "type": "ReLU"},
     {"name": "net2", "type": "Linear", "in_features": 32, "out_features": 16}]})js";
-
-// The vocabulary split over the ranks (each looks up the ids in its range, the partial
-// embeddings summed), then the MLP colwise and rowwise.
-constexpr char kVocabParallel[] = R"js({"plan": {
-  "tok": {"style": "RowwiseParallel", "input_layouts": "Replicate()"},
-  "net1": "ColwiseParallel", "net2": "RowwiseParallel"}})js";
 
 const Placement kR = Placement::Replicate(), kS0 = Placement::Shard(0), kS1 = Placement::Shard(1);
 

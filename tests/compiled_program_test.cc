@@ -14,9 +14,14 @@
 #include "core/program_check.h"
 #include "gtest/gtest.h"
 #include "tests/program_cluster.h"
+#include "tests/test_models.h"
 
 namespace tessera {
 namespace {
+
+using ::tessera::testing::kEmbeddingHead;
+using ::tessera::testing::kMegatron;
+using ::tessera::testing::kSequenceParallel;
 
 using ::tessera::testing::Cluster;
 using ::tessera::testing::ExpectOutputs;
@@ -41,36 +46,7 @@ constexpr char kMlp[] = R"json({"type": "Module", "input": {"dtype": "float64", 
     {"name": "relu", "type": "ReLU"},
     {"name": "net2", "type": "Linear", "in_features": 16, "out_features": 10}]})json";
 
-constexpr char kBlock[] =
-    R"json({"type": "Module", "input": {"dtype": "float64", "shape": [-1, -1, 8]},
-  "children": [
-    {"name": "attn", "type": "Module", "residual": true, "children": [
-      {"name": "norm", "type": "LayerNorm", "normalized_shape": 8},
-      {"name": "attention", "type": "Attention", "dim": 8, "n_heads": 4, "causal": true}]},
-    {"name": "mlp", "type": "Module", "residual": true, "children": [
-      {"name": "norm", "type": "RMSNorm", "normalized_shape": 8},
-      {"name": "net1", "type": "Linear", "in_features": 8, "out_features": 32},
-      {"name": "act", "type": "GELU", "approximate": "tanh"},
-      {"name": "net2", "type": "Linear", "in_features": 32, "out_features": 8}]}]})json";
-
-constexpr char kMegatron[] = R"json({"plan": {
-  "attn.attention.[qkv]": "ColwiseParallel", "attn.attention.o": "RowwiseParallel",
-  "mlp.net1": "ColwiseParallel", "mlp.net2": "RowwiseParallel"}})json";
-
-constexpr char kSequenceParallel[] = R"json({"plan": {
-  "attn.norm": "SequenceParallel",
-  "attn.attention.[qkv]": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
-  "attn.attention.o": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"},
-  "mlp.norm": "SequenceParallel",
-  "mlp.net1": {"style": "ColwiseParallel", "input_layouts": "Shard(1)"},
-  "mlp.net2": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"}}})json";
-
-constexpr char kEmbeddingHead[] = R"json({"type": "Module",
-  "input": {"dtype": "int64", "shape": [-1, -1]},
-  "children": [
-    {"name": "tok", "type": "Embedding", "num_embeddings": 20, "embedding_dim": 8},
-    {"name": "norm", "type": "LayerNorm", "normalized_shape": 8},
-    {"name": "head", "type": "Linear", "in_features": 8, "out_features": 20}]})json";
+constexpr const char* kBlock = testing::kBlockDim8Float64;
 
 struct CompiledCase {
   std::string name;
