@@ -39,6 +39,8 @@ absl::string_view ProgramOpKindName(ProgramOpKind kind) {
       return "chunk";
     case ProgramOpKind::kAllToAll:
       return "all_to_all";
+    case ProgramOpKind::kGatherParameter:
+      return "gather_parameter";
     case ProgramOpKind::kLinearBackward:
       return "linear_backward";
     case ProgramOpKind::kEmbeddingBackward:
@@ -57,10 +59,26 @@ absl::string_view ProgramOpKindName(ProgramOpKind kind) {
       return "scale";
     case ProgramOpKind::kBiasAddBackward:
       return "bias_add_backward";
+    case ProgramOpKind::kShardGrad:
+      return "shard_grad";
     case ProgramOpKind::kGradAllReduce:
       return "grad_all_reduce";
   }
   return "invalid";
+}
+
+std::vector<int> StepReads(const ProgramStep& step) {
+  std::vector<int> reads = step.inputs;
+  if (step.weight_buffer >= 0) reads.push_back(step.weight_buffer);
+  if (step.bias_buffer >= 0) reads.push_back(step.bias_buffer);
+  return reads;
+}
+
+std::vector<int> StepWrites(const ProgramStep& step) {
+  std::vector<int> writes = step.outputs;
+  if (step.weight_grad_buffer >= 0) writes.push_back(step.weight_grad_buffer);
+  if (step.bias_grad_buffer >= 0) writes.push_back(step.bias_grad_buffer);
+  return writes;
 }
 
 namespace {
@@ -880,6 +898,7 @@ void AddDataParallel(Program& program, int dp_mesh_dim) {
     step.module = program.parameters[i].fqn;
     program.backward.push_back(std::move(step));
   }
+  program.data_parallel_dims.push_back(dp_mesh_dim);
 }
 
 }  // namespace tessera

@@ -97,7 +97,7 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalInputs(const ModuleEntr
   if (input.full.has_value()) {
     RETURN_IF_ERROR(CheckModelInput(program.input, input.full->dtype(), input.full->shape()));
     return SplitEdge(*input.full, mesh,
-                     EdgePlacements(mesh, program.tp_mesh_dim, program.input_layout.placement));
+                     EdgePlacements(mesh, program, program.input_layout.placement));
   }
   if (static_cast<int64_t>(input.locals.size()) != mesh.size()) {
     return absl::InvalidArgumentError(
@@ -121,7 +121,7 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalGradients(const ModuleE
                                                                    const StepOptions& step) {
   const Program& program = module.program;
   const DeviceMesh& mesh = module.mesh->mesh;
-  const int64_t groups = mesh.size() / mesh.size(program.tp_mesh_dim);
+  const int64_t groups = DataParallelSize(mesh, program);
   if (step.loss_sum && groups == 1) return std::vector<HostTensor>();
   const Shape output_shape = OutputShapeFor(program, input_shape);
   HostTensor grad;
@@ -140,9 +140,9 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalGradients(const ModuleE
   // The program averages gradients over the data-parallel groups; scaled by their number, the
   // average is the gradient of the whole batch's loss, as one process computes it.
   if (groups > 1) RETURN_IF_ERROR(Scale(grad, static_cast<double>(groups)));
-  return SplitEdge(grad, mesh,
-                   EdgePlacements(mesh, program.tp_mesh_dim,
-                                  GradientPlacement(program.output_layout.placement)));
+  return SplitEdge(
+      grad, mesh,
+      EdgePlacements(mesh, program, GradientPlacement(program.output_layout.placement)));
 }
 
 std::vector<v1::Command> ModuleRuns::Commands(const ModuleEntry& module,
@@ -215,9 +215,8 @@ absl::StatusOr<RunResult> ModuleRuns::Result(const ModuleEntry& module,
   }
   if (outputs.full) {
     const DeviceMesh& mesh = module.mesh->mesh;
-    absl::StatusOr<HostTensor> full =
-        AssembleEdge(std::move(locals), mesh,
-                     EdgePlacements(mesh, program.tp_mesh_dim, program.output_layout.placement));
+    absl::StatusOr<HostTensor> full = AssembleEdge(
+        std::move(locals), mesh, EdgePlacements(mesh, program, program.output_layout.placement));
     if (!full.ok()) {
       return absl::DataLossError(
           absl::StrCat("the ranks' outputs of module '", module.name,
@@ -261,10 +260,9 @@ absl::StatusOr<RunResult> ModuleRuns::Step(ModuleEntry& module, RunInput input, 
     std::vector<Shape> shapes;
     for (const HostTensor& t : locals) shapes.push_back(t.shape());
     const Program& program = module.program;
-    ASSIGN_OR_RETURN(input_shape,
-                     AssembledShape(shapes, module.mesh->mesh,
-                                    EdgePlacements(module.mesh->mesh, program.tp_mesh_dim,
-                                                   program.input_layout.placement)));
+    ASSIGN_OR_RETURN(input_shape, AssembledShape(shapes, module.mesh->mesh,
+                                                 EdgePlacements(module.mesh->mesh, program,
+                                                                program.input_layout.placement)));
   }
   ASSIGN_OR_RETURN(std::vector<HostTensor> grads, LocalGradients(module, input_shape, step));
   // The gradients' DTensors: made by the first step, written again by each one after.

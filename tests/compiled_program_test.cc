@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/module_program.h"
 #include "core/program_check.h"
+#include "core/program_edges.h"
 #include "gtest/gtest.h"
 #include "tests/program_cluster.h"
 
@@ -176,8 +177,7 @@ TEST_P(CompiledProgramTest, ShardedRunEqualsOneWorker) {
   ASSERT_TRUE(forward[0].status.ok());
   const HostTensor output = FromProto(forward[0].reply.output()).value();
   const HostTensor dy = Random(output.shape(), 8);
-  int64_t dp = 1;
-  for (int m = 0; m < mesh.ndim(); ++m) dp *= m == sharded->tp_mesh_dim ? 1 : mesh.size(m);
+  const int64_t dp = DataParallelSize(mesh, *sharded);
   HostTensor dy_single = dy.Clone();
   for (int64_t i = 0; i < dy_single.num_elements(); ++i) dy_single.data_as<double>()[i] /= dp;
   RunEverywhere(one, *single, input,
