@@ -150,8 +150,12 @@ struct Program {
 absl::StatusOr<Program> CompileParallelize(const ModelSpec& model, const ParallelizePlan& plan,
                                            const DeviceMesh& mesh);
 
-// Compiles `model` under distribute_module: each parameter's placements from `plan`, computed on
-// as DTensor would (a sharded parameter is gathered before use). Activations stay Replicate.
+// Compiles `model` under distribute_module: each parameter's placements (Shard or Replicate, one
+// per mesh dim) from `plan`, computed on as DTensor would with replicated activations. A
+// parameter sharded on some mesh dim is gathered whole before the step that uses it
+// (kGatherParameter), and its whole gradient, the same on every rank, is cut to this rank's
+// shard (kShardGrad). Activations stay Replicate on every mesh dim: no mesh dim splits the batch
+// and no gradient is reduced. INVALID_ARGUMENT as DistributePlacements and CompileParallelize.
 absl::StatusOr<Program> CompileDistribute(const ModelSpec& model, const DistributePlan& plan,
                                           const DeviceMesh& mesh);
 
