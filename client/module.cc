@@ -78,7 +78,7 @@ absl::StatusOr<ModuleOutput> RunForward(const Module& module, const HostTensor* 
   InputToWire(locals, full, request.mutable_input());
   request.set_outputs(ToWire(outputs));
   grpc::ClientContext context;
-  impl->Prepare(&context);
+  impl->Prepare(&context, kTransferTimeout);
   v1::ForwardReply reply;
   RETURN_IF_ERROR(FromGrpcStatus(impl->modules->Forward(&context, request, &reply)));
   return FromWire(reply);
@@ -223,7 +223,7 @@ absl::StatusOr<StepResult> Module::Step(const HostTensor& input, const StepOptio
   if (options.sgd.has_value()) *request.mutable_sgd() = ToWire(*options.sgd);
   request.set_outputs(ToWire(options.outputs));
   grpc::ClientContext context;
-  impl->Prepare(&context);
+  impl->Prepare(&context, kTransferTimeout);
   v1::StepReply reply;
   RETURN_IF_ERROR(FromGrpcStatus(impl->modules->Step(&context, request, &reply)));
   StepResult result;

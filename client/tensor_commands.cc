@@ -1,12 +1,12 @@
 #include "client/tensor_commands.h"
 
-#include <chrono>
-#include <iostream>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli_session.h"
+#include "client/progress_bar.h"
 #include "client/tensor_files.h"
 #include "core/redistribute_planner.h"
 #include "core/status_macros.h"
@@ -16,45 +16,8 @@
 namespace tessera::cli {
 namespace {
 
-constexpr int64_t kProgressFrom = 4 << 20;  // transfers this large show a progress bar
 // How long put and redistribute wait for the workers to write their tensor.
 constexpr absl::Duration kWriteTimeout = absl::Hours(1);
-
-absl::StatusOr<std::shared_ptr<client::Session>> Connect(const ClusterFlags& f) {
-  client::SessionOptions options;
-  options.client_id = f.client;
-  options.keep_alive = false;
-  options.timeout = absl::Seconds(10);
-  return client::Session::Connect(f.coordinator, options);
-}
-
-// A progress bar with throughput on stderr, drawn for transfers of more than a few MB.
-class ProgressBar {
- public:
-  explicit ProgressBar(std::string label) : label_(std::move(label)) {}
-  ~ProgressBar() {
-    if (drawn_) std::cerr << "\n";
-  }
-  void operator()(int64_t done, int64_t total) {
-    if (total < kProgressFrom) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (done < total && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    const double seconds = std::chrono::duration<double>(now - start_).count();
-    const int filled = static_cast<int>(30 * done / total);
-    std::cerr << absl::StrFormat("\r%s [%s%s] %3d%% %7.1f / %.1f MiB  %6.1f MB/s", label_,
-                                 std::string(filled, '#'), std::string(30 - filled, '.'),
-                                 static_cast<int>(100 * done / total), done / 1048576.0,
-                                 total / 1048576.0, seconds > 0 ? done / seconds / 1e6 : 0.0);
-    drawn_ = true;
-  }
-
- private:
-  std::string label_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point last_{};
-  bool drawn_ = false;
-};
 
 std::string StateName(client::TensorState s) {
   switch (s) {
@@ -111,7 +74,7 @@ struct PutFlags {
 };
 
 absl::Status Put(const PutFlags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
   ASSIGN_OR_RETURN(auto tensor, ReadTensorFile(f.file, f.tensor));
   ASSIGN_OR_RETURN(auto mesh, client::GetMesh(*session, f.mesh));
   ASSIGN_OR_RETURN(auto placements, ParsePlacements(f.placements));
@@ -134,7 +97,7 @@ struct GetFlags {
 };
 
 absl::Status Get(const GetFlags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
   ASSIGN_OR_RETURN(auto t, client::GetTensor(*session, f.name));
   HostTensor data;
   if (f.rank.has_value()) {
@@ -164,7 +127,7 @@ struct RedistributeFlags {
 };
 
 absl::Status Redistribute(const RedistributeFlags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
   ASSIGN_OR_RETURN(auto t, client::GetTensor(*session, f.name));
   ASSIGN_OR_RETURN(auto placements, ParsePlacements(f.to));
   const PlannerKind planner = PlannerNamed(f.planner);
@@ -199,7 +162,7 @@ struct ShowFlags {
 };
 
 absl::Status Show(const ShowFlags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
   ASSIGN_OR_RETURN(auto t, client::GetTensor(*session, f.name));
   PrintSummary(t.info(), out);
   out << VisualizeSharding(t.spec());
@@ -212,7 +175,7 @@ struct ListFlags {
 };
 
 absl::Status List(const ListFlags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
   ASSIGN_OR_RETURN(auto tensors, session->ListTensors(f.mesh));
   if (tensors.empty()) out << "no tensors\n";
   for (const client::DTensorInfo& info : tensors) PrintSummary(info, out);
@@ -225,7 +188,7 @@ struct RemoveFlags {
 };
 
 absl::Status Remove(const RemoveFlags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto session, Connect(f.cluster));
+  ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
   for (const std::string& name : f.names) {
     ASSIGN_OR_RETURN(auto t, client::GetTensor(*session, name));
     if (absl::Status s = t.Free(); !s.ok()) return s;

@@ -13,6 +13,7 @@
 #include "client/cluster_commands.h"
 #include "client/demo.h"
 #include "client/local_commands.h"
+#include "client/module_commands.h"
 #include "client/tensor_commands.h"
 #include "core/release_mode.h"
 
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   tessera::cli::AddDemoCommand(app, &action);
   tessera::cli::AddClusterCommands(app, &action);
   tessera::cli::AddTensorCommands(app, &action);
+  tessera::cli::AddModuleCommands(app, &action);
 
   if (argc < 2 || std::string(argv[1]) == "help") {
     std::cout << app.help();

@@ -224,7 +224,9 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
   call->worker = worker;
   absl::Time deadline = absl::InfinitePast();
   for (Queued& q : batch) {
-    *call->request.add_commands() = q.command;
+    // Moved, not copied: a command may carry a tensor (a module run's input); the request keeps it
+    // for the failure log.
+    *call->request.add_commands() = std::move(q.command);
     deadline = std::max(deadline, q.deadline);
   }
   call->items = std::move(batch);
@@ -269,7 +271,7 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
           if (!s.ok() || i >= static_cast<size_t>(call->reply.results_size())) {
             absl::Status failure =
                 s.ok() ? absl::InternalError("batch reply is short") : FromGrpcStatus(s);
-            LogFailure(id, q.command, failure);
+            LogFailure(id, call->request.commands(static_cast<int>(i)), failure);
             Complete(q.post, q.index, std::move(failure), {});
             continue;
           }
@@ -281,7 +283,7 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
             completing = outer;
           }
           absl::Status status(static_cast<absl::StatusCode>(r.code()), r.message());
-          if (!status.ok()) LogFailure(id, q.command, status);
+          if (!status.ok()) LogFailure(id, call->request.commands(static_cast<int>(i)), status);
           Complete(q.post, q.index, std::move(status), std::move(*r.mutable_reply()));
         }
       });

@@ -105,8 +105,6 @@ void DynamicBatcher::Loop() {
 }
 
 void DynamicBatcher::RunBatch(const std::vector<Request*>& batch) {
-  // Every request of a batch has the same dtype and sizes beyond dim 0, so an input the model
-  // refuses is refused for all of them alike.
   auto answer_all = [&](const absl::Status& status) {
     for (Request* r : batch) {
       r->result = status;
@@ -130,6 +128,15 @@ void DynamicBatcher::RunBatch(const std::vector<Request*>& batch) {
     offset += r->input->shape()[0];
   }
   absl::StatusOr<HostTensor> output = inner_->Run(*joined);
+  if (absl::IsInvalidArgument(output.status())) {
+    // The model refused a value one of the requests holds (an id out of range): each runs on its
+    // own, so that only those it refuses fail, each with a message about its own rows.
+    for (Request* r : batch) {
+      r->result = inner_->Run(*r->input);
+      r->done.Notify();
+    }
+    return;
+  }
   if (!output.ok()) return answer_all(output.status());
   if (output->rank() == 0 || output->shape()[0] != rows) {
     return answer_all(absl::InternalError(

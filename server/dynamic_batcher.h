@@ -33,8 +33,9 @@ class DynamicBatcher final : public ModelRunner {
   DynamicBatcher& operator=(const DynamicBatcher&) = delete;
 
   // The request's rows of its batch's output. INVALID_ARGUMENT naming both sizes for more rows
-  // than max_batch_size; the inner runner's status, for every request of the batch, when it
-  // fails.
+  // than max_batch_size. When the inner runner refuses a batch as INVALID_ARGUMENT, each of its
+  // requests runs again alone, so a request the model refuses fails by itself; any other failure
+  // of the inner runner fails every request of the batch with its status.
   absl::StatusOr<HostTensor> Run(const HostTensor& input) override;
 
   // Requests waiting for a batch (not those of the batch running), for metrics and tests.

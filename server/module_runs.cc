@@ -78,6 +78,36 @@ absl::StatusOr<HostTensor> Filled(DType dtype, const Shape& shape, double value)
       absl::StrCat("an output gradient of ", DTypeName(dtype), "; float32 or float64"));
 }
 
+// True iff the rank at `coordinate` is at 0 on every mesh dim `placements` replicate: one of the
+// ranks whose outputs make the full output.
+bool HoldsAReplica(const std::vector<int64_t>& coordinate,
+                   const std::vector<Placement>& placements) {
+  for (size_t m = 0; m < placements.size(); ++m) {
+    if (placements[m].is_replicate() && coordinate[m] != 0) return false;
+  }
+  return true;
+}
+
+// The full output from the outputs of the ranks that HoldsAReplica (in row-major order), laid out
+// on `mesh` as `placements`: the one rank's when every mesh dim replicates it; else those put
+// together on the mesh of the other dims.
+absl::StatusOr<HostTensor> AssembleReplicas(std::vector<HostTensor> locals, const DeviceMesh& mesh,
+                                            const std::vector<Placement>& placements) {
+  Shape dims;
+  std::vector<Placement> kept;
+  for (int m = 0; m < mesh.ndim(); ++m) {
+    if (placements[m].is_replicate()) continue;
+    dims.push_back(mesh.size(m));
+    kept.push_back(placements[m]);
+  }
+  if (dims.empty()) {
+    if (locals.size() == 1) return std::move(locals[0]);
+    return absl::InternalError(absl::StrCat(locals.size(), " outputs of a replicated output"));
+  }
+  ASSIGN_OR_RETURN(const DeviceMesh holders, DeviceMesh::Create(mesh.device_type(), dims));
+  return AssembleEdge(std::move(locals), holders, kept);
+}
+
 // Marks the write of each of `tensors` done with `status`.
 void CompleteWrites(const std::vector<std::shared_ptr<DTensorEntry>>& tensors,
                     const absl::Status& status) {
@@ -96,8 +126,15 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalInputs(const ModuleEntr
   const DeviceMesh& mesh = module.mesh->mesh;
   if (input.full.has_value()) {
     RETURN_IF_ERROR(CheckModelInput(program.input, input.full->dtype(), input.full->shape()));
-    return SplitEdge(*input.full, mesh,
-                     EdgePlacements(mesh, program, program.input_layout.placement));
+    const std::vector<Placement> placements =
+        EdgePlacements(mesh, program, program.input_layout.placement);
+    if (std::all_of(placements.begin(), placements.end(),
+                    [](const Placement& p) { return p.is_replicate(); })) {
+      std::vector<HostTensor> whole;
+      whole.push_back(*std::move(input.full));
+      return whole;
+    }
+    return SplitEdge(*input.full, mesh, placements);
   }
   if (static_cast<int64_t>(input.locals.size()) != mesh.size()) {
     return absl::InvalidArgumentError(
@@ -148,14 +185,15 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalGradients(const ModuleE
 std::vector<v1::Command> ModuleRuns::Commands(const ModuleEntry& module,
                                               const std::vector<HostTensor>& inputs,
                                               const std::vector<HostTensor>& grads,
-                                              const StepOptions* step, bool return_output) {
-  std::vector<v1::Command> commands(inputs.size());
-  for (size_t r = 0; r < inputs.size(); ++r) {
+                                              const StepOptions* step,
+                                              const std::vector<bool>& returned) {
+  std::vector<v1::Command> commands(static_cast<size_t>(module.mesh->mesh.size()));
+  for (size_t r = 0; r < commands.size(); ++r) {
     v1::RunProgram* run = commands[r].mutable_run_program();
     run->set_mesh_id(module.mesh->id);
     run->set_program_id(module.program_id);
-    *run->mutable_input() = ToProto(inputs[r]);
-    run->set_return_output(return_output);
+    *run->mutable_input() = ToProto(inputs[inputs.size() == 1 ? 0 : r]);
+    run->set_return_output(returned[r]);
     if (step == nullptr) continue;
     run->set_train(true);
     run->set_loss_sum(grads.empty());
@@ -166,7 +204,7 @@ std::vector<v1::Command> ModuleRuns::Commands(const ModuleEntry& module,
 }
 
 absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
-    const ModuleEntry& module, std::vector<v1::Command> commands, bool return_output,
+    const ModuleEntry& module, std::vector<v1::Command> commands, const std::vector<bool>& returned,
     absl::Time deadline, std::function<void(const absl::Status&)> done) {
   absl::StatusOr<std::vector<WorkerHandle>> workers = tensors_->meshes().ReadyWorkers(*module.mesh);
   if (!workers.ok()) {
@@ -193,8 +231,8 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
                         absl::StrCat("module '", module.name, "': ", state->status.message()));
   }
   std::vector<HostTensor> outputs;
-  if (!return_output) return outputs;
   for (size_t r = 0; r < state->replies.size(); ++r) {
+    if (!returned[r]) continue;
     absl::StatusOr<HostTensor> out = FromProto(state->replies[r].output());
     if (!out.ok()) {
       return absl::DataLossError(absl::StrCat("rank ", r, "'s output: ", out.status().message()));
@@ -202,6 +240,18 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
     outputs.push_back(*std::move(out));
   }
   return outputs;
+}
+
+std::vector<bool> ModuleRuns::ReturnedOutputs(const ModuleEntry& module, RunOutputs outputs) {
+  const DeviceMesh& mesh = module.mesh->mesh;
+  std::vector<bool> returned(static_cast<size_t>(mesh.size()), outputs.full || outputs.locals);
+  if (outputs.locals || !outputs.full) return returned;
+  const std::vector<Placement> placements =
+      EdgePlacements(mesh, module.program, module.program.output_layout.placement);
+  for (int64_t r = 0; r < mesh.size(); ++r) {
+    returned[r] = HoldsAReplica(mesh.CoordinateOfIndex(r), placements);
+  }
+  return returned;
 }
 
 absl::StatusOr<RunResult> ModuleRuns::Result(const ModuleEntry& module,
@@ -215,8 +265,11 @@ absl::StatusOr<RunResult> ModuleRuns::Result(const ModuleEntry& module,
   }
   if (outputs.full) {
     const DeviceMesh& mesh = module.mesh->mesh;
-    absl::StatusOr<HostTensor> full = AssembleEdge(
-        std::move(locals), mesh, EdgePlacements(mesh, program, program.output_layout.placement));
+    const std::vector<Placement> placements =
+        EdgePlacements(mesh, program, program.output_layout.placement);
+    absl::StatusOr<HostTensor> full = static_cast<int64_t>(locals.size()) == mesh.size()
+                                          ? AssembleEdge(std::move(locals), mesh, placements)
+                                          : AssembleReplicas(std::move(locals), mesh, placements);
     if (!full.ok()) {
       return absl::DataLossError(
           absl::StrCat("the ranks' outputs of module '", module.name,
@@ -235,10 +288,10 @@ absl::StatusOr<RunResult> ModuleRuns::Forward(ModuleEntry& module, RunInput inpu
   }
   RETURN_IF_ERROR(programs_->MeshReady(*module.mesh));
   ASSIGN_OR_RETURN(std::vector<HostTensor> locals, LocalInputs(module, std::move(input)));
-  const bool want = outputs.full || outputs.locals;
+  const std::vector<bool> returned = ReturnedOutputs(module, outputs);
   ASSIGN_OR_RETURN(
       std::vector<HostTensor> out,
-      Run(module, Commands(module, locals, {}, nullptr, want), want, deadline, nullptr));
+      Run(module, Commands(module, locals, {}, nullptr, returned), returned, deadline, nullptr));
   return Result(module, std::move(out), outputs);
 }
 
@@ -281,9 +334,9 @@ absl::StatusOr<RunResult> ModuleRuns::Step(ModuleEntry& module, RunInput input, 
       gradients.push_back(*std::move(g));
     }
   }
-  const bool want = outputs.full || outputs.locals;
+  const std::vector<bool> returned = ReturnedOutputs(module, outputs);
   absl::StatusOr<std::vector<HostTensor>> out =
-      Run(module, Commands(module, locals, grads, &step, want), want, deadline,
+      Run(module, Commands(module, locals, grads, &step, returned), returned, deadline,
           [fresh, gradients](const absl::Status& status) {
             if (fresh) CompleteWrites(gradients, status);
           });

@@ -69,7 +69,8 @@ class ModuleRuns {
   static constexpr absl::Duration kServedTimeout = absl::Seconds(60);
 
  private:
-  // Every rank's local input, checked against what the model takes.
+  // Every rank's local input, checked against what the model takes; a full input that every rank
+  // takes whole (replicated on every mesh dim) stays one tensor, uncopied.
   static absl::StatusOr<std::vector<HostTensor>> LocalInputs(const ModuleEntry& module,
                                                              RunInput input)
       ABSL_SHARED_LOCKS_REQUIRED(module.mu);
@@ -82,21 +83,31 @@ class ModuleRuns {
                                                                 const Shape& input_shape,
                                                                 const StepOptions& step)
       ABSL_SHARED_LOCKS_REQUIRED(module.mu);
-  // Sends `commands[r]` to rank r and waits until `deadline`; every rank's output when
-  // `return_output`. `done` also gets the outcome, once the workers replied (even after the
-  // deadline).
+  // The ranks whose local outputs a run sends back (returned[r]): every rank's for local outputs,
+  // none without outputs; for the full output alone, those it is put together from: the ranks at
+  // coordinate 0 of every mesh dim that replicates the output (the tp dim when the output is
+  // Replicate there, a distributed module's every dim): the other copies would cross the network
+  // for nothing.
+  static std::vector<bool> ReturnedOutputs(const ModuleEntry& module, RunOutputs outputs)
+      ABSL_SHARED_LOCKS_REQUIRED(module.mu);
+  // Sends `commands[r]` to rank r and waits until `deadline`; the outputs of the ranks with
+  // `returned[r]`, in rank order. `done` also gets the outcome, once the workers replied (even
+  // after the deadline).
   absl::StatusOr<std::vector<HostTensor>> Run(const ModuleEntry& module,
-                                              std::vector<v1::Command> commands, bool return_output,
+                                              std::vector<v1::Command> commands,
+                                              const std::vector<bool>& returned,
                                               absl::Time deadline,
                                               std::function<void(const absl::Status&)> done);
-  // The reply of a run from the ranks' outputs.
+  // The reply of a run from the outputs of the ranks ReturnedOutputs named.
   static absl::StatusOr<RunResult> Result(const ModuleEntry& module, std::vector<HostTensor> locals,
                                           RunOutputs outputs) ABSL_SHARED_LOCKS_REQUIRED(module.mu);
-  // One RunProgram per rank; `grads` empty or one per rank.
+  // One RunProgram per rank, rank r's output sent back when `returned[r]`; `inputs` one per rank
+  // or one for all, `grads` empty or one per rank.
   static std::vector<v1::Command> Commands(const ModuleEntry& module,
                                            const std::vector<HostTensor>& inputs,
                                            const std::vector<HostTensor>& grads,
-                                           const StepOptions* step, bool return_output);
+                                           const StepOptions* step,
+                                           const std::vector<bool>& returned);
 
   DTensorTable* tensors_;
   ModulePrograms* programs_;

@@ -186,6 +186,12 @@ TEST_P(MlpForwardTest, MatchesTheSingleProcessMlp) {
   ASSERT_TRUE(y->full.has_value());
   EXPECT_TRUE(TensorsMatch(*y->full, MlpForward(w, x), kTolerance));
   EXPECT_EQ(static_cast<int64_t>(y->locals.size()), M(mesh).mesh.size());
+  // The full output alone (put together from the replicas the service asks back for) is the same.
+  absl::StatusOr<client::ModuleOutput> full = m->Forward(x);
+  ASSERT_TRUE(full.ok()) << full.status();
+  ASSERT_TRUE(full->full.has_value());
+  EXPECT_TRUE(TensorsMatch(*full->full, MlpForward(w, x), kTolerance));
+  EXPECT_TRUE(full->locals.empty());
   // The parameters are the file's, whatever their layout.
   const Weights saved = testing::StateDictOf(*m);
   for (const auto& [fqn, t] : w) EXPECT_TRUE(TensorsMatch(saved.at(fqn), t)) << fqn;

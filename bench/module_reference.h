@@ -1,0 +1,45 @@
+// The single-process yardstick of module_bench: the benched modules computed in the bench process
+// with the kernels' CPU backend (the calls a worker's program makes, on the whole tensors), from
+// the parameters the service holds (Module::StateDict), on however many BLAS threads the process
+// has.
+#ifndef TESSERA_BENCH_MODULE_REFERENCE_H_
+#define TESSERA_BENCH_MODULE_REFERENCE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/host_tensor.h"
+#include "kernels/backend.h"
+
+namespace tessera::bench {
+
+// Parameters by state_dict name ("net1.weight"), float32.
+using Parameters = std::map<std::string, HostTensor>;
+
+// y = x @ W^T + b with the Linear at `prefix` ("net1", "attn.attention.q").
+absl::StatusOr<HostTensor> LinearForward(kernels::KernelBackend& k, const Parameters& p,
+                                         const std::string& prefix, const HostTensor& x);
+
+// The MLP net1 -> ReLU -> net2 on x [batch, in].
+absl::StatusOr<HostTensor> MlpForward(kernels::KernelBackend& k, const Parameters& p,
+                                      const HostTensor& x);
+
+// One training step of that MLP as torch takes it: forward, backward of output.sum() (no input
+// gradient), then SGD with `lr` on every parameter of `p` in place. Returns the forward's output.
+absl::StatusOr<HostTensor> MlpStep(kernels::KernelBackend& k, Parameters& p, const HostTensor& x,
+                                   double lr);
+
+// A pre-norm transformer block on x [batch, seq, dim]: x + attn.attention(attn.norm(x)), then
+// that + mlp.net2(gelu_tanh(mlp.net1(mlp.norm(.)))), LayerNorms and `heads`-head attention.
+absl::StatusOr<HostTensor> BlockForward(kernels::KernelBackend& k, const Parameters& p,
+                                        const HostTensor& x, int64_t heads, bool causal);
+
+// The largest |a[i] - reference[i]| over the largest |reference[i]|, for two float32 tensors;
+// infinity when their shapes differ.
+double MaxRelativeDifference(const HostTensor& a, const HostTensor& reference);
+
+}  // namespace tessera::bench
+
+#endif  // TESSERA_BENCH_MODULE_REFERENCE_H_
