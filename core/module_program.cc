@@ -39,6 +39,8 @@ absl::string_view ProgramOpKindName(ProgramOpKind kind) {
       return "chunk";
     case ProgramOpKind::kAllToAll:
       return "all_to_all";
+    case ProgramOpKind::kGatherParameter:
+      return "gather_parameter";
     case ProgramOpKind::kLinearBackward:
       return "linear_backward";
     case ProgramOpKind::kEmbeddingBackward:
@@ -57,10 +59,26 @@ absl::string_view ProgramOpKindName(ProgramOpKind kind) {
       return "scale";
     case ProgramOpKind::kBiasAddBackward:
       return "bias_add_backward";
+    case ProgramOpKind::kShardGrad:
+      return "shard_grad";
     case ProgramOpKind::kGradAllReduce:
       return "grad_all_reduce";
   }
   return "invalid";
+}
+
+std::vector<int> StepReads(const ProgramStep& step) {
+  std::vector<int> reads = step.inputs;
+  if (step.weight_buffer >= 0) reads.push_back(step.weight_buffer);
+  if (step.bias_buffer >= 0) reads.push_back(step.bias_buffer);
+  return reads;
+}
+
+std::vector<int> StepWrites(const ProgramStep& step) {
+  std::vector<int> writes = step.outputs;
+  if (step.weight_grad_buffer >= 0) writes.push_back(step.weight_grad_buffer);
+  if (step.bias_grad_buffer >= 0) writes.push_back(step.bias_grad_buffer);
+  return writes;
 }
 
 namespace {
@@ -89,6 +107,15 @@ struct GradPart {
   Placement placement;
 };
 
+// A weight or bias as a step reads it: a parameter, or a buffer holding one gathered whole.
+struct Operand {
+  int parameter = -1;
+  int buffer = -1;
+};
+
+// Every parameter's placements under distribute_module, by FQN.
+using Partition = std::map<std::string, std::vector<Placement>>;
+
 std::string Where(const std::string& fqn) { return fqn.empty() ? "the root module" : fqn; }
 
 // The placement a buffer's gradient is brought to: the buffer's own, but Replicate for a Partial
@@ -104,6 +131,14 @@ class Compiler {
     ASSIGN_OR_RETURN(PlanMatch match, MatchPlan(model_.root, plan));
     for (const auto& [fqn, index] : match.assigned) styles_[fqn] = &plan.styles[index].second;
     program_.unmatched = std::move(match.unmatched);
+    return Compile();
+  }
+
+  // No styles: every parameter takes its placements from `partition`; no mesh dim is data
+  // parallel.
+  absl::StatusOr<Program> CompileDistribute(Partition partition) {
+    partition_ = std::move(partition);
+    distribute_ = true;
     return Compile();
   }
 
@@ -134,7 +169,7 @@ class Compiler {
     RETURN_IF_ERROR(Backward(out));
     program_.backward = std::move(steps_);
     program_.num_buffers = static_cast<int>(buffers_.size());
-    for (int d = 0; d < mesh_.ndim(); ++d) {
+    for (int d = 0; d < mesh_.ndim() && !distribute_; ++d) {
       if (d != tp_) AddDataParallel(program_, d);
     }
     return std::move(program_);
@@ -142,7 +177,8 @@ class Compiler {
 
   // --- parameters ---
 
-  // Records every parameter with its placements: a style's on the tp dim, Replicate elsewhere.
+  // Records every parameter with its placements: a style's on the tp dim, Replicate elsewhere;
+  // under distribute_module the partition's.
   absl::Status AddParameters(const ModuleSpec& module, const std::string& fqn) {
     const ParallelStyle* style = StyleOf(fqn);
     for (const ParameterInfo& own : OwnParameters(module)) {
@@ -151,6 +187,7 @@ class Compiler {
       p.shape = own.shape;
       p.placements.assign(mesh_.ndim(), Placement::Replicate());
       if (style != nullptr) p.placements[tp_] = StylePlacement(*style, module, own.fqn);
+      if (auto it = partition_.find(p.fqn); it != partition_.end()) p.placements = it->second;
       param_index_[p.fqn] = static_cast<int>(program_.parameters.size());
       program_.parameters.push_back(std::move(p));
     }
@@ -180,6 +217,32 @@ class Compiler {
     return it == param_index_.end() ? -1 : it->second;
   }
   Placement ParamPlacement(int index) const { return program_.parameters[index].placements[tp_]; }
+
+  // True iff some mesh dim shards parameter `index` (only distribute_module shards a parameter of
+  // a module without a style).
+  bool Sharded(int index) const {
+    for (const Placement& p : program_.parameters[index].placements) {
+      if (p.is_shard()) return true;
+    }
+    return false;
+  }
+
+  // Parameter `index` (or -1) as a step of a module without a style reads it: the parameter
+  // itself when every rank holds it whole, else a buffer it is first gathered into.
+  Operand Use(int index, const std::string& fqn) {
+    if (index < 0 || !Sharded(index)) return {index, -1};
+    const int buffer = NewBuffer(Placement::Replicate(), false);
+    Emit(ProgramOpKind::kGatherParameter, {}, {buffer}, fqn).weight = index;
+    gathered_[buffer] = index;
+    return {-1, buffer};
+  }
+
+  static void SetOperands(ProgramStep& step, const Operand& weight, const Operand& bias) {
+    step.weight = weight.parameter;
+    step.weight_buffer = weight.buffer;
+    step.bias = bias.parameter;
+    step.bias_buffer = bias.buffer;
+  }
 
   static std::string Join(const std::string& fqn, const std::string& name) {
     return fqn.empty() ? name : absl::StrCat(fqn, ".", name);
@@ -434,17 +497,16 @@ class Compiler {
         ASSIGN_OR_RETURN(in, WholeLastDim(in, fqn));
         RETURN_IF_ERROR(CheckFeatures(in, module.normalized_shape, module, fqn));
         const bool layer = module.type == ModuleType::kLayerNorm;
-        const int weight = Param(fqn, "weight");
-        const int bias = Param(fqn, "bias");
-        const bool grad = RequiresGrad(in.buffer) || weight >= 0;
+        const Operand weight = Use(Param(fqn, "weight"), fqn);
+        const Operand bias = Use(Param(fqn, "bias"), fqn);
+        const bool grad = RequiresGrad(in.buffer) || weight.parameter >= 0 || weight.buffer >= 0;
         Act out = Derived(in, in.placement, grad);
         std::vector<int> outputs = {out.buffer};
         if (layer) outputs.push_back(NewBuffer(in.placement, false));  // mean
         outputs.push_back(NewBuffer(in.placement, false));             // rstd
         ProgramStep& s = Emit(layer ? ProgramOpKind::kLayerNorm : ProgramOpKind::kRmsNorm,
                               {in.buffer}, std::move(outputs), fqn);
-        s.weight = weight;
-        s.bias = bias;
+        SetOperands(s, weight, bias);
         s.eps = module.eps;
         return out;
       }
@@ -524,14 +586,15 @@ class Compiler {
       Emit(ProgramOpKind::kBiasAdd, {out.buffer}, {biased.buffer}, fqn).bias = bias;
       return Redistribute(biased, target, fqn);
     }
-    // No style: replicated parameters on whatever rows this rank holds.
+    // No style: whole parameters (gathered when distributed sharded) on whatever rows this rank
+    // holds.
     ASSIGN_OR_RETURN(in, WholeLastDim(in, fqn));
     RETURN_IF_ERROR(CheckFeatures(in, module.in_features, module, fqn));
+    const Operand w = Use(weight, fqn);
+    const Operand b = Use(bias, fqn);
     Act out = Derived(in, in.placement, true);
     out.features = module.out_features;
-    ProgramStep& s = Emit(ProgramOpKind::kLinear, {in.buffer}, {out.buffer}, fqn);
-    s.weight = weight;
-    s.bias = bias;
+    SetOperands(Emit(ProgramOpKind::kLinear, {in.buffer}, {out.buffer}, fqn), w, b);
     return out;
   }
 
@@ -555,9 +618,11 @@ class Compiler {
     if (kind == StyleKind::kColwise) placement = Placement::Shard(out.rank - 1);
     if (kind == StyleKind::kRowwise) placement = Placement::Partial();
     out.placement = placement;
+    const bool styled = kind == StyleKind::kColwise || kind == StyleKind::kRowwise;
+    const Operand w = styled ? Operand{weight, -1} : Use(weight, fqn);
     out.buffer = NewBuffer(placement, true);
     ProgramStep& s = Emit(ProgramOpKind::kEmbedding, {in.buffer}, {out.buffer}, fqn);
-    s.weight = weight;
+    SetOperands(s, w, Operand{});
     s.size = module.num_embeddings;
     if (kind == StyleKind::kRowwise) {
       ASSIGN_OR_RETURN(Placement target, OutputLayout(*style, out.rank, fqn));
@@ -642,6 +707,27 @@ class Compiler {
 
   // Emits a collective moving gradient `g` from `from` to `to` on the tp dim; returns the new
   // buffer.
+  // Copies a forward step's weight and bias onto its backward step `s`, with a buffer for the
+  // whole gradient of each one read from a buffer.
+  void TakeOperands(const ProgramStep& forward, ProgramStep& s) {
+    s.weight = forward.weight;
+    s.bias = forward.bias;
+    s.weight_buffer = forward.weight_buffer;
+    s.bias_buffer = forward.bias_buffer;
+    if (s.weight_buffer >= 0) s.weight_grad_buffer = NewGrad(Placement::Replicate());
+    if (s.bias_buffer >= 0) s.bias_grad_buffer = NewGrad(Placement::Replicate());
+  }
+
+  // Cuts the whole gradients backward step `s` wrote for gathered parameters to this rank's
+  // shards of their gradients.
+  void ShardGrads(const ProgramStep s) {
+    for (auto [grad, buffer] : {std::pair{s.weight_grad_buffer, s.weight_buffer},
+                                std::pair{s.bias_grad_buffer, s.bias_buffer}}) {
+      if (grad < 0) continue;
+      Emit(ProgramOpKind::kShardGrad, {grad}, {}, s.module).weight = gathered_.at(buffer);
+    }
+  }
+
   absl::StatusOr<int> MoveGrad(int g, const Placement& from, const Placement& to,
                                const std::string& fqn) {
     Act a;
@@ -732,26 +818,29 @@ class Compiler {
       case ProgramOpKind::kLinear: {
         const int x = step.inputs[0];
         // Output features sharded (colwise): each rank's dx is a partial sum.
-        const bool colwise = ParamPlacement(step.weight).is_shard(0);
+        const bool colwise = step.weight >= 0 && ParamPlacement(step.weight).is_shard(0);
         const int gx =
             input_grad(x, colwise ? Placement::Partial() : GradTarget(buffers_[x].placement));
         ProgramStep& s = Emit(ProgramOpKind::kLinearBackward, {x, gy},
                               gx < 0 ? std::vector<int>{} : std::vector<int>{gx}, fqn);
-        s.weight = step.weight;
-        s.bias = step.bias;
+        TakeOperands(step, s);
+        ShardGrads(s);
         NoteParamGrad(step.weight, gp);
         NoteParamGrad(step.bias, gp);
         return absl::OkStatus();
       }
       case ProgramOpKind::kBiasAdd: {
-        Emit(ProgramOpKind::kBiasAddBackward, {gy}, {}, fqn).bias = step.bias;
+        ProgramStep& s = Emit(ProgramOpKind::kBiasAddBackward, {gy}, {}, fqn);
+        TakeOperands(step, s);
+        ShardGrads(s);
         NoteParamGrad(step.bias, gp);
         Contribute(step.inputs[0], gy, gp);
         return absl::OkStatus();
       }
       case ProgramOpKind::kEmbedding: {
         ProgramStep& s = Emit(ProgramOpKind::kEmbeddingBackward, {step.inputs[0], gy}, {}, fqn);
-        s.weight = step.weight;
+        TakeOperands(step, s);
+        ShardGrads(s);
         NoteParamGrad(step.weight, gp);
         return absl::OkStatus();
       }
@@ -766,9 +855,9 @@ class Compiler {
         ProgramStep& s =
             Emit(layer ? ProgramOpKind::kLayerNormBackward : ProgramOpKind::kRmsNormBackward,
                  std::move(inputs), gx < 0 ? std::vector<int>{} : std::vector<int>{gx}, fqn);
-        s.weight = step.weight;
-        s.bias = step.bias;
+        TakeOperands(step, s);
         s.eps = step.eps;
+        ShardGrads(s);
         NoteParamGrad(step.weight, gp);
         NoteParamGrad(step.bias, gp);
         return absl::OkStatus();
@@ -832,6 +921,9 @@ class Compiler {
   std::optional<EdgeLayout> input_layout_;
   std::map<int, std::vector<GradPart>> parts_;
   std::map<int, bool> partial_params_;
+  Partition partition_;          // distribute_module's placements
+  bool distribute_ = false;      // compiling under distribute_module
+  std::map<int, int> gathered_;  // a gathered parameter's buffer -> the parameter
 };
 
 absl::StatusOr<int> TpDim(const ParallelizePlan& plan, const DeviceMesh& mesh) {
@@ -856,18 +948,9 @@ absl::StatusOr<Program> CompileParallelize(const ModelSpec& model, const Paralle
 absl::StatusOr<Program> CompileDistribute(const ModelSpec& model, const DistributePlan& plan,
                                           const DeviceMesh& mesh) {
   ASSIGN_OR_RETURN(auto placements, DistributePlacements(model.root, plan, mesh.ndim()));
-  for (const auto& [fqn, p] : placements) {
-    for (const Placement& placement : p) {
-      if (!placement.is_replicate()) {
-        return absl::UnimplementedError(absl::StrFormat(
-            "distribute_module: parameter %s is %s; only Replicate parameters are computed on "
-            "(parallelize_module shards parameters)",
-            fqn, PlacementsToString(p)));
-      }
-    }
-  }
-  ParallelizePlan none;
-  return CompileParallelize(model, none, mesh);
+  Partition partition(placements.begin(), placements.end());
+  Compiler compiler(model, mesh, 0);
+  return compiler.CompileDistribute(std::move(partition));
 }
 
 void AddDataParallel(Program& program, int dp_mesh_dim) {
@@ -880,6 +963,7 @@ void AddDataParallel(Program& program, int dp_mesh_dim) {
     step.module = program.parameters[i].fqn;
     program.backward.push_back(std::move(step));
   }
+  program.data_parallel_dims.push_back(dp_mesh_dim);
 }
 
 }  // namespace tessera

@@ -18,6 +18,12 @@ namespace tessera {
 // activations of one run, numbered; buffer 0 is the input. Forward steps write new buffers;
 // backward steps write gradient buffers (also numbered buffers) and accumulate into the
 // gradients of the parameters they name.
+//
+// A step that takes a weight or bias reads it from a parameter (ProgramStep::weight, bias) or,
+// under distribute_module, from a buffer holding a whole parameter gathered from its shards
+// (kGatherParameter; ProgramStep::weight_buffer, bias_buffer). The backward step of such a step
+// writes that weight's (bias's) whole gradient to a buffer of its own (weight_grad_buffer,
+// bias_grad_buffer), which kShardGrad cuts to this rank's shard of the parameter's gradient.
 enum class ProgramOpKind : int {
   // --- forward: local compute ---
   kLinear = 1,      // out = in0 @ W^T (+ b); W [out_local, in_local]
@@ -32,13 +38,17 @@ enum class ProgramOpKind : int {
   kBiasAdd = 8,     // out = in0 + b over the last dim (a rowwise Linear's bias, added after the
                     // reduction of its partial products)
   // --- collectives on the group of `mesh_dim` ---
-  kAllReduce = 20,      // out = reduce(in0) over the group, `reduce_op`
-  kAllGather = 21,      // out = the ranks' in0 concatenated on `dim` (torch.chunk layout,
-                        // uneven shards padded and unpadded)
-  kReduceScatter = 22,  // out = this rank's torch.chunk piece on `dim` of reduce(in0)
-  kChunk = 23,          // out = this rank's torch.chunk piece on `dim` of in0 (no communication)
-  kAllToAll = 24,       // Shard(dim) -> Shard(dim2): out = pieces of in0 on dim2 exchanged,
-                        // joined on `dim`
+  kAllReduce = 20,        // out = reduce(in0) over the group, `reduce_op`
+  kAllGather = 21,        // out = the ranks' in0 concatenated on `dim` (torch.chunk layout,
+                          // uneven shards padded and unpadded)
+  kReduceScatter = 22,    // out = this rank's torch.chunk piece on `dim` of reduce(in0)
+  kChunk = 23,            // out = this rank's torch.chunk piece on `dim` of in0 (no communication)
+  kAllToAll = 24,         // Shard(dim) -> Shard(dim2): out = pieces of in0 on dim2 exchanged,
+                          // joined on `dim`
+  kGatherParameter = 25,  // no inputs; out = the whole value of parameter `weight`: this rank's
+                          // shard all-gathered over each mesh dim its placements shard (the last
+                          // mesh dim first; torch.chunk layout, uneven shards included);
+                          // `mesh_dim` unused
   // --- backward: local compute (inputs and outputs described per kind) ---
   kLinearBackward = 40,      // inputs x, dy -> out dx (omitted when outputs is empty);
                              // grad[W] += dy^T x, grad[b] += sum of dy over rows
@@ -50,6 +60,8 @@ enum class ProgramOpKind : int {
   kAccumulate = 46,          // out = in0 + in1 (a gradient reaching a buffer twice)
   kScale = 47,               // out = in0 * `scale` (forward: Replicate -> Partial(sum) as 1/n)
   kBiasAddBackward = 48,     // inputs dy; grad[b] += sum of dy over rows
+  kShardGrad = 49,           // input: the whole gradient of parameter `weight` (the same on every
+                             // rank); grad[weight] += this rank's shard of it (no communication)
   // --- after backward: a parameter's gradient reduced over the group of `mesh_dim` ---
   kGradAllReduce = 60,  // grad[weight] = reduce(grad[weight]), `reduce_op` (sum or avg)
 };
@@ -66,6 +78,12 @@ struct ProgramStep {
   std::vector<int> outputs;  // buffer numbers, each written once
   int weight = -1;           // index into Program::parameters, or -1
   int bias = -1;             // index into Program::parameters, or -1
+  // A step taking a weight (bias) names a parameter or a buffer holding it whole, not both: the
+  // compute steps and their backward (kLinear, kEmbedding, kLayerNorm, kRmsNorm, kBiasAdd).
+  int weight_buffer = -1;       // buffer read as the weight, or -1
+  int bias_buffer = -1;         // buffer read as the bias, or -1
+  int weight_grad_buffer = -1;  // backward with weight_buffer: buffer written with its gradient
+  int bias_grad_buffer = -1;    // backward with bias_buffer: buffer written with its gradient
   ActivationKind activation = ActivationKind::kIdentity;
   double eps = 0;
   int64_t heads = 0;
@@ -92,9 +110,18 @@ struct EdgeLayout {
   bool is_dtensor = true;  // false: the user gets local tensors (use_local_output)
 };
 
+// The buffers `step` reads: its inputs, then its weight and bias buffers.
+std::vector<int> StepReads(const ProgramStep& step);
+// The buffers `step` writes: its outputs, then its weight's and bias's gradient buffers.
+std::vector<int> StepWrites(const ProgramStep& step);
+
 // A module compiled for a mesh: the same program on every rank.
 struct Program {
   int tp_mesh_dim = 0;  // the mesh dim collectives of the plan run on
+  // Mesh dims that split the batch (dim 0 of the input and output) and average the gradients
+  // over their groups (AddDataParallel). Every other mesh dim but tp_mesh_dim holds the whole
+  // batch on every rank.
+  std::vector<int> data_parallel_dims;
   std::vector<ProgramParameter> parameters;
   ModuleInput input;         // dtype and full shape (-1: varies)
   EdgeLayout input_layout;   // how a full input is split over the tp group
@@ -123,13 +150,18 @@ struct Program {
 absl::StatusOr<Program> CompileParallelize(const ModelSpec& model, const ParallelizePlan& plan,
                                            const DeviceMesh& mesh);
 
-// Compiles `model` under distribute_module: each parameter's placements from `plan`, computed on
-// as DTensor would (a sharded parameter is gathered before use). Activations stay Replicate.
+// Compiles `model` under distribute_module: each parameter's placements (Shard or Replicate, one
+// per mesh dim) from `plan`, computed on as DTensor would with replicated activations. A
+// parameter sharded on some mesh dim is gathered whole before the step that uses it
+// (kGatherParameter), and its whole gradient, the same on every rank, is cut to this rank's
+// shard (kShardGrad). Activations stay Replicate on every mesh dim: no mesh dim splits the batch
+// and no gradient is reduced. INVALID_ARGUMENT as DistributePlacements and CompileParallelize.
 absl::StatusOr<Program> CompileDistribute(const ModelSpec& model, const DistributePlan& plan,
                                           const DeviceMesh& mesh);
 
 // Adds data-parallel gradient averaging over `dp_mesh_dim` (parameters Replicate on it, the batch
-// split on dim 0): a kGradAllReduce(avg) per parameter at the end of backward.
+// split on dim 0): a kGradAllReduce(avg) per parameter at the end of backward, and the dim to
+// data_parallel_dims.
 void AddDataParallel(Program& program, int dp_mesh_dim);
 
 }  // namespace tessera

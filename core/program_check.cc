@@ -1,7 +1,10 @@
 #include "core/program_check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,27 +32,56 @@ bool IsActivationKind(ActivationKind f) {
          static_cast<int>(f) <= static_cast<int>(ActivationKind::kSilu);
 }
 
-// Checks one step's attributes and parameter indices against its kind.
-absl::Status CheckAttributes(const ProgramStep& step, const StepSignature& sig,
+// Checks a step's weight (or bias) against its kind: `index` the parameter, `buffer` and
+// `grad_buffer` the buffers naming it and its gradient in place of a parameter.
+absl::Status CheckOperand(absl::string_view field, int index, int buffer, int grad_buffer,
+                          Parameter takes, const StepSignature& sig, bool backward,
+                          int num_parameters) {
+  if (index < -1 || index >= num_parameters) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " is parameter ", index, ", outside the program's ", num_parameters, " parameters"));
+  }
+  if (buffer < -1 || grad_buffer < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(field, "_buffer is ", buffer, " and ", field,
+                                                   "_grad_buffer ", grad_buffer,
+                                                   "; a buffer number or -1"));
+  }
+  if (buffer != -1 && !sig.buffer_operands) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, "_buffer is buffer ", buffer, " but this kind reads no ", field, " from a buffer"));
+  }
+  if (index != -1 && buffer != -1) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is parameter ", index, " and ", field,
+                                                   "_buffer buffer ", buffer,
+                                                   "; one or the other"));
+  }
+  const bool named = index != -1 || buffer != -1;
+  if (takes == Parameter::kNone && named) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " is ", index != -1 ? "parameter " : "buffer ",
+                     index != -1 ? index : buffer, " but this kind takes no ", field));
+  }
+  if (takes == Parameter::kRequired && !named) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " and ", field, "_buffer are -1 but this kind needs one"));
+  }
+  const bool wants_grad = backward && buffer != -1;
+  if (wants_grad != (grad_buffer != -1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, "_grad_buffer is ", grad_buffer, " with ", field, "_buffer ", buffer,
+        wants_grad ? "; a backward step writes the gradient of a buffer operand"
+                   : "; only a backward step with a buffer operand writes its gradient"));
+  }
+  return absl::OkStatus();
+}
+
+// Checks one step's attributes, weight and bias against its kind.
+absl::Status CheckAttributes(const ProgramStep& step, const StepSignature& sig, bool backward,
                              int num_parameters) {
-  const auto check_parameter = [&](absl::string_view field, int index,
-                                   Parameter takes) -> absl::Status {
-    if (takes == Parameter::kNone && index != -1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, " is parameter ", index, " but this kind takes no ", field));
-    }
-    if (takes == Parameter::kRequired && index == -1) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " is -1 but this kind needs one"));
-    }
-    if (index < -1 || index >= num_parameters) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " is parameter ", index,
-                                                     ", outside the program's ", num_parameters,
-                                                     " parameters"));
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(check_parameter("weight", step.weight, sig.weight));
-  RETURN_IF_ERROR(check_parameter("bias", step.bias, sig.bias));
+  RETURN_IF_ERROR(CheckOperand("weight", step.weight, step.weight_buffer, step.weight_grad_buffer,
+                               sig.weight, sig, backward, num_parameters));
+  RETURN_IF_ERROR(CheckOperand("bias", step.bias, step.bias_buffer, step.bias_grad_buffer, sig.bias,
+                               sig, backward, num_parameters));
   switch (step.kind) {
     case ProgramOpKind::kEmbedding:
       if (step.size <= 0) {
@@ -115,6 +147,21 @@ absl::Status CheckAttributes(const ProgramStep& step, const StepSignature& sig,
   return absl::OkStatus();
 }
 
+// The buffers a step reads (or writes), each with the field naming it: StepReads (StepWrites) in
+// the same order.
+std::vector<std::pair<std::string, int>> BufferFields(const ProgramStep& step, bool writes) {
+  std::vector<std::pair<std::string, int>> fields;
+  const std::vector<int>& listed = writes ? step.outputs : step.inputs;
+  for (size_t j = 0; j < listed.size(); ++j) {
+    fields.emplace_back(absl::StrCat(writes ? "outputs[" : "inputs[", j, "]"), listed[j]);
+  }
+  const int weight = writes ? step.weight_grad_buffer : step.weight_buffer;
+  const int bias = writes ? step.bias_grad_buffer : step.bias_buffer;
+  if (weight >= 0) fields.emplace_back(writes ? "weight_grad_buffer" : "weight_buffer", weight);
+  if (bias >= 0) fields.emplace_back(writes ? "bias_grad_buffer" : "bias_buffer", bias);
+  return fields;
+}
+
 // Checks the steps of one list; `written` says which buffers hold a value before it and is
 // updated with what the list writes.
 absl::Status CheckSteps(const Program& program, absl::string_view list,
@@ -142,28 +189,27 @@ absl::Status CheckSteps(const Program& program, absl::string_view list,
                                    ? absl::StrCat(sig->min_outputs)
                                    : absl::StrCat(sig->min_outputs, " to ", sig->max_outputs)));
     }
-    if (absl::Status s = CheckAttributes(step, *sig, static_cast<int>(program.parameters.size()));
+    if (absl::Status s =
+            CheckAttributes(step, *sig, backward, static_cast<int>(program.parameters.size()));
         !s.ok()) {
       return fail(std::string(s.message()));
     }
-    for (size_t j = 0; j < step.inputs.size(); ++j) {
-      const int b = step.inputs[j];
+    for (const auto& [field, b] : BufferFields(step, /*writes=*/false)) {
       if (b < 0 || b >= program.num_buffers) {
-        return fail(absl::StrCat("inputs[", j, "] is buffer ", b, ", outside the program's ",
+        return fail(absl::StrCat(field, " is buffer ", b, ", outside the program's ",
                                  program.num_buffers, " buffers"));
       }
       if (!written[b]) {
-        return fail(absl::StrCat("inputs[", j, "] reads buffer ", b, " before a step writes it"));
+        return fail(absl::StrCat(field, " reads buffer ", b, " before a step writes it"));
       }
     }
-    for (size_t j = 0; j < step.outputs.size(); ++j) {
-      const int b = step.outputs[j];
+    for (const auto& [field, b] : BufferFields(step, /*writes=*/true)) {
       if (b < 0 || b >= program.num_buffers) {
-        return fail(absl::StrCat("outputs[", j, "] is buffer ", b, ", outside the program's ",
+        return fail(absl::StrCat(field, " is buffer ", b, ", outside the program's ",
                                  program.num_buffers, " buffers"));
       }
       if (written[b]) {
-        return fail(absl::StrCat("outputs[", j, "] writes buffer ", b,
+        return fail(absl::StrCat(field, " writes buffer ", b,
                                  b == 0                                 ? ", the input"
                                  : backward && b == program.grad_output ? ", the output's gradient"
                                                                         : ", written before"));
@@ -182,13 +228,13 @@ std::optional<StepSignature> SignatureOf(ProgramOpKind kind) {
   constexpr Parameter kRequired = Parameter::kRequired;
   switch (kind) {
     case ProgramOpKind::kLinear:
-      return StepSignature{1, 1, 1, kRequired, kOptional, true, false};
+      return StepSignature{1, 1, 1, kRequired, kOptional, true, false, true};
     case ProgramOpKind::kEmbedding:
-      return StepSignature{1, 1, 1, kRequired, kNone, true, false};
+      return StepSignature{1, 1, 1, kRequired, kNone, true, false, true};
     case ProgramOpKind::kLayerNorm:
-      return StepSignature{1, 3, 3, kOptional, kOptional, true, false};
+      return StepSignature{1, 3, 3, kOptional, kOptional, true, false, true};
     case ProgramOpKind::kRmsNorm:
-      return StepSignature{1, 2, 2, kOptional, kNone, true, false};
+      return StepSignature{1, 2, 2, kOptional, kNone, true, false, true};
     case ProgramOpKind::kActivation:
       return Unary(true, false);
     case ProgramOpKind::kAttention:
@@ -196,21 +242,23 @@ std::optional<StepSignature> SignatureOf(ProgramOpKind kind) {
     case ProgramOpKind::kAdd:
       return StepSignature{2, 1, 1, kNone, kNone, true, false};
     case ProgramOpKind::kBiasAdd:
-      return StepSignature{1, 1, 1, kNone, kRequired, true, false};
+      return StepSignature{1, 1, 1, kNone, kRequired, true, false, true};
     case ProgramOpKind::kAllReduce:
     case ProgramOpKind::kAllGather:
     case ProgramOpKind::kReduceScatter:
     case ProgramOpKind::kChunk:
     case ProgramOpKind::kAllToAll:
       return Unary(true, true);
+    case ProgramOpKind::kGatherParameter:
+      return StepSignature{0, 1, 1, kRequired, kNone, true, false};
     case ProgramOpKind::kLinearBackward:
-      return StepSignature{2, 0, 1, kRequired, kOptional, false, true};
+      return StepSignature{2, 0, 1, kRequired, kOptional, false, true, true};
     case ProgramOpKind::kEmbeddingBackward:
-      return StepSignature{2, 0, 0, kRequired, kNone, false, true};
+      return StepSignature{2, 0, 0, kRequired, kNone, false, true, true};
     case ProgramOpKind::kLayerNormBackward:
-      return StepSignature{4, 0, 1, kOptional, kOptional, false, true};
+      return StepSignature{4, 0, 1, kOptional, kOptional, false, true, true};
     case ProgramOpKind::kRmsNormBackward:
-      return StepSignature{3, 0, 1, kOptional, kNone, false, true};
+      return StepSignature{3, 0, 1, kOptional, kNone, false, true, true};
     case ProgramOpKind::kActivationBackward:
       return StepSignature{2, 1, 1, kNone, kNone, false, true};
     case ProgramOpKind::kAttentionBackward:
@@ -220,7 +268,9 @@ std::optional<StepSignature> SignatureOf(ProgramOpKind kind) {
     case ProgramOpKind::kScale:
       return Unary(true, true);
     case ProgramOpKind::kBiasAddBackward:
-      return StepSignature{1, 0, 0, kNone, kRequired, false, true};
+      return StepSignature{1, 0, 0, kNone, kRequired, false, true, true};
+    case ProgramOpKind::kShardGrad:
+      return StepSignature{1, 0, 0, kRequired, kNone, false, true};
     case ProgramOpKind::kGradAllReduce:
       return StepSignature{0, 0, 0, kRequired, kNone, false, true};
   }
@@ -264,6 +314,15 @@ absl::Status CheckProgram(const Program& program) {
       return fail(absl::StrCat("has ", p.placements.size(), " placements but parameter 0 has ",
                                program.parameters[0].placements.size(),
                                "; every parameter has one per mesh dim"));
+    }
+  }
+  for (size_t i = 0; i < program.data_parallel_dims.size(); ++i) {
+    const int d = program.data_parallel_dims[i];
+    const auto first = program.data_parallel_dims.begin();
+    if (d < 0 || d == program.tp_mesh_dim || std::find(first, first + i, d) != first + i) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data_parallel_dims[", i, "] is ", d, "; data-parallel dims are distinct mesh dims ",
+          "other than tp_mesh_dim ", program.tp_mesh_dim));
     }
   }
   const auto check_buffer = [&](absl::string_view field, int b) -> absl::Status {

@@ -20,6 +20,9 @@ struct StepSignature {
   Parameter bias = Parameter::kNone;
   bool in_forward = false;   // may be a step of Program::forward
   bool in_backward = false;  // may be a step of Program::backward
+  // The weight and bias may be buffers (weight_buffer, bias_buffer) in place of parameters; a
+  // backward step then writes their gradients' buffers (weight_grad_buffer, bias_grad_buffer).
+  bool buffer_operands = false;
 };
 
 // The signature of `kind`; nullopt for a number that is no kind.
@@ -31,11 +34,14 @@ std::string ProgramStepLabel(absl::string_view list, int index, const ProgramSte
 
 // Checks that `program` is well formed, apart from its fit to a mesh: every step has a known kind
 // that belongs in its list, as many inputs and outputs as its kind takes, buffers within
-// [0, num_buffers) that are written once and read only after they are written (buffer 0 holds the
-// input; `grad_output` is set before backward and written by no step), parameter indices within
-// range where its kind takes a parameter and -1 where it does not, and sensible attributes (heads,
-// size, eps, activation, dims, reduce op, scale); parameters have valid shapes and the same number
-// of placements. INVALID_ARGUMENT naming the step (ProgramStepLabel) or parameter and the field.
+// [0, num_buffers) that are written once and read only after they are written (StepReads,
+// StepWrites; buffer 0 holds the input; `grad_output` is set before backward and written by no
+// step), a weight and bias where its kind takes them and none where it does not (a parameter
+// index within range, or a buffer where the kind takes buffer operands, not both; a backward
+// step's gradient buffer exactly with a buffer operand), and sensible attributes (heads, size,
+// eps, activation, dims, reduce op, scale); parameters have valid shapes and the same number of
+// placements; data_parallel_dims are distinct mesh dims other than tp_mesh_dim. INVALID_ARGUMENT
+// naming the step (ProgramStepLabel) or parameter and the field.
 absl::Status CheckProgram(const Program& program);
 
 }  // namespace tessera

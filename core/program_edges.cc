@@ -42,11 +42,24 @@ void ReducePartials(std::vector<HostTensor>& locals, const DeviceMesh& mesh,
 
 }  // namespace
 
-std::vector<Placement> EdgePlacements(const DeviceMesh& mesh, int tp_mesh_dim,
+std::vector<Placement> EdgePlacements(const DeviceMesh& mesh, const Program& program,
                                       const Placement& tp) {
-  std::vector<Placement> placements(mesh.ndim(), Placement::Shard(0));
-  if (tp_mesh_dim >= 0 && tp_mesh_dim < mesh.ndim()) placements[tp_mesh_dim] = tp;
+  std::vector<Placement> placements(mesh.ndim(), Placement::Replicate());
+  for (int d : program.data_parallel_dims) {
+    if (d >= 0 && d < mesh.ndim()) placements[d] = Placement::Shard(0);
+  }
+  if (program.tp_mesh_dim >= 0 && program.tp_mesh_dim < mesh.ndim()) {
+    placements[program.tp_mesh_dim] = tp;
+  }
   return placements;
+}
+
+int64_t DataParallelSize(const DeviceMesh& mesh, const Program& program) {
+  int64_t size = 1;
+  for (int d : program.data_parallel_dims) {
+    if (d >= 0 && d < mesh.ndim()) size *= mesh.size(d);
+  }
+  return size;
 }
 
 absl::Status CheckModelInput(const ModuleInput& expected, DType dtype, const Shape& shape) {

@@ -18,11 +18,17 @@ namespace tessera {
 
 // The edges of a compiled module program as whole tensors: a full input cut into every rank's
 // local input, and the ranks' local outputs put together into the full output. The edge's layout
-// applies on the tensor-parallel mesh dim; every other mesh dim is data parallel and splits the
-// batch (dim 0).
+// applies on the tensor-parallel mesh dim; the program's data-parallel mesh dims split the batch
+// (dim 0); any other mesh dim (distribute_module's) holds the whole tensor on every rank.
 
-// An edge's placements on `mesh`: `tp` on `tp_mesh_dim`, Shard(0) on every other mesh dim.
-std::vector<Placement> EdgePlacements(const DeviceMesh& mesh, int tp_mesh_dim, const Placement& tp);
+// An edge's placements on `mesh`: `tp` on the program's tp_mesh_dim, Shard(0) on its
+// data_parallel_dims, Replicate on the other mesh dims.
+std::vector<Placement> EdgePlacements(const DeviceMesh& mesh, const Program& program,
+                                      const Placement& tp);
+
+// How many groups split the batch: the product of the sizes of the program's data-parallel mesh
+// dims (1 without any).
+int64_t DataParallelSize(const DeviceMesh& mesh, const Program& program);
 
 // OK iff a tensor of `dtype` and `shape` is an input the model takes (`expected`: its dtype, and
 // its shape with -1 for any size); INVALID_ARGUMENT naming both otherwise.

@@ -369,6 +369,10 @@ v1::ProgramStep StepToProto(const ProgramStep& step) {
   out.mutable_outputs()->Add(step.outputs.begin(), step.outputs.end());
   out.set_weight(step.weight);
   out.set_bias(step.bias);
+  out.set_weight_buffer(step.weight_buffer);
+  out.set_bias_buffer(step.bias_buffer);
+  out.set_weight_grad_buffer(step.weight_grad_buffer);
+  out.set_bias_grad_buffer(step.bias_grad_buffer);
   out.set_activation(static_cast<int32_t>(step.activation));
   out.set_eps(step.eps);
   out.set_heads(step.heads);
@@ -391,6 +395,10 @@ ProgramStep StepFromProto(const v1::ProgramStep& step) {
   out.outputs.assign(step.outputs().begin(), step.outputs().end());
   out.weight = step.weight();
   out.bias = step.bias();
+  out.weight_buffer = step.weight_buffer();
+  out.bias_buffer = step.bias_buffer();
+  out.weight_grad_buffer = step.weight_grad_buffer();
+  out.bias_grad_buffer = step.bias_grad_buffer();
   out.activation = static_cast<ActivationKind>(step.activation());
   out.eps = step.eps();
   out.heads = step.heads();
@@ -436,6 +444,7 @@ absl::StatusOr<ProgramParameter> ParameterFromProto(int index, const v1::Program
 v1::Program ToProto(const Program& program, std::span<const ParameterTensors> tensors) {
   v1::Program out;
   out.set_tp_mesh_dim(program.tp_mesh_dim);
+  for (int d : program.data_parallel_dims) out.add_data_parallel_dims(d);
   for (size_t i = 0; i < program.parameters.size(); ++i) {
     const ProgramParameter& p = program.parameters[i];
     v1::ProgramParameter* q = out.add_parameters();
@@ -467,6 +476,8 @@ absl::StatusOr<WorkerProgram> FromProto(const v1::Program& program) {
   WorkerProgram out;
   Program& p = out.program;
   p.tp_mesh_dim = program.tp_mesh_dim();
+  p.data_parallel_dims.assign(program.data_parallel_dims().begin(),
+                              program.data_parallel_dims().end());
   std::set<std::string> names;
   for (int i = 0; i < program.parameters_size(); ++i) {
     const v1::ProgramParameter& q = program.parameters(i);

@@ -78,17 +78,34 @@ absl::StatusOr<HostTensor> Filled(DType dtype, const Shape& shape, double value)
       absl::StrCat("an output gradient of ", DTypeName(dtype), "; float32 or float64"));
 }
 
-// The full output from the outputs of the tp group's first rank of each data-parallel group (in
-// row-major order), for an output replicated over the tp mesh dim `tp`: the one rank's on a mesh of
-// the tp dim alone; else those put together along the batch, which the other mesh dims shard.
-absl::StatusOr<HostTensor> AssembleReplicated(std::vector<HostTensor> locals,
-                                              const DeviceMesh& mesh, int tp) {
-  if (mesh.ndim() == 1 && locals.size() == 1) return std::move(locals[0]);
-  Shape groups = mesh.shape();
-  groups.erase(groups.begin() + tp);
-  ASSIGN_OR_RETURN(const DeviceMesh data_parallel, DeviceMesh::Create(mesh.device_type(), groups));
-  return AssembleEdge(std::move(locals), data_parallel,
-                      std::vector<Placement>(groups.size(), Placement::Shard(0)));
+// True iff the rank at `coordinate` is at 0 on every mesh dim `placements` replicate: one of the
+// ranks whose outputs make the full output.
+bool HoldsAReplica(const std::vector<int64_t>& coordinate,
+                   const std::vector<Placement>& placements) {
+  for (size_t m = 0; m < placements.size(); ++m) {
+    if (placements[m].is_replicate() && coordinate[m] != 0) return false;
+  }
+  return true;
+}
+
+// The full output from the outputs of the ranks that HoldsAReplica (in row-major order), laid out
+// on `mesh` as `placements`: the one rank's when every mesh dim replicates it; else those put
+// together on the mesh of the other dims.
+absl::StatusOr<HostTensor> AssembleReplicas(std::vector<HostTensor> locals, const DeviceMesh& mesh,
+                                            const std::vector<Placement>& placements) {
+  Shape dims;
+  std::vector<Placement> kept;
+  for (int m = 0; m < mesh.ndim(); ++m) {
+    if (placements[m].is_replicate()) continue;
+    dims.push_back(mesh.size(m));
+    kept.push_back(placements[m]);
+  }
+  if (dims.empty()) {
+    if (locals.size() == 1) return std::move(locals[0]);
+    return absl::InternalError(absl::StrCat(locals.size(), " outputs of a replicated output"));
+  }
+  ASSIGN_OR_RETURN(const DeviceMesh holders, DeviceMesh::Create(mesh.device_type(), dims));
+  return AssembleEdge(std::move(locals), holders, kept);
 }
 
 // Marks the write of each of `tensors` done with `status`.
@@ -110,7 +127,7 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalInputs(const ModuleEntr
   if (input.full.has_value()) {
     RETURN_IF_ERROR(CheckModelInput(program.input, input.full->dtype(), input.full->shape()));
     const std::vector<Placement> placements =
-        EdgePlacements(mesh, program.tp_mesh_dim, program.input_layout.placement);
+        EdgePlacements(mesh, program, program.input_layout.placement);
     if (std::all_of(placements.begin(), placements.end(),
                     [](const Placement& p) { return p.is_replicate(); })) {
       std::vector<HostTensor> whole;
@@ -141,7 +158,7 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalGradients(const ModuleE
                                                                    const StepOptions& step) {
   const Program& program = module.program;
   const DeviceMesh& mesh = module.mesh->mesh;
-  const int64_t groups = mesh.size() / mesh.size(program.tp_mesh_dim);
+  const int64_t groups = DataParallelSize(mesh, program);
   if (step.loss_sum && groups == 1) return std::vector<HostTensor>();
   const Shape output_shape = OutputShapeFor(program, input_shape);
   HostTensor grad;
@@ -160,9 +177,9 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::LocalGradients(const ModuleE
   // The program averages gradients over the data-parallel groups; scaled by their number, the
   // average is the gradient of the whole batch's loss, as one process computes it.
   if (groups > 1) RETURN_IF_ERROR(Scale(grad, static_cast<double>(groups)));
-  return SplitEdge(grad, mesh,
-                   EdgePlacements(mesh, program.tp_mesh_dim,
-                                  GradientPlacement(program.output_layout.placement)));
+  return SplitEdge(
+      grad, mesh,
+      EdgePlacements(mesh, program, GradientPlacement(program.output_layout.placement)));
 }
 
 std::vector<v1::Command> ModuleRuns::Commands(const ModuleEntry& module,
@@ -227,10 +244,13 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
 
 std::vector<bool> ModuleRuns::ReturnedOutputs(const ModuleEntry& module, RunOutputs outputs) {
   const DeviceMesh& mesh = module.mesh->mesh;
-  const int tp = module.program.tp_mesh_dim;
   std::vector<bool> returned(static_cast<size_t>(mesh.size()), outputs.full || outputs.locals);
-  if (outputs.locals || !module.program.output_layout.placement.is_replicate()) return returned;
-  for (int64_t r = 0; r < mesh.size(); ++r) returned[r] = mesh.CoordinateOfIndex(r)[tp] == 0;
+  if (outputs.locals || !outputs.full) return returned;
+  const std::vector<Placement> placements =
+      EdgePlacements(mesh, module.program, module.program.output_layout.placement);
+  for (int64_t r = 0; r < mesh.size(); ++r) {
+    returned[r] = HoldsAReplica(mesh.CoordinateOfIndex(r), placements);
+  }
   return returned;
 }
 
@@ -245,12 +265,11 @@ absl::StatusOr<RunResult> ModuleRuns::Result(const ModuleEntry& module,
   }
   if (outputs.full) {
     const DeviceMesh& mesh = module.mesh->mesh;
-    absl::StatusOr<HostTensor> full =
-        static_cast<int64_t>(locals.size()) == mesh.size()
-            ? AssembleEdge(
-                  std::move(locals), mesh,
-                  EdgePlacements(mesh, program.tp_mesh_dim, program.output_layout.placement))
-            : AssembleReplicated(std::move(locals), mesh, program.tp_mesh_dim);
+    const std::vector<Placement> placements =
+        EdgePlacements(mesh, program, program.output_layout.placement);
+    absl::StatusOr<HostTensor> full = static_cast<int64_t>(locals.size()) == mesh.size()
+                                          ? AssembleEdge(std::move(locals), mesh, placements)
+                                          : AssembleReplicas(std::move(locals), mesh, placements);
     if (!full.ok()) {
       return absl::DataLossError(
           absl::StrCat("the ranks' outputs of module '", module.name,
@@ -294,10 +313,9 @@ absl::StatusOr<RunResult> ModuleRuns::Step(ModuleEntry& module, RunInput input, 
     std::vector<Shape> shapes;
     for (const HostTensor& t : locals) shapes.push_back(t.shape());
     const Program& program = module.program;
-    ASSIGN_OR_RETURN(input_shape,
-                     AssembledShape(shapes, module.mesh->mesh,
-                                    EdgePlacements(module.mesh->mesh, program.tp_mesh_dim,
-                                                   program.input_layout.placement)));
+    ASSIGN_OR_RETURN(input_shape, AssembledShape(shapes, module.mesh->mesh,
+                                                 EdgePlacements(module.mesh->mesh, program,
+                                                                program.input_layout.placement)));
   }
   ASSIGN_OR_RETURN(std::vector<HostTensor> grads, LocalGradients(module, input_shape, step));
   // The gradients' DTensors: made by the first step, written again by each one after.

@@ -84,9 +84,10 @@ class ModuleRuns {
                                                                 const StepOptions& step)
       ABSL_SHARED_LOCKS_REQUIRED(module.mu);
   // The ranks whose local outputs a run sends back (returned[r]): every rank's for local outputs,
-  // none without outputs; for the full output alone, those it is put together from: all of them,
-  // or, when the output is replicated over the tp mesh dim, the tp group's first rank of each
-  // data-parallel group (the other copies would cross the network for nothing).
+  // none without outputs; for the full output alone, those it is put together from: the ranks at
+  // coordinate 0 of every mesh dim that replicates the output (the tp dim when the output is
+  // Replicate there, a distributed module's every dim): the other copies would cross the network
+  // for nothing.
   static std::vector<bool> ReturnedOutputs(const ModuleEntry& module, RunOutputs outputs)
       ABSL_SHARED_LOCKS_REQUIRED(module.mu);
   // Sends `commands[r]` to rank r and waits until `deadline`; the outputs of the ranks with

@@ -29,8 +29,7 @@ SPEC = {"type": "Module", "children": [
     "input": {"dtype": "float32", "shape": [-1, IN]}}
 # torch's Megatron MLP plan, and a pattern that matches no module (reported, not refused).
 PLAN = {"plan": {"net1": "ColwiseParallel", "net2": "RowwiseParallel", "head": "ColwiseParallel"}}
-# distribute_module partitions: every parameter Replicate, and net1.weight sharded (which the
-# service refuses: it computes only on Replicate parameters after distribute_module).
+# distribute_module partitions: every parameter Replicate, and net1.weight sharded by columns.
 PARTITION = {"distribute": {"*.weight": ["Replicate()"], "*.bias": "Replicate()"}}
 SHARDED_PARTITION = {"distribute": {"net1.weight": ["Shard(1)"]}}
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # tessera module against a cluster of 3 workers started with `tessera up`: an MLP (Linear(10, 16),
-# ReLU, Linear(16, 12)) loaded from a safetensors file that numpy wrote, distributed (Replicate),
-# parallelized by torch's Megatron plan (uneven torch.chunk shards of 6, 6 and 4), shown rank by
-# rank, run forward (against numpy's relu(x W1^T + b1) W2^T + b2) and for one SGD step (lr 0.25,
-# loss output.sum(): the saved parameters and gradients against numpy's, derived by hand),
-# published, listed and removed; a module from a seed with the plan given at load (its forward
-# against numpy on its saved parameters); an unknown module, misshaped weights and bad command lines
-# refused with their exit codes and messages; and every module subcommand answers --help.
+# ReLU, Linear(16, 12)) loaded from a safetensors file that numpy wrote, distributed (Replicate,
+# then net1.weight sharded by columns), parallelized by torch's Megatron plan (uneven torch.chunk
+# shards of 6, 6 and 4), shown rank by rank, run forward (against numpy's
+# relu(x W1^T + b1) W2^T + b2) and for one SGD step (lr 0.25, loss output.sum(): the saved
+# parameters and gradients against numpy's, derived by hand), published, listed and removed; a
+# module from a seed with the plan given at load (its forward against numpy on its saved
+# parameters); an unknown module, misshaped weights and bad command lines refused with their exit
+# codes and messages; and every module subcommand answers --help.
 # usage: cli_module_test.sh TESSERA_BINARY WORKDIR
 set -euo pipefail
 tessera="$1"
@@ -64,16 +65,25 @@ grep -q "^      rank 2: *local \[16, 10\] at offset \[0, 0\]$" "${work}/load.txt
 "${tessera}" module forward mlp --input "${work}/x.npy" --out "${work}/y0.npy"
 "${py}" "${mlp}" forward "${work}" "${work}/y0.npy"
 
-# distribute_module: a partition of Replicate parameters is applied; one sharding a parameter is
-# refused (the service computes only on Replicate parameters after distribute_module), leaving the
-# module as it was.
+# distribute_module: a partition of Replicate parameters, then one sharding net1.weight's 10
+# columns over the 3 ranks (4, 4 and 2); the forward gathers it where net1 uses it, every rank
+# computing the whole batch, and equals numpy's.
 "${tessera}" module distribute mlp --partition "${work}/part.json" | tee "${work}/dist.txt"
 grep -q "^    net1.weight  *float32\[16, 10\] (R)" "${work}/dist.txt" || fail "distribute: net1.weight"
-expect_exit 1 module distribute mlp --partition "${work}/part_sharded.json"
-grep -q "^tessera module distribute: UNIMPLEMENTED: .*net1.weight" "${work}/err.txt" || { cat "${work}/err.txt"; fail "sharded partition"; }
-"${tessera}" module show mlp | grep -q "^    net1.weight  *float32\[16, 10\] (R)" || fail "distribute changed the module"
 "${tessera}" module forward mlp --input "${work}/x.npy" --out "${work}/y1.npy"
 "${py}" "${mlp}" forward "${work}" "${work}/y1.npy"
+"${tessera}" module distribute mlp --partition "${work}/part_sharded.json" | tee "${work}/dist_sharded.txt"
+for want in \
+    "^    net1.weight  *float32\[16, 10\] (S(1))  tensor mlp.net1.weight$" \
+    "^      rank 0: *local \[16, 4\] at offset \[0, 0\]$" \
+    "^      rank 1: *local \[16, 4\] at offset \[0, 4\]$" \
+    "^      rank 2: *local \[16, 2\] at offset \[0, 8\]$" \
+    "^    net2.weight  *float32\[12, 16\] (R)"; do
+  grep -q "${want}" "${work}/dist_sharded.txt" || { cat "${work}/dist_sharded.txt"; fail "distribute sharded: no line ${want}"; }
+done
+"${tessera}" module forward mlp --input "${work}/x.npy" --out "${work}/y2.npy" --local
+"${py}" "${mlp}" forward "${work}" "${work}/y2.npy"
+for r in 0 1 2; do "${py}" "${mlp}" same "${work}/y2.npy" "${work}/y2.rank${r}.npy"; done
 
 # parallelize_module with the Megatron plan: net1 colwise (rows 6, 6, 4), net2 rowwise (columns).
 "${tessera}" module parallelize mlp --plan "${work}/plan.json" | tee "${work}/par.txt"

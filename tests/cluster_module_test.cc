@@ -440,6 +440,122 @@ TEST(ModuleTest, DistributeModulePlacesEveryParameter) {
   EXPECT_TRUE(d->Remove().ok());
 }
 
+// distribute_module with sharded parameters: (mesh, partition, every parameter's placements as
+// Show must give them). The MLP is parallelized first, so distributing moves its parameters from
+// the plan's layout to the partition's.
+struct DistributeCase {
+  std::string name;
+  std::string mesh;
+  std::string partition;
+  std::map<std::string, std::string> placements;  // fqn -> PlacementsToString
+};
+
+class DistributeModuleTest : public ::testing::TestWithParam<DistributeCase> {};
+
+// As torch computes a distributed module with replicated activations: the forward, a training
+// step's output and gradients (each laid out as its parameter), and the parameters after SGD
+// equal one process's; every rank computes the whole batch.
+TEST_P(DistributeModuleTest, ComputesAsOneProcess) {
+  const DistributeCase& c = GetParam();
+  const Weights w = MlpWeights(37);
+  const std::string name = "dist_" + c.name;
+  absl::StatusOr<Module> m =
+      LoadMlp(name, c.mesh, WriteWeights(name + ".safetensors", w), kMlpPlan);
+  ASSERT_TRUE(m.ok()) << m.status() << shared->cluster.LogHint();
+  absl::StatusOr<Module> d = client::DistributeModule(*m, c.partition);
+  ASSERT_TRUE(d.ok()) << d.status();
+  absl::StatusOr<client::ModuleInfo> info = d->Show();
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->parameters.size(), c.placements.size());
+  for (const client::ModuleParameter& p : info->parameters) {
+    EXPECT_EQ(PlacementsToString(p.spec.placements), c.placements.at(p.fqn)) << p.fqn;
+  }
+  EXPECT_EQ(info->input_layout.placement, Placement::Replicate());
+  EXPECT_EQ(info->output_layout.placement, Placement::Replicate());
+  EXPECT_TRUE(absl::StrContains(info->plan_json, "distribute")) << info->plan_json;
+
+  ReferenceModel reference = testing::ReferenceOf(kMlpSpec, w);
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, {5, 10}, 15);
+  testing::ExpectForwardMatchesReference(*d, reference, x);
+  // The batch is not split: every rank's local output is the whole output.
+  absl::StatusOr<client::ModuleOutput> y = d->Forward(x, client::Outputs::kBoth);
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(static_cast<int64_t>(y->locals.size()), M(c.mesh).mesh.size());
+  for (const HostTensor& local : y->locals) EXPECT_TRUE(TensorsMatch(local, *y->full));
+
+  testing::ExpectStepMatchesReference(*d, reference, x, 0.25);
+  absl::StatusOr<client::ModuleInfo> stepped = d->Show();
+  ASSERT_TRUE(stepped.ok()) << stepped.status();
+  for (const client::ModuleParameter& p : stepped->parameters) {
+    absl::StatusOr<client::DTensor> g = client::GetTensor(S(), p.grad);
+    ASSERT_TRUE(g.ok()) << p.fqn << ": " << g.status();
+    EXPECT_EQ(PlacementsToString(g->placements()), c.placements.at(p.fqn)) << p.fqn << ".grad";
+  }
+  EXPECT_TRUE(d->Remove().ok());
+  EXPECT_TRUE(testing::TensorsNamed(S(), name + ".").empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cluster, DistributeModuleTest,
+    ::testing::Values(DistributeCase{"line_rows_and_columns",
+                                     "line",
+                                     R"json({"distribute": {"net1.weight": ["Shard(0)"],
+                                              "net2.weight": ["Shard(1)"]}})json",
+                                     {{"net1.weight", "(S(0))"},
+                                      {"net1.bias", "(R)"},
+                                      {"net2.weight", "(S(1))"},
+                                      {"net2.bias", "(R)"}}},
+                      // 10 columns over 4 ranks: 3, 3, 3, 1.
+                      DistributeCase{"line_uneven",
+                                     "line",
+                                     R"json({"distribute": {"net1.weight": ["Shard(-1)"],
+                                              "*.bias": ["Shard(0)"]}})json",
+                                     {{"net1.weight", "(S(1))"},
+                                      {"net1.bias", "(S(0))"},
+                                      {"net2.weight", "(R)"},
+                                      {"net2.bias", "(S(0))"}}},
+                      DistributeCase{"grid_two_dims",
+                                     "grid",
+                                     R"json({"distribute": {"net1.weight": ["Shard(0)", "Shard(1)"],
+                                              "net2.weight": ["Shard(1)", "Shard(0)"]}})json",
+                                     {{"net1.weight", "(S(0), S(1))"},
+                                      {"net1.bias", "(R, R)"},
+                                      {"net2.weight", "(S(1), S(0))"},
+                                      {"net2.bias", "(R, R)"}}},
+                      // Nested shards: net1.weight's 10 columns are 5 per dp row, then 3 and 2.
+                      DistributeCase{"grid_nested",
+                                     "grid",
+                                     R"json({"distribute": {"net1.weight": ["Shard(1)", "Shard(1)"],
+                                              "*.bias": ["Shard(0)", "Shard(0)"],
+                                              "net2.weight": ["Replicate()", "Shard(0)"]}})json",
+                                     {{"net1.weight", "(S(1), S(1))"},
+                                      {"net1.bias", "(S(0), S(0))"},
+                                      {"net2.weight", "(R, S(0))"},
+                                      {"net2.bias", "(S(0), S(0))"}}}),
+    [](const auto& info) { return info.param.name; });
+
+// Worked by hand: Show gives a distributed parameter's nested uneven shards on the 2 x 2 mesh.
+// net1.weight [16, 10] (Shard(1), Shard(1)): 5 columns per dp row, split 3 and 2 over tp.
+TEST(ModuleTest, ShowGivesADistributedParametersNestedShards) {
+  absl::StatusOr<Module> m =
+      LoadMlp("shown_dist", "grid", WriteWeights("shown_dist.safetensors", MlpWeights(38)));
+  ASSERT_TRUE(m.ok()) << m.status();
+  absl::StatusOr<Module> d = client::DistributeModule(
+      *m, R"json({"distribute": {"net1.weight": ["Shard(1)", "Shard(1)"]}})json");
+  ASSERT_TRUE(d.ok()) << d.status();
+  const client::ModuleParameter* p = Find(d->info(), "net1.weight");
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->spec.placements, (std::vector<Placement>{Placement::Shard(1), Placement::Shard(1)}));
+  EXPECT_EQ(p->shards,
+            (std::vector<LocalShard>{
+                {{16, 3}, {0, 0}}, {{16, 2}, {0, 3}}, {{16, 3}, {0, 5}}, {{16, 2}, {0, 8}}}));
+  const client::ModuleParameter* bias = Find(d->info(), "net1.bias");
+  ASSERT_NE(bias, nullptr);
+  EXPECT_EQ(bias->spec.placements,
+            (std::vector<Placement>{Placement::Replicate(), Placement::Replicate()}));
+  EXPECT_TRUE(d->Remove().ok());
+}
+
 // Seeded parameters follow torch's Linear init (uniform within 1/sqrt(in_features)), and the same
 // seed gives the same values whatever the layout.
 TEST(ModuleTest, SeededParametersAreTorchsInitAndIndependentOfTheLayout) {

@@ -1,10 +1,12 @@
-// Programs compiled by CompileParallelize (a module spec, a plan, a mesh) and run by the workers
-// equal the same model compiled without a plan and run by one worker: every rank's output, every
-// parameter's gradient and every parameter after an SGD step. Models: an MLP (colwise then
-// rowwise, over sizes that do not divide, and with its output scattered by rows), a transformer
-// block (LayerNorm, causal attention, RMSNorm, GELU MLP, residuals) under Megatron's plan and under
-// sequence parallelism, a vocab-parallel embedding feeding a gathered colwise head, and the MLP on
-// a 2-D (dp, tp) mesh.
+// Programs compiled by CompileParallelize or CompileDistribute (a module spec, a plan or partition,
+// a mesh) and run by the workers equal the same model compiled without a plan and run by one
+// worker: every rank's output, every parameter's gradient and every parameter after an SGD step.
+// Models: an MLP (colwise then rowwise, over sizes that do not divide, and with its output
+// scattered by rows), a transformer block (LayerNorm, causal attention, RMSNorm, GELU MLP,
+// residuals) under Megatron's plan and under sequence parallelism, a vocab-parallel embedding
+// feeding a gathered colwise head, and the MLP on a 2-D (dp, tp) mesh; and under
+// distribute_module, the MLP, the block and the embedding head with sharded parameters (uneven
+// and nested shards) on 1-D and 2-D meshes.
 
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/module_program.h"
 #include "core/program_check.h"
+#include "core/program_edges.h"
 #include "gtest/gtest.h"
 #include "tests/program_cluster.h"
 #include "tests/test_models.h"
@@ -95,6 +98,62 @@ std::vector<CompiledCase> Cases() {
        {2, 2},
        {"dp", "tp"},
        {6, 10}},
+      // distribute_module: sharded parameters gathered where they are used.
+      {"DistributedMlpOver4",
+       kMlp,
+       R"json({"distribute": {"net1.weight": ["Shard(0)"], "net2.weight": ["Shard(1)"],
+                              "*.bias": ["Shard(0)"]}})json",
+       {4},
+       {},
+       {5, 10}},
+      {"DistributedMlpUnevenOver3",
+       kMlp,
+       R"json({"distribute": {"net1.weight": ["Shard(1)"], "net2.weight": ["Shard(0)"]}})json",
+       {3},
+       {},
+       {5, 10}},
+      {"DistributedMlpNested2x2",
+       kMlp,
+       R"json({"distribute": {"net1.weight": ["Shard(0)", "Shard(0)"],
+                              "net2.weight": ["Shard(1)", "Shard(0)"],
+                              "net1.bias": ["Replicate()", "Shard(0)"],
+                              "net2.bias": ["Shard(0)", "Shard(0)"]}})json",
+       {2, 2},
+       {"dp", "tp"},
+       {6, 10}},
+      {"DistributedMlpNestedUneven2x3",
+       kMlp,
+       R"json({"distribute": {"net1.weight": ["Shard(1)", "Shard(1)"],
+                              "net2.*": ["Shard(0)", "Replicate()"]}})json",
+       {2, 3},
+       {"dp", "tp"},
+       {3, 10}},
+      {"DistributedBlockOver3",
+       kBlock,
+       R"json({"distribute": {"attn.norm.*": ["Shard(0)"],
+                              "attn.attention.?.weight": ["Shard(0)"],
+                              "attn.attention.?.bias": ["Shard(0)"],
+                              "mlp.norm.weight": ["Shard(0)"],
+                              "mlp.net*.weight": ["Shard(1)"],
+                              "mlp.net*.bias": ["Shard(0)"]}})json",
+       {3},
+       {},
+       {2, 5, 8}},
+      {"DistributedBlock2x2",
+       kBlock,
+       R"json({"distribute": {"attn.attention.[qk].weight": ["Shard(0)", "Shard(1)"],
+                              "mlp.net1.weight": ["Shard(0)", "Shard(0)"],
+                              "mlp.norm.weight": ["Replicate()", "Shard(0)"]}})json",
+       {2, 2},
+       {"dp", "tp"},
+       {2, 5, 8}},
+      {"DistributedEmbeddingHeadOver3",
+       kEmbeddingHead,
+       R"json({"distribute": {"tok.weight": ["Shard(0)"], "norm.weight": ["Shard(0)"],
+                              "head.weight": ["Shard(1)"], "head.bias": ["Shard(0)"]}})json",
+       {3},
+       {},
+       {2, 6}},
   };
 }
 
@@ -125,9 +184,11 @@ class CompiledProgramTest : public ::testing::TestWithParam<CompiledCase> {};
 TEST_P(CompiledProgramTest, ShardedRunEqualsOneWorker) {
   const CompiledCase& c = GetParam();
   const ModelSpec model = ParseModelSpec(c.model).value();
-  const ParallelizePlan plan = *ParsePlanSpec(c.plan).value().parallelize;
+  const PlanSpec plan = ParsePlanSpec(c.plan).value();
   const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh, c.mesh_names, {}).value();
-  absl::StatusOr<Program> sharded = CompileParallelize(model, plan, mesh);
+  absl::StatusOr<Program> sharded = plan.distribute.has_value()
+                                        ? CompileDistribute(model, *plan.distribute, mesh)
+                                        : CompileParallelize(model, *plan.parallelize, mesh);
   ASSERT_TRUE(sharded.ok()) << sharded.status();
   ASSERT_TRUE(CheckProgram(*sharded).ok()) << CheckProgram(*sharded);
   absl::StatusOr<Program> single =
@@ -152,8 +213,7 @@ TEST_P(CompiledProgramTest, ShardedRunEqualsOneWorker) {
   ASSERT_TRUE(forward[0].status.ok());
   const HostTensor output = FromProto(forward[0].reply.output()).value();
   const HostTensor dy = Random(output.shape(), 8);
-  int64_t dp = 1;
-  for (int m = 0; m < mesh.ndim(); ++m) dp *= m == sharded->tp_mesh_dim ? 1 : mesh.size(m);
+  const int64_t dp = DataParallelSize(mesh, *sharded);
   HostTensor dy_single = dy.Clone();
   for (int64_t i = 0; i < dy_single.num_elements(); ++i) dy_single.data_as<double>()[i] /= dp;
   RunEverywhere(one, *single, input,

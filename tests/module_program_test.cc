@@ -1,5 +1,6 @@
 // CompileParallelize against programs worked out by hand from torch's styles: which parameters are
-// sharded how, which collectives run where, and the backward's gradient layouts.
+// sharded how, which collectives run where, and the backward's gradient layouts; and
+// CompileDistribute: which parameters are gathered where, and their gradients cut back to shards.
 #include "core/module_program.h"
 
 #include <string>
@@ -259,6 +260,138 @@ TEST(CompileParallelize, TwoDimMeshAveragesGradientsOverDp) {
                                            "grad_all_reduce(net2.bias)"));
   EXPECT_EQ(p.backward.back().mesh_dim, 0);
   EXPECT_EQ(p.backward.back().reduce_op, ReduceOp::kAvg);
+}
+
+DistributePlan PartitionOf(const std::string& json) {
+  auto plan = ParsePlanSpec(json);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() && plan->distribute.has_value() ? *plan->distribute : DistributePlan{};
+}
+
+// Worked by hand: the MLP distributed on a mesh of 4 with net1.weight Shard(0) and net2.weight
+// Shard(1), the biases Replicate. Each sharded weight is gathered whole right before its Linear,
+// which reads it from that buffer; backward writes each one's whole gradient to a buffer of its
+// own and cuts it to this rank's shard. Activations stay Replicate: no other collective runs and
+// no gradient is reduced.
+TEST(CompileDistribute, MlpWithShardedWeights) {
+  Program p = Compiled(
+      CompileDistribute(Parse(kMlp), PartitionOf(R"js({"distribute": {"net1.weight": ["Shard(0)"],
+                                         "net2.weight": ["Shard(1)"]}})js"),
+                        Mesh1D(4)));
+  EXPECT_THAT(Placements(p), ElementsAre("net1.weight=(S(0))", "net1.bias=(R)",
+                                         "net2.weight=(S(1))", "net2.bias=(R)"));
+  EXPECT_EQ(p.input_layout.placement, Placement::Replicate());
+  EXPECT_EQ(p.output_layout.placement, Placement::Replicate());
+  EXPECT_TRUE(p.data_parallel_dims.empty());
+  EXPECT_EQ(Kinds(p.forward), "gather_parameter linear activation gather_parameter linear");
+  EXPECT_EQ(Kinds(p.backward),
+            "linear_backward shard_grad activation_backward linear_backward shard_grad");
+  // Buffers: 0 input, 1 net1.weight whole, 2 net1's output, 3 relu's, 4 net2.weight whole,
+  // 5 the output; 6 its gradient, 7 relu's output's, 8 net2.weight's whole gradient, 9 net1's
+  // output's, 10 net1.weight's whole gradient.
+  ASSERT_EQ(p.forward.size(), 5u);
+  EXPECT_EQ(p.forward[0].weight, 0);
+  EXPECT_THAT(p.forward[0].outputs, ElementsAre(1));
+  EXPECT_THAT(p.forward[1].inputs, ElementsAre(0));
+  EXPECT_THAT(p.forward[1].outputs, ElementsAre(2));
+  EXPECT_EQ(p.forward[1].weight, -1);
+  EXPECT_EQ(p.forward[1].weight_buffer, 1);
+  EXPECT_EQ(p.forward[1].bias, 1);
+  EXPECT_EQ(p.forward[1].bias_buffer, -1);
+  EXPECT_EQ(p.forward[3].weight, 2);
+  EXPECT_THAT(p.forward[3].outputs, ElementsAre(4));
+  EXPECT_THAT(p.forward[4].inputs, ElementsAre(3));
+  EXPECT_EQ(p.forward[4].weight_buffer, 4);
+  EXPECT_EQ(p.forward[4].bias, 3);
+  EXPECT_EQ(p.output, 5);
+  EXPECT_EQ(p.grad_output, 6);
+  ASSERT_EQ(p.backward.size(), 5u);
+  EXPECT_THAT(p.backward[0].inputs, ElementsAre(3, 6));
+  EXPECT_THAT(p.backward[0].outputs, ElementsAre(7));
+  EXPECT_EQ(p.backward[0].weight_buffer, 4);
+  EXPECT_EQ(p.backward[0].weight_grad_buffer, 8);
+  EXPECT_EQ(p.backward[0].bias, 3);
+  EXPECT_EQ(p.backward[0].bias_grad_buffer, -1);
+  EXPECT_THAT(p.backward[1].inputs, ElementsAre(8));
+  EXPECT_EQ(p.backward[1].weight, 2);
+  EXPECT_THAT(p.backward[2].inputs, ElementsAre(2, 7));
+  EXPECT_THAT(p.backward[2].outputs, ElementsAre(9));
+  // The input needs no gradient.
+  EXPECT_THAT(p.backward[3].inputs, ElementsAre(0, 9));
+  EXPECT_TRUE(p.backward[3].outputs.empty());
+  EXPECT_EQ(p.backward[3].weight_buffer, 1);
+  EXPECT_EQ(p.backward[3].weight_grad_buffer, 10);
+  EXPECT_EQ(p.backward[3].bias, 1);
+  EXPECT_THAT(p.backward[4].inputs, ElementsAre(10));
+  EXPECT_EQ(p.backward[4].weight, 0);
+  EXPECT_EQ(p.num_buffers, 11);
+}
+
+// On a 2-D mesh every mesh dim takes the partition's placements, nested shards included; no mesh
+// dim splits the batch or averages gradients (distribute_module replicates the activations).
+TEST(CompileDistribute, TwoDimMeshGathersOverEveryShardingDim) {
+  DeviceMesh mesh = DeviceMesh::Create("cpu", {2, 2}, {"dp", "tp"}).value();
+  Program p = Compiled(CompileDistribute(Parse(kMlp), PartitionOf(R"js({"distribute": {
+          "net1.weight": ["Shard(0)", "Shard(-1)"], "net2.*": ["Shard(0)", "Shard(0)"]}})js"),
+                                         mesh));
+  EXPECT_THAT(Placements(p), ElementsAre("net1.weight=(S(0), S(1))", "net1.bias=(R, R)",
+                                         "net2.weight=(S(0), S(0))", "net2.bias=(S(0), S(0))"));
+  EXPECT_TRUE(p.data_parallel_dims.empty());
+  EXPECT_EQ(Kinds(p.forward),
+            "gather_parameter linear activation gather_parameter gather_parameter linear");
+  ASSERT_EQ(p.forward[5].kind, ProgramOpKind::kLinear);
+  EXPECT_EQ(p.forward[5].weight_buffer, p.forward[3].outputs[0]);
+  EXPECT_EQ(p.forward[5].bias_buffer, p.forward[4].outputs[0]);
+  EXPECT_EQ(Kinds(p.backward),
+            "linear_backward shard_grad shard_grad activation_backward linear_backward "
+            "shard_grad");
+  EXPECT_EQ(p.backward[1].weight, 2);
+  EXPECT_EQ(p.backward[2].weight, 3);
+  EXPECT_EQ(p.backward[2].inputs[0], p.backward[0].bias_grad_buffer);
+}
+
+// Replicate parameters are read where they are, as without a plan.
+TEST(CompileDistribute, ReplicateParametersAreReadInPlace) {
+  Program p = Compiled(CompileDistribute(
+      Parse(kMlp), PartitionOf(R"js({"distribute": {"*": ["Replicate()"]}})js"), Mesh1D(4)));
+  EXPECT_EQ(Kinds(p.forward), "linear activation linear");
+  EXPECT_EQ(Kinds(p.backward), "linear_backward activation_backward linear_backward");
+  EXPECT_EQ(p.forward[0].weight, 0);
+  EXPECT_EQ(p.forward[0].weight_buffer, -1);
+}
+
+// Embedding, LayerNorm and RMSNorm take gathered weights too; a Replicate norm bias is read in
+// place beside its gathered weight.
+TEST(CompileDistribute, EmbeddingAndNormsGatherTheirShardedWeights) {
+  Program p = Compiled(CompileDistribute(Parse(R"js({"type": "Module",
+      "input": {"dtype": "int64", "shape": [-1, -1]}, "children": [
+        {"name": "tok", "type": "Embedding", "num_embeddings": 20, "embedding_dim": 8},
+        {"name": "ln", "type": "LayerNorm", "normalized_shape": 8},
+        {"name": "rms", "type": "RMSNorm", "normalized_shape": 8}]})js"),
+                                         PartitionOf(R"js({"distribute": {
+          "tok.weight": ["Shard(1)"], "ln.weight": ["Shard(0)"], "rms.weight": ["Shard(0)"]}})js"),
+                                         Mesh1D(3)));
+  EXPECT_EQ(Kinds(p.forward),
+            "gather_parameter embedding gather_parameter layer_norm gather_parameter rms_norm");
+  EXPECT_EQ(p.forward[1].size, 20);
+  EXPECT_EQ(p.forward[3].bias, 2);  // ln.bias, Replicate
+  EXPECT_EQ(p.forward[3].weight_buffer, p.forward[2].outputs[0]);
+  EXPECT_EQ(Kinds(p.backward),
+            "rms_norm_backward shard_grad layer_norm_backward shard_grad embedding_backward "
+            "shard_grad");
+}
+
+TEST(CompileDistribute, APartialOrMisfitPlacementIsRejectedNamingTheParameter) {
+  EXPECT_TRUE(testing::StatusIs(
+      CompileDistribute(Parse(kMlp), DistributePlan{{{"net1.weight", {Placement::Partial()}}}},
+                        Mesh1D(2))
+          .status(),
+      absl::StatusCode::kInvalidArgument, {"net1.weight", "Partial"}));
+  EXPECT_TRUE(testing::StatusIs(
+      CompileDistribute(
+          Parse(kMlp), PartitionOf(R"js({"distribute": {"net1.bias": ["Shard(1)"]}})js"), Mesh1D(2))
+          .status(),
+      absl::StatusCode::kInvalidArgument, {"net1.bias"}));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "absl/time/time.h"
 #include "core/dtensor_spec.h"
+#include "core/program_edges.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/nn_reference.h"
@@ -177,15 +178,6 @@ inline std::vector<ParameterTensors> NamesFor(const Program& p) {
   return names;
 }
 
-// A tensor's placements on every mesh dim: `tp` on the tp dim, Shard(0) (the batch) on the
-// others.
-inline std::vector<Placement> EdgePlacements(const Program& p, const DeviceMesh& mesh,
-                                             const Placement& tp) {
-  std::vector<Placement> placements(mesh.ndim(), Placement::Shard(0));
-  placements[p.tp_mesh_dim] = tp;
-  return placements;
-}
-
 // The options of one RunProgram.
 struct RunOptions {
   bool train = false;
@@ -201,13 +193,13 @@ inline v1::Command RunCommand(const Cluster& cluster, const Program& p, int r,
   run->set_program_id(kProgramId);
   const std::vector<int64_t> coord = cluster.coordinate(r);
   *run->mutable_input() = ToProto(Piece(
-      input, cluster.mesh(), EdgePlacements(p, cluster.mesh(), p.input_layout.placement), coord));
+      input, cluster.mesh(), EdgePlacements(cluster.mesh(), p, p.input_layout.placement), coord));
   run->set_return_output(true);
   run->set_train(options.train);
   if (options.train && options.dy.has_value()) {
     *run->mutable_grad_output() =
         ToProto(Piece(*options.dy, cluster.mesh(),
-                      EdgePlacements(p, cluster.mesh(), p.output_layout.placement), coord));
+                      EdgePlacements(cluster.mesh(), p, p.output_layout.placement), coord));
   } else if (options.train) {
     run->set_loss_sum(true);
   }
@@ -266,7 +258,7 @@ inline void ExpectOutputs(const Cluster& cluster, const Program& program,
     EXPECT_EQ(got->dtype(), program.output_dtype);
     const HostTensor piece =
         Piece(want, cluster.mesh(),
-              EdgePlacements(program, cluster.mesh(), program.output_layout.placement),
+              EdgePlacements(cluster.mesh(), program, program.output_layout.placement),
               cluster.coordinate(r));
     EXPECT_TRUE(Near(*got, piece, tolerance)) << "output of rank " << r;
   }

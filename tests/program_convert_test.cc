@@ -56,10 +56,46 @@ Program TwoLinears() {
   return p;
 }
 
+// TwoLinears as distribute_module compiles it with the weights sharded: each weight gathered
+// whole into a buffer its Linear reads, and its whole gradient cut back to this rank's shard.
+Program GatheredLinears() {
+  Program p;
+  p.parameters = {{"net1.weight", {8, 5}, {Placement::Shard(0)}},
+                  {"net1.bias", {8}, {Placement::Replicate()}},
+                  {"net2.weight", {4, 8}, {Placement::Shard(1)}}};
+  p.input = {DType::kFloat32, {-1, 5}};
+  p.input_layout = {Placement::Replicate(), false};
+  p.output_layout = {Placement::Replicate(), false};
+  p.output_rank = 2;
+  p.output_features = 4;
+  p.num_buffers = 11;
+  using K = ProgramOpKind;
+  p.forward = {Step(K::kGatherParameter, {}, {1}, "net1", 0),
+               Step(K::kLinear, {0}, {2}, "net1", -1, 1), Step(K::kActivation, {2}, {3}, "relu"),
+               Step(K::kGatherParameter, {}, {4}, "net2", 2), Step(K::kLinear, {3}, {5}, "net2")};
+  p.forward[1].weight_buffer = 1;
+  p.forward[2].activation = ActivationKind::kRelu;
+  p.forward[4].weight_buffer = 4;
+  p.output = 5;
+  p.grad_output = 6;
+  p.backward = {Step(K::kLinearBackward, {3, 6}, {7}, "net2"),
+                Step(K::kShardGrad, {8}, {}, "net2", 2),
+                Step(K::kActivationBackward, {2, 7}, {9}, "relu"),
+                Step(K::kLinearBackward, {0, 9}, {}, "net1", -1, 1),
+                Step(K::kShardGrad, {10}, {}, "net1", 0)};
+  p.backward[0].weight_buffer = 4;
+  p.backward[0].weight_grad_buffer = 8;
+  p.backward[2].activation = ActivationKind::kRelu;
+  p.backward[3].weight_buffer = 1;
+  p.backward[3].weight_grad_buffer = 10;
+  return p;
+}
+
 // Every step kind once, with every attribute set to something other than its default.
 Program EveryKind() {
   Program p;
   p.tp_mesh_dim = 1;
+  p.data_parallel_dims = {0};
   p.parameters = {{"emb.weight", {10, 4}, {Placement::Replicate(), Placement::Shard(0)}},
                   {"ln.weight", {4}, {Placement::Replicate(), Placement::Replicate()}},
                   {"ln.bias", {4}, {Placement::Replicate(), Placement::Replicate()}},
@@ -159,6 +195,7 @@ TEST_P(ProgramRoundTripTest, SurvivesTheWireWithItsTensorNames) {
     EXPECT_EQ(got.parameters[i].placements, program.parameters[i].placements);
   }
   EXPECT_EQ(got.tp_mesh_dim, program.tp_mesh_dim);
+  EXPECT_EQ(got.data_parallel_dims, program.data_parallel_dims);
   EXPECT_EQ(got.input.dtype, program.input.dtype);
   EXPECT_EQ(got.input.shape, program.input.shape);
   EXPECT_EQ(got.input_layout.placement, program.input_layout.placement);
@@ -183,6 +220,10 @@ TEST_P(ProgramRoundTripTest, SurvivesTheWireWithItsTensorNames) {
       EXPECT_EQ(a.outputs, b.outputs);
       EXPECT_EQ(a.weight, b.weight);
       EXPECT_EQ(a.bias, b.bias);
+      EXPECT_EQ(a.weight_buffer, b.weight_buffer);
+      EXPECT_EQ(a.bias_buffer, b.bias_buffer);
+      EXPECT_EQ(a.weight_grad_buffer, b.weight_grad_buffer);
+      EXPECT_EQ(a.bias_grad_buffer, b.bias_grad_buffer);
       EXPECT_EQ(a.activation, b.activation);
       EXPECT_EQ(a.eps, b.eps);
       EXPECT_EQ(a.heads, b.heads);
@@ -201,7 +242,8 @@ TEST_P(ProgramRoundTripTest, SurvivesTheWireWithItsTensorNames) {
       google::protobuf::util::MessageDifferencer::Equals(ToProto(got, back->tensors), wire));
 }
 
-INSTANTIATE_TEST_SUITE_P(Programs, ProgramRoundTripTest, ::testing::Values(TwoLinears, EveryKind));
+INSTANTIATE_TEST_SUITE_P(Programs, ProgramRoundTripTest,
+                         ::testing::Values(TwoLinears, GatheredLinears, EveryKind));
 
 TEST(ProgramToProtoTest, LeavesTensorNamesUnsetWithoutThem) {
   const v1::Program wire = ToProto(TwoLinears());
@@ -278,7 +320,8 @@ std::vector<Malformed> MalformedPrograms() {
         "outside the program's 3 parameters"}},
       {"MissingWeight",
        [](Program& p) { p.forward[0].weight = -1; },
-       {"forward step 0 (linear, module \"net1\")", "weight is -1 but this kind needs one"}},
+       {"forward step 0 (linear, module \"net1\")",
+        "weight and weight_buffer are -1 but this kind needs one"}},
       {"WeightOnAnActivation",
        [](Program& p) { p.forward[1].weight = 0; },
        {"forward step 1 (activation, module \"relu\")", "takes no weight"}},
@@ -298,7 +341,57 @@ std::vector<Malformed> MalformedPrograms() {
        {"forward step 1 (attention, module \"attn\")", "heads is 0"}},
       {"BiasAddWithoutBias",
        [](Program& p) { p.forward[1] = Step(K::kBiasAdd, {1}, {2}, "net1"); },
-       {"forward step 1 (bias_add, module \"net1\")", "bias is -1 but this kind needs one"}},
+       {"forward step 1 (bias_add, module \"net1\")",
+        "bias and bias_buffer are -1 but this kind needs one"}},
+      {"WeightAsParameterAndBuffer",
+       [](Program& p) { p.forward[2].weight_buffer = 2; },
+       {"forward step 2 (linear, module \"net2\")",
+        "weight is parameter 2 and weight_buffer buffer 2; one or the other"}},
+      {"WeightBufferOnACollective",
+       [](Program& p) { p.forward[3].weight_buffer = 1; },
+       {"forward step 3 (all_reduce, module \"net2\")",
+        "weight_buffer is buffer 1 but this kind reads no weight from a buffer"}},
+      {"WeightBufferReadBeforeWrite",
+       [](Program& p) {
+         p.forward[2].weight = -1;
+         p.forward[2].weight_buffer = 3;
+       },
+       {"forward step 2 (linear, module \"net2\")", "weight_buffer reads buffer 3",
+        "before a step writes it"}},
+      {"BufferOperandWithoutItsGradient",
+       [](Program& p) {
+         p.backward[0].weight = -1;
+         p.backward[0].weight_buffer = 3;
+       },
+       {"backward step 0 (linear_backward, module \"net2\")", "weight_grad_buffer is -1",
+        "writes the gradient of a buffer operand"}},
+      {"GradientBufferWithoutABufferOperand",
+       [](Program& p) { p.backward[0].weight_grad_buffer = 7; },
+       {"backward step 0 (linear_backward, module \"net2\")", "weight_grad_buffer is 7",
+        "only a backward step with a buffer operand writes its gradient"}},
+      {"GradientBufferWrittenTwice",
+       [](Program& p) {
+         p.backward[0].weight = -1;
+         p.backward[0].weight_buffer = 3;
+         p.backward[0].weight_grad_buffer = 5;
+       },
+       {"backward step 0 (linear_backward, module \"net2\")", "weight_grad_buffer writes buffer 5",
+        "the output's gradient"}},
+      {"GatherWithoutParameter",
+       [](Program& p) { p.forward[1] = Step(K::kGatherParameter, {}, {2}, "net1"); },
+       {"forward step 1 (gather_parameter, module \"net1\")",
+        "weight and weight_buffer are -1 but this kind needs one"}},
+      {"ShardGradInForward",
+       [](Program& p) { p.forward[1] = Step(K::kShardGrad, {1}, {}, "net1", 0); },
+       {"forward step 1 (shard_grad, module \"net1\")", "cannot be in forward"}},
+      {"DataParallelOnTheTpDim",
+       [](Program& p) { p.data_parallel_dims = {0}; },
+       {"data_parallel_dims[0] is 0", "other than tp_mesh_dim 0"}},
+      {"DataParallelDimTwice",
+       [](Program& p) {
+         p.data_parallel_dims = {1, 1};
+       },
+       {"data_parallel_dims[1] is 1"}},
       {"AllToAllOnOneDim",
        [](Program& p) {
          p.forward[3].kind = K::kAllToAll;

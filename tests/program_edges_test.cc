@@ -4,6 +4,7 @@
 #include <numeric>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -28,12 +29,30 @@ std::vector<float> Values(const HostTensor& t) {
 
 DeviceMesh MeshOf(const Shape& shape) { return *DeviceMesh::Create("cpu", shape); }
 
-TEST(EdgePlacementsTest, TheTpDimTakesTheLayoutAndTheOthersSplitTheBatch) {
+// A program with its tp dim and data-parallel dims as given (nothing else matters to its edges).
+Program EdgesOf(int tp_mesh_dim, std::vector<int> data_parallel_dims) {
+  Program p;
+  p.tp_mesh_dim = tp_mesh_dim;
+  p.data_parallel_dims = std::move(data_parallel_dims);
+  return p;
+}
+
+TEST(EdgePlacementsTest, TheTpDimTakesTheLayoutAndDataParallelDimsSplitTheBatch) {
   const DeviceMesh mesh = MeshOf({2, 3, 2});
   EXPECT_EQ(
-      EdgePlacements(mesh, 1, Placement::Shard(-1)),
+      EdgePlacements(mesh, EdgesOf(1, {0, 2}), Placement::Shard(-1)),
       (std::vector<Placement>{Placement::Shard(0), Placement::Shard(-1), Placement::Shard(0)}));
-  EXPECT_EQ(EdgePlacements(MeshOf({4}), 0, Placement::Partial()),
+  EXPECT_EQ(DataParallelSize(mesh, EdgesOf(1, {0, 2})), 4);
+  // A mesh dim neither tp nor data parallel holds the whole tensor on every rank.
+  EXPECT_EQ(
+      EdgePlacements(mesh, EdgesOf(1, {2}), Placement::Shard(-1)),
+      (std::vector<Placement>{Placement::Replicate(), Placement::Shard(-1), Placement::Shard(0)}));
+  EXPECT_EQ(DataParallelSize(mesh, EdgesOf(1, {2})), 2);
+  // distribute_module: no data-parallel dim, the batch whole everywhere.
+  EXPECT_EQ(EdgePlacements(mesh, EdgesOf(0, {}), Placement::Replicate()),
+            (std::vector<Placement>(3, Placement::Replicate())));
+  EXPECT_EQ(DataParallelSize(mesh, EdgesOf(0, {})), 1);
+  EXPECT_EQ(EdgePlacements(MeshOf({4}), EdgesOf(0, {}), Placement::Partial()),
             (std::vector<Placement>{Placement::Partial()}));
 }
 
@@ -120,16 +139,22 @@ TEST(AssembleEdgeTest, RefusesLocalsThatDoNotMakeOneTensor) {
 }
 
 // Every edge layout round-trips: split a full tensor, then put it together again, on 1-D and 2-D
-// meshes with the tp dim first or last, for sizes that do and do not divide.
-using RoundTripParam =
-    std::tuple<Shape /*mesh*/, std::string /*tp placement*/, bool /*tp last*/, Shape /*tensor*/>;
+// meshes with the tp dim first or last, the other dims data parallel or not, for sizes that do
+// and do not divide.
+using RoundTripParam = std::tuple<Shape /*mesh*/, std::string /*tp placement*/, bool /*tp last*/,
+                                  bool /*data parallel*/, Shape /*tensor*/>;
 class EdgeRoundTripTest : public ::testing::TestWithParam<RoundTripParam> {};
 
 TEST_P(EdgeRoundTripTest, AssembleUndoesSplit) {
-  const auto& [mesh_shape, tp_text, tp_last, shape] = GetParam();
+  const auto& [mesh_shape, tp_text, tp_last, data_parallel, shape] = GetParam();
   const DeviceMesh mesh = MeshOf(mesh_shape);
+  const int tp = tp_last ? mesh.ndim() - 1 : 0;
+  std::vector<int> dp;
+  for (int d = 0; d < mesh.ndim() && data_parallel; ++d) {
+    if (d != tp) dp.push_back(d);
+  }
   const std::vector<Placement> placements =
-      EdgePlacements(mesh, tp_last ? mesh.ndim() - 1 : 0, *ParsePlacement(tp_text));
+      EdgePlacements(mesh, EdgesOf(tp, dp), *ParsePlacement(tp_text));
   const HostTensor full = Iota(shape);
   absl::StatusOr<std::vector<HostTensor>> locals = SplitEdge(full, mesh, placements);
   ASSERT_TRUE(locals.ok()) << locals.status();
@@ -142,12 +167,13 @@ INSTANTIATE_TEST_SUITE_P(
     Layouts, EdgeRoundTripTest,
     ::testing::Combine(::testing::Values(Shape{1}, Shape{3}, Shape{4}, Shape{2, 2}, Shape{3, 2}),
                        ::testing::Values("R", "S(0)", "S(1)", "S(-1)", "P(sum)", "P(max)"),
-                       ::testing::Bool(),
+                       ::testing::Bool(), ::testing::Bool(),
                        ::testing::Values(Shape{4, 6}, Shape{5, 3}, Shape{1, 7}, Shape{3, 2, 5})),
     [](const ::testing::TestParamInfo<RoundTripParam>& info) {
       std::string name = absl::StrCat(
           "mesh", ShapeToString(std::get<0>(info.param)), "_", std::get<1>(info.param),
-          std::get<2>(info.param) ? "_tplast" : "", "_", ShapeToString(std::get<3>(info.param)));
+          std::get<2>(info.param) ? "_tplast" : "", std::get<3>(info.param) ? "_dp" : "", "_",
+          ShapeToString(std::get<4>(info.param)));
       for (char& c : name) {
         if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
       }

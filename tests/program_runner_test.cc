@@ -33,7 +33,6 @@ using kernels::testing::AttentionShape;
 using kernels::testing::ToValues;
 using kernels::testing::Values;
 using ::tessera::testing::Cluster;
-using ::tessera::testing::EdgePlacements;
 using ::tessera::testing::ExpectOutputs;
 using ::tessera::testing::ExpectStored;
 using ::tessera::testing::Float64;

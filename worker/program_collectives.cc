@@ -1,12 +1,14 @@
 // The collective steps of a module program, on the communicator of the step's mesh dim group.
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/chunk.h"
+#include "core/dtensor_spec.h"
 #include "core/status_macros.h"
 #include "worker/dim_collectives.h"
 #include "worker/program_steps.h"
@@ -113,6 +115,35 @@ absl::StatusOr<HostTensor> RunCollectiveStep(const ProgramStep& step, comm::Comm
   }
   return absl::InternalError(
       absl::StrCat(ProgramOpKindName(step.kind), " is not a collective step"));
+}
+
+absl::StatusOr<HostTensor> GatherParameter(const ProgramParameter& param, const HostTensor& local,
+                                           const DeviceMesh& mesh,
+                                           std::span<const int64_t> coordinate,
+                                           std::span<comm::Communicator* const> dim_groups) {
+  ASSIGN_OR_RETURN(
+      std::vector<Placement> placements,
+      NormalizePlacements(mesh, param.placements, static_cast<int>(param.shape.size())));
+  std::optional<HostTensor> gathered;
+  for (int m = mesh.ndim() - 1; m >= 0; --m) {
+    if (!placements[m].is_shard()) continue;
+    const int d = placements[m].dim;
+    placements[m] = Placement::Replicate();
+    if (mesh.size(m) == 1) continue;
+    if (dim_groups[m] == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("no communicator for mesh dim ", m));
+    }
+    // What this rank holds once mesh dims m and after no longer shard the parameter.
+    ASSIGN_OR_RETURN(const DTensorSpec spec,
+                     MakeDTensorSpec(mesh, placements, param.shape, local.dtype()));
+    const Shape joined = LocalShapeAndOffsetAt(spec, coordinate).shape;
+    ASSIGN_OR_RETURN(
+        HostTensor next,
+        AllGatherAlong(*dim_groups[m], gathered.has_value() ? *gathered : local, d, joined));
+    gathered = std::move(next);
+  }
+  if (!gathered.has_value()) return local.Clone();
+  return *std::move(gathered);
 }
 
 }  // namespace tessera

@@ -171,7 +171,7 @@ absl::StatusOr<std::vector<HostTensor>> Embedding(KernelBackend& k, const Progra
   Shape shape = ids.shape();
   shape.push_back(w.shape()[1]);
   ASSIGN_OR_RETURN(HostTensor y, HostTensor::Uninitialized(w.dtype(), shape));
-  RETURN_IF_ERROR(k.Embedding(ViewOf(ids), ViewOf(w), weight.row_offset, step.size, ViewOf(y)));
+  RETURN_IF_ERROR(k.Embedding(ViewOf(ids), ViewOf(w), weight.row_offset(), step.size, ViewOf(y)));
   std::vector<HostTensor> out;
   out.push_back(std::move(y));
   return out;
@@ -352,6 +352,20 @@ absl::StatusOr<std::vector<HostTensor>> Scale(KernelBackend& k, const ProgramSte
   return out;
 }
 
+// grad[weight] += this rank's block (its shard's offset and shape) of `full`, the whole gradient.
+absl::Status ShardGrad(KernelBackend& k, const HostTensor& full, const StepParameter& weight) {
+  RETURN_IF_ERROR(NeedGrad("weight", weight));
+  HostTensor& grad = *weight.grad;
+  if (full.rank() != grad.rank() || static_cast<int>(weight.offset.size()) != grad.rank()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the whole gradient ", ShapeToString(full.shape()),
+                     " does not hold the shard ", ShapeToString(grad.shape())));
+  }
+  if (grad.num_elements() == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(HostTensor block, PackBlock(full, weight.offset, grad.shape()));
+  return k.Binary(kernels::BinaryOp::kAdd, ViewOf(grad), ViewOf(block), ViewOf(grad));
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<HostTensor>> RunComputeStep(KernelBackend& kernels,
@@ -385,7 +399,7 @@ absl::StatusOr<std::vector<HostTensor>> RunComputeStep(KernelBackend& kernels,
     case ProgramOpKind::kEmbeddingBackward: {
       RETURN_IF_ERROR(NeedGrad("weight", weight));
       RETURN_IF_ERROR(kernels.EmbeddingBackward(ViewOf(*inputs[0].tensor),
-                                                ViewOf(*inputs[1].tensor), weight.row_offset,
+                                                ViewOf(*inputs[1].tensor), weight.row_offset(),
                                                 ViewOf(*weight.grad)));
       return std::vector<HostTensor>{};
     }
@@ -399,11 +413,15 @@ absl::StatusOr<std::vector<HostTensor>> RunComputeStep(KernelBackend& kernels,
       return AttentionBackward(kernels, step, inputs);
     case ProgramOpKind::kScale:
       return Scale(kernels, step, inputs[0]);
+    case ProgramOpKind::kShardGrad:
+      RETURN_IF_ERROR(ShardGrad(kernels, *inputs[0].tensor, weight));
+      return std::vector<HostTensor>{};
     case ProgramOpKind::kAllReduce:
     case ProgramOpKind::kAllGather:
     case ProgramOpKind::kReduceScatter:
     case ProgramOpKind::kChunk:
     case ProgramOpKind::kAllToAll:
+    case ProgramOpKind::kGatherParameter:
     case ProgramOpKind::kGradAllReduce:
       break;
   }

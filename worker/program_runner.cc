@@ -39,17 +39,6 @@ std::string Describe(const HostTensor& t) {
   return absl::StrCat(DTypeName(t.dtype()), ShapeToString(t.shape()));
 }
 
-// Mesh dims other than the tp dim whose groups reduce gradients: data-parallel dims, which split
-// the batch (AddDataParallel).
-bool SplitsBatch(const Program& program) {
-  for (const ProgramStep& step : program.backward) {
-    if (step.kind == ProgramOpKind::kGradAllReduce && step.mesh_dim != program.tp_mesh_dim) {
-      return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 // The state of one run: its buffers, the parameters it reads and (in backward) the gradients it
@@ -80,6 +69,12 @@ absl::StatusOr<std::unique_ptr<ProgramRunner>> ProgramRunner::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("tp_mesh_dim is ", p.tp_mesh_dim, " on a mesh of ", mesh.ndim(), " dims"));
   }
+  for (int d : p.data_parallel_dims) {
+    if (d >= mesh.ndim()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data-parallel dim ", d, " on a mesh of ", mesh.ndim(), " dims"));
+    }
+  }
   for (auto [list, steps] :
        {std::pair<absl::string_view, const std::vector<ProgramStep>*>{"forward", &p.forward},
         {"backward", &p.backward}}) {
@@ -101,7 +96,7 @@ absl::StatusOr<std::unique_ptr<ProgramRunner>> ProgramRunner::Create(
     }
   }
   std::vector<Shape> local_shapes;
-  std::vector<int64_t> row_offsets;
+  std::vector<std::vector<int64_t>> offsets;
   for (int i = 0; i < static_cast<int>(p.parameters.size()); ++i) {
     const ProgramParameter& param = p.parameters[i];
     absl::StatusOr<DTensorSpec> spec =
@@ -112,12 +107,12 @@ absl::StatusOr<std::unique_ptr<ProgramRunner>> ProgramRunner::Create(
     }
     const LocalShard shard = LocalShapeAndOffsetAt(*spec, coordinate);
     local_shapes.push_back(shard.shape);
-    row_offsets.push_back(shard.offset.empty() ? 0 : shard.offset[0]);
+    offsets.push_back(shard.offset);
   }
   std::unique_ptr<ProgramRunner> runner(
       new ProgramRunner(std::move(program), std::move(mesh), std::move(coordinate)));
   runner->local_shapes_ = std::move(local_shapes);
-  runner->row_offsets_ = std::move(row_offsets);
+  runner->offsets_ = std::move(offsets);
   RETURN_IF_ERROR(runner->FetchParameters(store).status());
   runner->PlanBufferUses();
   return runner;
@@ -129,15 +124,15 @@ void ProgramRunner::PlanBufferUses() {
   const auto last_uses = [&](bool training) {
     std::vector<int> last(p.num_buffers, -1);
     const auto visit = [&](const ProgramStep& step, int position) {
-      for (int b : step.inputs) last[b] = position;
-      for (int b : step.outputs) last[b] = std::max(last[b], position);
+      for (int b : StepReads(step)) last[b] = position;
+      for (int b : StepWrites(step)) last[b] = std::max(last[b], position);
     };
     for (int i = 0; i < forward; ++i) visit(p.forward[i], i);
     bool backward_reads_output = false;
     if (training) {
       for (int j = 0; j < static_cast<int>(p.backward.size()); ++j) {
         visit(p.backward[j], forward + j);
-        for (int b : p.backward[j].inputs) backward_reads_output |= b == p.output;
+        for (int b : StepReads(p.backward[j])) backward_reads_output |= b == p.output;
       }
     }
     // The output outlives the forward: it is moved out then, or copied out when backward reads
@@ -196,7 +191,7 @@ absl::Status ProgramRunner::CheckInput(const HostTensor& input) const {
       piece[d] = ChunkOf(piece[d], mesh_.size(p.tp_mesh_dim), coordinate_[p.tp_mesh_dim]).size;
     }
   }
-  if (!piece.empty() && SplitsBatch(p)) piece[0] = -1;
+  if (!piece.empty() && !p.data_parallel_dims.empty()) piece[0] = -1;
   for (int d = 0; d < input.rank(); ++d) {
     if (piece[d] >= 0 && input.shape()[d] != piece[d]) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -222,26 +217,46 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
       HostTensor& grad = (*state.grads)[step.weight];
       return group->AllReduce(grad.data(), grad.num_elements(), grad.dtype(), step.reduce_op);
     }
-    std::vector<StepInput> inputs;
-    for (int b : step.inputs) {
+    const std::vector<int> reads = StepReads(step);
+    for (int b : reads) {
       if (!state.buffers[b].has_value()) {
         return absl::InternalError(absl::StrCat("buffer ", b, " is not held"));
       }
-      const bool once = std::count(step.inputs.begin(), step.inputs.end(), b) == 1;
+    }
+    std::vector<StepInput> inputs;
+    for (int b : step.inputs) {
+      const bool once = std::count(reads.begin(), reads.end(), b) == 1;
       inputs.push_back({&*state.buffers[b], once && last[b] == position});
     }
     std::vector<HostTensor> outputs;
-    if (IsCollective(step.kind)) {
+    if (step.kind == ProgramOpKind::kGatherParameter) {
+      ASSIGN_OR_RETURN(outputs.emplace_back(),
+                       GatherParameter(p.parameters[step.weight], *state.parameters[step.weight],
+                                       mesh_, coordinate_, state.dim_groups));
+    } else if (IsCollective(step.kind)) {
       ASSIGN_OR_RETURN(outputs.emplace_back(), RunCollectiveStep(step, *group, inputs[0]));
     } else {
-      const auto parameter = [&](int i) {
+      // A weight or bias from a buffer has its whole gradient, zeroed, in a buffer of its own.
+      std::optional<HostTensor> weight_grad, bias_grad;
+      const auto operand = [&](int i, int buffer, int grad_buffer,
+                               std::optional<HostTensor>& grad) -> absl::StatusOr<StepParameter> {
+        if (buffer >= 0) {
+          const HostTensor& value = *state.buffers[buffer];
+          if (grad_buffer < 0) return StepParameter{&value, nullptr, {}};
+          ASSIGN_OR_RETURN(grad.emplace(), HostTensor::Zeros(value.dtype(), value.shape()));
+          return StepParameter{&value, &*grad, {}};
+        }
         if (i < 0) return StepParameter{};
         return StepParameter{state.parameters[i].get(),
-                             state.grads == nullptr ? nullptr : &(*state.grads)[i],
-                             row_offsets_[i]};
+                             state.grads == nullptr ? nullptr : &(*state.grads)[i], offsets_[i]};
       };
-      ASSIGN_OR_RETURN(outputs, RunComputeStep(state.kernels, step, inputs, parameter(step.weight),
-                                               parameter(step.bias)));
+      ASSIGN_OR_RETURN(const StepParameter weight, operand(step.weight, step.weight_buffer,
+                                                           step.weight_grad_buffer, weight_grad));
+      ASSIGN_OR_RETURN(const StepParameter bias,
+                       operand(step.bias, step.bias_buffer, step.bias_grad_buffer, bias_grad));
+      ASSIGN_OR_RETURN(outputs, RunComputeStep(state.kernels, step, inputs, weight, bias));
+      if (weight_grad.has_value()) state.buffers[step.weight_grad_buffer] = *std::move(weight_grad);
+      if (bias_grad.has_value()) state.buffers[step.bias_grad_buffer] = *std::move(bias_grad);
     }
     if (outputs.size() != step.outputs.size()) {
       return absl::InternalError(absl::StrCat("the step made ", outputs.size(), " outputs"));

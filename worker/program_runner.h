@@ -50,8 +50,8 @@ class ProgramRunner {
  public:
   // Installs `program` for the rank at `coordinate` of `mesh`. INVALID_ARGUMENT if it does not
   // fit the mesh (a parameter without one placement per mesh dim or sharding a dim it lacks, a
-  // mesh dim past the mesh); FAILED_PRECONDITION naming the parameter and its tensor if `store`
-  // lacks the tensor or holds it with another local shape.
+  // mesh dim past the mesh, a data-parallel dim among them); FAILED_PRECONDITION naming the
+  // parameter and its tensor if `store` lacks the tensor or holds it with another local shape.
   static absl::StatusOr<std::unique_ptr<ProgramRunner>> Create(WorkerProgram program,
                                                                DeviceMesh mesh,
                                                                std::vector<int64_t> coordinate,
@@ -104,8 +104,8 @@ class ProgramRunner {
   const WorkerProgram program_;
   const DeviceMesh mesh_;
   const std::vector<int64_t> coordinate_;
-  std::vector<Shape> local_shapes_;   // per parameter
-  std::vector<int64_t> row_offsets_;  // per parameter: its shard's offset along dim 0
+  std::vector<Shape> local_shapes_;            // per parameter
+  std::vector<std::vector<int64_t>> offsets_;  // per parameter: its shard's offset, per dim
   BufferUses uses_;
 };
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/device_mesh.h"
 #include "core/host_tensor.h"
 #include "core/module_program.h"
 #include "kernels/backend.h"
@@ -24,18 +25,22 @@ struct StepInput {
   bool last_use = false;
 };
 
-// A parameter as a step uses it: this rank's shard of its value, its gradient (backward steps
-// accumulate into it; null outside backward) and the shard's first row in the full parameter (an
-// Embedding weight's row_offset).
+// A weight or bias as a step uses it: this rank's shard of a parameter's value (or a whole
+// parameter a buffer holds), its gradient of the same shape (backward steps accumulate into it;
+// null outside backward) and the shard's offset in the whole parameter, per dim (empty for a
+// whole one; dim 0's is an Embedding weight's row_offset).
 struct StepParameter {
   const HostTensor* value = nullptr;
   HostTensor* grad = nullptr;
-  int64_t row_offset = 0;
+  std::span<const int64_t> offset;
+
+  int64_t row_offset() const { return offset.empty() ? 0 : offset[0]; }
 };
 
-// Runs a step of local compute (any kind but the collectives and kGradAllReduce) with the
-// kernels; returns its outputs, one per step.outputs entry. `weight` and `bias` are the step's
-// parameters (value null where the step names none).
+// Runs a step of local compute (any kind but the collectives, kGatherParameter and
+// kGradAllReduce) with the kernels; returns its outputs, one per step.outputs entry. `weight` and
+// `bias` are the step's weight and bias, from a parameter or a buffer (value null where the step
+// names none); kShardGrad's weight is the parameter whose gradient takes this rank's shard.
 absl::StatusOr<std::vector<HostTensor>> RunComputeStep(kernels::KernelBackend& kernels,
                                                        const ProgramStep& step,
                                                        std::span<const StepInput> inputs,
@@ -49,6 +54,15 @@ absl::StatusOr<std::vector<HostTensor>> RunComputeStep(kernels::KernelBackend& k
 // rank alike.
 absl::StatusOr<HostTensor> RunCollectiveStep(const ProgramStep& step, comm::Communicator& group,
                                              StepInput input);
+
+// Runs a kGatherParameter step: `local` is this rank's shard, at `coordinate` of `mesh`, of
+// `param`; returns the whole parameter, all-gathered along each mesh dim its placements shard
+// (the last such mesh dim first, undoing the nesting) on `dim_groups[m]`, this rank's
+// communicator along mesh dim m.
+absl::StatusOr<HostTensor> GatherParameter(const ProgramParameter& param, const HostTensor& local,
+                                           const DeviceMesh& mesh,
+                                           std::span<const int64_t> coordinate,
+                                           std::span<comm::Communicator* const> dim_groups);
 
 }  // namespace tessera
 
