@@ -57,6 +57,7 @@
 #include "core/release_mode.h"
 #include "core/status_macros.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/blas_config.h"
 #include "tessera/tessera.h"
 
 ABSL_FLAG(int, iterations, 20, "Timed MLP forwards and steps per side and round");
@@ -251,6 +252,7 @@ struct InferRow {
 // Everything the bench reports; figures not measured stay NaN.
 struct Results {
   std::string openblas_workers, openblas_bench;
+  std::string blas_core_workers, blas_core_bench;
   Comparison mlp_forward, mlp_step;
   std::map<int64_t, Comparison> block;  // by batch
   Stats direct_forward;                 // Module::Forward of one request's rows
@@ -446,8 +448,10 @@ std::string Verdict(double ratio, double aim) {
 }
 
 void PrintResults(const Results& r) {
-  std::printf("OPENBLAS_NUM_THREADS: workers %s, bench %s\n\n", r.openblas_workers.c_str(),
+  std::printf("OPENBLAS_NUM_THREADS: workers %s, bench %s\n", r.openblas_workers.c_str(),
               r.openblas_bench.c_str());
+  std::printf("OpenBLAS kernels: workers' OPENBLAS_CORETYPE %s, bench %s\n\n",
+              r.blas_core_workers.c_str(), r.blas_core_bench.c_str());
   std::printf("%-34s | %9s %9s | %9s %9s | %7s | %9s %7s | %7s %7s | %s\n", "measure", "svc ms",
               "svc min", "1proc ms", "1p min", "1p/svc", "torch ms", "t/svc", "coordCPU", "wrkCPU",
               "rel.diff");
@@ -538,6 +542,7 @@ absl::Status WriteJson(const std::string& path, const Results& r, const std::str
       {"loadavg_at_section_start", std::move(loads)},
       {"workers", kWorkers},
       {"openblas_num_threads", {{"workers", r.openblas_workers}, {"bench", r.openblas_bench}}},
+      {"openblas_core", {{"workers", r.blas_core_workers}, {"bench", r.blas_core_bench}}},
       {"dtype", "float32"},
       {"mlp",
        {{"in", kMlpIn},
@@ -565,6 +570,7 @@ absl::Status Run(const std::string& dir, Results& r) {
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   openblas_set_num_threads(1);
   r.openblas_bench = absl::StrCat(openblas_get_num_threads());
+  r.blas_core_bench = kernels::CurrentBlasConfig().core;
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelBackend> k, kernels::MakeBackend("cpu"));
 
   LocalClusterOptions options;
@@ -579,6 +585,8 @@ absl::Status Run(const std::string& dir, Results& r) {
   for (pid_t w : processes.workers) {
     absl::StrAppend(&r.openblas_workers, r.openblas_workers.empty() ? "" : ", ",
                     EnvironmentOf(w, "OPENBLAS_NUM_THREADS"));
+    absl::StrAppend(&r.blas_core_workers, r.blas_core_workers.empty() ? "" : ", ",
+                    EnvironmentOf(w, "OPENBLAS_CORETYPE"));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<client::Session> session,
                    client::Session::Connect(cluster->address()));
@@ -648,6 +656,10 @@ int Main() {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
+  // The single process runs the BLAS kernels the workers pick for this CPU (worker_main.cc).
+  const std::string blas_core_choice = tessera::kernels::UsePreferredBlasCore(argv);
+  std::fprintf(stderr, "BLAS kernels: %s (%s)\n",
+               tessera::kernels::CurrentBlasConfig().core.c_str(), blas_core_choice.c_str());
   tessera::UseReleaseMutexes();
   absl::ParseCommandLine(argc, argv);
   return tessera::Main();

@@ -20,6 +20,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "kernels/cpu/blas_config.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
 #include "tessera/v1/registry.grpc.pb.h"
@@ -81,6 +82,8 @@ tessera::v1::RegisterReply RegisterLoop(tessera::v1::Registry::Stub& registry,
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, since it may start the program again: the BLAS kernels fastest on this CPU.
+  const std::string blas_core_choice = tessera::kernels::UsePreferredBlasCore(argv);
   tessera::UseReleaseMutexes();
   CLI::App app("tessera-worker: serves one device to a tessera-coordinator", "tessera-worker");
   WorkerFlags flags;
@@ -106,8 +109,11 @@ int main(int argc, char** argv) {
   mallopt(M_ARENA_MAX, 1);  // one arena: a per-thread arena cannot hold a 64 MiB block
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  // Local compute threads for BLAS; must be set before the library starts its pool.
-  setenv("OPENBLAS_NUM_THREADS", absl::StrCat(flags.threads).c_str(), 0);
+  // Local compute threads for BLAS (the library read its environment as it loaded; this wins).
+  tessera::kernels::SetBlasThreads(flags.threads);
+  const tessera::kernels::BlasConfig blas = tessera::kernels::CurrentBlasConfig();
+  spdlog::info("BLAS: OpenBLAS {} kernels ({}), {} thread(s)", blas.core, blas_core_choice,
+               blas.threads);
 
   tessera::WorkerService service(secret, device, flags.memory_budget, flags.sequence_stall_limit);
   const std::string& listen = flags.listen;
