@@ -4,6 +4,7 @@
 
 #include "kernels/convert_value.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/host_element.h"
 
 namespace tessera::kernels {
@@ -90,11 +91,11 @@ C ApplyActivation(C v) {
       return C(0.5) * v * (C(1) + std::erf(v * C(0.70710678118654752440)));
     } else if constexpr (kF == Activation::kGeluTanh) {
       const C inner = C(0.79788456080286535588) * (v + C(0.044715) * v * v * v);
-      return C(0.5) * v * (C(1) + std::tanh(inner));
+      return C(0.5) * v * (C(1) + Tanh(inner));
     } else if constexpr (kF == Activation::kSilu) {
-      return v / (C(1) + std::exp(-v));
+      return v / (C(1) + Exp(-v));
     } else {
-      return std::tanh(v);
+      return Tanh(v);
     }
   } else {
     return v;  // rejected for integers before dispatch

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/float_dispatch.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace tessera::kernels {
 namespace {
@@ -20,14 +21,14 @@ T ActivationDerivative(T v) {
     return cdf + v * pdf;
   } else if constexpr (kF == Activation::kGeluTanh) {
     constexpr T kSqrt2OverPi = T(0.79788456080286535588), kCubic = T(0.044715);
-    const T t = std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v));
+    const T t = Tanh(kSqrt2OverPi * (v + kCubic * v * v * v));
     return T(0.5) * (T(1) + t) +
            T(0.5) * v * (T(1) - t * t) * kSqrt2OverPi * (T(1) + T(3) * kCubic * v * v);
   } else if constexpr (kF == Activation::kTanh) {
-    const T t = std::tanh(v);
+    const T t = Tanh(v);
     return T(1) - t * t;
   } else {
-    const T sigmoid = T(1) / (T(1) + std::exp(-v));
+    const T sigmoid = T(1) / (T(1) + Exp(-v));
     return sigmoid * (T(1) + v * (T(1) - sigmoid));
   }
 }
