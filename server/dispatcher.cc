@@ -57,6 +57,7 @@ struct Dispatcher::PostState {
 Dispatcher::Dispatcher(WorkerRegistry* registry, std::string secret)
     : registry_(registry), secret_(std::move(secret)) {
   sender_ = std::thread([this] { SendLoop(); });
+  for (int i = 0; i < kFanOutThreads; ++i) fanout_threads_.emplace_back([this] { FanOutLoop(); });
 }
 
 Dispatcher::~Dispatcher() {
@@ -65,6 +66,11 @@ Dispatcher::~Dispatcher() {
     stopping_ = true;
   }
   sender_.join();
+  {
+    absl::MutexLock lock(&fanout_mu_);
+    fanout_stopping_ = true;
+  }
+  for (std::thread& t : fanout_threads_) t.join();
 }
 
 void Dispatcher::Authorize(grpc::ClientContext* context) const {
@@ -141,9 +147,9 @@ void Dispatcher::PostEach(const std::vector<WorkerHandle>& workers,
     box.queue.push_back(std::move(q));
   }
   if (send_here) {
-    std::vector<std::pair<WorkerHandle, std::vector<Queued>>> batches = TakeReady();
+    Batches batches = TakeReady();
     mu_.Unlock();
-    for (auto& [worker, batch] : batches) Send(std::move(worker), std::move(batch));
+    SendAll(std::move(batches));
     mu_.Lock();
   }
 }
@@ -180,8 +186,8 @@ void Dispatcher::Release(const WorkerHandle& worker, std::vector<int64_t> sequen
       });
 }
 
-std::vector<std::pair<WorkerHandle, std::vector<Dispatcher::Queued>>> Dispatcher::TakeReady() {
-  std::vector<std::pair<WorkerHandle, std::vector<Queued>>> batches;
+Dispatcher::Batches Dispatcher::TakeReady() {
+  Batches batches;
   for (auto& [id, box] : outboxes_) {
     if (box.sending || box.queue.empty()) continue;
     box.sending = true;
@@ -201,14 +207,41 @@ void Dispatcher::SendLoop() {
     return false;
   };
   while (true) {
-    std::vector<std::pair<WorkerHandle, std::vector<Queued>>> batches;
+    Batches batches;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&work_or_stop));
       if (stopping_) return;
       batches = TakeReady();
     }
-    for (auto& [worker, batch] : batches) Send(std::move(worker), std::move(batch));
+    SendAll(std::move(batches));
+  }
+}
+
+void Dispatcher::SendAll(Batches batches) {
+  if (batches.empty()) return;
+  if (batches.size() > 1) {
+    absl::MutexLock lock(&fanout_mu_);
+    for (size_t i = 1; i < batches.size(); ++i) fanout_.push_back(std::move(batches[i]));
+  }
+  Send(std::move(batches[0].first), std::move(batches[0].second));
+}
+
+void Dispatcher::FanOutLoop() {
+  auto work_or_stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fanout_mu_) {
+    return fanout_stopping_ || !fanout_.empty();
+  };
+  while (true) {
+    std::pair<WorkerHandle, std::vector<Queued>> next;
+    {
+      absl::MutexLock lock(&fanout_mu_);
+      fanout_mu_.Await(absl::Condition(&work_or_stop));
+      // Stops only once drained: every queued command gets its reply or its failure.
+      if (fanout_.empty()) return;
+      next = std::move(fanout_.front());
+      fanout_.pop_front();
+    }
+    Send(std::move(next.first), std::move(next.second));
   }
 }
 

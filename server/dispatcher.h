@@ -104,10 +104,16 @@ class Dispatcher {
     bool sending = false;
   };
 
+  using Batches = std::vector<std::pair<WorkerHandle, std::vector<Queued>>>;
+
   void SendLoop();
+  // Sends every batch: all but the first on the fan-out threads, the first on this thread, so that
+  // the workers of one post get their commands at the same time rather than one serialized and
+  // written after another (a module forward's 256 KiB input took ~0.3 ms a worker).
+  void SendAll(Batches batches);
+  void FanOutLoop();
   // Takes the queue of every worker with no batch in flight, marking them in flight.
-  std::vector<std::pair<WorkerHandle, std::vector<Queued>>> TakeReady()
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Batches TakeReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `batch` to `worker` as one ExecuteBatch call.
   void Send(WorkerHandle worker, std::vector<Queued> batch);
   // Records one worker's outcome of a post; the last one runs the post's `done`.
@@ -125,6 +131,12 @@ class Dispatcher {
   std::map<int64_t, Outbox> outboxes_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sender_;
+  // Batches waiting for a fan-out thread.
+  absl::Mutex fanout_mu_;
+  std::deque<std::pair<WorkerHandle, std::vector<Queued>>> fanout_ ABSL_GUARDED_BY(fanout_mu_);
+  bool fanout_stopping_ ABSL_GUARDED_BY(fanout_mu_) = false;
+  std::vector<std::thread> fanout_threads_;
+  static constexpr int kFanOutThreads = 3;
 };
 
 }  // namespace tessera
