@@ -1,4 +1,5 @@
-// Workers' command executors (one thread each, real Gloo communicators in this process).
+// Workers' command executors (one thread each, real Gloo communicators in this process), each over
+// a StrictMemoryBackend: host memory used as a GPU's is, every pointer checked to be its own.
 //
 // Where one rank cannot do its part: a SpreadTensor whose source shard is missing or the wrong
 // shape, or whose shard is over the rank's budget, and a collective on local tensors whose output
@@ -30,6 +31,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "tests/strict_memory_backend.h"
 #include "worker/shard_store.h"
 
 namespace tessera {
@@ -59,7 +61,8 @@ std::string MeshName(const Shape& mesh) {
 // One worker's executor and store, as tessera-worker holds them.
 struct Worker {
   Worker(int64_t id, int64_t budget, gloo::rendezvous::Store* rendezvous)
-      : store(budget), executor(id, "cpu", &store, rendezvous, "127.0.0.1") {}
+      : store(budget, kernels), executor(id, &kernels, &store, rendezvous, "127.0.0.1") {}
+  testing::StrictMemoryBackend kernels;  // host memory, used as a GPU's would be
   ShardStore store;
   CommandExecutor executor;
 };
@@ -130,7 +133,7 @@ class ExecutorMesh {
       const HostTensor mine =
           SmallIntegerTensor(DType::kFloat32, {5}, 10 + static_cast<uint32_t>(p));
       ReduceInto(ReduceOp::kSum, DType::kFloat32, sum.data(), mine.data(), sum.num_elements());
-      if (absl::Status s = workers_[p]->store.Put("y", mine.Clone()); !s.ok()) {
+      if (absl::Status s = workers_[p]->store.PutHost("y", mine.Clone()); !s.ok()) {
         return ::testing::AssertionFailure() << s;
       }
     }
@@ -153,8 +156,8 @@ class ExecutorMesh {
         return ::testing::AssertionFailure()
                << "position " << p << " reports a broken communicator";
       }
-      absl::StatusOr<std::shared_ptr<const HostTensor>> got = workers_[p]->store.Get("y_sum");
-      if (!got.ok() || !SameTensor(**got, sum)) {
+      absl::StatusOr<HostTensor> got = workers_[p]->store.GetHost("y_sum");
+      if (!got.ok() || !SameTensor(*got, sum)) {
         return ::testing::AssertionFailure() << "position " << p << " holds a wrong sum";
       }
     }
@@ -206,9 +209,9 @@ TEST_P(SpreadStandInTest, FailingRankTakesPartAndReportsAfterwards) {
   const HostTensor value = SmallIntegerTensor(DType::kFloat32, kShape, 3);
   if (c.failure == SpreadFailure::kSourceWrongShape) {
     ASSERT_TRUE(
-        workers.store(0).Put(kTensor, HostTensor::Zeros(DType::kFloat32, {3}).value()).ok());
+        workers.store(0).PutHost(kTensor, HostTensor::Zeros(DType::kFloat32, {3}).value()).ok());
   } else if (c.failure != SpreadFailure::kSourceMissing) {
-    ASSERT_TRUE(workers.store(0).Put(kTensor, value.Clone()).ok());
+    ASSERT_TRUE(workers.store(0).PutHost(kTensor, value.Clone()).ok());
   }
   const absl::Time start = absl::Now();
   const auto spread = workers.OnEveryWorker([&](int64_t) {
@@ -244,9 +247,9 @@ TEST_P(SpreadStandInTest, FailingRankTakesPartAndReportsAfterwards) {
       continue;
     }
     ASSERT_TRUE(spread[p].ok()) << "position " << p << ": " << spread[p].status;
-    absl::StatusOr<std::shared_ptr<const HostTensor>> held = workers.store(p).Get(kTensor);
+    absl::StatusOr<HostTensor> held = workers.store(p).GetHost(kTensor);
     ASSERT_TRUE(held.ok()) << "position " << p << ": " << held.status();
-    EXPECT_TRUE(SameTensor(**held, want)) << "position " << p;
+    EXPECT_TRUE(SameTensor(*held, want)) << "position " << p;
   }
   EXPECT_TRUE(workers.AllReduceWorks());
 }
@@ -279,11 +282,11 @@ TEST_P(CollectiveStandInTest, RankOverBudgetTakesPartAndReportsAfterwards) {
   for (int64_t p = 0; p < 2; ++p) {
     ASSERT_TRUE(
         workers.store(p)
-            .Put("in", SmallIntegerTensor(DType::kFloat32, kShape, static_cast<uint32_t>(p)))
+            .PutHost("in", SmallIntegerTensor(DType::kFloat32, kShape, static_cast<uint32_t>(p)))
             .ok());
   }
   ASSERT_TRUE(
-      workers.store(1).Put("filler", HostTensor::Zeros(DType::kFloat32, {2048}).value()).ok());
+      workers.store(1).PutHost("filler", HostTensor::Zeros(DType::kFloat32, {2048}).value()).ok());
   const absl::Time start = absl::Now();
   const auto outcome = workers.OnEveryWorker([&](int64_t) {
     v1::Command command;
@@ -401,12 +404,12 @@ TEST(FillTensorTest, RandWithARangeIsTheUnitDrawMovedIntoIt) {
   for (const Outcome& o : fill("unit", 0, 0)) ASSERT_TRUE(o.ok()) << o.status;
   for (const Outcome& o : fill("ranged", -0.25, 0.25)) ASSERT_TRUE(o.ok()) << o.status;
   for (int64_t p = 0; p < 2; ++p) {
-    const std::shared_ptr<const HostTensor> unit = *mesh.store(p).Get("unit");
-    const std::shared_ptr<const HostTensor> ranged = *mesh.store(p).Get("ranged");
-    ASSERT_EQ(ranged->shape(), (Shape{3, 5}));
-    for (int64_t i = 0; i < ranged->num_elements(); ++i) {
-      const float u = unit->data_as<float>()[i];
-      const float r = ranged->data_as<float>()[i];
+    const HostTensor unit = *mesh.store(p).GetHost("unit");
+    const HostTensor ranged = *mesh.store(p).GetHost("ranged");
+    ASSERT_EQ(ranged.shape(), (Shape{3, 5}));
+    for (int64_t i = 0; i < ranged.num_elements(); ++i) {
+      const float u = unit.data_as<float>()[i];
+      const float r = ranged.data_as<float>()[i];
       EXPECT_FLOAT_EQ(r, -0.25f + 0.5f * u) << "position " << p << ", element " << i;
       EXPECT_GE(r, -0.25f);
       EXPECT_LT(r, 0.25f);

@@ -4,7 +4,7 @@
 // Module programs run by workers' command executors in one process, one thread per rank with real
 // Gloo communicators: the workers of a mesh, the pieces of full tensors each rank holds, the
 // commands that load and run a program on every rank, and the checks of what they return and
-// store.
+// store. Each worker's memory space is a StrictMemoryBackend: host memory used as a GPU's is.
 
 #include <cmath>
 #include <cstdint>
@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "kernels/testing/nn_reference.h"
 #include "proto/convert.h"
+#include "tests/strict_memory_backend.h"
 #include "worker/command_executor.h"
 #include "worker/shard_store.h"
 
@@ -109,7 +110,8 @@ inline ::testing::AssertionResult Near(const HostTensor& got, const HostTensor& 
 
 struct Worker {
   Worker(int64_t id, gloo::rendezvous::Store* rendezvous)
-      : store(int64_t{1} << 30), executor(id, "cpu", &store, rendezvous, "127.0.0.1") {}
+      : store(int64_t{1} << 30, kernels), executor(id, &kernels, &store, rendezvous, "127.0.0.1") {}
+  StrictMemoryBackend kernels;  // host memory, used as a GPU's would be
   ShardStore store;
   CommandExecutor executor;
 };
@@ -220,7 +222,7 @@ inline ::testing::AssertionResult LoadEverywhere(Cluster& cluster, const Program
     for (size_t i = 0; i < params.size(); ++i) {
       const HostTensor piece = Piece(InDType(params[i], dtype), cluster.mesh(),
                                      program.parameters[i].placements, cluster.coordinate(r));
-      if (absl::Status s = cluster.store(r).Put(names[i].tensor, piece.Clone()); !s.ok()) {
+      if (absl::Status s = cluster.store(r).PutHost(names[i].tensor, piece); !s.ok()) {
         return ::testing::AssertionFailure() << s;
       }
     }
@@ -272,11 +274,11 @@ inline void ExpectStored(Cluster& cluster, const Program& program,
   const std::vector<ParameterTensors> names = NamesFor(program);
   for (int r = 0; r < cluster.size(); ++r) {
     for (size_t i = 0; i < want.size(); ++i) {
-      absl::StatusOr<std::shared_ptr<const HostTensor>> got = cluster.store(r).Get(name(names[i]));
+      absl::StatusOr<HostTensor> got = cluster.store(r).GetHost(name(names[i]));
       ASSERT_TRUE(got.ok()) << got.status();
       const HostTensor piece =
           Piece(want[i], cluster.mesh(), program.parameters[i].placements, cluster.coordinate(r));
-      EXPECT_TRUE(Near(**got, piece, tolerance)) << name(names[i]) << " on rank " << r;
+      EXPECT_TRUE(Near(*got, piece, tolerance)) << name(names[i]) << " on rank " << r;
     }
   }
 }

@@ -20,6 +20,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/blas_config.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
@@ -102,6 +103,14 @@ int main(int argc, char** argv) {
     spdlog::critical("unknown --device '{}'; expected cpu or cuda:N", device);
     return 2;
   }
+  // The implementations this worker holds: its device's memory space and kernels (the
+  // communicators follow the device too, comm::MakeCommunicator).
+  absl::StatusOr<std::unique_ptr<tessera::kernels::KernelBackend>> kernels =
+      tessera::kernels::MakeBackend(device);
+  if (!kernels.ok()) {
+    spdlog::critical("cannot serve --device {}: {}", device, kernels.status().ToString());
+    return 2;
+  }
   // Shards come and go in large blocks every op: keep freed memory in the heap for the next one
   // instead of returning it to the kernel and faulting fresh pages in (glibc mmaps and unmaps every
   // block past 32 MiB by default, which cost more than a 64 MiB collective in bench/RESULTS.md).
@@ -115,7 +124,8 @@ int main(int argc, char** argv) {
   spdlog::info("BLAS: OpenBLAS {} kernels ({}), {} thread(s)", blas.core, blas_core_choice,
                blas.threads);
 
-  tessera::WorkerService service(secret, device, flags.memory_budget, flags.sequence_stall_limit);
+  tessera::WorkerService service(secret, *std::move(kernels), flags.memory_budget,
+                                 flags.sequence_stall_limit);
   const std::string& listen = flags.listen;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

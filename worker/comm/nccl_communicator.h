@@ -26,11 +26,16 @@ struct NcclCommunicatorOptions {
   int device = 0;
   // Bound on the rendezvous and initialization, and the default timeout of every call.
   absl::Duration timeout = absl::Seconds(30);
+  // The stream the buffers passed in are written on (the compute stream of the device's kernels);
+  // each call's work waits for what is queued there through an event, without a host wait. Null:
+  // the caller has synchronized its work before each call.
+  cudaStream_t compute_stream = nullptr;
 };
 
 // Communicator for cuda meshes: NCCL collectives on device buffers, run on the communicator's own
-// CUDA stream. A call returns once its work has finished on the device, so inputs must be ready
-// (the caller's stream synchronized) before the call and outputs can be used right after it.
+// CUDA stream, ordered after the work queued on the compute stream (options.compute_stream) by an
+// event. A call returns once its work has finished on the device, so outputs can be used right
+// after it on any stream.
 //
 // NCCL has every dtype and op natively except these, built on top: bool is uint8 with max (or)
 // for sum/avg/max and min (and) for product/min; integer avg is a sum divided on the host by
@@ -60,7 +65,8 @@ class NcclCommunicator final : public Communicator {
 
  private:
   NcclCommunicator(int rank, int size, absl::Duration timeout, int device, ncclComm* comm,
-                   cudaStream_t stream, void* barrier_buffer);
+                   cudaStream_t stream, cudaStream_t compute_stream, cudaEvent_t compute_done,
+                   void* barrier_buffer);
 
   absl::Status DoBroadcast(void* data, int64_t count, DType dtype, int root,
                            absl::Time deadline) override;
@@ -98,7 +104,9 @@ class NcclCommunicator final : public Communicator {
   const int device_;
   ncclComm* comm_;  // null once aborted
   cudaStream_t stream_;
-  void* barrier_buffer_;  // one float on the device
+  cudaStream_t compute_stream_;  // null: none to order after
+  cudaEvent_t compute_done_;     // recorded on compute_stream_ before each call's work
+  void* barrier_buffer_;         // one float on the device
 };
 
 }  // namespace tessera::comm
