@@ -75,7 +75,7 @@ class CudaBackend final : public KernelBackend {
   absl::Status DoFill(std::byte* data, int64_t n, const std::byte* value,
                       size_t element_size) override;
   absl::Status DoRandomFill(const RandomFillArgs& args) override;
-  // The neural-network kernels (cuda_nn.cc, cuda_nn.cu, cuda_attention.cc).
+  // The neural-network kernels (cuda_nn.cc, cuda_nn_kernels.cu, cuda_attention.cc).
   absl::Status DoActivateBackward(Activation f, DType dtype, const std::byte* x,
                                   const std::byte* dy, std::byte* dx, int64_t n) override;
   absl::Status DoLayerNorm(const NormArgs& args) override;
