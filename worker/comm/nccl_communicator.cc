@@ -250,9 +250,34 @@ NcclCommunicator::NcclCommunicator(int rank, int size, absl::Duration timeout, i
       stream_(stream),
       compute_stream_(compute_stream),
       compute_done_(compute_done),
-      barrier_buffer_(barrier_buffer) {}
+      barrier_buffer_(barrier_buffer),
+      watchdog_([this] { Watch(); }) {}
+
+void NcclCommunicator::Watch() {
+  constexpr absl::Duration kInterval = absl::Milliseconds(200);
+  while (!stop_.WaitForNotificationWithTimeout(kInterval)) {
+    if (!comm_mu_.TryLock()) continue;  // a call is running: it polls the communicator itself
+    if (comm_ != nullptr && cudaSetDevice(device_) == cudaSuccess) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+      const ncclResult_t failure = r != ncclSuccess ? r : state;
+      if (failure != ncclSuccess && failure != ncclInProgress) {
+        const absl::Status cause = NcclError(
+            "the NCCL watchdog found the communicator failed between calls", failure, comm_);
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        MarkBroken(absl::UnavailableError(absl::StrFormat("rank %d of %d (nccl): %s", rank(),
+                                                          size(), cause.message())))
+            .IgnoreError();
+      }
+    }
+    comm_mu_.Unlock();
+  }
+}
 
 NcclCommunicator::~NcclCommunicator() {
+  stop_.Notify();
+  watchdog_.join();
   cudaSetDevice(device_);
   if (comm_ != nullptr) {
     // A healthy communicator is finalized (flushing NCCL's own work) within its timeout, then
@@ -313,6 +338,7 @@ absl::Status NcclCommunicator::Wait(absl::string_view what, absl::Time deadline)
 
 template <typename F>
 absl::Status NcclCommunicator::Run(absl::string_view what, absl::Time deadline, F&& enqueue) {
+  absl::MutexLock lock(&comm_mu_);  // the watchdog keeps off while the call polls
   if (comm_ == nullptr) return absl::FailedPreconditionError("the NCCL communicator was aborted");
   if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
     return Abort(CudaError("cudaSetDevice", e));
