@@ -36,6 +36,7 @@ struct WorkerFlags {
   std::string device = "cpu";
   std::string listen = "127.0.0.1:0";
   int64_t memory_budget = int64_t{4} << 30;
+  int64_t memory_limit = -1;  // unset: --memory_budget on a GPU, none on the CPU
   std::string advertise;
   std::string collective_host;
   int32_t threads = 1;
@@ -49,6 +50,11 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--device", f.device, "the device served: cpu or cuda:N");
   app.add_option("--listen", f.listen, "address to serve on (port 0 picks one)");
   app.add_option("--memory_budget", f.memory_budget, "bytes of shards this worker holds at most")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--memory_limit", f.memory_limit,
+                 "bytes of the device's memory that shards and temporaries together may take "
+                 "(RESOURCE_EXHAUSTED past it, and past the GPU's free memory); default: "
+                 "--memory_budget on cuda devices, no limit on cpu")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--advertise", f.advertise,
                  "address the coordinator dials (host:port); default the listen address");
@@ -110,6 +116,14 @@ int main(int argc, char** argv) {
   if (!kernels.ok()) {
     spdlog::critical("cannot serve --device {}: {}", device, kernels.status().ToString());
     return 2;
+  }
+  const int64_t memory_limit =
+      flags.memory_limit >= 0 ? flags.memory_limit : (device == "cpu" ? -1 : flags.memory_budget);
+  (*kernels)->set_allocation_limit(memory_limit);
+  if (const tessera::kernels::MemoryUsage usage = (*kernels)->usage();
+      usage.device_total_bytes >= 0) {
+    spdlog::info("{}: {} bytes of device memory, {} free; shards and temporaries limited to {}",
+                 device, usage.device_total_bytes, usage.device_free_bytes, memory_limit);
   }
   // Shards come and go in large blocks every op: keep freed memory in the heap for the next one
   // instead of returning it to the kernel and faulting fresh pages in (glibc mmaps and unmaps every
