@@ -295,6 +295,19 @@ class KernelBackend : public MemorySpace {
   virtual absl::Status DoSgdStep(const SgdArgs& args) = 0;
 };
 
+// A device a worker could serve.
+struct DeviceDescription {
+  std::string device;  // "cuda:N"
+  std::string name;    // the model, e.g. "NVIDIA H100 80GB HBM3"
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;
+};
+
+// The CUDA devices visible to this process, in ordinal order (CUDA_VISIBLE_DEVICES applies); an
+// empty list where there are none. FAILED_PRECONDITION, naming the reason, when CUDA support is
+// not built or the driver cannot be used.
+absl::StatusOr<std::vector<DeviceDescription>> ListCudaDevices();
+
 // The backend for `device`: "cpu", "cuda" (= "cuda:0") or "cuda:N". INVALID_ARGUMENT for another
 // name; FAILED_PRECONDITION when CUDA support is not built or the device is not usable (the message
 // carries the CUDA error's name and number).

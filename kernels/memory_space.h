@@ -56,6 +56,8 @@ class MemorySpace {
 
   // The device this memory belongs to: "cpu" or "cuda:N".
   virtual std::string device() const = 0;
+  // The device's model (a GPU's name, e.g. "NVIDIA H100 80GB HBM3"); empty for host memory.
+  virtual std::string device_name() const { return ""; }
   // True for host memory, whose bytes the CPU reads and writes directly.
   virtual bool host_addressable() const = 0;
   // Waits until every queued operation has finished; reports a failure of any of them.

@@ -43,6 +43,7 @@ struct WorkerFlags {
   std::string secret;
   int64_t max_message_bytes = int64_t{1} << 30;  // inline tensors of large batches fit
   absl::Duration sequence_stall_limit = absl::Minutes(1);
+  bool list_devices = false;
 };
 
 void AddFlags(CLI::App& app, WorkerFlags& f) {
@@ -66,6 +67,10 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--max_message_bytes", f.max_message_bytes,
                  "largest gRPC message accepted or sent")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
+  app.add_flag("--list_devices", f.list_devices,
+               "print the CUDA devices this worker could serve, one per line (device, model, total "
+               "and free bytes, tab-separated), and exit: 0 with the list (empty if there are "
+               "none), 1 with the reason on stderr when CUDA cannot be used");
   tessera::daemon::AddDurationFlag(
       app, "--sequence_stall_limit", &f.sequence_stall_limit,
       "how long a command sequence the coordinator neither used nor released may hold later "
@@ -86,6 +91,22 @@ tessera::v1::RegisterReply RegisterLoop(tessera::v1::Registry::Stub& registry,
   }
 }
 
+// --list_devices: what `tessera up --device cuda` starts a worker for.
+int ListDevices() {
+  absl::StatusOr<std::vector<tessera::kernels::DeviceDescription>> devices =
+      tessera::kernels::ListCudaDevices();
+  if (!devices.ok()) {
+    std::cerr << "no CUDA device can be used: " << devices.status().message() << std::endl;
+    return 1;
+  }
+  for (const tessera::kernels::DeviceDescription& d : *devices) {
+    std::cout << d.device << "\t" << d.name << "\t" << d.total_bytes << "\t" << d.free_bytes
+              << "\n";
+  }
+  std::cout << std::flush;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,6 +120,7 @@ int main(int argc, char** argv) {
           tessera::daemon::ParseFlagsAndStartLogging(app, argc, argv, {"secret"})) {
     return *exit;
   }
+  if (flags.list_devices) return ListDevices();
   const std::string& secret = flags.secret;
   if (secret.empty()) {
     spdlog::critical("a shared secret is required (--secret or $TESSERA_SECRET)");
@@ -176,6 +198,7 @@ int main(int argc, char** argv) {
   gethostname(hostname, sizeof(hostname) - 1);
   request.set_hostname(hostname);
   request.set_pid(getpid());
+  request.set_device_name(service.device_name());
 
   auto begin = [&]() {
     tessera::v1::RegisterReply reply = RegisterLoop(*registry, request);
@@ -204,6 +227,10 @@ int main(int argc, char** argv) {
       hb.set_worker_id(reg.worker_id());
       hb.set_incarnation(reg.incarnation());
       hb.set_used_bytes(service.used_bytes());
+      const tessera::kernels::MemoryUsage usage = service.memory_usage();
+      hb.set_device_allocated_bytes(usage.device_total_bytes >= 0 ? usage.allocated_bytes : -1);
+      hb.set_device_free_bytes(usage.device_free_bytes);
+      hb.set_device_total_bytes(usage.device_total_bytes);
       tessera::v1::HeartbeatReply ack;
       grpc::Status s = registry->Heartbeat(&context, hb, &ack);
       if (s.error_code() == grpc::StatusCode::NOT_FOUND ||

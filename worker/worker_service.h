@@ -34,6 +34,8 @@ class WorkerService final : public v1::Worker::Service {
   int64_t used_bytes() const { return store_.used_bytes(); }
   // What the device's memory holds now (shards and temporaries) and, on a GPU, its free memory.
   kernels::MemoryUsage memory_usage() const { return kernels_->usage(); }
+  // The device's model (a GPU's name); empty for cpu.
+  std::string device_name() const { return kernels_->device_name(); }
   // OK, or why the command order is broken: the worker must register again to serve.
   absl::Status command_order_broken() const { return sequencer_.broken(); }
 

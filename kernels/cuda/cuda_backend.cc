@@ -126,6 +126,36 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
       new CudaBackend(ordinal, props.name, stream, copy_stream, pool, cublas));
 }
 
+absl::StatusOr<std::vector<DeviceDescription>> DescribeCudaDevices() {
+  int count = 0;
+  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
+    cudaGetLastError();
+    if (err == cudaErrorNoDevice) return std::vector<DeviceDescription>{};
+    return CudaStatus(err, "no usable CUDA driver: cudaGetDeviceCount",
+                      absl::StatusCode::kFailedPrecondition);
+  }
+  std::vector<DeviceDescription> devices;
+  for (int i = 0; i < count; ++i) {
+    DeviceDescription d;
+    d.device = absl::StrCat("cuda:", i);
+    cudaDeviceProp props{};
+    RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&props, i),
+                               absl::StrCat(d.device, ": cudaGetDeviceProperties"),
+                               absl::StatusCode::kFailedPrecondition));
+    d.name = props.name;
+    size_t free = 0, total = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaSetDevice(i), absl::StrCat(d.device, ": cudaSetDevice"),
+                               absl::StatusCode::kFailedPrecondition));
+    RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free, &total),
+                               absl::StrCat(d.device, ": cudaMemGetInfo"),
+                               absl::StatusCode::kFailedPrecondition));
+    d.total_bytes = static_cast<int64_t>(total);
+    d.free_bytes = static_cast<int64_t>(free);
+    devices.push_back(std::move(d));
+  }
+  return devices;
+}
+
 absl::StatusOr<std::unique_ptr<KernelBackend>> MakeCudaBackend(int ordinal) {
   ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(ordinal));
   return std::unique_ptr<KernelBackend>(std::move(backend));

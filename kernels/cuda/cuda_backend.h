@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -44,8 +45,7 @@ class CudaBackend final : public KernelBackend {
   int ordinal() const { return ordinal_; }
   // The stream every compute operation of this backend is queued on.
   CUstream_st* stream() const { return stream_; }
-  // The device's name (cudaGetDeviceProperties), e.g. "NVIDIA H100 80GB HBM3".
-  const std::string& name() const { return name_; }
+  std::string device_name() const override { return name_; }
 
  protected:
   absl::StatusOr<std::byte*> AllocateBytes(size_t nbytes) override;
@@ -105,6 +105,8 @@ class CudaBackend final : public KernelBackend {
 
 // MakeBackend's CUDA branch: the backend of device `ordinal`.
 absl::StatusOr<std::unique_ptr<KernelBackend>> MakeCudaBackend(int ordinal);
+// ListCudaDevices' CUDA branch.
+absl::StatusOr<std::vector<DeviceDescription>> DescribeCudaDevices();
 
 }  // namespace tessera::kernels
 
