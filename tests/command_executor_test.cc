@@ -1,5 +1,6 @@
-// Workers' command executors (one thread each, real Gloo communicators in this process), each over
-// a StrictMemoryBackend: host memory used as a GPU's is, every pointer checked to be its own.
+// Workers' command executors (one thread each, real communicators in this process) on
+// TestDevice() (tests/test_device.h): on cpu each over a StrictMemoryBackend (host memory used as a
+// GPU's is, every pointer checked to be its own) with Gloo, on cuda position p on cuda:p with NCCL.
 //
 // Where one rank cannot do its part: a SpreadTensor whose source shard is missing or the wrong
 // shape, or whose shard is over the rank's budget, and a collective on local tensors whose output
@@ -31,7 +32,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "tests/strict_memory_backend.h"
+#include "tests/test_device.h"
 #include "worker/shard_store.h"
 
 namespace tessera {
@@ -60,9 +61,8 @@ std::string MeshName(const Shape& mesh) {
 
 // One worker's executor and store, as tessera-worker holds them.
 struct Worker {
-  Worker(int64_t id, int64_t budget, gloo::rendezvous::Store* rendezvous)
-      : store(budget, kernels), executor(id, &kernels, &store, rendezvous, "127.0.0.1") {}
-  testing::StrictMemoryBackend kernels;  // host memory, used as a GPU's would be
+  Worker(int64_t id, int64_t budget, gloo::rendezvous::Store* rendezvous, kernels::KernelBackend* k)
+      : store(budget, *k), executor(id, k, &store, rendezvous, "127.0.0.1") {}
   ShardStore store;
   CommandExecutor executor;
 };
@@ -102,7 +102,14 @@ class ExecutorMesh {
     mesh_ = std::make_unique<DeviceMesh>(mesh);
     timeout_ = timeout;
     for (int64_t p = 0; p < mesh.size(); ++p) {
-      workers_.push_back(std::make_unique<Worker>(p, budgets[p], &rendezvous_));
+      absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> made = testing::TestBackendForRank(p);
+      if (!made.ok()) {
+        return ::testing::AssertionFailure()
+               << "position " << p << " on " << testing::TestDevice() << ": " << made.status();
+      }
+      kernels_.push_back(*std::move(made));
+      workers_.push_back(
+          std::make_unique<Worker>(p, budgets[p], &rendezvous_, kernels_.back().get()));
     }
     return SetUp(0);
   }
@@ -171,6 +178,7 @@ class ExecutorMesh {
   std::unique_ptr<DeviceMesh> mesh_;
   absl::Duration timeout_;
   gloo::rendezvous::HashStore rendezvous_;
+  std::vector<std::unique_ptr<kernels::KernelBackend>> kernels_;  // outlive the workers
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 
@@ -197,7 +205,7 @@ class SpreadStandInTest : public ::testing::TestWithParam<SpreadCase> {};
 TEST_P(SpreadStandInTest, FailingRankTakesPartAndReportsAfterwards) {
   const SpreadCase& c = GetParam();
   constexpr char kTensor[] = "dt/x";
-  const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh, {}).value();
+  const DeviceMesh mesh = DeviceMesh::Create(testing::TestDevice(), c.mesh, {}).value();
   std::vector<int64_t> budgets(static_cast<size_t>(mesh.size()), kBudget);
   if (c.failure == SpreadFailure::kOverBudget) budgets[c.failing] = kTightBudget;
   ExecutorMesh workers;
@@ -275,7 +283,7 @@ INSTANTIATE_TEST_SUITE_P(
 class CollectiveStandInTest : public ::testing::TestWithParam<v1::CollectiveOp> {};
 
 TEST_P(CollectiveStandInTest, RankOverBudgetTakesPartAndReportsAfterwards) {
-  const DeviceMesh mesh = DeviceMesh::Create("cpu", {2}, {}).value();
+  const DeviceMesh mesh = DeviceMesh::Create(testing::TestDevice(), {2}, {}).value();
   ExecutorMesh workers;
   ASSERT_TRUE(workers.Start(mesh, {kBudget, kTightBudget + 2 * 8448}));
   // Rank 1 holds its input; the rest of its budget is less than the output or scratch.
@@ -330,7 +338,7 @@ class ReformTest : public ::testing::TestWithParam<BreakCase> {};
 
 TEST_P(ReformTest, BrokenCommunicatorIsReportedUntilTheMeshIsReformed) {
   const BreakCase& c = GetParam();
-  const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh, {}).value();
+  const DeviceMesh mesh = DeviceMesh::Create(testing::TestDevice(), c.mesh, {}).value();
   ExecutorMesh workers;
   ASSERT_TRUE(
       workers.Start(mesh, std::vector<int64_t>(mesh.size(), kBudget), absl::Milliseconds(300)));
@@ -383,7 +391,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, ReformTest,
 // rand with a range gives the draws of plain rand moved from [0, 1) into [low, high), as torch's
 // uniform_(low, high) does, on every shard.
 TEST(FillTensorTest, RandWithARangeIsTheUnitDrawMovedIntoIt) {
-  const DeviceMesh line = *DeviceMesh::Create("cpu", {2});
+  const DeviceMesh line = *DeviceMesh::Create(testing::TestDevice(), {2});
   ExecutorMesh mesh;
   ASSERT_TRUE(mesh.Start(line, {kBudget, kBudget}));
   const DTensorSpec spec = *MakeDTensorSpec(line, {Placement::Shard(0)}, {6, 5}, DType::kFloat32);

@@ -4,7 +4,8 @@
 // Module programs run by workers' command executors in one process, one thread per rank with real
 // Gloo communicators: the workers of a mesh, the pieces of full tensors each rank holds, the
 // commands that load and run a program on every rank, and the checks of what they return and
-// store. Each worker's memory space is a StrictMemoryBackend: host memory used as a GPU's is.
+// store. Workers run on TestDevice() (tests/test_device.h): on cpu each one's memory space is a
+// StrictMemoryBackend, host memory used as a GPU's is; on cuda, rank r holds cuda:r.
 
 #include <cmath>
 #include <cstdint>
@@ -22,9 +23,10 @@
 #include "core/program_edges.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/testing/nn_reference.h"
 #include "proto/convert.h"
-#include "tests/strict_memory_backend.h"
+#include "tests/test_device.h"
 #include "worker/command_executor.h"
 #include "worker/shard_store.h"
 
@@ -109,11 +111,23 @@ inline ::testing::AssertionResult Near(const HostTensor& got, const HostTensor& 
 // Workers: one executor and store per rank, run on threads
 
 struct Worker {
-  Worker(int64_t id, gloo::rendezvous::Store* rendezvous)
-      : store(int64_t{1} << 30, kernels), executor(id, &kernels, &store, rendezvous, "127.0.0.1") {}
-  StrictMemoryBackend kernels;  // host memory, used as a GPU's would be
-  ShardStore store;
-  CommandExecutor executor;
+  // A worker on TestDevice(); `kernels` is null (and the reason in `unavailable`) where the device
+  // has no rank `id` (fewer GPUs than ranks).
+  Worker(int64_t id, gloo::rendezvous::Store* rendezvous) {
+    absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> made = TestBackendForRank(id);
+    if (!made.ok()) {
+      unavailable = made.status();
+      return;
+    }
+    kernels = *std::move(made);
+    store = std::make_unique<ShardStore>(int64_t{1} << 30, *kernels);
+    executor =
+        std::make_unique<CommandExecutor>(id, kernels.get(), store.get(), rendezvous, "127.0.0.1");
+  }
+  absl::Status unavailable;
+  std::unique_ptr<kernels::KernelBackend> kernels;
+  std::unique_ptr<ShardStore> store;
+  std::unique_ptr<CommandExecutor> executor;
 };
 
 struct Outcome {
@@ -127,6 +141,11 @@ class Cluster {
   explicit Cluster(DeviceMesh mesh) : mesh_(std::move(mesh)) {
     for (int64_t r = 0; r < mesh_.size(); ++r) {
       workers_.push_back(std::make_unique<Worker>(r, &rendezvous_));
+      // A mesh larger than the GPUs here cannot run (scripts/run-gpu-checks.sh filters those out).
+      if (unavailable_.ok() && !workers_.back()->unavailable.ok()) {
+        unavailable_ = workers_.back()->unavailable;
+        ADD_FAILURE() << "rank " << r << " on " << TestDevice() << ": " << unavailable_;
+      }
     }
     for (const Outcome& o : OnEveryRank([&](int) {
            v1::Command command;
@@ -144,12 +163,16 @@ class Cluster {
   // Runs command(rank) on every rank at once; each rank's outcome.
   std::vector<Outcome> OnEveryRank(const std::function<v1::Command(int)>& command) {
     std::vector<Outcome> out(workers_.size());
+    if (!unavailable_.ok()) {
+      for (Outcome& o : out) o.status = unavailable_;
+      return out;
+    }
     std::vector<v1::Command> commands;
     for (int r = 0; r < size(); ++r) commands.push_back(command(r));
     std::vector<std::thread> threads;
     for (int r = 0; r < size(); ++r) {
       threads.emplace_back(
-          [&, r] { out[r].status = workers_[r]->executor.Execute(commands[r], &out[r].reply); });
+          [&, r] { out[r].status = workers_[r]->executor->Execute(commands[r], &out[r].reply); });
     }
     for (std::thread& t : threads) t.join();
     return out;
@@ -158,16 +181,24 @@ class Cluster {
   int size() const { return static_cast<int>(workers_.size()); }
   const DeviceMesh& mesh() const { return mesh_; }
   std::vector<int64_t> coordinate(int r) const { return mesh_.CoordinateOfIndex(r); }
-  ShardStore& store(int r) { return workers_[r]->store; }
+  // Rank r's store; an empty one where the rank has no worker (every command fails then anyway).
+  ShardStore& store(int r) {
+    if (workers_[r]->store != nullptr) return *workers_[r]->store;
+    static kernels::CpuBackend* const memory = new kernels::CpuBackend();
+    if (absent_ == nullptr) absent_ = std::make_unique<ShardStore>(0, *memory);
+    return *absent_;
+  }
 
  private:
   const DeviceMesh mesh_;
+  absl::Status unavailable_;  // why a rank has no worker here; every command fails with it
+  std::unique_ptr<ShardStore> absent_;  // the store of a rank without a worker
   gloo::rendezvous::HashStore rendezvous_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 
 inline DeviceMesh Mesh(Shape shape) {
-  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create("cpu", std::move(shape), {}, {});
+  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create(TestDevice(), std::move(shape), {}, {});
   EXPECT_TRUE(mesh.ok()) << mesh.status();
   return *std::move(mesh);
 }
