@@ -228,7 +228,7 @@ grpc::Status DTensorService::OpStream(
     absl::Status status;
     switch (call.call_case()) {
       case v1::StreamCall::kOp:
-        status = RunOpFor(client, call.op(), result.mutable_op());
+        status = RunOpFor(client, call.op(), /*reply=*/nullptr);
         break;
       case v1::StreamCall::kFree:
         status = FreeTensorFor(client, call.free().name());
@@ -239,7 +239,6 @@ grpc::Status DTensorService::OpStream(
         break;
     }
     if (!status.ok()) {
-      result.clear_op();
       result.set_code(static_cast<int>(status.code()));
       result.set_message(std::string(status.message()));
     }
@@ -285,7 +284,7 @@ absl::Status DTensorService::RunOpFor(const std::string& client, const v1::OpReq
     in->set_tensor(DTensorTable::WorkerName(inputs[i]->name));
     *in->mutable_spec() = ToProto(specs[i]);
     *in->mutable_plan() = ToProto(sharding.input_plans[i]);
-    if (!sharding.input_plans[i].steps.empty()) {
+    if (reply != nullptr && !sharding.input_plans[i].steps.empty()) {
       v1::InputRedistribution* r = reply->add_redistributions();
       r->set_input(inputs[i]->name);
       *r->mutable_from_placements() = ToProto(specs[i].placements);
@@ -294,7 +293,7 @@ absl::Status DTensorService::RunOpFor(const std::string& client, const v1::OpReq
     }
   }
   RETURN_IF_ERROR(tensors_->PostWrite(*out, command, inputs));
-  *reply->mutable_output() = tensors_->Describe(*out);
+  if (reply != nullptr) *reply->mutable_output() = tensors_->Describe(*out);
   return absl::OkStatus();
 }
 

@@ -75,7 +75,8 @@ class DTensorService final : public v1::DTensorService::Service {
  private:
   // The caller's client id, its lease renewed.
   std::string Caller(const grpc::ServerContext& context);
-  // RunOp and FreeTensor for `client`, on either path.
+  // RunOp and FreeTensor for `client`, on either path; a null `reply` is not filled in (the op
+  // stream's client computes the output's metadata itself).
   absl::Status RunOpFor(const std::string& client, const v1::OpRequest& request,
                         v1::OpReply* reply);
   absl::Status FreeTensorFor(const std::string& client, const std::string& name);
