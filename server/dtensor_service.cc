@@ -228,7 +228,7 @@ grpc::Status DTensorService::OpStream(
     absl::Status status;
     switch (call.call_case()) {
       case v1::StreamCall::kOp:
-        status = RunOpFor(client, call.op(), /*reply=*/nullptr);
+        status = RunOpFor(client, call.op(), call.describe() ? result.mutable_op() : nullptr);
         break;
       case v1::StreamCall::kFree:
         status = FreeTensorFor(client, call.free().name());
@@ -239,6 +239,7 @@ grpc::Status DTensorService::OpStream(
         break;
     }
     if (!status.ok()) {
+      result.clear_op();
       result.set_code(static_cast<int>(status.code()));
       result.set_message(std::string(status.message()));
     }

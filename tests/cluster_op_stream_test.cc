@@ -12,7 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/op_call.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/convert.h"
+#include "proto/grpc_status.h"
 #include "tessera/tessera.h"
+#include "tessera/v1/dtensor.grpc.pb.h"
 #include "tests/cluster_fixture.h"
 
 namespace tessera {
@@ -201,6 +205,63 @@ TEST(OpStreamTest, ShapeErrorsAreImmediate) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(
       StatusIs(client::Mm(*a, *b).status(), absl::StatusCode::kInvalidArgument, {"[4, 3]"}));
+}
+
+// The stream as any client sees it (a raw stub): results in order with their ids; an op that asks
+// to be described gets RunOp's reply; a failed call fails alone, with its code and message.
+TEST(OpStreamTest, RawStreamAnswersEachCallInOrder) {
+  Session& s = *shared->unary;
+  absl::StatusOr<DTensor> a = client::Ones(s, *shared->unary_mesh, {4, 4}, {Placement::Shard(0)});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto stub = v1::DTensorService::NewStub(
+      grpc::CreateChannel(shared->cluster.cluster->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(absl::Seconds(30)));
+  context.AddMetadata("tessera-client", s.client_id());
+  auto stream = stub->OpStream(&context);
+  OpCall relu;
+  relu.kind = OpKind::kRelu;
+  std::vector<v1::StreamCall> calls(4);
+  for (int i = 0; i < 2; ++i) {
+    v1::OpRequest* op = calls[i].mutable_op();
+    *op->mutable_op() = ToProto(relu);
+    op->add_inputs(a->name());
+    op->set_output(absl::StrCat("raw-relu-", i));
+  }
+  calls[0].set_describe(true);
+  calls[2].mutable_free()->set_name("no-such-tensor");
+  calls[3].set_flush(true);  // carries neither an op nor a free
+  for (size_t i = 0; i < calls.size(); ++i) {
+    calls[i].set_id(100 + i);
+    ASSERT_TRUE(stream->Write(calls[i]));
+  }
+  stream->WritesDone();
+  std::vector<v1::StreamResult> results;
+  v1::StreamResult r;
+  while (stream->Read(&r)) results.push_back(r);
+  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_EQ(results.size(), 4u);
+  for (size_t i = 0; i < results.size(); ++i) EXPECT_EQ(results[i].id(), 100 + i);
+  EXPECT_EQ(results[0].code(), 0) << results[0].message();
+  EXPECT_EQ(results[0].op().output().name(), "raw-relu-0");
+  absl::StatusOr<DTensor> described = client::GetTensor(s, "raw-relu-0");
+  ASSERT_TRUE(described.ok()) << described.status();
+  EXPECT_EQ(results[0].op().output().meta().SerializeAsString(),
+            ToProto(described->spec()).SerializeAsString());
+  EXPECT_EQ(results[1].code(), 0) << results[1].message();
+  EXPECT_FALSE(results[1].has_op());
+  EXPECT_EQ(results[2].code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_NE(results[2].message().find("no-such-tensor"), std::string::npos) << results[2].message();
+  EXPECT_EQ(results[3].code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(results[3].message().find("103"), std::string::npos) << results[3].message();
+  for (const char* name : {"raw-relu-0", "raw-relu-1"}) {
+    absl::StatusOr<DTensor> t = client::GetTensor(s, name);
+    ASSERT_TRUE(t.ok()) << t.status();
+    absl::StatusOr<HostTensor> full = t->FullTensor();
+    ASSERT_TRUE(full.ok()) << full.status();
+    EXPECT_TRUE(TensorsMatch(*full, Ramp(4, 4, 0.0f, 1.0f)));
+    EXPECT_TRUE(t->Free().ok());
+  }
 }
 
 }  // namespace
