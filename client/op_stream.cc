@@ -22,7 +22,7 @@ bool StreamOutcome::WaitUntil(absl::Time deadline) const {
 // and its writer and reader threads.
 struct OpStream::Channel {
   grpc::ClientContext context;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::StreamCall, v1::StreamResult>> stream;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::StreamCalls, v1::StreamResults>> stream;
   absl::Time opened;
   absl::Mutex mu;
   std::deque<v1::StreamCall> outbox ABSL_GUARDED_BY(mu);
@@ -126,37 +126,38 @@ void OpStream::WriteLoop(Channel* c) {
       }
       batch.swap(c->outbox);
     }
-    batch.back().set_flush(true);
-    for (size_t i = 0; i < batch.size(); ++i) {
-      grpc::WriteOptions options;
-      if (i + 1 < batch.size()) options.set_buffer_hint();
-      if (!c->stream->Write(batch[i], options)) return;  // the stream ended; the reader says why
-    }
+    // One message: the coordinator answers it with one message of results.
+    v1::StreamCalls calls;
+    calls.mutable_calls()->Reserve(static_cast<int>(batch.size()));
+    for (v1::StreamCall& call : batch) *calls.add_calls() = std::move(call);
+    if (!c->stream->Write(calls)) return;  // the stream ended; the reader says why
   }
 }
 
 void OpStream::ReadLoop(Channel* c) {
-  v1::StreamResult result;
-  while (c->stream->Read(&result)) {
-    std::shared_ptr<StreamOutcome> outcome;
-    {
-      absl::MutexLock lock(&c->mu);
-      if (!c->unanswered.empty()) {
-        outcome = std::move(c->unanswered.front());
-        c->unanswered.pop_front();
+  v1::StreamResults results;
+  while (c->stream->Read(&results)) {
+    for (const v1::StreamResult& result : results.results()) {
+      std::shared_ptr<StreamOutcome> outcome;
+      {
+        absl::MutexLock lock(&c->mu);
+        if (!c->unanswered.empty()) {
+          outcome = std::move(c->unanswered.front());
+          c->unanswered.pop_front();
+        }
       }
-    }
-    if (outcome == nullptr || outcome->id() != result.id()) {
-      if (outcome != nullptr) {
-        outcome->Set(absl::InternalError(
-            absl::StrCat("op stream call ", outcome->id(), " was answered as call ", result.id())));
+      if (outcome == nullptr || outcome->id() != result.id()) {
+        if (outcome != nullptr) {
+          outcome->Set(absl::InternalError(absl::StrCat("op stream call ", outcome->id(),
+                                                        " was answered as call ", result.id())));
+        }
+        c->context.TryCancel();
+        break;
       }
-      c->context.TryCancel();
-      continue;
+      outcome->Set(result.code() == 0 ? absl::OkStatus()
+                                      : absl::Status(static_cast<absl::StatusCode>(result.code()),
+                                                     result.message()));
     }
-    outcome->Set(result.code() == 0 ? absl::OkStatus()
-                                    : absl::Status(static_cast<absl::StatusCode>(result.code()),
-                                                   result.message()));
   }
   const grpc::Status finished = c->stream->Finish();
   FailUnanswered(c, absl::UnavailableError(absl::StrCat(

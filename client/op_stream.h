@@ -3,9 +3,9 @@
 
 // A session's ordered op stream (DTensorService.OpStream): ops and frees go out in order without
 // waiting for their answers, so a client issues them as fast as it can build them; each call's
-// outcome arrives later. A writer thread sends what queued up in one batch whose last call asks
-// for the answers at once, so nothing waits on either side when the client pauses; at most
-// kMaxUnanswered calls are outstanding (Send waits for room). Internal to the client library.
+// outcome arrives later. A writer thread sends what queued up meanwhile as one message, which the
+// coordinator answers with one message of results; at most kMaxUnanswered calls are outstanding
+// (Send waits for room). Internal to the client library.
 
 #include <cstdint>
 #include <deque>

@@ -218,35 +218,35 @@ grpc::Status DTensorService::RunOp(grpc::ServerContext* context, const v1::OpReq
 
 grpc::Status DTensorService::OpStream(
     grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::StreamResult, v1::StreamCall>* stream) {
+    grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream) {
   const std::string client = Caller(*context);
-  v1::StreamCall call;
-  v1::StreamResult result;
-  while (stream->Read(&call)) {
-    result.Clear();
-    result.set_id(call.id());
-    absl::Status status;
-    switch (call.call_case()) {
-      case v1::StreamCall::kOp:
-        status = RunOpFor(client, call.op(), call.describe() ? result.mutable_op() : nullptr);
-        break;
-      case v1::StreamCall::kFree:
-        status = FreeTensorFor(client, call.free().name());
-        break;
-      case v1::StreamCall::CALL_NOT_SET:
-        status = absl::InvalidArgumentError(
-            absl::StrCat("stream call ", call.id(), " carries neither an op nor a free"));
-        break;
+  v1::StreamCalls calls;
+  v1::StreamResults results;
+  while (stream->Read(&calls)) {
+    results.Clear();
+    for (const v1::StreamCall& call : calls.calls()) {
+      v1::StreamResult* result = results.add_results();
+      result->set_id(call.id());
+      absl::Status status;
+      switch (call.call_case()) {
+        case v1::StreamCall::kOp:
+          status = RunOpFor(client, call.op(), call.describe() ? result->mutable_op() : nullptr);
+          break;
+        case v1::StreamCall::kFree:
+          status = FreeTensorFor(client, call.free().name());
+          break;
+        case v1::StreamCall::CALL_NOT_SET:
+          status = absl::InvalidArgumentError(
+              absl::StrCat("stream call ", call.id(), " carries neither an op nor a free"));
+          break;
+      }
+      if (!status.ok()) {
+        result->clear_op();
+        result->set_code(static_cast<int>(status.code()));
+        result->set_message(std::string(status.message()));
+      }
     }
-    if (!status.ok()) {
-      result.clear_op();
-      result.set_code(static_cast<int>(status.code()));
-      result.set_message(std::string(status.message()));
-    }
-    // Results go out in batches: one waits in the buffer for the next unless the client asked.
-    grpc::WriteOptions options;
-    if (!call.flush()) options.set_buffer_hint();
-    if (!stream->Write(result, options)) break;  // the client went away
+    if (!stream->Write(results)) break;  // the client went away
   }
   return grpc::Status::OK;
 }

@@ -58,7 +58,7 @@ class DTensorService final : public v1::DTensorService::Service {
   // Bidirectional stream: ops and frees in order, one result each.
   grpc::Status OpStream(
       grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::StreamResult, v1::StreamCall>* stream) override;
+      grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream) override;
   // Unary.
   grpc::Status Synchronize(grpc::ServerContext* context, const v1::SynchronizeRequest* request,
                            v1::SynchronizeReply*) override;

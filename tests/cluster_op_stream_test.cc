@@ -230,16 +230,24 @@ TEST(OpStreamTest, RawStreamAnswersEachCallInOrder) {
   }
   calls[0].set_describe(true);
   calls[2].mutable_free()->set_name("no-such-tensor");
-  calls[3].set_flush(true);  // carries neither an op nor a free
+  // calls[3] carries neither an op nor a free. Two messages: calls 100-102, then 103.
+  v1::StreamCalls first, second;
   for (size_t i = 0; i < calls.size(); ++i) {
     calls[i].set_id(100 + i);
-    ASSERT_TRUE(stream->Write(calls[i]));
+    *(i < 3 ? first : second).add_calls() = calls[i];
   }
+  ASSERT_TRUE(stream->Write(first));
+  ASSERT_TRUE(stream->Write(second));
   stream->WritesDone();
   std::vector<v1::StreamResult> results;
-  v1::StreamResult r;
-  while (stream->Read(&r)) results.push_back(r);
+  std::vector<int> per_message;
+  v1::StreamResults r;
+  while (stream->Read(&r)) {
+    per_message.push_back(r.results_size());
+    for (const v1::StreamResult& one : r.results()) results.push_back(one);
+  }
   ASSERT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(per_message, (std::vector<int>{3, 1}));  // one message of results per message
   ASSERT_EQ(results.size(), 4u);
   for (size_t i = 0; i < results.size(); ++i) EXPECT_EQ(results[i].id(), 100 + i);
   EXPECT_EQ(results[0].code(), 0) << results[0].message();
