@@ -3,9 +3,10 @@
 The coordinator's services (proto/tessera/v1/*.proto) become `tessera.v1.*_pb2` and
 `tessera.v1.*_pb2_grpc`, the KServe v2 protocol (proto/inference/grpc_predict_v2.proto)
 `tessera.inference.grpc_predict_v2_pb2[_grpc]`. It runs Debian's `protoc` with
-`grpc_python_plugin` (package protobuf-compiler-grpc) when both are on PATH, else grpcio-tools'
-`grpc_tools.protoc` when that is importable. Used by setup.py (pip install) and by CMake
-(the build tree's copy of the package, which the tests import).
+`grpc_python_plugin` (package protobuf-compiler-grpc) when both are on PATH (or named by
+$TESSERA_PROTOC and $TESSERA_GRPC_PYTHON_PLUGIN), else grpcio-tools' `grpc_tools.protoc`.
+Used by setup.py (pip install) and by CMake (the build tree's copy of the package, which the
+tests import).
 
     python3 generate_protos.py --proto-dir ../../proto --out .
 """
@@ -36,8 +37,8 @@ def find_proto_dir() -> pathlib.Path:
 
 def _protoc_command() -> List[str]:
     """protoc with the gRPC Python plugin: Debian's binaries, else grpcio-tools."""
-    protoc = shutil.which("protoc")
-    plugin = shutil.which("grpc_python_plugin")
+    protoc = os.environ.get("TESSERA_PROTOC") or shutil.which("protoc")
+    plugin = os.environ.get("TESSERA_GRPC_PYTHON_PLUGIN") or shutil.which("grpc_python_plugin")
     if protoc and plugin:
         return [protoc, f"--plugin=protoc-gen-grpc_python={plugin}"]
     try:

@@ -82,8 +82,8 @@ class MeshTensor:
         return f"MeshTensor('{self.name}' on mesh '{self.mesh.name}')"
 
 
-def tensor(local_tensors: Any, device_mesh: DeviceMesh, name: Optional[str] = None
-           ) -> MeshTensor:
+def tensor(local_tensors: Any, device_mesh: DeviceMesh, name: Optional[str] = None,
+           dtype: Any = None) -> MeshTensor:
     """Uploads every rank's local tensor (a list in the mesh's row-major rank order, or one
     tensor every rank gets) as local tensor ``name`` (default: a fresh name) of the mesh."""
     root = device_mesh.root_mesh
@@ -92,9 +92,9 @@ def tensor(local_tensors: Any, device_mesh: DeviceMesh, name: Optional[str] = No
         if len(local_tensors) != n:
             raise InvalidArgument(f"mesh '{root.name}' has {n} ranks; got {len(local_tensors)} "
                                   "local tensors")
-        buffers = [as_buffer(t) for t in local_tensors]
+        buffers = [as_buffer(t, dtype) for t in local_tensors]
     else:
-        buffers = [as_buffer(local_tensors)] * n
+        buffers = [as_buffer(local_tensors, dtype)] * n
     owned = name is None
     name = name or f"local-{secrets.token_hex(6)}"
     for rank, b in enumerate(buffers):

@@ -459,11 +459,11 @@ class DTensor:
     def from_local(local_tensor: Any, device_mesh: Optional[DeviceMesh] = None,
                    placements: Optional[Sequence[Any]] = None, *, run_check: bool = False,
                    shape: Optional[Sequence[int]] = None, stride: Optional[Sequence[int]] = None,
-                   name: str = "") -> "DTensor":
+                   name: str = "", dtype: Any = None) -> "DTensor":
         """DTensor.from_local: ``local_tensor`` is every rank's local tensor, a list in the
         whole mesh's row-major rank order, or one tensor that every rank holds. ``shape`` (the
         global shape) is needed when shards are uneven; ``run_check`` broadcasts the Replicate
-        dims from coordinate 0, as DTensor does."""
+        dims from coordinate 0, as DTensor does; ``dtype`` converts the values first."""
         root, wire = _layout(device_mesh, placements)
         if stride is not None:
             raise Unimplemented("from_local(stride=...): the service keeps tensors row-major")
@@ -472,9 +472,9 @@ class DTensor:
             if len(local_tensor) != n:
                 raise InvalidArgument(f"from_local on mesh '{root.name}' takes {n} local tensors "
                                       f"(one per rank), not {len(local_tensor)}")
-            buffers = [as_buffer(t) for t in local_tensor]
+            buffers = [as_buffer(t, dtype) for t in local_tensor]
         else:
-            buffers = [as_buffer(local_tensor)] * n
+            buffers = [as_buffer(local_tensor, dtype)] * n
         kind = buffers[0].kind
         info = device_mesh.session.transport.from_local(buffers, root.name, wire, shape,
                                                          run_check, name)
@@ -494,14 +494,16 @@ def _planner(planner: str) -> int:
 
 def distribute_tensor(tensor: Any, device_mesh: Optional[DeviceMesh] = None,
                       placements: Optional[Sequence[Any]] = None, *, src_data_rank: int = 0,
-                      name: str = "", progress: ProgressArg = None) -> DTensor:
+                      name: str = "", progress: ProgressArg = None, dtype: Any = None
+                      ) -> DTensor:
     """distribute_tensor(tensor, device_mesh, placements): a numpy array or CPU torch tensor is
     streamed to the coordinator in 1 MiB chunks and each rank's block routed to its worker as it
     arrives; replicas are broadcast by the workers from ``src_data_rank``. ``placements``
     default to Replicate on every dim (torch's default); on a view (``mesh["tp"]``) they apply
-    to its dims, Replicate elsewhere. ``progress``: see tessera.progress."""
+    to its dims, Replicate elsewhere. ``progress``: see tessera.progress. ``dtype`` converts
+    the values first (bfloat16 from floats works without ml_dtypes or torch)."""
     root, wire = _layout(device_mesh, placements)
-    buffer: HostBuffer = as_buffer(tensor)
+    buffer: HostBuffer = as_buffer(tensor, dtype)
     info = device_mesh.session.transport.distribute(buffer, root.name, wire, src_data_rank, name,
                                                      progress)
     return DTensor._adopt(device_mesh.session, info, root, kind=buffer.kind)
