@@ -11,7 +11,7 @@ np = pytest.importorskip("numpy")
 pytest.importorskip("grpc", reason="grpcio is not importable (apt-get install python3-grpcio)")
 tessera = pytest.importorskip("tessera", reason="build the tessera_python target")
 
-from tessera import (ColwiseParallel, Partial, PrepareModuleInput, PrepareModuleOutput,  # noqa: E402
+from tessera import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,  # noqa: E402
                      Replicate, RowwiseParallel, SequenceParallel, Shard)
 
 TOL = dict(rtol=1e-5, atol=1e-5)

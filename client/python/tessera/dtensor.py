@@ -92,10 +92,8 @@ def _plan_from_proto(p: Any) -> RedistributePlan:
 
 
 def _shape_arg(size: Tuple[Any, ...]) -> Tuple[int, ...]:
-    """torch's ``*size``: zeros(2, 3) or zeros((2, 3))."""
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):
-        size = tuple(size[0])
-    if hasattr(size, "__len__") and len(size) == 1 and hasattr(size[0], "__iter__"):
+    """torch's ``*size``: zeros(2, 3), zeros((2, 3)) or zeros(torch.Size([2, 3]))."""
+    if len(size) == 1 and hasattr(size[0], "__iter__"):
         size = tuple(size[0])
     try:
         return tuple(int(s) for s in size)

@@ -28,7 +28,7 @@ class InferenceClient:
         self.session = get_session(session)
         self.timeout = timeout or self.session.timeout
         self._pb = grpc_predict_v2_pb2
-        self._stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(self.session._channel)
+        self._stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(self.session.channel)
 
     def _call(self, method: str, request: Any) -> Any:
         with translate_errors():

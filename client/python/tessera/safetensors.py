@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Any, Dict, List, Mapping, NamedTuple, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -57,7 +57,7 @@ def read_header(path: "os.PathLike[str] | str") -> Tuple[List[SafetensorsEntry],
 
 
 def write(path: "os.PathLike[str] | str", tensors: Mapping[str, Any],
-          metadata: Mapping[str, str] = None) -> None:
+          metadata: Optional[Mapping[str, str]] = None) -> None:
     """Writes numpy arrays or CPU torch tensors as a safetensors file, in the mapping's order."""
     buffers: Dict[str, HostBuffer] = {name: as_buffer(t) for name, t in tensors.items()}
     header: Dict[str, Any] = {}

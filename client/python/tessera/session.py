@@ -75,6 +75,11 @@ class Session:
                 pass
 
     @property
+    def channel(self) -> grpc.Channel:
+        """The gRPC channel (for other services on the coordinator's port, e.g. KServe)."""
+        return self._channel
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
