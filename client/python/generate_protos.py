@@ -74,6 +74,14 @@ def generate(out: pathlib.Path, proto_dir: Optional[pathlib.Path] = None) -> Lis
     grpc_file = package / "inference" / "grpc_predict_v2_pb2_grpc.py"
     text = grpc_file.read_text()
     grpc_file.write_text(text.replace("from inference import", "from tessera.inference import"))
+    # Its messages go to a descriptor pool of their own: tritonclient registers the same
+    # protocol's messages (inference.*) in the default pool, and both may live in one process.
+    messages = package / "inference" / "grpc_predict_v2_pb2.py"
+    text = messages.read_text()
+    default_pool = "_descriptor_pool.Default().AddSerializedFile("
+    if default_pool not in text:
+        raise RuntimeError(f"{messages}: no {default_pool!r} to give a pool of its own")
+    messages.write_text(text.replace(default_pool, "_descriptor_pool.DescriptorPool().AddSerializedFile("))
     written = []
     for sub in ("v1", "inference"):
         init = package / sub / "__init__.py"

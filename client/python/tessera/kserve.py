@@ -1,7 +1,7 @@
 """A KServe v2 (Open Inference Protocol) client for the models the coordinator serves
-(``Module.publish``), over the stubs generated from proto/inference/grpc_predict_v2.proto. They
-are imported on first use: tritonclient registers the same protocol's messages, and the two may
-not be imported into one process."""
+(``Module.publish``), over the stubs generated from proto/inference/grpc_predict_v2.proto,
+imported on first use. Their messages live in a descriptor pool of their own, so tritonclient
+(which registers the same protocol's messages) works in the same process."""
 
 from __future__ import annotations
 
