@@ -59,6 +59,7 @@ def test_broadcast_reduce_gather_scatter(meshes, group):
     r = dist.tensor(xs, mesh)
     dist.reduce(r, dst=1, op=dist.ReduceOp.SUM, group=pg)
     gathered = dist.all_gather_into_tensor(None, dist.tensor(xs, mesh), group=pg)
+    assert dist.all_gather is dist.all_gather_into_tensor and dist.all_to_all is dist.all_to_all_single
     g0 = dist.gather(dist.tensor(xs, mesh), dst=0, group=pg)
     big = [np.arange(len(gs[0]) * 6, dtype=np.float32).reshape(-1, 3) + 100 * k for k in range(4)]
     sc = dist.scatter(dist.tensor(big, mesh), src=0, group=pg)

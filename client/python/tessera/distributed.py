@@ -23,7 +23,8 @@ from .transport import pb
 
 __all__ = ["ReduceOp", "MeshTensor", "Work", "tensor", "all_reduce", "broadcast", "reduce",
            "all_gather_into_tensor", "reduce_scatter_tensor", "gather", "scatter",
-           "all_to_all_single", "send_recv", "barrier"]
+           "all_to_all_single", "send_recv", "barrier", "all_gather", "reduce_scatter",
+           "all_to_all"]
 
 
 class ReduceOp:
@@ -236,3 +237,10 @@ def barrier(group: DeviceMesh, async_op: bool = False) -> Optional[Work]:
                                               reduce_op=REDUCE_OPS["sum"])
     reply = group.session.transport.run_collective(request)
     return Work(group.root_mesh, reply.work, None) if async_op else None
+
+
+# Shorter names for the same collectives: each takes (output, input) and writes one tensor
+# (torch's list-taking all_gather and all_to_all have no single-controller equivalent).
+all_gather = all_gather_into_tensor
+reduce_scatter = reduce_scatter_tensor
+all_to_all = all_to_all_single
