@@ -105,3 +105,28 @@ def test_torch_reduce_op_names_and_bad_ones(meshes):
         dist.all_reduce(t, op="premul_sum")
     with pytest.raises(tessera.InvalidArgument, match="mesh"):
         dist.all_reduce(t, group=meshes["line3"])
+
+
+def test_collectives_on_one_ordered_stream(meshes):
+    """Inside tessera.distributed.stream() the collectives go on one gRPC stream in order; each
+    may use the one before's output at once; a failing one fails alone and leaving the block
+    raises it."""
+    mesh = meshes["grid"]
+    xs = locals_for(5)
+    t = dist.tensor(xs, mesh)
+    with dist.stream():
+        for _ in range(20):  # each all_reduce over dp doubles t after the first
+            dist.all_reduce(t, group=mesh["dp"])
+        g = dist.all_gather_into_tensor(None, t, group=mesh["tp"])
+        work = dist.barrier(mesh, async_op=True)
+    assert work.is_completed()
+    column = [xs[0] + xs[2], xs[1] + xs[3]]
+    scale = 2 ** 19
+    np.testing.assert_array_equal(g.to_local(3), np.concatenate(column) * scale)
+    bad = dist.tensor([np.ones((2, 3), np.float32)] * 3 + [np.ones((3, 3), np.float32)], mesh)
+    with pytest.raises(tessera.FailedPrecondition, match="shape"):
+        with dist.stream():
+            dist.all_reduce(t, group=mesh["dp"])
+            dist.all_reduce(bad, group=mesh["tp"])
+            after = dist.all_gather_into_tensor(None, t, group=mesh["tp"], async_op=True)
+    np.testing.assert_array_equal(after.wait().to_local(0), np.concatenate(column) * scale * 2)

@@ -11,20 +11,23 @@ may use the output at once."""
 
 from __future__ import annotations
 
+import queue
 import secrets
+import threading
 import weakref
 from typing import Any, List, Optional, Sequence, Union
 
-from .errors import InvalidArgument, error_for
+from .errors import FailedPrecondition, InvalidArgument, error_for, translate_errors
 from .interop import as_buffer, wrap_output
 from .mesh import DeviceMesh
 from .placements import REDUCE_OPS
+from .session import Session, get_session
 from .transport import pb
 
 __all__ = ["ReduceOp", "MeshTensor", "Work", "tensor", "all_reduce", "broadcast", "reduce",
            "all_gather_into_tensor", "reduce_scatter_tensor", "gather", "scatter",
            "all_to_all_single", "send_recv", "barrier", "all_gather", "reduce_scatter",
-           "all_to_all"]
+           "all_to_all", "CollectiveStream", "stream"]
 
 
 class ReduceOp:
@@ -159,6 +162,10 @@ def _run(op: int, t: MeshTensor, group: Optional[DeviceMesh], async_op: bool,
         mesh=t.mesh.name, mesh_dim=_group(t, group), op=op, input=t.name,
         output=output.name if output is not None else "", reduce_op=_reduce_op(reduce_op),
         root=int(root), peer=int(peer), async_op=async_op)
+    stream = getattr(_streams, "current", None)
+    if stream is not None:
+        work = stream._send(request, output)
+        return work if async_op else output
     reply = t.mesh.session.transport.run_collective(request)
     if async_op:
         return Work(t.mesh, reply.work, output)
@@ -235,6 +242,10 @@ def barrier(group: DeviceMesh, async_op: bool = False) -> Optional[Work]:
     request = pb.collective.CollectiveRequest(mesh=group.name, mesh_dim=group.group_dim(),
                                               op=pb.worker.BARRIER, async_op=async_op,
                                               reduce_op=REDUCE_OPS["sum"])
+    stream = getattr(_streams, "current", None)
+    if stream is not None:
+        work = stream._send(request, None)
+        return work if async_op else None
     reply = group.session.transport.run_collective(request)
     return Work(group.root_mesh, reply.work, None) if async_op else None
 
@@ -244,3 +255,103 @@ def barrier(group: DeviceMesh, async_op: bool = False) -> Optional[Work]:
 all_gather = all_gather_into_tensor
 reduce_scatter = reduce_scatter_tensor
 all_to_all = all_to_all_single
+
+
+_streams = threading.local()
+
+
+class StreamWork:
+    """A collective sent on a CollectiveStream: ``wait()`` reads the stream's outcomes in order
+    up to this one and raises its error, if it failed (within the stream's own deadline)."""
+
+    def __init__(self, stream: "CollectiveStream", index: int, output: Optional[MeshTensor]):
+        self._stream = stream
+        self._index = index
+        self._output = output
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[MeshTensor]:
+        result = self._stream._outcome(self._index)
+        if result.code != 0:
+            raise error_for(result.code, result.message)
+        _note_shapes(self._output, result.reply)
+        return self._output
+
+    def is_completed(self) -> bool:
+        return self._index < len(self._stream._results)
+
+
+class CollectiveStream:
+    """CollectiveService's ordered stream, as torch's coalescing of collectives: inside
+    ``with tessera.distributed.stream():`` every collective of this thread is sent on one gRPC
+    stream with no round trip each and runs in order; the outputs are usable at once; leaving the
+    block waits for every outcome and raises the first failure. ``async_op=True`` calls return
+    a StreamWork to wait on one. At most 1024 outcomes may be unread."""
+
+    MAX_UNREAD = 1024
+    _END = object()
+
+    def __init__(self, session: Optional[Session] = None, timeout: float = 600.0) -> None:
+        s = get_session(session)
+        self._requests: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._call = s.transport.collectives.CollectiveStream(
+            iter(self._requests.get, self._END), timeout=timeout, metadata=s.transport.metadata)
+        self._results: List[Any] = []
+        self._sent = 0
+        self._closed = False
+
+    def _send(self, request: Any, output: Optional[MeshTensor]) -> StreamWork:
+        if self._closed:
+            raise FailedPrecondition("the collective stream has ended")
+        if self._sent - len(self._results) >= self.MAX_UNREAD:
+            self._outcome(self._sent - self.MAX_UNREAD)  # read one to make room
+        request.async_op = True
+        self._requests.put(request)
+        self._sent += 1
+        return StreamWork(self, self._sent - 1, output)
+
+    def _outcome(self, index: int) -> Any:
+        while len(self._results) <= index:
+            with translate_errors():
+                result = next(self._call, None)
+            if result is None:
+                raise FailedPrecondition(f"the collective stream ended after {len(self._results)} "
+                                         f"of {self._sent} outcomes")
+            self._results.append(result)
+        return self._results[index]
+
+    def close(self) -> None:
+        """Waits for every outcome; raises the first failure."""
+        if self._closed:
+            return
+        self._closed = True
+        self._requests.put(self._END)
+        first = None
+        try:
+            for i in range(self._sent):
+                result = self._outcome(i)
+                if result.code != 0 and first is None:
+                    first = error_for(result.code, result.message)
+        finally:
+            self._call.cancel()  # a no-op once it ended
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> "CollectiveStream":
+        if getattr(_streams, "current", None) is not None:
+            raise FailedPrecondition("a collective stream is already open in this thread")
+        _streams.current = self
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _streams.current = None
+        if exc[0] is None:
+            self.close()
+        else:
+            self._closed = True
+            self._requests.put(self._END)
+            self._call.cancel()
+
+
+def stream(session: Optional[Session] = None, timeout: float = 600.0) -> CollectiveStream:
+    """``with tessera.distributed.stream(): ...``: see CollectiveStream."""
+    return CollectiveStream(session, timeout)
