@@ -105,6 +105,7 @@ class Session:
                 pass
         if self._keeper is not None:
             self._keeper.join(timeout=5)
+        self.transport.close()
         self._channel.close()
         global _default
         if _default is self:

@@ -7,6 +7,7 @@ The handles (DeviceMesh, DTensor, MeshTensor, Module) call only this class, so a
 
 from __future__ import annotations
 
+import queue
 import threading
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -70,8 +71,9 @@ class Transport:
         self.dtensors = dtensor_pb2_grpc.DTensorServiceStub(channel)
         self.collectives = collective_pb2_grpc.CollectiveServiceStub(channel)
         self.modules = module_pb2_grpc.ModuleServiceStub(channel)
-        self._frees_lock = threading.Lock()
-        self._frees: List[Any] = []
+        self._later: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._sender = threading.Thread(target=self._send_later, name="tessera-frees", daemon=True)
+        self._sender.start()
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -114,6 +116,8 @@ class Transport:
         finally:
             if bar is not None:
                 bar.close()
+            if hasattr(messages, "close"):
+                messages.close()  # ends the call now, not in a finalizer
         return tensor.dtype, tensor.finish()
 
     # -- meshes ----------------------------------------------------------------------------------
@@ -223,34 +227,42 @@ class Transport:
         self.unary(self.dtensors.FreeTensor, tensor_pb2.FreeTensorRequest(name=name))
 
     def free_tensor_later(self, name: str) -> None:
-        """Frees a DTensor without waiting (a dropped handle's)."""
-        self.later(self.dtensors.FreeTensor, tensor_pb2.FreeTensorRequest(name=name))
+        """Frees a DTensor without waiting (a dropped handle's). Safe in a finalizer."""
+        self._later.put((self.dtensors.FreeTensor, tensor_pb2.FreeTensorRequest(name=name)))
 
     def delete_local_later(self, mesh: str, name: str) -> None:
-        """Deletes a mesh's local tensor without waiting (a dropped handle's)."""
-        self.later(self.collectives.DeleteTensor,
-                   collective_pb2.DeleteTensorRequest(mesh=mesh, tensor=name))
+        """Deletes a mesh's local tensor without waiting (a dropped handle's). Safe in a
+        finalizer."""
+        self._later.put((self.collectives.DeleteTensor,
+                         collective_pb2.DeleteTensorRequest(mesh=mesh, tensor=name)))
 
-    def later(self, method: Any, request: Any) -> None:
-        """A unary call sent without waiting; failures are ignored (leases and the mesh's
-        deletion reclaim what is left)."""
-        try:
-            future = method.future(request, timeout=5.0, metadata=self.metadata)
-        except Exception:  # the channel is closed
-            return
-        with self._frees_lock:
-            self._frees = [f for f in self._frees if not f.done()]
-            self._frees.append(future)  # a dropped future would cancel its call
-
-    def drain_frees(self, timeout: float = 5.0) -> None:
-        """Waits for the calls sent by later()."""
-        with self._frees_lock:
-            frees, self._frees = self._frees, []
-        for f in frees:
+    def _send_later(self) -> None:
+        """The thread that sends what *_later queued. Finalizers only queue: one may run during
+        garbage collection inside a gRPC call, which must not start another."""
+        while True:
+            item = self._later.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            method, request = item
             try:
-                f.result(timeout=timeout)
-            except Exception:
+                method(request, timeout=5.0, metadata=self.metadata)
+            except Exception:  # leases and the mesh's deletion reclaim what is left
                 pass
+
+    def drain_frees(self, timeout: float = 30.0) -> None:
+        """Waits until what *_later queued so far is sent."""
+        done = threading.Event()
+        self._later.put(done)
+        done.wait(timeout)
+
+    def close(self) -> None:
+        """Sends what is queued, then stops the sending thread."""
+        self.drain_frees()
+        self._later.put(None)
+        self._sender.join(timeout=5)
 
     def redistribute(self, name: str, placements: Sequence[Any], mesh: str, output: str,
                      explain: bool, planner: int) -> Any:
@@ -337,15 +349,19 @@ class Transport:
                 out.append((current, tensor.dtype, tensor.finish()))
 
         request = module_pb2.SaveModuleRequest(name=name, gradients=gradients)
-        for chunk in self.stream_out(self.modules.SaveModule, request):
-            if chunk.name:
-                finish()
-                current = chunk.name
-                tensor = Assembler(f"parameter '{current}' of module '{name}'")
-                tensor.start(_dt.from_number(chunk.data.dtype), chunk.data.shape.dims)
-            elif tensor is None:
-                raise DataLoss("the state_dict stream began without a tensor's name")
-            tensor.append(chunk.data.data)
+        chunks_ = self.stream_out(self.modules.SaveModule, request)
+        try:
+            for chunk in chunks_:
+                if chunk.name:
+                    finish()
+                    current = chunk.name
+                    tensor = Assembler(f"parameter '{current}' of module '{name}'")
+                    tensor.start(_dt.from_number(chunk.data.dtype), chunk.data.shape.dims)
+                elif tensor is None:
+                    raise DataLoss("the state_dict stream began without a tensor's name")
+                tensor.append(chunk.data.data)
+        finally:
+            chunks_.close()  # ends the call now, not in a finalizer
         finish()
         return out
 
