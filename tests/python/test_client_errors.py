@@ -132,3 +132,16 @@ def test_every_code_has_its_class(code):
     assert type(e) is not tessera.TesseraError or code == grpc.StatusCode.UNKNOWN
     back = pickle.loads(pickle.dumps(e))
     assert type(back) is type(e) and back.code == code and back.message == "a message"
+
+
+@pytest.mark.parametrize("name", ["softmax", "cat", "view", "exp"])
+def test_torch_names_without_an_op_say_so(meshes, name):
+    t = tessera.zeros(2, 2, device_mesh=meshes["grid"])
+    for owner, where in ((tessera, f"tessera.{name}"), (t, f"DTensor.{name}")):
+        with expect(tessera.UnsupportedOp, NotImplementedError, grpc.StatusCode.UNIMPLEMENTED,
+                    f"'{where}'", "mm, matmul"):
+            getattr(owner, name)
+        assert not hasattr(owner, name)
+    with pytest.raises(AttributeError) as error:
+        tessera.no_such_name
+    assert not isinstance(error.value, tessera.TesseraError)

@@ -26,7 +26,7 @@ from .dtypes import (DType, all_dtypes, bfloat16, bool, float16, float32, float6
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
                      FailedPrecondition, Internal, InvalidArgument, NotFound, OutOfRange,
                      PermissionDenied, ResourceExhausted, TesseraError, Unauthenticated,
-                     Unavailable, Unimplemented, Unknown)
+                     Unavailable, Unimplemented, Unknown, UnsupportedOp)
 from .export import Exported, export
 from .kserve import InferenceClient
 from .mesh import DeviceMesh, get_device_mesh, init_device_mesh
@@ -56,4 +56,15 @@ __all__ = [
     "TesseraError", "InvalidArgument", "NotFound", "AlreadyExists", "PermissionDenied",
     "FailedPrecondition", "Unavailable", "DeadlineExceeded", "ResourceExhausted", "Unimplemented",
     "Internal", "DataLoss", "Cancelled", "Aborted", "OutOfRange", "Unknown", "Unauthenticated",
+    "UnsupportedOp",
 ]
+
+
+def __getattr__(name: str):
+    """torch's functions that the service has no op for raise UnsupportedOp (an
+    AttributeError too)."""
+    from .dtensor import TORCH_ONLY, unsupported
+
+    if name in TORCH_ONLY:
+        raise unsupported(f"tessera.{name}")
+    raise AttributeError(f"module 'tessera' has no attribute '{name}'")

@@ -18,7 +18,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import dtypes as _dt
-from .errors import InvalidArgument, Unimplemented
+from .errors import InvalidArgument, Unimplemented, UnsupportedOp
 from .interop import HostBuffer, as_buffer, is_torch_tensor, wrap_output
 from .mesh import DeviceMesh
 from .placements import Placement, Replicate, as_placements, from_proto, to_proto
@@ -34,6 +34,24 @@ __all__ = [
 ]
 
 _ShapeArg = Union[int, Sequence[int]]
+
+#: torch names (functions and Tensor methods) that the service's RunOp has no op for: using
+#: them raises UnsupportedOp, naming what it runs.
+TORCH_ONLY = frozenset("""
+    softmax log_softmax exp log log2 sqrt rsqrt pow abs sigmoid silu softplus erf floor ceil
+    round sign clamp clip where masked_fill cat concat stack reshape view flatten squeeze
+    unsqueeze permute expand repeat split chunk narrow index_select gather scatter sort topk
+    cumsum argmax argmin min amin prod std var norm bmm einsum linear layer_norm dropout
+    embedding maximum minimum eq ne lt gt le ge logical_and logical_or backward
+    requires_grad_ cuda item tolist
+""".split())
+SUPPORTED_OPS = ("mm, matmul, addmm, add, sub, mul, div (with scalars), relu, gelu, tanh, sum, "
+                 "mean, max/amax, transpose, t and casts (to)")
+
+
+def unsupported(name: str) -> UnsupportedOp:
+    return UnsupportedOp(f"'{name}' is not an op of the service: it runs {SUPPORTED_OPS}; "
+                         "for others, full_tensor() or to_local(rank) and compute locally")
 
 
 @dataclass(frozen=True)
@@ -442,6 +460,11 @@ class DTensor:
 
     def bool(self) -> "DTensor":
         return self.to(_dt.bool)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in TORCH_ONLY:
+            raise unsupported(f"DTensor.{name}")
+        raise AttributeError(f"'DTensor' object has no attribute '{name}'")
 
     def __getitem__(self, index: Any) -> Any:
         raise Unimplemented("indexing a DTensor is not supported by the service; redistribute "

@@ -23,6 +23,7 @@ __all__ = [
     "Aborted",
     "OutOfRange",
     "Unimplemented",
+    "UnsupportedOp",
     "Internal",
     "Unavailable",
     "DataLoss",
@@ -124,6 +125,11 @@ class Unimplemented(TesseraError, NotImplementedError):
     """What the service (or this client) does not do (UNIMPLEMENTED)."""
 
     code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class UnsupportedOp(Unimplemented, AttributeError):
+    """A torch name (``tessera.softmax``, ``DTensor.view``) the service has no op for; an
+    AttributeError too, so that ``hasattr`` says False."""
 
 
 class Internal(TesseraError):
