@@ -192,7 +192,7 @@ class DTensor:
         self._redistributions = ()
         self.plan = None
         self.relayed_bytes = 0
-        self._finalizer = weakref.finalize(self, session.transport.free_tensor_later, name)
+        self._finalizer = weakref.finalize(self, session.transport.free_tensor_later, name, made)
         return self
 
     def _settled(self) -> "DTensor":
@@ -210,6 +210,7 @@ class DTensor:
         self._update(reply.output)
         self._redistributions = _redistributions_from_proto(reply)
         self._made = None
+        made.reply = None  # the answer's message is not kept alive by the handle's finalizer
         return self
 
     def _update(self, info: Any) -> None:

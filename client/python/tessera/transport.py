@@ -261,10 +261,12 @@ class Transport:
         if error is not None:
             raise error
 
-    def free_tensor_later(self, name: str) -> None:
+    def free_tensor_later(self, name: str, made: Optional[Outcome] = None) -> None:
         """Frees a DTensor without waiting (a dropped handle's). Safe in a finalizer: it only
-        queues; the sending thread puts it on the op stream (or makes the unary call)."""
-        self._later.put(("free", name))
+        queues; the sending thread puts it on the op stream (or makes the unary call). ``made``:
+        the outcome of the op that was to make it; nothing is freed if that op failed (the name
+        may be another tensor's)."""
+        self._later.put(("free", (name, made)))
 
     def run_op_on_stream(self, op: Any, inputs: Sequence[str], output: str,
                          pending_inputs: Tuple[Outcome, ...]) -> Outcome:
@@ -305,11 +307,14 @@ class Transport:
             method, request = item
             try:
                 if method == "free":
+                    name, made = request
+                    if made is not None and (not made.wait(self.timeout) or made.failed):
+                        continue
                     if self.op_stream is not None:
-                        self.op_stream.send(_free_call(request), request)
+                        self.op_stream.send(_free_call(name), name)
                         continue
                     method, request = (self.dtensors.FreeTensor,
-                                       tensor_pb2.FreeTensorRequest(name=request))
+                                       tensor_pb2.FreeTensorRequest(name=name))
                 method(request, timeout=5.0, metadata=self.metadata)
             except Exception:  # leases and the mesh's deletion reclaim what is left
                 pass
