@@ -5,7 +5,17 @@ its metadata (shape, dtype, placements, every rank's shard) is local, its data s
 workers. Ops, factories and redistributes return as soon as the coordinator has planned them; the
 workers run them in order afterwards, and a failure surfaces on the next call that reads the
 tensor (``full_tensor``, ``to_local``, ``wait``). Dropping the last reference to a handle frees
-the remote tensor. Every call goes through ``session.transport`` (transport.py)."""
+the remote tensor. Every call goes through ``session.transport`` (transport.py).
+
+On the session's op stream (the default), an op does not wait for the coordinator at all: it
+names its output, queues the op and returns the handle at once; the output's metadata (shape,
+dtype, placements, shards, ``redistributions``, ``state``) comes from the op's answer on first
+access. What the coordinator refuses (shapes or dtypes that do not fit, an input freed through
+another handle, a taken name) therefore raises on the output's first touch -- a metadata
+access, ``full_tensor``, ``to_local``, ``wait``, ``redistribute``, ``refresh``, ``free``, or an
+op on it once the refusal is known -- with the exception class and message RunOp would have
+given, prefixed by "the op that makes '<output>' failed: ". Frees go on the same stream, so a
+handle dropped right after an op that reads it never frees the tensor under the op."""
 
 from __future__ import annotations
 
@@ -18,12 +28,13 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import dtypes as _dt
-from .errors import InvalidArgument, Unimplemented, UnsupportedOp
+from .errors import InvalidArgument, TesseraError, Unimplemented, UnsupportedOp
 from .interop import HostBuffer, as_buffer, is_torch_tensor, wrap_output
 from .mesh import DeviceMesh
 from .placements import Placement, Replicate, as_placements, from_proto, to_proto
 from .progress import ProgressArg
 from .session import Session
+from .op_stream import Outcome
 from .transport import pb
 
 __all__ = [
@@ -139,8 +150,8 @@ class DTensor:
     """A handle to a DTensor held by the service (see the module's docstring)."""
 
     __slots__ = ("_session", "_name", "_mesh", "_shape", "_dtype", "_placements", "_shards",
-                 "_nbytes", "_owner", "_state", "_error", "_kind", "_finalizer", "redistributions",
-                 "plan", "relayed_bytes", "__weakref__")
+                 "_nbytes", "_owner", "_state", "_error", "_kind", "_finalizer", "_made",
+                 "_redistributions", "plan", "relayed_bytes", "__weakref__")
 
     def __init__(self) -> None:  # handles come from the factories, ops and from_local
         raise TypeError("make DTensors with tessera.distribute_tensor, DTensor.from_local, the "
@@ -159,12 +170,47 @@ class DTensor:
                               list(spec.ranks) or range(int(np.prod(list(spec.shape)))))
         self._mesh = mesh.root_mesh
         self._kind = kind
-        self.redistributions: Tuple[InputRedistribution, ...] = ()
+        self._made: Optional[Outcome] = None
+        self._redistributions: Tuple[InputRedistribution, ...] = ()
         self.plan: Optional[RedistributePlan] = None
         self.relayed_bytes = 0
         self._finalizer = weakref.finalize(self, session.transport.free_tensor_later, info.name) \
             if owned else None
         self._update(info)
+        return self
+
+    @classmethod
+    def _on_stream(cls, session: Session, name: str, mesh: DeviceMesh, kind: str,
+                   made: Outcome) -> "DTensor":
+        """The output of an op sent on the op stream: its metadata comes from ``made``."""
+        self = object.__new__(cls)
+        self._session = session
+        self._name = name
+        self._mesh = mesh
+        self._kind = kind
+        self._made = made
+        self._redistributions = ()
+        self.plan = None
+        self.relayed_bytes = 0
+        self._finalizer = weakref.finalize(self, session.transport.free_tensor_later, name, made)
+        return self
+
+    def _settled(self) -> "DTensor":
+        """This handle once the op that makes it is answered: its metadata filled in, or that
+        op's error raised (with its code, naming this tensor)."""
+        made = self._made
+        if made is None:
+            return self
+        self._session.transport.await_outcome(made, f"the op that makes '{self._name}'")
+        error = made.error()
+        if error is not None:
+            raise type(error)(f"the op that makes '{self._name}' failed: {error.message}",
+                              error.code)
+        reply = made.reply
+        self._update(reply.output)
+        self._redistributions = _redistributions_from_proto(reply)
+        self._made = None
+        made.reply = None  # the answer's message is not kept alive by the handle's finalizer
         return self
 
     def _update(self, info: Any) -> None:
@@ -188,33 +234,34 @@ class DTensor:
     @property
     def shape(self) -> Tuple[int, ...]:
         """The global shape."""
-        return self._shape
+        return self._settled()._shape
 
     def size(self, dim: Optional[int] = None) -> Union[int, Tuple[int, ...]]:
-        return self._shape if dim is None else self._shape[dim]
+        shape = self._settled()._shape
+        return shape if dim is None else shape[dim]
 
     @property
     def ndim(self) -> int:
-        return len(self._shape)
+        return len(self._settled()._shape)
 
     def dim(self) -> int:
-        return len(self._shape)
+        return len(self._settled()._shape)
 
     def numel(self) -> int:
-        return int(np.prod(self._shape, dtype=np.int64))
+        return int(np.prod(self._settled()._shape, dtype=np.int64))
 
     @property
     def nbytes(self) -> int:
-        return self._nbytes
+        return self._settled()._nbytes
 
     @property
     def dtype(self) -> _dt.DType:
-        return self._dtype
+        return self._settled()._dtype
 
     @property
     def placements(self) -> Tuple[Placement, ...]:
         """One placement per dim of the (whole) mesh."""
-        return self._placements
+        return self._settled()._placements
 
     @property
     def device_mesh(self) -> DeviceMesh:
@@ -223,44 +270,55 @@ class DTensor:
     @property
     def local_shapes(self) -> Tuple[Tuple[int, ...], ...]:
         """Every rank's local shape, in the mesh's row-major rank order."""
-        return tuple(s[0] for s in self._shards)
+        return tuple(s[0] for s in self._settled()._shards)
 
     @property
     def local_offsets(self) -> Tuple[Tuple[int, ...], ...]:
         """Every rank's global offset."""
-        return tuple(s[1] for s in self._shards)
+        return tuple(s[1] for s in self._settled()._shards)
 
     @property
     def owner(self) -> str:
-        return self._owner
+        return self._settled()._owner
 
     @property
     def state(self) -> str:
         """"ready", "pending" or "failed", as of the last reply (``refresh`` asks again)."""
-        return self._state
+        return self._settled()._state
 
     @property
     def error(self) -> str:
-        return self._error
+        return self._settled()._error
+
+    @property
+    def redistributions(self) -> Tuple[InputRedistribution, ...]:
+        """An op's output: the implicit redistributions of its inputs that the op ran."""
+        return self._settled()._redistributions
 
     @property
     def session(self) -> Session:
         return self._session
 
     def __repr__(self) -> str:
+        try:
+            self._settled()
+        except TesseraError as e:
+            return f"DTensor(name='{self._name}', mesh='{self._mesh.name}', failed: {e})"
         return (f"DTensor(name='{self._name}', shape={self._shape}, dtype={self._dtype.name}, "
                 f"placements={self._placements}, mesh='{self._mesh.name}')")
 
     def __len__(self) -> int:
-        if not self._shape:
+        shape = self._settled()._shape
+        if not shape:
             raise TypeError("len() of a 0-d DTensor")
-        return self._shape[0]
+        return shape[0]
 
     # -- data ------------------------------------------------------------------------------------
 
     def full_tensor(self, *, kind: Optional[str] = None, progress: ProgressArg = None) -> Any:
         """The whole tensor (Partial dims reduced), streamed back: a numpy array, or a torch
         tensor when the DTensor was made from one (``kind`` "numpy" or "torch" chooses)."""
+        self._settled()
         dtype, array = self._session.transport.full_tensor(self._name, progress)
         return wrap_output(array, dtype, kind or self._kind)
 
@@ -272,6 +330,7 @@ class DTensor:
                 raise InvalidArgument(f"to_local of '{self._name}': pass the rank (0..."
                                       f"{self._mesh.size() - 1}); local_tensors() gives them all")
             rank = 0
+        self._settled()
         dtype, array = self._session.transport.to_local(self._name, int(rank))
         return wrap_output(array, dtype, kind or self._kind)
 
@@ -294,6 +353,7 @@ class DTensor:
         another mesh (streamed through the coordinator). The result's ``plan`` holds the
         collectives that ran. It returns once planned (``async_op`` is accepted for torch's
         signature; the work is asynchronous either way)."""
+        self._settled()
         mesh = device_mesh if device_mesh is not None else self._mesh
         if placements is None:  # the same layout, or Replicate on another mesh
             placements = self._placements if mesh == self._mesh else None
@@ -310,12 +370,14 @@ class DTensor:
                              ) -> RedistributePlan:
         """The plan redistribute would run on this tensor's mesh, without running it."""
         _, wire = _layout(self._mesh, placements)
+        self._settled()
         reply = self._session.transport.redistribute(self._name, wire, "", "", True,
                                                      _planner(planner))
         return _plan_from_proto(reply.plan)
 
     def wait(self, timeout: Optional[float] = None) -> "DTensor":
         """Waits until the workers have written it; raises their error if they failed."""
+        self._settled()
         self._session.transport.synchronize([self._name], timeout)
         self._state = "ready"
         return self
@@ -324,14 +386,17 @@ class DTensor:
 
     def refresh(self) -> "DTensor":
         """Fresh metadata from the coordinator (state, error)."""
+        self._settled()
         self._update(self._session.transport.get_tensor(self._name))
         return self
 
     def free(self) -> None:
-        """Frees the remote tensor now (the handle is unusable after)."""
+        """Frees the remote tensor now (the handle is unusable after); raises the error of the
+        op that was to make it, if it failed."""
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
+        self._settled()
         self._session.transport.free_tensor(self._name)
 
     def detach_handle(self) -> "DTensor":
@@ -436,7 +501,7 @@ class DTensor:
         except ValueError:
             raise Unimplemented(f"DTensor.to({dtype!r}): only a dtype is supported (a DTensor "
                                 "stays on its mesh's devices)") from None
-        if d == self._dtype:
+        if d == self.dtype:
             return self
         return _run(pb.tensor.OP_CAST, [self], dtype=d.number)
 
@@ -626,14 +691,33 @@ def _run(kind: int, inputs: Sequence[DTensor], **attributes: Any) -> DTensor:
         if x.session is not first.session:
             raise InvalidArgument("an op's DTensors must come from one session")
     op = pb.tensor.OpCall(kind=kind, **attributes)
-    reply = first.session.transport.run_op(op, [x.name for x in inputs])
-    out = DTensor._adopt(first.session, reply.output, first.device_mesh, kind=first._kind)
-    out.redistributions = tuple(
+    session = first.session
+    transport = session.transport
+    if transport.op_stream is None:
+        reply = transport.run_op(op, [x.name for x in inputs])
+        out = DTensor._adopt(session, reply.output, first.device_mesh, kind=first._kind)
+        out._redistributions = _redistributions_from_proto(reply)
+        return out
+    pending: List[Outcome] = []
+    for x in inputs:
+        made = x._made
+        if made is not None:
+            if made.failed:
+                x._settled()  # raises why the input does not exist
+            if not made.done:
+                pending.append(made)
+    name = session.next_tensor_name()
+    made = transport.run_op_on_stream(op, [x.name for x in inputs], name, tuple(pending))
+    return DTensor._on_stream(session, name, first.device_mesh, first._kind, made)
+
+
+def _redistributions_from_proto(reply: Any) -> Tuple[InputRedistribution, ...]:
+    """An OpReply's implicit redistributions."""
+    return tuple(
         InputRedistribution(r.input, tuple(from_proto(p) for p in r.from_placements),
                             tuple(from_proto(p) for p in r.to_placements),
                             _plan_from_proto(r.plan))
         for r in reply.redistributions)
-    return out
 
 
 def _operands(a: Any, b: Any) -> Tuple[DTensor, DTensor]:

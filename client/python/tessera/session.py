@@ -5,6 +5,7 @@ default that every other call uses, as ``torch.distributed.init_process_group`` 
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import secrets
 import threading
@@ -32,12 +33,15 @@ class Session:
     Every call it makes has a deadline (``timeout`` for plain calls, ``transfer_timeout`` for
     those that stream tensors) and raises a :class:`tessera.TesseraError` subclass carrying the
     service's code and message. With ``keep_alive`` it renews a lease in the background; tensors of
-    a client that makes no call for the coordinator's grace period (60 s) are reclaimed. Use it
-    as a context manager, or call :meth:`close`. Thread-safe."""
+    a client that makes no call for the coordinator's grace period (60 s) are reclaimed. With
+    ``op_stream`` (the default) DTensor ops and frees go on one ordered stream without waiting
+    for their answers (see tessera.dtensor); ``op_stream=False`` makes one unary call each. Use
+    it as a context manager, or call :meth:`close`. Thread-safe."""
 
     def __init__(self, address: str, *, client_id: Optional[str] = None,
                  timeout: float = DEFAULT_TIMEOUT, transfer_timeout: float = TRANSFER_TIMEOUT,
-                 keep_alive: bool = True, connect_timeout: Optional[float] = None) -> None:
+                 keep_alive: bool = True, connect_timeout: Optional[float] = None,
+                 op_stream: bool = True) -> None:
         self.address = address
         self.client_id = client_id or f"py-{secrets.token_hex(8)}"
         self.timeout = float(timeout)
@@ -54,7 +58,11 @@ class Session:
             raise Unavailable(f"cannot reach tessera-coordinator at {address} within {wait:g} s") \
                 from None
         self.transport = Transport(self._channel, self.client_id, self.timeout,
-                                   self.transfer_timeout)
+                                   self.transfer_timeout, op_stream=op_stream)
+        # Names of the op outputs this session picks: a random prefix (unique among sessions)
+        # and a counter.
+        self._tensor_prefix = f"p{secrets.token_hex(6)}-"
+        self._tensor_numbers = itertools.count(1)
         self._closed = False
         self._lock = threading.Lock()
         self._owned_meshes: List[str] = []
@@ -73,6 +81,15 @@ class Session:
                 self.transport.keep_alive(timeout=period)
             except Exception:  # a missed renewal is tried again next period
                 pass
+
+    def next_tensor_name(self) -> str:
+        """A fresh name for a tensor this session makes (no '/', not starting with '.')."""
+        return f"{self._tensor_prefix}{next(self._tensor_numbers)}"
+
+    @property
+    def op_stream(self) -> bool:
+        """Whether DTensor ops and frees go on the ordered op stream."""
+        return self.transport.op_stream is not None
 
     @property
     def channel(self) -> grpc.Channel:

@@ -2,8 +2,9 @@
 CollectiveService and ModuleService, each call with its deadline and the client id, errors
 raised as Tessera exceptions, tensor bytes streamed in 1 MiB chunks.
 
-The handles (DeviceMesh, DTensor, MeshTensor, Module) call only this class, so a new transport
-(an ordered op stream, a direct path to the workers) replaces methods here and nothing else."""
+The handles (DeviceMesh, DTensor, MeshTensor, Module) call only this class. DTensor ops and frees
+go on the session's ordered op stream (op_stream.py) unless it is turned off; every other call
+first waits until the stream has answered what was sent on it, so a later call sees its ops."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 import grpc
 
 from . import dtypes as _dt
-from .errors import DataLoss, translate_errors
+from .errors import DataLoss, DeadlineExceeded, translate_errors
 from .interop import Assembler, HostBuffer, chunks
+from .op_stream import OpStream, Outcome
 from .progress import Progress, ProgressArg
-from .v1 import (collective_pb2, collective_pb2_grpc, dtensor_pb2_grpc, mesh_pb2, mesh_pb2_grpc,
+from .v1 import (collective_pb2, collective_pb2_grpc, dtensor_pb2, dtensor_pb2_grpc, mesh_pb2, mesh_pb2_grpc,
                  module_pb2, module_pb2_grpc, tensor_pb2, types_pb2, worker_pb2)
 
 __all__ = ["Transport", "pb"]
@@ -44,6 +46,15 @@ def inline_tensor(buffer: HostBuffer) -> Any:
                                    data=buffer.bytes_view().tobytes())
 
 
+def _stream_calls(calls: List[Any]) -> Any:
+    """One message of the op stream."""
+    return dtensor_pb2.StreamCalls(calls=calls)
+
+
+def _free_call(name: str) -> Any:
+    return dtensor_pb2.StreamCall(free=tensor_pb2.FreeTensorRequest(name=name))
+
+
 def read_inline(t: Any, what: str) -> Tuple[_dt.DType, Any]:
     """An InlineTensor's dtype and numpy array (its storage dtype), checking the byte count."""
     import numpy as np
@@ -59,10 +70,11 @@ def read_inline(t: Any, what: str) -> Tuple[_dt.DType, Any]:
 
 
 class Transport:
-    """The client's calls over one channel; ``timeout`` and ``transfer_timeout`` in seconds."""
+    """The client's calls over one channel; ``timeout`` and ``transfer_timeout`` in seconds;
+    ``op_stream``: DTensor ops and frees on the ordered op stream (else one unary call each)."""
 
     def __init__(self, channel: grpc.Channel, client_id: str, timeout: float,
-                 transfer_timeout: float) -> None:
+                 transfer_timeout: float, op_stream: bool = True) -> None:
         self.channel = channel
         self.metadata = (("tessera-client", client_id),)
         self.timeout = timeout
@@ -71,20 +83,32 @@ class Transport:
         self.dtensors = dtensor_pb2_grpc.DTensorServiceStub(channel)
         self.collectives = collective_pb2_grpc.CollectiveServiceStub(channel)
         self.modules = module_pb2_grpc.ModuleServiceStub(channel)
+        self.op_stream: Optional[OpStream] = OpStream(
+            self._open_op_stream, _stream_calls) if op_stream else None
         self._later: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._sender = threading.Thread(target=self._send_later, name="tessera-frees", daemon=True)
         self._sender.start()
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def unary(self, method: Any, request: Any, timeout: Optional[float] = None) -> Any:
-        """A unary call with a deadline; its reply."""
+    def settle(self) -> None:
+        """Waits (up to the plain deadline) until the op stream has answered what was sent on
+        it, so that the call that follows sees its tensors."""
+        if self.op_stream is not None:
+            self.op_stream.flush(self.timeout)
+
+    def unary(self, method: Any, request: Any, timeout: Optional[float] = None,
+              settle: bool = True) -> Any:
+        """A unary call with a deadline, after the op stream's calls; its reply."""
+        if settle:
+            self.settle()
         with translate_errors():
             return method(request, timeout=timeout or self.timeout, metadata=self.metadata)
 
     def stream_in(self, method: Any, requests: Iterator[Any], timeout: Optional[float] = None
                   ) -> Any:
         """A client-streaming call with the transfer deadline; its reply."""
+        self.settle()
         with translate_errors():
             return method(requests, timeout=timeout or self.transfer_timeout,
                           metadata=self.metadata)
@@ -92,6 +116,7 @@ class Transport:
     def stream_out(self, method: Any, request: Any, timeout: Optional[float] = None
                    ) -> Iterator[Any]:
         """A server-streaming call with the transfer deadline; its messages."""
+        self.settle()
         call = method(request, timeout=timeout or self.transfer_timeout, metadata=self.metadata)
         try:
             with translate_errors():
@@ -147,7 +172,8 @@ class Transport:
 
     def keep_alive(self, timeout: Optional[float] = None) -> float:
         """Renews the lease; the grace period in seconds."""
-        reply = self.unary(self.dtensors.KeepAlive, tensor_pb2.KeepAliveRequest(), timeout)
+        reply = self.unary(self.dtensors.KeepAlive, tensor_pb2.KeepAliveRequest(), timeout,
+                           settle=False)
         return reply.grace_ms / 1000.0
 
     def distribute(self, buffer: HostBuffer, mesh: str, placements: Sequence[Any],
@@ -224,11 +250,43 @@ class Transport:
                           tensor_pb2.ListTensorsRequest(mesh=mesh)).tensors
 
     def free_tensor(self, name: str) -> None:
-        self.unary(self.dtensors.FreeTensor, tensor_pb2.FreeTensorRequest(name=name))
+        """Frees a DTensor: on the op stream (after the ops queued there that read it) when it
+        is on, else by a unary call."""
+        if self.op_stream is None:
+            self.unary(self.dtensors.FreeTensor, tensor_pb2.FreeTensorRequest(name=name))
+            return
+        outcome = self.op_stream.send(_free_call(name), name)
+        self.await_outcome(outcome, f"the free of '{name}'")
+        error = outcome.error()
+        if error is not None:
+            raise error
 
-    def free_tensor_later(self, name: str) -> None:
-        """Frees a DTensor without waiting (a dropped handle's). Safe in a finalizer."""
-        self._later.put((self.dtensors.FreeTensor, tensor_pb2.FreeTensorRequest(name=name)))
+    def free_tensor_later(self, name: str, made: Optional[Outcome] = None) -> None:
+        """Frees a DTensor without waiting (a dropped handle's). Safe in a finalizer: it only
+        queues; the sending thread puts it on the op stream (or makes the unary call). ``made``:
+        the outcome of the op that was to make it; nothing is freed if that op failed (the name
+        may be another tensor's)."""
+        self._later.put(("free", (name, made)))
+
+    def run_op_on_stream(self, op: Any, inputs: Sequence[str], output: str,
+                         pending_inputs: Tuple[Outcome, ...]) -> Outcome:
+        """Sends an op on the op stream, described, without waiting; its outcome (``reply``:
+        the OpReply RunOp would give). ``pending_inputs``: the outcomes of the inputs' own ops
+        that are not known yet."""
+        call = dtensor_pb2.StreamCall(op=tensor_pb2.OpRequest(op=op, inputs=inputs, output=output),
+                                      describe=True)
+        assert self.op_stream is not None
+        return self.op_stream.send(call, output, pending_inputs)
+
+    def await_outcome(self, outcome: Outcome, what: str) -> None:
+        """Waits up to the plain deadline for a stream call's result (DeadlineExceeded
+        naming ``what`` if it does not come)."""
+        if not outcome.wait(self.timeout):
+            raise DeadlineExceeded(f"{what} is not answered on the op stream after "
+                                   f"{self.timeout:g} s")
+
+    def _open_op_stream(self, requests: Iterator[Any], timeout: float) -> Any:
+        return self.dtensors.OpStream(requests, timeout=timeout, metadata=self.metadata)
 
     def delete_local_later(self, mesh: str, name: str) -> None:
         """Deletes a mesh's local tensor without waiting (a dropped handle's). Safe in a
@@ -248,21 +306,34 @@ class Transport:
                 continue
             method, request = item
             try:
+                if method == "free":
+                    name, made = request
+                    if made is not None and (not made.wait(self.timeout) or made.failed):
+                        continue
+                    if self.op_stream is not None:
+                        self.op_stream.send(_free_call(name), name)
+                        continue
+                    method, request = (self.dtensors.FreeTensor,
+                                       tensor_pb2.FreeTensorRequest(name=name))
                 method(request, timeout=5.0, metadata=self.metadata)
             except Exception:  # leases and the mesh's deletion reclaim what is left
                 pass
 
     def drain_frees(self, timeout: float = 30.0) -> None:
-        """Waits until what *_later queued so far is sent."""
+        """Waits until what *_later queued so far is sent (and, on the op stream, answered)."""
         done = threading.Event()
         self._later.put(done)
         done.wait(timeout)
+        if self.op_stream is not None:
+            self.op_stream.flush(timeout)
 
     def close(self) -> None:
-        """Sends what is queued, then stops the sending thread."""
+        """Sends what is queued, then stops the sending thread and closes the op stream."""
         self.drain_frees()
         self._later.put(None)
         self._sender.join(timeout=5)
+        if self.op_stream is not None:
+            self.op_stream.close()
 
     def redistribute(self, name: str, placements: Sequence[Any], mesh: str, output: str,
                      explain: bool, planner: int) -> Any:
