@@ -55,6 +55,7 @@
 #include "client/local_cluster.h"
 #include "core/host_tensor.h"
 #include "core/release_mode.h"
+#include "core/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "raw_peer.grpc.pb.h"
 #include "tessera/tessera.h"
@@ -151,7 +152,9 @@ struct Results {
   double rss_before_mib = NAN, hwm_after_mib = NAN, rss_after_mib = NAN, memory_distribute_us = NAN;
   bool hwm_reset = false;
   Stats ping, add_call, add_sync;
+  Stats unary_add_call, unary_add_sync;  // through a session without the op stream
   double pipelined_ops_per_s = NAN, pipelined_kept_ops_per_s = NAN;
+  double pipelined_unary_ops_per_s = NAN;  // one RunOp and one FreeTensor call per op
   Stats all_gather, redistribute;
   Cpu distribute_cpu, full_tensor_cpu, add_cpu;  // per call
   Cpu sink_cpu, source_cpu;                      // per call; `coordinator` is the raw peer
@@ -397,8 +400,23 @@ absl::Status MeasureTransfer(client::Session& session, const client::Mesh& mesh,
 }
 
 // Tiny Add (call; call + Synchronize) interleaved with raw Pings, then pipelined Adds.
-absl::Status MeasureTinyOp(client::Session& session, const client::Mesh& mesh, RawPeerClient& raw,
-                           const Pids& pids, Results& r) {
+// `ops` Adds of a and b back to back, each output dropped (so freed) as the next arrives, and a
+// Synchronize of the last; ops per second.
+absl::StatusOr<double> PipelinedAdds(const DTensor& a, const DTensor& b, int ops) {
+  const Clock::time_point start = Clock::now();
+  DTensor last;
+  for (int i = 0; i < ops; ++i) {
+    absl::StatusOr<DTensor> c = client::Add(a, b);
+    if (!c.ok()) return c.status();
+    last = *std::move(c);  // drops, so frees, the previous output
+  }
+  RETURN_IF_ERROR(last.Synchronize());
+  return ops / (MicrosSince(start) * 1e-6);
+}
+
+absl::Status MeasureTinyOp(client::Session& session, client::Session& unary,
+                           const client::Mesh& mesh, RawPeerClient& raw, const Pids& pids,
+                           Results& r) {
   const int64_t bytes = int64_t{absl::GetFlag(FLAGS_tiny_elements)} * 4;
   absl::StatusOr<HostTensor> t = Ones(bytes);
   if (!t.ok()) return t.status();
@@ -406,9 +424,12 @@ absl::Status MeasureTinyOp(client::Session& session, const client::Mesh& mesh, R
   if (!a.ok()) return a.status();
   absl::StatusOr<DTensor> b = client::DistributeTensor(session, *t, mesh, {client::Shard(0)});
   if (!b.ok()) return b.status();
+  ASSIGN_OR_RETURN(client::Mesh unary_mesh, client::GetMesh(unary, mesh.name));
+  ASSIGN_OR_RETURN(DTensor ua, client::DistributeTensor(unary, *t, unary_mesh, {client::Shard(0)}));
+  ASSIGN_OR_RETURN(DTensor ub, client::DistributeTensor(unary, *t, unary_mesh, {client::Shard(0)}));
   bench::Blob blob;
   blob.set_data(std::string(static_cast<size_t>(bytes), '\x01'));
-  std::vector<double> ping, call, sync;
+  std::vector<double> ping, call, sync, unary_call, unary_sync;
   const int iterations = absl::GetFlag(FLAGS_latency_iterations);
   for (int i = -absl::GetFlag(FLAGS_warmup); i < iterations; ++i) {
     Clock::time_point start = Clock::now();
@@ -428,27 +449,33 @@ absl::Status MeasureTinyOp(client::Session& session, const client::Mesh& mesh, R
       if (absl::Status s = c->Synchronize(); !s.ok()) return s;
       sync_us = MicrosSince(start);
     }
+    double unary_call_us = 0, unary_sync_us = 0;
+    {  // the same through the session without the op stream
+      start = Clock::now();
+      absl::StatusOr<DTensor> c = client::Add(ua, ub);
+      unary_call_us = MicrosSince(start);
+      if (!c.ok()) return c.status();
+      if (absl::Status s = c->Synchronize(); !s.ok()) return s;
+      unary_sync_us = MicrosSince(start);
+    }
     if (i >= 0) {
       ping.push_back(ping_us);
       call.push_back(call_us);
       sync.push_back(sync_us);
+      unary_call.push_back(unary_call_us);
+      unary_sync.push_back(unary_sync_us);
     }
   }
   r.ping = Summarize(ping);
   r.add_call = Summarize(call);
   r.add_sync = Summarize(sync);
+  r.unary_add_call = Summarize(unary_call);
+  r.unary_add_sync = Summarize(unary_sync);
 
   const int ops = absl::GetFlag(FLAGS_pipelined_ops);
-  const Clock::time_point start = Clock::now();
-  DTensor last;
-  for (int i = 0; i < ops; ++i) {
-    absl::StatusOr<DTensor> c = client::Add(*a, *b);
-    if (!c.ok()) return c.status();
-    last = *std::move(c);  // drops, so frees, the previous output
-  }
-  if (absl::Status s = last.Synchronize(); !s.ok()) return s;
-  r.pipelined_ops_per_s = ops / (MicrosSince(start) * 1e-6);
-  last = DTensor();
+  ASSIGN_OR_RETURN(r.pipelined_ops_per_s, PipelinedAdds(*a, *b, ops));
+  // The same through the session without the op stream.
+  ASSIGN_OR_RETURN(r.pipelined_unary_ops_per_s, PipelinedAdds(ua, ub, ops));
 
   std::vector<DTensor> kept;  // the same with every output kept until the end: no FreeTensor
   kept.reserve(static_cast<size_t>(ops));
@@ -579,11 +606,17 @@ void PrintTable(const Results& r) {
   std::printf("%-44s | %9.1fus %9.1fus | %11s %11s | %6.2fx %6.1fus\n",
               "add 1 KiB + Synchronize mean / Ping mean", r.add_sync.mean, r.ping.mean, "", "",
               r.add_sync.mean / r.ping.mean, r.Torch("add_sync_mean_us"));
+  std::printf("%-44s | %9.1fus %9.1fus | %11s %11s | %6.2fx %8s\n",
+              "add 1 KiB one call each: call p50, + sync p50", r.unary_add_call.p50,
+              r.unary_add_sync.p50, "", "", r.unary_add_sync.p50 / r.ping.p50, "");
   std::printf("%-44s | %9.0f/s %11s | %11s %11s | %7s %6.0f/s\n", "add 1 KiB pipelined ops/s",
               r.pipelined_ops_per_s, "", "", "", "", r.Torch("pipelined_ops_per_s"));
   std::printf("%-44s | %9.0f/s %11s | %11s %11s | %7s %8s\n",
               "add 1 KiB pipelined, outputs kept, ops/s", r.pipelined_kept_ops_per_s, "", "", "",
               "", "");
+  std::printf("%-44s | %9.0f/s %11s | %11s %11s | %6.2fx %8s\n",
+              "add 1 KiB pipelined, one call each, ops/s", r.pipelined_unary_ops_per_s, "", "", "",
+              r.pipelined_ops_per_s / r.pipelined_unary_ops_per_s, "");
   const double half = static_cast<double>(kWorkers - 1) / kWorkers;
   std::printf(
       "%-44s | %9.1fms %9.1fms | %5.3f/%5.3f %5.3f/%5.3f | %6.2fx %6.1fms\n",
@@ -697,6 +730,7 @@ absl::Status WriteJson(const std::string& path, const Results& r, const std::str
         {"pipelined_ops", absl::GetFlag(FLAGS_pipelined_ops)},
         {"pipelined_ops_per_s", bench::JsonNumber(r.pipelined_ops_per_s)},
         {"pipelined_outputs_kept_ops_per_s", bench::JsonNumber(r.pipelined_kept_ops_per_s)},
+        {"pipelined_unary_ops_per_s", bench::JsonNumber(r.pipelined_unary_ops_per_s)},
         {"kept_cpu_per_op", CpuJson(r.add_cpu)}}},
       {"redistribute",
        {{"bytes", r.redistribute_bytes},
@@ -727,6 +761,11 @@ absl::Status Run(const std::string& dir, Results& r) {
   absl::StatusOr<std::shared_ptr<client::Session>> session =
       client::Session::Connect((*cluster)->address());
   if (!session.ok()) return session.status();
+  client::SessionOptions unary_options;
+  unary_options.op_stream = false;
+  absl::StatusOr<std::shared_ptr<client::Session>> unary =
+      client::Session::Connect((*cluster)->address(), unary_options);
+  if (!unary.ok()) return unary.status();
   absl::StatusOr<client::Mesh> mesh =
       client::InitDeviceMesh(**session, "cpu", {kWorkers}, {}, kMesh);
   if (!mesh.ok()) return mesh.status();
@@ -736,10 +775,11 @@ absl::Status Run(const std::string& dir, Results& r) {
   std::fprintf(stderr, "transfers (%lld bytes)\n", static_cast<long long>(r.transfer_bytes));
   if (absl::Status s = MeasureTransfer(**session, *mesh, **raw, pids, r); !s.ok()) return s;
   std::fprintf(stderr, "tiny add\n");
-  if (absl::Status s = MeasureTinyOp(**session, *mesh, **raw, pids, r); !s.ok()) return s;
+  if (absl::Status s = MeasureTinyOp(**session, **unary, *mesh, **raw, pids, r); !s.ok()) return s;
   std::fprintf(stderr, "redistribute (%lld bytes)\n", static_cast<long long>(r.redistribute_bytes));
   if (absl::Status s = MeasureRedistribute(**session, *mesh, gloo_peer, dir, r); !s.ok()) return s;
   session->reset();
+  unary->reset();
   (*cluster)->Stop();
   raw->reset();
   if (!absl::GetFlag(FLAGS_torch_python).empty()) {

@@ -6,8 +6,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/op_stream.h"
 #include "client/session_impl.h"
 #include "client/wire.h"
+#include "core/sharding_propagation.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
@@ -26,6 +28,9 @@ struct DTensorAccess {
     return t;
   }
   static DTensor::State& StateOf(DTensor& t) { return *t.state_; }
+  // Waits until the coordinator accepted the op that makes `state`'s tensor, when one on the op
+  // stream does; its failure, naming the tensor, otherwise.
+  static absl::Status AwaitCreated(const DTensor::State& state);
   static const std::shared_ptr<DTensor::State>& StateOf(const DTensor& t) { return t.state_; }
 };
 
@@ -37,9 +42,34 @@ internal::SessionImpl& ImplOf(const std::shared_ptr<Session>& session) {
 
 }  // namespace
 
+absl::Status DTensorAccess::AwaitCreated(const DTensor::State& state) {
+  if (state.created == nullptr) return absl::OkStatus();
+  internal::SessionImpl& impl = internal_impl(*state.session);
+  const absl::Status s = impl.ops.Await(state.created, impl.options.timeout);
+  if (s.ok()) return s;
+  return absl::Status(
+      s.code(), absl::StrCat("the op that makes '", state.info.name, "' failed: ", s.message()));
+}
+
+namespace {
+
+// A free on the op stream, ordered after the ops queued there that read the tensor.
+std::shared_ptr<internal::StreamOutcome> SendFree(internal::SessionImpl& impl,
+                                                  const std::string& name) {
+  v1::StreamCall call;
+  call.mutable_free()->set_name(name);
+  return impl.ops.Send(std::move(call));
+}
+
+}  // namespace
+
 DTensor::State::~State() {
   if (!owned || session == nullptr) return;
-  const internal::SessionImpl& impl = internal_impl(*session);
+  internal::SessionImpl& impl = internal_impl(*session);
+  if (impl.options.op_stream) {
+    SendFree(impl, info.name);  // best effort, as below
+    return;
+  }
   grpc::ClientContext context;
   impl.Prepare(&context, absl::Seconds(5));
   v1::FreeTensorRequest request;
@@ -50,7 +80,12 @@ DTensor::State::~State() {
 
 absl::Status DTensor::Free() {
   if (state_ == nullptr) return absl::FailedPreconditionError("empty DTensor handle");
-  const internal::SessionImpl& impl = ImplOf(state_->session);
+  internal::SessionImpl& impl = ImplOf(state_->session);
+  if (impl.options.op_stream) {
+    RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state_));
+    state_->owned = false;
+    return impl.ops.Await(SendFree(impl, name()), impl.options.timeout);
+  }
   grpc::ClientContext context;
   impl.Prepare(&context);
   v1::FreeTensorRequest request;
@@ -64,6 +99,7 @@ absl::StatusOr<DTensor> DTensor::Redistribute(const std::vector<Placement>& plac
                                               const std::string& mesh, const std::string& output,
                                               PlannerKind planner) const {
   const internal::SessionImpl& impl = ImplOf(state_->session);
+  RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state_));
   v1::RedistributeRequest request;
   request.set_name(name());
   *request.mutable_placements() = ToProto(placements);
@@ -84,6 +120,7 @@ absl::StatusOr<DTensor> DTensor::Redistribute(const std::vector<Placement>& plac
 absl::StatusOr<RedistributePlan> DTensor::ExplainRedistribute(
     const std::vector<Placement>& placements, PlannerKind planner) const {
   const internal::SessionImpl& impl = ImplOf(state_->session);
+  RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state_));
   v1::RedistributeRequest request;
   request.set_name(name());
   *request.mutable_placements() = ToProto(placements);
@@ -98,6 +135,7 @@ absl::StatusOr<RedistributePlan> DTensor::ExplainRedistribute(
 
 absl::StatusOr<HostTensor> DTensor::FullTensor(const Progress& progress) const {
   const internal::SessionImpl& impl = ImplOf(state_->session);
+  RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state_));
   v1::FullTensorRequest request;
   request.set_name(name());
   grpc::ClientContext context;
@@ -109,6 +147,7 @@ absl::StatusOr<HostTensor> DTensor::FullTensor(const Progress& progress) const {
 
 absl::StatusOr<HostTensor> DTensor::ToLocal(int64_t rank) const {
   const internal::SessionImpl& impl = ImplOf(state_->session);
+  RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state_));
   v1::ToLocalRequest request;
   request.set_name(name());
   request.set_rank(rank);
@@ -121,6 +160,7 @@ absl::StatusOr<HostTensor> DTensor::ToLocal(int64_t rank) const {
 
 absl::Status DTensor::Synchronize(absl::Duration timeout) const {
   const internal::SessionImpl& impl = ImplOf(state_->session);
+  RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state_));
   v1::SynchronizeRequest request;
   request.add_names(name());
   grpc::ClientContext context;
@@ -131,6 +171,7 @@ absl::Status DTensor::Synchronize(absl::Duration timeout) const {
 
 absl::StatusOr<DTensorInfo> DTensor::Refresh() const {
   const internal::SessionImpl& impl = ImplOf(state_->session);
+  RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state_));
   v1::GetTensorRequest request;
   request.set_name(name());
   grpc::ClientContext context;
@@ -274,17 +315,75 @@ absl::StatusOr<std::vector<DTensorInfo>> Session::ListTensors(const std::string&
   return tensors;
 }
 
+namespace {
+
+// RunOp on the op stream: the output's metadata and the inputs' redistributions come from the
+// planner the coordinator runs (core/sharding_propagation), so the handle returns at once; what
+// only the coordinator can refuse (an input freed meanwhile, a name taken) shows on the output.
+absl::StatusOr<DTensor> RunOpOnStream(const OpCall& op, absl::Span<const DTensor> inputs,
+                                      v1::OpRequest request) {
+  const std::shared_ptr<Session>& session = DTensorAccess::StateOf(inputs[0])->session;
+  internal::SessionImpl& impl = ImplOf(session);
+  if (request.inputs_size() != op.num_inputs()) {
+    return absl::InvalidArgumentError(absl::StrCat(OpKindName(op.kind), " takes ", op.num_inputs(),
+                                                   " inputs, not ", request.inputs_size()));
+  }
+  std::vector<DTensorSpec> specs;
+  for (const DTensor& t : inputs) {
+    const auto& state = DTensorAccess::StateOf(t);
+    if (state == nullptr)
+      return absl::InvalidArgumentError("an op input is an empty DTensor handle");
+    if (state->session != session) {
+      return absl::InvalidArgumentError(absl::StrCat("inputs '", inputs[0].name(), "' and '",
+                                                     t.name(), "' belong to different sessions"));
+    }
+    if (t.info().mesh != inputs[0].info().mesh) {
+      return absl::InvalidArgumentError(absl::StrCat("inputs '", inputs[0].name(), "' and '",
+                                                     t.name(), "' are on different meshes ('",
+                                                     inputs[0].info().mesh, "', '", t.info().mesh,
+                                                     "'); redistribute one to the other's mesh"));
+    }
+    // An input whose own op is known to have failed fails this one now, with its reason.
+    if (state->created != nullptr && state->created->known() && !state->created->status().ok()) {
+      RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state));
+    }
+    specs.push_back(t.spec());
+  }
+  ASSIGN_OR_RETURN(OpSharding sharding, PropagateSharding(op, specs));
+  if (request.output().empty()) request.set_output(impl.NextTensorName());
+  v1::TensorInfo info;
+  info.set_name(request.output());
+  info.set_mesh(inputs[0].info().mesh);
+  *info.mutable_meta() = ToProto(sharding.output);
+  info.set_owner(impl.options.client_id);
+  info.set_state(v1::PENDING);
+  ASSIGN_OR_RETURN(DTensor out, DTensorAccess::Adopt(session, info, true));
+  auto& state = DTensorAccess::StateOf(out);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (sharding.input_plans[i].steps.empty()) continue;
+    state.redistributions.push_back({inputs[i].name(), specs[i].placements,
+                                     sharding.strategy.inputs[i], sharding.input_plans[i]});
+  }
+  v1::StreamCall call;
+  *call.mutable_op() = std::move(request);
+  state.created = impl.ops.Send(std::move(call));
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<DTensor> RunOp(const OpCall& op, absl::Span<const DTensor> inputs,
                               const std::string& output) {
   if (inputs.empty() || DTensorAccess::StateOf(inputs[0]) == nullptr) {
     return absl::InvalidArgumentError("an op needs input tensors");
   }
   const std::shared_ptr<Session>& session = DTensorAccess::StateOf(inputs[0])->session;
-  const internal::SessionImpl& impl = ImplOf(session);
+  internal::SessionImpl& impl = ImplOf(session);
   v1::OpRequest request;
   *request.mutable_op() = ToProto(op);
   for (const DTensor& t : inputs) request.add_inputs(t.name());
   request.set_output(output);
+  if (impl.options.op_stream) return RunOpOnStream(op, inputs, std::move(request));
   grpc::ClientContext context;
   impl.Prepare(&context);
   v1::OpReply reply;

@@ -405,6 +405,7 @@ absl::Status Save(const SaveFlags& f, std::ostream& out) {
 struct PublishFlags {
   ClusterFlags cluster;
   std::string name;
+  std::string model;
   std::string version;
   int64_t max_batch_size = 0;
   int64_t max_queue_delay_us = 500;
@@ -414,7 +415,8 @@ absl::Status Publish(const PublishFlags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
   ASSIGN_OR_RETURN(client::Module module, client::GetModule(*session, f.name));
   ASSIGN_OR_RETURN(client::PublishedVersion published,
-                   module.Publish({.version = f.version,
+                   module.Publish({.model = f.model,
+                                   .version = f.version,
                                    .max_batch_size = f.max_batch_size,
                                    .max_queue_delay = absl::Microseconds(f.max_queue_delay_us)}));
   out << "published " << PublishedText(published) << " over KServe v2 gRPC at "
@@ -590,10 +592,15 @@ void AddModuleCommands(CLI::App& app, Action* action) {
 
   auto publish = AddCommand(*module, "publish",
                             "serve the module's forward over KServe v2 gRPC (the coordinator's "
-                            "port) as model NAME, with dynamic batching",
+                            "port) as model NAME (or --model), with dynamic batching",
                             Publish, action);
   AddClusterFlags(*publish.app, publish.flags->cluster, /*with_client=*/true);
   AddModuleArgument(*publish.app, publish.flags->name);
+  publish.app
+      ->add_option("--model", publish.flags->model,
+                   "the served model's name (default: the module's); one module may be served "
+                   "under several")
+      ->type_name("MODEL");
   publish.app->add_option("--version", publish.flags->version, "the model version (default: 1)")
       ->type_name("V");
   publish.app

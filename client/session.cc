@@ -25,12 +25,14 @@ absl::StatusOr<std::shared_ptr<Session>> Session::Connect(const std::string& add
     return absl::UnavailableError(absl::StrCat("cannot reach tessera-coordinator at ", address,
                                                " within ", absl::FormatDuration(options.timeout)));
   }
+  absl::BitGen gen;
   if (options.client_id.empty()) {
-    absl::BitGen gen;
     options.client_id = absl::StrFormat("c-%016x", absl::Uniform<uint64_t>(gen));
   }
-  std::shared_ptr<Session> session(
-      new Session(std::make_unique<internal::SessionImpl>(address, channel, std::move(options))));
+  // Names of the tensors this session's ops make on the op stream: o<48 random bits>-<n>.
+  std::string tensor_prefix = absl::StrFormat("o%012x-", absl::Uniform<uint64_t>(gen) >> 16);
+  std::shared_ptr<Session> session(new Session(std::make_unique<internal::SessionImpl>(
+      address, channel, std::move(options), std::move(tensor_prefix))));
   internal::SessionImpl& impl = *session->impl_;
   if (impl.options.keep_alive) {
     grpc::ClientContext context;

@@ -4,12 +4,15 @@
 // What a Session holds behind its public header: one stub per service, the options and the lease
 // keeper. Internal to the client library.
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "client/op_stream.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "tessera/session.h"
@@ -23,23 +26,33 @@ namespace internal {
 
 struct SessionImpl {
   SessionImpl(std::string address, const std::shared_ptr<grpc::Channel>& channel,
-              SessionOptions options)
+              SessionOptions options, std::string tensor_prefix)
       : address(std::move(address)),
         options(std::move(options)),
+        tensor_prefix(std::move(tensor_prefix)),
         meshes(v1::MeshService::NewStub(channel)),
         collectives(v1::CollectiveService::NewStub(channel)),
         dtensors(v1::DTensorService::NewStub(channel)),
-        modules(v1::ModuleService::NewStub(channel)) {}
+        modules(v1::ModuleService::NewStub(channel)),
+        ops(dtensors.get(), [this](grpc::ClientContext* context, absl::Duration timeout) {
+          Prepare(context, timeout);
+        }) {}
 
   // Sets the deadline (`timeout`, or the session's) and the client id on a call.
   void Prepare(grpc::ClientContext* context, absl::Duration timeout = absl::ZeroDuration()) const;
+  // A name for a tensor this session makes on the op stream, unique among its tensors (and, by
+  // the random prefix, among sessions').
+  std::string NextTensorName() { return absl::StrCat(tensor_prefix, next_tensor.fetch_add(1)); }
 
   const std::string address;
   const SessionOptions options;
+  const std::string tensor_prefix;
   const std::unique_ptr<v1::MeshService::Stub> meshes;
   const std::unique_ptr<v1::CollectiveService::Stub> collectives;
   const std::unique_ptr<v1::DTensorService::Stub> dtensors;
   const std::unique_ptr<v1::ModuleService::Stub> modules;
+  OpStream ops;  // ops and frees, in order (used when options.op_stream)
+  std::atomic<uint64_t> next_tensor{1};
   absl::Notification stop;  // ends the lease keeper
   std::thread keeper;       // renews the lease while the session lives
 };

@@ -1,5 +1,6 @@
 #include "daemon/daemon_flags.h"
 
+#include <csignal>
 #include <iostream>
 #include <vector>
 
@@ -65,5 +66,7 @@ void AddDurationFlag(CLI::App& app, const std::string& name, absl::Duration* val
       ->type_name("DURATION")
       ->default_str(absl::FormatDuration(*value));
 }
+
+void IgnoreBrokenPipes() { std::signal(SIGPIPE, SIG_IGN); }
 
 }  // namespace tessera::daemon

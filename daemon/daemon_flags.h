@@ -15,6 +15,12 @@ namespace tessera::daemon {
 void AddDurationFlag(CLI::App& app, const std::string& name, absl::Duration* value,
                      const std::string& help);
 
+// Ignores SIGPIPE in this process. Gloo writes to its sockets with writev, which raises SIGPIPE
+// when the peer has closed the connection (a peer whose collective timed out while this process was
+// stopped or slow), and SIGPIPE's default action ends the process without a word; ignored, the
+// write fails with EPIPE and Gloo reports the broken connection as an error.
+void IgnoreBrokenPipes();
+
 // Parses a daemon's command line into the options the daemon bound on `app` (named after the
 // daemon), adding --log_level: trace, debug, info, warn, error, critical or off (default info).
 // Then makes spdlog's default logger write to stderr under the app's name at that level, and logs

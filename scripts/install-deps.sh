@@ -8,7 +8,7 @@ packages=(
   libabsl-dev libgloo-dev libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang-format python3 python3-numpy
+  clang-format python3 python3-numpy python3-grpcio python3-protobuf python3-pytest
 )
 
 missing=()

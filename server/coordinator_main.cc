@@ -63,6 +63,7 @@ void AddFlags(CLI::App& app, CoordinatorFlags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tessera::daemon::IgnoreBrokenPipes();
   tessera::UseReleaseMutexes();
   CLI::App app("tessera-coordinator: the control plane of a tessera cluster",
                "tessera-coordinator");

@@ -219,12 +219,22 @@ void Dispatcher::SendLoop() {
 }
 
 void Dispatcher::SendAll(Batches batches) {
-  if (batches.empty()) return;
-  if (batches.size() > 1) {
+  // Small batches (an op's commands) go from here one after another: a hand-off to another thread
+  // costs more than writing them.
+  const auto large = [](const std::vector<Queued>& batch) {
+    size_t bytes = 0;
+    for (const Queued& q : batch) bytes += q.command.ByteSizeLong();
+    return bytes >= kFanOutBytes;
+  };
+  for (size_t i = 1; i < batches.size(); ++i) {
+    if (!large(batches[i].second)) {
+      Send(std::move(batches[i].first), std::move(batches[i].second));
+      continue;
+    }
     absl::MutexLock lock(&fanout_mu_);
-    for (size_t i = 1; i < batches.size(); ++i) fanout_.push_back(std::move(batches[i]));
+    fanout_.push_back(std::move(batches[i]));
   }
-  Send(std::move(batches[0].first), std::move(batches[0].second));
+  if (!batches.empty()) Send(std::move(batches[0].first), std::move(batches[0].second));
 }
 
 void Dispatcher::FanOutLoop() {

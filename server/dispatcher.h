@@ -107,9 +107,9 @@ class Dispatcher {
   using Batches = std::vector<std::pair<WorkerHandle, std::vector<Queued>>>;
 
   void SendLoop();
-  // Sends every batch: all but the first on the fan-out threads, the first on this thread, so that
-  // the workers of one post get their commands at the same time rather than one serialized and
-  // written after another (a module forward's 256 KiB input took ~0.3 ms a worker).
+  // Sends every batch: the large ones but the first on the fan-out threads, the rest on this
+  // thread, so that the workers of one post get large commands at the same time rather than one
+  // serialized and written after another (a module forward's 256 KiB input took ~0.3 ms a worker).
   void SendAll(Batches batches);
   void FanOutLoop();
   // Takes the queue of every worker with no batch in flight, marking them in flight.
@@ -137,6 +137,7 @@ class Dispatcher {
   bool fanout_stopping_ ABSL_GUARDED_BY(fanout_mu_) = false;
   std::vector<std::thread> fanout_threads_;
   static constexpr int kFanOutThreads = 3;
+  static constexpr size_t kFanOutBytes = 64 << 10;  // a batch at least this large is fanned out
 };
 
 }  // namespace tessera

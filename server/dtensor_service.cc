@@ -153,16 +153,17 @@ grpc::Status DTensorService::ListTensors(grpc::ServerContext* context,
 grpc::Status DTensorService::FreeTensor(grpc::ServerContext* context,
                                         const v1::FreeTensorRequest* request,
                                         v1::FreeTensorReply*) {
-  const std::string client = Caller(*context);
-  absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Find(request->name());
-  if (!t.ok()) return ToGrpcStatus(t.status());
-  if ((*t)->owner != client) {
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat("tensor '", request->name(), "' belongs to client '",
-                                     (*t)->owner, "', not '", client, "'"));
+  return ToGrpcStatus(FreeTensorFor(Caller(*context), request->name()));
+}
+
+absl::Status DTensorService::FreeTensorFor(const std::string& client, const std::string& name) {
+  ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t, tensors_->Find(name));
+  if (t->owner != client) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("tensor '", name, "' belongs to client '", t->owner, "', not '", client, "'"));
   }
-  tensors_->Release(**t);
-  return grpc::Status::OK;
+  tensors_->Release(*t);
+  return absl::OkStatus();
 }
 
 absl::Status DTensorService::RedistributeInMesh(const v1::RedistributeRequest& request,
@@ -212,54 +213,89 @@ grpc::Status DTensorService::Redistribute(grpc::ServerContext* context,
 
 grpc::Status DTensorService::RunOp(grpc::ServerContext* context, const v1::OpRequest* request,
                                    v1::OpReply* reply) {
+  return ToGrpcStatus(RunOpFor(Caller(*context), *request, reply));
+}
+
+grpc::Status DTensorService::OpStream(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream) {
   const std::string client = Caller(*context);
-  absl::StatusOr<OpCall> op = FromProto(request->op());
-  if (!op.ok()) return ToGrpcStatus(op.status());
-  if (request->inputs_size() != op->num_inputs()) {
-    return Invalid(absl::StrCat(OpKindName(op->kind), " takes ", op->num_inputs(), " inputs, not ",
-                                request->inputs_size()));
+  v1::StreamCalls calls;
+  v1::StreamResults results;
+  while (stream->Read(&calls)) {
+    results.Clear();
+    for (const v1::StreamCall& call : calls.calls()) {
+      v1::StreamResult* result = results.add_results();
+      result->set_id(call.id());
+      absl::Status status;
+      switch (call.call_case()) {
+        case v1::StreamCall::kOp:
+          status = RunOpFor(client, call.op(), call.describe() ? result->mutable_op() : nullptr);
+          break;
+        case v1::StreamCall::kFree:
+          status = FreeTensorFor(client, call.free().name());
+          break;
+        case v1::StreamCall::CALL_NOT_SET:
+          status = absl::InvalidArgumentError(
+              absl::StrCat("stream call ", call.id(), " carries neither an op nor a free"));
+          break;
+      }
+      if (!status.ok()) {
+        result->clear_op();
+        result->set_code(static_cast<int>(status.code()));
+        result->set_message(std::string(status.message()));
+      }
+    }
+    if (!stream->Write(results)) break;  // the client went away
+  }
+  return grpc::Status::OK;
+}
+
+absl::Status DTensorService::RunOpFor(const std::string& client, const v1::OpRequest& request,
+                                      v1::OpReply* reply) {
+  ASSIGN_OR_RETURN(OpCall op, FromProto(request.op()));
+  if (request.inputs_size() != op.num_inputs()) {
+    return absl::InvalidArgumentError(absl::StrCat(OpKindName(op.kind), " takes ", op.num_inputs(),
+                                                   " inputs, not ", request.inputs_size()));
   }
   std::vector<std::shared_ptr<DTensorEntry>> inputs;
   std::vector<DTensorSpec> specs;
-  for (const std::string& name : request->inputs()) {
+  for (const std::string& name : request.inputs()) {
     absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Usable(name);
-    if (!t.ok()) return ToGrpcStatus(t.status());
+    if (!t.ok()) return t.status();
     if (!inputs.empty() && (*t)->mesh != inputs[0]->mesh) {
-      return Invalid(absl::StrCat("inputs '", inputs[0]->name, "' and '", name,
-                                  "' are on different meshes ('", inputs[0]->mesh->name, "', '",
-                                  (*t)->mesh->name, "'); redistribute one to the other's mesh"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("inputs '", inputs[0]->name, "' and '", name, "' are on different meshes ('",
+                       inputs[0]->mesh->name, "', '", (*t)->mesh->name,
+                       "'); redistribute one to the other's mesh"));
     }
     specs.push_back((*t)->spec);
     inputs.push_back(*std::move(t));
   }
-  absl::StatusOr<OpSharding> sharding = PropagateSharding(*op, specs);
-  if (!sharding.ok()) return ToGrpcStatus(sharding.status());
-  absl::StatusOr<std::shared_ptr<DTensorEntry>> out =
-      tensors_->Add(request->output(), inputs[0]->mesh, sharding->output, client);
-  if (!out.ok()) return ToGrpcStatus(out.status());
+  ASSIGN_OR_RETURN(OpSharding sharding, PropagateSharding(op, specs));
+  ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> out,
+                   tensors_->Add(request.output(), inputs[0]->mesh, sharding.output, client));
   v1::Command command;
   v1::RunOp* run = command.mutable_run_op();
   run->set_mesh_id(inputs[0]->mesh->id);
-  *run->mutable_op() = ToProto(*op);
-  run->set_output(DTensorTable::WorkerName((*out)->name));
+  *run->mutable_op() = ToProto(op);
+  run->set_output(DTensorTable::WorkerName(out->name));
   for (size_t i = 0; i < inputs.size(); ++i) {
     v1::OpInput* in = run->add_inputs();
     in->set_tensor(DTensorTable::WorkerName(inputs[i]->name));
     *in->mutable_spec() = ToProto(specs[i]);
-    *in->mutable_plan() = ToProto(sharding->input_plans[i]);
-    if (!sharding->input_plans[i].steps.empty()) {
+    *in->mutable_plan() = ToProto(sharding.input_plans[i]);
+    if (reply != nullptr && !sharding.input_plans[i].steps.empty()) {
       v1::InputRedistribution* r = reply->add_redistributions();
       r->set_input(inputs[i]->name);
       *r->mutable_from_placements() = ToProto(specs[i].placements);
-      *r->mutable_to_placements() = ToProto(sharding->strategy.inputs[i]);
+      *r->mutable_to_placements() = ToProto(sharding.strategy.inputs[i]);
       *r->mutable_plan() = in->plan();
     }
   }
-  if (absl::Status s = tensors_->PostWrite(**out, command, inputs); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  *reply->mutable_output() = tensors_->Describe(**out);
-  return grpc::Status::OK;
+  RETURN_IF_ERROR(tensors_->PostWrite(*out, command, inputs));
+  if (reply != nullptr) *reply->mutable_output() = tensors_->Describe(*out);
+  return absl::OkStatus();
 }
 
 grpc::Status DTensorService::Synchronize(grpc::ServerContext* context,

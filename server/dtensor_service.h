@@ -55,6 +55,10 @@ class DTensorService final : public v1::DTensorService::Service {
   // Unary.
   grpc::Status RunOp(grpc::ServerContext* context, const v1::OpRequest* request,
                      v1::OpReply* reply) override;
+  // Bidirectional stream: ops and frees in order, one result each.
+  grpc::Status OpStream(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream) override;
   // Unary.
   grpc::Status Synchronize(grpc::ServerContext* context, const v1::SynchronizeRequest* request,
                            v1::SynchronizeReply*) override;
@@ -71,6 +75,11 @@ class DTensorService final : public v1::DTensorService::Service {
  private:
   // The caller's client id, its lease renewed.
   std::string Caller(const grpc::ServerContext& context);
+  // RunOp and FreeTensor for `client`, on either path; a null `reply` is not filled in (the op
+  // stream's client computes the output's metadata itself).
+  absl::Status RunOpFor(const std::string& client, const v1::OpRequest& request,
+                        v1::OpReply* reply);
+  absl::Status FreeTensorFor(const std::string& client, const std::string& name);
   // Redistributes within the tensor's mesh: plans, adds the output and posts the plan's run.
   absl::Status RedistributeInMesh(const v1::RedistributeRequest& request,
                                   const std::shared_ptr<DTensorEntry>& src,

@@ -134,6 +134,11 @@ grep -q "^loss (output.sum()): " "${work}/step.txt" || fail "step printed no los
   | grep -q "^published mlp version 2 (max batch size 4, max queue delay 800 us)" || fail "publish"
 "${tessera}" module list | grep -q "published: mlp/2$" || fail "list: not published"
 "${tessera}" module show mlp | grep -q "^  published: mlp version 2 " || fail "show: not published"
+# The same module under a second model name.
+"${tessera}" module publish mlp --model mlp-alias \
+  | grep -q "^published mlp-alias version 1 " || fail "publish --model"
+"${tessera}" module list | grep -q "published: mlp/2, mlp-alias/1$" || fail "list: not published twice"
+"${tessera}" module unpublish mlp-alias
 "${tessera}" module unpublish mlp --version 2
 "${tessera}" module list | grep -q "published: none$" || fail "list: still published"
 expect_exit 1 module unpublish mlp

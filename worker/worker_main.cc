@@ -112,6 +112,7 @@ int ListDevices() {
 int main(int argc, char** argv) {
   // First, since it may start the program again: the BLAS kernels fastest on this CPU.
   const std::string blas_core_choice = tessera::kernels::UsePreferredBlasCore(argv);
+  tessera::daemon::IgnoreBrokenPipes();
   tessera::UseReleaseMutexes();
   CLI::App app("tessera-worker: serves one device to a tessera-coordinator", "tessera-worker");
   WorkerFlags flags;

@@ -26,6 +26,9 @@
 namespace tessera::client {
 
 class Session;
+namespace internal {
+class StreamOutcome;
+}  // namespace internal
 
 // Called with (bytes done, bytes in all) as a transfer proceeds.
 using Progress = std::function<void(int64_t, int64_t)>;
@@ -114,7 +117,10 @@ class DTensor {
     std::vector<InputRedistribution> redistributions;
     RedistributePlan plan;
     int64_t relayed_bytes = 0;
+    // The op stream's outcome of the op that makes it, when one does (SessionOptions::op_stream).
+    std::shared_ptr<internal::StreamOutcome> created;
   };
+
   std::shared_ptr<State> state_;
 };
 

@@ -28,6 +28,11 @@ struct SessionOptions {
   bool keep_alive = true;      // Hold a lease (tensors reclaimed after the grace period once the
                                // process is gone); false: tensors stay until freed (the CLI).
   absl::Duration timeout = absl::Seconds(60);  // Connecting, and the deadline of a plain call.
+  // Ops and frees go on one ordered stream and return without waiting for the coordinator: an op's
+  // output is a handle at once (its metadata computed here, by the planner the coordinator runs),
+  // and a failure the client could not foresee shows on the output (Synchronize, FullTensor, ...).
+  // false: one unary call each, returning once the coordinator accepted it.
+  bool op_stream = true;
 };
 
 namespace internal {

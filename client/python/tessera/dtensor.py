@@ -1,0 +1,845 @@
+"""DTensor on the service, with ``torch.distributed.tensor``'s names.
+
+A :class:`DTensor` is a handle to a tensor the coordinator holds, sharded over a mesh's workers:
+its metadata (shape, dtype, placements, every rank's shard) is local, its data stays on the
+workers. Ops, factories and redistributes return as soon as the coordinator has planned them; the
+workers run them in order afterwards, and a failure surfaces on the next call that reads the
+tensor (``full_tensor``, ``to_local``, ``wait``). Dropping the last reference to a handle frees
+the remote tensor. Every call goes through ``session.transport`` (transport.py).
+
+On the session's op stream (the default), an op does not wait for the coordinator at all: it
+names its output, queues the op and returns the handle at once; the output's metadata (shape,
+dtype, placements, shards, ``redistributions``, ``state``) comes from the op's answer on first
+access. What the coordinator refuses (shapes or dtypes that do not fit, an input freed through
+another handle, a taken name) therefore raises on the output's first touch -- a metadata
+access, ``full_tensor``, ``to_local``, ``wait``, ``redistribute``, ``refresh``, ``free``, or an
+op on it once the refusal is known -- with the exception class and message RunOp would have
+given, prefixed by "the op that makes '<output>' failed: ". Frees go on the same stream, so a
+handle dropped right after an op that reads it never frees the tensor under the op."""
+
+from __future__ import annotations
+
+import random
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import dtypes as _dt
+from .errors import InvalidArgument, TesseraError, Unimplemented, UnsupportedOp
+from .interop import HostBuffer, as_buffer, is_torch_tensor, wrap_output
+from .mesh import DeviceMesh
+from .placements import Placement, Replicate, as_placements, from_proto, to_proto
+from .progress import ProgressArg
+from .session import Session
+from .op_stream import Outcome
+from .transport import pb
+
+__all__ = [
+    "DTensor", "RedistributeStep", "RedistributePlan", "InputRedistribution", "distribute_tensor",
+    "zeros", "ones", "full", "empty", "rand", "randn", "manual_seed", "get_tensor",
+    "mm", "matmul", "addmm", "add", "sub", "mul", "div", "relu", "gelu", "tanh", "sum", "mean",
+    "max", "amax", "transpose", "t",
+]
+
+_ShapeArg = Union[int, Sequence[int]]
+
+#: torch names (functions and Tensor methods) that the service's RunOp has no op for: using
+#: them raises UnsupportedOp, naming what it runs.
+TORCH_ONLY = frozenset("""
+    softmax log_softmax exp log log2 sqrt rsqrt pow abs sigmoid silu softplus erf floor ceil
+    round sign clamp clip where masked_fill cat concat stack reshape view flatten squeeze
+    unsqueeze permute expand repeat split chunk narrow index_select gather scatter sort topk
+    cumsum argmax argmin min amin prod std var norm bmm einsum linear layer_norm dropout
+    embedding maximum minimum eq ne lt gt le ge logical_and logical_or backward
+    requires_grad_ cuda item tolist
+""".split())
+SUPPORTED_OPS = ("mm, matmul, addmm, add, sub, mul, div (with scalars), relu, gelu, tanh, sum, "
+                 "mean, max/amax, transpose, t and casts (to)")
+
+
+def unsupported(name: str) -> UnsupportedOp:
+    return UnsupportedOp(f"'{name}' is not an op of the service: it runs {SUPPORTED_OPS}; "
+                         "for others, full_tensor() or to_local(rank) and compute locally")
+
+
+@dataclass(frozen=True)
+class RedistributeStep:
+    """One step of a redistribute: one mesh dim's placement changes by one collective."""
+
+    mesh_dim: int
+    from_placement: Placement
+    to_placement: Placement
+    collective: str  # "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "local_chunk"...
+    reduce_op: Optional[str]
+    send_bytes: int
+    recv_bytes: int
+
+    def __str__(self) -> str:
+        op = f"({self.reduce_op})" if self.reduce_op else ""
+        return (f"mesh dim {self.mesh_dim}: {self.from_placement} -> {self.to_placement} "
+                f"{self.collective}{op}, send {self.send_bytes} B, recv {self.recv_bytes} B")
+
+
+@dataclass(frozen=True)
+class RedistributePlan:
+    """The collectives a redistribute runs, in order."""
+
+    steps: Tuple[RedistributeStep, ...]
+    total_send_bytes: int
+    total_recv_bytes: int
+
+    def __str__(self) -> str:
+        return "\n".join(str(s) for s in self.steps) or "no steps"
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+@dataclass(frozen=True)
+class InputRedistribution:
+    """An op's implicit redistribution of one input (never hidden)."""
+
+    input: str
+    from_placements: Tuple[Placement, ...]
+    to_placements: Tuple[Placement, ...]
+    plan: RedistributePlan
+
+
+_REDUCE_NAMES = {1: "sum", 2: "avg", 3: "max", 4: "min", 5: "product"}
+
+
+def _plan_from_proto(p: Any) -> RedistributePlan:
+    steps = tuple(
+        RedistributeStep(s.mesh_dim, from_proto(s.from_placement), from_proto(s.to_placement),
+                         pb.types.Collective.Name(s.collective).lower(),
+                         _REDUCE_NAMES.get(s.reduce_op), s.send_bytes, s.recv_bytes)
+        for s in p.steps)
+    return RedistributePlan(steps, p.total_send_bytes, p.total_recv_bytes)
+
+
+def _shape_arg(size: Tuple[Any, ...]) -> Tuple[int, ...]:
+    """torch's ``*size``: zeros(2, 3), zeros((2, 3)) or zeros(torch.Size([2, 3]))."""
+    if len(size) == 1 and hasattr(size[0], "__iter__"):
+        size = tuple(size[0])
+    try:
+        return tuple(int(s) for s in size)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"a size is integers, not {size!r}") from None
+
+
+def _layout(device_mesh: Optional[DeviceMesh], placements: Any) -> Tuple[DeviceMesh, List[Any]]:
+    """The whole mesh and one placement message per its dims: ``placements`` on a view go to the
+    view's dims, Replicate on the others."""
+    if device_mesh is None:
+        raise InvalidArgument("a device_mesh is needed (tessera.init_device_mesh or "
+                              "tessera.get_device_mesh)")
+    if not isinstance(device_mesh, DeviceMesh):
+        raise InvalidArgument(f"device_mesh must be a tessera.DeviceMesh, not {device_mesh!r}")
+    ps = as_placements(placements, device_mesh.ndim)
+    root = device_mesh.root_mesh
+    full: List[Placement] = [Replicate() for _ in range(root.ndim)]
+    for i, d in enumerate(device_mesh.dims):
+        full[d] = ps[i]
+    return root, [to_proto(p, pb.types) for p in full]
+
+
+class DTensor:
+    """A handle to a DTensor held by the service (see the module's docstring)."""
+
+    __slots__ = ("_session", "_name", "_mesh", "_shape", "_dtype", "_placements", "_shards",
+                 "_nbytes", "_owner", "_state", "_error", "_kind", "_finalizer", "_made",
+                 "_redistributions", "plan", "relayed_bytes", "__weakref__")
+
+    def __init__(self) -> None:  # handles come from the factories, ops and from_local
+        raise TypeError("make DTensors with tessera.distribute_tensor, DTensor.from_local, the "
+                        "factories or ops")
+
+    @classmethod
+    def _adopt(cls, session: Session, info: Any, mesh: Optional[DeviceMesh], owned: bool = True,
+               kind: str = "numpy") -> "DTensor":
+        self = object.__new__(cls)
+        self._session = session
+        self._name = info.name
+        if mesh is None or mesh.name != info.mesh:
+            spec = info.meta.mesh
+            mesh = DeviceMesh(session, info.mesh, spec.device_type, list(spec.shape),
+                              list(spec.dim_names) or None,
+                              list(spec.ranks) or range(int(np.prod(list(spec.shape)))))
+        self._mesh = mesh.root_mesh
+        self._kind = kind
+        self._made: Optional[Outcome] = None
+        self._redistributions: Tuple[InputRedistribution, ...] = ()
+        self.plan: Optional[RedistributePlan] = None
+        self.relayed_bytes = 0
+        self._finalizer = weakref.finalize(self, session.transport.free_tensor_later, info.name) \
+            if owned else None
+        self._update(info)
+        return self
+
+    @classmethod
+    def _on_stream(cls, session: Session, name: str, mesh: DeviceMesh, kind: str,
+                   made: Outcome) -> "DTensor":
+        """The output of an op sent on the op stream: its metadata comes from ``made``."""
+        self = object.__new__(cls)
+        self._session = session
+        self._name = name
+        self._mesh = mesh
+        self._kind = kind
+        self._made = made
+        self._redistributions = ()
+        self.plan = None
+        self.relayed_bytes = 0
+        self._finalizer = weakref.finalize(self, session.transport.free_tensor_later, name, made)
+        return self
+
+    def _settled(self) -> "DTensor":
+        """This handle once the op that makes it is answered: its metadata filled in, or that
+        op's error raised (with its code, naming this tensor)."""
+        made = self._made
+        if made is None:
+            return self
+        self._session.transport.await_outcome(made, f"the op that makes '{self._name}'")
+        error = made.error()
+        if error is not None:
+            raise type(error)(f"the op that makes '{self._name}' failed: {error.message}",
+                              error.code)
+        reply = made.reply
+        self._update(reply.output)
+        self._redistributions = _redistributions_from_proto(reply)
+        self._made = None
+        made.reply = None  # the answer's message is not kept alive by the handle's finalizer
+        return self
+
+    def _update(self, info: Any) -> None:
+        meta = info.meta
+        self._shape = tuple(int(d) for d in meta.shape.dims)
+        self._dtype = _dt.from_number(meta.dtype)
+        self._placements = tuple(from_proto(p) for p in meta.placements)
+        self._shards = tuple((tuple(s.local_shape), tuple(s.global_offset)) for s in meta.shards)
+        self._nbytes = int(meta.nbytes)
+        self._owner = info.owner
+        self._state = pb.tensor.TensorState.Name(info.state).lower()
+        self._error = info.error
+
+    # -- metadata --------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The tensor's name on the coordinator."""
+        return self._name
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """The global shape."""
+        return self._settled()._shape
+
+    def size(self, dim: Optional[int] = None) -> Union[int, Tuple[int, ...]]:
+        shape = self._settled()._shape
+        return shape if dim is None else shape[dim]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._settled()._shape)
+
+    def dim(self) -> int:
+        return len(self._settled()._shape)
+
+    def numel(self) -> int:
+        return int(np.prod(self._settled()._shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self._settled()._nbytes
+
+    @property
+    def dtype(self) -> _dt.DType:
+        return self._settled()._dtype
+
+    @property
+    def placements(self) -> Tuple[Placement, ...]:
+        """One placement per dim of the (whole) mesh."""
+        return self._settled()._placements
+
+    @property
+    def device_mesh(self) -> DeviceMesh:
+        return self._mesh
+
+    @property
+    def local_shapes(self) -> Tuple[Tuple[int, ...], ...]:
+        """Every rank's local shape, in the mesh's row-major rank order."""
+        return tuple(s[0] for s in self._settled()._shards)
+
+    @property
+    def local_offsets(self) -> Tuple[Tuple[int, ...], ...]:
+        """Every rank's global offset."""
+        return tuple(s[1] for s in self._settled()._shards)
+
+    @property
+    def owner(self) -> str:
+        return self._settled()._owner
+
+    @property
+    def state(self) -> str:
+        """"ready", "pending" or "failed", as of the last reply (``refresh`` asks again)."""
+        return self._settled()._state
+
+    @property
+    def error(self) -> str:
+        return self._settled()._error
+
+    @property
+    def redistributions(self) -> Tuple[InputRedistribution, ...]:
+        """An op's output: the implicit redistributions of its inputs that the op ran."""
+        return self._settled()._redistributions
+
+    @property
+    def session(self) -> Session:
+        return self._session
+
+    def __repr__(self) -> str:
+        try:
+            self._settled()
+        except TesseraError as e:
+            return f"DTensor(name='{self._name}', mesh='{self._mesh.name}', failed: {e})"
+        return (f"DTensor(name='{self._name}', shape={self._shape}, dtype={self._dtype.name}, "
+                f"placements={self._placements}, mesh='{self._mesh.name}')")
+
+    def __len__(self) -> int:
+        shape = self._settled()._shape
+        if not shape:
+            raise TypeError("len() of a 0-d DTensor")
+        return shape[0]
+
+    # -- data ------------------------------------------------------------------------------------
+
+    def full_tensor(self, *, kind: Optional[str] = None, progress: ProgressArg = None) -> Any:
+        """The whole tensor (Partial dims reduced), streamed back: a numpy array, or a torch
+        tensor when the DTensor was made from one (``kind`` "numpy" or "torch" chooses)."""
+        self._settled()
+        dtype, array = self._session.transport.full_tensor(self._name, progress)
+        return wrap_output(array, dtype, kind or self._kind)
+
+    def to_local(self, rank: Optional[int] = None, *, kind: Optional[str] = None) -> Any:
+        """Rank ``rank``'s local tensor (row-major mesh position). One process holds every
+        rank here, so the rank is needed unless the mesh has one rank."""
+        if rank is None:
+            if self._mesh.size() != 1:
+                raise InvalidArgument(f"to_local of '{self._name}': pass the rank (0..."
+                                      f"{self._mesh.size() - 1}); local_tensors() gives them all")
+            rank = 0
+        self._settled()
+        dtype, array = self._session.transport.to_local(self._name, int(rank))
+        return wrap_output(array, dtype, kind or self._kind)
+
+    def local_tensors(self, *, kind: Optional[str] = None) -> List[Any]:
+        """Every rank's local tensor, in the mesh's row-major rank order."""
+        return [self.to_local(r, kind=kind) for r in range(self._mesh.size())]
+
+    def numpy(self) -> np.ndarray:
+        """full_tensor() as a numpy array."""
+        return self.full_tensor(kind="numpy")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def redistribute(self, device_mesh: Optional[DeviceMesh] = None,
+                     placements: Optional[Sequence[Any]] = None, *, async_op: bool = False,
+                     planner: str = "min_cost", name: str = "") -> "DTensor":
+        """DTensor.redistribute(device_mesh, placements): on its mesh by real collectives, or to
+        another mesh (streamed through the coordinator). The result's ``plan`` holds the
+        collectives that ran. It returns once planned (``async_op`` is accepted for torch's
+        signature; the work is asynchronous either way)."""
+        self._settled()
+        mesh = device_mesh if device_mesh is not None else self._mesh
+        if placements is None:  # the same layout, or Replicate on another mesh
+            placements = self._placements if mesh == self._mesh else None
+        root, wire = _layout(mesh, placements)
+        other = "" if root.name == self._mesh.name else root.name
+        reply = self._session.transport.redistribute(self._name, wire, other, name, False,
+                                                     _planner(planner))
+        out = DTensor._adopt(self._session, reply.output, root, kind=self._kind)
+        out.plan = _plan_from_proto(reply.plan)
+        out.relayed_bytes = reply.relayed_bytes
+        return out
+
+    def explain_redistribute(self, placements: Sequence[Any], planner: str = "min_cost"
+                             ) -> RedistributePlan:
+        """The plan redistribute would run on this tensor's mesh, without running it."""
+        _, wire = _layout(self._mesh, placements)
+        self._settled()
+        reply = self._session.transport.redistribute(self._name, wire, "", "", True,
+                                                     _planner(planner))
+        return _plan_from_proto(reply.plan)
+
+    def wait(self, timeout: Optional[float] = None) -> "DTensor":
+        """Waits until the workers have written it; raises their error if they failed."""
+        self._settled()
+        self._session.transport.synchronize([self._name], timeout)
+        self._state = "ready"
+        return self
+
+    synchronize = wait
+
+    def refresh(self) -> "DTensor":
+        """Fresh metadata from the coordinator (state, error)."""
+        self._settled()
+        self._update(self._session.transport.get_tensor(self._name))
+        return self
+
+    def free(self) -> None:
+        """Frees the remote tensor now (the handle is unusable after); raises the error of the
+        op that was to make it, if it failed."""
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        self._settled()
+        self._session.transport.free_tensor(self._name)
+
+    def detach_handle(self) -> "DTensor":
+        """Keeps the remote tensor when the handle goes (free it by name later)."""
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        return self
+
+    # -- ops -------------------------------------------------------------------------------------
+
+    def __add__(self, other: Any) -> "DTensor":
+        return add(self, other)
+
+    def __radd__(self, other: Any) -> "DTensor":
+        return add(other, self)
+
+    def __sub__(self, other: Any) -> "DTensor":
+        return sub(self, other)
+
+    def __rsub__(self, other: Any) -> "DTensor":
+        return sub(other, self)
+
+    def __mul__(self, other: Any) -> "DTensor":
+        return mul(self, other)
+
+    def __rmul__(self, other: Any) -> "DTensor":
+        return mul(other, self)
+
+    def __truediv__(self, other: Any) -> "DTensor":
+        return div(self, other)
+
+    def __rtruediv__(self, other: Any) -> "DTensor":
+        return div(other, self)
+
+    def __neg__(self) -> "DTensor":
+        return mul(self, -1)
+
+    def __matmul__(self, other: "DTensor") -> "DTensor":
+        return matmul(self, other)
+
+    def mm(self, other: "DTensor") -> "DTensor":
+        return mm(self, other)
+
+    def matmul(self, other: "DTensor") -> "DTensor":
+        return matmul(self, other)
+
+    def add(self, other: Any, *, alpha: float = 1) -> "DTensor":
+        return add(self, other, alpha=alpha)
+
+    def sub(self, other: Any, *, alpha: float = 1) -> "DTensor":
+        return sub(self, other, alpha=alpha)
+
+    def mul(self, other: Any) -> "DTensor":
+        return mul(self, other)
+
+    def div(self, other: Any) -> "DTensor":
+        return div(self, other)
+
+    def relu(self) -> "DTensor":
+        return relu(self)
+
+    def gelu(self, approximate: str = "none") -> "DTensor":
+        return gelu(self, approximate=approximate)
+
+    def tanh(self) -> "DTensor":
+        return tanh(self)
+
+    def sum(self, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
+            ) -> "DTensor":
+        return sum(self, dim, keepdim)
+
+    def mean(self, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
+             ) -> "DTensor":
+        return mean(self, dim, keepdim)
+
+    def max(self, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
+            ) -> "DTensor":
+        return max(self, dim, keepdim)
+
+    def amax(self, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
+             ) -> "DTensor":
+        return amax(self, dim, keepdim)
+
+    def transpose(self, dim0: int, dim1: int) -> "DTensor":
+        return transpose(self, dim0, dim1)
+
+    def t(self) -> "DTensor":
+        return t(self)
+
+    @property
+    def T(self) -> "DTensor":  # noqa: N802 - torch's name
+        if self.ndim != 2:
+            raise Unimplemented(f".T of a {self.ndim}-D DTensor: use transpose(dim0, dim1)")
+        return t(self)
+
+    def to(self, dtype: Any) -> "DTensor":
+        """x.to(dtype): a cast on the workers. Devices are the mesh's: ``to("cuda")`` is
+        unsupported."""
+        try:
+            d = _dt.as_dtype(dtype)
+        except ValueError:
+            raise Unimplemented(f"DTensor.to({dtype!r}): only a dtype is supported (a DTensor "
+                                "stays on its mesh's devices)") from None
+        if d == self.dtype:
+            return self
+        return _run(pb.tensor.OP_CAST, [self], dtype=d.number)
+
+    def float(self) -> "DTensor":
+        return self.to(_dt.float32)
+
+    def double(self) -> "DTensor":
+        return self.to(_dt.float64)
+
+    def half(self) -> "DTensor":
+        return self.to(_dt.float16)
+
+    def bfloat16(self) -> "DTensor":
+        return self.to(_dt.bfloat16)
+
+    def int(self) -> "DTensor":
+        return self.to(_dt.int32)
+
+    def long(self) -> "DTensor":
+        return self.to(_dt.int64)
+
+    def bool(self) -> "DTensor":
+        return self.to(_dt.bool)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in TORCH_ONLY:
+            raise unsupported(f"DTensor.{name}")
+        raise AttributeError(f"'DTensor' object has no attribute '{name}'")
+
+    def __getitem__(self, index: Any) -> Any:
+        raise Unimplemented("indexing a DTensor is not supported by the service; redistribute "
+                            "and use full_tensor() or to_local(rank)")
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise Unimplemented("DTensors on the service are not assigned in place")
+
+    def __bool__(self) -> bool:
+        raise Unimplemented("the truth value of a DTensor needs its data: use full_tensor()")
+
+    @staticmethod
+    def from_local(local_tensor: Any, device_mesh: Optional[DeviceMesh] = None,
+                   placements: Optional[Sequence[Any]] = None, *, run_check: bool = False,
+                   shape: Optional[Sequence[int]] = None, stride: Optional[Sequence[int]] = None,
+                   name: str = "", dtype: Any = None) -> "DTensor":
+        """DTensor.from_local: ``local_tensor`` is every rank's local tensor, a list in the
+        whole mesh's row-major rank order, or one tensor that every rank holds. ``shape`` (the
+        global shape) is needed when shards are uneven; ``run_check`` broadcasts the Replicate
+        dims from coordinate 0, as DTensor does; ``dtype`` converts the values first."""
+        root, wire = _layout(device_mesh, placements)
+        if stride is not None:
+            raise Unimplemented("from_local(stride=...): the service keeps tensors row-major")
+        n = root.size()
+        if isinstance(local_tensor, (list, tuple)):
+            if len(local_tensor) != n:
+                raise InvalidArgument(f"from_local on mesh '{root.name}' takes {n} local tensors "
+                                      f"(one per rank), not {len(local_tensor)}")
+            buffers = [as_buffer(t, dtype) for t in local_tensor]
+        else:
+            buffers = [as_buffer(local_tensor, dtype)] * n
+        kind = buffers[0].kind
+        info = device_mesh.session.transport.from_local(buffers, root.name, wire, shape,
+                                                         run_check, name)
+        return DTensor._adopt(device_mesh.session, info, root, kind=kind)
+
+
+def _planner(planner: str) -> int:
+    names = {"min_cost": pb.tensor.MIN_COST, "min-cost": pb.tensor.MIN_COST,
+             "greedy": pb.tensor.GREEDY}
+    if planner not in names:
+        raise InvalidArgument(f"unknown planner '{planner}'; expected min_cost or greedy")
+    return names[planner]
+
+
+# -- making DTensors -----------------------------------------------------------------------------
+
+
+def distribute_tensor(tensor: Any, device_mesh: Optional[DeviceMesh] = None,
+                      placements: Optional[Sequence[Any]] = None, *, src_data_rank: int = 0,
+                      name: str = "", progress: ProgressArg = None, dtype: Any = None
+                      ) -> DTensor:
+    """distribute_tensor(tensor, device_mesh, placements): a numpy array or CPU torch tensor is
+    streamed to the coordinator in 1 MiB chunks and each rank's block routed to its worker as it
+    arrives; replicas are broadcast by the workers from ``src_data_rank``. ``placements``
+    default to Replicate on every dim (torch's default); on a view (``mesh["tp"]``) they apply
+    to its dims, Replicate elsewhere. ``progress``: see tessera.progress. ``dtype`` converts
+    the values first (bfloat16 from floats works without ml_dtypes or torch)."""
+    root, wire = _layout(device_mesh, placements)
+    buffer: HostBuffer = as_buffer(tensor, dtype)
+    info = device_mesh.session.transport.distribute(buffer, root.name, wire, src_data_rank, name,
+                                                     progress)
+    return DTensor._adopt(device_mesh.session, info, root, kind=buffer.kind)
+
+
+def get_tensor(name: str, session: Optional[Session] = None) -> DTensor:
+    """An existing DTensor by name (a module's parameter, another tool's tensor); the handle
+    does not free it."""
+    from .session import get_session
+
+    s = get_session(session)
+    return DTensor._adopt(s, s.transport.get_tensor(name), None, owned=False)
+
+
+_seed_lock = threading.Lock()
+_seed_rng = random.Random()
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the seeds that rand and randn draw when none is given, as torch.manual_seed."""
+    with _seed_lock:
+        _seed_rng.seed(int(seed))
+
+
+def _next_seed() -> int:
+    with _seed_lock:
+        return _seed_rng.getrandbits(63)
+
+
+def _factory(kind: int, size: Tuple[Any, ...], device_mesh: Optional[DeviceMesh],
+             placements: Any, dtype: Any, value: float = 0, seed: int = 0, name: str = ""
+             ) -> DTensor:
+    root, wire = _layout(device_mesh, placements)
+    d = _dt.float32 if dtype is None else _dt.as_dtype(dtype)
+    info = device_mesh.session.transport.create_tensor(kind, root.name, _shape_arg(size), wire, d,
+                                                        value, seed, name)
+    return DTensor._adopt(device_mesh.session, info, root)
+
+
+def zeros(*size: Any, device_mesh: Optional[DeviceMesh] = None,
+          placements: Optional[Sequence[Any]] = None, dtype: Any = None, name: str = ""
+          ) -> DTensor:
+    """torch.distributed.tensor.zeros(*size, device_mesh=..., placements=..., dtype=...)."""
+    return _factory(pb.tensor.ZEROS, size, device_mesh, placements, dtype, name=name)
+
+
+def ones(*size: Any, device_mesh: Optional[DeviceMesh] = None,
+         placements: Optional[Sequence[Any]] = None, dtype: Any = None, name: str = ""
+         ) -> DTensor:
+    """torch.distributed.tensor.ones."""
+    return _factory(pb.tensor.ONES, size, device_mesh, placements, dtype, name=name)
+
+
+def empty(*size: Any, device_mesh: Optional[DeviceMesh] = None,
+          placements: Optional[Sequence[Any]] = None, dtype: Any = None, name: str = ""
+          ) -> DTensor:
+    """torch.distributed.tensor.empty: contents unspecified."""
+    return _factory(pb.tensor.EMPTY, size, device_mesh, placements, dtype, name=name)
+
+
+def full(size: _ShapeArg, fill_value: float, *, device_mesh: Optional[DeviceMesh] = None,
+         placements: Optional[Sequence[Any]] = None, dtype: Any = None, name: str = ""
+         ) -> DTensor:
+    """torch.distributed.tensor.full(size, fill_value, ...)."""
+    size_t = (size,) if isinstance(size, int) else (tuple(size),)
+    return _factory(pb.tensor.FULL, size_t, device_mesh, placements, dtype, value=fill_value,
+                    name=name)
+
+
+def rand(*size: Any, device_mesh: Optional[DeviceMesh] = None,
+         placements: Optional[Sequence[Any]] = None, dtype: Any = None,
+         seed: Optional[int] = None, name: str = "") -> DTensor:
+    """torch.distributed.tensor.rand: uniform [0, 1). Values depend on (seed, global index)
+    only, so a shard equals that slice of the whole random tensor whatever the layout. Without
+    ``seed``, the next of tessera.manual_seed's sequence."""
+    return _factory(pb.tensor.RAND, size, device_mesh, placements, dtype,
+                    seed=_next_seed() if seed is None else seed, name=name)
+
+
+def randn(*size: Any, device_mesh: Optional[DeviceMesh] = None,
+          placements: Optional[Sequence[Any]] = None, dtype: Any = None,
+          seed: Optional[int] = None, name: str = "") -> DTensor:
+    """torch.distributed.tensor.randn: standard normal, offset-based as rand."""
+    return _factory(pb.tensor.RANDN, size, device_mesh, placements, dtype,
+                    seed=_next_seed() if seed is None else seed, name=name)
+
+
+# -- ops -----------------------------------------------------------------------------------------
+
+
+def _run(kind: int, inputs: Sequence[DTensor], **attributes: Any) -> DTensor:
+    """Runs an op on the service with sharding propagation; the output's ``redistributions``
+    list the implicit redistributions the chosen strategy needed."""
+    first = inputs[0]
+    for x in inputs:
+        if not isinstance(x, DTensor):
+            raise InvalidArgument(f"{pb.tensor.OpKind.Name(kind).lower()[3:]} takes DTensors, "
+                                  f"not {type(x).__name__}")
+        if x.session is not first.session:
+            raise InvalidArgument("an op's DTensors must come from one session")
+    op = pb.tensor.OpCall(kind=kind, **attributes)
+    session = first.session
+    transport = session.transport
+    if transport.op_stream is None:
+        reply = transport.run_op(op, [x.name for x in inputs])
+        out = DTensor._adopt(session, reply.output, first.device_mesh, kind=first._kind)
+        out._redistributions = _redistributions_from_proto(reply)
+        return out
+    pending: List[Outcome] = []
+    for x in inputs:
+        made = x._made
+        if made is not None:
+            if made.failed:
+                x._settled()  # raises why the input does not exist
+            if not made.done:
+                pending.append(made)
+    name = session.next_tensor_name()
+    made = transport.run_op_on_stream(op, [x.name for x in inputs], name, tuple(pending))
+    return DTensor._on_stream(session, name, first.device_mesh, first._kind, made)
+
+
+def _redistributions_from_proto(reply: Any) -> Tuple[InputRedistribution, ...]:
+    """An OpReply's implicit redistributions."""
+    return tuple(
+        InputRedistribution(r.input, tuple(from_proto(p) for p in r.from_placements),
+                            tuple(from_proto(p) for p in r.to_placements),
+                            _plan_from_proto(r.plan))
+        for r in reply.redistributions)
+
+
+def _operands(a: Any, b: Any) -> Tuple[DTensor, DTensor]:
+    """Two DTensors for a binary op: a Python scalar becomes a 0-d Replicate DTensor of the
+    other's dtype (a float scalar with an integer tensor casts the tensor to float32, as torch's
+    promotion does)."""
+    if isinstance(a, DTensor) and isinstance(b, DTensor):
+        return a, b
+    tensor = a if isinstance(a, DTensor) else b
+    scalar = b if tensor is a else a
+    if isinstance(tensor, DTensor) and isinstance(scalar, (int, float, np.number, np.bool_)) \
+            and not is_torch_tensor(scalar):
+        if isinstance(scalar, (float, np.floating)) and not tensor.dtype.is_floating:
+            tensor = tensor.to(_dt.float32)
+        mesh = tensor.device_mesh
+        s = full((), float(scalar), device_mesh=mesh, placements=[Replicate()] * mesh.ndim,
+                 dtype=tensor.dtype)
+        return (tensor, s) if a is not scalar else (s, tensor)
+    raise Unimplemented(f"ops between a DTensor and {type(scalar).__name__} are not supported: "
+                        "distribute the other operand too")
+
+
+def add(input: Any, other: Any, *, alpha: float = 1) -> DTensor:
+    """input + alpha * other (broadcasting; scalars allowed)."""
+    a, b = _operands(input, other)
+    if alpha != 1:
+        b = mul(b, alpha)
+    return _run(pb.tensor.OP_ADD, [a, b])
+
+
+def sub(input: Any, other: Any, *, alpha: float = 1) -> DTensor:
+    """input - alpha * other."""
+    a, b = _operands(input, other)
+    if alpha != 1:
+        b = mul(b, alpha)
+    return _run(pb.tensor.OP_SUB, [a, b])
+
+
+def mul(input: Any, other: Any) -> DTensor:
+    """input * other (broadcasting)."""
+    return _run(pb.tensor.OP_MUL, list(_operands(input, other)))
+
+
+def div(input: Any, other: Any, *, rounding_mode: Optional[str] = None) -> DTensor:
+    """input / other (true division; floating dtypes)."""
+    if rounding_mode is not None:
+        raise Unimplemented(f"div(rounding_mode={rounding_mode!r}) is not supported by the service")
+    return _run(pb.tensor.OP_DIV, list(_operands(input, other)))
+
+
+def mm(input: DTensor, mat2: DTensor) -> DTensor:
+    """torch.mm: 2-D by 2-D, with DTensor's matmul strategies (S(0)xR->S(0), RxS(1)->S(1),
+    S(1)xS(0)->Partial(sum), RxR->R)."""
+    return _run(pb.tensor.OP_MM, [input, mat2])
+
+
+def matmul(input: DTensor, other: DTensor) -> DTensor:
+    """torch.matmul with a 2-D ``other``."""
+    return _run(pb.tensor.OP_MATMUL, [input, other])
+
+
+def addmm(input: DTensor, mat1: DTensor, mat2: DTensor, *, beta: float = 1, alpha: float = 1
+          ) -> DTensor:
+    """beta * input + alpha * (mat1 @ mat2)."""
+    extra = {} if beta == 1 and alpha == 1 else dict(alpha=alpha, beta=beta, has_alpha_beta=True)
+    return _run(pb.tensor.OP_ADDMM, [input, mat1, mat2], **extra)
+
+
+def relu(input: DTensor) -> DTensor:
+    return _run(pb.tensor.OP_RELU, [input])
+
+
+def gelu(input: DTensor, approximate: str = "none") -> DTensor:
+    """gelu with the exact erf (torch's default); approximate="tanh" is not supported."""
+    if approximate != "none":
+        raise Unimplemented(f"gelu(approximate={approximate!r}): the service's gelu is the exact "
+                            "erf form")
+    return _run(pb.tensor.OP_GELU, [input])
+
+
+def tanh(input: DTensor) -> DTensor:
+    return _run(pb.tensor.OP_TANH, [input])
+
+
+def _dims(dim: Optional[Union[int, Sequence[int]]]) -> List[int]:
+    if dim is None:
+        return []
+    return [int(dim)] if isinstance(dim, (int, np.integer)) else [int(d) for d in dim]
+
+
+def sum(input: DTensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
+        ) -> DTensor:  # noqa: A001 - torch's name
+    """Sum over ``dim`` (int or ints; None: every dim)."""
+    return _run(pb.tensor.OP_SUM, [input], dims=_dims(dim), keepdim=keepdim)
+
+
+def mean(input: DTensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
+         ) -> DTensor:
+    """Mean over ``dim``; exact over uneven shards (the local sums divided by the global count)."""
+    return _run(pb.tensor.OP_MEAN, [input], dims=_dims(dim), keepdim=keepdim)
+
+
+def amax(input: DTensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
+         ) -> DTensor:
+    """Maximum over ``dim``."""
+    return _run(pb.tensor.OP_MAX, [input], dims=_dims(dim), keepdim=keepdim)
+
+
+def max(input: DTensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
+        ) -> DTensor:  # noqa: A001 - torch's name
+    """torch.max(x) (the maximum) or, with ``dim``, the values of torch.max(x, dim) (as amax;
+    the service computes no indices)."""
+    return amax(input, dim, keepdim)
+
+
+def transpose(input: DTensor, dim0: int, dim1: int) -> DTensor:
+    """Swaps two dims (placements follow: Shard(dim0) becomes Shard(dim1))."""
+    return _run(pb.tensor.OP_TRANSPOSE, [input], dim0=dim0, dim1=dim1)
+
+
+def t(input: DTensor) -> DTensor:
+    """transpose(0, 1) of a 2-D tensor."""
+    if input.ndim != 2:
+        raise InvalidArgument(f"t() takes a 2-D DTensor, not {input.ndim}-D {input.shape}")
+    return transpose(input, 0, 1)

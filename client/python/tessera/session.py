@@ -1,0 +1,205 @@
+"""A connection to tessera-coordinator: one channel, a client id, deadlines, and the lease that
+keeps this client's tensors alive. ``tessera.connect(address)`` makes one and sets it as the
+default that every other call uses, as ``torch.distributed.init_process_group`` does."""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import secrets
+import threading
+from typing import Any, List, Optional
+
+import grpc
+
+from .errors import FailedPrecondition, Unavailable
+from .transport import Transport
+
+__all__ = ["Session", "connect", "get_session", "set_session", "DEFAULT_TIMEOUT",
+           "TRANSFER_TIMEOUT"]
+
+#: The deadline of a plain call, in seconds.
+DEFAULT_TIMEOUT = 60.0
+#: The deadline of a call that moves tensor bytes (streams, forwards), in seconds.
+TRANSFER_TIMEOUT = 600.0
+# Messages up to this size (module forwards carry their tensors inline).
+_MAX_MESSAGE_BYTES = 1 << 30
+
+
+class Session:
+    """A connection to tessera-coordinator as one client.
+
+    Every call it makes has a deadline (``timeout`` for plain calls, ``transfer_timeout`` for
+    those that stream tensors) and raises a :class:`tessera.TesseraError` subclass carrying the
+    service's code and message. With ``keep_alive`` it renews a lease in the background; tensors of
+    a client that makes no call for the coordinator's grace period (60 s) are reclaimed. With
+    ``op_stream`` (the default) DTensor ops and frees go on one ordered stream without waiting
+    for their answers (see tessera.dtensor); ``op_stream=False`` makes one unary call each. Use
+    it as a context manager, or call :meth:`close`. Thread-safe."""
+
+    def __init__(self, address: str, *, client_id: Optional[str] = None,
+                 timeout: float = DEFAULT_TIMEOUT, transfer_timeout: float = TRANSFER_TIMEOUT,
+                 keep_alive: bool = True, connect_timeout: Optional[float] = None,
+                 op_stream: bool = True) -> None:
+        self.address = address
+        self.client_id = client_id or f"py-{secrets.token_hex(8)}"
+        self.timeout = float(timeout)
+        self.transfer_timeout = float(transfer_timeout)
+        self._channel = grpc.insecure_channel(address, options=[
+            ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+        ])
+        wait = self.timeout if connect_timeout is None else float(connect_timeout)
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=wait)
+        except grpc.FutureTimeoutError:
+            self._channel.close()
+            raise Unavailable(f"cannot reach tessera-coordinator at {address} within {wait:g} s") \
+                from None
+        self.transport = Transport(self._channel, self.client_id, self.timeout,
+                                   self.transfer_timeout, op_stream=op_stream)
+        # Names of the op outputs this session picks: a random prefix (unique among sessions)
+        # and a counter.
+        self._tensor_prefix = f"p{secrets.token_hex(6)}-"
+        self._tensor_numbers = itertools.count(1)
+        self._closed = False
+        self._lock = threading.Lock()
+        self._owned_meshes: List[str] = []
+        self._stop = threading.Event()
+        self._keeper: Optional[threading.Thread] = None
+        if keep_alive:
+            grace_s = self.transport.keep_alive()
+            period = max(grace_s / 4.0, 0.02)
+            self._keeper = threading.Thread(target=self._keep_alive, args=(period,),
+                                            name="tessera-lease", daemon=True)
+            self._keeper.start()
+
+    def _keep_alive(self, period: float) -> None:
+        while not self._stop.wait(period):
+            try:
+                self.transport.keep_alive(timeout=period)
+            except Exception:  # a missed renewal is tried again next period
+                pass
+
+    def next_tensor_name(self) -> str:
+        """A fresh name for a tensor this session makes (no '/', not starting with '.')."""
+        return f"{self._tensor_prefix}{next(self._tensor_numbers)}"
+
+    @property
+    def op_stream(self) -> bool:
+        """Whether DTensor ops and frees go on the ordered op stream."""
+        return self.transport.op_stream is not None
+
+    @property
+    def channel(self) -> grpc.Channel:
+        """The gRPC channel (for other services on the coordinator's port, e.g. KServe)."""
+        return self._channel
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def own_mesh(self, name: str) -> None:
+        """Deletes mesh ``name`` when the session closes (meshes it named itself)."""
+        with self._lock:
+            self._owned_meshes.append(name)
+
+    def close(self) -> None:
+        """Frees what this session made and may free (its unnamed meshes, pending frees), stops
+        the lease and closes the channel. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            meshes, self._owned_meshes = self._owned_meshes, []
+        self._stop.set()
+        self.transport.drain_frees()
+        for name in meshes:
+            try:
+                self.transport.delete_mesh(name)
+            except Exception:
+                pass
+        if self._keeper is not None:
+            self._keeper.join(timeout=5)
+        self.transport.close()
+        self._channel.close()
+        global _default
+        if _default is self:
+            _default = None
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # Workers, meshes and tensors as the coordinator lists them.
+
+    def list_workers(self) -> List[Any]:
+        """Every registered worker (``tessera.v1.WorkerInfo`` messages)."""
+        return list(self.transport.list_workers())
+
+    def list_meshes(self) -> List[Any]:
+        """Every mesh (``tessera.v1.MeshInfo`` messages)."""
+        return list(self.transport.list_meshes())
+
+    def list_tensors(self, mesh: str = "") -> List[Any]:
+        """Every DTensor, or those on ``mesh`` (``tessera.v1.TensorInfo`` messages)."""
+        return list(self.transport.list_tensors(mesh))
+
+    def synchronize(self, timeout: Optional[float] = None) -> None:
+        """Waits until every tensor of this client is written; raises the first failure."""
+        self.transport.synchronize([], timeout)
+
+    def __repr__(self) -> str:
+        return f"tessera.Session({self.address!r}, client_id={self.client_id!r})"
+
+
+_default: Optional[Session] = None
+_default_lock = threading.Lock()
+
+
+def connect(address: Optional[str] = None, **options: Any) -> Session:
+    """Connects to tessera-coordinator at ``address`` (host:port; default
+    ``$TESSERA_COORDINATOR``) and makes the session the default one. Usable as a context
+    manager: ``with tessera.connect("127.0.0.1:50051") as session: ...``. Options: see
+    :class:`Session`."""
+    global _default
+    address = address or os.environ.get("TESSERA_COORDINATOR")
+    if not address:
+        raise FailedPrecondition("no coordinator address: pass one to tessera.connect() or set "
+                                 "$TESSERA_COORDINATOR")
+    session = Session(address, **options)
+    with _default_lock:
+        _default = session
+    return session
+
+
+def set_session(session: Optional[Session]) -> None:
+    """Makes ``session`` the default one."""
+    global _default
+    with _default_lock:
+        _default = session
+
+
+def get_session(session: Optional[Session] = None) -> Session:
+    """``session``, else the default session, connecting to ``$TESSERA_COORDINATOR`` when there
+    is none yet."""
+    if session is not None:
+        return session
+    if _default is None or _default.closed:
+        if os.environ.get("TESSERA_COORDINATOR"):
+            return connect()
+        raise FailedPrecondition("not connected: call tessera.connect(address) first")
+    return _default
+
+
+@atexit.register
+def _close_default() -> None:
+    if _default is not None:
+        try:
+            _default.close()
+        except Exception:
+            pass
+
