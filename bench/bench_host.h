@@ -3,14 +3,19 @@
 #define TESSERA_BENCH_BENCH_HOST_H_
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -77,6 +82,39 @@ inline absl::Status WriteJsonFile(const std::string& path, const nlohmann::order
   if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
   f << results.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   return f ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));
+}
+
+// utime + stime of `pid` in milliseconds.
+inline double CpuMillis(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));  // from field 3, the state
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// The pid of this process's child running `binary_name` (the coordinator LocalCluster forked).
+inline absl::StatusOr<pid_t> ChildNamed(const std::string& binary_name) {
+  const pid_t self = getpid();
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream status(entry.path() / "status");
+    std::string line, name;
+    pid_t ppid = -1;
+    while (std::getline(status, line)) {
+      if (line.rfind("Name:", 0) == 0) std::istringstream(line.substr(5)) >> name;
+      if (line.rfind("PPid:", 0) == 0) std::istringstream(line.substr(5)) >> ppid;
+    }
+    // The kernel keeps 15 characters of the name.
+    if (ppid == self && name == binary_name.substr(0, 15)) return std::stoi(pid);
+  }
+  return absl::NotFoundError(absl::StrCat("no child process ", binary_name));
 }
 
 }  // namespace tessera::bench

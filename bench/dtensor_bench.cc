@@ -117,23 +117,9 @@ struct Pids {
   std::vector<pid_t> workers;
 };
 
-// utime + stime of `pid` in milliseconds.
-double CpuMillis(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream fields(text.substr(text.rfind(')') + 2));  // from field 3, the state
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) stime = std::stod(field);
-  }
-  return (utime + stime) * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 Cpu CpuNow(const Pids& pids) {
-  Cpu c{CpuMillis(getpid()), CpuMillis(pids.coordinator), 0};
-  for (pid_t w : pids.workers) c.workers += CpuMillis(w);
+  Cpu c{bench::CpuMillis(getpid()), bench::CpuMillis(pids.coordinator), 0};
+  for (pid_t w : pids.workers) c.workers += bench::CpuMillis(w);
   return c;
 }
 
@@ -204,25 +190,6 @@ absl::Status RunProcesses(const std::vector<std::vector<std::string>>& argvs,
     }
   }
   return status;
-}
-
-// The pid of this process's child running `binary_name` (the coordinator LocalCluster forked).
-absl::StatusOr<pid_t> ChildNamed(const std::string& binary_name) {
-  const pid_t self = getpid();
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string pid = entry.path().filename().string();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream status(entry.path() / "status");
-    std::string line, name;
-    pid_t ppid = -1;
-    while (std::getline(status, line)) {
-      if (line.rfind("Name:", 0) == 0) std::istringstream(line.substr(5)) >> name;
-      if (line.rfind("PPid:", 0) == 0) std::istringstream(line.substr(5)) >> ppid;
-    }
-    // The kernel keeps 15 characters of the name.
-    if (ppid == self && name == binary_name.substr(0, 15)) return std::stoi(pid);
-  }
-  return absl::NotFoundError(absl::StrCat("no child process ", binary_name));
 }
 
 // A field of /proc/<pid>/status in MiB (VmRSS, VmHWM).
@@ -754,7 +721,7 @@ absl::Status Run(const std::string& dir, Results& r) {
   options.log_dir = dir + "/cluster";
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
   if (!cluster.ok()) return cluster.status();
-  absl::StatusOr<pid_t> coordinator = ChildNamed("tessera-coordinator");
+  absl::StatusOr<pid_t> coordinator = bench::ChildNamed("tessera-coordinator");
   if (!coordinator.ok()) return coordinator.status();
   Pids pids{*coordinator, {}};
   for (int i = 0; i < kWorkers; ++i) pids.workers.push_back((*cluster)->worker_pid(i));

@@ -141,38 +141,6 @@ Stats Summarize(std::vector<double> us) {
           std::accumulate(us.begin(), us.end(), 0.0) / n, us.front(), static_cast<int>(n)};
 }
 
-// utime + stime of `pid` in milliseconds.
-double CpuMillis(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream fields(text.substr(text.rfind(')') + 2));  // from field 3, the state
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) stime = std::stod(field);
-  }
-  return (utime + stime) * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-// The pid of this process's child running `binary_name` (the coordinator LocalCluster forked).
-absl::StatusOr<pid_t> ChildNamed(const std::string& binary_name) {
-  const pid_t self = getpid();
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string pid = entry.path().filename().string();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream status(entry.path() / "status");
-    std::string line, name;
-    pid_t ppid = -1;
-    while (std::getline(status, line)) {
-      if (line.rfind("Name:", 0) == 0) std::istringstream(line.substr(5)) >> name;
-      if (line.rfind("PPid:", 0) == 0) std::istringstream(line.substr(5)) >> ppid;
-    }
-    if (ppid == self && name == binary_name.substr(0, 15)) return std::stoi(pid);
-  }
-  return absl::NotFoundError(absl::StrCat("no child process ", binary_name));
-}
-
 // The value of `name` in the environment of process `pid`; "(unset)" if absent.
 std::string EnvironmentOf(pid_t pid, const std::string& name) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/environ"));
@@ -192,8 +160,8 @@ struct Processes {
   pid_t coordinator = -1;
   std::vector<pid_t> workers;
   Cpu Now() const {
-    Cpu c{CpuMillis(coordinator), 0};
-    for (pid_t w : workers) c.workers += CpuMillis(w);
+    Cpu c{bench::CpuMillis(coordinator), 0};
+    for (pid_t w : workers) c.workers += bench::CpuMillis(w);
     return c;
   }
 };
@@ -580,7 +548,7 @@ absl::Status Run(const std::string& dir, Results& r) {
   options.worker_binary = absl::GetFlag(FLAGS_worker_binary);
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   Processes processes;
-  ASSIGN_OR_RETURN(processes.coordinator, ChildNamed("tessera-coordinator"));
+  ASSIGN_OR_RETURN(processes.coordinator, bench::ChildNamed("tessera-coordinator"));
   for (int i = 0; i < kWorkers; ++i) processes.workers.push_back(cluster->worker_pid(i));
   for (pid_t w : processes.workers) {
     absl::StrAppend(&r.openblas_workers, r.openblas_workers.empty() ? "" : ", ",

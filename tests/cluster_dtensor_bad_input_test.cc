@@ -201,7 +201,16 @@ class DTensorBadInputTest : public ::testing::Test {
       Prepare(&hold->context_);
       v1::FullTensorRequest request;
       request.set_name(hold->partial_->name());
-      hold->reader_ = stub_->FullTensor(&hold->context_, request);
+      // A channel of its own whose flow-control window stays small: on a shared channel, earlier
+      // transfers can grow the window (BDP probing) until the whole stream fits in the client's
+      // buffers, and the workers then drop the copy before the hold is measured.
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1 << 20);
+      args.SetMaxReceiveMessageSize(64 << 20);
+      hold->channel_stub_ = v1::DTensorService::NewStub(grpc::CreateCustomChannel(
+          cluster_->cluster->address(), grpc::InsecureChannelCredentials(), args));
+      hold->reader_ = hold->channel_stub_->FullTensor(&hold->context_, request);
       v1::TensorData first;
       if (!hold->reader_->Read(&first)) return absl::InternalError("FullTensor sent nothing");
       // The worker holds the tensor and its copy (the tests leave little else on it).
@@ -239,6 +248,7 @@ class DTensorBadInputTest : public ::testing::Test {
     int64_t worker_ = 0;
     bool mesh_ = false;
     std::unique_ptr<DTensor> partial_;
+    std::unique_ptr<v1::DTensorService::Stub> channel_stub_;  // its own channel
     grpc::ClientContext context_;
     std::unique_ptr<grpc::ClientReader<v1::TensorData>> reader_;
   };
