@@ -3,7 +3,12 @@
 # suite on cuda:0, the NCCL communicator suite (every collective x dtype x reduce op, on 1 to 4
 # ranks as GPUs allow), the worker's command executor and module programs with every rank on a GPU,
 # the DTensor and module cluster suites on a cuda mesh (4 GPUs), and `tessera up --device cuda
-# --selfcheck`; then a summary of what ran, on what, and how it went.
+# --selfcheck`; then a summary of what ran, on what, and how it went. With TESSERA_GPU_BENCH=1,
+# `run` also measures: collectives through the service against raw NCCL (collectives_bench
+# --device=cuda, raw_nccl_peer) and distribute / full_tensor / redistribute on a cuda mesh against a
+# raw gRPC stream and raw NCCL (dtensor_bench --device=cuda), and the tensor-parallel MLP and
+# transformer block on GPU workers against one GPU running the same kernels (module_bench
+# --device=cuda); their tables are in the logs.
 #
 # It runs where the GPU is, which need not have a compiler, Debian's -dev packages or a network:
 #
@@ -29,6 +34,8 @@ repo="$(pwd)"
 tests=(cuda_kernels_test cuda_vs_cpu_test communicator_test command_executor_test
   program_runner_test cluster_dtensor_test cluster_module_test)
 daemons=(tessera-worker tessera-coordinator tessera)
+# The benchmarks and their yardsticks (bench/), run with TESSERA_GPU_BENCH=1.
+benches=(collectives_bench dtensor_bench module_bench raw_nccl_peer raw_grpc_peer)
 # Libraries the GPU machine provides: the driver, the CUDA runtime, cuBLAS and NCCL.
 gpu_stack='^(libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia)[.-]'
 # glibc's libraries, which must match the machine's dynamic loader.
@@ -44,10 +51,11 @@ bundle() {
     echo "run-gpu-checks: $build is not a CUDA build (configure it with -DTESSERA_CUDA=ON)" >&2
     exit 2
   }
-  cmake --build "$build" -j"$(nproc)" --target "${tests[@]}" "${daemons[@]}"
+  cmake --build "$build" -j"$(nproc)" --target "${tests[@]}" "${daemons[@]}" "${benches[@]}"
   rm -rf "$out" && mkdir -p "$out/bin" "$out/lib"
   local f
   for f in "${tests[@]}"; do cp "$build/tests/$f" "$out/bin/"; done
+  for f in "${benches[@]}"; do cp "$build/bench/$f" "$out/bin/"; done
   cp "$build/worker/tessera-worker" "$build/server/tessera-coordinator" "$build/client/tessera" \
     "$out/bin/"
   strip --strip-debug "$out"/bin/*
@@ -215,6 +223,15 @@ run() {
   suite "module suite on a cuda mesh" 4 env TESSERA_TEST_DEVICE=cuda \
     "$bin/cluster_module_test" --gtest_brief=1
   suite "tessera up --device cuda --selfcheck" 1 "$bin/tessera" up --device cuda --selfcheck
+  if [ "${TESSERA_GPU_BENCH:-0}" = 1 ]; then
+    suite "bench: collectives vs raw NCCL" 1 "$bin/collectives_bench" --device=cuda --rounds=2 \
+      --json="$logs/collectives_cuda.json"
+    suite "bench: DTensor transfers on cuda" 1 "$bin/dtensor_bench" --device=cuda --rounds=3 \
+      --memory_bytes=268435456 --latency_iterations=300 --pipelined_ops=300 \
+      --json="$logs/dtensor_cuda.json"
+    suite "bench: TP modules on cuda vs one GPU" 1 "$bin/module_bench" --device=cuda \
+      --sections=mlp,step,block --rounds=3 --json="$logs/module_cuda.json"
+  fi
 
   echo
   printf '%-40s %-8s %-40s %6s  %s\n' "suite" "result" "cases" "time" "log"
