@@ -54,19 +54,24 @@
 #include "core/release_mode.h"
 #include "tessera/tessera.h"
 
-ABSL_FLAG(std::string, workers, "2,4", "Comma-separated worker counts");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu: Gloo workers against raw Gloo; cuda: a worker per GPU against raw NCCL");
+ABSL_FLAG(std::string, workers, "2,4",
+          "Comma-separated worker counts (with --device=cuda, those above the visible GPUs are "
+          "dropped; if none is left, every GPU)");
 ABSL_FLAG(std::string, bytes, "4096,65536,1048576,16777216,67108864",
           "Comma-separated sizes in bytes (the whole array, as nccl-tests)");
 ABSL_FLAG(std::string, iterations, "30,20,10,3,3",
           "Timed calls per round, one entry per --bytes entry");
 ABSL_FLAG(std::string, warmup, "5,5,3,1,1",
           "Untimed calls before each collective's timed ones, one entry per --bytes entry");
-ABSL_FLAG(int, rounds, 3, "Alternations of raw Gloo and the service per size");
+ABSL_FLAG(int, rounds, 3, "Alternations of the raw peer and the service per size");
 ABSL_FLAG(int, rtt_calls, 50, "GetMesh calls per size for the gRPC round trip");
 ABSL_FLAG(int, bursts, 3,
           "Back-to-back samples per collective, size and round, each a burst of "
           "--iterations calls over --iterations (nccl-tests' time); 0 skips them");
-ABSL_FLAG(std::string, raw_peer, "", "raw_gloo_peer binary; found beside this program if empty");
+ABSL_FLAG(std::string, raw_peer, "",
+          "raw_gloo_peer (cpu) or raw_nccl_peer (cuda) binary; found beside this program if empty");
 ABSL_FLAG(std::string, torch_python, "", "Python with torch for the torch.distributed peer");
 ABSL_FLAG(std::string, torch_peer, "", "Path of bench/torch_peer.py");
 ABSL_FLAG(std::string, json, "", "Where to write the results as JSON");
@@ -179,8 +184,12 @@ absl::Status ReadPeerSamples(const std::string& path, Samples& samples) {
   return absl::OkStatus();
 }
 
-// Runs round `round` of the raw Gloo peer as `n` processes on one size.
-absl::Status RunRawGloo(const std::string& binary, const std::string& dir, int n, int64_t bytes,
+// "raw Gloo" or "raw NCCL": the yardstick of --device.
+std::string RawName() { return absl::GetFlag(FLAGS_device) == "cuda" ? "raw NCCL" : "raw Gloo"; }
+
+// Runs round `round` of the raw peer (raw_gloo_peer or raw_nccl_peer, which take the same flags)
+// as `n` processes on one size.
+absl::Status RunRawPeer(const std::string& binary, const std::string& dir, int n, int64_t bytes,
                         int64_t iterations, int64_t warmup, int round, Samples& samples) {
   const std::string tag = absl::StrCat("raw_", n, "_", bytes, "_", round);
   const std::string store = absl::StrCat(dir, "/", tag, "_store");
@@ -336,10 +345,11 @@ absl::StatusOr<Timing> TimeRoundTrip(client::Session& session) {
   return Summarize(std::move(us));
 }
 
-// Measures every size on a fresh cluster of `n` workers, raw Gloo first at each size.
+// Measures every size on a fresh cluster of `n` workers, the raw peer first at each size.
 absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
                                               const std::string& raw_peer) {
   LocalClusterOptions options;
+  options.device = absl::GetFlag(FLAGS_device);
   options.workers = n;
   options.log_dir = absl::StrCat(dir, "/cluster_", n);
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
@@ -353,7 +363,7 @@ absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
   client::MeshOptions mesh_options;
   mesh_options.collective_timeout = absl::Seconds(120);
   absl::StatusOr<client::MeshInfo> mesh =
-      client::InitDeviceMesh(c, "cpu", {n}, {}, kMesh, mesh_options);
+      client::InitDeviceMesh(c, absl::GetFlag(FLAGS_device), {n}, {}, kMesh, mesh_options);
   if (!mesh.ok()) return mesh.status();
 
   const std::vector<int64_t> sizes = ParseList(absl::GetFlag(FLAGS_bytes));
@@ -367,7 +377,7 @@ absl::StatusOr<std::vector<Row>> MeasureGroup(int n, const std::string& dir,
     if (absl::Status st = Upload(c, n, "g", bytes / n); !st.ok()) return st;
     for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
       if (absl::Status st =
-              RunRawGloo(raw_peer, dir, n, bytes, iterations[s], warmup[s], round, raw);
+              RunRawPeer(raw_peer, dir, n, bytes, iterations[s], warmup[s], round, raw);
           !st.ok()) {
         return st;
       }
@@ -454,8 +464,8 @@ void PrintTable(const std::vector<Row>& rows, bool torch) {
     smallest = std::min(smallest, r.bytes);
     largest = std::max(largest, r.bytes);
   }
-  std::printf("\nAims: at %s busbw >= 0.9x raw Gloo; at %s latency <= raw + one gRPC round trip\n",
-              SizeName(largest).c_str(), SizeName(smallest).c_str());
+  std::printf("\nAims: at %s busbw >= 0.9x %s; at %s latency <= raw + one gRPC round trip\n",
+              SizeName(largest).c_str(), RawName().c_str(), SizeName(smallest).c_str());
   for (const Row& r : rows) {
     if (r.bytes == largest) {
       const double ratio = r.raw.median_us / r.tessera.median_us;
@@ -487,24 +497,26 @@ absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
          {"calls", r.tessera.calls},
          {"tessera_median_us", bench::JsonNumber(r.tessera.median_us)},
          {"tessera_min_us", bench::JsonNumber(r.tessera.min_us)},
-         {"raw_gloo_median_us", bench::JsonNumber(r.raw.median_us)},
-         {"raw_gloo_min_us", bench::JsonNumber(r.raw.min_us)},
+         {"raw_median_us", bench::JsonNumber(r.raw.median_us)},
+         {"raw_min_us", bench::JsonNumber(r.raw.min_us)},
          {"torch_median_us", bench::JsonNumber(r.torch.median_us)},
          {"tessera_busbw_gbps", bench::JsonNumber(BusBw(r, r.tessera.median_us))},
-         {"raw_gloo_busbw_gbps", bench::JsonNumber(BusBw(r, r.raw.median_us))},
+         {"raw_busbw_gbps", bench::JsonNumber(BusBw(r, r.raw.median_us))},
          {"torch_busbw_gbps", bench::JsonNumber(BusBw(r, r.torch.median_us))},
          {"tessera_over_raw", bench::JsonNumber(r.raw.median_us / r.tessera.median_us)},
          {"torch_over_raw", bench::JsonNumber(r.raw.median_us / r.torch.median_us)},
          {"tessera_stream_burst_us", bench::JsonNumber(r.tessera_burst.median_us)},
          {"tessera_async_burst_us", bench::JsonNumber(r.tessera_async.median_us)},
          {"torch_burst_us", bench::JsonNumber(r.torch_burst.median_us)},
-         {"raw_gloo_burst_us", bench::JsonNumber(r.raw_burst.median_us)},
+         {"raw_burst_us", bench::JsonNumber(r.raw_burst.median_us)},
          {"grpc_rtt_us", bench::JsonNumber(r.rtt_us)}});
   }
   const nlohmann::ordered_json results = {
       {"benchmark", "collectives_bench"},
       {"date", bench::LocalDate()},
       {"machine", bench::MachineJson(load_at_start)},
+      {"device", absl::GetFlag(FLAGS_device)},
+      {"raw_peer", RawName()},
       {"dtype", "float32"},
       {"bytes", ParseList(absl::GetFlag(FLAGS_bytes))},
       {"iterations_per_round", ParseList(absl::GetFlag(FLAGS_iterations))},
@@ -515,7 +527,29 @@ absl::Status WriteJson(const std::string& path, const std::vector<Row>& rows,
 }
 
 int Main() {
-  const std::vector<int64_t> workers = ParseList(absl::GetFlag(FLAGS_workers));
+  std::vector<int64_t> workers = ParseList(absl::GetFlag(FLAGS_workers));
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu" && device != "cuda") {
+    std::fprintf(stderr, "--device must be cpu or cuda, not '%s'\n", device.c_str());
+    return 2;
+  }
+  if (device == "cuda") {
+    absl::StatusOr<std::string> worker = FindDaemonBinary("tessera-worker");
+    absl::StatusOr<std::vector<std::string>> gpus =
+        worker.ok() ? ListWorkerCudaDevices(*worker) : worker.status();
+    if (!gpus.ok()) {
+      std::printf("collectives_bench --device=cuda skipped: %s\n",
+                  std::string(gpus.status().message()).c_str());
+      return 0;
+    }
+    const auto visible = static_cast<int64_t>(gpus->size());
+    std::erase_if(workers, [&](int64_t n) { return n > visible; });
+    if (workers.empty()) workers = {visible};
+    if (!absl::GetFlag(FLAGS_torch_python).empty()) {
+      std::fprintf(stderr, "the torch peer runs gloo on the CPU: not run with --device=cuda\n");
+      absl::SetFlag(&FLAGS_torch_python, "");
+    }
+  }
   const size_t sizes = ParseList(absl::GetFlag(FLAGS_bytes)).size();
   if (sizes == 0 || ParseList(absl::GetFlag(FLAGS_iterations)).size() != sizes ||
       ParseList(absl::GetFlag(FLAGS_warmup)).size() != sizes || absl::GetFlag(FLAGS_rounds) < 1) {
@@ -528,7 +562,9 @@ int Main() {
     return 2;
   }
   std::string raw_peer = absl::GetFlag(FLAGS_raw_peer);
-  if (raw_peer.empty()) raw_peer = SelfDirectory() + "/raw_gloo_peer";
+  if (raw_peer.empty()) {
+    raw_peer = SelfDirectory() + (device == "cuda" ? "/raw_nccl_peer" : "/raw_gloo_peer");
+  }
   std::string dir =
       (std::filesystem::temp_directory_path() / "tessera-collectives-XXXXXX").string();
   if (mkdtemp(dir.data()) == nullptr) {

@@ -2,7 +2,9 @@
 // Redistribute on a LocalCluster of 2 CPU workers) next to its yardsticks in the same run: a raw
 // gRPC server (bench/raw_grpc_peer, bench/raw_peer.proto) moving the same bytes in the same 1 MiB
 // messages, raw Gloo (bench/raw_gloo_peer as 2 processes) and, given a Python with torch, torch
-// DTensor on gloo (bench/torch_dtensor_peer.py as 2 processes).
+// DTensor on gloo (bench/torch_dtensor_peer.py as 2 processes). With --device=cuda the mesh is
+// of GPU workers (cuda:0, cuda:1, or one where one GPU is visible) and the collective yardstick is
+// raw NCCL (bench/raw_nccl_peer); without a GPU it prints why and exits 0.
 //
 //   dtensor_bench [--transfer_bytes=268435456] [--memory_bytes=1073741824]
 //                 [--redistribute_bytes=67108864] [--latency_iterations=1000] [--rounds=3] ...
@@ -60,6 +62,9 @@
 #include "raw_peer.grpc.pb.h"
 #include "tessera/tessera.h"
 
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu: CPU workers, raw Gloo all_gather; cuda: GPU workers, raw NCCL all_gather");
+ABSL_FLAG(int, workers, 2, "Workers of the mesh (with --device=cuda, at most the GPUs visible)");
 ABSL_FLAG(int64_t, transfer_bytes, int64_t{256} << 20, "distribute/full_tensor size");
 ABSL_FLAG(int64_t, memory_bytes, int64_t{1} << 30, "Size distributed for the coordinator RSS");
 ABSL_FLAG(int64_t, redistribute_bytes, int64_t{64} << 20, "Shard(0) -> Replicate size");
@@ -71,7 +76,8 @@ ABSL_FLAG(int, pipelined_ops, 1000, "Adds issued back to back before one Synchro
 ABSL_FLAG(int, warmup, 50, "Untimed tiny adds and pings first");
 ABSL_FLAG(int64_t, worker_budget_bytes, int64_t{6} << 30, "Memory budget of each worker");
 ABSL_FLAG(std::string, raw_grpc_peer, "", "raw_grpc_peer binary; beside this program if empty");
-ABSL_FLAG(std::string, raw_gloo_peer, "", "raw_gloo_peer binary; beside this program if empty");
+ABSL_FLAG(std::string, raw_gloo_peer, "",
+          "raw_gloo_peer (cpu) or raw_nccl_peer (cuda) binary; beside this program if empty");
 ABSL_FLAG(std::string, torch_python, "", "Python with torch for the torch DTensor peer");
 ABSL_FLAG(std::string, torch_peer, "", "Path of bench/torch_dtensor_peer.py");
 ABSL_FLAG(std::string, json, "", "Where to write the results as JSON");
@@ -82,7 +88,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using client::DTensor;
 
-constexpr int kWorkers = 2;
+// Workers of the mesh: 2, or 1 with --device=cuda on a machine with one GPU.
+int Workers() { return absl::GetFlag(FLAGS_workers); }
 constexpr size_t kMessageBytes = size_t{1} << 20;
 constexpr const char* kMesh = "dtensor_bench";
 
@@ -459,15 +466,16 @@ absl::Status MeasureTinyOp(client::Session& session, client::Session& unary,
   return absl::OkStatus();
 }
 
-// Adds the all_gather times of one raw_gloo_peer run (2 processes) to `us`.
+// Adds the all_gather times of one raw_gloo_peer or raw_nccl_peer run (a process per worker) to
+// `us`.
 absl::Status RunRawGloo(const std::string& binary, const std::string& dir, int64_t bytes, int round,
                         std::vector<double>& us) {
   const std::string store = absl::StrCat(dir, "/gloo_store_", round);
   std::filesystem::create_directories(store);
   const std::string out = absl::StrCat(dir, "/gloo_", round, ".txt");
   std::vector<std::vector<std::string>> argvs;
-  for (int rank = 0; rank < kWorkers; ++rank) {
-    argvs.push_back({binary, absl::StrCat("--rank=", rank), absl::StrCat("--size=", kWorkers),
+  for (int rank = 0; rank < Workers(); ++rank) {
+    argvs.push_back({binary, absl::StrCat("--rank=", rank), absl::StrCat("--size=", Workers()),
                      "--store=" + store, absl::StrCat("--bytes=", bytes),
                      absl::StrCat("--iterations=", absl::GetFlag(FLAGS_redistribute_iterations)),
                      "--warmup=1", "--out=" + out});
@@ -527,7 +535,7 @@ absl::Status RunTorch(const std::string& dir, Results& r) {
   const std::string out = dir + "/torch_dtensor.json";
   std::vector<std::vector<std::string>> argvs = {
       {absl::GetFlag(FLAGS_torch_python), absl::GetFlag(FLAGS_torch_peer),
-       absl::StrCat("--size=", kWorkers), absl::StrCat("--transfer_bytes=", r.transfer_bytes),
+       absl::StrCat("--size=", Workers()), absl::StrCat("--transfer_bytes=", r.transfer_bytes),
        absl::StrCat("--transfer_iterations=", absl::GetFlag(FLAGS_rounds)),
        absl::StrCat("--tiny_elements=", absl::GetFlag(FLAGS_tiny_elements)),
        absl::StrCat("--latency_iterations=", absl::GetFlag(FLAGS_latency_iterations)),
@@ -584,7 +592,7 @@ void PrintTable(const Results& r) {
   std::printf("%-44s | %9.0f/s %11s | %11s %11s | %6.2fx %8s\n",
               "add 1 KiB pipelined, one call each, ops/s", r.pipelined_unary_ops_per_s, "", "", "",
               r.pipelined_ops_per_s / r.pipelined_unary_ops_per_s, "");
-  const double half = static_cast<double>(kWorkers - 1) / kWorkers;
+  const double half = static_cast<double>(Workers() - 1) / Workers();
   std::printf(
       "%-44s | %9.1fms %9.1fms | %5.3f/%5.3f %5.3f/%5.3f | %6.2fx %6.1fms\n",
       absl::StrFormat("redistribute S(0)->R %.0f MiB / all_gather", r.redistribute_bytes / mib)
@@ -629,7 +637,8 @@ void PrintTable(const Results& r) {
   std::printf("  tiny add call <= 1.5x gRPC Ping: %.2fx p50 (%.2fx mean): %s\n", l,
               r.add_call.mean / r.ping.mean, Verdict(l <= 1.5).c_str());
   const double g = r.all_gather.p50 / r.redistribute.p50;
-  std::printf("  redistribute >= 0.9x raw Gloo all_gather: %.2fx: %s\n", g,
+  std::printf("  redistribute >= 0.9x raw %s all_gather: %.2fx: %s\n",
+              absl::GetFlag(FLAGS_device) == "cuda" ? "NCCL" : "Gloo", g,
               Verdict(g >= 0.9).c_str());
   if (!r.torch.empty()) {
     std::printf(
@@ -668,7 +677,8 @@ absl::Status WriteJson(const std::string& path, const Results& r, const std::str
       {"benchmark", "dtensor_bench"},
       {"date", bench::LocalDate()},
       {"machine", bench::MachineJson(load)},
-      {"workers", kWorkers},
+      {"device", absl::GetFlag(FLAGS_device)},
+      {"workers", Workers()},
       {"dtype", "float32"},
       {"transfer",
        {{"bytes", r.transfer_bytes},
@@ -711,12 +721,16 @@ absl::Status Run(const std::string& dir, Results& r) {
   std::string grpc_peer = absl::GetFlag(FLAGS_raw_grpc_peer);
   if (grpc_peer.empty()) grpc_peer = SelfDirectory() + "/raw_grpc_peer";
   std::string gloo_peer = absl::GetFlag(FLAGS_raw_gloo_peer);
-  if (gloo_peer.empty()) gloo_peer = SelfDirectory() + "/raw_gloo_peer";
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (gloo_peer.empty()) {
+    gloo_peer = SelfDirectory() + (device == "cuda" ? "/raw_nccl_peer" : "/raw_gloo_peer");
+  }
   absl::StatusOr<std::unique_ptr<RawPeerClient>> raw = RawPeerClient::Start(grpc_peer, dir);
   if (!raw.ok()) return raw.status();
 
   LocalClusterOptions options;
-  options.workers = kWorkers;
+  options.device = device;
+  options.workers = Workers();
   options.memory_budget_bytes = absl::GetFlag(FLAGS_worker_budget_bytes);
   options.log_dir = dir + "/cluster";
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
@@ -724,7 +738,7 @@ absl::Status Run(const std::string& dir, Results& r) {
   absl::StatusOr<pid_t> coordinator = bench::ChildNamed("tessera-coordinator");
   if (!coordinator.ok()) return coordinator.status();
   Pids pids{*coordinator, {}};
-  for (int i = 0; i < kWorkers; ++i) pids.workers.push_back((*cluster)->worker_pid(i));
+  for (int i = 0; i < Workers(); ++i) pids.workers.push_back((*cluster)->worker_pid(i));
   absl::StatusOr<std::shared_ptr<client::Session>> session =
       client::Session::Connect((*cluster)->address());
   if (!session.ok()) return session.status();
@@ -734,7 +748,7 @@ absl::Status Run(const std::string& dir, Results& r) {
       client::Session::Connect((*cluster)->address(), unary_options);
   if (!unary.ok()) return unary.status();
   absl::StatusOr<client::Mesh> mesh =
-      client::InitDeviceMesh(**session, "cpu", {kWorkers}, {}, kMesh);
+      client::InitDeviceMesh(**session, device, {Workers()}, {}, kMesh);
   if (!mesh.ok()) return mesh.status();
 
   std::fprintf(stderr, "coordinator memory (%lld bytes)\n", static_cast<long long>(r.memory_bytes));
@@ -762,14 +776,39 @@ int Main() {
     std::fprintf(stderr, "--torch_python needs --torch_peer\n");
     return 2;
   }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu" && device != "cuda") {
+    std::fprintf(stderr, "--device must be cpu or cuda, not '%s'\n", device.c_str());
+    return 2;
+  }
+  if (Workers() < (device == "cuda" ? 1 : 2)) {
+    std::fprintf(stderr, "--workers must be at least %d\n", device == "cuda" ? 1 : 2);
+    return 2;
+  }
+  if (device == "cuda") {
+    absl::StatusOr<std::string> worker = FindDaemonBinary("tessera-worker");
+    absl::StatusOr<std::vector<std::string>> gpus =
+        worker.ok() ? ListWorkerCudaDevices(*worker) : worker.status();
+    if (!gpus.ok()) {
+      std::printf("dtensor_bench --device=cuda skipped: %s\n",
+                  std::string(gpus.status().message()).c_str());
+      return 0;
+    }
+    absl::SetFlag(&FLAGS_workers, std::min<int>(Workers(), static_cast<int>(gpus->size())));
+    if (!absl::GetFlag(FLAGS_torch_python).empty()) {
+      std::fprintf(stderr,
+                   "the torch DTensor peer runs gloo on the CPU: not run with --device=cuda\n");
+      absl::SetFlag(&FLAGS_torch_python, "");
+    }
+  }
   Results r;
   r.transfer_bytes = absl::GetFlag(FLAGS_transfer_bytes);
   r.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
   r.redistribute_bytes = absl::GetFlag(FLAGS_redistribute_bytes);
   for (int64_t bytes : {r.transfer_bytes, r.memory_bytes, r.redistribute_bytes,
                         int64_t{absl::GetFlag(FLAGS_tiny_elements)} * 4}) {
-    if (bytes <= 0 || bytes % (4 * kWorkers) != 0) {
-      std::fprintf(stderr, "sizes must be positive multiples of %d bytes\n", 4 * kWorkers);
+    if (bytes <= 0 || bytes % (4 * Workers()) != 0) {
+      std::fprintf(stderr, "sizes must be positive multiples of %d bytes\n", 4 * Workers());
       return 2;
     }
   }

@@ -21,6 +21,11 @@
 //                 requests of --infer_batch rows back to back; beside Module::Forward of one
 //                 request's rows.
 // Every service output is first compared with the in-process one (max |difference| / max |value|).
+//
+// With --device=cuda the workers are GPU workers (cuda:0 and cuda:1, or one where one GPU is
+// visible) and the yardstick runs the same kernel calls through the CUDA backend on cuda:0
+// (cuBLAS): single-GPU against tensor-parallel on GPUs. The torch peer (gloo, CPU) is not run.
+// Without a usable GPU it prints why and exits 0.
 
 #include <cblas.h>
 #include <signal.h>
@@ -40,6 +45,7 @@
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -60,6 +66,9 @@
 #include "kernels/cpu/blas_config.h"
 #include "tessera/tessera.h"
 
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu: CPU workers against one CPU process; cuda: GPU workers against one GPU");
+ABSL_FLAG(int, workers, 2, "Workers of the tp mesh (with --device=cuda, at most the GPUs visible)");
 ABSL_FLAG(int, iterations, 20, "Timed MLP forwards and steps per side and round");
 ABSL_FLAG(int, rounds, 5, "Alternations of the service and the in-process yardstick");
 ABSL_FLAG(int, warmup, 3, "Untimed calls per side before the rounds");
@@ -87,7 +96,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using bench::Parameters;
 
-constexpr int kWorkers = 2;
+// Workers of the tp mesh.
+int Workers() { return absl::GetFlag(FLAGS_workers); }
+
+bool OnCuda() { return absl::GetFlag(FLAGS_device) == "cuda"; }
 constexpr const char* kMesh = "module_bench";
 constexpr int64_t kMlpIn = 1024;
 constexpr double kLr = 0.25;
@@ -219,6 +231,7 @@ struct InferRow {
 
 // Everything the bench reports; figures not measured stay NaN.
 struct Results {
+  std::string yardstick;  // what the single-process figures ran on
   std::string openblas_workers, openblas_bench;
   std::string blas_core_workers, blas_core_bench;
   Comparison mlp_forward, mlp_step;
@@ -250,11 +263,12 @@ std::vector<int64_t> IntList(const std::string& text) {
 }
 
 // A float32 tensor of `shape` uniform in [-1, 1).
-absl::StatusOr<HostTensor> RandomInput(kernels::KernelBackend& k, Shape shape, uint64_t seed) {
+absl::StatusOr<HostTensor> RandomInput(Shape shape, uint64_t seed) {
+  ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelBackend> k, kernels::MakeBackend("cpu"));
   ASSIGN_OR_RETURN(HostTensor t, HostTensor::Uninitialized(DType::kFloat32, shape));
   const std::vector<int64_t> offset(shape.size(), 0);
   RETURN_IF_ERROR(
-      k.RandomFill(kernels::Distribution::kUniform, seed, shape, offset, kernels::ViewOf(t)));
+      k->RandomFill(kernels::Distribution::kUniform, seed, shape, offset, kernels::ViewOf(t)));
   for (int64_t i = 0; i < t.num_elements(); ++i)
     t.data_as<float>()[i] = 2 * t.data_as<float>()[i] - 1;
   return t;
@@ -268,11 +282,25 @@ absl::StatusOr<client::Module> LoadParallel(client::Session& session, const clie
   return client::ParallelizeModule(m, kMesh, plan);
 }
 
-absl::StatusOr<Parameters> StateDict(const client::Module& m) {
+// The module's parameters, copied into the yardstick's memory.
+absl::StatusOr<Parameters> StateDict(kernels::KernelBackend& k, const client::Module& m) {
   ASSIGN_OR_RETURN(auto pairs, m.StateDict());
-  Parameters p;
-  for (auto& [name, t] : pairs) p.emplace(name, std::move(t));
-  return p;
+  std::map<std::string, HostTensor> host;
+  for (auto& [name, t] : pairs) host.emplace(name, std::move(t));
+  return bench::UploadParameters(k, host);
+}
+
+// The yardstick's result, read back to the host.
+absl::StatusOr<HostTensor> ToHost(kernels::KernelBackend& k,
+                                  absl::StatusOr<kernels::DeviceTensor> t) {
+  if (!t.ok()) return t.status();
+  return k.Download(std::as_const(*t).View());
+}
+
+// OK once the yardstick's queued work is done (a GPU's included), so that it can be timed.
+absl::Status Finished(kernels::KernelBackend& k, absl::StatusOr<kernels::DeviceTensor> t) {
+  if (!t.ok()) return t.status();
+  return k.Synchronize();
 }
 
 absl::StatusOr<HostTensor> FullOutput(absl::StatusOr<client::ModuleOutput> out) {
@@ -284,60 +312,64 @@ absl::StatusOr<HostTensor> FullOutput(absl::StatusOr<client::ModuleOutput> out) 
 absl::Status MeasureMlpForward(client::Session& session, const client::Mesh& mesh,
                                kernels::KernelBackend& k, const Processes& processes, Results& r) {
   ASSIGN_OR_RETURN(client::Module m, LoadParallel(session, mesh, "mlp", MlpSpec(), 1, kMlpPlan));
-  ASSIGN_OR_RETURN(Parameters p, StateDict(m));
-  ASSIGN_OR_RETURN(HostTensor x, RandomInput(k, {absl::GetFlag(FLAGS_mlp_batch), kMlpIn}, 7));
+  ASSIGN_OR_RETURN(Parameters p, StateDict(k, m));
+  ASSIGN_OR_RETURN(HostTensor x, RandomInput({absl::GetFlag(FLAGS_mlp_batch), kMlpIn}, 7));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor xk, k.Upload(x));
   ASSIGN_OR_RETURN(HostTensor service, FullOutput(m.Forward(x)));
-  ASSIGN_OR_RETURN(HostTensor reference, bench::MlpForward(k, p, x));
+  ASSIGN_OR_RETURN(HostTensor reference, ToHost(k, bench::MlpForward(k, p, xk)));
   r.mlp_forward.max_difference = bench::MaxRelativeDifference(service, reference);
   return Alternate(
       absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_iterations), processes,
-      [&] { return m.Forward(x).status(); }, [&] { return bench::MlpForward(k, p, x).status(); },
-      r.mlp_forward);
+      [&] { return m.Forward(x).status(); },
+      [&] { return Finished(k, bench::MlpForward(k, p, xk)); }, r.mlp_forward);
 }
 
 absl::Status MeasureMlpStep(client::Session& session, const client::Mesh& mesh,
                             kernels::KernelBackend& k, const Processes& processes, Results& r) {
   ASSIGN_OR_RETURN(client::Module m,
                    LoadParallel(session, mesh, "mlp_train", MlpSpec(), 1, kMlpPlan));
-  ASSIGN_OR_RETURN(Parameters p, StateDict(m));
-  ASSIGN_OR_RETURN(HostTensor x, RandomInput(k, {absl::GetFlag(FLAGS_mlp_batch), kMlpIn}, 8));
+  ASSIGN_OR_RETURN(Parameters p, StateDict(k, m));
+  ASSIGN_OR_RETURN(HostTensor x, RandomInput({absl::GetFlag(FLAGS_mlp_batch), kMlpIn}, 8));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor xk, k.Upload(x));
   const client::StepOptions options{.sgd = client::SgdOptions{.lr = kLr}};
   // The first step's output, then the second's (after the first update), against the reference.
   for (int i = 0; i < 2; ++i) {
     ASSIGN_OR_RETURN(client::StepResult step, m.Step(x, options));
     if (!step.output.full.has_value()) return absl::InternalError("the step gave no output");
-    ASSIGN_OR_RETURN(HostTensor reference, bench::MlpStep(k, p, x, kLr));
+    ASSIGN_OR_RETURN(HostTensor reference, ToHost(k, bench::MlpStep(k, p, xk, kLr)));
     r.mlp_step.max_difference = bench::MaxRelativeDifference(*step.output.full, reference);
   }
   // Timed steps go on from there; the loss is unbounded, so values run off (as torch's do).
   return Alternate(
       absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_iterations), processes,
       [&] { return m.Step(x, options).status(); },
-      [&] { return bench::MlpStep(k, p, x, kLr).status(); }, r.mlp_step);
+      [&] { return Finished(k, bench::MlpStep(k, p, xk, kLr)); }, r.mlp_step);
 }
 
 absl::Status MeasureBlock(client::Session& session, const client::Mesh& mesh,
                           kernels::KernelBackend& k, const Processes& processes, Results& r) {
   ASSIGN_OR_RETURN(client::Module m,
                    LoadParallel(session, mesh, "block", BlockSpec(), 2, kMegatronPlan));
-  ASSIGN_OR_RETURN(Parameters p, StateDict(m));
+  ASSIGN_OR_RETURN(Parameters p, StateDict(k, m));
   for (int64_t batch : IntList(absl::GetFlag(FLAGS_block_batches))) {
     std::fprintf(stderr, "block forward, batch %lld\n", static_cast<long long>(batch));
-    ASSIGN_OR_RETURN(HostTensor x, RandomInput(k, {batch, kBlockSeq, kBlockDim}, 9));
+    ASSIGN_OR_RETURN(HostTensor x, RandomInput({batch, kBlockSeq, kBlockDim}, 9));
+    ASSIGN_OR_RETURN(kernels::DeviceTensor xk, k.Upload(x));
     Comparison& c = r.block[batch];
     ASSIGN_OR_RETURN(HostTensor service, FullOutput(m.Forward(x)));
-    ASSIGN_OR_RETURN(HostTensor reference, bench::BlockForward(k, p, x, kBlockHeads, false));
+    ASSIGN_OR_RETURN(HostTensor reference,
+                     ToHost(k, bench::BlockForward(k, p, xk, kBlockHeads, false)));
     c.max_difference = bench::MaxRelativeDifference(service, reference);
     RETURN_IF_ERROR(Alternate(
         absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_block_iterations), processes,
         [&] { return m.Forward(x).status(); },
-        [&] { return bench::BlockForward(k, p, x, kBlockHeads, false).status(); }, c));
+        [&] { return Finished(k, bench::BlockForward(k, p, xk, kBlockHeads, false)); }, c));
   }
   return absl::OkStatus();
 }
 
 absl::Status MeasureInfer(client::Session& session, const client::Mesh& mesh,
-                          kernels::KernelBackend& k, const std::string& address, Results& r) {
+                          const std::string& address, Results& r) {
   absl::StatusOr<client::Module> found = client::GetModule(session, "mlp");
   client::Module m;
   if (found.ok()) {
@@ -352,7 +384,7 @@ absl::Status MeasureInfer(client::Session& session, const client::Mesh& mesh,
                  .max_queue_delay = absl::Microseconds(absl::GetFlag(FLAGS_max_queue_delay_us))})
           .status());
   const int64_t rows = absl::GetFlag(FLAGS_infer_batch);
-  ASSIGN_OR_RETURN(HostTensor x, RandomInput(k, {rows, kMlpIn}, 10));
+  ASSIGN_OR_RETURN(HostTensor x, RandomInput({rows, kMlpIn}, 10));
   std::vector<double> direct;
   for (int i = -absl::GetFlag(FLAGS_warmup); i < 10 * absl::GetFlag(FLAGS_iterations); ++i) {
     const Clock::time_point start = Clock::now();
@@ -384,7 +416,7 @@ absl::Status RunTorch(const std::string& dir, Results& r) {
   const std::string command =
       absl::StrCat("'", absl::GetFlag(FLAGS_torch_python), "' '", absl::GetFlag(FLAGS_torch_peer),
                    "' --dim ", kMlpIn, " --hidden ", absl::GetFlag(FLAGS_mlp_hidden), " --batch ",
-                   absl::GetFlag(FLAGS_mlp_batch), " --world ", kWorkers, " --iterations ",
+                   absl::GetFlag(FLAGS_mlp_batch), " --world ", Workers(), " --iterations ",
                    absl::GetFlag(FLAGS_torch_iterations), " 2>'", log, "'");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::InternalError("cannot start the torch peer");
@@ -416,6 +448,8 @@ std::string Verdict(double ratio, double aim) {
 }
 
 void PrintResults(const Results& r) {
+  std::printf("device %s, %d workers; single-process yardstick: %s\n",
+              absl::GetFlag(FLAGS_device).c_str(), Workers(), r.yardstick.c_str());
   std::printf("OPENBLAS_NUM_THREADS: workers %s, bench %s\n", r.openblas_workers.c_str(),
               r.openblas_bench.c_str());
   std::printf("OpenBLAS kernels: workers' OPENBLAS_CORETYPE %s, bench %s\n\n",
@@ -508,7 +542,9 @@ absl::Status WriteJson(const std::string& path, const Results& r, const std::str
       {"date", bench::LocalDate()},
       {"machine", bench::MachineJson(load)},
       {"loadavg_at_section_start", std::move(loads)},
-      {"workers", kWorkers},
+      {"device", absl::GetFlag(FLAGS_device)},
+      {"yardstick", r.yardstick},
+      {"workers", Workers()},
       {"openblas_num_threads", {{"workers", r.openblas_workers}, {"bench", r.openblas_bench}}},
       {"openblas_core", {{"workers", r.blas_core_workers}, {"bench", r.blas_core_bench}}},
       {"dtype", "float32"},
@@ -539,17 +575,22 @@ absl::Status Run(const std::string& dir, Results& r) {
   openblas_set_num_threads(1);
   r.openblas_bench = absl::StrCat(openblas_get_num_threads());
   r.blas_core_bench = kernels::CurrentBlasConfig().core;
-  ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelBackend> k, kernels::MakeBackend("cpu"));
+  // The yardstick: this process's CPU, or the first GPU.
+  ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelBackend> k,
+                   kernels::MakeBackend(OnCuda() ? "cuda:0" : "cpu"));
+  r.yardstick = OnCuda() ? absl::StrCat("one GPU (", k->device_name(), ", cuBLAS)")
+                         : "one process, one BLAS thread";
 
   LocalClusterOptions options;
-  options.workers = kWorkers;
+  options.device = absl::GetFlag(FLAGS_device);
+  options.workers = Workers();
   options.log_dir = dir + "/cluster";
   options.coordinator_binary = absl::GetFlag(FLAGS_coordinator_binary);
   options.worker_binary = absl::GetFlag(FLAGS_worker_binary);
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   Processes processes;
   ASSIGN_OR_RETURN(processes.coordinator, bench::ChildNamed("tessera-coordinator"));
-  for (int i = 0; i < kWorkers; ++i) processes.workers.push_back(cluster->worker_pid(i));
+  for (int i = 0; i < Workers(); ++i) processes.workers.push_back(cluster->worker_pid(i));
   for (pid_t w : processes.workers) {
     absl::StrAppend(&r.openblas_workers, r.openblas_workers.empty() ? "" : ", ",
                     EnvironmentOf(w, "OPENBLAS_NUM_THREADS"));
@@ -558,7 +599,9 @@ absl::Status Run(const std::string& dir, Results& r) {
   }
   ASSIGN_OR_RETURN(std::shared_ptr<client::Session> session,
                    client::Session::Connect(cluster->address()));
-  RETURN_IF_ERROR(client::InitDeviceMesh(*session, "cpu", {kWorkers}, {"tp"}, kMesh).status());
+  RETURN_IF_ERROR(
+      client::InitDeviceMesh(*session, absl::GetFlag(FLAGS_device), {Workers()}, {"tp"}, kMesh)
+          .status());
   ASSIGN_OR_RETURN(client::Mesh mesh, client::GetMesh(*session, kMesh));
 
   const auto section = [&](const char* name) {
@@ -571,7 +614,7 @@ absl::Status Run(const std::string& dir, Results& r) {
   }
   if (Wants("infer")) {
     section("infer");
-    RETURN_IF_ERROR(MeasureInfer(*session, mesh, *k, cluster->address(), r));
+    RETURN_IF_ERROR(MeasureInfer(*session, mesh, cluster->address(), r));
   }
   if (Wants("step")) {
     section("step");
@@ -595,6 +638,32 @@ int Main() {
   if (!absl::GetFlag(FLAGS_torch_python).empty() && absl::GetFlag(FLAGS_torch_peer).empty()) {
     std::fprintf(stderr, "--torch_python needs --torch_peer\n");
     return 2;
+  }
+  if (absl::GetFlag(FLAGS_device) != "cpu" && !OnCuda()) {
+    std::fprintf(stderr, "--device must be cpu or cuda, not '%s'\n",
+                 absl::GetFlag(FLAGS_device).c_str());
+    return 2;
+  }
+  if (Workers() < 1) {
+    std::fprintf(stderr, "--workers must be at least 1\n");
+    return 2;
+  }
+  if (OnCuda()) {
+    absl::StatusOr<std::string> worker = absl::GetFlag(FLAGS_worker_binary).empty()
+                                             ? FindDaemonBinary("tessera-worker")
+                                             : absl::GetFlag(FLAGS_worker_binary);
+    absl::StatusOr<std::vector<std::string>> gpus =
+        worker.ok() ? ListWorkerCudaDevices(*worker) : worker.status();
+    if (!gpus.ok()) {
+      std::printf("module_bench --device=cuda skipped: %s\n",
+                  std::string(gpus.status().message()).c_str());
+      return 0;
+    }
+    absl::SetFlag(&FLAGS_workers, std::min<int>(Workers(), static_cast<int>(gpus->size())));
+    if (!absl::GetFlag(FLAGS_torch_python).empty()) {
+      std::fprintf(stderr, "the torch peer runs gloo on the CPU: not run with --device=cuda\n");
+      absl::SetFlag(&FLAGS_torch_python, "");
+    }
   }
   std::string dir = (std::filesystem::temp_directory_path() / "tessera-module-XXXXXX").string();
   if (mkdtemp(dir.data()) == nullptr) {

@@ -47,15 +47,23 @@ void PrintMesh(const client::MeshInfo& m, std::ostream& out) {
     out << "               tensors: " << absl::StrJoin(m.tensors, ", ") << "\n";
 }
 
+// `bytes` in MiB for display; "?" where unknown (negative).
+std::string Bytes(int64_t bytes) {
+  if (bytes < 0) return "?";
+  return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
 struct UpFlags {
-  int workers = 4;
+  std::string device = "cpu";
+  int workers = 0;  // 0: 4 on cpu, one per visible GPU on cuda
   int port = 0;
   bool selfcheck = false;
 };
 
 absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   LocalClusterOptions options;
-  options.workers = f.workers;
+  options.device = f.device;
+  options.workers = f.workers > 0 ? f.workers : (f.device == "cpu" ? 4 : 0);
   options.coordinator_port = f.port;
   // Block the stop signals before any thread or child exists, so sigwait below receives them.
   sigset_t stop;
@@ -66,24 +74,28 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
 
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
   if (!cluster.ok()) return cluster.status();
+  options.workers = (*cluster)->num_workers();
   absl::StatusOr<std::shared_ptr<client::Session>> session =
       Connect((*cluster)->address(), absl::Seconds(60));
   if (!session.ok()) return session.status();
   if (f.selfcheck) {
     out << "tessera up: coordinator at " << (*cluster)->address() << " with " << options.workers
-        << " cpu workers; running the self-check workload\n";
-    if (absl::Status s = RunClusterSelfcheck(**session, options.workers, out); !s.ok()) return s;
+        << " " << f.device << " workers; running the self-check workload\n";
+    if (absl::Status s = RunClusterSelfcheck(**session, options.workers, f.device, out); !s.ok())
+      return s;
     if (options.workers < 4) return absl::OkStatus();
     out << "\n";
-    if (absl::Status s = RunDTensorSelfcheck((*cluster)->address(), out); !s.ok()) return s;
+    if (absl::Status s = RunDTensorSelfcheck((*cluster)->address(), f.device, out); !s.ok())
+      return s;
     out << "\n";
-    return RunModuleSelfcheck((*cluster)->address(), (*cluster)->log_dir() + "/selfcheck", out);
+    return RunModuleSelfcheck((*cluster)->address(), (*cluster)->log_dir() + "/selfcheck", f.device,
+                              out);
   }
   absl::StatusOr<client::MeshInfo> world =
-      client::InitDeviceMesh(**session, "cpu", {options.workers}, {"world"}, "world");
+      client::InitDeviceMesh(**session, f.device, {options.workers}, {"world"}, "world");
   if (!world.ok()) return world.status();
-  out << "tessera up: coordinator at " << (*cluster)->address() << ", " << options.workers
-      << " cpu workers, mesh 'world' ready\n"
+  out << "tessera up: coordinator at " << (*cluster)->address() << ", " << options.workers << " "
+      << f.device << " workers, mesh 'world' ready\n"
       << "  export TESSERA_COORDINATOR=" << (*cluster)->address() << "\n"
       << "  logs in " << (*cluster)->log_dir() << "\n"
       << "Ctrl-C stops everything." << std::endl;
@@ -107,6 +119,12 @@ absl::Status RunStatus(const StatusFlags& f, std::ostream& out) {
         "  %-3d %-8s %-22s %-5s %10d / %d bytes  pid %d on %s, heartbeat %d ms ago\n", w.worker_id,
         w.device, w.address, w.alive ? "alive" : "DEAD", w.used_bytes, w.memory_budget_bytes, w.pid,
         w.hostname, absl::ToInt64Milliseconds(w.last_heartbeat_age));
+    if (!w.device_name.empty() || w.device_total_bytes >= 0) {
+      out << absl::StrFormat("      %s: %s used by the worker, %s free of %s\n",
+                             w.device_name.empty() ? w.device : w.device_name,
+                             Bytes(w.device_allocated_bytes), Bytes(w.device_free_bytes),
+                             Bytes(w.device_total_bytes));
+    }
   }
   ASSIGN_OR_RETURN(const std::vector<client::MeshInfo> meshes, session->ListMeshes());
   out << "meshes:\n";
@@ -166,13 +184,20 @@ void AddClusterCommands(CLI::App& app, Action* action) {
       "Commands that run or talk to a cluster (--coordinator HOST:PORT, default "
       "$TESSERA_COORDINATOR)";
   auto up = AddCommand(app, "up",
-                       "start a coordinator and N cpu workers on loopback, with the mesh 'world' "
-                       "over them; Ctrl-C stops them all",
+                       "start a coordinator and N cpu workers (or one per GPU) on loopback, with "
+                       "the mesh 'world' over them; Ctrl-C stops them all",
                        RunUp, action);
   up.app->group(group);
-  up.app->add_option("--workers", up.flags->workers, "cpu workers to start")
-      ->check(CLI::PositiveNumber)
+  up.app
+      ->add_option("--device", up.flags->device,
+                   "cpu, or cuda: a worker per visible GPU, worker i serving cuda:i (an error "
+                   "naming the reason when there is none)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  up.app
+      ->add_option("--workers", up.flags->workers,
+                   "workers to start (default: 4 on cpu, every visible GPU on cuda)")
+      ->check(CLI::PositiveNumber);
   up.app->add_option("--port", up.flags->port, "the coordinator's port (default: a free one)")
       ->check(CLI::Range(1, 65535));
   up.app->add_flag("--selfcheck", up.flags->selfcheck,

@@ -53,11 +53,12 @@ struct Check {
 
 }  // namespace
 
-absl::Status RunClusterSelfcheck(client::Session& session, int workers, std::ostream& out) {
+absl::Status RunClusterSelfcheck(client::Session& session, int workers, const std::string& device,
+                                 std::ostream& out) {
   const std::string mesh = "selfcheck";
   (void)session.DeleteMesh(mesh);  // left over from an interrupted run, if any
   absl::StatusOr<client::MeshInfo> info =
-      client::InitDeviceMesh(session, "cpu", {workers}, {}, mesh);
+      client::InitDeviceMesh(session, device, {workers}, {}, mesh);
   if (!info.ok()) return info.status();
   out << "created mesh '" << mesh << "' over " << workers << " workers\n";
   const int64_t k = workers;

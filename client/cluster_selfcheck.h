@@ -12,7 +12,9 @@ namespace tessera {
 // per-rank tensors, runs all_reduce, all_gather, reduce_scatter, broadcast and all_to_all through
 // the service, downloads the results and compares each with a single-process reference. Prints
 // what it did and how long it took; fails on the first mismatch.
-absl::Status RunClusterSelfcheck(client::Session& session, int workers, std::ostream& out);
+// `device` is the workers' device type ("cpu" or "cuda").
+absl::Status RunClusterSelfcheck(client::Session& session, int workers, const std::string& device,
+                                 std::ostream& out);
 
 }  // namespace tessera
 

@@ -48,7 +48,8 @@ std::string Moves(const DTensor& t) {
 
 }  // namespace
 
-absl::Status RunDTensorSelfcheck(const std::string& address, std::ostream& out) {
+absl::Status RunDTensorSelfcheck(const std::string& address, const std::string& device,
+                                 std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::shared_ptr<client::Session>> session = client::Session::Connect(address);
   if (!session.ok()) return session.status();
@@ -56,7 +57,7 @@ absl::Status RunDTensorSelfcheck(const std::string& address, std::ostream& out) 
   (void)s.DeleteMesh("tp");  // left over from an interrupted run, if any
   (void)s.DeleteMesh("tp-line");
   absl::StatusOr<client::MeshInfo> mesh =
-      client::InitDeviceMesh(s, "cpu", {2, 2}, {"dp", "tp"}, "tp");
+      client::InitDeviceMesh(s, device, {2, 2}, {"dp", "tp"}, "tp");
   if (!mesh.ok()) return mesh.status();
   std::unique_ptr<kernels::KernelBackend> cpu = kernels::MakeBackend("cpu").value();
   std::vector<std::string> failures;
@@ -102,7 +103,7 @@ absl::Status RunDTensorSelfcheck(const std::string& address, std::ostream& out) 
   absl::StatusOr<DTensor> total = client::Sum(*yr, {0});
   if (!total.ok()) return total.status();
   check("sum(y, dim 0)", *total, Reference(*cpu, OpKind::kSum, {&ry}, {0}).value());
-  absl::StatusOr<client::MeshInfo> line = client::InitDeviceMesh(s, "cpu", {4}, {}, "tp-line");
+  absl::StatusOr<client::MeshInfo> line = client::InitDeviceMesh(s, device, {4}, {}, "tp-line");
   if (!line.ok()) return line.status();
   absl::StatusOr<DTensor> moved = yr->Redistribute({Placement::Shard(1)}, "tp-line");
   if (!moved.ok()) return moved.status();

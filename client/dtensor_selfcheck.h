@@ -12,7 +12,9 @@ namespace tessera {
 // client: the forward pass of a Megatron-style MLP (column-parallel, then row-parallel linear) on a
 // 2x2 (dp, tp) mesh, then reductions and a move to a 1-D mesh, each result compared with the same
 // computation in one process. Prints the layouts, the implicit redistributions and the timings.
-absl::Status RunDTensorSelfcheck(const std::string& address, std::ostream& out);
+// The meshes are over workers of `device` ("cpu" or "cuda").
+absl::Status RunDTensorSelfcheck(const std::string& address, const std::string& device,
+                                 std::ostream& out);
 
 }  // namespace tessera
 

@@ -56,6 +56,35 @@ absl::StatusOr<std::string> WaitForLine(const std::string& log, const std::strin
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::string>> ListWorkerCudaDevices(const std::string& worker_binary) {
+  // The worker links CUDA; this client does not: ask it. Its stderr (the reason) comes along.
+  const std::string command =
+      absl::StrCat("'", worker_binary, "' --log_level=off --list_devices 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot run ", worker_binary));
+  }
+  std::string text;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) text.append(buffer, n);
+  const int status = pclose(pipe);
+  std::vector<std::string> devices;
+  std::string other;  // lines that name no device: the reason there is none
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (absl::StartsWith(line, "cuda:")) {
+      devices.emplace_back(line.substr(0, line.find('\t')));
+    } else {
+      absl::StrAppend(&other, other.empty() ? "" : "; ", line);
+    }
+  }
+  if (status != 0 || devices.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device to start a worker on: ", worker_binary, " --list_devices found ",
+        devices.size(), other.empty() ? "" : absl::StrCat(" (", other, ")")));
+  }
+  return devices;
+}
+
 std::string SelfDirectory() {
   std::error_code ec;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -111,11 +140,13 @@ absl::StatusOr<LocalCluster::Process> LocalCluster::Spawn(const std::string& bin
 }
 
 absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
-  absl::StatusOr<Process> p = Spawn(
-      options_.worker_binary,
-      {absl::StrCat("--coordinator=", address_), "--device=cpu", absl::StrCat("--listen=", listen),
-       absl::StrCat("--memory_budget=", options_.memory_budget_bytes)},
-      absl::StrCat(options_.log_dir, "/worker-", i, ".log"));
+  absl::StatusOr<Process> p =
+      Spawn(options_.worker_binary,
+            {absl::StrCat("--coordinator=", address_),
+             options_.device == "cuda" ? absl::StrCat("--device=cuda:", i) : "--device=cpu",
+             absl::StrCat("--listen=", listen),
+             absl::StrCat("--memory_budget=", options_.memory_budget_bytes)},
+            absl::StrCat(options_.log_dir, "/worker-", i, ".log"));
   if (!p.ok()) return p.status();
   const std::string marker = "serving on ";
   absl::StatusOr<std::string> rest = WaitForLine(p->log, marker, p->pid, absl::Seconds(30));
@@ -131,7 +162,11 @@ absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
 }
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions options) {
-  if (options.workers < 1) {
+  if (options.device != "cpu" && options.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device '", options.device, "' is not cpu or cuda"));
+  }
+  if (options.workers < (options.device == "cuda" ? 0 : 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a cluster needs at least one worker, got ", options.workers));
   }
@@ -141,6 +176,15 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
     absl::StatusOr<std::string> found = FindDaemonBinary(name);
     if (!found.ok()) return found.status();
     *path = *found;
+  }
+  if (options.device == "cuda") {
+    absl::StatusOr<std::vector<std::string>> gpus = ListWorkerCudaDevices(options.worker_binary);
+    if (!gpus.ok()) return gpus.status();
+    if (options.workers > static_cast<int>(gpus->size())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          options.workers, " cuda workers asked for, ", gpus->size(), " GPU(s) visible"));
+    }
+    if (options.workers == 0) options.workers = static_cast<int>(gpus->size());
   }
   if (options.secret.empty()) options.secret = RandomSecret();
   if (options.log_dir.empty()) {

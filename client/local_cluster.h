@@ -14,7 +14,11 @@ namespace tessera {
 
 // How to start a cluster of local processes on loopback.
 struct LocalClusterOptions {
-  int workers = 4;  // CPU workers to start.
+  // "cpu": `workers` CPU workers. "cuda": a worker per visible GPU (tessera-worker
+  // --list_devices), worker i serving cuda:i; `workers` 0 takes them all, more than there are is
+  // FAILED_PRECONDITION.
+  std::string device = "cpu";
+  int workers = 4;  // Workers to start.
   std::string
       coordinator_binary;     // Path to tessera-coordinator; found next to this program if empty.
   std::string worker_binary;  // Path to tessera-worker; found next to this program if empty.
@@ -27,9 +31,13 @@ struct LocalClusterOptions {
   absl::Duration client_grace = absl::Seconds(60);  // Coordinator's --client_grace.
 };
 
-// A coordinator and CPU workers as child processes on 127.0.0.1: what `tessera up` runs and what
-// the integration tests stand on. Children die with their parent (PR_SET_PDEATHSIG); Stop() and the
-// destructor end them all. Not thread-safe.
+// The CUDA devices `worker_binary` (tessera-worker) could serve: "cuda:N" names, in order.
+// FAILED_PRECONDITION with its reason when it can use none (no GPU, no driver, no CUDA support).
+absl::StatusOr<std::vector<std::string>> ListWorkerCudaDevices(const std::string& worker_binary);
+
+// A coordinator and CPU or GPU workers as child processes on 127.0.0.1: what `tessera up` runs and
+// what the integration tests stand on. Children die with their parent (PR_SET_PDEATHSIG); Stop()
+// and the destructor end them all. Not thread-safe.
 class LocalCluster {
  public:
   // Starts everything and waits until every worker is registered and alive.

@@ -141,7 +141,7 @@ absl::StatusOr<HostTensor> InferOverKServe(const std::string& address, const std
 }  // namespace
 
 absl::Status RunModuleSelfcheck(const std::string& address, const std::string& workdir,
-                                std::ostream& out) {
+                                const std::string& device, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
   const std::filesystem::path dir(workdir);
   std::filesystem::create_directories(dir);
@@ -163,7 +163,7 @@ absl::Status RunModuleSelfcheck(const std::string& address, const std::string& w
   client::Session& s = *session;
   (void)client::RemoveModule(s, "block");  // left over from an interrupted run, if any
   (void)s.DeleteMesh("serve");
-  ASSIGN_OR_RETURN(client::MeshInfo mesh, client::InitDeviceMesh(s, "cpu", {4}, {"tp"}, "serve"));
+  ASSIGN_OR_RETURN(client::MeshInfo mesh, client::InitDeviceMesh(s, device, {4}, {"tp"}, "serve"));
   ASSIGN_OR_RETURN(std::string spec_json, ReadText(spec_path));
   ASSIGN_OR_RETURN(std::string plan_json, ReadText(plan_path));
   out << "Tensor parallelism on mesh 'serve' (4 workers, dim tp):\n";

@@ -38,7 +38,11 @@ WorkerInfo FromWire(const v1::WorkerInfo& worker) {
                     .incarnation = worker.incarnation(),
                     .last_heartbeat_age = absl::Milliseconds(worker.last_heartbeat_age_ms()),
                     .hostname = worker.hostname(),
-                    .pid = worker.pid()};
+                    .pid = worker.pid(),
+                    .device_name = worker.device_name(),
+                    .device_allocated_bytes = worker.device_allocated_bytes(),
+                    .device_free_bytes = worker.device_free_bytes(),
+                    .device_total_bytes = worker.device_total_bytes()};
 }
 
 absl::StatusOr<MeshInfo> FromWire(const v1::MeshInfo& mesh) {

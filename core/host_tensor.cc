@@ -12,15 +12,9 @@
 #include "core/status_macros.h"
 
 namespace tessera {
-namespace {
 
-// Collapses dims that are contiguous in both views, so that copies run over the fewest loops.
-struct MergedLayout {
-  std::vector<int64_t> shape, src_strides, dst_strides;
-};
-
-MergedLayout Merge(const ConstStridedView& src, const StridedView& dst) {
-  MergedLayout m;
+StridedCopyLayout MergeCopyLayout(const ConstStridedView& src, const StridedView& dst) {
+  StridedCopyLayout m;
   for (size_t i = 0; i < src.shape.size(); ++i) {
     if (src.shape[i] == 1) continue;
     if (!m.shape.empty() && m.src_strides.back() == src.strides[i] * src.shape[i] &&
@@ -36,6 +30,8 @@ MergedLayout Merge(const ConstStridedView& src, const StridedView& dst) {
   }
   return m;
 }
+
+namespace {
 
 absl::Status CheckBlock(const Shape& shape, std::span<const int64_t> offsets,
                         std::span<const int64_t> sizes) {
@@ -72,7 +68,7 @@ absl::Status ValidateTensorShape(DType dtype, const Shape& shape) {
 void CopyStrided(const ConstStridedView& src, const StridedView& dst) {
   if (NumElements(src.shape) == 0) return;
   const size_t elem = DTypeSize(src.dtype);
-  MergedLayout m = Merge(src, dst);
+  StridedCopyLayout m = MergeCopyLayout(src, dst);
   if (m.shape.empty()) {  // a single element
     std::memcpy(dst.data, src.data, elem);
     return;
@@ -170,12 +166,26 @@ absl::StatusOr<StridedView> HostTensor::Block(std::span<const int64_t> offsets,
 
 absl::StatusOr<ConstStridedView> HostTensor::Block(std::span<const int64_t> offsets,
                                                    std::span<const int64_t> sizes) const {
-  RETURN_IF_ERROR(CheckBlock(shape_, offsets, sizes));
-  ConstStridedView v{data(), dtype_, Shape(sizes.begin(), sizes.end()), ContiguousStrides(shape_)};
+  return BlockOf(data(), dtype_, shape_, offsets, sizes);
+}
+
+absl::StatusOr<ConstStridedView> BlockOf(const std::byte* data, DType dtype, const Shape& shape,
+                                         std::span<const int64_t> offsets,
+                                         std::span<const int64_t> sizes) {
+  RETURN_IF_ERROR(CheckBlock(shape, offsets, sizes));
+  ConstStridedView v{data, dtype, Shape(sizes.begin(), sizes.end()), ContiguousStrides(shape)};
   int64_t start = 0;
-  for (size_t i = 0; i < shape_.size(); ++i) start += offsets[i] * v.strides[i];
-  if (NumElements(sizes) > 0) v.data += start * static_cast<int64_t>(DTypeSize(dtype_));
+  for (size_t i = 0; i < shape.size(); ++i) start += offsets[i] * v.strides[i];
+  if (NumElements(sizes) > 0) v.data += start * static_cast<int64_t>(DTypeSize(dtype));
   return v;
+}
+
+absl::StatusOr<StridedView> BlockOf(std::byte* data, DType dtype, const Shape& shape,
+                                    std::span<const int64_t> offsets,
+                                    std::span<const int64_t> sizes) {
+  ASSIGN_OR_RETURN(ConstStridedView v,
+                   BlockOf(static_cast<const std::byte*>(data), dtype, shape, offsets, sizes));
+  return StridedView{const_cast<std::byte*>(v.data), v.dtype, v.shape, v.strides};
 }
 
 absl::StatusOr<ConstStridedView> HostTensor::Narrow(int64_t dim, int64_t start,

@@ -34,6 +34,23 @@ using ConstStridedView = BasicStridedView<const std::byte>;
 // Runs of contiguous elements are copied with memcpy.
 void CopyStrided(const ConstStridedView& src, const StridedView& dst);
 
+// The loops of a strided copy: size-1 dims dropped and dims contiguous in both views merged, so a
+// copy runs over the fewest of them (none for a single element). Strides are in elements.
+struct StridedCopyLayout {
+  std::vector<int64_t> shape, src_strides, dst_strides;
+};
+StridedCopyLayout MergeCopyLayout(const ConstStridedView& src, const StridedView& dst);
+
+// The sub-block [offsets[i], offsets[i] + sizes[i]) of a contiguous tensor of `shape` at `data`, as
+// a view; only pointer arithmetic, so `data` may be in any memory space. INVALID_ARGUMENT if the
+// block is not inside the tensor.
+absl::StatusOr<ConstStridedView> BlockOf(const std::byte* data, DType dtype, const Shape& shape,
+                                         std::span<const int64_t> offsets,
+                                         std::span<const int64_t> sizes);
+absl::StatusOr<StridedView> BlockOf(std::byte* data, DType dtype, const Shape& shape,
+                                    std::span<const int64_t> offsets,
+                                    std::span<const int64_t> sizes);
+
 // A tensor in host memory: an owned, contiguous, row-major, 64-byte aligned buffer with a shape and
 // a dtype. Move-only; Clone() copies.
 class HostTensor {

@@ -25,9 +25,9 @@ BasicStridedView<Byte> BlockCorner(Byte* base, DType dtype, int64_t q, const Sha
   return {data, dtype, std::move(sizes), ContiguousStrides(block_shape)};
 }
 
-// OK if every torch.chunk piece along `dim` of a tensor of `shape` fits in a block of
-// `block_shape`.
-absl::Status CheckPiecesFit(const Shape& shape, int dim, int64_t k, const Shape& block_shape) {
+}  // namespace
+
+absl::Status CheckChunkPiecesFit(const Shape& shape, int dim, int64_t k, const Shape& block_shape) {
   if (dim < 0 || dim >= static_cast<int>(shape.size()) || block_shape.size() != shape.size() ||
       k < 1) {
     return absl::InvalidArgumentError(
@@ -44,8 +44,6 @@ absl::Status CheckPiecesFit(const Shape& shape, int dim, int64_t k, const Shape&
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 Shape BlocksShape(int64_t k, const Shape& block_shape) {
   Shape out = {k};
@@ -75,7 +73,7 @@ bool IsChunkBlocks(const Shape& shape, int dim, int64_t k, const Shape& block_sh
 
 absl::StatusOr<HostTensor> PadToChunks(const HostTensor& t, int dim, int64_t k,
                                        const Shape& block_shape) {
-  if (absl::Status s = CheckPiecesFit(t.shape(), dim, k, block_shape); !s.ok()) return s;
+  if (absl::Status s = CheckChunkPiecesFit(t.shape(), dim, k, block_shape); !s.ok()) return s;
   const DType dtype = t.dtype();
   // Pieces adjacent in memory, each exactly a block but the last ones: t's bytes, then zeros.
   const int64_t n = t.shape()[dim];
@@ -114,7 +112,7 @@ absl::Status UnpadFromChunks(const HostTensor& blocks, int dim, HostTensor& out)
   }
   const int64_t k = blocks.shape()[0];
   const Shape block_shape(blocks.shape().begin() + 1, blocks.shape().end());
-  if (absl::Status s = CheckPiecesFit(out.shape(), dim, k, block_shape); !s.ok()) return s;
+  if (absl::Status s = CheckChunkPiecesFit(out.shape(), dim, k, block_shape); !s.ok()) return s;
   const int64_t n = out.shape()[dim];
   for (int64_t q = 0; q < k; ++q) {
     const ChunkRange r = ChunkOf(n, k, q);

@@ -30,6 +30,10 @@ absl::Status UnpadFromChunks(const HostTensor& blocks, int dim, HostTensor& out)
 // The same into a new tensor of `shape`.
 absl::StatusOr<HostTensor> UnpadFromChunks(const HostTensor& blocks, int dim, const Shape& shape);
 
+// OK if every torch.chunk piece along `dim` (k of them) of a tensor of `shape` fits in a block of
+// `block_shape`; INVALID_ARGUMENT naming the shapes otherwise.
+absl::Status CheckChunkPiecesFit(const Shape& shape, int dim, int64_t k, const Shape& block_shape);
+
 // The shape of k blocks of `block_shape` back to back: [k, block...].
 Shape BlocksShape(int64_t k, const Shape& block_shape);
 

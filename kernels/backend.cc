@@ -10,22 +10,10 @@
 #include "core/status_macros.h"
 #include "kernels/convert_value.h"
 #include "kernels/host_element.h"
+#include "kernels/view_checks.h"
 
 namespace tessera::kernels {
 namespace {
-
-// OK iff `view` has a valid shape and data for it; errors name the operation and the operand.
-template <typename View>
-absl::Status CheckView(absl::string_view op, absl::string_view operand, const View& view) {
-  if (absl::Status s = ValidateShape(view.shape); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, " ", operand, ": ", s.message()));
-  }
-  if (view.data == nullptr && view.num_elements() > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, " ", operand, " of shape ", ShapeToString(view.shape), " has no data"));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status CheckSameDType(absl::string_view op, DType a, DType b) {
   if (a == b) return absl::OkStatus();
@@ -167,88 +155,6 @@ absl::string_view DistributionName(Distribution d) {
       return "normal";
   }
   return "invalid";
-}
-
-DeviceTensor::DeviceTensor(DeviceTensor&& other) noexcept
-    : owner_(std::exchange(other.owner_, nullptr)),
-      data_(std::exchange(other.data_, nullptr)),
-      dtype_(other.dtype_),
-      shape_(std::move(other.shape_)) {}
-
-DeviceTensor& DeviceTensor::operator=(DeviceTensor&& other) noexcept {
-  if (this != &other) {
-    Release();
-    owner_ = std::exchange(other.owner_, nullptr);
-    data_ = std::exchange(other.data_, nullptr);
-    dtype_ = other.dtype_;
-    shape_ = std::move(other.shape_);
-  }
-  return *this;
-}
-
-DeviceTensor::~DeviceTensor() { Release(); }
-
-void DeviceTensor::Release() {
-  if (owner_ != nullptr && data_ != nullptr) owner_->FreeBytes(data_);
-  data_ = nullptr;
-}
-
-absl::StatusOr<DeviceTensor> KernelBackend::Allocate(DType dtype, Shape shape) {
-  RETURN_IF_ERROR(ValidateShape(shape));
-  const size_t nbytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
-  std::byte* data = nullptr;
-  if (nbytes > 0) {
-    ASSIGN_OR_RETURN(data, AllocateBytes(nbytes));
-  }
-  return DeviceTensor(this, data, dtype, std::move(shape));
-}
-
-absl::Status KernelBackend::CopyFromHost(std::span<const std::byte> src, const TensorView& dst) {
-  RETURN_IF_ERROR(CheckView("copy", "destination", dst));
-  if (src.size() != dst.nbytes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("copy of ", src.size(), " host bytes into a ", DTypeName(dst.dtype),
-                     " tensor of shape ", ShapeToString(dst.shape), " (", dst.nbytes(), " bytes)"));
-  }
-  if (src.empty()) return absl::OkStatus();
-  return DoCopyFromHost(src.data(), dst.data, src.size());
-}
-
-absl::Status KernelBackend::CopyToHost(const ConstTensorView& src, std::span<std::byte> dst) {
-  RETURN_IF_ERROR(CheckView("copy", "source", src));
-  if (dst.size() != src.nbytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "copy of a ", DTypeName(src.dtype), " tensor of shape ", ShapeToString(src.shape), " (",
-        src.nbytes(), " bytes) into ", dst.size(), " host bytes"));
-  }
-  if (dst.empty()) return Synchronize();
-  return DoCopyToHost(src.data, dst.data(), dst.size());
-}
-
-absl::Status KernelBackend::Copy(const ConstTensorView& src, const TensorView& dst) {
-  RETURN_IF_ERROR(CheckView("copy", "source", src));
-  RETURN_IF_ERROR(CheckView("copy", "destination", dst));
-  RETURN_IF_ERROR(CheckSameDType("copy", src.dtype, dst.dtype));
-  if (src.num_elements() != dst.num_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat("copy from shape ", ShapeToString(src.shape),
-                                                   " into shape ", ShapeToString(dst.shape),
-                                                   ": element counts differ"));
-  }
-  if (src.nbytes() == 0 || src.data == dst.data) return absl::OkStatus();
-  return DoCopy(src.data, dst.data, src.nbytes());
-}
-
-absl::StatusOr<DeviceTensor> KernelBackend::Upload(const HostTensor& host) {
-  ASSIGN_OR_RETURN(DeviceTensor t, Allocate(host.dtype(), host.shape()));
-  RETURN_IF_ERROR(CopyFromHost(host.bytes(), t.View()));
-  return t;
-}
-
-absl::StatusOr<HostTensor> KernelBackend::Download(const ConstTensorView& src) {
-  RETURN_IF_ERROR(CheckView("download", "source", src));
-  ASSIGN_OR_RETURN(HostTensor host, HostTensor::Uninitialized(src.dtype, src.shape));
-  RETURN_IF_ERROR(CopyToHost(src, host.bytes()));
-  return host;
 }
 
 absl::Status KernelBackend::Gemm(bool transpose_a, bool transpose_b, double alpha,

@@ -17,6 +17,7 @@
 #include "core/shape.h"
 #include "kernels/broadcast.h"
 #include "kernels/device_tensor.h"
+#include "kernels/memory_space.h"
 #include "kernels/ops.h"
 #include "kernels/tensor_view.h"
 
@@ -27,38 +28,20 @@ absl::string_view BinaryOpName(BinaryOp op);
 absl::string_view ActivationName(Activation f);
 absl::string_view DistributionName(Distribution d);
 
-// Local compute on tensors in one memory space, the same for every device.
+// Local compute on tensors in its memory space, the same for every device.
 //
-// Views passed in must lie in this backend's memory space. Each public call checks its arguments
-// and returns INVALID_ARGUMENT naming the bad dtype, shape or value before touching any memory,
-// then runs the backend's implementation. float16 and bfloat16 are computed in float32 and rounded
-// back to nearest even, integers wrap on overflow. Work may be queued asynchronously (CUDA):
-// CopyToHost and Synchronize wait for it. A backend is thread-compatible: one thread at a time.
-class KernelBackend {
+// A backend is the MemorySpace its tensors live in (host memory for the CPU backend, one GPU's for
+// a CUDA backend) together with the kernels that compute on them. Views passed in must lie in that
+// space. Each public call checks its arguments and returns INVALID_ARGUMENT naming the bad dtype,
+// shape or value before touching any memory, then runs the backend's implementation. float16 and
+// bfloat16 are computed in float32 and rounded back to nearest even, integers wrap on overflow.
+// Work may be queued asynchronously (CUDA): CopyToHost and Synchronize wait for it. Compute is
+// thread-compatible: one thread at a time (see MemorySpace for what any thread may call).
+class KernelBackend : public MemorySpace {
  public:
-  virtual ~KernelBackend() = default;
-  KernelBackend(const KernelBackend&) = delete;
-  KernelBackend& operator=(const KernelBackend&) = delete;
-
-  // The device this backend computes on: "cpu" or "cuda:N".
-  virtual std::string device() const = 0;
-
-  // --- Memory ---
-
-  // An uninitialized tensor in this backend's memory space; RESOURCE_EXHAUSTED if it does not fit.
-  absl::StatusOr<DeviceTensor> Allocate(DType dtype, Shape shape);
-  // Copies `dst.nbytes()` bytes from host memory into `dst`; `src` must have exactly that size.
-  absl::Status CopyFromHost(std::span<const std::byte> src, const TensorView& dst);
-  // Copies `src` into host memory, waiting for queued work; `dst` must have exactly its size.
-  absl::Status CopyToHost(const ConstTensorView& src, std::span<std::byte> dst);
-  // Copies between two tensors of this backend with the same dtype and element count.
-  absl::Status Copy(const ConstTensorView& src, const TensorView& dst);
-  // A new tensor of this backend holding a copy of `host`.
-  absl::StatusOr<DeviceTensor> Upload(const HostTensor& host);
-  // A host copy of `src`.
-  absl::StatusOr<HostTensor> Download(const ConstTensorView& src);
-  // Waits until every queued operation has finished; reports a failure of any of them.
-  virtual absl::Status Synchronize() = 0;
+  // The stream this backend queues its work on, for a communicator to order its own work after
+  // (a cudaStream_t); null where work runs as it is called (the CPU).
+  virtual void* native_stream() const { return nullptr; }
 
   // --- Compute ---
 
@@ -279,11 +262,6 @@ class KernelBackend {
   };
 
   // The implementations, called with checked arguments and at least one element to produce.
-  virtual absl::StatusOr<std::byte*> AllocateBytes(size_t nbytes) = 0;
-  virtual void FreeBytes(std::byte* data) = 0;
-  virtual absl::Status DoCopyFromHost(const std::byte* src, std::byte* dst, size_t nbytes) = 0;
-  virtual absl::Status DoCopyToHost(const std::byte* src, std::byte* dst, size_t nbytes) = 0;
-  virtual absl::Status DoCopy(const std::byte* src, std::byte* dst, size_t nbytes) = 0;
   virtual absl::Status DoGemm(const GemmArgs& args) = 0;
   // `out` and both inputs have the dtype; `layout` walks them (kernels/broadcast.h).
   virtual absl::Status DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
@@ -315,10 +293,20 @@ class KernelBackend {
   virtual absl::Status DoAttention(const AttentionArgs& args) = 0;
   virtual absl::Status DoAttentionBackward(const AttentionBackwardArgs& args) = 0;
   virtual absl::Status DoSgdStep(const SgdArgs& args) = 0;
-
- private:
-  friend class DeviceTensor;
 };
+
+// A device a worker could serve.
+struct DeviceDescription {
+  std::string device;  // "cuda:N"
+  std::string name;    // the model, e.g. "NVIDIA H100 80GB HBM3"
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;
+};
+
+// The CUDA devices visible to this process, in ordinal order (CUDA_VISIBLE_DEVICES applies); an
+// empty list where there are none. FAILED_PRECONDITION, naming the reason, when CUDA support is
+// not built or the driver cannot be used.
+absl::StatusOr<std::vector<DeviceDescription>> ListCudaDevices();
 
 // The backend for `device`: "cpu", "cuda" (= "cuda:0") or "cuda:N". INVALID_ARGUMENT for another
 // name; FAILED_PRECONDITION when CUDA support is not built or the device is not usable (the message

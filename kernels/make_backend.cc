@@ -40,4 +40,14 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> MakeBackend(absl::string_view dev
 #endif
 }
 
+absl::StatusOr<std::vector<DeviceDescription>> ListCudaDevices() {
+#if TESSERA_WITH_CUDA
+  return DescribeCudaDevices();
+#else
+  return absl::FailedPreconditionError(
+      "this build lacks CUDA support (configured with TESSERA_CUDA=OFF, or nvcc or NCCL was not "
+      "found)");
+#endif
+}
+
 }  // namespace tessera::kernels

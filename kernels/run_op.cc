@@ -1,5 +1,6 @@
 #include "kernels/run_op.h"
 
+#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/elementwise_reduce.h"
 #include "core/status_macros.h"
+#include "kernels/layout.h"
 
 namespace tessera::kernels {
 namespace {
@@ -45,37 +47,29 @@ absl::Status MatmulInto(KernelBackend& backend, double alpha, const ConstTensorV
                       Reshaped(out, {rows, b.shape[1]}));
 }
 
-// The transposed copy of `x`, made on the host (a strided copy).
-absl::StatusOr<HostTensor> Transpose(const HostTensor& x, const OpCall& op, const Shape& shape) {
-  ASSIGN_OR_RETURN(const int d0, NormalizeDim(op.dim0, x.rank()));
-  ASSIGN_OR_RETURN(const int d1, NormalizeDim(op.dim1, x.rank()));
-  ASSIGN_OR_RETURN(HostTensor out, HostTensor::Uninitialized(x.dtype(), shape));
-  ConstStridedView src = x.View();
-  std::swap(src.shape[d0], src.shape[d1]);
-  std::swap(src.strides[d0], src.strides[d1]);
-  CopyStrided(src, out.View());
-  return out;
+// The identity of max in `dtype`, as Fill takes it: -inf (saturating to an integer type's lowest
+// value), false for bool.
+double MaxIdentity(DType dtype) {
+  return dtype == DType::kBool ? 0.0 : -std::numeric_limits<double>::infinity();
 }
 
 // sum / mean / max over the reduced dims, one dim at a time, from the last.
-absl::StatusOr<HostTensor> Reduce(KernelBackend& backend, const OpCall& op, const HostTensor& x,
-                                  const Shape& global_shape, const OpOutput& out) {
+absl::StatusOr<DeviceTensor> Reduce(KernelBackend& backend, const OpCall& op,
+                                    const ConstTensorView& x, const Shape& global_shape,
+                                    const OpOutput& out) {
   ASSIGN_OR_RETURN(std::vector<int> dims, ReducedDims(op, x.rank()));
   if (op.kind == OpKind::kMax) {
     for (int d : dims) {
-      if (x.shape()[d] != 0) continue;
+      if (x.shape[d] != 0) continue;
       // Nothing local to reduce: the identity, which Partial(max) combines away.
-      ASSIGN_OR_RETURN(HostTensor identity, HostTensor::Uninitialized(out.dtype, out.shape));
-      FillIdentity(ReduceOp::kMax, out.dtype, identity.data(), identity.num_elements());
+      ASSIGN_OR_RETURN(DeviceTensor identity, backend.Allocate(out.dtype, out.shape));
+      RETURN_IF_ERROR(backend.Fill(identity.View(), MaxIdentity(out.dtype)));
       return identity;
     }
   }
-  ASSIGN_OR_RETURN(DeviceTensor current, backend.Upload(x));
-  if (current.dtype() != out.dtype) {  // an integer sum accumulates in int64
-    ASSIGN_OR_RETURN(DeviceTensor cast, backend.Allocate(out.dtype, x.shape()));
-    RETURN_IF_ERROR(backend.Cast(current.View(), cast.View()));
-    current = std::move(cast);
-  }
+  ASSIGN_OR_RETURN(DeviceTensor current, backend.Allocate(out.dtype, x.shape));
+  // A copy, or a cast where an integer sum accumulates in int64.
+  RETURN_IF_ERROR(backend.Cast(x, current.View()));
   const ReduceOp reduce = op.kind == OpKind::kMax ? ReduceOp::kMax : ReduceOp::kSum;
   for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
     Shape kept = current.shape();
@@ -84,28 +78,28 @@ absl::StatusOr<HostTensor> Reduce(KernelBackend& backend, const OpCall& op, cons
     RETURN_IF_ERROR(backend.ReduceAlongDim(reduce, current.View(), *it, next.View()));
     current = std::move(next);
   }
-  TensorView result = Reshaped(current.View(), out.shape);
+  RETURN_IF_ERROR(current.Reshape(out.shape));
   if (op.kind == OpKind::kMean) {
     // The local sum over the global count, so that shards of a reduced dim sum to the mean.
     int64_t count = 1;
     for (int d : dims) count *= global_shape[d];
     ASSIGN_OR_RETURN(DeviceTensor divisor, backend.Allocate(out.dtype, {}));
     RETURN_IF_ERROR(backend.Fill(divisor.View(), static_cast<double>(count)));
-    RETURN_IF_ERROR(backend.Binary(BinaryOp::kDiv, result, divisor.View(), result));
+    RETURN_IF_ERROR(backend.Binary(BinaryOp::kDiv, current.View(), divisor.View(), current.View()));
   }
-  return backend.Download(result);
+  return current;
 }
 
-absl::Status CheckGlobalShapes(absl::Span<const HostTensor* const> inputs,
+absl::Status CheckGlobalShapes(absl::Span<const ConstTensorView> inputs,
                                absl::Span<const Shape> global) {
   if (global.size() != inputs.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("run op: ", inputs.size(), " inputs but ", global.size(), " global shapes"));
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (static_cast<int>(global[i].size()) != inputs[i]->rank()) {
+    if (static_cast<int>(global[i].size()) != inputs[i].rank()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("run op: input ", i, " has local shape ", ShapeToString(inputs[i]->shape()),
+          absl::StrCat("run op: input ", i, " has local shape ", ShapeToString(inputs[i].shape),
                        " but global shape ", ShapeToString(global[i]), " of another rank"));
     }
   }
@@ -114,62 +108,73 @@ absl::Status CheckGlobalShapes(absl::Span<const HostTensor* const> inputs,
 
 }  // namespace
 
-absl::StatusOr<HostTensor> RunLocalOp(KernelBackend& backend, const OpCall& op,
-                                      absl::Span<const HostTensor* const> inputs,
-                                      absl::Span<const Shape> global_input_shapes) {
+absl::StatusOr<DeviceTensor> RunLocalOp(KernelBackend& backend, const OpCall& op,
+                                        absl::Span<const ConstTensorView> inputs,
+                                        absl::Span<const Shape> global_input_shapes) {
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
-  for (const HostTensor* in : inputs) {
-    shapes.push_back(in->shape());
-    dtypes.push_back(in->dtype());
+  for (const ConstTensorView& in : inputs) {
+    shapes.push_back(in.shape);
+    dtypes.push_back(in.dtype);
   }
   ASSIGN_OR_RETURN(OpOutput out, InferOpOutput(op, shapes, dtypes));
   RETURN_IF_ERROR(CheckGlobalShapes(inputs, global_input_shapes));
-  if (op.kind == OpKind::kTranspose) return Transpose(*inputs[0], op, out.shape);
-  if (op.kind == OpKind::kSum || op.kind == OpKind::kMean || op.kind == OpKind::kMax) {
-    return Reduce(backend, op, *inputs[0], global_input_shapes[0], out);
+  if (op.kind == OpKind::kTranspose) {
+    ASSIGN_OR_RETURN(const int d0, NormalizeDim(op.dim0, inputs[0].rank()));
+    ASSIGN_OR_RETURN(const int d1, NormalizeDim(op.dim1, inputs[0].rank()));
+    return Transposed(backend, inputs[0], d0, d1);
   }
-  std::vector<DeviceTensor> in;
-  for (const HostTensor* t : inputs) {
-    ASSIGN_OR_RETURN(DeviceTensor uploaded, backend.Upload(*t));
-    in.push_back(std::move(uploaded));
+  if (op.kind == OpKind::kSum || op.kind == OpKind::kMean || op.kind == OpKind::kMax) {
+    return Reduce(backend, op, inputs[0], global_input_shapes[0], out);
   }
   ASSIGN_OR_RETURN(DeviceTensor result, backend.Allocate(out.dtype, out.shape));
   absl::Status s;
   switch (op.kind) {
     case OpKind::kMm:
     case OpKind::kMatmul:
-      s = MatmulInto(backend, 1.0, in[0].View(), in[1].View(), 0.0, result.View());
+      s = MatmulInto(backend, 1.0, inputs[0], inputs[1], 0.0, result.View());
       break;
     case OpKind::kAddmm:
       // beta * bias enters through Gemm's C, the bias broadcast to the output's shape first.
       s = backend.Fill(result.View(), 0.0);
       if (s.ok() && op.beta != 0.0) {
-        s = backend.Binary(BinaryOp::kAdd, result.View(), in[0].View(), result.View());
+        s = backend.Binary(BinaryOp::kAdd, result.View(), inputs[0], result.View());
       }
-      if (s.ok())
-        s = MatmulInto(backend, op.alpha, in[1].View(), in[2].View(), op.beta, result.View());
+      if (s.ok()) s = MatmulInto(backend, op.alpha, inputs[1], inputs[2], op.beta, result.View());
       break;
     case OpKind::kAdd:
     case OpKind::kSub:
     case OpKind::kMul:
     case OpKind::kDiv:
-      s = backend.Binary(BinaryOpOf(op.kind), in[0].View(), in[1].View(), result.View());
+      s = backend.Binary(BinaryOpOf(op.kind), inputs[0], inputs[1], result.View());
       break;
     case OpKind::kRelu:
     case OpKind::kGelu:
     case OpKind::kTanh:
-      s = backend.Activate(ActivationOf(op.kind), in[0].View(), result.View());
+      s = backend.Activate(ActivationOf(op.kind), inputs[0], result.View());
       break;
     case OpKind::kCast:
-      s = backend.Cast(in[0].View(), result.View());
+      s = backend.Cast(inputs[0], result.View());
       break;
     default:
       s = absl::InvalidArgumentError(
           absl::StrCat("run op: no local kernel for ", OpKindName(op.kind)));
   }
   if (!s.ok()) return s;
-  return backend.Download(result.View());
+  return result;
+}
+
+absl::StatusOr<HostTensor> RunLocalOp(KernelBackend& backend, const OpCall& op,
+                                      absl::Span<const HostTensor* const> inputs,
+                                      absl::Span<const Shape> global_input_shapes) {
+  std::vector<DeviceTensor> uploaded;
+  std::vector<ConstTensorView> views;
+  for (const HostTensor* t : inputs) {
+    ASSIGN_OR_RETURN(uploaded.emplace_back(), backend.Upload(*t));
+    views.push_back(std::as_const(uploaded.back()).View());
+  }
+  ASSIGN_OR_RETURN(DeviceTensor result, RunLocalOp(backend, op, views, global_input_shapes));
+  return backend.Download(std::as_const(result).View());
 }
 
 }  // namespace tessera::kernels

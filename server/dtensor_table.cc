@@ -26,11 +26,6 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Add(const std::strin
         absl::StrCat("tensor name '", requested, "' must be at most ", kMaxNameLength,
                      " characters, without '/' and not starting with '.'"));
   }
-  if (mesh->mesh.device_type() != "cpu") {
-    // Workers keep DTensor shards in host memory; NCCL needs them in device memory.
-    return absl::UnimplementedError(absl::StrCat("DTensors live on cpu meshes for now; mesh '",
-                                                 mesh->name, "' is ", mesh->mesh.device_type()));
-  }
   auto tensor = std::make_shared<DTensorEntry>(std::move(mesh), std::move(spec), owner);
   absl::MutexLock lock(&mu_);
   std::string name = requested;

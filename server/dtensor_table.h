@@ -55,8 +55,8 @@ class DTensorTable : public MeshUser {
 
   // Adds a tensor under `requested` (or a fresh name) after checking that each rank's shard fits
   // its worker's budget next to everything already there (DTensors and local tensors);
-  // ALREADY_EXISTS, INVALID_ARGUMENT for a bad name, RESOURCE_EXHAUSTED naming the worker,
-  // UNIMPLEMENTED on a cuda mesh.
+  // ALREADY_EXISTS, INVALID_ARGUMENT for a bad name, RESOURCE_EXHAUSTED naming the worker. Meshes
+  // of every device type hold DTensors (a cuda worker keeps its shards in the GPU's memory).
   absl::StatusOr<std::shared_ptr<DTensorEntry>> Add(const std::string& requested,
                                                     std::shared_ptr<Mesh> mesh, DTensorSpec spec,
                                                     const std::string& owner);

@@ -38,6 +38,7 @@ v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
   e.info = request;
   e.last_heartbeat = absl::Now();
   e.used_bytes = 0;
+  e.device_allocated_bytes = e.device_free_bytes = e.device_total_bytes = -1;
   e.next_sequence = 1;
   v1::RegisterReply reply;
   reply.set_worker_id(id);
@@ -59,6 +60,9 @@ absl::Status WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   }
   it->second.last_heartbeat = absl::Now();
   it->second.used_bytes = request.used_bytes();
+  it->second.device_allocated_bytes = request.device_allocated_bytes();
+  it->second.device_free_bytes = request.device_free_bytes();
+  it->second.device_total_bytes = request.device_total_bytes();
   return absl::OkStatus();
 }
 
@@ -106,6 +110,10 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
     w.set_last_heartbeat_age_ms(absl::ToInt64Milliseconds(now - e.last_heartbeat));
     w.set_hostname(e.info.hostname());
     w.set_pid(e.info.pid());
+    w.set_device_name(e.info.device_name());
+    w.set_device_allocated_bytes(e.device_allocated_bytes);
+    w.set_device_free_bytes(e.device_free_bytes);
+    w.set_device_total_bytes(e.device_total_bytes);
     out.push_back(std::move(w));
   }
   return out;

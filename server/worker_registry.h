@@ -56,6 +56,8 @@ class WorkerRegistry {
     v1::RegisterRequest info;
     absl::Time last_heartbeat;
     int64_t used_bytes = 0;
+    // The device's memory as the last heartbeat gave it; -1 unknown.
+    int64_t device_allocated_bytes = -1, device_free_bytes = -1, device_total_bytes = -1;
     int64_t next_sequence = 1;
   };
   bool Alive(const Entry& e, absl::Time now) const { return now - e.last_heartbeat <= dead_after_; }

@@ -52,11 +52,12 @@ class DTensorEnvironment : public ::testing::Environment {
     options.client_grace = absl::Seconds(2);
     ASSERT_TRUE(shared->cluster.Start(options).ok());
     Session& c = *shared->cluster.client;
-    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {4}, {"x"}, "line").ok());
-    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {2, 2}, {"dp", "tp"}, "grid").ok());
+    ASSERT_TRUE(client::InitDeviceMesh(c, testing::TestDevice(), {4}, {"x"}, "line").ok());
+    ASSERT_TRUE(
+        client::InitDeviceMesh(c, testing::TestDevice(), {2, 2}, {"dp", "tp"}, "grid").ok());
     client::MeshOptions pair;
     pair.worker_ids = {3, 2};
-    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {2}, {}, "pair", pair).ok());
+    ASSERT_TRUE(client::InitDeviceMesh(c, testing::TestDevice(), {2}, {}, "pair", pair).ok());
     absl::StatusOr<std::shared_ptr<Session>> s =
         Session::Connect(shared->cluster.cluster->address());
     ASSERT_TRUE(s.ok()) << s.status();

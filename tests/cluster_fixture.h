@@ -1,10 +1,12 @@
-// What the cluster tests share: a real local cluster (tessera-coordinator and CPU workers as child
-// processes) started once per test suite, and comparisons of downloaded tensors with a reference.
+// What the cluster tests share: a real local cluster (tessera-coordinator and workers as child
+// processes, on TestDevice(): cpu, or one GPU each with $TESSERA_TEST_DEVICE=cuda) started once per
+// test suite, and comparisons of downloaded tensors with a reference.
 #ifndef TESSERA_TESTS_CLUSTER_FIXTURE_H_
 #define TESSERA_TESTS_CLUSTER_FIXTURE_H_
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -23,15 +25,21 @@
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
 #include "tests/status_assertions.h"
+#include "tests/test_device.h"
 
 namespace tessera::testing {
 
-// A cluster of `workers` CPU workers running the daemons built with these tests.
+// A cluster of `workers` workers on TestDevice() (cpu, or cuda: worker i on cuda:i) running the
+// daemons built with these tests, or those $TESSERA_COORDINATOR_BINARY and $TESSERA_WORKER_BINARY
+// name (the binaries moved elsewhere, as scripts/run-gpu-checks.sh carries them).
 inline LocalClusterOptions TestClusterOptions(int workers) {
   LocalClusterOptions options;
+  options.device = TestDevice();
   options.workers = workers;
-  options.coordinator_binary = TESSERA_COORDINATOR_BINARY;
-  options.worker_binary = TESSERA_WORKER_BINARY;
+  const char* coordinator = std::getenv("TESSERA_COORDINATOR_BINARY");
+  const char* worker = std::getenv("TESSERA_WORKER_BINARY");
+  options.coordinator_binary = coordinator != nullptr ? coordinator : TESSERA_COORDINATOR_BINARY;
+  options.worker_binary = worker != nullptr ? worker : TESSERA_WORKER_BINARY;
   return options;
 }
 

@@ -1,4 +1,6 @@
-// Workers' command executors (one thread each, real Gloo communicators in this process).
+// Workers' command executors (one thread each, real communicators in this process) on
+// TestDevice() (tests/test_device.h): on cpu each over a StrictMemoryBackend (host memory used as a
+// GPU's is, every pointer checked to be its own) with Gloo, on cuda position p on cuda:p with NCCL.
 //
 // Where one rank cannot do its part: a SpreadTensor whose source shard is missing or the wrong
 // shape, or whose shard is over the rank's budget, and a collective on local tensors whose output
@@ -30,6 +32,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "tests/test_device.h"
 #include "worker/shard_store.h"
 
 namespace tessera {
@@ -58,8 +61,8 @@ std::string MeshName(const Shape& mesh) {
 
 // One worker's executor and store, as tessera-worker holds them.
 struct Worker {
-  Worker(int64_t id, int64_t budget, gloo::rendezvous::Store* rendezvous)
-      : store(budget), executor(id, "cpu", &store, rendezvous, "127.0.0.1") {}
+  Worker(int64_t id, int64_t budget, gloo::rendezvous::Store* rendezvous, kernels::KernelBackend* k)
+      : store(budget, *k), executor(id, k, &store, rendezvous, "127.0.0.1") {}
   ShardStore store;
   CommandExecutor executor;
 };
@@ -99,7 +102,14 @@ class ExecutorMesh {
     mesh_ = std::make_unique<DeviceMesh>(mesh);
     timeout_ = timeout;
     for (int64_t p = 0; p < mesh.size(); ++p) {
-      workers_.push_back(std::make_unique<Worker>(p, budgets[p], &rendezvous_));
+      absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> made = testing::TestBackendForRank(p);
+      if (!made.ok()) {
+        return ::testing::AssertionFailure()
+               << "position " << p << " on " << testing::TestDevice() << ": " << made.status();
+      }
+      kernels_.push_back(*std::move(made));
+      workers_.push_back(
+          std::make_unique<Worker>(p, budgets[p], &rendezvous_, kernels_.back().get()));
     }
     return SetUp(0);
   }
@@ -130,7 +140,7 @@ class ExecutorMesh {
       const HostTensor mine =
           SmallIntegerTensor(DType::kFloat32, {5}, 10 + static_cast<uint32_t>(p));
       ReduceInto(ReduceOp::kSum, DType::kFloat32, sum.data(), mine.data(), sum.num_elements());
-      if (absl::Status s = workers_[p]->store.Put("y", mine.Clone()); !s.ok()) {
+      if (absl::Status s = workers_[p]->store.PutHost("y", mine.Clone()); !s.ok()) {
         return ::testing::AssertionFailure() << s;
       }
     }
@@ -153,8 +163,8 @@ class ExecutorMesh {
         return ::testing::AssertionFailure()
                << "position " << p << " reports a broken communicator";
       }
-      absl::StatusOr<std::shared_ptr<const HostTensor>> got = workers_[p]->store.Get("y_sum");
-      if (!got.ok() || !SameTensor(**got, sum)) {
+      absl::StatusOr<HostTensor> got = workers_[p]->store.GetHost("y_sum");
+      if (!got.ok() || !SameTensor(*got, sum)) {
         return ::testing::AssertionFailure() << "position " << p << " holds a wrong sum";
       }
     }
@@ -168,6 +178,7 @@ class ExecutorMesh {
   std::unique_ptr<DeviceMesh> mesh_;
   absl::Duration timeout_;
   gloo::rendezvous::HashStore rendezvous_;
+  std::vector<std::unique_ptr<kernels::KernelBackend>> kernels_;  // outlive the workers
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 
@@ -194,7 +205,7 @@ class SpreadStandInTest : public ::testing::TestWithParam<SpreadCase> {};
 TEST_P(SpreadStandInTest, FailingRankTakesPartAndReportsAfterwards) {
   const SpreadCase& c = GetParam();
   constexpr char kTensor[] = "dt/x";
-  const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh, {}).value();
+  const DeviceMesh mesh = DeviceMesh::Create(testing::TestDevice(), c.mesh, {}).value();
   std::vector<int64_t> budgets(static_cast<size_t>(mesh.size()), kBudget);
   if (c.failure == SpreadFailure::kOverBudget) budgets[c.failing] = kTightBudget;
   ExecutorMesh workers;
@@ -206,9 +217,9 @@ TEST_P(SpreadStandInTest, FailingRankTakesPartAndReportsAfterwards) {
   const HostTensor value = SmallIntegerTensor(DType::kFloat32, kShape, 3);
   if (c.failure == SpreadFailure::kSourceWrongShape) {
     ASSERT_TRUE(
-        workers.store(0).Put(kTensor, HostTensor::Zeros(DType::kFloat32, {3}).value()).ok());
+        workers.store(0).PutHost(kTensor, HostTensor::Zeros(DType::kFloat32, {3}).value()).ok());
   } else if (c.failure != SpreadFailure::kSourceMissing) {
-    ASSERT_TRUE(workers.store(0).Put(kTensor, value.Clone()).ok());
+    ASSERT_TRUE(workers.store(0).PutHost(kTensor, value.Clone()).ok());
   }
   const absl::Time start = absl::Now();
   const auto spread = workers.OnEveryWorker([&](int64_t) {
@@ -244,9 +255,9 @@ TEST_P(SpreadStandInTest, FailingRankTakesPartAndReportsAfterwards) {
       continue;
     }
     ASSERT_TRUE(spread[p].ok()) << "position " << p << ": " << spread[p].status;
-    absl::StatusOr<std::shared_ptr<const HostTensor>> held = workers.store(p).Get(kTensor);
+    absl::StatusOr<HostTensor> held = workers.store(p).GetHost(kTensor);
     ASSERT_TRUE(held.ok()) << "position " << p << ": " << held.status();
-    EXPECT_TRUE(SameTensor(**held, want)) << "position " << p;
+    EXPECT_TRUE(SameTensor(*held, want)) << "position " << p;
   }
   EXPECT_TRUE(workers.AllReduceWorks());
 }
@@ -272,18 +283,18 @@ INSTANTIATE_TEST_SUITE_P(
 class CollectiveStandInTest : public ::testing::TestWithParam<v1::CollectiveOp> {};
 
 TEST_P(CollectiveStandInTest, RankOverBudgetTakesPartAndReportsAfterwards) {
-  const DeviceMesh mesh = DeviceMesh::Create("cpu", {2}, {}).value();
+  const DeviceMesh mesh = DeviceMesh::Create(testing::TestDevice(), {2}, {}).value();
   ExecutorMesh workers;
   ASSERT_TRUE(workers.Start(mesh, {kBudget, kTightBudget + 2 * 8448}));
   // Rank 1 holds its input; the rest of its budget is less than the output or scratch.
   for (int64_t p = 0; p < 2; ++p) {
     ASSERT_TRUE(
         workers.store(p)
-            .Put("in", SmallIntegerTensor(DType::kFloat32, kShape, static_cast<uint32_t>(p)))
+            .PutHost("in", SmallIntegerTensor(DType::kFloat32, kShape, static_cast<uint32_t>(p)))
             .ok());
   }
   ASSERT_TRUE(
-      workers.store(1).Put("filler", HostTensor::Zeros(DType::kFloat32, {2048}).value()).ok());
+      workers.store(1).PutHost("filler", HostTensor::Zeros(DType::kFloat32, {2048}).value()).ok());
   const absl::Time start = absl::Now();
   const auto outcome = workers.OnEveryWorker([&](int64_t) {
     v1::Command command;
@@ -327,7 +338,7 @@ class ReformTest : public ::testing::TestWithParam<BreakCase> {};
 
 TEST_P(ReformTest, BrokenCommunicatorIsReportedUntilTheMeshIsReformed) {
   const BreakCase& c = GetParam();
-  const DeviceMesh mesh = DeviceMesh::Create("cpu", c.mesh, {}).value();
+  const DeviceMesh mesh = DeviceMesh::Create(testing::TestDevice(), c.mesh, {}).value();
   ExecutorMesh workers;
   ASSERT_TRUE(
       workers.Start(mesh, std::vector<int64_t>(mesh.size(), kBudget), absl::Milliseconds(300)));
@@ -380,7 +391,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, ReformTest,
 // rand with a range gives the draws of plain rand moved from [0, 1) into [low, high), as torch's
 // uniform_(low, high) does, on every shard.
 TEST(FillTensorTest, RandWithARangeIsTheUnitDrawMovedIntoIt) {
-  const DeviceMesh line = *DeviceMesh::Create("cpu", {2});
+  const DeviceMesh line = *DeviceMesh::Create(testing::TestDevice(), {2});
   ExecutorMesh mesh;
   ASSERT_TRUE(mesh.Start(line, {kBudget, kBudget}));
   const DTensorSpec spec = *MakeDTensorSpec(line, {Placement::Shard(0)}, {6, 5}, DType::kFloat32);
@@ -401,12 +412,12 @@ TEST(FillTensorTest, RandWithARangeIsTheUnitDrawMovedIntoIt) {
   for (const Outcome& o : fill("unit", 0, 0)) ASSERT_TRUE(o.ok()) << o.status;
   for (const Outcome& o : fill("ranged", -0.25, 0.25)) ASSERT_TRUE(o.ok()) << o.status;
   for (int64_t p = 0; p < 2; ++p) {
-    const std::shared_ptr<const HostTensor> unit = *mesh.store(p).Get("unit");
-    const std::shared_ptr<const HostTensor> ranged = *mesh.store(p).Get("ranged");
-    ASSERT_EQ(ranged->shape(), (Shape{3, 5}));
-    for (int64_t i = 0; i < ranged->num_elements(); ++i) {
-      const float u = unit->data_as<float>()[i];
-      const float r = ranged->data_as<float>()[i];
+    const HostTensor unit = *mesh.store(p).GetHost("unit");
+    const HostTensor ranged = *mesh.store(p).GetHost("ranged");
+    ASSERT_EQ(ranged.shape(), (Shape{3, 5}));
+    for (int64_t i = 0; i < ranged.num_elements(); ++i) {
+      const float u = unit.data_as<float>()[i];
+      const float r = ranged.data_as<float>()[i];
       EXPECT_FLOAT_EQ(r, -0.25f + 0.5f * u) << "position " << p << ", element " << i;
       EXPECT_GE(r, -0.25f);
       EXPECT_LT(r, 0.25f);

@@ -174,7 +174,7 @@ std::vector<HostTensor> Held(Cluster& cluster, const Program& program,
                              std::string (*name)(const ParameterTensors&)) {
   std::vector<HostTensor> out;
   for (const ParameterTensors& names : NamesFor(program)) {
-    out.push_back(cluster.store(0).Get(name(names)).value()->Clone());
+    out.push_back(cluster.store(0).GetHost(name(names)).value());
   }
   return out;
 }

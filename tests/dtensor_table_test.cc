@@ -128,10 +128,14 @@ TEST(DTensorTableTest, ATensorReleasedBeforeItsWriteIsNotWritten) {
   EXPECT_TRUE(f.table.Find("b").ok());
 }
 
-TEST(DTensorTableTest, CudaMeshesHoldNoDTensorsYet) {
-  Fixture f(0, "cuda");
-  EXPECT_EQ(f.table.Add("a", f.mesh, f.Sharded(4), "").status().code(),
-            absl::StatusCode::kUnimplemented);
+TEST(DTensorTableTest, CudaMeshesHoldDTensorsWithinTheWorkersBudgets) {
+  // The same table serves meshes of GPU workers: their shards count against the same ledger.
+  Fixture f(40, "cuda");
+  ASSERT_TRUE(f.table.Add("big", f.mesh, f.Sharded(16), "").ok());
+  absl::Status over = f.table.Add("over", f.mesh, f.Sharded(6), "").status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.message(), HasSubstr("needs 12 bytes on worker"));
+  EXPECT_THAT(f.table.ForgetMesh(*f.mesh), ElementsAre("dt/big"));
 }
 
 TEST(DTensorTableTest, DescribeAndUsableFollowTheWrite) {

@@ -1,5 +1,6 @@
 // The kernel backends' host-side pieces (Philox, broadcasting, the device factory) and the
-// conformance suite run on the CPU backend.
+// conformance suite (compute, reductions, data, and the memory space's layout moves against core's
+// host versions) run on the CPU backend.
 
 #include <cstdint>
 
@@ -9,6 +10,7 @@
 #include "kernels/philox.h"
 #include "kernels/testing/compute_conformance.h"
 #include "kernels/testing/data_conformance.h"
+#include "kernels/testing/layout_conformance.h"
 #include "kernels/testing/reduce_conformance.h"
 
 namespace tessera::kernels {

@@ -68,7 +68,7 @@ class ModuleClusterEnvironment : public ::testing::Environment {
     c->session = c->cluster.client;
     for (const TestMesh& m : meshes_) {
       absl::StatusOr<client::MeshInfo> info = client::InitDeviceMesh(
-          *c->session, "cpu", m.shape, m.dim_names, m.name, {.worker_ids = m.worker_ids});
+          *c->session, TestDevice(), m.shape, m.dim_names, m.name, {.worker_ids = m.worker_ids});
       ASSERT_TRUE(info.ok()) << info.status() << c->cluster.LogHint();
       c->meshes.emplace(m.name, client::Mesh{info->name, info->mesh});
     }

@@ -4,7 +4,8 @@
 // Module programs run by workers' command executors in one process, one thread per rank with real
 // Gloo communicators: the workers of a mesh, the pieces of full tensors each rank holds, the
 // commands that load and run a program on every rank, and the checks of what they return and
-// store.
+// store. Workers run on TestDevice() (tests/test_device.h): on cpu each one's memory space is a
+// StrictMemoryBackend, host memory used as a GPU's is; on cuda, rank r holds cuda:r.
 
 #include <cmath>
 #include <cstdint>
@@ -22,8 +23,10 @@
 #include "core/program_edges.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/testing/nn_reference.h"
 #include "proto/convert.h"
+#include "tests/test_device.h"
 #include "worker/command_executor.h"
 #include "worker/shard_store.h"
 
@@ -108,10 +111,23 @@ inline ::testing::AssertionResult Near(const HostTensor& got, const HostTensor& 
 // Workers: one executor and store per rank, run on threads
 
 struct Worker {
-  Worker(int64_t id, gloo::rendezvous::Store* rendezvous)
-      : store(int64_t{1} << 30), executor(id, "cpu", &store, rendezvous, "127.0.0.1") {}
-  ShardStore store;
-  CommandExecutor executor;
+  // A worker on TestDevice(); `kernels` is null (and the reason in `unavailable`) where the device
+  // has no rank `id` (fewer GPUs than ranks).
+  Worker(int64_t id, gloo::rendezvous::Store* rendezvous) {
+    absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> made = TestBackendForRank(id);
+    if (!made.ok()) {
+      unavailable = made.status();
+      return;
+    }
+    kernels = *std::move(made);
+    store = std::make_unique<ShardStore>(int64_t{1} << 30, *kernels);
+    executor =
+        std::make_unique<CommandExecutor>(id, kernels.get(), store.get(), rendezvous, "127.0.0.1");
+  }
+  absl::Status unavailable;
+  std::unique_ptr<kernels::KernelBackend> kernels;
+  std::unique_ptr<ShardStore> store;
+  std::unique_ptr<CommandExecutor> executor;
 };
 
 struct Outcome {
@@ -125,6 +141,11 @@ class Cluster {
   explicit Cluster(DeviceMesh mesh) : mesh_(std::move(mesh)) {
     for (int64_t r = 0; r < mesh_.size(); ++r) {
       workers_.push_back(std::make_unique<Worker>(r, &rendezvous_));
+      // A mesh larger than the GPUs here cannot run (scripts/run-gpu-checks.sh filters those out).
+      if (unavailable_.ok() && !workers_.back()->unavailable.ok()) {
+        unavailable_ = workers_.back()->unavailable;
+        ADD_FAILURE() << "rank " << r << " on " << TestDevice() << ": " << unavailable_;
+      }
     }
     for (const Outcome& o : OnEveryRank([&](int) {
            v1::Command command;
@@ -142,12 +163,16 @@ class Cluster {
   // Runs command(rank) on every rank at once; each rank's outcome.
   std::vector<Outcome> OnEveryRank(const std::function<v1::Command(int)>& command) {
     std::vector<Outcome> out(workers_.size());
+    if (!unavailable_.ok()) {
+      for (Outcome& o : out) o.status = unavailable_;
+      return out;
+    }
     std::vector<v1::Command> commands;
     for (int r = 0; r < size(); ++r) commands.push_back(command(r));
     std::vector<std::thread> threads;
     for (int r = 0; r < size(); ++r) {
       threads.emplace_back(
-          [&, r] { out[r].status = workers_[r]->executor.Execute(commands[r], &out[r].reply); });
+          [&, r] { out[r].status = workers_[r]->executor->Execute(commands[r], &out[r].reply); });
     }
     for (std::thread& t : threads) t.join();
     return out;
@@ -156,16 +181,24 @@ class Cluster {
   int size() const { return static_cast<int>(workers_.size()); }
   const DeviceMesh& mesh() const { return mesh_; }
   std::vector<int64_t> coordinate(int r) const { return mesh_.CoordinateOfIndex(r); }
-  ShardStore& store(int r) { return workers_[r]->store; }
+  // Rank r's store; an empty one where the rank has no worker (every command fails then anyway).
+  ShardStore& store(int r) {
+    if (workers_[r]->store != nullptr) return *workers_[r]->store;
+    static kernels::CpuBackend* const memory = new kernels::CpuBackend();
+    if (absent_ == nullptr) absent_ = std::make_unique<ShardStore>(0, *memory);
+    return *absent_;
+  }
 
  private:
   const DeviceMesh mesh_;
+  absl::Status unavailable_;  // why a rank has no worker here; every command fails with it
+  std::unique_ptr<ShardStore> absent_;  // the store of a rank without a worker
   gloo::rendezvous::HashStore rendezvous_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 
 inline DeviceMesh Mesh(Shape shape) {
-  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create("cpu", std::move(shape), {}, {});
+  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create(TestDevice(), std::move(shape), {}, {});
   EXPECT_TRUE(mesh.ok()) << mesh.status();
   return *std::move(mesh);
 }
@@ -220,7 +253,7 @@ inline ::testing::AssertionResult LoadEverywhere(Cluster& cluster, const Program
     for (size_t i = 0; i < params.size(); ++i) {
       const HostTensor piece = Piece(InDType(params[i], dtype), cluster.mesh(),
                                      program.parameters[i].placements, cluster.coordinate(r));
-      if (absl::Status s = cluster.store(r).Put(names[i].tensor, piece.Clone()); !s.ok()) {
+      if (absl::Status s = cluster.store(r).PutHost(names[i].tensor, piece); !s.ok()) {
         return ::testing::AssertionFailure() << s;
       }
     }
@@ -272,11 +305,11 @@ inline void ExpectStored(Cluster& cluster, const Program& program,
   const std::vector<ParameterTensors> names = NamesFor(program);
   for (int r = 0; r < cluster.size(); ++r) {
     for (size_t i = 0; i < want.size(); ++i) {
-      absl::StatusOr<std::shared_ptr<const HostTensor>> got = cluster.store(r).Get(name(names[i]));
+      absl::StatusOr<HostTensor> got = cluster.store(r).GetHost(name(names[i]));
       ASSERT_TRUE(got.ok()) << got.status();
       const HostTensor piece =
           Piece(want[i], cluster.mesh(), program.parameters[i].placements, cluster.coordinate(r));
-      EXPECT_TRUE(Near(**got, piece, tolerance)) << name(names[i]) << " on rank " << r;
+      EXPECT_TRUE(Near(*got, piece, tolerance)) << name(names[i]) << " on rank " << r;
     }
   }
 }

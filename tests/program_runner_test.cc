@@ -685,7 +685,7 @@ std::vector<BadCommand> BadCommands() {
        {"program 9", "parameter 2 (\"net2.weight\")", "no local tensor 'nope'"}},
       {"LoadWithAParameterOfAnotherShape",
        [](Cluster& cluster, const Model& m, int r) {
-         EXPECT_TRUE(cluster.store(r).Put("whole", InDType(m.params[0], DType::kFloat64)).ok());
+         EXPECT_TRUE(cluster.store(r).PutHost("whole", InDType(m.params[0], DType::kFloat64)).ok());
          std::vector<ParameterTensors> names = NamesFor(m.program);
          names[0].tensor = "whole";
          return LoadCommand(m.program, names);
@@ -819,7 +819,7 @@ std::vector<BadCommand> BadCommands() {
        {"belong to training steps; train is not set"}},
       {"MomentumBufferOfAnotherShape",
        [](Cluster& cluster, const Model& m, int r) {
-         EXPECT_TRUE(cluster.store(r).Put("m/net2.bias", Zeros(DType::kFloat64, {3})).ok());
+         EXPECT_TRUE(cluster.store(r).PutHost("m/net2.bias", Zeros(DType::kFloat64, {3})).ok());
          RunOptions options;
          options.train = true;
          options.sgd = SgdOptions{0.1, 0.9, 0};

@@ -24,6 +24,7 @@
 #include "core/small_integer_tensor.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "tests/placement_product.h"
 #include "worker/comm/make_communicator.h"
 
@@ -146,26 +147,34 @@ class RedistributeStepTest : public ::testing::TestWithParam<Case> {
     OnThreads(mesh_.size(), [&](int64_t pos) {
       const std::vector<int64_t> coord = mesh_.CoordinateOfIndex(pos);
       const std::vector<Communicator*>& dims = groups_->by_position[pos];
+      // Each rank's kernels and memory space, as a cpu worker holds them.
+      kernels::CpuBackend cpu;
+      const auto down =
+          [&](const absl::StatusOr<kernels::DeviceTensor>& t) -> absl::StatusOr<HostTensor> {
+        if (!t.ok()) return t.status();
+        return cpu.Download(t->View());
+      };
+      kernels::DeviceTensor shard = cpu.Upload(shards[pos]).value();
       if (!step_by_step) {
         // Alternate between an owned shard and a borrowed one, which must stay untouched.
         if ((plan.steps.size() + static_cast<size_t>(pos)) % 2 == 0) {
-          got[pos] = RunRedistributePlan(src, plan, coord, dims, shards[pos].Clone());
+          got[pos] = down(RunRedistributePlan(cpu, src, plan, coord, dims, std::move(shard)));
         } else {
-          const HostTensor before = shards[pos].Clone();
-          got[pos] = RunRedistributePlan(src, plan, coord, dims, &shards[pos]);
-          if (!shards[pos].BitEqual(before))
+          got[pos] = down(RunRedistributePlan(cpu, src, plan, coord, dims, &shard));
+          if (!cpu.Download(std::as_const(shard).View())->BitEqual(shards[pos])) {
             got[pos] = absl::InternalError("borrowed shard changed");
+          }
         }
         return;
       }
       DTensorSpec spec = src;
-      absl::StatusOr<HostTensor> local = shards[pos].Clone();
+      absl::StatusOr<kernels::DeviceTensor> local = std::move(shard);
       for (const RedistributeStep& step : plan.steps) {
-        local = RunRedistributeStep(spec, step, coord, dims[step.mesh_dim], *local);
+        local = RunRedistributeStep(cpu, spec, step, coord, dims[step.mesh_dim], *local);
         if (!local.ok()) break;
         spec.placements[step.mesh_dim] = step.to;
       }
-      got[pos] = std::move(local);
+      got[pos] = down(local);
     });
     for (int64_t pos = 0; pos < mesh_.size(); ++pos) {
       ASSERT_TRUE(got[pos].ok()) << what << ", rank position " << pos << ": " << got[pos].status();
@@ -256,31 +265,31 @@ TEST(RedistributeStepArgumentsTest, RejectsWhatDoesNotFitTheSpec) {
   const DTensorSpec spec =
       MakeDTensorSpec(mesh, {Placement::Shard(0)}, {5, 3}, DType::kFloat32).value();
   const RedistributeStep gather = PlanStep(spec, 0, Placement::Replicate()).value();
-  const HostTensor shard = HostTensor::Zeros(DType::kFloat32, {3, 3}).value();
+  kernels::CpuBackend cpu;
+  const kernels::DeviceTensor shard = cpu.Zeros(DType::kFloat32, {3, 3}).value();
   const std::vector<int64_t> coord = {0};
-  auto code = [](const absl::StatusOr<HostTensor>& r) { return r.status().code(); };
+  auto code = [](const absl::StatusOr<kernels::DeviceTensor>& r) { return r.status().code(); };
 
-  EXPECT_EQ(code(RunRedistributeStep(spec, gather, coord, nullptr, shard)),
+  EXPECT_EQ(code(RunRedistributeStep(cpu, spec, gather, coord, nullptr, shard)),
             absl::StatusCode::kInvalidArgument);  // a collective without a communicator
-  const HostTensor wrong_shape = HostTensor::Zeros(DType::kFloat32, {2, 3}).value();
+  const kernels::DeviceTensor wrong_shape = cpu.Zeros(DType::kFloat32, {2, 3}).value();
   const RedistributeStep chunk = PlanStep(spec, 0, Placement::Shard(1)).value();
-  EXPECT_EQ(code(RunRedistributeStep(spec, chunk, coord, nullptr, wrong_shape)),
+  EXPECT_EQ(code(RunRedistributeStep(cpu, spec, chunk, coord, nullptr, wrong_shape)),
             absl::StatusCode::kInvalidArgument);  // not rank 0's shard
   const std::vector<int64_t> outside = {2};
-  EXPECT_EQ(code(RunRedistributeStep(spec, chunk, outside, nullptr, shard)),
+  EXPECT_EQ(code(RunRedistributeStep(cpu, spec, chunk, outside, nullptr, shard)),
             absl::StatusCode::kInvalidArgument);
   RedistributeStep mislabeled = gather;
   mislabeled.collective = Collective::kLocalChunk;
-  EXPECT_EQ(code(RunRedistributeStep(spec, mislabeled, coord, nullptr, shard)),
+  EXPECT_EQ(code(RunRedistributeStep(cpu, spec, mislabeled, coord, nullptr, shard)),
             absl::StatusCode::kInvalidArgument);
   const DTensorSpec replicated =
       MakeDTensorSpec(mesh, {Placement::Replicate()}, {5, 3}, DType::kFloat32).value();
-  EXPECT_EQ(code(RunRedistributeStep(replicated, gather, coord, nullptr, shard)),
+  EXPECT_EQ(code(RunRedistributeStep(cpu, replicated, gather, coord, nullptr, shard)),
             absl::StatusCode::kInvalidArgument);  // the step starts from S(0), the spec is R
   const std::vector<Communicator*> no_groups;
-  EXPECT_EQ(RunRedistributePlan(spec, RedistributePlan{{gather}}, coord, no_groups, shard.Clone())
-                .status()
-                .code(),
+  EXPECT_EQ(code(RunRedistributePlan(cpu, spec, RedistributePlan{{gather}}, coord, no_groups,
+                                     cpu.Clone(shard.View()).value())),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -57,6 +57,36 @@ TEST(WorkerRegistry, SequencesAreConsecutivePerWorkerAndRestartWithTheIncarnatio
   EXPECT_EQ(registry.NextSequences({both[0]}), (std::vector<int64_t>{-1}));  // stale handle
 }
 
+TEST(WorkerRegistry, ListsEachGpusNameAndTheMemoryItsLastHeartbeatGave) {
+  WorkerRegistry registry(absl::Milliseconds(100), absl::Seconds(10));
+  v1::RegisterRequest gpu = Worker("127.0.0.1:1");
+  gpu.set_device("cuda:0");
+  gpu.set_device_name("NVIDIA H100 80GB HBM3");
+  const v1::RegisterReply a = registry.Register(gpu);
+  registry.Register(Worker("127.0.0.1:2"));
+  // Unknown until the first heartbeat.
+  EXPECT_EQ(registry.List()[0].device_free_bytes(), -1);
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(a.worker_id());
+  hb.set_incarnation(a.incarnation());
+  hb.set_used_bytes(1000);
+  hb.set_device_allocated_bytes(3000);
+  hb.set_device_free_bytes(70 << 20);
+  hb.set_device_total_bytes(80 << 20);
+  ASSERT_TRUE(registry.Heartbeat(hb).ok());
+  const std::vector<v1::WorkerInfo> workers = registry.List();
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_EQ(workers[0].device(), "cuda:0");
+  EXPECT_EQ(workers[0].device_name(), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(workers[0].used_bytes(), 1000);
+  EXPECT_EQ(workers[0].device_allocated_bytes(), 3000);
+  EXPECT_EQ(workers[0].device_free_bytes(), 70 << 20);
+  EXPECT_EQ(workers[0].device_total_bytes(), 80 << 20);
+  EXPECT_EQ(workers[1].device_name(), "");
+  EXPECT_EQ(workers[1].device_total_bytes(), -1);
+  EXPECT_EQ(registry.LiveWorkers("cuda"), std::vector<int64_t>{a.worker_id()});
+}
+
 TEST(WorkerRegistry, UnknownWorkerIsNotFound) {
   WorkerRegistry registry(absl::Milliseconds(100), absl::Seconds(10));
   EXPECT_EQ(registry.Get(7).status().code(), absl::StatusCode::kNotFound);

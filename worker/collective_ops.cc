@@ -1,11 +1,11 @@
 #include "worker/collective_ops.h"
 
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
 #include "core/padding.h"
+#include "kernels/layout.h"
 #include "proto/convert.h"
 
 namespace tessera {
@@ -16,33 +16,36 @@ Shape WithRows(const Shape& shape, int64_t rows) { return WithDimSize(shape, 0, 
 
 // `in` as k blocks of c rows, the layout the equal-block collectives send: `in` itself when its
 // rows divide evenly, else a zero-padded copy (counted against the budget) held in `padded`.
-absl::StatusOr<const std::byte*> RowBlocks(const HostTensor& in, int64_t k,
-                                           CollectiveOutputs& outputs, HostTensor& padded) {
+absl::StatusOr<const std::byte*> RowBlocks(const kernels::DeviceTensor& in, int64_t k,
+                                           CollectiveOutputs& outputs,
+                                           kernels::DeviceTensor& padded) {
   const Shape block_shape = WithRows(in.shape(), ChunkSize(in.shape()[0], k));
   if (!IsChunkBlocks(in.shape(), 0, k, block_shape)) {
     const int64_t bytes =
         k * NumElements(block_shape) * static_cast<int64_t>(DTypeSize(in.dtype()));
     outputs.Charge(bytes);
   }
-  return ChunkBlocksData(in, 0, k, block_shape, padded);
+  return kernels::ChunkBlocksData(outputs.memory(), in.View(), 0, k, block_shape, padded);
 }
 
 // The rows this rank keeps of `received`, a block padded to the chunk size: `received` itself when
 // it has no padding, else its first `rows` rows.
-absl::StatusOr<HostTensor> WithoutPadding(HostTensor received, int64_t rows) {
+absl::StatusOr<kernels::DeviceTensor> WithoutPadding(kernels::MemorySpace& memory,
+                                                     kernels::DeviceTensor received, int64_t rows) {
   const Shape shape = WithRows(received.shape(), rows);
   if (received.shape() == shape) return received;
   if (absl::Status s = received.Reshape(BlocksShape(1, received.shape())); !s.ok()) return s;
-  return UnpadFromChunks(received, 0, shape);
+  return kernels::UnpadFromChunks(memory, std::as_const(received).View(), 0, shape);
 }
 
 }  // namespace
 
-absl::StatusOr<CollectiveResult> RunBroadcast(comm::Communicator& group, const HostTensor& in,
-                                              int root, CollectiveOutputs& outputs) {
-  absl::StatusOr<HostTensor> out = outputs.Final(in.shape());
+absl::StatusOr<CollectiveResult> RunBroadcast(comm::Communicator& group,
+                                              const kernels::DeviceTensor& in, int root,
+                                              CollectiveOutputs& outputs) {
+  absl::StatusOr<kernels::DeviceTensor> out = outputs.Final(in.shape());
   if (!out.ok()) return out.status();
-  std::memcpy(out->data(), in.data(), in.nbytes());
+  if (absl::Status s = outputs.memory().Copy(in.View(), out->View()); !s.ok()) return s;
   if (absl::Status s = group.Broadcast(out->data(), out->num_elements(), in.dtype(), root);
       !s.ok()) {
     return s;
@@ -50,15 +53,16 @@ absl::StatusOr<CollectiveResult> RunBroadcast(comm::Communicator& group, const H
   return CollectiveResult(*std::move(out));
 }
 
-absl::StatusOr<CollectiveResult> RunReduce(comm::Communicator& group, const HostTensor& in,
-                                           ReduceOp op, std::optional<int> root,
-                                           CollectiveOutputs& outputs) {
+absl::StatusOr<CollectiveResult> RunReduce(comm::Communicator& group,
+                                           const kernels::DeviceTensor& in, ReduceOp op,
+                                           std::optional<int> root, CollectiveOutputs& outputs) {
   // A reduce's other ranks write no output: they work in a scratch buffer and leave any tensor of
   // the output's name alone.
   const bool writes = !root.has_value() || group.rank() == *root;
-  absl::StatusOr<HostTensor> out = writes ? outputs.Final(in.shape()) : outputs.Scratch(in.shape());
+  absl::StatusOr<kernels::DeviceTensor> out =
+      writes ? outputs.Final(in.shape()) : outputs.Scratch(in.shape());
   if (!out.ok()) return out.status();
-  std::memcpy(out->data(), in.data(), in.nbytes());
+  if (absl::Status s = outputs.memory().Copy(in.View(), out->View()); !s.ok()) return s;
   absl::Status s = root.has_value()
                        ? group.Reduce(out->data(), out->num_elements(), in.dtype(), op, *root)
                        : group.AllReduce(out->data(), out->num_elements(), in.dtype(), op);
@@ -67,11 +71,13 @@ absl::StatusOr<CollectiveResult> RunReduce(comm::Communicator& group, const Host
   return CollectiveResult(*std::move(out));
 }
 
-absl::StatusOr<CollectiveResult> RunGather(comm::Communicator& group, const HostTensor& in,
-                                           std::optional<int> root, CollectiveOutputs& outputs) {
+absl::StatusOr<CollectiveResult> RunGather(comm::Communicator& group,
+                                           const kernels::DeviceTensor& in, std::optional<int> root,
+                                           CollectiveOutputs& outputs) {
   const bool writes = !root.has_value() || group.rank() == *root;
   const Shape shape = WithRows(in.shape(), group.size() * in.shape()[0]);
-  absl::StatusOr<HostTensor> out = writes ? outputs.Final(shape) : outputs.Scratch(shape);
+  absl::StatusOr<kernels::DeviceTensor> out =
+      writes ? outputs.Final(shape) : outputs.Scratch(shape);
   if (!out.ok()) return out.status();
   absl::Status s = root.has_value()
                        ? group.Gather(in.data(), out->data(), in.num_elements(), in.dtype(), *root)
@@ -81,54 +87,58 @@ absl::StatusOr<CollectiveResult> RunGather(comm::Communicator& group, const Host
   return CollectiveResult(*std::move(out));
 }
 
-absl::StatusOr<CollectiveResult> RunScatter(comm::Communicator& group, const HostTensor& in,
-                                            int root, CollectiveOutputs& outputs) {
+absl::StatusOr<CollectiveResult> RunScatter(comm::Communicator& group,
+                                            const kernels::DeviceTensor& in, int root,
+                                            CollectiveOutputs& outputs) {
   const int64_t k = group.size();
   const int64_t c = ChunkSize(in.shape()[0], k);
-  HostTensor padded;
+  kernels::DeviceTensor padded;
   absl::StatusOr<const std::byte*> send = RowBlocks(in, k, outputs, padded);
   if (!send.ok()) return send.status();
-  absl::StatusOr<HostTensor> recv = outputs.Final(WithRows(in.shape(), c));
+  absl::StatusOr<kernels::DeviceTensor> recv = outputs.Final(WithRows(in.shape(), c));
   if (!recv.ok()) return recv.status();
   if (absl::Status s = group.Scatter(*send, recv->data(), recv->num_elements(), in.dtype(), root);
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<HostTensor> mine =
-      WithoutPadding(*std::move(recv), ChunkOf(in.shape()[0], k, group.rank()).size);
+  absl::StatusOr<kernels::DeviceTensor> mine = WithoutPadding(
+      outputs.memory(), *std::move(recv), ChunkOf(in.shape()[0], k, group.rank()).size);
   if (!mine.ok()) return mine.status();
   return CollectiveResult(*std::move(mine));
 }
 
-absl::StatusOr<CollectiveResult> RunReduceScatter(comm::Communicator& group, const HostTensor& in,
-                                                  ReduceOp op, CollectiveOutputs& outputs) {
+absl::StatusOr<CollectiveResult> RunReduceScatter(comm::Communicator& group,
+                                                  const kernels::DeviceTensor& in, ReduceOp op,
+                                                  CollectiveOutputs& outputs) {
   const int64_t k = group.size();
   const int64_t c = ChunkSize(in.shape()[0], k);
-  HostTensor padded;
+  kernels::DeviceTensor padded;
   absl::StatusOr<const std::byte*> send = RowBlocks(in, k, outputs, padded);
   if (!send.ok()) return send.status();
-  absl::StatusOr<HostTensor> recv = outputs.Final(WithRows(in.shape(), c));
+  absl::StatusOr<kernels::DeviceTensor> recv = outputs.Final(WithRows(in.shape(), c));
   if (!recv.ok()) return recv.status();
   if (absl::Status s =
           group.ReduceScatter(*send, recv->data(), recv->num_elements(), in.dtype(), op);
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<HostTensor> mine =
-      WithoutPadding(*std::move(recv), ChunkOf(in.shape()[0], k, group.rank()).size);
+  absl::StatusOr<kernels::DeviceTensor> mine = WithoutPadding(
+      outputs.memory(), *std::move(recv), ChunkOf(in.shape()[0], k, group.rank()).size);
   if (!mine.ok()) return mine.status();
   return CollectiveResult(*std::move(mine));
 }
 
-absl::StatusOr<CollectiveResult> RunAllToAll(comm::Communicator& group, const HostTensor& in,
+absl::StatusOr<CollectiveResult> RunAllToAll(comm::Communicator& group,
+                                             const kernels::DeviceTensor& in,
                                              CollectiveOutputs& outputs) {
   const int64_t k = group.size();
   const int64_t n = in.shape()[0];
   const Shape block_shape = WithRows(in.shape(), ChunkSize(n, k));
-  HostTensor padded;
+  kernels::DeviceTensor padded;
   absl::StatusOr<const std::byte*> send = RowBlocks(in, k, outputs, padded);
   if (!send.ok()) return send.status();
-  absl::StatusOr<HostTensor> recv = outputs.Final(WithRows(in.shape(), k * block_shape[0]));
+  absl::StatusOr<kernels::DeviceTensor> recv =
+      outputs.Final(WithRows(in.shape(), k * block_shape[0]));
   if (!recv.ok()) return recv.status();
   if (absl::Status s = group.AllToAll(*send, recv->data(), NumElements(block_shape), in.dtype());
       !s.ok()) {
@@ -139,14 +149,19 @@ absl::StatusOr<CollectiveResult> RunAllToAll(comm::Communicator& group, const Ho
   const int64_t rows = ChunkOf(n, k, group.rank()).size;
   if (rows == block_shape[0]) return CollectiveResult(*std::move(recv));
   if (absl::Status s = recv->Reshape(BlocksShape(k, block_shape)); !s.ok()) return s;
-  absl::StatusOr<HostTensor> out = outputs.Scratch(WithRows(in.shape(), k * rows));
+  absl::StatusOr<kernels::DeviceTensor> out = outputs.Scratch(WithRows(in.shape(), k * rows));
   if (!out.ok()) return out.status();
-  if (absl::Status s = UnpadFromChunks(*recv, 0, *out); !s.ok()) return s;
+  if (absl::Status s =
+          kernels::UnpadFromChunks(outputs.memory(), std::as_const(*recv).View(), 0, out->View());
+      !s.ok()) {
+    return s;
+  }
   return CollectiveResult(*std::move(out));
 }
 
-absl::StatusOr<CollectiveResult> RunSendRecv(comm::Communicator& group, const HostTensor& in,
-                                             int root, int peer, CollectiveOutputs& outputs) {
+absl::StatusOr<CollectiveResult> RunSendRecv(comm::Communicator& group,
+                                             const kernels::DeviceTensor& in, int root, int peer,
+                                             CollectiveOutputs& outputs) {
   if (group.rank() == root) {
     if (absl::Status s = group.Send(in.data(), in.num_elements(), in.dtype(), peer, 0); !s.ok()) {
       return s;
@@ -154,7 +169,7 @@ absl::StatusOr<CollectiveResult> RunSendRecv(comm::Communicator& group, const Ho
     return CollectiveResult();
   }
   if (group.rank() != peer) return CollectiveResult();
-  absl::StatusOr<HostTensor> out = outputs.Scratch(in.shape());
+  absl::StatusOr<kernels::DeviceTensor> out = outputs.Scratch(in.shape());
   if (!out.ok()) return out.status();
   if (absl::Status s = group.Recv(out->data(), out->num_elements(), in.dtype(), root, 0); !s.ok()) {
     return s;
@@ -163,7 +178,8 @@ absl::StatusOr<CollectiveResult> RunSendRecv(comm::Communicator& group, const Ho
 }
 
 absl::StatusOr<CollectiveResult> RunCollectiveOp(const v1::RunCollective& c,
-                                                 comm::Communicator& group, const HostTensor& in,
+                                                 comm::Communicator& group,
+                                                 const kernels::DeviceTensor& in,
                                                  CollectiveOutputs& outputs) {
   const bool splits = c.op() == v1::ALL_GATHER_OP || c.op() == v1::GATHER ||
                       c.op() == v1::SCATTER || c.op() == v1::REDUCE_SCATTER_OP ||

@@ -15,14 +15,14 @@ void CollectiveOutputs::Charge(int64_t bytes) {
   }
 }
 
-absl::StatusOr<HostTensor> CollectiveOutputs::Scratch(Shape shape) {
+absl::StatusOr<kernels::DeviceTensor> CollectiveOutputs::Scratch(Shape shape) {
   Charge(NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype_)));
-  return HostTensor::Uninitialized(dtype_, std::move(shape));
+  return store_.memory().Allocate(dtype_, std::move(shape));
 }
 
-absl::StatusOr<HostTensor> CollectiveOutputs::Final(Shape shape) {
+absl::StatusOr<kernels::DeviceTensor> CollectiveOutputs::Final(Shape shape) {
   if (output_ != input_) {
-    std::optional<HostTensor> reused = store_.TakeForReuse(
+    std::optional<kernels::DeviceTensor> reused = store_.TakeForReuse(
         output_, dtype_, static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype_));
     if (reused.has_value() && reused->Reshape(shape).ok()) return *std::move(reused);
   }

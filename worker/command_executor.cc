@@ -1,6 +1,5 @@
 #include "worker/command_executor.h"
 
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -8,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
 #include "core/status_macros.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "proto/convert.h"
 #include "worker/collective_ops.h"
 #include "worker/collective_outputs.h"
@@ -40,16 +38,18 @@ int64_t MeshOf(const v1::Command& command) {
 
 }  // namespace
 
-CommandExecutor::CommandExecutor(int64_t worker_id, std::string device, ShardStore* store,
-                                 gloo::rendezvous::Store* rendezvous, std::string collective_host)
+CommandExecutor::CommandExecutor(int64_t worker_id, kernels::KernelBackend* kernels,
+                                 ShardStore* store, gloo::rendezvous::Store* rendezvous,
+                                 std::string collective_host)
     : worker_id_(worker_id),
-      device_(std::move(device)),
+      kernels_(*kernels),
+      device_(kernels->device()),
       store_(store),
       rendezvous_(rendezvous),
-      collective_host_(std::move(collective_host)),
-      kernels_(std::make_unique<kernels::CpuBackend>()) {}
+      collective_host_(std::move(collective_host)) {}
 
-v1::LocalTensorInfo CommandExecutor::LocalInfo(const std::string& name, const HostTensor& t) {
+v1::LocalTensorInfo CommandExecutor::LocalInfo(const std::string& name,
+                                               const kernels::DeviceTensor& t) {
   v1::LocalTensorInfo info;
   info.set_name(name);
   info.set_dtype(ToProto(t.dtype()));
@@ -59,7 +59,9 @@ v1::LocalTensorInfo CommandExecutor::LocalInfo(const std::string& name, const Ho
 
 absl::Status CommandExecutor::Execute(const v1::Command& command, v1::CommandReply* reply) {
   reply->set_sequence(command.sequence());
-  const absl::Status status = Run(command, reply);
+  absl::Status status = Run(command, reply);
+  // Work the command queued on the device (CUDA) has finished, or its failure is this command's.
+  if (absl::Status done = kernels_.Synchronize(); status.ok() && !done.ok()) status = done;
   reply->set_used_bytes(store_->used_bytes());
   ReportBroken(MeshOf(command), reply);
   return status;
@@ -126,6 +128,7 @@ absl::StatusOr<std::unique_ptr<comm::Communicator>> CommandExecutor::Connect(
   comm::CommunicatorOptions options;
   options.timeout = connect_timeout;
   options.hostname = collective_host_;
+  options.compute_stream = kernels_.native_stream();
   absl::StatusOr<std::unique_ptr<comm::Communicator>> comm =
       comm::MakeCommunicator(device_, *rendezvous_, prefix, rank, size, options);
   if (!comm.ok()) return comm.status();
@@ -180,7 +183,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunCollective(
   if (c.input() == c.output() && (c.op() == v1::BROADCAST || c.op() == v1::ALL_REDUCE_OP)) {
     return RunInPlace(c, group);
   }
-  absl::StatusOr<std::shared_ptr<const HostTensor>> input = store_->Get(c.input());
+  absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> input = store_->Get(c.input());
   if (!input.ok()) return input.status();
   CollectiveOutputs outputs(*store_, c.input(), c.output(), (*input)->dtype());
   absl::StatusOr<CollectiveResult> out = RunCollectiveOp(c, group, **input, outputs);
@@ -198,7 +201,7 @@ absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunInPlace(
   absl::StatusOr<ReduceOp> op = FromProto(c.reduce_op());
   if (c.op() == v1::ALL_REDUCE_OP && !op.ok()) return op.status();
   // The stored buffer itself is updated (no copy) unless a download is reading it.
-  ASSIGN_OR_RETURN(HostTensor t, store_->TakeOrCopy(c.input()));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor t, store_->TakeOrCopy(c.input()));
   // On failure the tensor is not stored again: the collective may have half-written it, and
   // the communicator is broken from then on.
   RETURN_IF_ERROR(

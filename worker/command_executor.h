@@ -22,13 +22,16 @@ namespace tessera {
 // Runs the coordinator's commands on this worker: sets up a mesh's communicators (one for the
 // whole mesh, one per mesh dim group), runs collectives on local tensors, runs the DTensor
 // commands (spread, redistribute, fill, ops; tensor_commands.cc), and installs and runs module
-// programs (program_commands.cc). Shards live in host memory and
-// are computed on with the CPU kernels. Every worker of a
-// mesh gets the same command and derives its own part from its worker id. Called by one thread at a
-// time (the sequencer orders commands).
+// programs (program_commands.cc). The same code runs on every device: shards live in the memory
+// space of `kernels` (host memory with the CPU backend, a GPU's with a CUDA backend), are computed
+// on with its kernels, and move between workers through the communicators of the device
+// (MakeCommunicator: Gloo for cpu, NCCL for cuda:N). Every worker of a mesh gets the same command
+// and derives its own part from its worker id. Called by one thread at a time (the sequencer orders
+// commands); each command's queued device work has finished when Execute returns.
 class CommandExecutor {
  public:
-  CommandExecutor(int64_t worker_id, std::string device, ShardStore* store,
+  // `kernels` (whose memory `store` uses) and `store` must outlive the executor.
+  CommandExecutor(int64_t worker_id, kernels::KernelBackend* kernels, ShardStore* store,
                   gloo::rendezvous::Store* rendezvous, std::string collective_host);
 
   // Runs `command` and fills `reply` with what it wrote. Whether it succeeded or not, a command on
@@ -52,7 +55,7 @@ class CommandExecutor {
   void ReportBroken(int64_t mesh_id, v1::CommandReply* reply) const;
 
   // What a command reports about a local tensor it wrote.
-  static v1::LocalTensorInfo LocalInfo(const std::string& name, const HostTensor& t);
+  static v1::LocalTensorInfo LocalInfo(const std::string& name, const kernels::DeviceTensor& t);
   absl::Status SetupMesh(const v1::SetupMesh& setup);
   absl::StatusOr<MeshComms*> FindMesh(int64_t mesh_id);
   // The spec of a command, which must be on the mesh `mc`.
@@ -78,6 +81,7 @@ class CommandExecutor {
                                                               absl::Duration timeout);
 
   const int64_t worker_id_;
+  kernels::KernelBackend& kernels_;
   const std::string device_;
   ShardStore* store_;
   gloo::rendezvous::Store* rendezvous_;
@@ -89,7 +93,6 @@ class CommandExecutor {
     std::unique_ptr<ProgramRunner> runner;
   };
   std::map<int64_t, InstalledProgram> programs_;  // by program id
-  std::unique_ptr<kernels::KernelBackend> kernels_;
 };
 
 }  // namespace tessera

@@ -10,6 +10,7 @@
 #include "core/chunk.h"
 #include "core/dtensor_spec.h"
 #include "core/status_macros.h"
+#include "kernels/layout.h"
 #include "worker/dim_collectives.h"
 #include "worker/program_steps.h"
 
@@ -20,14 +21,22 @@ namespace {
 // alike, since each sends its rank).
 constexpr int kExchangedDims = 8;
 
-// Every rank's local shape, in group rank order: one all_gather of a fixed-size record.
-absl::StatusOr<std::vector<Shape>> ExchangeShapes(comm::Communicator& group, const Shape& mine) {
+// Every rank's local shape, in group rank order: one all_gather of a fixed-size record, through
+// the memory the group's collectives use.
+absl::StatusOr<std::vector<Shape>> ExchangeShapes(kernels::MemorySpace& memory,
+                                                  comm::Communicator& group, const Shape& mine) {
   const int record = kExchangedDims + 1;
   std::vector<int64_t> send(record, 0);
   send[0] = static_cast<int64_t>(mine.size());
   std::copy_n(mine.begin(), std::min<size_t>(mine.size(), kExchangedDims), send.begin() + 1);
-  std::vector<int64_t> all(static_cast<size_t>(record) * group.size());
-  RETURN_IF_ERROR(group.AllGather(send.data(), all.data(), record, DType::kInt64));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor sent,
+                   memory.Upload(HostTensor::FromValues(DType::kInt64, {record}, send)));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor gathered,
+                   memory.Allocate(DType::kInt64, {int64_t{record} * group.size()}));
+  RETURN_IF_ERROR(group.AllGather(sent.data(), gathered.data(), record, DType::kInt64));
+  ASSIGN_OR_RETURN(const HostTensor host, memory.Download(std::as_const(gathered).View()));
+  const std::span<const int64_t> all(host.data_as<int64_t>(),
+                                     static_cast<size_t>(host.num_elements()));
   std::vector<Shape> shapes;
   for (int r = 0; r < group.size(); ++r) {
     const int64_t* at = all.data() + static_cast<ptrdiff_t>(r) * record;
@@ -69,7 +78,7 @@ absl::StatusOr<int64_t> JoinedSize(const std::vector<Shape>& shapes, int dim) {
   return n;
 }
 
-absl::Status NeedDim(absl::string_view field, int dim, const HostTensor& t) {
+absl::Status NeedDim(absl::string_view field, int dim, const kernels::DeviceTensor& t) {
   if (dim < t.rank()) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(field, " ", dim, " is not a dim of the input ", ShapeToString(t.shape())));
@@ -77,38 +86,45 @@ absl::Status NeedDim(absl::string_view field, int dim, const HostTensor& t) {
 
 }  // namespace
 
-absl::StatusOr<HostTensor> RunCollectiveStep(const ProgramStep& step, comm::Communicator& group,
-                                             StepInput input) {
-  const HostTensor& in = *input.tensor;
+absl::StatusOr<kernels::DeviceTensor> RunCollectiveStep(kernels::KernelBackend& kernels,
+                                                        const ProgramStep& step,
+                                                        comm::Communicator& group,
+                                                        StepInput input) {
+  const kernels::DeviceTensor& in = *input.tensor;
   const int64_t k = group.size();
   switch (step.kind) {
     case ProgramOpKind::kAllReduce: {
-      HostTensor out = input.last_use ? std::move(*input.tensor) : in.Clone();
+      kernels::DeviceTensor out;
+      if (input.last_use) {
+        out = std::move(*input.tensor);
+      } else {
+        ASSIGN_OR_RETURN(out, kernels.Clone(in.View()));
+      }
       RETURN_IF_ERROR(group.AllReduce(out.data(), out.num_elements(), out.dtype(), step.reduce_op));
       return out;
     }
     case ProgramOpKind::kAllGather: {
       RETURN_IF_ERROR(NeedDim("dim", step.dim, in));
-      if (k == 1) return in.Clone();
-      ASSIGN_OR_RETURN(std::vector<Shape> shapes, ExchangeShapes(group, in.shape()));
+      if (k == 1) return kernels.Clone(in.View());
+      ASSIGN_OR_RETURN(std::vector<Shape> shapes, ExchangeShapes(kernels, group, in.shape()));
       ASSIGN_OR_RETURN(int64_t n, JoinedSize(shapes, step.dim));
-      return AllGatherAlong(group, in, step.dim, WithDimSize(in.shape(), step.dim, n));
+      return AllGatherAlong(kernels, group, in, step.dim, WithDimSize(in.shape(), step.dim, n));
     }
     case ProgramOpKind::kReduceScatter:
       RETURN_IF_ERROR(NeedDim("dim", step.dim, in));
-      return ReduceScatterAlong(group, in, step.dim, step.reduce_op);
+      return ReduceScatterAlong(kernels, group, in, step.dim, step.reduce_op);
     case ProgramOpKind::kChunk: {
       RETURN_IF_ERROR(NeedDim("dim", step.dim, in));
       const ChunkRange piece = ChunkOf(in.shape()[step.dim], k, group.rank());
-      return SliceAlong(in, step.dim, piece.offset, piece.size);
+      return kernels::SliceAlong(kernels, in.View(), step.dim, piece.offset, piece.size);
     }
     case ProgramOpKind::kAllToAll: {
       RETURN_IF_ERROR(NeedDim("dim", step.dim, in));
       RETURN_IF_ERROR(NeedDim("dim2", step.dim2, in));
-      if (k == 1) return in.Clone();
-      ASSIGN_OR_RETURN(std::vector<Shape> shapes, ExchangeShapes(group, in.shape()));
+      if (k == 1) return kernels.Clone(in.View());
+      ASSIGN_OR_RETURN(std::vector<Shape> shapes, ExchangeShapes(kernels, group, in.shape()));
       ASSIGN_OR_RETURN(int64_t n, JoinedSize(shapes, step.dim));
-      return AllToAllAlong(group, in, step.dim, step.dim2, n);
+      return AllToAllAlong(kernels, group, in, step.dim, step.dim2, n);
     }
     default:
       break;
@@ -117,14 +133,14 @@ absl::StatusOr<HostTensor> RunCollectiveStep(const ProgramStep& step, comm::Comm
       absl::StrCat(ProgramOpKindName(step.kind), " is not a collective step"));
 }
 
-absl::StatusOr<HostTensor> GatherParameter(const ProgramParameter& param, const HostTensor& local,
-                                           const DeviceMesh& mesh,
-                                           std::span<const int64_t> coordinate,
-                                           std::span<comm::Communicator* const> dim_groups) {
+absl::StatusOr<kernels::DeviceTensor> GatherParameter(
+    kernels::KernelBackend& kernels, const ProgramParameter& param,
+    const kernels::DeviceTensor& local, const DeviceMesh& mesh, std::span<const int64_t> coordinate,
+    std::span<comm::Communicator* const> dim_groups) {
   ASSIGN_OR_RETURN(
       std::vector<Placement> placements,
       NormalizePlacements(mesh, param.placements, static_cast<int>(param.shape.size())));
-  std::optional<HostTensor> gathered;
+  std::optional<kernels::DeviceTensor> gathered;
   for (int m = mesh.ndim() - 1; m >= 0; --m) {
     if (!placements[m].is_shard()) continue;
     const int d = placements[m].dim;
@@ -137,12 +153,12 @@ absl::StatusOr<HostTensor> GatherParameter(const ProgramParameter& param, const 
     ASSIGN_OR_RETURN(const DTensorSpec spec,
                      MakeDTensorSpec(mesh, placements, param.shape, local.dtype()));
     const Shape joined = LocalShapeAndOffsetAt(spec, coordinate).shape;
-    ASSIGN_OR_RETURN(
-        HostTensor next,
-        AllGatherAlong(*dim_groups[m], gathered.has_value() ? *gathered : local, d, joined));
+    ASSIGN_OR_RETURN(kernels::DeviceTensor next,
+                     AllGatherAlong(kernels, *dim_groups[m],
+                                    gathered.has_value() ? *gathered : local, d, joined));
     gathered = std::move(next);
   }
-  if (!gathered.has_value()) return local.Clone();
+  if (!gathered.has_value()) return kernels.Clone(local.View());
   return *std::move(gathered);
 }
 

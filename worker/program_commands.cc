@@ -88,13 +88,13 @@ absl::Status CommandExecutor::RunProgram(const v1::RunProgram& run, v1::CommandR
   ASSIGN_OR_RETURN(std::optional<TrainingStep> training, TrainingOf(run));
   const std::vector<comm::Communicator*> groups = DimGroups(*mc);
   absl::StatusOr<ProgramRunResult> result =
-      it->second.runner->Run(*std::move(input), std::move(training), *kernels_, *store_, groups);
+      it->second.runner->Run(*std::move(input), std::move(training), kernels_, *store_, groups);
   if (!result.ok()) {
     return Prefixed(absl::StrCat("program ", run.program_id()), result.status());
   }
   if (run.return_output()) *reply->mutable_output() = ToProto(result->output);
   for (const std::string& name : result->written) {
-    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> t, store_->Get(name));
+    ASSIGN_OR_RETURN(std::shared_ptr<const kernels::DeviceTensor> t, store_->Get(name));
     *reply->add_tensors() = LocalInfo(name, *t);
   }
   return absl::OkStatus();

@@ -35,7 +35,8 @@ std::string ParameterLabel(const ProgramParameter& p, int index) {
   return absl::StrCat("parameter ", index, " (\"", p.fqn, "\")");
 }
 
-std::string Describe(const HostTensor& t) {
+template <typename Tensor>
+std::string Describe(const Tensor& t) {
   return absl::StrCat(DTypeName(t.dtype()), ShapeToString(t.shape()));
 }
 
@@ -47,9 +48,9 @@ struct ProgramRunner::RunState {
   kernels::KernelBackend& kernels;
   std::span<comm::Communicator* const> dim_groups;
   bool training = false;
-  std::vector<std::optional<HostTensor>> buffers;
-  std::vector<std::shared_ptr<const HostTensor>> parameters;
-  std::vector<HostTensor>* grads = nullptr;
+  std::vector<std::optional<kernels::DeviceTensor>> buffers;
+  std::vector<std::shared_ptr<const kernels::DeviceTensor>> parameters;
+  std::vector<kernels::DeviceTensor>* grads = nullptr;
 };
 
 ProgramRunner::ProgramRunner(WorkerProgram program, DeviceMesh mesh,
@@ -154,13 +155,13 @@ void ProgramRunner::PlanBufferUses() {
       free_lists(uses_.last_training_use, forward + static_cast<int>(p.backward.size()));
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<const HostTensor>>> ProgramRunner::FetchParameters(
-    const ShardStore& store) const {
-  std::vector<std::shared_ptr<const HostTensor>> values;
+absl::StatusOr<std::vector<std::shared_ptr<const kernels::DeviceTensor>>>
+ProgramRunner::FetchParameters(const ShardStore& store) const {
+  std::vector<std::shared_ptr<const kernels::DeviceTensor>> values;
   for (int i = 0; i < static_cast<int>(program_.program.parameters.size()); ++i) {
     const ProgramParameter& param = program_.program.parameters[i];
     const std::string& name = program_.tensors[i].tensor;
-    absl::StatusOr<std::shared_ptr<const HostTensor>> value = store.Get(name);
+    absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> value = store.Get(name);
     if (!value.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat(ParameterLabel(param, i), ": no local tensor '", name, "' on this worker"));
@@ -214,7 +215,7 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
           absl::StrCat("no communicator for mesh dim ", step.mesh_dim));
     }
     if (step.kind == ProgramOpKind::kGradAllReduce) {
-      HostTensor& grad = (*state.grads)[step.weight];
+      kernels::DeviceTensor& grad = (*state.grads)[step.weight];
       return group->AllReduce(grad.data(), grad.num_elements(), grad.dtype(), step.reduce_op);
     }
     const std::vector<int> reads = StepReads(step);
@@ -228,22 +229,25 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
       const bool once = std::count(reads.begin(), reads.end(), b) == 1;
       inputs.push_back({&*state.buffers[b], once && last[b] == position});
     }
-    std::vector<HostTensor> outputs;
+    std::vector<kernels::DeviceTensor> outputs;
     if (step.kind == ProgramOpKind::kGatherParameter) {
-      ASSIGN_OR_RETURN(outputs.emplace_back(),
-                       GatherParameter(p.parameters[step.weight], *state.parameters[step.weight],
-                                       mesh_, coordinate_, state.dim_groups));
+      ASSIGN_OR_RETURN(
+          outputs.emplace_back(),
+          GatherParameter(state.kernels, p.parameters[step.weight], *state.parameters[step.weight],
+                          mesh_, coordinate_, state.dim_groups));
     } else if (IsCollective(step.kind)) {
-      ASSIGN_OR_RETURN(outputs.emplace_back(), RunCollectiveStep(step, *group, inputs[0]));
+      ASSIGN_OR_RETURN(outputs.emplace_back(),
+                       RunCollectiveStep(state.kernels, step, *group, inputs[0]));
     } else {
       // A weight or bias from a buffer has its whole gradient, zeroed, in a buffer of its own.
-      std::optional<HostTensor> weight_grad, bias_grad;
-      const auto operand = [&](int i, int buffer, int grad_buffer,
-                               std::optional<HostTensor>& grad) -> absl::StatusOr<StepParameter> {
+      std::optional<kernels::DeviceTensor> weight_grad, bias_grad;
+      const auto operand =
+          [&](int i, int buffer, int grad_buffer,
+              std::optional<kernels::DeviceTensor>& grad) -> absl::StatusOr<StepParameter> {
         if (buffer >= 0) {
-          const HostTensor& value = *state.buffers[buffer];
+          const kernels::DeviceTensor& value = *state.buffers[buffer];
           if (grad_buffer < 0) return StepParameter{&value, nullptr, {}};
-          ASSIGN_OR_RETURN(grad.emplace(), HostTensor::Zeros(value.dtype(), value.shape()));
+          ASSIGN_OR_RETURN(grad.emplace(), state.kernels.Zeros(value.dtype(), value.shape()));
           return StepParameter{&value, &*grad, {}};
         }
         if (i < 0) return StepParameter{};
@@ -275,21 +279,22 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<HostTensor>> ProgramRunner::ZeroGradients(
+absl::StatusOr<std::vector<kernels::DeviceTensor>> ProgramRunner::ZeroGradients(
     kernels::KernelBackend& kernels, ShardStore& store) const {
-  std::vector<HostTensor> grads;
+  std::vector<kernels::DeviceTensor> grads;
   for (int i = 0; i < static_cast<int>(program_.program.parameters.size()); ++i) {
-    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> value,
+    ASSIGN_OR_RETURN(std::shared_ptr<const kernels::DeviceTensor> value,
                      store.Get(program_.tensors[i].tensor));
     const DType dtype = value->dtype();
     const size_t bytes = value->nbytes();
-    std::optional<HostTensor> reused = store.TakeForReuse(program_.tensors[i].grad, dtype, bytes);
+    std::optional<kernels::DeviceTensor> reused =
+        store.TakeForReuse(program_.tensors[i].grad, dtype, bytes);
     if (reused.has_value()) {
       RETURN_IF_ERROR(reused->Reshape(LocalShape(i)));
-      if (reused->num_elements() > 0) RETURN_IF_ERROR(kernels.Fill(kernels::ViewOf(*reused), 0));
+      RETURN_IF_ERROR(kernels.SetZero(reused->View()));
       grads.push_back(*std::move(reused));
     } else {
-      ASSIGN_OR_RETURN(grads.emplace_back(), HostTensor::Zeros(dtype, LocalShape(i)));
+      ASSIGN_OR_RETURN(grads.emplace_back(), kernels.Zeros(dtype, LocalShape(i)));
     }
   }
   return grads;
@@ -303,9 +308,9 @@ absl::Status ProgramRunner::ApplySgd(const SgdOptions& sgd, kernels::KernelBacke
   std::vector<bool> first_step(params.size(), false);
   for (int i = 0; momentum && i < static_cast<int>(params.size()); ++i) {
     const std::string& name = program_.tensors[i].momentum;
-    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> value,
+    ASSIGN_OR_RETURN(std::shared_ptr<const kernels::DeviceTensor> value,
                      store.Get(program_.tensors[i].tensor));
-    absl::StatusOr<std::shared_ptr<const HostTensor>> buffer = store.Get(name);
+    absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> buffer = store.Get(name);
     if (!buffer.ok()) {
       first_step[i] = true;
       continue;
@@ -318,18 +323,18 @@ absl::Status ProgramRunner::ApplySgd(const SgdOptions& sgd, kernels::KernelBacke
   }
   for (int i = 0; i < static_cast<int>(params.size()); ++i) {
     if (!first_step[i]) continue;
-    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> value,
+    ASSIGN_OR_RETURN(std::shared_ptr<const kernels::DeviceTensor> value,
                      store.Get(program_.tensors[i].tensor));
-    ASSIGN_OR_RETURN(HostTensor zeros, HostTensor::Zeros(value->dtype(), value->shape()));
+    ASSIGN_OR_RETURN(kernels::DeviceTensor zeros, kernels.Zeros(value->dtype(), value->shape()));
     RETURN_IF_ERROR(store.Put(program_.tensors[i].momentum, std::move(zeros)));
   }
   for (int i = 0; i < static_cast<int>(params.size()); ++i) {
     const ParameterTensors& names = program_.tensors[i];
-    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> grad, store.Get(names.grad));
-    ASSIGN_OR_RETURN(HostTensor value, store.TakeOrCopy(names.tensor));
-    std::optional<HostTensor> buffer;
+    ASSIGN_OR_RETURN(std::shared_ptr<const kernels::DeviceTensor> grad, store.Get(names.grad));
+    ASSIGN_OR_RETURN(kernels::DeviceTensor value, store.TakeOrCopy(names.tensor));
+    std::optional<kernels::DeviceTensor> buffer;
     if (momentum) {
-      absl::StatusOr<HostTensor> taken = store.TakeOrCopy(names.momentum);
+      absl::StatusOr<kernels::DeviceTensor> taken = store.TakeOrCopy(names.momentum);
       if (!taken.ok()) {
         RETURN_IF_ERROR(store.Put(names.tensor, std::move(value)));
         return taken.status();
@@ -337,10 +342,10 @@ absl::Status ProgramRunner::ApplySgd(const SgdOptions& sgd, kernels::KernelBacke
       buffer = *std::move(taken);
     }
     kernels::TensorView buffer_view;
-    if (buffer.has_value()) buffer_view = kernels::ViewOf(*buffer);
-    const absl::Status updated = kernels.SgdStep(
-        kernels::ViewOf(value), kernels::ViewOf(*grad), buffer.has_value() ? &buffer_view : nullptr,
-        sgd.lr, sgd.momentum, sgd.weight_decay, first_step[i]);
+    if (buffer.has_value()) buffer_view = buffer->View();
+    const absl::Status updated =
+        kernels.SgdStep(value.View(), grad->View(), buffer.has_value() ? &buffer_view : nullptr,
+                        sgd.lr, sgd.momentum, sgd.weight_decay, first_step[i]);
     // Whatever happened, the tensors go back to the store.
     RETURN_IF_ERROR(store.Put(names.tensor, std::move(value)));
     if (buffer.has_value()) RETURN_IF_ERROR(store.Put(names.momentum, *std::move(buffer)));
@@ -363,23 +368,21 @@ absl::StatusOr<ProgramRunResult> ProgramRunner::Run(
     return absl::InternalError(
         absl::StrCat(dim_groups.size(), " communicators for a mesh of ", mesh_.ndim(), " dims"));
   }
-  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const HostTensor>> parameters,
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const kernels::DeviceTensor>> parameters,
                    FetchParameters(store));
   RunState state{kernels, dim_groups, training.has_value(), {}, std::move(parameters), nullptr};
   state.buffers.resize(p.num_buffers);
-  state.buffers[0] = std::move(input);
+  ASSIGN_OR_RETURN(state.buffers[0], kernels.Upload(input));
   const int forward = static_cast<int>(p.forward.size());
   for (int i = 0; i < forward; ++i) RETURN_IF_ERROR(RunStep(state, "forward", i, i));
   ProgramRunResult result;
-  if (state.training && uses_.last_training_use[p.output] != kNever) {
-    result.output = state.buffers[p.output]->Clone();
-  } else {
-    result.output = *std::move(state.buffers[p.output]);
+  ASSIGN_OR_RETURN(result.output, kernels.Download(std::as_const(*state.buffers[p.output]).View()));
+  if (!state.training || uses_.last_training_use[p.output] == kNever) {
     state.buffers[p.output].reset();
   }
   if (!state.training) return result;
 
-  HostTensor grad_output;
+  kernels::DeviceTensor grad_output;
   if (training->grad_output.has_value()) {
     if (training->grad_output->shape() != result.output.shape() ||
         training->grad_output->dtype() != result.output.dtype()) {
@@ -387,16 +390,13 @@ absl::StatusOr<ProgramRunResult> ProgramRunner::Run(
           absl::StrCat("grad_output ", Describe(*training->grad_output),
                        " does not match this rank's output ", Describe(result.output)));
     }
-    grad_output = *std::move(training->grad_output);
+    ASSIGN_OR_RETURN(grad_output, kernels.Upload(*training->grad_output));
   } else {
-    ASSIGN_OR_RETURN(grad_output,
-                     HostTensor::Uninitialized(result.output.dtype(), result.output.shape()));
-    if (grad_output.num_elements() > 0) {
-      RETURN_IF_ERROR(kernels.Fill(kernels::ViewOf(grad_output), 1.0));
-    }
+    ASSIGN_OR_RETURN(grad_output, kernels.Allocate(result.output.dtype(), result.output.shape()));
+    RETURN_IF_ERROR(kernels.Fill(grad_output.View(), 1.0));
   }
   state.buffers[p.grad_output] = std::move(grad_output);
-  ASSIGN_OR_RETURN(std::vector<HostTensor> grads, ZeroGradients(kernels, store));
+  ASSIGN_OR_RETURN(std::vector<kernels::DeviceTensor> grads, ZeroGradients(kernels, store));
   state.grads = &grads;
   for (int j = 0; j < static_cast<int>(p.backward.size()); ++j) {
     RETURN_IF_ERROR(RunStep(state, "backward", j, forward + j));

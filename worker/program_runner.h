@@ -65,9 +65,10 @@ class ProgramRunner {
 
   // Runs the forward on `input` (checked by CheckInput) and, with `training`, the backward and
   // SGD. `dim_groups[m]` is this rank's communicator along mesh dim m; `kernels` computes and
-  // `store` holds the parameters. A training step's grad_output must have the dtype and shape of
-  // this rank's output (INVALID_ARGUMENT). Parameters are updated only once the whole backward has
-  // run and every gradient and momentum buffer is stored.
+  // `store` holds the parameters, in the memory of `kernels`: the input (and grad_output) are
+  // copied there first and the output copied back to the host last. A training step's grad_output
+  // must have the dtype and shape of this rank's output (INVALID_ARGUMENT). Parameters are updated
+  // only once the whole backward has run and every gradient and momentum buffer is stored.
   absl::StatusOr<ProgramRunResult> Run(HostTensor input, std::optional<TrainingStep> training,
                                        kernels::KernelBackend& kernels, ShardStore& store,
                                        std::span<comm::Communicator* const> dim_groups) const;
@@ -90,13 +91,13 @@ class ProgramRunner {
   // This rank's local shape of parameter `i`.
   const Shape& LocalShape(int i) const { return local_shapes_[i]; }
   // The parameters' values in `store`, checked against their local shapes.
-  absl::StatusOr<std::vector<std::shared_ptr<const HostTensor>>> FetchParameters(
+  absl::StatusOr<std::vector<std::shared_ptr<const kernels::DeviceTensor>>> FetchParameters(
       const ShardStore& store) const;
   // Runs step `index` of `list` (position `position` among the run's steps).
   absl::Status RunStep(RunState& state, absl::string_view list, int index, int position) const;
   // Zeroed gradients of every parameter, reusing the memory of the stored ones.
-  absl::StatusOr<std::vector<HostTensor>> ZeroGradients(kernels::KernelBackend& kernels,
-                                                        ShardStore& store) const;
+  absl::StatusOr<std::vector<kernels::DeviceTensor>> ZeroGradients(kernels::KernelBackend& kernels,
+                                                                   ShardStore& store) const;
   // The SGD update of every parameter with its stored gradient; appends what it wrote.
   absl::Status ApplySgd(const SgdOptions& sgd, kernels::KernelBackend& kernels, ShardStore& store,
                         std::vector<std::string>& written) const;

@@ -7,7 +7,6 @@
 
 #include "absl/status/statusor.h"
 #include "core/device_mesh.h"
-#include "core/host_tensor.h"
 #include "core/module_program.h"
 #include "kernels/backend.h"
 #include "worker/comm/communicator.h"
@@ -15,13 +14,14 @@
 namespace tessera {
 
 // The steps of a module program (core/module_program.h) as one rank runs them on its local
-// tensors. Steps are checked by CheckProgram before they run; what only the tensors tell (shapes,
-// dtypes) is checked here, INVALID_ARGUMENT naming the shapes.
+// tensors, held in the memory space of the rank's kernels (host or device memory alike). Steps are
+// checked by CheckProgram before they run; what only the tensors tell (shapes, dtypes) is checked
+// here, INVALID_ARGUMENT naming the shapes.
 
 // One buffer a step reads. `last_use`: no later step reads it (and the step reads it once), so
 // the step may take its memory for an output.
 struct StepInput {
-  HostTensor* tensor = nullptr;
+  kernels::DeviceTensor* tensor = nullptr;
   bool last_use = false;
 };
 
@@ -30,8 +30,8 @@ struct StepInput {
 // null outside backward) and the shard's offset in the whole parameter, per dim (empty for a
 // whole one; dim 0's is an Embedding weight's row_offset).
 struct StepParameter {
-  const HostTensor* value = nullptr;
-  HostTensor* grad = nullptr;
+  const kernels::DeviceTensor* value = nullptr;
+  kernels::DeviceTensor* grad = nullptr;
   std::span<const int64_t> offset;
 
   int64_t row_offset() const { return offset.empty() ? 0 : offset[0]; }
@@ -41,28 +41,29 @@ struct StepParameter {
 // kGradAllReduce) with the kernels; returns its outputs, one per step.outputs entry. `weight` and
 // `bias` are the step's weight and bias, from a parameter or a buffer (value null where the step
 // names none); kShardGrad's weight is the parameter whose gradient takes this rank's shard.
-absl::StatusOr<std::vector<HostTensor>> RunComputeStep(kernels::KernelBackend& kernels,
-                                                       const ProgramStep& step,
-                                                       std::span<const StepInput> inputs,
-                                                       const StepParameter& weight,
-                                                       const StepParameter& bias);
+absl::StatusOr<std::vector<kernels::DeviceTensor>> RunComputeStep(kernels::KernelBackend& kernels,
+                                                                  const ProgramStep& step,
+                                                                  std::span<const StepInput> inputs,
+                                                                  const StepParameter& weight,
+                                                                  const StepParameter& bias);
 
 // Runs a collective step (kAllReduce, kAllGather, kReduceScatter, kChunk, kAllToAll) on `group`,
 // the communicator of this rank's group along the step's mesh dim; returns its output. A gather
 // or all-to-all first exchanges the ranks' local shapes, so uneven torch.chunk pieces of any size
 // are joined; pieces that are not torch.chunk pieces of one tensor are INVALID_ARGUMENT on every
 // rank alike.
-absl::StatusOr<HostTensor> RunCollectiveStep(const ProgramStep& step, comm::Communicator& group,
-                                             StepInput input);
+absl::StatusOr<kernels::DeviceTensor> RunCollectiveStep(kernels::KernelBackend& kernels,
+                                                        const ProgramStep& step,
+                                                        comm::Communicator& group, StepInput input);
 
 // Runs a kGatherParameter step: `local` is this rank's shard, at `coordinate` of `mesh`, of
 // `param`; returns the whole parameter, all-gathered along each mesh dim its placements shard
 // (the last such mesh dim first, undoing the nesting) on `dim_groups[m]`, this rank's
 // communicator along mesh dim m.
-absl::StatusOr<HostTensor> GatherParameter(const ProgramParameter& param, const HostTensor& local,
-                                           const DeviceMesh& mesh,
-                                           std::span<const int64_t> coordinate,
-                                           std::span<comm::Communicator* const> dim_groups);
+absl::StatusOr<kernels::DeviceTensor> GatherParameter(
+    kernels::KernelBackend& kernels, const ProgramParameter& param,
+    const kernels::DeviceTensor& local, const DeviceMesh& mesh, std::span<const int64_t> coordinate,
+    std::span<comm::Communicator* const> dim_groups);
 
 }  // namespace tessera
 

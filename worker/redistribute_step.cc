@@ -9,6 +9,7 @@
 #include "core/chunk.h"
 #include "core/elementwise_reduce.h"
 #include "core/status_macros.h"
+#include "kernels/layout.h"
 #include "worker/dim_collectives.h"
 
 namespace tessera {
@@ -18,7 +19,7 @@ namespace {
 // for it, with a group of the right size and rank for a collective step.
 absl::Status CheckStep(const DTensorSpec& spec, const RedistributeStep& step,
                        absl::Span<const int64_t> coordinate, const comm::Communicator* group,
-                       const HostTensor& local) {
+                       const kernels::DeviceTensor& local) {
   const DeviceMesh& mesh = spec.mesh;
   if (static_cast<int>(coordinate.size()) != mesh.ndim()) {
     return absl::InvalidArgumentError(absl::StrCat("coordinate of ", coordinate.size(),
@@ -68,13 +69,12 @@ absl::Status CheckStep(const DTensorSpec& spec, const RedistributeStep& step,
 // Shard(d) → Partial(sum): zeros of `full_shape` (the shard's shape after the step) holding
 // `local` at the offset of chunk `q` of k along d, so that the sum over the group is the unsharded
 // tensor. No traffic.
-absl::StatusOr<HostTensor> LocalEmbed(const HostTensor& local, int d, int64_t k, int64_t q,
-                                      const Shape& full_shape) {
-  absl::StatusOr<HostTensor> out = HostTensor::Zeros(local.dtype(), full_shape);
-  if (!out.ok()) return out.status();
-  if (absl::Status s = PlaceAlong(local, d, ChunkOf(full_shape[d], k, q).offset, *out); !s.ok()) {
-    return s;
-  }
+absl::StatusOr<kernels::DeviceTensor> LocalEmbed(kernels::MemorySpace& memory,
+                                                 const kernels::DeviceTensor& local, int d,
+                                                 int64_t k, int64_t q, const Shape& full_shape) {
+  ASSIGN_OR_RETURN(kernels::DeviceTensor out, memory.Zeros(local.dtype(), full_shape));
+  RETURN_IF_ERROR(kernels::PlaceAlong(memory, local.View(), d, ChunkOf(full_shape[d], k, q).offset,
+                                      out.View()));
   return out;
 }
 
@@ -84,20 +84,22 @@ bool UpdatesInPlace(Collective c) {
 }
 
 // Runs a step for which UpdatesInPlace holds on `shard`; arguments are checked.
-absl::Status RunInPlace(const RedistributeStep& step, absl::Span<const int64_t> coordinate,
-                        comm::Communicator* group, HostTensor& shard) {
+absl::Status RunInPlace(kernels::KernelBackend& kernels, const RedistributeStep& step,
+                        absl::Span<const int64_t> coordinate, comm::Communicator* group,
+                        kernels::DeviceTensor& shard) {
   if (step.collective == Collective::kAllReduce) {
     return group->AllReduce(shard.data(), shard.num_elements(), shard.dtype(), step.from.op);
   }
-  PartitionValue(step.to.op, coordinate[step.mesh_dim], shard.dtype(), shard.data(),
-                 shard.num_elements());
-  return absl::OkStatus();
+  return PartitionShard(kernels, step.to.op, coordinate[step.mesh_dim], shard.View());
 }
 
 // Runs a step for which UpdatesInPlace does not hold; arguments are checked.
-absl::StatusOr<HostTensor> RunToNewShard(const DTensorSpec& spec, const RedistributeStep& step,
-                                         absl::Span<const int64_t> coordinate,
-                                         comm::Communicator* group, const HostTensor& local) {
+absl::StatusOr<kernels::DeviceTensor> RunToNewShard(kernels::KernelBackend& kernels,
+                                                    const DTensorSpec& spec,
+                                                    const RedistributeStep& step,
+                                                    absl::Span<const int64_t> coordinate,
+                                                    comm::Communicator* group,
+                                                    const kernels::DeviceTensor& local) {
   const int m = step.mesh_dim;
   DTensorSpec after = spec;
   after.placements[m] = step.to;
@@ -105,19 +107,19 @@ absl::StatusOr<HostTensor> RunToNewShard(const DTensorSpec& spec, const Redistri
     case Collective::kLocalChunk: {
       const int d = step.to.dim;
       const ChunkRange r = ChunkOf(local.shape()[d], spec.mesh.size(m), coordinate[m]);
-      return SliceAlong(local, d, r.offset, r.size);
+      return kernels::SliceAlong(kernels, local.View(), d, r.offset, r.size);
     }
     case Collective::kLocalEmbed:
-      return LocalEmbed(local, step.from.dim, spec.mesh.size(m), coordinate[m],
+      return LocalEmbed(kernels, local, step.from.dim, spec.mesh.size(m), coordinate[m],
                         LocalShapeAndOffsetAt(after, coordinate).shape);
     case Collective::kAllGather:
-      return AllGatherAlong(*group, local, step.from.dim,
+      return AllGatherAlong(kernels, *group, local, step.from.dim,
                             LocalShapeAndOffsetAt(after, coordinate).shape);
     case Collective::kReduceScatter:
-      return ReduceScatterAlong(*group, local, step.to.dim, step.from.op);
+      return ReduceScatterAlong(kernels, *group, local, step.to.dim, step.from.op);
     case Collective::kAllToAll: {
       const int i = step.from.dim;
-      return AllToAllAlong(*group, local, i, step.to.dim,
+      return AllToAllAlong(kernels, *group, local, i, step.to.dim,
                            LocalShapeAndOffsetAt(after, coordinate).shape[i]);
     }
     case Collective::kLocalPartition:
@@ -130,16 +132,24 @@ absl::StatusOr<HostTensor> RunToNewShard(const DTensorSpec& spec, const Redistri
 
 }  // namespace
 
-absl::StatusOr<HostTensor> RunRedistributeStep(const DTensorSpec& spec,
-                                               const RedistributeStep& step,
-                                               absl::Span<const int64_t> coordinate,
-                                               comm::Communicator* group, const HostTensor& local) {
+absl::Status PartitionShard(kernels::KernelBackend& kernels, ReduceOp op, int64_t coordinate,
+                            const kernels::TensorView& shard) {
+  if (coordinate == 0 || !PartitionUsesIdentity(op)) return absl::OkStatus();
+  return kernels.Fill(shard, op == ReduceOp::kProduct ? 1.0 : 0.0);
+}
+
+absl::StatusOr<kernels::DeviceTensor> RunRedistributeStep(kernels::KernelBackend& kernels,
+                                                          const DTensorSpec& spec,
+                                                          const RedistributeStep& step,
+                                                          absl::Span<const int64_t> coordinate,
+                                                          comm::Communicator* group,
+                                                          const kernels::DeviceTensor& local) {
   RETURN_IF_ERROR(CheckStep(spec, step, coordinate, group, local));
   if (!UpdatesInPlace(step.collective)) {
-    return RunToNewShard(spec, step, coordinate, group, local);
+    return RunToNewShard(kernels, spec, step, coordinate, group, local);
   }
-  HostTensor shard = local.Clone();
-  RETURN_IF_ERROR(RunInPlace(step, coordinate, group, shard));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor shard, kernels.Clone(local.View()));
+  RETURN_IF_ERROR(RunInPlace(kernels, step, coordinate, group, shard));
   return shard;
 }
 
@@ -147,10 +157,12 @@ namespace {
 
 // RunRedistributePlan on a shard that is either borrowed (read only; copied before the first step
 // that would write it) or owned.
-absl::StatusOr<HostTensor> RunPlan(const DTensorSpec& spec, const RedistributePlan& plan,
-                                   absl::Span<const int64_t> coordinate,
-                                   absl::Span<comm::Communicator* const> dim_groups,
-                                   const HostTensor* borrowed, std::optional<HostTensor> owned) {
+absl::StatusOr<kernels::DeviceTensor> RunPlan(kernels::KernelBackend& kernels,
+                                              const DTensorSpec& spec, const RedistributePlan& plan,
+                                              absl::Span<const int64_t> coordinate,
+                                              absl::Span<comm::Communicator* const> dim_groups,
+                                              const kernels::DeviceTensor* borrowed,
+                                              std::optional<kernels::DeviceTensor> owned) {
   if (static_cast<int>(dim_groups.size()) != spec.mesh.ndim()) {
     return absl::InvalidArgumentError(absl::StrCat(
         dim_groups.size(), " communicators for a mesh of ", spec.mesh.ndim(), " dims"));
@@ -161,14 +173,19 @@ absl::StatusOr<HostTensor> RunPlan(const DTensorSpec& spec, const RedistributePl
     comm::Communicator* group = step.mesh_dim >= 0 && step.mesh_dim < spec.mesh.ndim()
                                     ? dim_groups[step.mesh_dim]
                                     : nullptr;
-    const HostTensor& shard = owned.has_value() ? *owned : *borrowed;
+    const kernels::DeviceTensor& shard = owned.has_value() ? *owned : *borrowed;
     absl::Status s = CheckStep(current, step, coordinate, group, shard);
+    if (s.ok() && UpdatesInPlace(step.collective) && !owned.has_value()) {
+      absl::StatusOr<kernels::DeviceTensor> copy = kernels.Clone(borrowed->View());
+      s = copy.status();
+      if (copy.ok()) owned = *std::move(copy);
+    }
     if (s.ok()) {
       if (UpdatesInPlace(step.collective)) {
-        if (!owned.has_value()) owned = borrowed->Clone();
-        s = RunInPlace(step, coordinate, group, *owned);
+        s = RunInPlace(kernels, step, coordinate, group, *owned);
       } else {
-        absl::StatusOr<HostTensor> next = RunToNewShard(current, step, coordinate, group, shard);
+        absl::StatusOr<kernels::DeviceTensor> next =
+            RunToNewShard(kernels, current, step, coordinate, group, shard);
         s = next.status();
         if (next.ok()) owned = *std::move(next);
       }
@@ -180,26 +197,24 @@ absl::StatusOr<HostTensor> RunPlan(const DTensorSpec& spec, const RedistributePl
     }
     current.placements[step.mesh_dim] = step.to;
   }
-  if (!owned.has_value()) return borrowed->Clone();
+  if (!owned.has_value()) return kernels.Clone(borrowed->View());
   return *std::move(owned);
 }
 
 }  // namespace
 
-absl::StatusOr<HostTensor> RunRedistributePlan(const DTensorSpec& spec,
-                                               const RedistributePlan& plan,
-                                               absl::Span<const int64_t> coordinate,
-                                               absl::Span<comm::Communicator* const> dim_groups,
-                                               HostTensor local) {
-  return RunPlan(spec, plan, coordinate, dim_groups, nullptr, std::move(local));
+absl::StatusOr<kernels::DeviceTensor> RunRedistributePlan(
+    kernels::KernelBackend& kernels, const DTensorSpec& spec, const RedistributePlan& plan,
+    absl::Span<const int64_t> coordinate, absl::Span<comm::Communicator* const> dim_groups,
+    kernels::DeviceTensor local) {
+  return RunPlan(kernels, spec, plan, coordinate, dim_groups, nullptr, std::move(local));
 }
 
-absl::StatusOr<HostTensor> RunRedistributePlan(const DTensorSpec& spec,
-                                               const RedistributePlan& plan,
-                                               absl::Span<const int64_t> coordinate,
-                                               absl::Span<comm::Communicator* const> dim_groups,
-                                               const HostTensor* local) {
-  return RunPlan(spec, plan, coordinate, dim_groups, local, std::nullopt);
+absl::StatusOr<kernels::DeviceTensor> RunRedistributePlan(
+    kernels::KernelBackend& kernels, const DTensorSpec& spec, const RedistributePlan& plan,
+    absl::Span<const int64_t> coordinate, absl::Span<comm::Communicator* const> dim_groups,
+    const kernels::DeviceTensor* local) {
+  return RunPlan(kernels, spec, plan, coordinate, dim_groups, local, std::nullopt);
 }
 
 }  // namespace tessera

@@ -1,5 +1,7 @@
 #include "worker/shard_store.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
@@ -19,9 +21,9 @@ absl::Status ShardStore::Reserve(int64_t bytes, const std::string& replacing) co
   return absl::OkStatus();
 }
 
-absl::Status ShardStore::Put(const std::string& name, HostTensor tensor) {
+absl::Status ShardStore::Put(const std::string& name, kernels::DeviceTensor tensor) {
   RETURN_IF_ERROR(Reserve(static_cast<int64_t>(tensor.nbytes()), name));
-  auto shared = std::make_shared<HostTensor>(std::move(tensor));
+  auto shared = std::make_shared<kernels::DeviceTensor>(std::move(tensor));
   absl::MutexLock lock(&mu_);
   if (auto it = tensors_.find(name); it != tensors_.end()) {
     used_ -= static_cast<int64_t>(it->second->nbytes());
@@ -31,7 +33,8 @@ absl::Status ShardStore::Put(const std::string& name, HostTensor tensor) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const HostTensor>> ShardStore::Get(const std::string& name) const {
+absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> ShardStore::Get(
+    const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(name);
   if (it == tensors_.end())
@@ -39,31 +42,46 @@ absl::StatusOr<std::shared_ptr<const HostTensor>> ShardStore::Get(const std::str
   return it->second;
 }
 
-absl::StatusOr<HostTensor> ShardStore::TakeOrCopy(const std::string& name) {
-  std::shared_ptr<HostTensor> held;
+absl::Status ShardStore::PutHost(const std::string& name, const HostTensor& tensor) {
+  RETURN_IF_ERROR(Reserve(static_cast<int64_t>(tensor.nbytes()), name));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor t, memory_.Upload(tensor));
+  return Put(name, std::move(t));
+}
+
+absl::StatusOr<HostTensor> ShardStore::GetHost(const std::string& name) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<const kernels::DeviceTensor> t, Get(name));
+  return memory_.Download(t->View());
+}
+
+absl::StatusOr<kernels::DeviceTensor> ShardStore::TakeOrCopy(const std::string& name) {
+  std::shared_ptr<kernels::DeviceTensor> held;
   {
     absl::MutexLock lock(&mu_);
     auto it = tensors_.find(name);
     if (it == tensors_.end()) {
       return absl::NotFoundError(absl::StrCat("no local tensor '", name, "'"));
     }
-    if (it->second.use_count() > 1) return it->second->Clone();
-    held = std::move(it->second);
-    used_ -= static_cast<int64_t>(held->nbytes());
-    tensors_.erase(it);
+    if (it->second.use_count() > 1) {
+      held = it->second;  // copied below, outside the lock
+    } else {
+      held = std::move(it->second);
+      used_ -= static_cast<int64_t>(held->nbytes());
+      tensors_.erase(it);
+      return std::move(*held);
+    }
   }
-  return std::move(*held);
+  return memory_.Clone(std::as_const(*held).View());
 }
 
-std::optional<HostTensor> ShardStore::TakeForReuse(const std::string& name, DType dtype,
-                                                   size_t bytes) {
+std::optional<kernels::DeviceTensor> ShardStore::TakeForReuse(const std::string& name, DType dtype,
+                                                              size_t bytes) {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(name);
   if (it == tensors_.end() || it->second.use_count() > 1 || it->second->dtype() != dtype ||
       it->second->nbytes() != bytes) {
     return std::nullopt;
   }
-  HostTensor t = std::move(*it->second);
+  kernels::DeviceTensor t = std::move(*it->second);
   used_ -= static_cast<int64_t>(t.nbytes());
   tensors_.erase(it);
   return t;

@@ -2,13 +2,11 @@
 // redistribute plans, factories and ops. Every worker of the mesh runs the same command and works
 // out its own part from its mesh coordinate.
 
-#include <cstring>
 #include <memory>
 #include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/elementwise_reduce.h"
 #include "core/status_macros.h"
 #include "kernels/run_op.h"
 #include "proto/convert.h"
@@ -20,26 +18,24 @@ namespace {
 
 // Makes this rank's copy of the value its part on every Partial mesh dim (core's PartitionValue),
 // the layout distribute_tensor gives (core's SimulatedMesh::Distribute).
-void PartitionPartials(const DTensorSpec& spec, std::span<const int64_t> coordinate,
-                       HostTensor& shard) {
+absl::Status PartitionPartials(kernels::KernelBackend& kernels, const DTensorSpec& spec,
+                               std::span<const int64_t> coordinate, kernels::DeviceTensor& shard) {
   for (int m = 0; m < spec.mesh.ndim(); ++m) {
     const Placement& p = spec.placements[m];
-    if (p.is_partial()) {
-      PartitionValue(p.op, coordinate[m], spec.dtype, shard.data(), shard.num_elements());
-    }
+    if (p.is_partial()) RETURN_IF_ERROR(PartitionShard(kernels, p.op, coordinate[m], shard.View()));
   }
+  return absl::OkStatus();
 }
 
 // x = low + (high - low) * x: uniform [0, 1) draws moved to [low, high), as torch's uniform_.
 absl::Status ToRange(kernels::KernelBackend& kernels, const kernels::TensorView& x, double low,
                      double high) {
-  ASSIGN_OR_RETURN(HostTensor scale, HostTensor::Uninitialized(x.dtype, {}));
-  ASSIGN_OR_RETURN(HostTensor shift, HostTensor::Uninitialized(x.dtype, {}));
-  RETURN_IF_ERROR(kernels.Fill(kernels::ViewOf(scale), high - low));
-  RETURN_IF_ERROR(kernels.Fill(kernels::ViewOf(shift), low));
-  RETURN_IF_ERROR(
-      kernels.Binary(kernels::BinaryOp::kMul, x, kernels::ViewOf(std::as_const(scale)), x));
-  return kernels.Binary(kernels::BinaryOp::kAdd, x, kernels::ViewOf(std::as_const(shift)), x);
+  ASSIGN_OR_RETURN(kernels::DeviceTensor scale, kernels.Allocate(x.dtype, {}));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor shift, kernels.Allocate(x.dtype, {}));
+  RETURN_IF_ERROR(kernels.Fill(scale.View(), high - low));
+  RETURN_IF_ERROR(kernels.Fill(shift.View(), low));
+  RETURN_IF_ERROR(kernels.Binary(kernels::BinaryOp::kMul, x, std::as_const(scale).View(), x));
+  return kernels.Binary(kernels::BinaryOp::kAdd, x, std::as_const(shift).View(), x);
 }
 
 int64_t Bytes(const Shape& shape, DType dtype) {
@@ -52,11 +48,11 @@ int64_t Bytes(const Shape& shape, DType dtype) {
 // the timeout, which breaks the mesh's communicators for good; so it takes part with zeros and
 // reports the failure afterwards. Fails itself only if the stand-in cannot be made (a local
 // shape of more bytes than fit in int64).
-absl::StatusOr<std::shared_ptr<const HostTensor>> InputOrStandIn(
+absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> InputOrStandIn(
     const ShardStore& store, const std::string& name, const DTensorSpec& spec,
     std::span<const int64_t> coordinate, absl::Status& failure) {
   const Shape local = LocalShapeAndOffsetAt(spec, coordinate).shape;
-  absl::StatusOr<std::shared_ptr<const HostTensor>> t = store.Get(name);
+  absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> t = store.Get(name);
   if (t.ok() && (*t)->shape() == local && (*t)->dtype() == spec.dtype) return *t;
   if (failure.ok()) {
     failure = t.ok() ? absl::InvalidArgumentError(absl::StrCat(
@@ -65,8 +61,8 @@ absl::StatusOr<std::shared_ptr<const HostTensor>> InputOrStandIn(
                            DTypeName(spec.dtype), ShapeToString(local), " here"))
                      : t.status();
   }
-  ASSIGN_OR_RETURN(HostTensor zeros, HostTensor::Zeros(spec.dtype, local));
-  return std::make_shared<const HostTensor>(std::move(zeros));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor zeros, store.memory().Zeros(spec.dtype, local));
+  return std::make_shared<const kernels::DeviceTensor>(std::move(zeros));
 }
 
 }  // namespace
@@ -123,16 +119,16 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
   // A rank whose source is missing or whose shard is over budget still takes part in the
   // broadcasts (see InputOrStandIn) and reports the failure afterwards.
   absl::Status failure;
-  HostTensor shard;
+  kernels::DeviceTensor shard;
   if (holds_after(0)) {
     // A copy: the broadcasts write into it, and the stored tensor may have readers.
-    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> held,
+    ASSIGN_OR_RETURN(std::shared_ptr<const kernels::DeviceTensor> held,
                      InputOrStandIn(*store_, s.tensor(), spec, coord, failure));
-    shard = held->Clone();
+    ASSIGN_OR_RETURN(shard, kernels_.Clone(held->View()));
   } else {
     const Shape local = LocalShapeAndOffsetAt(spec, coord).shape;
     failure = store_->Reserve(Bytes(local, spec.dtype), s.tensor());
-    ASSIGN_OR_RETURN(shard, HostTensor::Uninitialized(spec.dtype, local));
+    ASSIGN_OR_RETURN(shard, kernels_.Allocate(spec.dtype, local));
   }
   for (size_t i = 0; i < dims.size(); ++i) {
     if (!holds_after(i + 1)) continue;  // this group has no copy yet: nothing to send
@@ -141,7 +137,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
                                            static_cast<int>(source[m])));
   }
   RETURN_IF_ERROR(failure);
-  if (s.partition_partials()) PartitionPartials(spec, coord, shard);
+  if (s.partition_partials()) RETURN_IF_ERROR(PartitionPartials(kernels_, spec, coord, shard));
   v1::LocalTensorInfo info = LocalInfo(s.tensor(), shard);
   RETURN_IF_ERROR(store_->Put(s.tensor(), std::move(shard)));
   return info;
@@ -152,7 +148,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::Redistribute(const v1::Redi
   ASSIGN_OR_RETURN(DTensorSpec spec, SpecOnMesh(r.spec(), *mc));
   ASSIGN_OR_RETURN(RedistributePlan plan, FromProto(r.plan(), spec.mesh.ndim()));
   absl::Status failure;  // reported after the collectives (see InputOrStandIn)
-  ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> input,
+  ASSIGN_OR_RETURN(std::shared_ptr<const kernels::DeviceTensor> input,
                    InputOrStandIn(*store_, r.input(), spec, mc->coordinate, failure));
   DTensorSpec dst = spec;
   for (const RedistributeStep& step : plan.steps) dst.placements[step.mesh_dim] = step.to;
@@ -162,8 +158,8 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::Redistribute(const v1::Redi
     failure = st;
   }
   const std::vector<comm::Communicator*> groups = DimGroups(*mc);
-  ASSIGN_OR_RETURN(HostTensor out,
-                   RunRedistributePlan(spec, plan, mc->coordinate, groups, input.get()));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor out,
+                   RunRedistributePlan(kernels_, spec, plan, mc->coordinate, groups, input.get()));
   if (!failure.ok()) return failure;
   v1::LocalTensorInfo info = LocalInfo(r.output(), out);
   RETURN_IF_ERROR(store_->Put(r.output(), std::move(out)));
@@ -175,30 +171,30 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::FillTensor(const v1::FillTe
   ASSIGN_OR_RETURN(DTensorSpec spec, SpecOnMesh(f.spec(), *mc));
   const LocalShard local = LocalShapeAndOffsetAt(spec, mc->coordinate);
   RETURN_IF_ERROR(store_->Reserve(Bytes(local.shape, spec.dtype), f.output()));
-  ASSIGN_OR_RETURN(HostTensor shard, HostTensor::Uninitialized(spec.dtype, local.shape));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor shard, kernels_.Allocate(spec.dtype, local.shape));
   absl::Status st;
   if (shard.num_elements() > 0) {
-    const kernels::TensorView view = kernels::ViewOf(shard);
+    const kernels::TensorView view = shard.View();
     switch (f.factory()) {
       case v1::ZEROS:
-        st = kernels_->Fill(view, 0.0);
+        st = kernels_.Fill(view, 0.0);
         break;
       case v1::EMPTY:
-        st = kernels_->Fill(view, 0.0);
+        st = kernels_.Fill(view, 0.0);
         break;
       case v1::ONES:
-        st = kernels_->Fill(view, 1.0);
+        st = kernels_.Fill(view, 1.0);
         break;
       case v1::FULL:
-        st = kernels_->Fill(view, f.value());
+        st = kernels_.Fill(view, f.value());
         break;
       case v1::RAND:
       case v1::RANDN:
-        st = kernels_->RandomFill(f.factory() == v1::RAND ? kernels::Distribution::kUniform
-                                                          : kernels::Distribution::kNormal,
-                                  f.seed(), spec.shape, local.offset, view);
+        st = kernels_.RandomFill(f.factory() == v1::RAND ? kernels::Distribution::kUniform
+                                                         : kernels::Distribution::kNormal,
+                                 f.seed(), spec.shape, local.offset, view);
         if (st.ok() && f.factory() == v1::RAND && f.high() > f.low()) {
-          st = ToRange(*kernels_, view, f.low(), f.high());
+          st = ToRange(kernels_, view, f.low(), f.high());
         }
         break;
       default:
@@ -206,7 +202,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::FillTensor(const v1::FillTe
     }
   }
   if (!st.ok()) return st;
-  PartitionPartials(spec, mc->coordinate, shard);
+  RETURN_IF_ERROR(PartitionPartials(kernels_, spec, mc->coordinate, shard));
   v1::LocalTensorInfo info = LocalInfo(f.output(), shard);
   RETURN_IF_ERROR(store_->Put(f.output(), std::move(shard)));
   return info;
@@ -217,30 +213,31 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
   ASSIGN_OR_RETURN(OpCall op, FromProto(r.op()));
   const std::vector<comm::Communicator*> groups = DimGroups(*mc);
   // Inputs that need a new layout are redistributed into temporaries; the others are read as held.
-  std::vector<std::shared_ptr<const HostTensor>> held;
-  std::vector<HostTensor> moved;
+  std::vector<std::shared_ptr<const kernels::DeviceTensor>> held;
+  std::vector<kernels::DeviceTensor> moved;
   moved.reserve(r.inputs_size());
-  std::vector<const HostTensor*> inputs;
+  std::vector<kernels::ConstTensorView> inputs;
   std::vector<Shape> global_shapes;
   absl::Status failure;  // reported after the collectives (see InputOrStandIn)
   for (const v1::OpInput& in : r.inputs()) {
     ASSIGN_OR_RETURN(DTensorSpec spec, SpecOnMesh(in.spec(), *mc));
     ASSIGN_OR_RETURN(RedistributePlan plan, FromProto(in.plan(), spec.mesh.ndim()));
-    ASSIGN_OR_RETURN(std::shared_ptr<const HostTensor> t,
+    ASSIGN_OR_RETURN(std::shared_ptr<const kernels::DeviceTensor> t,
                      InputOrStandIn(*store_, in.tensor(), spec, mc->coordinate, failure));
     global_shapes.push_back(spec.shape);
     if (plan.steps.empty()) {
       held.push_back(t);
-      inputs.push_back(held.back().get());
+      inputs.push_back(t->View());
       continue;
     }
-    ASSIGN_OR_RETURN(HostTensor out,
-                     RunRedistributePlan(spec, plan, mc->coordinate, groups, t.get()));
+    ASSIGN_OR_RETURN(kernels::DeviceTensor out,
+                     RunRedistributePlan(kernels_, spec, plan, mc->coordinate, groups, t.get()));
     moved.push_back(std::move(out));
-    inputs.push_back(&moved.back());
+    inputs.push_back(std::as_const(moved.back()).View());
   }
   if (!failure.ok()) return failure;
-  ASSIGN_OR_RETURN(HostTensor result, kernels::RunLocalOp(*kernels_, op, inputs, global_shapes));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor result,
+                   kernels::RunLocalOp(kernels_, op, inputs, global_shapes));
   v1::LocalTensorInfo info = LocalInfo(r.output(), result);
   RETURN_IF_ERROR(store_->Put(r.output(), std::move(result)));
   return info;

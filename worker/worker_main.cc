@@ -20,6 +20,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/blas_config.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
@@ -35,12 +36,14 @@ struct WorkerFlags {
   std::string device = "cpu";
   std::string listen = "127.0.0.1:0";
   int64_t memory_budget = int64_t{4} << 30;
+  int64_t memory_limit = -1;  // unset: --memory_budget on a GPU, none on the CPU
   std::string advertise;
   std::string collective_host;
   int32_t threads = 1;
   std::string secret;
   int64_t max_message_bytes = int64_t{1} << 30;  // inline tensors of large batches fit
   absl::Duration sequence_stall_limit = absl::Minutes(1);
+  bool list_devices = false;
 };
 
 void AddFlags(CLI::App& app, WorkerFlags& f) {
@@ -48,6 +51,11 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--device", f.device, "the device served: cpu or cuda:N");
   app.add_option("--listen", f.listen, "address to serve on (port 0 picks one)");
   app.add_option("--memory_budget", f.memory_budget, "bytes of shards this worker holds at most")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--memory_limit", f.memory_limit,
+                 "bytes of the device's memory that shards and temporaries together may take "
+                 "(RESOURCE_EXHAUSTED past it, and past the GPU's free memory); default: "
+                 "--memory_budget on cuda devices, no limit on cpu")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--advertise", f.advertise,
                  "address the coordinator dials (host:port); default the listen address");
@@ -59,6 +67,10 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--max_message_bytes", f.max_message_bytes,
                  "largest gRPC message accepted or sent")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
+  app.add_flag("--list_devices", f.list_devices,
+               "print the CUDA devices this worker could serve, one per line (device, model, total "
+               "and free bytes, tab-separated), and exit: 0 with the list (empty if there are "
+               "none), 1 with the reason on stderr when CUDA cannot be used");
   tessera::daemon::AddDurationFlag(
       app, "--sequence_stall_limit", &f.sequence_stall_limit,
       "how long a command sequence the coordinator neither used nor released may hold later "
@@ -79,6 +91,22 @@ tessera::v1::RegisterReply RegisterLoop(tessera::v1::Registry::Stub& registry,
   }
 }
 
+// --list_devices: what `tessera up --device cuda` starts a worker for.
+int ListDevices() {
+  absl::StatusOr<std::vector<tessera::kernels::DeviceDescription>> devices =
+      tessera::kernels::ListCudaDevices();
+  if (!devices.ok()) {
+    std::cerr << "no CUDA device can be used: " << devices.status().message() << std::endl;
+    return 1;
+  }
+  for (const tessera::kernels::DeviceDescription& d : *devices) {
+    std::cout << d.device << "\t" << d.name << "\t" << d.total_bytes << "\t" << d.free_bytes
+              << "\n";
+  }
+  std::cout << std::flush;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,6 +121,7 @@ int main(int argc, char** argv) {
           tessera::daemon::ParseFlagsAndStartLogging(app, argc, argv, {"secret"})) {
     return *exit;
   }
+  if (flags.list_devices) return ListDevices();
   const std::string& secret = flags.secret;
   if (secret.empty()) {
     spdlog::critical("a shared secret is required (--secret or $TESSERA_SECRET)");
@@ -102,6 +131,22 @@ int main(int argc, char** argv) {
   if (device != "cpu" && device.rfind("cuda:", 0) != 0) {
     spdlog::critical("unknown --device '{}'; expected cpu or cuda:N", device);
     return 2;
+  }
+  // The implementations this worker holds: its device's memory space and kernels (the
+  // communicators follow the device too, comm::MakeCommunicator).
+  absl::StatusOr<std::unique_ptr<tessera::kernels::KernelBackend>> kernels =
+      tessera::kernels::MakeBackend(device);
+  if (!kernels.ok()) {
+    spdlog::critical("cannot serve --device {}: {}", device, kernels.status().ToString());
+    return 2;
+  }
+  const int64_t memory_limit =
+      flags.memory_limit >= 0 ? flags.memory_limit : (device == "cpu" ? -1 : flags.memory_budget);
+  (*kernels)->set_allocation_limit(memory_limit);
+  if (const tessera::kernels::MemoryUsage usage = (*kernels)->usage();
+      usage.device_total_bytes >= 0) {
+    spdlog::info("{}: {} bytes of device memory, {} free; shards and temporaries limited to {}",
+                 device, usage.device_total_bytes, usage.device_free_bytes, memory_limit);
   }
   // Shards come and go in large blocks every op: keep freed memory in the heap for the next one
   // instead of returning it to the kernel and faulting fresh pages in (glibc mmaps and unmaps every
@@ -116,7 +161,8 @@ int main(int argc, char** argv) {
   spdlog::info("BLAS: OpenBLAS {} kernels ({}), {} thread(s)", blas.core, blas_core_choice,
                blas.threads);
 
-  tessera::WorkerService service(secret, device, flags.memory_budget, flags.sequence_stall_limit);
+  tessera::WorkerService service(secret, *std::move(kernels), flags.memory_budget,
+                                 flags.sequence_stall_limit);
   const std::string& listen = flags.listen;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -153,6 +199,7 @@ int main(int argc, char** argv) {
   gethostname(hostname, sizeof(hostname) - 1);
   request.set_hostname(hostname);
   request.set_pid(getpid());
+  request.set_device_name(service.device_name());
 
   auto begin = [&]() {
     tessera::v1::RegisterReply reply = RegisterLoop(*registry, request);
@@ -181,6 +228,10 @@ int main(int argc, char** argv) {
       hb.set_worker_id(reg.worker_id());
       hb.set_incarnation(reg.incarnation());
       hb.set_used_bytes(service.used_bytes());
+      const tessera::kernels::MemoryUsage usage = service.memory_usage();
+      hb.set_device_allocated_bytes(usage.device_total_bytes >= 0 ? usage.allocated_bytes : -1);
+      hb.set_device_free_bytes(usage.device_free_bytes);
+      hb.set_device_total_bytes(usage.device_total_bytes);
       tessera::v1::HeartbeatReply ack;
       grpc::Status s = registry->Heartbeat(&context, hb, &ack);
       if (s.error_code() == grpc::StatusCode::NOT_FOUND ||

@@ -1,8 +1,10 @@
 #include "worker/worker_service.h"
 
 #include <algorithm>
+#include <span>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "proto/command_label.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
@@ -10,12 +12,46 @@
 #include "transfer/tensor_stream.h"
 
 namespace tessera {
+namespace {
 
-WorkerService::WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes,
-                             absl::Duration stall_limit)
+// Writes the bytes of `first` and of the chunks after it on `reader` into `tensor` through
+// `memory`, its memory space; INVALID_ARGUMENT, naming the stream as `what`, for more or fewer
+// bytes than it has.
+absl::Status ReceiveInto(grpc::ServerReader<v1::TensorChunk>& reader, v1::TensorChunk& first,
+                         const std::string& what, kernels::MemorySpace& memory,
+                         kernels::DeviceTensor& tensor) {
+  const size_t want = tensor.nbytes();
+  const auto describe = [&] {
+    return absl::StrCat(want, " bytes of ", DTypeName(tensor.dtype()),
+                        ShapeToString(tensor.shape()));
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<kernels::HostToSpaceWriter> writer,
+                   memory.WriteFromHost(tensor.View()));
+  size_t received = 0;
+  v1::TensorChunk& chunk = first;
+  do {
+    const std::string& piece = chunk.data();
+    if (piece.size() > want - received) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " sent more than the ", describe()));
+    }
+    RETURN_IF_ERROR(writer->Write(std::as_bytes(std::span(piece.data(), piece.size()))));
+    received += piece.size();
+  } while (reader.Read(&chunk));
+  if (received != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ended after ", received, " of the ", describe()));
+  }
+  return writer->Finish();
+}
+
+}  // namespace
+
+WorkerService::WorkerService(std::string secret, std::unique_ptr<kernels::KernelBackend> kernels,
+                             int64_t memory_budget_bytes, absl::Duration stall_limit)
     : secret_(std::move(secret)),
-      device_(std::move(device)),
-      store_(memory_budget_bytes),
+      kernels_(std::move(kernels)),
+      device_(kernels_->device()),
+      store_(memory_budget_bytes, *kernels_),
       sequencer_(stall_limit) {}
 
 void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
@@ -26,8 +62,8 @@ void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
   store_.Clear();
   sequencer_.Reset();
   rendezvous_ = std::move(rendezvous);
-  executor_ = std::make_unique<CommandExecutor>(worker_id, device_, &store_, rendezvous_.get(),
-                                                collective_host);
+  executor_ = std::make_unique<CommandExecutor>(worker_id, kernels_.get(), &store_,
+                                                rendezvous_.get(), collective_host);
   worker_id_ = worker_id;
   incarnation_ = incarnation;
 }
@@ -121,15 +157,12 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
   const int64_t want = NumElements(*shape) * static_cast<int64_t>(DTypeSize(*dtype));
   // Check the budget before taking the bytes; the old tensor of the same name is replaced.
   if (absl::Status s = store_.Reserve(want, name); !s.ok()) return finish(s);
-  TensorAssembler tensor(absl::StrCat("upload of '", name, "'"),
-                         absl::StatusCode::kInvalidArgument);
-  absl::Status status = tensor.Start(*dtype, *shape);
-  do {
-    if (status.ok()) status = tensor.Append(chunk.data());
-  } while (status.ok() && reader->Read(&chunk));
-  if (!status.ok()) return finish(status);
-  absl::StatusOr<HostTensor> received = std::move(tensor).Finish();
+  // The bytes go straight into the device's memory as they arrive (ReceiveInto).
+  absl::StatusOr<kernels::DeviceTensor> received = store_.memory().Allocate(*dtype, *shape);
   if (!received.ok()) return finish(received.status());
+  const std::string what = absl::StrCat("upload of '", name, "'");
+  if (absl::Status s = ReceiveInto(*reader, chunk, what, store_.memory(), *received); !s.ok())
+    return finish(s);
   if (absl::Status s = store_.Put(name, *std::move(received)); !s.ok()) return finish(s);
   reply->set_bytes(want);
   return finish(absl::OkStatus());
@@ -140,22 +173,24 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
                                      grpc::ServerWriter<v1::TensorChunk>* writer) {
   if (grpc::Status s = Admit(*context, request->incarnation()); !s.ok()) return s;
   if (grpc::Status s = AwaitTurn(*context, request->sequence()); !s.ok()) return s;
-  absl::StatusOr<std::shared_ptr<const HostTensor>> tensor = store_.Get(request->tensor());
+  absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> tensor =
+      store_.Get(request->tensor());
   // The tensor is shared: later commands may run while the bytes stream out.
   sequencer_.Done(request->sequence());
   if (!tensor.ok()) return ToGrpcStatus(tensor.status());
-  const HostTensor& t = **tensor;
+  const kernels::DeviceTensor& t = **tensor;
   v1::TensorChunk chunk;
   chunk.set_tensor(request->tensor());
   chunk.set_dtype(ToProto(t.dtype()));
   *chunk.mutable_shape() = ToProto(t.shape());
-  WriteChunks(AsBytes(t), [&](absl::string_view piece) {
-    chunk.set_data(piece.data(), piece.size());
-    const bool sent = writer->Write(chunk);
-    chunk.Clear();
-    return sent;
-  });
-  return grpc::Status::OK;
+  // Chunk by chunk out of the device's memory (a GPU copies the next chunk while this one is sent).
+  return ToGrpcStatus(
+      store_.memory().ReadToHost(t.View(), kChunkBytes, [&](std::span<const std::byte> piece) {
+        chunk.set_data(reinterpret_cast<const char*>(piece.data()), piece.size());
+        const bool sent = writer->Write(chunk);
+        chunk.Clear();
+        return sent;
+      }));
 }
 
 grpc::Status WorkerService::Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,

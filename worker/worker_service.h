@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "gloo/rendezvous/store.h"
+#include "kernels/backend.h"
 #include "tessera/v1/worker.grpc.pb.h"
 #include "worker/command_executor.h"
 #include "worker/command_sequencer.h"
@@ -15,13 +16,15 @@
 namespace tessera {
 
 // The Worker service: checks the caller's secret and the incarnation, admits commands, uploads and
-// downloads in sequence order, and runs them on the executor.
+// downloads in sequence order, and runs them on the executor. It serves the device of `kernels`:
+// shards live in that backend's memory space, and uploads and downloads stream through it (pinned
+// staging buffers on a GPU).
 class WorkerService final : public v1::Worker::Service {
  public:
   // `stall_limit`: how long a gap in the command order (a sequence neither used nor released by
   // the coordinator) may hold commands up before the order counts as broken (CommandSequencer).
-  WorkerService(std::string secret, std::string device, int64_t memory_budget_bytes,
-                absl::Duration stall_limit);
+  WorkerService(std::string secret, std::unique_ptr<kernels::KernelBackend> kernels,
+                int64_t memory_budget_bytes, absl::Duration stall_limit);
 
   // Starts a new incarnation (after registering): drops every tensor and communicator.
   // `collective_host` is where this worker's Gloo connections bind.
@@ -29,6 +32,10 @@ class WorkerService final : public v1::Worker::Service {
                         std::unique_ptr<gloo::rendezvous::Store> rendezvous,
                         const std::string& collective_host);
   int64_t used_bytes() const { return store_.used_bytes(); }
+  // What the device's memory holds now (shards and temporaries) and, on a GPU, its free memory.
+  kernels::MemoryUsage memory_usage() const { return kernels_->usage(); }
+  // The device's model (a GPU's name); empty for cpu.
+  std::string device_name() const { return kernels_->device_name(); }
   // OK, or why the command order is broken: the worker must register again to serve.
   absl::Status command_order_broken() const { return sequencer_.broken(); }
 
@@ -56,6 +63,7 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status AwaitTurn(const grpc::ServerContext& context, int64_t sequence);
 
   const std::string secret_;
+  const std::unique_ptr<kernels::KernelBackend> kernels_;
   const std::string device_;
   ShardStore store_;
   CommandSequencer sequencer_;

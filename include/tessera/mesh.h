@@ -56,6 +56,12 @@ struct WorkerInfo {
   absl::Duration last_heartbeat_age;  // Time since its last heartbeat.
   std::string hostname;               // Host it runs on.
   int64_t pid = 0;                    // Its process id.
+  std::string device_name;            // A GPU's model ("NVIDIA H100 80GB HBM3"); empty for cpu.
+  // Its device's memory as last reported: allocated by the worker (shards and temporaries), free
+  // and in all on the device; -1 where unknown (host memory, or before its first heartbeat).
+  int64_t device_allocated_bytes = -1;
+  int64_t device_free_bytes = -1;
+  int64_t device_total_bytes = -1;
 };
 
 // Where and how InitDeviceMesh sets a mesh up.

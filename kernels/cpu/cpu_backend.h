@@ -8,15 +8,17 @@
 
 namespace tessera::kernels {
 
-// The CPU backend: host memory, OpenBLAS GEMM (and attention's per-head products),
-// single-threaded loops elsewhere (one worker per core slot). BLAS threads follow
+// The CPU backend: host memory (core's strided copies), OpenBLAS GEMM (and attention's per-head
+// products), single-threaded loops elsewhere (one worker per core slot). BLAS threads follow
 // OPENBLAS_NUM_THREADS, read when the process starts. Reductions for collectives are core's
-// ReduceInto and DivideInPlace.
-class CpuBackend final : public KernelBackend {
+// ReduceInto and DivideInPlace. Not final: tests derive a stricter memory space from it
+// (tests/strict_memory_backend.h).
+class CpuBackend : public KernelBackend {
  public:
   CpuBackend() = default;
 
   std::string device() const override { return "cpu"; }
+  bool host_addressable() const override { return true; }
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
  protected:
@@ -25,6 +27,9 @@ class CpuBackend final : public KernelBackend {
   absl::Status DoCopyFromHost(const std::byte* src, std::byte* dst, size_t nbytes) override;
   absl::Status DoCopyToHost(const std::byte* src, std::byte* dst, size_t nbytes) override;
   absl::Status DoCopy(const std::byte* src, std::byte* dst, size_t nbytes) override;
+  absl::Status DoCopyStrided(const std::byte* src, std::byte* dst, const StridedCopyLayout& layout,
+                             size_t element_size) override;
+  absl::Status DoSetZero(std::byte* data, size_t nbytes) override;
   absl::Status DoGemm(const GemmArgs& args) override;
   absl::Status DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
                         std::byte* out, const BroadcastLayout& layout) override;

@@ -3,11 +3,14 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/cuda_staging.h"
 
 namespace tessera::kernels {
 namespace {
@@ -66,23 +69,91 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal) {
     return absl::FailedPreconditionError(
         absl::StrCat("cuda:", ordinal, " requested but ", count, " CUDA device(s) are visible"));
   }
-  const std::string name = absl::StrCat("cuda:", ordinal);
-  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), absl::StrCat(name, ": cudaSetDevice"),
-                             absl::StatusCode::kFailedPrecondition));
-  cudaStream_t stream = nullptr;
-  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                             absl::StrCat(name, ": cudaStreamCreate"),
-                             absl::StatusCode::kFailedPrecondition));
+  const std::string device = absl::StrCat("cuda:", ordinal);
+  const auto failed = [&](cudaError_t e, absl::string_view what) {
+    return CudaStatus(e, absl::StrCat(device, ": ", what), absl::StatusCode::kFailedPrecondition);
+  };
+  RETURN_IF_ERROR(failed(cudaSetDevice(ordinal), "cudaSetDevice"));
+  cudaDeviceProp props{};
+  RETURN_IF_ERROR(failed(cudaGetDeviceProperties(&props, ordinal), "cudaGetDeviceProperties"));
+  // Everything made so far is undone if a later step fails.
+  cudaStream_t stream = nullptr, copy_stream = nullptr;
+  cudaMemPool_t pool = nullptr;
   cublasHandle_t cublas = nullptr;
-  absl::Status s = CublasStatus(cublasCreate(&cublas), absl::StrCat(name, ": cublasCreate"));
-  if (s.ok())
-    s = CublasStatus(cublasSetStream(cublas, stream), absl::StrCat(name, ": cublasSetStream"));
-  if (!s.ok()) {
+  const auto undo = [&] {
     if (cublas != nullptr) cublasDestroy(cublas);
-    cudaStreamDestroy(stream);
-    return absl::FailedPreconditionError(s.message());
+    if (pool != nullptr) cudaMemPoolDestroy(pool);
+    if (copy_stream != nullptr) cudaStreamDestroy(copy_stream);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  };
+  absl::Status s =
+      failed(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (s.ok()) {
+    s = failed(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking),
+               "cudaStreamCreate (copies)");
   }
-  return std::unique_ptr<CudaBackend>(new CudaBackend(ordinal, stream, cublas));
+  if (s.ok()) {
+    // A pool of this backend's own on the device, which keeps what is freed for the next
+    // allocation instead of giving it back to the driver at each synchronization.
+    cudaMemPoolProps pool_props{};
+    pool_props.allocType = cudaMemAllocationTypePinned;
+    pool_props.location.type = cudaMemLocationTypeDevice;
+    pool_props.location.id = ordinal;
+    s = failed(cudaMemPoolCreate(&pool, &pool_props), "cudaMemPoolCreate");
+    uint64_t keep = UINT64_MAX;
+    if (s.ok()) {
+      s = failed(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+                 "cudaMemPoolSetAttribute");
+    }
+  }
+  if (s.ok()) {
+    s = CublasStatus(cublasCreate(&cublas), absl::StrCat(device, ": cublasCreate"));
+    if (s.ok()) {
+      s = CublasStatus(cublasSetStream(cublas, stream), absl::StrCat(device, ": cublasSetStream"));
+    }
+    // fp32 GEMMs in full fp32 (no TF32), the default that matches the CPU backend.
+    if (s.ok()) {
+      s = CublasStatus(cublasSetMathMode(cublas, CUBLAS_DEFAULT_MATH),
+                       absl::StrCat(device, ": cublasSetMathMode"));
+    }
+    if (!s.ok()) s = absl::FailedPreconditionError(s.message());
+  }
+  if (!s.ok()) {
+    undo();
+    return s;
+  }
+  return std::unique_ptr<CudaBackend>(
+      new CudaBackend(ordinal, props.name, stream, copy_stream, pool, cublas));
+}
+
+absl::StatusOr<std::vector<DeviceDescription>> DescribeCudaDevices() {
+  int count = 0;
+  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
+    cudaGetLastError();
+    if (err == cudaErrorNoDevice) return std::vector<DeviceDescription>{};
+    return CudaStatus(err, "no usable CUDA driver: cudaGetDeviceCount",
+                      absl::StatusCode::kFailedPrecondition);
+  }
+  std::vector<DeviceDescription> devices;
+  for (int i = 0; i < count; ++i) {
+    DeviceDescription d;
+    d.device = absl::StrCat("cuda:", i);
+    cudaDeviceProp props{};
+    RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&props, i),
+                               absl::StrCat(d.device, ": cudaGetDeviceProperties"),
+                               absl::StatusCode::kFailedPrecondition));
+    d.name = props.name;
+    size_t free = 0, total = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaSetDevice(i), absl::StrCat(d.device, ": cudaSetDevice"),
+                               absl::StatusCode::kFailedPrecondition));
+    RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free, &total),
+                               absl::StrCat(d.device, ": cudaMemGetInfo"),
+                               absl::StatusCode::kFailedPrecondition));
+    d.total_bytes = static_cast<int64_t>(total);
+    d.free_bytes = static_cast<int64_t>(free);
+    devices.push_back(std::move(d));
+  }
+  return devices;
 }
 
 absl::StatusOr<std::unique_ptr<KernelBackend>> MakeCudaBackend(int ordinal) {
@@ -90,9 +161,24 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> MakeCudaBackend(int ordinal) {
   return std::unique_ptr<KernelBackend>(std::move(backend));
 }
 
+CudaBackend::CudaBackend(int ordinal, std::string name, cudaStream_t stream,
+                         cudaStream_t copy_stream, cudaMemPool_t pool, cublasHandle_t cublas)
+    : ordinal_(ordinal),
+      name_(std::move(name)),
+      stream_(stream),
+      copy_stream_(copy_stream),
+      pool_(pool),
+      cublas_(cublas),
+      staging_(std::make_unique<PinnedStaging>(ordinal, absl::StrCat("cuda:", ordinal))) {}
+
 CudaBackend::~CudaBackend() {
   UseDevice().IgnoreError();
+  cudaStreamSynchronize(copy_stream_);
+  cudaStreamSynchronize(stream_);
+  staging_.reset();
   cublasDestroy(cublas_);
+  cudaMemPoolDestroy(pool_);
+  cudaStreamDestroy(copy_stream_);
   cudaStreamDestroy(stream_);
 }
 
@@ -107,10 +193,38 @@ absl::Status CudaBackend::Synchronize() {
   return CudaStatus(cudaStreamSynchronize(stream_), absl::StrCat(device(), ": queued work failed"));
 }
 
+bool CudaBackend::DeviceMemoryInfo(int64_t* free_bytes, int64_t* total_bytes) const {
+  if (!UseDevice().ok()) return false;
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  *free_bytes = static_cast<int64_t>(free);
+  *total_bytes = static_cast<int64_t>(total);
+  return true;
+}
+
 absl::StatusOr<std::byte*> CudaBackend::AllocateBytes(size_t nbytes) {
   RETURN_IF_ERROR(UseDevice());
+  // What the pool holds but does not use now serves first; past it the device must have the rest
+  // free, with the reserve to spare.
+  uint64_t reserved = 0, used = 0;
+  cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved);
+  cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &used);
+  const uint64_t idle = reserved > used ? reserved - used : 0;
+  if (nbytes > idle) {
+    int64_t free = 0, total = 0;
+    if (DeviceMemoryInfo(&free, &total) &&
+        static_cast<int64_t>(nbytes - idle) > free - kDeviceReserveBytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          device(), " (", name_, "): allocating ", nbytes, " bytes needs more than the ", free,
+          " bytes the device has free (of ", total, "; ", kDeviceReserveBytes,
+          " kept in reserve) and the ", idle, " idle in this worker's pool (", used, " in use)"));
+    }
+  }
   void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, nbytes);
+  const cudaError_t err = cudaMallocFromPoolAsync(&p, nbytes, pool_, stream_);
   if (err != cudaSuccess) {
     cudaGetLastError();
     return CudaStatus(err, absl::StrCat(device(), ": cannot allocate ", nbytes, " bytes"),
@@ -122,7 +236,8 @@ absl::StatusOr<std::byte*> CudaBackend::AllocateBytes(size_t nbytes) {
 
 void CudaBackend::FreeBytes(std::byte* data) {
   UseDevice().IgnoreError();
-  cudaFree(data);
+  // Stream-ordered: reused by later allocations once the work queued before it is done.
+  cudaFreeAsync(data, stream_);
 }
 
 absl::Status CudaBackend::DoCopyFromHost(const std::byte* src, std::byte* dst, size_t nbytes) {
@@ -143,6 +258,39 @@ absl::Status CudaBackend::DoCopy(const std::byte* src, std::byte* dst, size_t nb
   RETURN_IF_ERROR(UseDevice());
   return CudaStatus(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream_),
                     absl::StrCat(device(), ": device copy of ", nbytes, " bytes"));
+}
+
+absl::Status CudaBackend::DoCopyStrided(const std::byte* src, std::byte* dst,
+                                        const StridedCopyLayout& layout, size_t element_size) {
+  RETURN_IF_ERROR(RankLimit("strided copy", layout.shape.size()));
+  RETURN_IF_ERROR(UseDevice());
+  cuda::StridedCopyIndexer ix;
+  ix.rank = static_cast<int>(layout.shape.size());
+  for (int d = 0; d < ix.rank; ++d) {
+    ix.shape[d] = layout.shape[d];
+    ix.src_strides[d] = layout.src_strides[d];
+    ix.dst_strides[d] = layout.dst_strides[d];
+  }
+  return CudaStatus(cuda::LaunchCopyStrided(src, dst, NumElements(layout.shape), ix,
+                                            static_cast<int>(element_size), stream_),
+                    absl::StrCat(device(), ": strided copy launch"));
+}
+
+absl::Status CudaBackend::DoSetZero(std::byte* data, size_t nbytes) {
+  RETURN_IF_ERROR(UseDevice());
+  return CudaStatus(cudaMemsetAsync(data, 0, nbytes, stream_),
+                    absl::StrCat(device(), ": zeroing ", nbytes, " bytes"));
+}
+
+absl::StatusOr<std::unique_ptr<HostToSpaceWriter>> CudaBackend::DoWriteFromHost(std::byte* dst,
+                                                                                size_t nbytes) {
+  return MakeStagedWriter(*staging_, copy_stream_, stream_, dst, nbytes);
+}
+
+absl::Status CudaBackend::DoReadToHost(
+    const std::byte* src, size_t nbytes, size_t piece_bytes,
+    absl::FunctionRef<bool(std::span<const std::byte>)> consume) {
+  return StagedRead(*staging_, copy_stream_, stream_, src, nbytes, piece_bytes, consume);
 }
 
 absl::Status CudaBackend::DoGemm(const GemmArgs& g) {

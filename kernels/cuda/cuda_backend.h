@@ -3,30 +3,49 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 
-struct CUstream_st;    // cudaStream_t is CUstream_st*
-struct cublasContext;  // cublasHandle_t is cublasContext*
+struct CUstream_st;         // cudaStream_t is CUstream_st*
+struct CUmemPoolHandle_st;  // cudaMemPool_t is CUmemPoolHandle_st*
+struct cublasContext;       // cublasHandle_t is cublasContext*
 
 namespace tessera::kernels {
 
-// The backend of one CUDA device: device memory, cuBLAS GEMM, the kernels of kernels/cuda/*.cu.
-// Every operation is queued on one non-blocking stream of the device (for NCCL to join).
+class PinnedStaging;
+
+// The backend of one CUDA device: its memory, cuBLAS GEMM, the kernels of kernels/cuda/*.cu.
+//
+// Memory is a stream-ordered pool (cudaMallocFromPoolAsync on a pool of the backend's own that
+// keeps freed memory cached): an allocation that would not fit in what the pool has idle plus what
+// the device reports free (cudaMemGetInfo, less a reserve for cuBLAS, NCCL and the context) is
+// RESOURCE_EXHAUSTED before anything is asked of the driver, as is one past the allocation limit.
+// Compute and device copies are queued on one non-blocking stream (for NCCL to order itself
+// after); uploads and downloads in pieces (WriteFromHost, ReadToHost) run on a copy stream of their
+// own through pinned staging buffers, two per transfer, so the copy of one piece overlaps the
+// arrival or sending of the next.
 class CudaBackend final : public KernelBackend {
  public:
+  // Device memory kept free for what is not allocated through the backend.
+  static constexpr int64_t kDeviceReserveBytes = int64_t{256} << 20;
+
   // The backend of device `ordinal`; FAILED_PRECONDITION naming the CUDA error (name and number)
   // when no such device is usable.
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int ordinal);
   ~CudaBackend() override;
 
   std::string device() const override;
+  bool host_addressable() const override { return false; }
   absl::Status Synchronize() override;
+  void* native_stream() const override { return stream_; }
 
   int ordinal() const { return ordinal_; }
-  // The stream every operation of this backend is queued on.
+  // The stream every compute operation of this backend is queued on.
   CUstream_st* stream() const { return stream_; }
+  std::string device_name() const override { return name_; }
 
  protected:
   absl::StatusOr<std::byte*> AllocateBytes(size_t nbytes) override;
@@ -34,6 +53,14 @@ class CudaBackend final : public KernelBackend {
   absl::Status DoCopyFromHost(const std::byte* src, std::byte* dst, size_t nbytes) override;
   absl::Status DoCopyToHost(const std::byte* src, std::byte* dst, size_t nbytes) override;
   absl::Status DoCopy(const std::byte* src, std::byte* dst, size_t nbytes) override;
+  absl::Status DoCopyStrided(const std::byte* src, std::byte* dst, const StridedCopyLayout& layout,
+                             size_t element_size) override;
+  absl::Status DoSetZero(std::byte* data, size_t nbytes) override;
+  absl::StatusOr<std::unique_ptr<HostToSpaceWriter>> DoWriteFromHost(std::byte* dst,
+                                                                     size_t nbytes) override;
+  absl::Status DoReadToHost(const std::byte* src, size_t nbytes, size_t piece_bytes,
+                            absl::FunctionRef<bool(std::span<const std::byte>)> consume) override;
+  bool DeviceMemoryInfo(int64_t* free_bytes, int64_t* total_bytes) const override;
   absl::Status DoGemm(const GemmArgs& args) override;
   absl::Status DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
                         std::byte* out, const BroadcastLayout& layout) override;
@@ -48,7 +75,7 @@ class CudaBackend final : public KernelBackend {
   absl::Status DoFill(std::byte* data, int64_t n, const std::byte* value,
                       size_t element_size) override;
   absl::Status DoRandomFill(const RandomFillArgs& args) override;
-  // The neural-network kernels are UNIMPLEMENTED on CUDA for now (cuda_nn.cc).
+  // The neural-network kernels (cuda_nn.cc, cuda_nn_kernels.cu, cuda_attention.cc).
   absl::Status DoActivateBackward(Activation f, DType dtype, const std::byte* x,
                                   const std::byte* dy, std::byte* dx, int64_t n) override;
   absl::Status DoLayerNorm(const NormArgs& args) override;
@@ -62,18 +89,24 @@ class CudaBackend final : public KernelBackend {
   absl::Status DoSgdStep(const SgdArgs& args) override;
 
  private:
-  CudaBackend(int ordinal, CUstream_st* stream, cublasContext* cublas)
-      : ordinal_(ordinal), stream_(stream), cublas_(cublas) {}
+  CudaBackend(int ordinal, std::string name, CUstream_st* stream, CUstream_st* copy_stream,
+              CUmemPoolHandle_st* pool, cublasContext* cublas);
   // Makes this backend's device current on the calling thread.
   absl::Status UseDevice() const;
 
   const int ordinal_;
+  const std::string name_;
   CUstream_st* const stream_;
+  CUstream_st* const copy_stream_;  // staged uploads and downloads
+  CUmemPoolHandle_st* const pool_;
   cublasContext* const cublas_;
+  std::unique_ptr<PinnedStaging> staging_;
 };
 
 // MakeBackend's CUDA branch: the backend of device `ordinal`.
 absl::StatusOr<std::unique_ptr<KernelBackend>> MakeCudaBackend(int ordinal);
+// ListCudaDevices' CUDA branch.
+absl::StatusOr<std::vector<DeviceDescription>> DescribeCudaDevices();
 
 }  // namespace tessera::kernels
 

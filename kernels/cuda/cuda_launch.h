@@ -36,6 +36,17 @@ struct ShardIndexer {
   int64_t start = 0;
 };
 
+// A strided copy's merged loops (core's StridedCopyLayout); strides in elements.
+struct StridedCopyIndexer {
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t src_strides[kMaxRank] = {};
+  int64_t dst_strides[kMaxRank] = {};
+};
+
+// dst[walk] = src[walk] for the n elements of `element_size` bytes the indexer walks.
+cudaError_t LaunchCopyStrided(const void* src, void* dst, int64_t n, const StridedCopyIndexer& ix,
+                              int element_size, cudaStream_t stream);
 cudaError_t LaunchBinary(BinaryOp op, DType dtype, const void* a, const void* b, void* out,
                          int64_t n, const BroadcastIndexer& indexer, cudaStream_t stream);
 cudaError_t LaunchActivate(Activation f, DType dtype, const void* x, void* out, int64_t n,

@@ -46,6 +46,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(absl::string_view
     NcclCommunicatorOptions nccl_options;
     nccl_options.device = device;
     nccl_options.timeout = options.timeout;
+    nccl_options.compute_stream = static_cast<cudaStream_t>(options.compute_stream);
     ASSIGN_OR_RETURN(auto comm, NcclCommunicator::Create(store, prefix, rank, size, nccl_options));
     return std::unique_ptr<Communicator>(std::move(comm));
 #else

@@ -24,6 +24,9 @@ struct CommunicatorOptions {
   std::string interface;
   // NCCL: the CUDA device ordinal for "cuda" (a "cuda:N" device type names it instead).
   int cuda_device = 0;
+  // NCCL: the stream (a cudaStream_t) on which the buffers passed in are written; a collective
+  // waits for the work queued there before it starts (an event, not a host wait). Null: none.
+  void* compute_stream = nullptr;
 };
 
 // True when this build has the NCCL communicator.

@@ -223,29 +223,61 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     return absl::Status(comm.status().code(), absl::StrCat(who, ": ", comm.status().message()));
   }
   cudaStream_t stream = nullptr;
+  cudaEvent_t compute_done = nullptr;
   void* barrier_buffer = nullptr;
   cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaMalloc(&barrier_buffer, sizeof(float));
   if (e == cudaSuccess) e = cudaMemset(barrier_buffer, 0, sizeof(float));
   if (e != cudaSuccess) {
     ncclCommAbort(*comm);
     if (barrier_buffer != nullptr) cudaFree(barrier_buffer);
+    if (compute_done != nullptr) cudaEventDestroy(compute_done);
     if (stream != nullptr) cudaStreamDestroy(stream);
     return CudaError(absl::StrCat(who, ": allocating its stream and scratch"), e);
   }
-  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(
-      rank, size, options.timeout, options.device, *comm, stream, barrier_buffer));
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(rank, size, options.timeout, options.device, *comm, stream,
+                           options.compute_stream, compute_done, barrier_buffer));
 }
 
 NcclCommunicator::NcclCommunicator(int rank, int size, absl::Duration timeout, int device,
-                                   ncclComm* comm, cudaStream_t stream, void* barrier_buffer)
+                                   ncclComm* comm, cudaStream_t stream, cudaStream_t compute_stream,
+                                   cudaEvent_t compute_done, void* barrier_buffer)
     : Communicator(rank, size, timeout),
       device_(device),
       comm_(comm),
       stream_(stream),
-      barrier_buffer_(barrier_buffer) {}
+      compute_stream_(compute_stream),
+      compute_done_(compute_done),
+      barrier_buffer_(barrier_buffer),
+      watchdog_([this] { Watch(); }) {}
+
+void NcclCommunicator::Watch() {
+  constexpr absl::Duration kInterval = absl::Milliseconds(200);
+  while (!stop_.WaitForNotificationWithTimeout(kInterval)) {
+    if (!comm_mu_.TryLock()) continue;  // a call is running: it polls the communicator itself
+    if (comm_ != nullptr && cudaSetDevice(device_) == cudaSuccess) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+      const ncclResult_t failure = r != ncclSuccess ? r : state;
+      if (failure != ncclSuccess && failure != ncclInProgress) {
+        const absl::Status cause = NcclError(
+            "the NCCL watchdog found the communicator failed between calls", failure, comm_);
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        MarkBroken(absl::UnavailableError(absl::StrFormat("rank %d of %d (nccl): %s", rank(),
+                                                          size(), cause.message())))
+            .IgnoreError();
+      }
+    }
+    comm_mu_.Unlock();
+  }
+}
 
 NcclCommunicator::~NcclCommunicator() {
+  stop_.Notify();
+  watchdog_.join();
   cudaSetDevice(device_);
   if (comm_ != nullptr) {
     // A healthy communicator is finalized (flushing NCCL's own work) within its timeout, then
@@ -271,6 +303,7 @@ NcclCommunicator::~NcclCommunicator() {
     }
   }
   cudaFree(barrier_buffer_);
+  cudaEventDestroy(compute_done_);
   cudaStreamDestroy(stream_);
 }
 
@@ -305,9 +338,17 @@ absl::Status NcclCommunicator::Wait(absl::string_view what, absl::Time deadline)
 
 template <typename F>
 absl::Status NcclCommunicator::Run(absl::string_view what, absl::Time deadline, F&& enqueue) {
+  absl::MutexLock lock(&comm_mu_);  // the watchdog keeps off while the call polls
   if (comm_ == nullptr) return absl::FailedPreconditionError("the NCCL communicator was aborted");
   if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
     return Abort(CudaError("cudaSetDevice", e));
+  }
+  // The buffers were written on the compute stream: this call's work waits for that (on the
+  // device).
+  if (compute_stream_ != nullptr) {
+    cudaError_t e = cudaEventRecord(compute_done_, compute_stream_);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, compute_done_, 0);
+    if (e != cudaSuccess) return Abort(CudaError("ordering after the compute stream", e));
   }
   const ncclResult_t r = enqueue();
   // NCCL checks arguments before it enqueues anything: the communicator stays usable.

@@ -5,10 +5,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "worker/comm/communicator.h"
 
@@ -26,11 +29,16 @@ struct NcclCommunicatorOptions {
   int device = 0;
   // Bound on the rendezvous and initialization, and the default timeout of every call.
   absl::Duration timeout = absl::Seconds(30);
+  // The stream the buffers passed in are written on (the compute stream of the device's kernels);
+  // each call's work waits for what is queued there through an event, without a host wait. Null:
+  // the caller has synchronized its work before each call.
+  cudaStream_t compute_stream = nullptr;
 };
 
 // Communicator for cuda meshes: NCCL collectives on device buffers, run on the communicator's own
-// CUDA stream. A call returns once its work has finished on the device, so inputs must be ready
-// (the caller's stream synchronized) before the call and outputs can be used right after it.
+// CUDA stream, ordered after the work queued on the compute stream (options.compute_stream) by an
+// event. A call returns once its work has finished on the device, so outputs can be used right
+// after it on any stream.
 //
 // NCCL has every dtype and op natively except these, built on top: bool is uint8 with max (or)
 // for sum/avg/max and min (and) for product/min; integer avg is a sum divided on the host by
@@ -39,8 +47,13 @@ struct NcclCommunicatorOptions {
 // bit. Gather, Scatter and AllToAll are grouped ncclSend/ncclRecv; Barrier is a one-element
 // all-reduce. Send/Recv pairs match in issue order (NCCL has no tags; `tag` is ignored).
 //
-// Timeouts: the communicator is non-blocking; a call polls its stream and ncclCommGetAsyncError
-// until `deadline`, then aborts the communicator (ncclCommAbort) and returns DEADLINE_EXCEEDED.
+// Timeouts and failures: the communicator is non-blocking; a call polls its stream and
+// ncclCommGetAsyncError until `deadline`, then aborts the communicator (ncclCommAbort) and returns
+// DEADLINE_EXCEEDED; an error NCCL reports (a peer or the network gone: ncclRemoteError,
+// ncclSystemError) aborts it and returns UNAVAILABLE. Between calls a watchdog thread polls
+// ncclCommGetAsyncError every 200 ms and aborts a communicator that failed while idle, marking it
+// broken (UNAVAILABLE), so the next call, and the worker's report to the coordinator, say so
+// instead of hanging in NCCL.
 class NcclCommunicator final : public Communicator {
  public:
   // Initializes rank `rank` of `size` on options.device. Rank 0 creates the NCCL unique id and
@@ -60,7 +73,8 @@ class NcclCommunicator final : public Communicator {
 
  private:
   NcclCommunicator(int rank, int size, absl::Duration timeout, int device, ncclComm* comm,
-                   cudaStream_t stream, void* barrier_buffer);
+                   cudaStream_t stream, cudaStream_t compute_stream, cudaEvent_t compute_done,
+                   void* barrier_buffer);
 
   absl::Status DoBroadcast(void* data, int64_t count, DType dtype, int root,
                            absl::Time deadline) override;
@@ -92,13 +106,21 @@ class NcclCommunicator final : public Communicator {
   absl::Status Wait(absl::string_view what, absl::Time deadline);
   // data /= size() on the host for an integer average (copy out, core's DivideInPlace, copy in).
   absl::Status DivideOnHost(void* data, int64_t count, DType dtype, absl::Time deadline);
-  // Aborts the NCCL communicator (pending work is cancelled) and returns `cause`.
+  // Aborts the NCCL communicator (pending work is cancelled) and returns `cause`; comm_mu_ held.
   absl::Status Abort(absl::Status cause);
+  // The watchdog thread's loop: polls an idle communicator for asynchronous errors until stop_.
+  void Watch();
 
   const int device_;
+  // Held by a call for its whole length, and by the watchdog when it finds the communicator idle.
+  absl::Mutex comm_mu_;
   ncclComm* comm_;  // null once aborted
   cudaStream_t stream_;
-  void* barrier_buffer_;  // one float on the device
+  cudaStream_t compute_stream_;  // null: none to order after
+  cudaEvent_t compute_done_;     // recorded on compute_stream_ before each call's work
+  void* barrier_buffer_;         // one float on the device
+  absl::Notification stop_;      // ends the watchdog
+  std::thread watchdog_;
 };
 
 }  // namespace tessera::comm
