@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format python3 python3-numpy python3-grpcio python3-protobuf python3-pytest
+  clang libclang-rt-14-dev
 )
 
 missing=()

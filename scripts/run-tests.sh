@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds every target with warnings as errors (CUDA kernels too when
-# nvcc and NCCL are found; GPU tests skip without a device) and runs every test with ctest.
+# nvcc and NCCL are found; GPU tests skip without a device), runs every test with ctest, then
+# each fuzz target for a minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -17,3 +18,6 @@ if grep -q '^TESSERA_WITH_CUDA_BUILT:INTERNAL=ON' build/test/CMakeCache.txt; the
   cmake --build build/cpu-only --target tessera_kernels -j"$jobs"
 fi
 ctest --test-dir build/test --output-on-failure -j"$jobs" --timeout 900
+# Every fuzz target under libFuzzer with ASan and UBSan (a clang build in build/fuzz), a short run
+# each; scripts/run-fuzz.sh SECONDS is the long run.
+./scripts/run-fuzz.sh "${TESSERA_FUZZ_SECONDS:-60}"
