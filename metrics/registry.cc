@@ -166,14 +166,22 @@ void Registry::AddCallback(const std::string& name, const std::string& help,
                            std::vector<std::string> label_names,
                            std::function<std::vector<Sample>()> collect, bool counter) {
   absl::MutexLock lock(&mu_);
-  families_[name] = std::make_unique<CallbackFamily>(name, help, std::move(label_names),
-                                                     std::move(collect), counter);
+  std::unique_ptr<FamilyBase>& family = families_[name];
+  if (family != nullptr) retired_.push_back(std::move(family));  // a scrape may be rendering it
+  family = std::make_unique<CallbackFamily>(name, help, std::move(label_names), std::move(collect),
+                                            counter);
 }
 
 std::string Registry::Render() const {
+  // Rendered outside the registry's lock, so that a callback may take locks of its own while
+  // another thread that holds them adds a family.
+  std::vector<const FamilyBase*> families;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, family] : families_) families.push_back(family.get());
+  }
   std::string out;
-  absl::MutexLock lock(&mu_);
-  for (const auto& [name, family] : families_) family->Render(&out);
+  for (const FamilyBase* family : families) family->Render(&out);
   return out;
 }
 

@@ -154,6 +154,7 @@ class Registry {
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<FamilyBase>> families_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<FamilyBase>> retired_ ABSL_GUARDED_BY(mu_);  // replaced callbacks
 };
 
 // The registry of this process, which the daemons serve on /metrics.

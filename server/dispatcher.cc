@@ -39,7 +39,7 @@ int Severity(absl::StatusCode code) {
 
 // One line per command that failed on a worker.
 void LogFailure(int64_t worker_id, const v1::Command& command, const absl::Status& status) {
-  spdlog::error("{} failed on worker {}: {}: {}", CommandLabel(command), worker_id,
+  spdlog::error("command failed worker={} {} code={}: {}", worker_id, CommandFields(command),
                 absl::StatusCodeToString(status.code()), std::string(status.message()));
 }
 

@@ -1,11 +1,6 @@
 // The Prometheus text format of metrics/: values, escaping and whole families compared with text
 // written out by hand; the HTTP server compared with the registry's own rendering.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <limits>
 #include <string>
@@ -16,9 +11,12 @@
 #include "metrics/http_server.h"
 #include "metrics/registry.h"
 #include "metrics/text_format.h"
+#include "tests/http_get.h"
 
 namespace tessera::metrics {
 namespace {
+
+using ::tessera::testing::HttpGet;
 
 struct ValueCase {
   double value;
@@ -151,28 +149,6 @@ TEST(RegistryTest, ConcurrentIncrementsAllCount) {
   EXPECT_EQ(h.snapshot().cumulative[0], 40000u);
 }
 
-// The body of an HTTP GET of `path` on 127.0.0.1:`port`, with the status line first.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "connect failed";
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  (void)!write(fd, request.data(), request.size());
-  std::string response;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(fd, buffer, sizeof(buffer))) > 0)
-    response.append(buffer, static_cast<size_t>(n));
-  close(fd);
-  return response;
-}
-
 TEST(HttpServerTest, ServesTheRegistryOnMetricsAndNothingElse) {
   Registry r;
   r.AddCounter("tessera_requests_total", "requests", {"kind"}).With({"x"}).Increment(7);
@@ -182,7 +158,7 @@ TEST(HttpServerTest, ServesTheRegistryOnMetricsAndNothingElse) {
   const std::string response = HttpGet((*server)->port(), "/metrics");
   EXPECT_EQ(response.substr(0, response.find("\r\n")), "HTTP/1.1 200 OK");
   EXPECT_NE(response.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
-  EXPECT_EQ(response.substr(response.find("\r\n\r\n") + 4),
+  EXPECT_EQ(::tessera::testing::HttpBody(response),
             "# HELP tessera_requests_total requests\n"
             "# TYPE tessera_requests_total counter\n"
             "tessera_requests_total{kind=\"x\"} 7\n");

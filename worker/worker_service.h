@@ -29,6 +29,7 @@ class WorkerService final : public v1::Worker::Service {
                         std::unique_ptr<gloo::rendezvous::Store> rendezvous,
                         const std::string& collective_host);
   int64_t used_bytes() const { return store_.used_bytes(); }
+  int64_t held_tensors() const { return store_.tensor_count(); }
   // OK, or why the command order is broken: the worker must register again to serve.
   absl::Status command_order_broken() const { return sequencer_.broken(); }
 
