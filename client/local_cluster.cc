@@ -107,7 +107,7 @@ absl::StatusOr<LocalCluster::Process> LocalCluster::Spawn(const std::string& bin
     _exit(127);
   }
   close(fd);
-  return Process{pid, log, ""};
+  return Process{pid, log, "", ""};
 }
 
 absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {

@@ -23,7 +23,7 @@ struct ValueCase {
   std::string text;
 };
 
-class FormatValueTest : public testing::TestWithParam<ValueCase> {};
+class FormatValueTest : public ::testing::TestWithParam<ValueCase> {};
 
 TEST_P(FormatValueTest, WritesTheShortestDecimal) {
   EXPECT_EQ(FormatValue(GetParam().value), GetParam().text);
@@ -31,12 +31,12 @@ TEST_P(FormatValueTest, WritesTheShortestDecimal) {
 
 INSTANTIATE_TEST_SUITE_P(
     Values, FormatValueTest,
-    testing::Values(ValueCase{0, "0"}, ValueCase{3, "3"}, ValueCase{-2, "-2"},
-                    ValueCase{0.25, "0.25"}, ValueCase{0.1, "0.1"}, ValueCase{1e21, "1e+21"},
-                    ValueCase{1073741824, "1073741824"}, ValueCase{0.0001, "0.0001"},
-                    ValueCase{std::numeric_limits<double>::infinity(), "+Inf"},
-                    ValueCase{-std::numeric_limits<double>::infinity(), "-Inf"},
-                    ValueCase{std::nan(""), "NaN"}));
+    ::testing::Values(ValueCase{0, "0"}, ValueCase{3, "3"}, ValueCase{-2, "-2"},
+                      ValueCase{0.25, "0.25"}, ValueCase{0.1, "0.1"}, ValueCase{1e21, "1e+21"},
+                      ValueCase{1073741824, "1073741824"}, ValueCase{0.0001, "0.0001"},
+                      ValueCase{std::numeric_limits<double>::infinity(), "+Inf"},
+                      ValueCase{-std::numeric_limits<double>::infinity(), "-Inf"},
+                      ValueCase{std::nan(""), "NaN"}));
 
 struct EscapeCase {
   std::string raw;
@@ -44,7 +44,7 @@ struct EscapeCase {
   std::string help;         // escaped as a HELP text
 };
 
-class EscapeTest : public testing::TestWithParam<EscapeCase> {};
+class EscapeTest : public ::testing::TestWithParam<EscapeCase> {};
 
 TEST_P(EscapeTest, EscapesBackslashQuoteAndLineFeed) {
   EXPECT_EQ(EscapeLabelValue(GetParam().raw), GetParam().label_value);
@@ -52,12 +52,12 @@ TEST_P(EscapeTest, EscapesBackslashQuoteAndLineFeed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Texts, EscapeTest,
-                         testing::Values(EscapeCase{"plain", "plain", "plain"},
-                                         EscapeCase{"", "", ""},
-                                         EscapeCase{"a\\b", "a\\\\b", "a\\\\b"},
-                                         EscapeCase{"say \"hi\"", "say \\\"hi\\\"", "say \"hi\""},
-                                         EscapeCase{"two\nlines", "two\\nlines", "two\\nlines"},
-                                         EscapeCase{"\\\"\n", "\\\\\\\"\\n", "\\\\\"\\n"}));
+                         ::testing::Values(EscapeCase{"plain", "plain", "plain"},
+                                           EscapeCase{"", "", ""},
+                                           EscapeCase{"a\\b", "a\\\\b", "a\\\\b"},
+                                           EscapeCase{"say \"hi\"", "say \\\"hi\\\"", "say \"hi\""},
+                                           EscapeCase{"two\nlines", "two\\nlines", "two\\nlines"},
+                                           EscapeCase{"\\\"\n", "\\\\\\\"\\n", "\\\\\"\\n"}));
 
 TEST(RegistryTest, RendersCountersAndGaugesInNameAndLabelOrder) {
   Registry r;
