@@ -145,8 +145,8 @@ int main(int argc, char** argv) {
   // The first line on stdout is the bound port, for launchers that asked for port 0 (logs go to
   // stderr).
   std::cout << "tessera-coordinator listening on port " << port << std::endl;
-  tessera::ExportCoordinatorMetrics(&tessera::metrics::DefaultRegistry(), &workers, &tensors,
-                                    &modules, &served);
+  tessera::ExportCoordinatorMetrics(&tessera::metrics::DefaultRegistry(), &workers, &dispatcher,
+                                    &tensors, &modules, &served);
   absl::StatusOr<std::unique_ptr<tessera::metrics::HttpServer>> metrics =
       tessera::daemon::ServeMetrics("tessera-coordinator", flags.listen, flags.metrics_port);
   if (!metrics.ok()) {

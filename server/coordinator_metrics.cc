@@ -22,8 +22,8 @@ std::vector<metrics::Sample> CountSamples(const std::map<std::string, int64_t>& 
 }  // namespace
 
 void ExportCoordinatorMetrics(metrics::Registry* registry, const WorkerRegistry* workers,
-                              const DTensorTable* tensors, const ModuleTable* modules,
-                              const ServedModels* served) {
+                              Dispatcher* dispatcher, const DTensorTable* tensors,
+                              const ModuleTable* modules, const ServedModels* served) {
   registry->AddCallback("tessera_workers",
                         "workers that ever registered, live or dead (missed heartbeats)", {"state"},
                         [workers] {
@@ -57,6 +57,20 @@ void ExportCoordinatorMetrics(metrics::Registry* registry, const WorkerRegistry*
     for (const auto& m : modules->List()) ++counts[m->mesh->name];
     return CountSamples(counts);
   });
+  auto load = [dispatcher](int64_t Dispatcher::Load::*field) {
+    return std::vector<metrics::Sample>{
+        {{}, static_cast<double>(dispatcher->CurrentLoad().*field)}};
+  };
+  registry->AddCallback(
+      "tessera_coordinator_posts_in_flight",
+      "commands posted to workers (one per op, to every worker of its mesh) not yet answered", {},
+      [load] { return load(&Dispatcher::Load::posts_in_flight); });
+  registry->AddCallback("tessera_coordinator_commands_queued",
+                        "commands queued for a worker while its previous batch is in flight", {},
+                        [load] { return load(&Dispatcher::Load::commands_queued); });
+  registry->AddCallback("tessera_coordinator_batches_in_flight",
+                        "ExecuteBatch calls to workers in flight", {},
+                        [load] { return load(&Dispatcher::Load::batches_in_flight); });
   registry->AddCallback(
       "tessera_served_models", "model versions published for inference", {}, [served] {
         return std::vector<metrics::Sample>{{{}, static_cast<double>(served->List().size())}};

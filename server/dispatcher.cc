@@ -154,6 +154,17 @@ void Dispatcher::PostEach(const std::vector<WorkerHandle>& workers,
   }
 }
 
+Dispatcher::Load Dispatcher::CurrentLoad() {
+  Load load;
+  absl::MutexLock lock(&mu_);
+  load.posts_in_flight = in_flight_;
+  for (const auto& [id, box] : outboxes_) {
+    load.commands_queued += static_cast<int64_t>(box.queue.size());
+    load.batches_in_flight += box.sending ? 1 : 0;
+  }
+  return load;
+}
+
 std::vector<SequenceLease> Dispatcher::Reserve(const std::vector<WorkerHandle>& workers) {
   const std::vector<int64_t> sequences = registry_->NextSequences(workers);
   std::vector<SequenceLease> leases;

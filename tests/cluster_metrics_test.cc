@@ -177,6 +177,10 @@ TEST_F(ClusterMetricsTest, CountersMoveByWhatTheWorkloadDid) {
   EXPECT_EQ(delta(0, RpcSeries("CollectiveService", "RunCollective", code)), 1);
   EXPECT_EQ(Value(after[0], "tessera_workers{state=\"live\"}"), kWorkers);
   EXPECT_EQ(Value(after[0], "tessera_workers{state=\"dead\"}"), 0);
+  // Every post of the workload was answered (its count dropped) before its call returned.
+  EXPECT_NE(after[0].find("\ntessera_coordinator_posts_in_flight 0\n"), std::string::npos)
+      << after[0];
+  EXPECT_NE(after[0].find("\ntessera_coordinator_commands_queued 0\n"), std::string::npos);
   for (size_t w = 1; w <= kWorkers; ++w) {
     SCOPED_TRACE(absl::StrCat("worker endpoint ", w));
     // 3 all-reduces of 256 float32 elements: 3 calls, 3 x 1024 bytes.
