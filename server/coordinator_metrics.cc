@@ -41,8 +41,7 @@ void ExportCoordinatorMetrics(metrics::Registry* registry, const WorkerRegistry*
     return samples;
   };
   registry->AddCallback("tessera_worker_memory_used_bytes",
-                        "bytes of shards each worker holds, as of its last heartbeat (host memory "
-                        "for cpu workers, device memory for cuda ones)",
+                        "bytes of shards each worker holds (host memory), as of its last heartbeat",
                         {"worker", "device"}, [per_worker] { return per_worker(false); });
   registry->AddCallback("tessera_worker_memory_budget_bytes",
                         "each worker's budget for shards (--memory_budget)", {"worker", "device"},

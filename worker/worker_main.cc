@@ -91,8 +91,7 @@ void ExportShardMetrics(const tessera::WorkerService& service, const std::string
     return std::vector<tessera::metrics::Sample>{{{device}, value}};
   };
   registry.AddCallback("tessera_shard_memory_used_bytes",
-                       "bytes of shards this worker holds (host memory for cpu, device memory "
-                       "for cuda)",
+                       "bytes of shards this worker holds (host memory, on every device kind)",
                        {"device"},
                        [&service, one] { return one(static_cast<double>(service.used_bytes())); });
   registry.AddCallback("tessera_shard_memory_budget_bytes",
