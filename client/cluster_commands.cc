@@ -58,6 +58,7 @@ struct UpFlags {
   int workers = 0;  // 0: 4 on cpu, one per visible GPU on cuda
   int port = 0;
   bool selfcheck = false;
+  bool metrics = true;
 };
 
 absl::Status RunUp(const UpFlags& f, std::ostream& out) {
@@ -65,6 +66,7 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   options.device = f.device;
   options.workers = f.workers > 0 ? f.workers : (f.device == "cpu" ? 4 : 0);
   options.coordinator_port = f.port;
+  options.metrics = f.metrics;
   // Block the stop signals before any thread or child exists, so sigwait below receives them.
   sigset_t stop;
   sigemptyset(&stop);
@@ -97,8 +99,14 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   out << "tessera up: coordinator at " << (*cluster)->address() << ", " << options.workers << " "
       << f.device << " workers, mesh 'world' ready\n"
       << "  export TESSERA_COORDINATOR=" << (*cluster)->address() << "\n"
-      << "  logs in " << (*cluster)->log_dir() << "\n"
-      << "Ctrl-C stops everything." << std::endl;
+      << "  logs in " << (*cluster)->log_dir() << "\n";
+  if (options.metrics) {
+    out << "  metrics: coordinator " << (*cluster)->coordinator_metrics_url() << "\n";
+    for (int i = 0; i < (*cluster)->num_workers(); ++i) {
+      out << "           worker " << i << " " << (*cluster)->worker_metrics_url(i) << "\n";
+    }
+  }
+  out << "Ctrl-C stops everything." << std::endl;
   int signal = 0;
   sigwait(&stop, &signal);
   out << "tessera up: stopping (signal " << signal << ")" << std::endl;
@@ -203,6 +211,9 @@ void AddClusterCommands(CLI::App& app, Action* action) {
   up.app->add_flag("--selfcheck", up.flags->selfcheck,
                    "run collectives and a tensor-parallel MLP against a local reference, then "
                    "stop");
+  up.app->add_flag("--metrics,!--no-metrics", up.flags->metrics,
+                   "serve Prometheus metrics on /metrics of every daemon, each on a free port "
+                   "(printed)");
 
   auto status =
       AddCommand(app, "status", "workers, devices, liveness, memory; meshes and their tensors",

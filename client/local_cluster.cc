@@ -136,7 +136,7 @@ absl::StatusOr<LocalCluster::Process> LocalCluster::Spawn(const std::string& bin
     _exit(127);
   }
   close(fd);
-  return Process{pid, log, ""};
+  return Process{pid, log, "", ""};
 }
 
 absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
@@ -145,7 +145,8 @@ absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
             {absl::StrCat("--coordinator=", address_),
              options_.device == "cuda" ? absl::StrCat("--device=cuda:", i) : "--device=cpu",
              absl::StrCat("--listen=", listen),
-             absl::StrCat("--memory_budget=", options_.memory_budget_bytes)},
+             absl::StrCat("--memory_budget=", options_.memory_budget_bytes),
+             absl::StrCat("--metrics_port=", options_.metrics ? 0 : -1)},
             absl::StrCat(options_.log_dir, "/worker-", i, ".log"));
   if (!p.ok()) return p.status();
   const std::string marker = "serving on ";
@@ -153,6 +154,12 @@ absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
   if (!rest.ok()) return rest.status();
   // The log may hold an earlier incarnation's line: the address is the same on restart anyway.
   p->address = rest->substr(0, rest->find(','));
+  if (options_.metrics) {
+    // Printed before the worker registers, so it is in the log by now.
+    absl::StatusOr<std::string> url = WaitForLine(p->log, " metrics on ", p->pid, absl::Seconds(5));
+    if (!url.ok()) return url.status();
+    p->metrics_url = *url;
+  }
   if (i < static_cast<int>(workers_.size())) {
     workers_[i] = *p;
   } else {
@@ -203,7 +210,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
       {absl::StrCat("--listen=127.0.0.1:", o.coordinator_port),
        absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
        absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
-       absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace))},
+       absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace)),
+       absl::StrCat("--metrics_port=", o.metrics ? 0 : -1)},
       o.log_dir + "/coordinator.log");
   if (!coordinator.ok()) return coordinator.status();
   cluster->coordinator_ = *coordinator;
@@ -211,6 +219,12 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
       WaitForLine(coordinator->log, "listening on port ", coordinator->pid, absl::Seconds(30));
   if (!port.ok()) return port.status();
   cluster->address_ = absl::StrCat("127.0.0.1:", *port);
+  if (o.metrics) {
+    absl::StatusOr<std::string> url =
+        WaitForLine(coordinator->log, " metrics on ", coordinator->pid, absl::Seconds(30));
+    if (!url.ok()) return url.status();
+    cluster->coordinator_.metrics_url = *url;
+  }
   for (int i = 0; i < o.workers; ++i) {
     if (absl::Status s = cluster->StartWorker(i, "127.0.0.1:0"); !s.ok()) return s;
   }

@@ -29,6 +29,8 @@ struct LocalClusterOptions {
   absl::Duration dead_after = absl::Seconds(2);
   std::string log_dir;  // Where each process logs; a new temporary dir if empty.
   absl::Duration client_grace = absl::Seconds(60);  // Coordinator's --client_grace.
+  // Every daemon serves Prometheus metrics on a free port (--metrics_port=0).
+  bool metrics = false;
 };
 
 // The CUDA devices `worker_binary` (tessera-worker) could serve: "cuda:N" names, in order.
@@ -49,6 +51,10 @@ class LocalCluster {
   const std::string& log_dir() const { return options_.log_dir; }
   int num_workers() const { return static_cast<int>(workers_.size()); }
   pid_t worker_pid(int i) const { return workers_[i].pid; }
+  // http://host:port/metrics of the coordinator and of worker `i`; empty without
+  // options.metrics.
+  const std::string& coordinator_metrics_url() const { return coordinator_.metrics_url; }
+  const std::string& worker_metrics_url(int i) const { return workers_[i].metrics_url; }
 
   // kill -9 of worker `i`.
   absl::Status KillWorker(int i);
@@ -63,7 +69,8 @@ class LocalCluster {
   struct Process {
     pid_t pid = -1;
     std::string log;
-    std::string address;  // for workers: where it serves
+    std::string address;      // for workers: where it serves
+    std::string metrics_url;  // where it serves metrics, if it does
   };
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
   absl::StatusOr<Process> Spawn(const std::string& binary, const std::vector<std::string>& args,

@@ -1,9 +1,13 @@
 #include "daemon/daemon_flags.h"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <fstream>
 #include <iostream>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -68,5 +72,38 @@ void AddDurationFlag(CLI::App& app, const std::string& name, absl::Duration* val
 }
 
 void IgnoreBrokenPipes() { std::signal(SIGPIPE, SIG_IGN); }
+
+void AddMetricsPortFlag(CLI::App& app, int* port) {
+  app.add_option("--metrics_port", *port,
+                 "serve Prometheus metrics on http://LISTEN_HOST:PORT/metrics; 0 picks a free "
+                 "port, -1 serves none")
+      ->check(CLI::Range(-1, 65535));
+}
+
+absl::StatusOr<std::unique_ptr<metrics::HttpServer>> ServeMetrics(const std::string& daemon,
+                                                                  const std::string& listen_address,
+                                                                  int port) {
+  if (port < 0) return nullptr;
+  std::string host = listen_address.substr(0, listen_address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  metrics::Registry& registry = metrics::DefaultRegistry();
+  registry.AddCallback("process_resident_memory_bytes", "resident memory of this process (host)",
+                       {}, [] {
+                         long pages = 0, resident = 0;
+                         std::ifstream("/proc/self/statm") >> pages >> resident;
+                         return std::vector<metrics::Sample>{
+                             {{}, static_cast<double>(resident) * sysconf(_SC_PAGESIZE)}};
+                       });
+  absl::StatusOr<std::unique_ptr<metrics::HttpServer>> server =
+      metrics::HttpServer::Start(host, port, &registry);
+  if (!server.ok()) return server.status();
+  const std::string url_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  const std::string url = absl::StrCat("http://", url_host, ":", (*server)->port(), "/metrics");
+  spdlog::info("serving metrics on {}", url);
+  std::cout << daemon << " metrics on " << url << std::endl;
+  return server;
+}
 
 }  // namespace tessera::daemon

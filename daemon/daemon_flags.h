@@ -1,12 +1,15 @@
 #ifndef TESSERA_DAEMON_DAEMON_FLAGS_H_
 #define TESSERA_DAEMON_DAEMON_FLAGS_H_
 
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "metrics/http_server.h"
 
 namespace tessera::daemon {
 
@@ -29,6 +32,17 @@ void IgnoreBrokenPipes();
 // --help (usage on stdout), 2 after a bad command line (the reason on stderr).
 std::optional<int> ParseFlagsAndStartLogging(CLI::App& app, int argc, char** argv,
                                              const std::set<std::string>& secret_flags = {});
+
+// Adds --metrics_port: absent or -1 serves no metrics, 0 serves them on a free port, N on port N.
+void AddMetricsPortFlag(CLI::App& app, int* port);
+
+// When `port` >= 0, serves this process's metrics (metrics::DefaultRegistry(), with
+// process_resident_memory_bytes added) on http://HOST:PORT/metrics, HOST being the host of
+// `listen_address` (host:port), and prints "<daemon> metrics on http://HOST:PORT/metrics" on
+// stdout, the port the one bound. nullptr when `port` is -1; UNAVAILABLE when it cannot listen.
+absl::StatusOr<std::unique_ptr<metrics::HttpServer>> ServeMetrics(const std::string& daemon,
+                                                                  const std::string& listen_address,
+                                                                  int port);
 
 }  // namespace tessera::daemon
 

@@ -15,7 +15,9 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "metrics/grpc_metrics.h"
 #include "server/collective_service.h"
+#include "server/coordinator_metrics.h"
 #include "server/dispatcher.h"
 #include "server/dtensor_service.h"
 #include "server/dtensor_table.h"
@@ -42,6 +44,7 @@ struct CoordinatorFlags {
   absl::Duration dead_after = absl::Seconds(3);
   absl::Duration client_grace = absl::Seconds(60);
   int64_t max_message_bytes = 64 << 20;
+  int metrics_port = -1;
 };
 
 void AddFlags(CLI::App& app, CoordinatorFlags& f) {
@@ -58,6 +61,7 @@ void AddFlags(CLI::App& app, CoordinatorFlags& f) {
   app.add_option("--max_message_bytes", f.max_message_bytes,
                  "largest gRPC message accepted or sent")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
+  tessera::daemon::AddMetricsPortFlag(app, &f.metrics_port);
 }
 
 }  // namespace
@@ -129,6 +133,10 @@ int main(int argc, char** argv) {
   builder.RegisterService(&dtensor_service);
   builder.RegisterService(&module_service);
   builder.RegisterService(&inference_service);
+  if (flags.metrics_port >= 0) {
+    builder.experimental().SetInterceptorCreators(
+        tessera::metrics::RpcMetricsInterceptors(&tessera::metrics::DefaultRegistry()));
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     spdlog::critical("cannot listen on {}", flags.listen);
@@ -137,6 +145,14 @@ int main(int argc, char** argv) {
   // The first line on stdout is the bound port, for launchers that asked for port 0 (logs go to
   // stderr).
   std::cout << "tessera-coordinator listening on port " << port << std::endl;
+  tessera::ExportCoordinatorMetrics(&tessera::metrics::DefaultRegistry(), &workers, &dispatcher,
+                                    &tensors, &modules, &served);
+  absl::StatusOr<std::unique_ptr<tessera::metrics::HttpServer>> metrics =
+      tessera::daemon::ServeMetrics("tessera-coordinator", flags.listen, flags.metrics_port);
+  if (!metrics.ok()) {
+    spdlog::critical("{}", metrics.status().ToString());
+    return 1;
+  }
   server->Wait();
   return 0;
 }

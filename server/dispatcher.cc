@@ -39,7 +39,7 @@ int Severity(absl::StatusCode code) {
 
 // One line per command that failed on a worker.
 void LogFailure(int64_t worker_id, const v1::Command& command, const absl::Status& status) {
-  spdlog::error("{} failed on worker {}: {}: {}", CommandLabel(command), worker_id,
+  spdlog::error("command failed worker={} {} code={}: {}", worker_id, CommandFields(command),
                 absl::StatusCodeToString(status.code()), std::string(status.message()));
 }
 
@@ -152,6 +152,17 @@ void Dispatcher::PostEach(const std::vector<WorkerHandle>& workers,
     SendAll(std::move(batches));
     mu_.Lock();
   }
+}
+
+Dispatcher::Load Dispatcher::CurrentLoad() {
+  Load load;
+  absl::MutexLock lock(&mu_);
+  load.posts_in_flight = in_flight_;
+  for (const auto& [id, box] : outboxes_) {
+    load.commands_queued += static_cast<int64_t>(box.queue.size());
+    load.batches_in_flight += box.sending ? 1 : 0;
+  }
+  return load;
 }
 
 std::vector<SequenceLease> Dispatcher::Reserve(const std::vector<WorkerHandle>& workers) {

@@ -87,6 +87,15 @@ class Dispatcher {
 
   WorkerRegistry& registry() { return *registry_; }
 
+  // What waits and what runs, for metrics: posts not yet done, commands queued for a worker and
+  // not yet sent, and ExecuteBatch calls in flight.
+  struct Load {
+    int64_t posts_in_flight = 0;
+    int64_t commands_queued = 0;
+    int64_t batches_in_flight = 0;
+  };
+  Load CurrentLoad();
+
  private:
   struct PostState;
   // One worker's part of a post, waiting to be sent.

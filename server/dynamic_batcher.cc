@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/shape.h"
+#include "metrics/registry.h"
 
 namespace tessera {
 namespace {
@@ -105,6 +106,16 @@ void DynamicBatcher::Loop() {
 }
 
 void DynamicBatcher::RunBatch(const std::vector<Request*>& batch) {
+  static metrics::Family<metrics::Histogram>& requests = metrics::DefaultRegistry().AddHistogram(
+      "tessera_inference_batch_requests", "requests joined into each batch the batcher ran",
+      {"model"}, metrics::CountBounds());
+  static metrics::Family<metrics::Histogram>& sizes = metrics::DefaultRegistry().AddHistogram(
+      "tessera_inference_batch_rows", "rows (the batch size) of each batch the batcher ran",
+      {"model"}, metrics::CountBounds());
+  requests.With({model_}).Observe(static_cast<double>(batch.size()));
+  int64_t rows = 0;
+  for (const Request* r : batch) rows += r->input->shape()[0];
+  sizes.With({model_}).Observe(static_cast<double>(rows));
   auto answer_all = [&](const absl::Status& status) {
     for (Request* r : batch) {
       r->result = status;
@@ -116,8 +127,6 @@ void DynamicBatcher::RunBatch(const std::vector<Request*>& batch) {
     batch[0]->done.Notify();
     return;
   }
-  int64_t rows = 0;
-  for (const Request* r : batch) rows += r->input->shape()[0];
   const HostTensor& first = *batch[0]->input;
   absl::StatusOr<HostTensor> joined =
       HostTensor::Uninitialized(first.dtype(), WithDimSize(first.shape(), 0, rows));

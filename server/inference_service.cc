@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/status_macros.h"
+#include "metrics/registry.h"
 #include "proto/grpc_status.h"
 #include "server/infer_tensors.h"
 
@@ -89,7 +90,15 @@ grpc::Status InferenceService::ModelMetadata(grpc::ServerContext*,
 grpc::Status InferenceService::ModelInfer(grpc::ServerContext*,
                                           const inference::ModelInferRequest* request,
                                           inference::ModelInferResponse* response) {
-  return ToGrpcStatus(Infer(*models_, *request, response));
+  const absl::Status status = Infer(*models_, *request, response);
+  // Labelled by model only for a published one, so that made-up names add no series.
+  static metrics::Family<metrics::Counter>& requests = metrics::DefaultRegistry().AddCounter(
+      "tessera_inference_requests_total", "ModelInfer requests by model and status code",
+      {"model", "code"});
+  const bool known = models_->Find(request->model_name(), request->model_version()).ok();
+  requests.With({known ? request->model_name() : "", absl::StatusCodeToString(status.code())})
+      .Increment();
+  return ToGrpcStatus(status);
 }
 
 }  // namespace tessera

@@ -52,6 +52,31 @@ INSTANTIATE_TEST_SUITE_P(
                                 [](v1::Command& c) { c.mutable_run_program()->set_mesh_id(7); }},
                       LabelCase{"empty command (sequence 12)", [](v1::Command&) {}}));
 
+struct FieldsCase {
+  std::string expected;
+  std::function<void(v1::Command&)> fill;  // sets the kind (and its mesh id, 7)
+};
+
+class CommandFieldsTest : public ::testing::TestWithParam<FieldsCase> {};
+
+TEST_P(CommandFieldsTest, KeyValueKindMeshAndSequence) {
+  v1::Command command;
+  command.set_sequence(12);
+  command.set_incarnation(3);
+  GetParam().fill(command);
+  EXPECT_EQ(CommandFields(command), GetParam().expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, CommandFieldsTest,
+    ::testing::Values(FieldsCase{"kind=run_op mesh=7 seq=12",
+                                 [](v1::Command& c) { c.mutable_run_op()->set_mesh_id(7); }},
+                      FieldsCase{"kind=collective mesh=0 seq=12",
+                                 [](v1::Command& c) { c.mutable_collective(); }},
+                      FieldsCase{"kind=delete_tensors mesh=- seq=12",
+                                 [](v1::Command& c) { c.mutable_delete_tensors(); }},
+                      FieldsCase{"kind=empty mesh=- seq=12", [](v1::Command&) {}}));
+
 // Every kind the proto defines has a case above, so a new kind gets a label checked here too.
 TEST(CommandLabelTest, EveryKindIsCovered) {
   const google::protobuf::OneofDescriptor* kind =

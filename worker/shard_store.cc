@@ -106,4 +106,9 @@ int64_t ShardStore::used_bytes() const {
   return used_;
 }
 
+int64_t ShardStore::tensor_count() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(tensors_.size());
+}
+
 }  // namespace tessera

@@ -48,6 +48,8 @@ class ShardStore {
   void Clear();
   int64_t used_bytes() const;
   int64_t budget_bytes() const { return budget_; }
+  // How many tensors it holds.
+  int64_t tensor_count() const;
 
  private:
   const int64_t budget_;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -22,6 +23,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_config.h"
+#include "metrics/grpc_metrics.h"
 #include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
 #include "tessera/v1/registry.grpc.pb.h"
@@ -44,6 +46,7 @@ struct WorkerFlags {
   int64_t max_message_bytes = int64_t{1} << 30;  // inline tensors of large batches fit
   absl::Duration sequence_stall_limit = absl::Minutes(1);
   bool list_devices = false;
+  int metrics_port = -1;
 };
 
 void AddFlags(CLI::App& app, WorkerFlags& f) {
@@ -75,6 +78,7 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
       app, "--sequence_stall_limit", &f.sequence_stall_limit,
       "how long a command sequence the coordinator neither used nor released may hold later "
       "commands up before the worker refuses commands and registers again");
+  tessera::daemon::AddMetricsPortFlag(app, &f.metrics_port);
 }
 
 // Registers until it succeeds; returns the reply.
@@ -105,6 +109,37 @@ int ListDevices() {
   }
   std::cout << std::flush;
   return 0;
+}
+
+// The worker's shards in the process's metrics, read at every scrape.
+void ExportShardMetrics(const tessera::WorkerService& service, const std::string& device,
+                        int64_t budget) {
+  tessera::metrics::Registry& registry = tessera::metrics::DefaultRegistry();
+  auto one = [device](double value) {
+    return std::vector<tessera::metrics::Sample>{{{device}, value}};
+  };
+  registry.AddCallback("tessera_shard_memory_used_bytes",
+                       "bytes of shards this worker holds, in its device's memory", {"device"},
+                       [&service, one] { return one(static_cast<double>(service.used_bytes())); });
+  registry.AddCallback(
+      "tessera_device_memory_allocated_bytes",
+      "bytes allocated in this worker's device memory (shards and temporaries together)",
+      {"device"},
+      [&service, one] { return one(static_cast<double>(service.memory_usage().allocated_bytes)); });
+  registry.AddCallback("tessera_device_memory_free_bytes",
+                       "the GPU's free memory (cudaMemGetInfo); no sample on a cpu worker",
+                       {"device"}, [&service, device] {
+                         const int64_t free = service.memory_usage().device_free_bytes;
+                         std::vector<tessera::metrics::Sample> samples;
+                         if (free >= 0) samples.push_back({{device}, static_cast<double>(free)});
+                         return samples;
+                       });
+  registry.AddCallback("tessera_shard_memory_budget_bytes",
+                       "this worker's budget for shards (--memory_budget)", {"device"},
+                       [budget, one] { return one(static_cast<double>(budget)); });
+  registry.AddCallback(
+      "tessera_shards", "local tensors (shards) this worker holds", {"device"},
+      [&service, one] { return one(static_cast<double>(service.held_tensors())); });
 }
 
 }  // namespace
@@ -173,9 +208,20 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
   builder.RegisterService(&service);
+  if (flags.metrics_port >= 0) {
+    builder.experimental().SetInterceptorCreators(
+        tessera::metrics::RpcMetricsInterceptors(&tessera::metrics::DefaultRegistry()));
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     spdlog::critical("cannot listen on {}", listen);
+    return 1;
+  }
+  ExportShardMetrics(service, device, flags.memory_budget);
+  absl::StatusOr<std::unique_ptr<tessera::metrics::HttpServer>> metrics =
+      tessera::daemon::ServeMetrics("tessera-worker", listen, flags.metrics_port);
+  if (!metrics.ok()) {
+    spdlog::critical("{}", metrics.status().ToString());
     return 1;
   }
   const std::string host = listen.substr(0, listen.rfind(':'));

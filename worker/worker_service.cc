@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "metrics/registry.h"
 #include "proto/command_label.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
@@ -13,6 +14,33 @@
 
 namespace tessera {
 namespace {
+
+// The worker's command metrics, in the process's registry.
+struct CommandMetrics {
+  metrics::Gauge& queued;
+  metrics::Gauge& in_flight;
+  metrics::Family<metrics::Counter>& done;
+  metrics::Family<metrics::Histogram>& seconds;
+};
+
+const CommandMetrics& Metrics() {
+  static const CommandMetrics m{
+      metrics::DefaultRegistry()
+          .AddGauge("tessera_worker_commands_queued",
+                    "commands admitted and waiting for their turn in sequence order")
+          .With({}),
+      metrics::DefaultRegistry()
+          .AddGauge("tessera_worker_commands_in_flight", "commands running on this worker")
+          .With({}),
+      metrics::DefaultRegistry().AddCounter(
+          "tessera_worker_commands_total", "commands this worker answered, by kind and status code",
+          {"kind", "code"}),
+      metrics::DefaultRegistry().AddHistogram(
+          "tessera_worker_command_seconds",
+          "time a command ran on this worker, from its turn to its result (waiting excluded)",
+          {"kind"}, metrics::LatencyBounds())};
+  return m;
+}
 
 // Writes the bytes of `first` and of the chunks after it on `reader` into `tensor` through
 // `memory`, its memory space; INVALID_ARGUMENT, naming the stream as `what`, for more or fewer
@@ -90,10 +118,12 @@ grpc::Status WorkerService::AwaitTurn(const grpc::ServerContext& context, int64_
 grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context,
                                       const v1::Command& command, v1::CommandReply* reply) {
   grpc::Status status = AdmitAndRun(context, command, reply);
+  const std::string code =
+      absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
+  Metrics().done.With({CommandKind(command), code}).Increment();
   if (!status.ok()) {
-    spdlog::error("{} failed on worker {}: {}: {}", CommandLabel(command), worker_id_.load(),
-                  absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
-                  status.error_message());
+    spdlog::error("command failed worker={} incarnation={} {} code={}: {}", worker_id_.load(),
+                  incarnation_.load(), CommandFields(command), code, status.error_message());
   }
   return status;
 }
@@ -101,13 +131,26 @@ grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context,
 grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context,
                                         const v1::Command& command, v1::CommandReply* reply) {
   if (grpc::Status s = Admit(context, command.incarnation()); !s.ok()) return s;
-  if (grpc::Status s = AwaitTurn(context, command.sequence()); !s.ok()) return s;
+  const CommandMetrics& m = Metrics();
+  m.queued.Add(1);
+  grpc::Status turn = AwaitTurn(context, command.sequence());
+  m.queued.Add(-1);
+  if (!turn.ok()) return turn;
+  m.in_flight.Add(1);
+  const absl::Time start = absl::Now();
   absl::Status result;
   {
     absl::MutexLock lock(&mu_);
     result = executor_->Execute(command, reply);  // fills the reply even on failure
   }
   sequencer_.Done(command.sequence());
+  const absl::Duration took = absl::Now() - start;
+  m.in_flight.Add(-1);
+  m.seconds.With({CommandKind(command)}).Observe(absl::ToDoubleSeconds(took));
+  if (spdlog::should_log(spdlog::level::debug)) {
+    spdlog::debug("command ran worker={} incarnation={} {} seconds={:.6f}", worker_id_.load(),
+                  incarnation_.load(), CommandFields(command), absl::ToDoubleSeconds(took));
+  }
   return ToGrpcStatus(result);
 }
 

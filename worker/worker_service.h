@@ -36,6 +36,7 @@ class WorkerService final : public v1::Worker::Service {
   kernels::MemoryUsage memory_usage() const { return kernels_->usage(); }
   // The device's model (a GPU's name); empty for cpu.
   std::string device_name() const { return kernels_->device_name(); }
+  int64_t held_tensors() const { return store_.tensor_count(); }
   // OK, or why the command order is broken: the worker must register again to serve.
   absl::Status command_order_broken() const { return sequencer_.broken(); }
 

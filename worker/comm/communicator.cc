@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
+#include "metrics/registry.h"
 
 namespace tessera::comm {
 namespace {
@@ -140,6 +141,30 @@ absl::Status Communicator::Finish(absl::string_view op, absl::Status status) {
                                                   backend(), status.message())));
 }
 
+absl::Status Communicator::Timed(absl::string_view op, int64_t bytes,
+                                 absl::FunctionRef<absl::Status()> run) {
+  const absl::Time start = absl::Now();
+  absl::Status status = Finish(op, run());
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  metrics::Registry& registry = metrics::DefaultRegistry();
+  static metrics::Family<metrics::Counter>& calls = registry.AddCounter(
+      "tessera_collectives_total", "collective calls by kind, backend and status code",
+      {"kind", "backend", "code"});
+  static metrics::Family<metrics::Counter>& sent = registry.AddCounter(
+      "tessera_collective_bytes_total",
+      "bytes of the count elements each collective call names (this rank's block), by kind",
+      {"kind", "backend"});
+  static metrics::Family<metrics::Histogram>& latency = registry.AddHistogram(
+      "tessera_collective_seconds", "time of each collective call on this rank, by kind",
+      {"kind", "backend"}, metrics::LatencyBounds());
+  const std::string kind(op);
+  const std::string backend_name(backend());
+  calls.With({kind, backend_name, absl::StatusCodeToString(status.code())}).Increment();
+  sent.With({kind, backend_name}).Increment(static_cast<double>(bytes));
+  latency.With({kind, backend_name}).Observe(seconds);
+  return status;
+}
+
 absl::Status Communicator::Broadcast(void* data, int64_t count, DType dtype, int root,
                                      Timeout timeout) {
   const ArgumentChecker check("Broadcast", rank_, size_);
@@ -149,7 +174,8 @@ absl::Status Communicator::Broadcast(void* data, int64_t count, DType dtype, int
   RETURN_IF_ERROR(check.Rank("root", root, true));
   RETURN_IF_ERROR(check.Buffer("data", data, count));
   if (count == 0) return absl::OkStatus();
-  return Finish("Broadcast", DoBroadcast(data, count, dtype, root, deadline));
+  return Timed("Broadcast", Bytes(count, dtype),
+               [&] { return DoBroadcast(data, count, dtype, root, deadline); });
 }
 
 absl::Status Communicator::AllReduce(void* data, int64_t count, DType dtype, ReduceOp op,
@@ -161,7 +187,8 @@ absl::Status Communicator::AllReduce(void* data, int64_t count, DType dtype, Red
   RETURN_IF_ERROR(check.Op(op));
   RETURN_IF_ERROR(check.Buffer("data", data, count));
   if (count == 0) return absl::OkStatus();
-  return Finish("AllReduce", DoAllReduce(data, count, dtype, op, deadline));
+  return Timed("AllReduce", Bytes(count, dtype),
+               [&] { return DoAllReduce(data, count, dtype, op, deadline); });
 }
 
 absl::Status Communicator::Reduce(void* data, int64_t count, DType dtype, ReduceOp op, int root,
@@ -174,7 +201,8 @@ absl::Status Communicator::Reduce(void* data, int64_t count, DType dtype, Reduce
   RETURN_IF_ERROR(check.Rank("root", root, true));
   RETURN_IF_ERROR(check.Buffer("data", data, count));
   if (count == 0) return absl::OkStatus();
-  return Finish("Reduce", DoReduce(data, count, dtype, op, root, deadline));
+  return Timed("Reduce", Bytes(count, dtype),
+               [&] { return DoReduce(data, count, dtype, op, root, deadline); });
 }
 
 absl::Status Communicator::AllGather(const void* send, void* recv, int64_t count, DType dtype,
@@ -189,7 +217,8 @@ absl::Status Communicator::AllGather(const void* send, void* recv, int64_t count
   const int64_t block = Bytes(count, dtype);
   const bool in_place = send == static_cast<const std::byte*>(recv) + rank_ * block;
   if (!in_place) RETURN_IF_ERROR(check.Disjoint(send, block, recv, size_ * block));
-  return Finish("AllGather", DoAllGather(send, recv, count, dtype, deadline));
+  return Timed("AllGather", Bytes(count, dtype),
+               [&] { return DoAllGather(send, recv, count, dtype, deadline); });
 }
 
 absl::Status Communicator::Gather(const void* send, void* recv, int64_t count, DType dtype,
@@ -204,7 +233,8 @@ absl::Status Communicator::Gather(const void* send, void* recv, int64_t count, D
   RETURN_IF_ERROR(check.Buffer("recv", recv, recv_count));
   RETURN_IF_ERROR(check.Disjoint(send, Bytes(count, dtype), recv, Bytes(recv_count, dtype)));
   if (count == 0) return absl::OkStatus();
-  return Finish("Gather", DoGather(send, recv, count, dtype, root, deadline));
+  return Timed("Gather", Bytes(count, dtype),
+               [&] { return DoGather(send, recv, count, dtype, root, deadline); });
 }
 
 absl::Status Communicator::Scatter(const void* send, void* recv, int64_t count, DType dtype,
@@ -219,7 +249,8 @@ absl::Status Communicator::Scatter(const void* send, void* recv, int64_t count, 
   RETURN_IF_ERROR(check.Buffer("recv", recv, count));
   RETURN_IF_ERROR(check.Disjoint(send, Bytes(send_count, dtype), recv, Bytes(count, dtype)));
   if (count == 0) return absl::OkStatus();
-  return Finish("Scatter", DoScatter(send, recv, count, dtype, root, deadline));
+  return Timed("Scatter", Bytes(count, dtype),
+               [&] { return DoScatter(send, recv, count, dtype, root, deadline); });
 }
 
 absl::Status Communicator::ReduceScatter(const void* send, void* recv, int64_t count, DType dtype,
@@ -233,7 +264,8 @@ absl::Status Communicator::ReduceScatter(const void* send, void* recv, int64_t c
   RETURN_IF_ERROR(check.Buffer("recv", recv, count));
   RETURN_IF_ERROR(check.Disjoint(send, Bytes(size_ * count, dtype), recv, Bytes(count, dtype)));
   if (count == 0) return absl::OkStatus();
-  return Finish("ReduceScatter", DoReduceScatter(send, recv, count, dtype, op, deadline));
+  return Timed("ReduceScatter", Bytes(count, dtype),
+               [&] { return DoReduceScatter(send, recv, count, dtype, op, deadline); });
 }
 
 absl::Status Communicator::AllToAll(const void* send, void* recv, int64_t count, DType dtype,
@@ -247,7 +279,8 @@ absl::Status Communicator::AllToAll(const void* send, void* recv, int64_t count,
   RETURN_IF_ERROR(
       check.Disjoint(send, Bytes(size_ * count, dtype), recv, Bytes(size_ * count, dtype)));
   if (count == 0) return absl::OkStatus();
-  return Finish("AllToAll", DoAllToAll(send, recv, count, dtype, deadline));
+  return Timed("AllToAll", Bytes(count, dtype),
+               [&] { return DoAllToAll(send, recv, count, dtype, deadline); });
 }
 
 absl::Status Communicator::Send(const void* data, int64_t count, DType dtype, int peer,
@@ -259,7 +292,8 @@ absl::Status Communicator::Send(const void* data, int64_t count, DType dtype, in
   RETURN_IF_ERROR(check.Rank("peer", peer, false));
   RETURN_IF_ERROR(check.Buffer("data", data, count));
   if (count == 0) return absl::OkStatus();
-  return Finish("Send", DoSend(data, count, dtype, peer, tag, deadline));
+  return Timed("Send", Bytes(count, dtype),
+               [&] { return DoSend(data, count, dtype, peer, tag, deadline); });
 }
 
 absl::Status Communicator::Recv(void* data, int64_t count, DType dtype, int peer, uint32_t tag,
@@ -271,13 +305,14 @@ absl::Status Communicator::Recv(void* data, int64_t count, DType dtype, int peer
   RETURN_IF_ERROR(check.Rank("peer", peer, false));
   RETURN_IF_ERROR(check.Buffer("data", data, count));
   if (count == 0) return absl::OkStatus();
-  return Finish("Recv", DoRecv(data, count, dtype, peer, tag, deadline));
+  return Timed("Recv", Bytes(count, dtype),
+               [&] { return DoRecv(data, count, dtype, peer, tag, deadline); });
 }
 
 absl::Status Communicator::Barrier(Timeout timeout) {
   absl::Time deadline;
   RETURN_IF_ERROR(Begin("Barrier", timeout, &deadline));
-  return Finish("Barrier", DoBarrier(deadline));
+  return Timed("Barrier", 0, [&] { return DoBarrier(deadline); });
 }
 
 #undef RETURN_IF_ERROR

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -123,6 +124,10 @@ class Communicator {
   absl::Status Begin(absl::string_view op, const Timeout& timeout, absl::Time* deadline) const;
   // Passes an implementation's result through, marking the communicator broken on failure.
   absl::Status Finish(absl::string_view op, absl::Status status);
+  // Finish(op, run()), counting and timing the call into the process's metrics
+  // (tessera_collectives_total, tessera_collective_bytes_total, tessera_collective_seconds) with
+  // `bytes` the bytes of the count elements the call names.
+  absl::Status Timed(absl::string_view op, int64_t bytes, absl::FunctionRef<absl::Status()> run);
 
   const int rank_;
   const int size_;

@@ -1,0 +1,41 @@
+#ifndef TESSERA_METRICS_HTTP_SERVER_H_
+#define TESSERA_METRICS_HTTP_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "metrics/registry.h"
+
+struct mg_context;
+struct mg_connection;
+
+namespace tessera::metrics {
+
+// Serves a registry's families on HTTP GET /metrics (Prometheus text format 0.0.4), on civetweb's
+// threads; other paths answer 404. Stops when destroyed.
+class HttpServer {
+ public:
+  // Listens on `host`:`port` (port 0 picks a free one); UNAVAILABLE naming the address when it
+  // cannot. `registry` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& host, int port,
+                                                           const Registry* registry);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // The port it listens on.
+  int port() const { return port_; }
+
+ private:
+  HttpServer(const Registry* registry) : registry_(registry) {}
+  static int HandleMetrics(::mg_connection* connection, void* server);
+
+  const Registry* registry_;
+  mg_context* context_ = nullptr;
+  int port_ = 0;
+};
+
+}  // namespace tessera::metrics
+
+#endif  // TESSERA_METRICS_HTTP_SERVER_H_

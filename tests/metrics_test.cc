@@ -1,0 +1,180 @@
+// The Prometheus text format of metrics/: values, escaping and whole families compared with text
+// written out by hand; the HTTP server compared with the registry's own rendering.
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "metrics/http_server.h"
+#include "metrics/registry.h"
+#include "metrics/text_format.h"
+#include "tests/http_get.h"
+
+namespace tessera::metrics {
+namespace {
+
+using ::tessera::testing::HttpGet;
+
+struct ValueCase {
+  double value;
+  std::string text;
+};
+
+class FormatValueTest : public ::testing::TestWithParam<ValueCase> {};
+
+TEST_P(FormatValueTest, WritesTheShortestDecimal) {
+  EXPECT_EQ(FormatValue(GetParam().value), GetParam().text);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Values, FormatValueTest,
+    ::testing::Values(ValueCase{0, "0"}, ValueCase{3, "3"}, ValueCase{-2, "-2"},
+                      ValueCase{0.25, "0.25"}, ValueCase{0.1, "0.1"}, ValueCase{1e21, "1e+21"},
+                      ValueCase{1073741824, "1073741824"}, ValueCase{0.0001, "0.0001"},
+                      ValueCase{std::numeric_limits<double>::infinity(), "+Inf"},
+                      ValueCase{-std::numeric_limits<double>::infinity(), "-Inf"},
+                      ValueCase{std::nan(""), "NaN"}));
+
+struct EscapeCase {
+  std::string raw;
+  std::string label_value;  // escaped as a label value
+  std::string help;         // escaped as a HELP text
+};
+
+class EscapeTest : public ::testing::TestWithParam<EscapeCase> {};
+
+TEST_P(EscapeTest, EscapesBackslashQuoteAndLineFeed) {
+  EXPECT_EQ(EscapeLabelValue(GetParam().raw), GetParam().label_value);
+  EXPECT_EQ(EscapeHelp(GetParam().raw), GetParam().help);
+}
+
+INSTANTIATE_TEST_SUITE_P(Texts, EscapeTest,
+                         ::testing::Values(EscapeCase{"plain", "plain", "plain"},
+                                           EscapeCase{"", "", ""},
+                                           EscapeCase{"a\\b", "a\\\\b", "a\\\\b"},
+                                           EscapeCase{"say \"hi\"", "say \\\"hi\\\"", "say \"hi\""},
+                                           EscapeCase{"two\nlines", "two\\nlines", "two\\nlines"},
+                                           EscapeCase{"\\\"\n", "\\\\\\\"\\n", "\\\\\"\\n"}));
+
+TEST(RegistryTest, RendersCountersAndGaugesInNameAndLabelOrder) {
+  Registry r;
+  Family<Counter>& rpcs = r.AddCounter("tessera_rpcs_total", "RPCs \"done\"\nby code", {"code"});
+  rpcs.With({"OK"}).Increment(3);
+  rpcs.With({"NOT_FOUND"}).Increment();
+  rpcs.With({"OK"}).Increment(2);
+  r.AddGauge("tessera_live_workers", "live workers").With({}).Set(4);
+  r.AddGauge("tessera_bytes", "bytes", {"worker", "kind"}).With({"w\"1", "host"}).Add(0.5);
+  EXPECT_EQ(r.Render(),
+            "# HELP tessera_bytes bytes\n"
+            "# TYPE tessera_bytes gauge\n"
+            "tessera_bytes{worker=\"w\\\"1\",kind=\"host\"} 0.5\n"
+            "# HELP tessera_live_workers live workers\n"
+            "# TYPE tessera_live_workers gauge\n"
+            "tessera_live_workers 4\n"
+            "# HELP tessera_rpcs_total RPCs \"done\"\\nby code\n"
+            "# TYPE tessera_rpcs_total counter\n"
+            "tessera_rpcs_total{code=\"NOT_FOUND\"} 1\n"
+            "tessera_rpcs_total{code=\"OK\"} 5\n");
+}
+
+TEST(RegistryTest, UnlabelledMetricShowsZeroAndLabelledFamilyWithoutChildrenShowsNothing) {
+  Registry r;
+  r.AddCounter("tessera_a_total", "a");
+  r.AddCounter("tessera_b_total", "b", {"kind"});
+  EXPECT_EQ(r.Render(),
+            "# HELP tessera_a_total a\n"
+            "# TYPE tessera_a_total counter\n"
+            "tessera_a_total 0\n");
+}
+
+TEST(RegistryTest, AddingANameAgainGivesTheSameFamily) {
+  Registry r;
+  r.AddCounter("tessera_x_total", "x", {"k"}).With({"a"}).Increment();
+  r.AddCounter("tessera_x_total", "other help", {"k"}).With({"a"}).Increment();
+  EXPECT_EQ(r.AddCounter("tessera_x_total", "x", {"k"}).With({"a"}).value(), 2);
+}
+
+TEST(RegistryTest, HistogramBucketsAreCumulativeWithInclusiveBounds) {
+  Registry r;
+  Histogram& h = r.AddHistogram("tessera_wait_seconds", "wait", {"op"}, {0.5, 1, 2}).With({"add"});
+  // 0.25 and 0.5 fall in le=0.5; 1 in le=1; 1.5 in le=2; 7 only in +Inf.
+  for (double v : {0.25, 0.5, 1.0, 1.5, 7.0}) h.Observe(v);
+  EXPECT_EQ(r.Render(),
+            "# HELP tessera_wait_seconds wait\n"
+            "# TYPE tessera_wait_seconds histogram\n"
+            "tessera_wait_seconds_bucket{op=\"add\",le=\"0.5\"} 2\n"
+            "tessera_wait_seconds_bucket{op=\"add\",le=\"1\"} 3\n"
+            "tessera_wait_seconds_bucket{op=\"add\",le=\"2\"} 4\n"
+            "tessera_wait_seconds_bucket{op=\"add\",le=\"+Inf\"} 5\n"
+            "tessera_wait_seconds_sum{op=\"add\"} 10.25\n"
+            "tessera_wait_seconds_count{op=\"add\"} 5\n");
+}
+
+TEST(RegistryTest, CallbackSamplesAreComputedAtEachScrapeAndSorted) {
+  Registry r;
+  int scrapes = 0;
+  r.AddCallback("tessera_memory_used_bytes", "used", {"worker"}, [&scrapes] {
+    ++scrapes;
+    return std::vector<Sample>{{{"2"}, 20.0 * scrapes}, {{"1"}, 10}};
+  });
+  r.AddCallback("tessera_empty", "nothing", {}, [] { return std::vector<Sample>{}; });
+  r.Render();
+  EXPECT_EQ(r.Render(),
+            "# HELP tessera_memory_used_bytes used\n"
+            "# TYPE tessera_memory_used_bytes gauge\n"
+            "tessera_memory_used_bytes{worker=\"1\"} 10\n"
+            "tessera_memory_used_bytes{worker=\"2\"} 40\n");
+}
+
+TEST(RegistryTest, ConcurrentIncrementsAllCount) {
+  Registry r;
+  Family<Counter>& f = r.AddCounter("tessera_n_total", "n", {"t"});
+  Histogram& h = r.AddHistogram("tessera_h", "h", {}, {1}).With({});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&f, &h, t] {
+      for (int i = 0; i < 10000; ++i) {
+        f.With({t % 2 == 0 ? "even" : "odd"}).Increment();
+        h.Observe(1);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(f.With({"even"}).value(), 20000);
+  EXPECT_EQ(f.With({"odd"}).value(), 20000);
+  EXPECT_EQ(h.snapshot().count, 40000u);
+  EXPECT_EQ(h.snapshot().cumulative[0], 40000u);
+}
+
+TEST(HttpServerTest, ServesTheRegistryOnMetricsAndNothingElse) {
+  Registry r;
+  r.AddCounter("tessera_requests_total", "requests", {"kind"}).With({"x"}).Increment(7);
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start("127.0.0.1", 0, &r);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->port(), 0);
+  const std::string response = HttpGet((*server)->port(), "/metrics");
+  EXPECT_EQ(response.substr(0, response.find("\r\n")), "HTTP/1.1 200 OK");
+  EXPECT_NE(response.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+  EXPECT_EQ(::tessera::testing::HttpBody(response),
+            "# HELP tessera_requests_total requests\n"
+            "# TYPE tessera_requests_total counter\n"
+            "tessera_requests_total{kind=\"x\"} 7\n");
+  const std::string other = HttpGet((*server)->port(), "/other");
+  EXPECT_NE(other.substr(0, other.find("\r\n")).find("404"), std::string::npos) << other;
+}
+
+TEST(HttpServerTest, APortInUseIsUnavailable) {
+  Registry r;
+  absl::StatusOr<std::unique_ptr<HttpServer>> first = HttpServer::Start("127.0.0.1", 0, &r);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::unique_ptr<HttpServer>> second =
+      HttpServer::Start("127.0.0.1", (*first)->port(), &r);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find(std::to_string((*first)->port())), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::metrics
