@@ -32,6 +32,9 @@ inline LocalClusterOptions TestClusterOptions(int workers) {
   options.workers = workers;
   options.coordinator_binary = TESSERA_COORDINATOR_BINARY;
   options.worker_binary = TESSERA_WORKER_BINARY;
+  // Tests kill workers and wait for the coordinator to notice: a short liveness keeps them short.
+  options.heartbeat_interval = absl::Milliseconds(200);
+  options.dead_after = absl::Seconds(2);
   return options;
 }
 
