@@ -12,6 +12,7 @@
 #include "client/local_cluster.h"
 #include "client/module_selfcheck.h"
 #include "core/shape.h"
+#include "daemon/daemon_flags.h"
 #include "tessera/tessera.h"
 
 namespace tessera::cli {
@@ -59,7 +60,27 @@ struct UpFlags {
   int port = 0;
   bool selfcheck = false;
   bool metrics = true;
+  absl::Duration heartbeat_interval = LocalClusterOptions().heartbeat_interval;
+  absl::Duration dead_after = LocalClusterOptions().dead_after;
 };
+
+// Waits for SIGINT or SIGTERM (blocked in `stop`) while the coordinator of `cluster` runs,
+// reporting each worker that ends (the cluster serves on without it). OK on a signal;
+// FAILED_PRECONDITION naming the coordinator's end otherwise.
+absl::Status ServeUntilStopped(LocalCluster& cluster, const sigset_t& stop, std::ostream& out) {
+  const timespec poll = {0, 200'000'000};
+  while (true) {
+    const int signal = sigtimedwait(&stop, nullptr, &poll);
+    if (signal > 0) {
+      out << "tessera up: stopping (signal " << signal << ")" << std::endl;
+      return absl::OkStatus();
+    }
+    for (const absl::Status& ended : cluster.ReapEnded()) {
+      if (cluster.coordinator_pid() < 0) return ended;
+      out << "tessera up: " << ended.message() << "; the others serve on" << std::endl;
+    }
+  }
+}
 
 absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   LocalClusterOptions options;
@@ -67,6 +88,14 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   options.workers = f.workers > 0 ? f.workers : (f.device == "cpu" ? 4 : 0);
   options.coordinator_port = f.port;
   options.metrics = f.metrics;
+  options.heartbeat_interval = f.heartbeat_interval;
+  options.dead_after = f.dead_after;
+  if (options.dead_after <= options.heartbeat_interval) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dead_after ", absl::FormatDuration(options.dead_after),
+                     " must be longer than --heartbeat_interval ",
+                     absl::FormatDuration(options.heartbeat_interval)));
+  }
   // Block the stop signals before any thread or child exists, so sigwait below receives them.
   sigset_t stop;
   sigemptyset(&stop);
@@ -106,12 +135,13 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
       out << "           worker " << i << " " << (*cluster)->worker_metrics_url(i) << "\n";
     }
   }
-  out << "Ctrl-C stops everything." << std::endl;
-  int signal = 0;
-  sigwait(&stop, &signal);
-  out << "tessera up: stopping (signal " << signal << ")" << std::endl;
+  out << "Ctrl-C stops everything; so does the coordinator's end." << std::endl;
+  absl::Status served = ServeUntilStopped(**cluster, stop, out);
+  if (!served.ok()) {
+    out << "tessera up: " << served.message() << "; stopping the workers" << std::endl;
+  }
   (*cluster)->Stop();
-  return absl::OkStatus();
+  return served;
 }
 
 struct StatusFlags {
@@ -208,6 +238,10 @@ void AddClusterCommands(CLI::App& app, Action* action) {
       ->check(CLI::PositiveNumber);
   up.app->add_option("--port", up.flags->port, "the coordinator's port (default: a free one)")
       ->check(CLI::Range(1, 65535));
+  daemon::AddDurationFlag(*up.app, "--heartbeat_interval", &up.flags->heartbeat_interval,
+                          "how often workers heartbeat");
+  daemon::AddDurationFlag(*up.app, "--dead_after", &up.flags->dead_after,
+                          "a worker silent for this long is dead and its meshes are broken");
   up.app->add_flag("--selfcheck", up.flags->selfcheck,
                    "run collectives and a tensor-parallel MLP against a local reference, then "
                    "stop");

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -28,15 +29,16 @@ std::string RandomSecret() {
                       absl::Hex(rd(), absl::kZeroPad8), absl::Hex(rd(), absl::kZeroPad8));
 }
 
-// Waits for a line of `log` that contains `marker` and returns the text after it.
+// Waits for the `nth` line (from 1) of `log` that contains `marker` and returns the text after it.
 absl::StatusOr<std::string> WaitForLine(const std::string& log, const std::string& marker,
-                                        pid_t pid, absl::Duration timeout) {
+                                        pid_t pid, absl::Duration timeout, int nth = 1) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     std::ifstream in(log);
     std::string line;
+    int seen = 0;
     while (std::getline(in, line)) {
-      if (size_t at = line.find(marker); at != std::string::npos) {
+      if (size_t at = line.find(marker); at != std::string::npos && ++seen == nth) {
         return line.substr(at + marker.size());
       }
     }
@@ -52,6 +54,17 @@ absl::StatusOr<std::string> WaitForLine(const std::string& log, const std::strin
   }
   return absl::DeadlineExceededError(
       absl::StrCat("no '", marker, "' in ", log, " within ", absl::FormatDuration(timeout)));
+}
+
+// "exited with status N" or "killed by signal N (NAME)", from a waitpid status.
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const char* name = strsignal(WTERMSIG(status));
+    return absl::StrCat("was killed by signal ", WTERMSIG(status), name ? " (" : "",
+                        name ? name : "", name ? ")" : "");
+  }
+  return absl::StrCat("ended with wait status ", status);
 }
 
 }  // namespace
@@ -126,6 +139,14 @@ absl::StatusOr<LocalCluster::Process> LocalCluster::Spawn(const std::string& bin
     return absl::ResourceExhaustedError("fork failed");
   }
   if (pid == 0) {
+    // The daemon starts with the signals of a fresh process, whatever the launcher blocked or
+    // ignored (`tessera up` blocks SIGINT and SIGTERM to sigwait for them).
+    struct sigaction default_action = {};
+    default_action.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) sigaction(sig, &default_action, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);  // the parent died before prctl took effect
     dup2(fd, STDOUT_FILENO);
@@ -168,6 +189,33 @@ absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
   return absl::OkStatus();
 }
 
+absl::Status LocalCluster::StartCoordinator(int port) {
+  const LocalClusterOptions& o = options_;
+  absl::StatusOr<Process> coordinator =
+      Spawn(o.coordinator_binary,
+            {absl::StrCat("--listen=127.0.0.1:", port),
+             absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
+             absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
+             absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace)),
+             absl::StrCat("--metrics_port=", o.metrics ? 0 : -1)},
+            o.log_dir + "/coordinator.log");
+  if (!coordinator.ok()) return coordinator.status();
+  coordinator_ = *coordinator;
+  // The log may hold an earlier process's line: wait for as many lines as starts so far.
+  absl::StatusOr<std::string> bound =
+      WaitForLine(coordinator->log, "listening on port ", coordinator->pid, absl::Seconds(30),
+                  ++coordinator_starts_);
+  if (!bound.ok()) return bound.status();
+  address_ = absl::StrCat("127.0.0.1:", *bound);
+  if (o.metrics) {
+    absl::StatusOr<std::string> url = WaitForLine(
+        coordinator->log, " metrics on ", coordinator->pid, absl::Seconds(30), coordinator_starts_);
+    if (!url.ok()) return url.status();
+    coordinator_.metrics_url = *url;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOptions options) {
   if (options.device != "cpu" && options.device != "cuda") {
     return absl::InvalidArgumentError(
@@ -205,26 +253,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
   std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(options)));
   LocalClusterOptions& o = cluster->options_;
 
-  absl::StatusOr<Process> coordinator = cluster->Spawn(
-      o.coordinator_binary,
-      {absl::StrCat("--listen=127.0.0.1:", o.coordinator_port),
-       absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
-       absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
-       absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace)),
-       absl::StrCat("--metrics_port=", o.metrics ? 0 : -1)},
-      o.log_dir + "/coordinator.log");
-  if (!coordinator.ok()) return coordinator.status();
-  cluster->coordinator_ = *coordinator;
-  absl::StatusOr<std::string> port =
-      WaitForLine(coordinator->log, "listening on port ", coordinator->pid, absl::Seconds(30));
-  if (!port.ok()) return port.status();
-  cluster->address_ = absl::StrCat("127.0.0.1:", *port);
-  if (o.metrics) {
-    absl::StatusOr<std::string> url =
-        WaitForLine(coordinator->log, " metrics on ", coordinator->pid, absl::Seconds(30));
-    if (!url.ok()) return url.status();
-    cluster->coordinator_.metrics_url = *url;
-  }
+  if (absl::Status s = cluster->StartCoordinator(o.coordinator_port); !s.ok()) return s;
   for (int i = 0; i < o.workers; ++i) {
     if (absl::Status s = cluster->StartWorker(i, "127.0.0.1:0"); !s.ok()) return s;
   }
@@ -235,6 +264,41 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
 }
 
 LocalCluster::~LocalCluster() { Stop(); }
+
+absl::Status LocalCluster::KillCoordinator() {
+  if (coordinator_.pid < 0) return absl::FailedPreconditionError("the coordinator is not running");
+  kill(coordinator_.pid, SIGKILL);
+  waitpid(coordinator_.pid, nullptr, 0);
+  coordinator_.pid = -1;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartCoordinator() {
+  if (coordinator_.pid >= 0) {
+    if (absl::Status s = KillCoordinator(); !s.ok()) return s;
+  }
+  int port = 0;
+  if (!absl::SimpleAtoi(address_.substr(address_.rfind(':') + 1), &port)) {
+    return absl::InternalError(absl::StrCat("no port in the coordinator's address ", address_));
+  }
+  return StartCoordinator(port);
+}
+
+std::vector<absl::Status> LocalCluster::ReapEnded() {
+  std::vector<std::pair<Process*, std::string>> all = {{&coordinator_, "the coordinator"}};
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    all.push_back({&workers_[i], absl::StrCat("worker ", i, " (", workers_[i].address, ")")});
+  }
+  std::vector<absl::Status> ended;
+  for (auto& [p, name] : all) {
+    int status = 0;
+    if (p->pid < 0 || waitpid(p->pid, &status, WNOHANG) != p->pid) continue;
+    ended.push_back(absl::FailedPreconditionError(
+        absl::StrCat(name, ", pid ", p->pid, ", ", DescribeExit(status), "; its log is ", p->log)));
+    p->pid = -1;
+  }
+  return ended;
+}
 
 absl::Status LocalCluster::KillWorker(int i) {
   if (i < 0 || i >= num_workers() || workers_[i].pid < 0) {

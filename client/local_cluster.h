@@ -25,8 +25,10 @@ struct LocalClusterOptions {
   int coordinator_port = 0;   // 0 picks a free port.
   std::string secret;         // Shared secret; random if empty.
   int64_t memory_budget_bytes = int64_t{4} << 30;  // Per worker.
-  absl::Duration heartbeat_interval = absl::Milliseconds(200);
-  absl::Duration dead_after = absl::Seconds(2);
+  // How often workers heartbeat, and how long a silent worker counts as alive: many missed
+  // heartbeats, so that a loaded machine does not break healthy meshes.
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration dead_after = absl::Seconds(10);
   std::string log_dir;  // Where each process logs; a new temporary dir if empty.
   absl::Duration client_grace = absl::Seconds(60);  // Coordinator's --client_grace.
   // Every daemon serves Prometheus metrics on a free port (--metrics_port=0).
@@ -38,8 +40,9 @@ struct LocalClusterOptions {
 absl::StatusOr<std::vector<std::string>> ListWorkerCudaDevices(const std::string& worker_binary);
 
 // A coordinator and CPU or GPU workers as child processes on 127.0.0.1: what `tessera up` runs and
-// what the integration tests stand on. Children die with their parent (PR_SET_PDEATHSIG); Stop()
-// and the destructor end them all. Not thread-safe.
+// what the integration tests stand on. Children start with no signal blocked or ignored and die
+// with the thread that started them (PR_SET_PDEATHSIG, so start and stop the cluster from one
+// thread that lives as long as it); Stop() and the destructor end them all. Not thread-safe.
 class LocalCluster {
  public:
   // Starts everything and waits until every worker is registered and alive.
@@ -55,6 +58,17 @@ class LocalCluster {
   // options.metrics.
   const std::string& coordinator_metrics_url() const { return coordinator_.metrics_url; }
   const std::string& worker_metrics_url(int i) const { return workers_[i].metrics_url; }
+  pid_t coordinator_pid() const { return coordinator_.pid; }
+
+  // kill -9 of the coordinator.
+  absl::Status KillCoordinator();
+  // Starts the coordinator again on the port and with the flags it had; the workers register again
+  // by themselves.
+  absl::Status RestartCoordinator();
+  // Reaps the processes that ended since the last call (the coordinator first), each as
+  // FAILED_PRECONDITION naming it, its pid, its exit status or signal and its log; their pids
+  // become -1. Empty while all run.
+  std::vector<absl::Status> ReapEnded();
 
   // kill -9 of worker `i`.
   absl::Status KillWorker(int i);
@@ -76,10 +90,12 @@ class LocalCluster {
   absl::StatusOr<Process> Spawn(const std::string& binary, const std::vector<std::string>& args,
                                 const std::string& log);
   absl::Status StartWorker(int i, const std::string& listen);
+  absl::Status StartCoordinator(int port);
 
   LocalClusterOptions options_;
   std::string address_;
   Process coordinator_;
+  int coordinator_starts_ = 0;  // lines "listening on port" its log holds
   std::vector<Process> workers_;
 };
 

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "proto/command_label.h"
 #include "proto/grpc_status.h"
@@ -16,6 +17,12 @@ namespace {
 // Set while this thread runs a post's `done`: a Post from there must not wait for room, since
 // room is made by completions like the one this thread is in the middle of.
 thread_local bool completing = false;
+
+std::vector<int64_t> Ids(const std::vector<WorkerHandle>& workers) {
+  std::vector<int64_t> ids;
+  for (const WorkerHandle& w : workers) ids.push_back(w.id);
+  return ids;
+}
 
 // Lower is more telling about why a distributed call failed.
 int Severity(absl::StatusCode code) {
@@ -307,6 +314,11 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
           }
         }
         if (!next.empty()) Send(std::move(next_worker), std::move(next));
+        // The call itself could not reach the worker (refused, reset): it is gone, and its
+        // peers' failures in the same posts follow from that.
+        if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+          registry_->MarkUnreachable(id, worker.incarnation, s.error_message());
+        }
         // A command the worker answered has spent its sequence (one it refused for waiting past its
         // deadline counts as released there); the rest of a failed batch may never have reached
         // it, and are released in one call.
@@ -370,15 +382,39 @@ absl::Status Dispatcher::Combine(const std::vector<WorkerHandle>& workers,
     if (worst.ok() || Severity(s.code()) < Severity(worst.code())) worst = s;
   }
   if (worst.ok()) return worst;
-  // A peer's death surfaces on the survivors as I/O errors; name the worker that is gone.
-  for (const WorkerHandle& w : workers) {
-    absl::StatusOr<WorkerHandle> now = registry_->Get(w.id);
-    if (!now.ok() && now.status().code() == absl::StatusCode::kUnavailable) {
-      return absl::UnavailableError(
-          absl::StrCat(now.status().message(), "; the command failed: ", worst.message()));
-    }
+  // A peer's death surfaces on the survivors as I/O errors (or as missing inputs, when it ended a
+  // command before this one): the answer is the worker that is gone, named alone. A survivor's
+  // I/O error with no worker known to be gone yet: ask them all whether they are there.
+  if (absl::Status gone = registry_->CheckAlive(Ids(workers)); !gone.ok()) return gone;
+  if (worst.code() == absl::StatusCode::kUnavailable) {
+    Probe(workers);
+    if (absl::Status gone = registry_->CheckAlive(Ids(workers)); !gone.ok()) return gone;
   }
   return worst;
+}
+
+void Dispatcher::Probe(const std::vector<WorkerHandle>& workers) const {
+  struct Call {
+    grpc::ClientContext context;
+    v1::CommandBatch request;
+    v1::CommandBatchReply reply;
+  };
+  std::vector<std::shared_ptr<Call>> calls;
+  absl::BlockingCounter replies(static_cast<int>(workers.size()));
+  for (const WorkerHandle& w : workers) {
+    auto call = std::make_shared<Call>();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kProbeTimeout));
+    Authorize(&call->context);
+    w.stub->async()->ExecuteBatch(
+        &call->context, &call->request, &call->reply, [this, call, w, &replies](grpc::Status s) {
+          if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+            registry_->MarkUnreachable(w.id, w.incarnation, s.error_message());
+          }
+          replies.DecrementCount();
+        });
+    calls.push_back(std::move(call));
+  }
+  replies.Wait();
 }
 
 }  // namespace tessera

@@ -30,9 +30,10 @@ class Dispatcher {
 
   // Runs `command` on every worker of `worker_ids` (in that order) and returns their replies in the
   // same order. Each command has deadline `timeout`. On failure returns the most telling error,
-  // naming the worker: a worker that is gone (UNAVAILABLE) first, then a worker's own refusal
-  // (RESOURCE_EXHAUSTED, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, others), and a timeout
-  // last, since a peer that timed out usually waited on the one that failed.
+  // naming the worker: a worker that is gone (UNAVAILABLE, its id and address, whatever its peers
+  // reported; a peer's I/O error makes the dispatcher check that all are there), then a worker's
+  // own refusal (RESOURCE_EXHAUSTED, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, others), and
+  // a timeout last, since a peer that timed out usually waited on the one that failed.
   absl::StatusOr<std::vector<v1::CommandReply>> Run(const std::vector<int64_t>& worker_ids,
                                                     const v1::Command& command,
                                                     absl::Duration timeout);
@@ -82,6 +83,11 @@ class Dispatcher {
   using BrokenObserver = std::function<void(const WorkerHandle&, const v1::BrokenCommunicator&)>;
   void ObserveBroken(BrokenObserver observer) { observe_broken_ = std::move(observer); }
 
+  // Calls each of `workers` with an empty batch; those the call cannot reach are marked
+  // unreachable in the registry. Returns when all answered or kProbeTimeout passed.
+  void Probe(const std::vector<WorkerHandle>& workers) const;
+  static constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
+
   // Attaches the cluster secret to a call to a worker.
   void Authorize(grpc::ClientContext* context) const;
 
@@ -128,7 +134,8 @@ class Dispatcher {
   // Records one worker's outcome of a post; the last one runs the post's `done`.
   void Complete(const std::shared_ptr<PostState>& post, size_t index, absl::Status status,
                 v1::CommandReply reply);
-  // The most telling error among the outcomes, naming the worker (a dead one first).
+  // The most telling error among the outcomes, naming the worker: a dead one alone, whatever its
+  // peers reported.
   absl::Status Combine(const std::vector<WorkerHandle>& workers,
                        const std::vector<absl::Status>& statuses) const;
 

@@ -33,15 +33,16 @@ absl::Status StreamOut(DTensorTable& tensors, const DTensorSpec& spec,
 
 }  // namespace
 
-absl::Status DTensorStreams::ReadFailure(const DTensorEntry& tensor, absl::Status download) {
+absl::Status DTensorStreams::ReadFailure(const DTensorEntry& tensor, absl::Status download) const {
   // A read queued behind a write that then failed finds no shard; the write's error is the cause.
   if (tensor.write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) &&
       !tensor.write->status.ok()) {
-    return absl::Status(
-        tensor.write->status.code(),
-        absl::StrCat("tensor '", tensor.name, "' failed: ", tensor.write->status.message()));
+    return tensors_->Explain(
+        tensor, absl::Status(tensor.write->status.code(),
+                             absl::StrCat("tensor '", tensor.name,
+                                          "' failed: ", tensor.write->status.message())));
   }
-  return download;
+  return tensors_->Explain(tensor, download);
 }
 
 absl::Status DTensorStreams::Spread(const DTensorEntry& tensor, const std::vector<int64_t>& source,

@@ -61,8 +61,9 @@ class DTensorStreams {
   };
   absl::StatusOr<Readable> ReadableLayout(const DTensorEntry& tensor);
   void DropReadable(const DTensorEntry& tensor, const Readable& readable);
-  // Why reading `tensor` failed: its write's error if that failed, else `download`.
-  static absl::Status ReadFailure(const DTensorEntry& tensor, absl::Status download);
+  // Why reading `tensor` failed: its write's error if that failed, else `download`, as
+  // DTensorTable::Explain answers it.
+  absl::Status ReadFailure(const DTensorEntry& tensor, absl::Status download) const;
   // The global shape of a from_local tensor: the one given, or inferred as DTensor does (every
   // rank's shard as large as the first one's).
   static absl::StatusOr<Shape> FromLocalShape(const DeviceMesh& mesh, const v1::FromLocalHeader& h,

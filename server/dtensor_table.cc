@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
+#include "server/worker_loss.h"
 
 namespace tessera {
 namespace {
@@ -83,12 +84,49 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Find(const std::stri
 
 absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Usable(const std::string& name) const {
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t, Find(name));
-  RETURN_IF_ERROR(meshes_->Health(*t->mesh));
+  if (absl::Status health = meshes_->Health(*t->mesh); !health.ok()) return Explain(*t, health);
   if (t->write->done.HasBeenNotified() && !t->write->status.ok()) {
     const absl::Status& s = t->write->status;
-    return absl::Status(s.code(), absl::StrCat("tensor '", name, "' failed: ", s.message()));
+    return Explain(
+        *t, absl::Status(s.code(), absl::StrCat("tensor '", name, "' failed: ", s.message())));
   }
   return t;
+}
+
+absl::Status DTensorTable::Explain(const DTensorEntry& tensor, const absl::Status& failure) const {
+  if (failure.ok()) return failure;
+  const Mesh& mesh = *tensor.mesh;
+  const std::vector<int64_t>& ranks = mesh.mesh.ranks();
+  WorkerRegistry& registry = dispatcher_->registry();
+  // Why the worker at mesh position `p` is gone (dead, or restarted since the mesh was made).
+  auto gone = [&](int64_t p) -> absl::Status {
+    absl::StatusOr<WorkerHandle> w = registry.Get(ranks[p]);
+    if (!w.ok()) return w.status();
+    if (w->incarnation != mesh.incarnations[p]) {
+      return absl::UnavailableError(absl::StrCat("worker ", w->id, " at ", w->address,
+                                                 " restarted since mesh '", mesh.name,
+                                                 "' was created"));
+    }
+    return absl::OkStatus();
+  };
+  // A user's mistake is answered as it is; a failure on the workers may be a gone worker's doing.
+  const absl::StatusCode code = failure.code();
+  const bool maybe_gone =
+      code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kNotFound ||
+      code == absl::StatusCode::kInternal || code == absl::StatusCode::kUnknown ||
+      code == absl::StatusCode::kAborted || code == absl::StatusCode::kDataLoss;
+  if (!maybe_gone) return absl::Status(code, WithoutInternalNames(failure.message()));
+  absl::Status loss = TensorLoss(tensor.name, tensor.spec, ranks, gone);
+  if (loss.ok()) {
+    std::vector<WorkerHandle> reachable;
+    for (int64_t id : ranks) {
+      if (absl::StatusOr<WorkerHandle> w = registry.Get(id); w.ok()) reachable.push_back(*w);
+    }
+    dispatcher_->Probe(reachable);
+    loss = TensorLoss(tensor.name, tensor.spec, ranks, gone);
+  }
+  if (loss.ok()) return absl::Status(code, WithoutInternalNames(failure.message()));
+  return loss;
 }
 
 std::vector<std::shared_ptr<DTensorEntry>> DTensorTable::OnMesh(const std::string& mesh) const {
@@ -236,7 +274,7 @@ v1::TensorInfo DTensorTable::Describe(const DTensorEntry& tensor) const {
     info.set_state(v1::READY);
   } else {
     info.set_state(v1::FAILED);
-    info.set_error(std::string(tensor.write->status.message()));
+    info.set_error(WithoutInternalNames(tensor.write->status.message()));
   }
   return info;
 }

@@ -101,6 +101,13 @@ class DTensorTable : public MeshUser {
   // Drops the mesh's tensors from the table; returns their worker-side names.
   std::vector<std::string> ForgetMesh(const Mesh& mesh) override;
 
+  // The answer to a call on `tensor` that failed with `failure`: DATA_LOSS naming the tensor and
+  // the worker if a block of it went with a gone worker, UNAVAILABLE naming the worker if one of
+  // its mesh is gone but every block survives, else `failure`; never with the workers' internal
+  // tensor names. When `failure` may come from a gone worker and none is known to be gone, the
+  // mesh's workers are asked first.
+  absl::Status Explain(const DTensorEntry& tensor, const absl::Status& failure) const;
+
   v1::TensorInfo Describe(const DTensorEntry& tensor) const;
   // The worker-side name of a DTensorEntry.
   static std::string WorkerName(const std::string& tensor) { return "dt/" + tensor; }

@@ -1,5 +1,7 @@
 #include "server/mesh_service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
@@ -46,6 +48,7 @@ absl::Status MeshService::ChooseWorkers(const v1::CreateMeshRequest& request, in
                                                      live.size(), " are live"));
     }
     ids->assign(live.begin(), live.begin() + needed);
+    std::sort(ids->begin(), ids->end());  // ranks follow ids, whichever were chosen
   } else if (static_cast<int64_t>(ids->size()) != needed) {
     return absl::InvalidArgumentError(absl::StrCat("mesh shape ", shape, " needs ", needed,
                                                    " workers but worker_ids names ", ids->size()));

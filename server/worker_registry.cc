@@ -1,13 +1,28 @@
 #include "server/worker_registry.h"
 
+#include <random>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 
 namespace tessera {
+namespace {
+
+// The first incarnation this process hands out: a random epoch of 40 bits above 2^20 registrations,
+// positive and distinct (but for a chance of 2^-40) from any earlier coordinator process's.
+int64_t FirstIncarnationOfThisProcess() {
+  std::random_device rd;
+  const uint64_t epoch = ((uint64_t{rd()} << 32) | rd()) & ((uint64_t{1} << 40) - 1);
+  return static_cast<int64_t>(((epoch | 1) << 20) + 1);
+}
+
+}  // namespace
 
 WorkerRegistry::WorkerRegistry(absl::Duration heartbeat_interval, absl::Duration dead_after)
-    : heartbeat_interval_(heartbeat_interval), dead_after_(dead_after) {}
+    : heartbeat_interval_(heartbeat_interval),
+      dead_after_(dead_after),
+      next_incarnation_(FirstIncarnationOfThisProcess()) {}
 
 v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
   grpc::ChannelArguments args;
@@ -40,6 +55,7 @@ v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
   e.used_bytes = 0;
   e.device_allocated_bytes = e.device_free_bytes = e.device_total_bytes = -1;
   e.next_sequence = 1;
+  e.unreachable.clear();
   v1::RegisterReply reply;
   reply.set_worker_id(id);
   reply.set_incarnation(e.handle.incarnation);
@@ -63,13 +79,25 @@ absl::Status WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   it->second.device_allocated_bytes = request.device_allocated_bytes();
   it->second.device_free_bytes = request.device_free_bytes();
   it->second.device_total_bytes = request.device_total_bytes();
+  it->second.unreachable.clear();
   return absl::OkStatus();
+}
+
+void WorkerRegistry::MarkUnreachable(int64_t id, int64_t incarnation, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.handle.incarnation != incarnation) return;
+  if (it->second.unreachable.empty()) it->second.unreachable = reason;
 }
 
 absl::StatusOr<WorkerHandle> WorkerRegistry::Get(int64_t id) const {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("no worker ", id));
+  if (!it->second.unreachable.empty()) {
+    return absl::UnavailableError(absl::StrCat("worker ", id, " at ", it->second.handle.address,
+                                               " is unreachable: ", it->second.unreachable));
+  }
   if (!Alive(it->second, absl::Now())) {
     return absl::UnavailableError(
         absl::StrCat("worker ", id, " at ", it->second.handle.address, " missed its heartbeats"));
@@ -79,12 +107,14 @@ absl::StatusOr<WorkerHandle> WorkerRegistry::Get(int64_t id) const {
 
 std::vector<int64_t> WorkerRegistry::LiveWorkers(const std::string& device_type) const {
   absl::MutexLock lock(&mu_);
-  std::vector<int64_t> out;
+  std::vector<int64_t> on_time, late;
   const absl::Time now = absl::Now();
   for (const auto& [id, e] : workers_) {
-    if (Alive(e, now) && absl::StartsWith(e.handle.device, device_type)) out.push_back(id);
+    if (!Alive(e, now) || !absl::StartsWith(e.handle.device, device_type)) continue;
+    (OnTime(e, now) ? on_time : late).push_back(id);
   }
-  return out;
+  on_time.insert(on_time.end(), late.begin(), late.end());
+  return on_time;
 }
 
 absl::Status WorkerRegistry::CheckAlive(const std::vector<int64_t>& ids) const {

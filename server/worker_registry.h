@@ -28,7 +28,9 @@ struct WorkerHandle {
 
 // Every worker that ever registered, with liveness by heartbeat and the per-worker command
 // sequence. A worker keeps its id across restarts (keyed by address); each registration is a new
-// incarnation whose sequence starts again at 1. Thread-safe.
+// incarnation whose sequence starts again at 1. Incarnations are unique across coordinator
+// processes too (a random epoch per process start in their high bits), so that a worker registered
+// with an earlier coordinator process is refused and registers again. Thread-safe.
 class WorkerRegistry {
  public:
   WorkerRegistry(absl::Duration heartbeat_interval, absl::Duration dead_after);
@@ -37,9 +39,17 @@ class WorkerRegistry {
   // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a stale incarnation.
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
 
-  // The live handle of worker `id`; UNAVAILABLE naming it if it is dead, NOT_FOUND if unknown.
+  // Counts incarnation `incarnation` of worker `id` dead at once: a call to it failed because it
+  // could not be reached (`reason`, e.g. connection refused), so waiting for its heartbeats to
+  // lapse would only let more calls fail on its peers in less telling ways. A heartbeat of that
+  // incarnation makes it live again.
+  void MarkUnreachable(int64_t id, int64_t incarnation, const std::string& reason);
+  // The live handle of worker `id`; UNAVAILABLE naming it (id and address) and saying why if it is
+  // dead, NOT_FOUND if unknown.
   absl::StatusOr<WorkerHandle> Get(int64_t id) const;
-  // Ids of the live workers of `device_type` ("cpu" or "cuda"), ascending.
+  // Ids of the live workers of `device_type` ("cpu" or "cuda"): ascending, those that heartbeat on
+  // time first, then those that missed heartbeats (a last one older than two intervals) but are
+  // not yet dead, so that a new mesh takes a paused or overloaded worker only when it must.
   std::vector<int64_t> LiveWorkers(const std::string& device_type) const;
   // The dead worker among `ids`, if any: the reason a mesh over them is broken.
   absl::Status CheckAlive(const std::vector<int64_t>& ids) const;
@@ -59,15 +69,21 @@ class WorkerRegistry {
     // The device's memory as the last heartbeat gave it; -1 unknown.
     int64_t device_allocated_bytes = -1, device_free_bytes = -1, device_total_bytes = -1;
     int64_t next_sequence = 1;
+    std::string unreachable;  // why a call could not reach it since its last heartbeat, if one
   };
-  bool Alive(const Entry& e, absl::Time now) const { return now - e.last_heartbeat <= dead_after_; }
+  bool Alive(const Entry& e, absl::Time now) const {
+    return e.unreachable.empty() && now - e.last_heartbeat <= dead_after_;
+  }
+  bool OnTime(const Entry& e, absl::Time now) const {
+    return now - e.last_heartbeat <= 2 * heartbeat_interval_;
+  }
 
   const absl::Duration heartbeat_interval_;
   const absl::Duration dead_after_;
   mutable absl::Mutex mu_;
   std::map<int64_t, Entry> workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> id_by_address_ ABSL_GUARDED_BY(mu_);
-  int64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t next_incarnation_ ABSL_GUARDED_BY(mu_);  // this process's epoch, then counting up
 };
 
 }  // namespace tessera

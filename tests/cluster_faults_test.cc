@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -265,6 +266,88 @@ TEST_P(ClusterFaultsIssueTest, WorkerKilledDuringAllReduce) {
     EXPECT_TRUE(client.DeleteMesh(mesh).ok()) << mesh;
   }
 }
+
+// A worker killed while a DTensor is sharded over it, with the next calls at once (while the
+// coordinator still counts the worker alive), a little later, or after it declared the worker
+// dead, and the first of them a read or a redistribute (an all_gather, which its peers' Gloo sees
+// fail): a read of the tensor is DATA_LOSS naming the tensor and the worker; the redistribute, or
+// a read of its result, fails with UNAVAILABLE or DATA_LOSS naming the worker; no message shows
+// the workers' internal names.
+enum class FirstCall { kRead, kRedistribute };
+using LossCase = std::tuple<absl::Duration, FirstCall>;
+class ClusterWorkerLossTest : public ClusterFaultsTest,
+                              public ::testing::WithParamInterface<LossCase> {};
+
+TEST_P(ClusterWorkerLossTest, CallsAfterAWorkerDiesNameItAndTheLostTensor) {
+  const auto& [delay, first] = GetParam();
+  LocalCluster& cluster = *cluster_->cluster;
+  ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok());
+  absl::StatusOr<std::shared_ptr<Session>> own = Session::Connect(cluster.address());
+  ASSERT_TRUE(own.ok()) << own.status();
+  Session& session = **own;
+  const std::optional<WorkerInfo> victim = WorkerWithPid(session, cluster.worker_pid(kVictim));
+  ASSERT_TRUE(victim.has_value());
+  const std::string mesh_name =
+      absl::StrCat("loss", absl::ToInt64Milliseconds(delay), "_", static_cast<int>(first));
+  MeshOptions options;
+  options.collective_timeout = kCollectiveTimeout;  // a survivor's all_gather waits this long
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(session, "cpu", {kWorkers}, {}, mesh_name, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  // Large enough that the all_gather is still running on the survivors when the victim is gone.
+  const HostTensor full = SmallIntegerTensor(DType::kFloat32, {512, 1024}, 3);
+  client::DistributeOptions named;
+  named.name = absl::StrCat("bigR", mesh_name);
+  absl::StatusOr<client::DTensor> sharded =
+      client::DistributeTensor(session, full, *mesh, {Placement::Shard(0)}, named);
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  absl::StatusOr<HostTensor> before = sharded->FullTensor();
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_TRUE(TensorsMatch(*before, full));
+
+  ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
+  absl::SleepFor(delay);
+  const std::string worker = absl::StrCat("worker ", victim->worker_id, " at ", victim->address);
+  // Whatever the call, the answer names the worker and none of the workers' own names.
+  auto names_the_worker = [&](const absl::Status& s) {
+    return s.message().find(worker) != std::string::npos &&
+           s.message().find("dt/") == std::string::npos &&
+           s.message().find(".read/") == std::string::npos;
+  };
+  auto redistribute = [&] {
+    absl::StatusOr<client::DTensor> gathered = sharded->Redistribute({Placement::Replicate()});
+    const absl::Status s = gathered.ok() ? gathered->FullTensor().status() : gathered.status();
+    EXPECT_TRUE(s.code() == absl::StatusCode::kDataLoss ||
+                s.code() == absl::StatusCode::kUnavailable)
+        << s;
+    EXPECT_TRUE(names_the_worker(s)) << s;
+  };
+  if (first == FirstCall::kRedistribute) redistribute();
+  const absl::Status read = sharded->FullTensor().status();
+  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
+  EXPECT_TRUE(names_the_worker(read)) << read;
+  EXPECT_NE(read.message().find(absl::StrCat("tensor '", named.name, "'")), std::string::npos)
+      << read;
+  const absl::Status block = sharded->ToLocal(kVictim).status();
+  EXPECT_EQ(block.code(), absl::StatusCode::kDataLoss) << block;
+  EXPECT_TRUE(names_the_worker(block)) << block;
+  if (first == FirstCall::kRead) redistribute();
+
+  ASSERT_TRUE(cluster.RestartWorker(kVictim).ok());
+  ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok());
+  EXPECT_TRUE(session.DeleteMesh(mesh_name).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Delays, ClusterWorkerLossTest,
+    ::testing::Combine(::testing::Values(absl::ZeroDuration(), absl::Milliseconds(300),
+                                         absl::Seconds(3)),
+                       ::testing::Values(FirstCall::kRead, FirstCall::kRedistribute)),
+    [](const ::testing::TestParamInfo<LossCase>& info) {
+      return absl::StrCat(std::get<1>(info.param) == FirstCall::kRead ? "read" : "redistribute",
+                          "_first_after_", absl::ToInt64Milliseconds(std::get<0>(info.param)),
+                          "ms");
+    });
 
 INSTANTIATE_TEST_SUITE_P(Issues, ClusterFaultsIssueTest,
                          ::testing::Values(Issue::kUnary, Issue::kStream),

@@ -40,6 +40,9 @@ inline LocalClusterOptions TestClusterOptions(int workers) {
   const char* worker = std::getenv("TESSERA_WORKER_BINARY");
   options.coordinator_binary = coordinator != nullptr ? coordinator : TESSERA_COORDINATOR_BINARY;
   options.worker_binary = worker != nullptr ? worker : TESSERA_WORKER_BINARY;
+  // Tests kill workers and wait for the coordinator to notice: a short liveness keeps them short.
+  options.heartbeat_interval = absl::Milliseconds(200);
+  options.dead_after = absl::Seconds(2);
   return options;
 }
 

@@ -517,7 +517,8 @@ TEST(DispatcherTest, RunToADeadOrUnknownWorkerSendsNothing) {
   EXPECT_TRUE(cluster.worker(1).batches().empty());
 }
 
-// A peer's death shows on the survivors as I/O errors: the error names the worker that is gone.
+// A peer's death shows on the survivors as I/O errors: the error names the worker that is gone,
+// alone.
 TEST(DispatcherTest, AFailureWhileAPeerDiedNamesTheDeadPeer) {
   FakeCluster cluster(SharedFakeWorkers(2), /*dead_after=*/absl::Milliseconds(300));
   const WorkerHandle h0 = cluster.registry().Get(0).value();
@@ -540,11 +541,11 @@ TEST(DispatcherTest, AFailureWhileAPeerDiedNamesTheDeadPeer) {
   ASSERT_TRUE(outcomes.WaitFor(1));
   stop_heartbeats = true;
   heartbeats.join();
-  EXPECT_TRUE(
-      StatusIs(outcomes.Of("op")->status, absl::StatusCode::kUnavailable,
-               {absl::StrCat("worker 1 at ", cluster.worker(1).address(), " missed its heartbeats"),
-                absl::StrCat("worker 0 at ", cluster.worker(0).address(),
-                             ": gloo: connection reset by peer")}));
+  const absl::Status& status = outcomes.Of("op")->status;
+  EXPECT_TRUE(StatusIs(
+      status, absl::StatusCode::kUnavailable,
+      {absl::StrCat("worker 1 at ", cluster.worker(1).address(), " missed its heartbeats")}));
+  EXPECT_EQ(status.message().find("connection reset"), absl::string_view::npos) << status;
 }
 
 }  // namespace

@@ -143,15 +143,16 @@ TEST(DTensorTableTest, DescribeAndUsableFollowTheWrite) {
   std::shared_ptr<DTensorEntry> t = *f.table.Add("a", f.mesh, f.Sharded(4), "c1");
   EXPECT_EQ(f.table.Describe(*t).state(), v1::PENDING);
   EXPECT_TRUE(f.table.Usable("a").ok());  // a pending tensor may be read by later commands
-  t->write->status = absl::UnavailableError("worker 2 died");
+  t->write->status = absl::ResourceExhaustedError("worker 2 has no room for 'dt/a'");
   t->write->done.Notify();
   v1::TensorInfo info = f.table.Describe(*t);
   EXPECT_EQ(info.state(), v1::FAILED);
   EXPECT_EQ(info.owner(), "c1");
   EXPECT_EQ(info.mesh(), "m");
   absl::Status s = f.table.Usable("a").status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(s.message(), HasSubstr("tensor 'a' failed: worker 2 died"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  // Without the workers' internal name of the tensor.
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'a' failed: worker 2 has no room for 'a'"));
   EXPECT_EQ(f.table.Find("b").status().code(), absl::StatusCode::kNotFound);
 }
 

@@ -1,5 +1,9 @@
 #include "server/worker_registry.h"
 
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -85,6 +89,54 @@ TEST(WorkerRegistry, ListsEachGpusNameAndTheMemoryItsLastHeartbeatGave) {
   EXPECT_EQ(workers[1].device_name(), "");
   EXPECT_EQ(workers[1].device_total_bytes(), -1);
   EXPECT_EQ(registry.LiveWorkers("cuda"), std::vector<int64_t>{a.worker_id()});
+}
+
+v1::HeartbeatRequest HeartbeatOf(const v1::RegisterReply& reply) {
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(reply.worker_id());
+  hb.set_incarnation(reply.incarnation());
+  return hb;
+}
+
+// A coordinator started again (a new registry) with the same flags: workers registered with the old
+// process are refused whatever order they come back in, and each registers anew under its own id.
+TEST(WorkerRegistry, WorkersOfAnEarlierCoordinatorProcessAreRefusedAndRegisterAgain) {
+  constexpr int kWorkers = 4;
+  for (int first_back = 0; first_back < kWorkers; ++first_back) {
+    WorkerRegistry before(absl::Milliseconds(100), absl::Seconds(10));
+    std::vector<v1::RegisterReply> old;
+    for (int i = 0; i < kWorkers; ++i) {
+      old.push_back(before.Register(Worker(absl::StrCat("127.0.0.1:", 1000 + i))));
+    }
+    WorkerRegistry after(absl::Milliseconds(100), absl::Seconds(10));
+    // One worker's heartbeat comes first, is refused, and it registers again (taking id 0).
+    EXPECT_FALSE(after.Heartbeat(HeartbeatOf(old[first_back])).ok());
+    after.Register(Worker(absl::StrCat("127.0.0.1:", 1000 + first_back)));
+    std::set<int64_t> ids = {0};
+    for (int i = 0; i < kWorkers; ++i) {
+      if (i == first_back) continue;
+      EXPECT_FALSE(after.Heartbeat(HeartbeatOf(old[i])).ok())
+          << "worker " << i << " of the earlier process, after worker " << first_back;
+      const v1::RegisterReply again = after.Register(Worker(absl::StrCat("127.0.0.1:", 1000 + i)));
+      EXPECT_TRUE(after.Heartbeat(HeartbeatOf(again)).ok());
+      ids.insert(again.worker_id());
+    }
+    EXPECT_EQ(ids.size(), size_t{kWorkers});
+    EXPECT_EQ(after.LiveWorkers("cpu").size(), size_t{kWorkers});
+  }
+}
+
+// Live workers that heartbeat on time come before those that missed heartbeats but are not dead.
+TEST(WorkerRegistry, WorkersThatMissedHeartbeatsComeLast) {
+  WorkerRegistry registry(absl::Milliseconds(20), absl::Seconds(10));
+  std::vector<v1::RegisterReply> w;
+  for (int i = 0; i < 4; ++i) w.push_back(registry.Register(Worker(absl::StrCat("h:", i))));
+  EXPECT_EQ(registry.LiveWorkers("cpu"), (std::vector<int64_t>{0, 1, 2, 3}));
+  absl::SleepFor(absl::Milliseconds(100));
+  for (int i : {0, 2, 3}) ASSERT_TRUE(registry.Heartbeat(HeartbeatOf(w[i])).ok());
+  EXPECT_EQ(registry.LiveWorkers("cpu"), (std::vector<int64_t>{0, 2, 3, 1}));
+  ASSERT_TRUE(registry.Heartbeat(HeartbeatOf(w[1])).ok());
+  EXPECT_EQ(registry.LiveWorkers("cpu"), (std::vector<int64_t>{0, 1, 2, 3}));
 }
 
 TEST(WorkerRegistry, UnknownWorkerIsNotFound) {

@@ -235,8 +235,21 @@ int main(int argc, char** argv) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_bytes);
   args.SetMaxSendMessageSize(max_bytes);
+  // A coordinator started again is found within a second, however long it was gone (gRPC's
+  // reconnect backoff otherwise grows to minutes).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   std::shared_ptr<tessera::v1::Registry::Stub> registry = tessera::v1::Registry::NewStub(
       grpc::CreateCustomChannel(flags.coordinator, grpc::InsecureChannelCredentials(), args));
+  // Heartbeats go on a connection of their own, beside the rendezvous store's long waits; the
+  // thread that sends them does nothing else.
+  grpc::ChannelArguments heartbeat_args;
+  heartbeat_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  heartbeat_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  heartbeat_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  std::unique_ptr<tessera::v1::Registry::Stub> heartbeats =
+      tessera::v1::Registry::NewStub(grpc::CreateCustomChannel(
+          flags.coordinator, grpc::InsecureChannelCredentials(), heartbeat_args));
   tessera::v1::RegisterRequest request;
   request.set_address(address);
   request.set_device(device);
@@ -279,14 +292,15 @@ int main(int argc, char** argv) {
       hb.set_device_free_bytes(usage.device_free_bytes);
       hb.set_device_total_bytes(usage.device_total_bytes);
       tessera::v1::HeartbeatReply ack;
-      grpc::Status s = registry->Heartbeat(&context, hb, &ack);
+      grpc::Status s = heartbeats->Heartbeat(&context, hb, &ack);
       if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
           s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
         spdlog::warn(
             "the coordinator refused the heartbeat of worker {} incarnation {} ({}); "
             "registering again",
             reg.worker_id(), reg.incarnation(), s.error_message());
-        reg = begin();  // the coordinator restarted or replaced this incarnation
+        // The coordinator restarted (its incarnations are unique per process) or replaced this one.
+        reg = begin();
       }
     }
   });

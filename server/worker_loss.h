@@ -1,0 +1,30 @@
+#ifndef TESSERA_SERVER_WORKER_LOSS_H_
+#define TESSERA_SERVER_WORKER_LOSS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "core/dtensor_spec.h"
+
+namespace tessera {
+
+// What a tensor laid out as `spec` over workers `ranks` (by mesh position) lost with the workers
+// for which `gone` is not OK (it says why, naming the worker: UNAVAILABLE "worker N at ADDR ..."):
+// OK if every worker is there; DATA_LOSS naming the tensor, the block and the worker if a block
+// was held only by gone workers (a Partial placement's blocks are each needed); otherwise the
+// first gone worker's UNAVAILABLE (every block survives elsewhere, but the mesh cannot run).
+absl::Status TensorLoss(const std::string& tensor, const DTensorSpec& spec,
+                        const std::vector<int64_t>& ranks,
+                        const std::function<absl::Status(int64_t position)>& gone);
+
+// `message` without the workers' internal tensor names: "dt/NAME" becomes "NAME" and a read's
+// temporary "dt/.read/N" becomes "a temporary copy".
+std::string WithoutInternalNames(absl::string_view message);
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_WORKER_LOSS_H_

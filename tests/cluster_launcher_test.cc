@@ -1,0 +1,201 @@
+// `tessera up` as a launcher: its daemons start with no signal blocked or ignored (it blocks SIGINT
+// and SIGTERM itself), die with it when it is killed with SIGKILL, and it reports a daemon's end:
+// a worker's while serving on, the coordinator's by stopping the workers and exiting nonzero.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+// The text of a file, or "" if it cannot be read.
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The value of `field` ("SigBlk", "PPid", "State", ...) in /proc/<pid>/status; "" if none.
+std::string ProcStatusField(pid_t pid, const std::string& field) {
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(absl::StrCat("/proc/", pid, "/status")), '\n')) {
+    if (absl::ConsumePrefix(&line, field + ":"))
+      return std::string(absl::StripAsciiWhitespace(line));
+  }
+  return "";
+}
+
+// Whether `pid` has ended: gone, or a zombie nobody has reaped yet.
+bool Ended(pid_t pid) {
+  const std::string state = ProcStatusField(pid, "State");
+  return state.empty() || state[0] == 'Z' || state[0] == 'X';
+}
+
+// The processes whose parent is `parent`, with the programs they run (/proc/<pid>/cmdline's first
+// word; /proc/<pid>/comm says "exe" for a worker that started itself again).
+std::vector<std::pair<pid_t, std::string>> Children(pid_t parent) {
+  std::vector<std::pair<pid_t, std::string>> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    if (ProcStatusField(pid, "PPid") != absl::StrCat(parent) || Ended(pid)) continue;
+    const std::string command = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+    out.push_back({pid, std::filesystem::path(command.c_str()).filename().string()});
+  }
+  return out;
+}
+
+// `tessera up --workers N` started as a child, its output in a file.
+class UpProcess {
+ public:
+  UpProcess(int workers, const std::string& output) : output_(output) {
+    const std::string binary = TESSERA_CLI_BINARY;
+    const std::string workers_flag = absl::StrCat("--workers=", workers);
+    const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      execl(binary.c_str(), binary.c_str(), "up", workers_flag.c_str(),
+            "--heartbeat_interval=200ms", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fd);
+  }
+  ~UpProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+  std::string output() const { return ReadFile(output_); }
+
+  // Waits until its output contains `text`, for at most `timeout`.
+  bool WaitForOutput(const std::string& text, absl::Duration timeout) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (absl::StrContains(output(), text)) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  // Waits for it to exit within `timeout`; its wait status, or nullopt if it still runs.
+  std::optional<int> WaitForExit(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return status;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::string output_;
+  pid_t pid_ = -1;
+};
+
+// Waits until every pid of `pids` has ended, for at most `timeout`; the ones still running.
+std::vector<pid_t> StillRunning(const std::vector<pid_t>& pids, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::vector<pid_t> running = pids;
+  while (true) {
+    std::erase_if(running, Ended);
+    if (running.empty() || absl::Now() > deadline) return running;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+class ClusterLauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        (std::filesystem::temp_directory_path() / absl::StrCat("tessera-launcher-test-", getpid()))
+            .string();
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    if (!HasFailure()) std::filesystem::remove_all(dir_, ignored);
+  }
+  std::string dir_;
+};
+
+constexpr char kReady[] = "mesh 'world' ready";
+
+TEST_F(ClusterLauncherTest, DaemonsStartWithNoSignalBlockedAndDieWithTheLauncher) {
+  UpProcess up(2, dir_ + "/up.out");
+  ASSERT_TRUE(up.WaitForOutput(kReady, absl::Seconds(60))) << up.output();
+  const std::vector<std::pair<pid_t, std::string>> children = Children(up.pid());
+  ASSERT_EQ(children.size(), 3u) << "expected a coordinator and 2 workers; " << up.output();
+  std::vector<pid_t> pids;
+  // SIGINT (2) and SIGTERM (15) as bits of /proc's hexadecimal signal sets.
+  const uint64_t stop_bits = (uint64_t{1} << (SIGINT - 1)) | (uint64_t{1} << (SIGTERM - 1));
+  for (const auto& [pid, name] : children) {
+    pids.push_back(pid);
+    EXPECT_TRUE(name == "tessera-coordinator" || name == "tessera-worker") << name;
+    EXPECT_EQ(ProcStatusField(pid, "SigBlk"), "0000000000000000") << name << " pid " << pid;
+    uint64_t ignored = 0;
+    ASSERT_TRUE(absl::SimpleHexAtoi(ProcStatusField(pid, "SigIgn"), &ignored)) << name;
+    EXPECT_EQ(ignored & stop_bits, 0u) << name << " ignores SIGINT or SIGTERM";
+  }
+  ASSERT_EQ(kill(up.pid(), SIGKILL), 0);
+  ASSERT_TRUE(up.WaitForExit(absl::Seconds(5)).has_value());
+  const std::vector<pid_t> orphans = StillRunning(pids, absl::Seconds(5));
+  for (pid_t pid : orphans) kill(pid, SIGKILL);  // leave nothing behind for the next test
+  EXPECT_TRUE(orphans.empty()) << orphans.size() << " daemon(s) outlived the launcher by 5 s";
+}
+
+TEST_F(ClusterLauncherTest, ReportsAWorkersEndAndStopsWhenTheCoordinatorEnds) {
+  UpProcess up(2, dir_ + "/up.out");
+  ASSERT_TRUE(up.WaitForOutput(kReady, absl::Seconds(60))) << up.output();
+  pid_t coordinator = -1;
+  std::vector<pid_t> workers;
+  for (const auto& [pid, name] : Children(up.pid())) {
+    (name == "tessera-coordinator" ? coordinator : workers.emplace_back()) = pid;
+  }
+  ASSERT_GT(coordinator, 0) << up.output();
+  ASSERT_EQ(workers.size(), 2u) << up.output();
+
+  // A worker's end is reported (which one, how it ended) and the launcher serves on.
+  ASSERT_EQ(kill(workers[0], SIGKILL), 0);
+  EXPECT_TRUE(up.WaitForOutput("was killed by signal 9", absl::Seconds(5))) << up.output();
+  EXPECT_TRUE(absl::StrContains(up.output(), absl::StrCat("pid ", workers[0]))) << up.output();
+  EXPECT_FALSE(up.WaitForExit(absl::Milliseconds(500)).has_value()) << up.output();
+
+  // The coordinator's end stops the launcher, with the rest, and a nonzero exit status.
+  ASSERT_EQ(kill(coordinator, SIGKILL), 0);
+  const std::optional<int> status = up.WaitForExit(absl::Seconds(10));
+  ASSERT_TRUE(status.has_value()) << "tessera up still runs 10 s after its coordinator died";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0) << "wait status " << *status;
+  const std::string output = up.output();
+  EXPECT_TRUE(absl::StrContains(output, absl::StrCat("the coordinator, pid ", coordinator)))
+      << output;
+  EXPECT_TRUE(StillRunning({workers[1]}, absl::Seconds(5)).empty()) << output;
+}
+
+}  // namespace
+}  // namespace tessera
