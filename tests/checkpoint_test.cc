@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/simulated_mesh.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -115,9 +116,9 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kInt64,
                                          DType::kUInt8)),
     [](const ::testing::TestParamInfo<Case>& info) {
-      const auto& [s, l, shape, dtype] = info.param;
-      return absl::StrCat(LayoutName(s), "_to_", LayoutName(l), "_", absl::StrJoin(shape, "x"), "_",
-                          DTypeName(dtype));
+      return absl::StrCat(
+          LayoutName(std::get<0>(info.param)), "_to_", LayoutName(std::get<1>(info.param)), "_",
+          absl::StrJoin(std::get<2>(info.param), "x"), "_", DTypeName(std::get<3>(info.param)));
     });
 
 TEST(CheckpointTest, ReplicasWriteOnceAndPartialIsRefused) {
