@@ -213,7 +213,8 @@ absl::StatusOr<CheckpointIndex> ParseCheckpointIndex(absl::string_view text) {
   }
   CheckpointIndex index;
   ASSIGN_OR_RETURN(index.data_dir, String(j, "data_dir"));
-  if (!IsInsidePath(index.data_dir)) {
+  // Empty for the index of a `tessera shard` directory, whose files lie in the directory itself.
+  if (!index.data_dir.empty() && !IsInsidePath(index.data_dir)) {
     return Bad(absl::StrCat("data_dir '", index.data_dir, "' is not inside the directory"));
   }
   ASSIGN_OR_RETURN(const nlohmann::json* tensors, Member(j, "tensors"));

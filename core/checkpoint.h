@@ -44,7 +44,7 @@ struct CheckpointTensor {
 
 // The contents of index.json.
 struct CheckpointIndex {
-  std::string data_dir;  // relative to the checkpoint directory
+  std::string data_dir;  // relative to the checkpoint directory; "" for a `tessera shard` one
   std::vector<CheckpointTensor> tensors;
 };
 

@@ -141,6 +141,11 @@ TEST_F(CheckpointFilesTest, ReadsShardedFilesDirectories) {
   absl::StatusOr<CheckpointIndex> index = ReadCheckpointIndex(dir_);
   ASSERT_TRUE(index.ok()) << index.status();
   EXPECT_EQ(index->tensors[0].blocks.size(), 2u);  // one per replica group
+  // Its index goes over the wire as JSON (ReadCheckpoint's reply) and must parse back.
+  absl::StatusOr<CheckpointIndex> parsed =
+      ParseCheckpointIndex(CheckpointIndexToJson(*index).value());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tensors[0].blocks, index->tensors[0].blocks);
   ExpectLoads(full, SpecOn({3}, {Placement::Shard(1)}, {5, 3}, DType::kBFloat16, 0));
 }
 
