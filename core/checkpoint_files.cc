@@ -1,6 +1,7 @@
 #include "core/checkpoint_files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -146,6 +147,35 @@ absl::Status WriteCheckpointBlock(absl::string_view directory, absl::string_view
 
 absl::Status CommitCheckpointIndex(absl::string_view directory, const CheckpointIndex& index) {
   ASSIGN_OR_RETURN(const std::string text, CheckpointIndexToJson(index));
+  // One commit at a time per directory: a concurrent save's commit may have removed this save's
+  // data (it was not in that index); then this one fails and that checkpoint stays whole.
+  const std::string lock_path = Join(directory, ".commit.lock");
+  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot open ", lock_path, ": ", std::strerror(errno)));
+  }
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }  // closing releases the flock
+  } unlock{lock};
+  while (::flock(lock, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot lock ", lock_path, ": ", std::strerror(errno)));
+    }
+  }
+  for (const CheckpointTensor& t : index.tensors) {
+    for (const CheckpointBlock& b : t.blocks) {
+      std::error_code ec;
+      if (!fs::exists(Join(directory, b.file), ec)) {
+        return absl::AbortedError(absl::StrCat(
+            "block file ", Join(directory, b.file),
+            " is gone (a concurrent save to the same directory replaced it); the checkpoint there "
+            "is that save's"));
+      }
+    }
+  }
   RETURN_IF_ERROR(WriteFileBytes(Join(directory, kCheckpointIndexFile),
                                  {reinterpret_cast<const std::byte*>(text.data()), text.size()}));
   // Old data goes only once the new index is in place; a failure here leaves garbage, not harm.

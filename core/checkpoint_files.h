@@ -29,7 +29,9 @@ absl::Status WriteCheckpointBlock(absl::string_view directory, absl::string_view
 
 // Publishes `index` as <directory>/index.json (written to a temporary file, then renamed over
 // the old one), then removes the data directories ("data-*") it does not name: the checkpoint
-// switches from the old data to the new one at once.
+// switches from the old data to the new one at once. Commits to one directory take turns (a lock
+// file); ABORTED, changing nothing, if a block file the index names is gone (a concurrent save's
+// commit removed it).
 absl::Status CommitCheckpointIndex(absl::string_view directory, const CheckpointIndex& index);
 
 // The index of the checkpoint at `directory`; for a directory without index.json, one made from

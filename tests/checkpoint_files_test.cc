@@ -131,6 +131,20 @@ TEST_F(CheckpointFilesTest, SaveKilledBeforeItsIndexLeavesThePreviousCheckpoint)
   EXPECT_TRUE(fs::exists(fs::path(dir_) / "data-3"));
 }
 
+// Of two saves into one directory at once, the one whose data the other's commit removed fails to
+// commit (ABORTED) and the checkpoint stays the other's, whole.
+TEST_F(CheckpointFilesTest, ConcurrentSaveWhoseDataWasRemovedIsAborted) {
+  const DTensorSpec spec = SpecOn({2}, {Placement::Shard(0)}, {6, 4}, DType::kFloat32, 0);
+  const HostTensor a = Pattern(DType::kFloat32, {6, 4}, 1);
+  const HostTensor b = Pattern(DType::kFloat32, {6, 4}, 2);
+  Save(b, spec, "data-b", false);  // b writes its blocks first...
+  Save(a, spec, "data-a", true);   // ...a commits meanwhile, removing data-b
+  CheckpointIndex index{"data-b", {PlanCheckpointTensor(spec, "data-b", "", "t").value()}};
+  const absl::Status late = CommitCheckpointIndex(dir_, index);
+  EXPECT_EQ(late.code(), absl::StatusCode::kAborted) << late;
+  ExpectLoads(a, SpecOn({3}, {Placement::Shard(1)}, {6, 4}, DType::kFloat32, 0));
+}
+
 // A directory `tessera shard` wrote (every rank a file, replicas included) loads as a checkpoint.
 TEST_F(CheckpointFilesTest, ReadsShardedFilesDirectories) {
   const DTensorSpec spec =
