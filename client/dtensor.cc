@@ -289,6 +289,36 @@ absl::StatusOr<DTensor> Randn(Session& s, const Mesh& m, const Shape& shape,
   return CreateTensor(s, Factory::kRandn, m, shape, p, dtype, 0, seed);
 }
 
+absl::StatusOr<SaveInfo> DTensor::Save(const std::string& path) const {
+  const internal::SessionImpl& impl = ImplOf(state_->session);
+  RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state_));
+  v1::SaveTensorRequest request;
+  request.set_name(name());
+  request.set_path(path);
+  grpc::ClientContext context;
+  impl.Prepare(&context, kTransferTimeout);
+  v1::SaveTensorReply reply;
+  RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->SaveTensor(&context, request, &reply)));
+  return SaveInfo{reply.path(), reply.data_dir(), reply.files(), reply.saved_layout()};
+}
+
+absl::StatusOr<DTensor> LoadTensor(Session& session, const std::string& path, const Mesh& mesh,
+                                   const std::vector<Placement>& placements,
+                                   const LoadOptions& options) {
+  const internal::SessionImpl& impl = internal_impl(session);
+  v1::LoadTensorRequest request;
+  request.set_path(path);
+  request.set_mesh(mesh.name);
+  *request.mutable_placements() = ToProto(placements);
+  request.set_output(options.name);
+  request.set_tensor(options.tensor);
+  grpc::ClientContext context;
+  impl.Prepare(&context);
+  v1::TensorInfo info;
+  RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->LoadTensor(&context, request, &info)));
+  return DTensorAccess::Adopt(session.shared_from_this(), info, true);
+}
+
 absl::StatusOr<DTensor> GetTensor(Session& session, const std::string& name) {
   const internal::SessionImpl& impl = internal_impl(session);
   v1::GetTensorRequest request;

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/checkpoint_commands.h"
 #include "client/cli_args.h"
 #include "client/cluster_commands.h"
 #include "client/demo.h"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   tessera::cli::AddDemoCommand(app, &action);
   tessera::cli::AddClusterCommands(app, &action);
   tessera::cli::AddTensorCommands(app, &action);
+  tessera::cli::AddCheckpointCommands(app, &action);
   tessera::cli::AddModuleCommands(app, &action);
 
   if (argc < 2 || std::string(argv[1]) == "help") {

@@ -27,6 +27,8 @@ absl::StatusOr<std::vector<int64_t>> SplitInts(absl::string_view text) {
   return out;
 }
 
+}  // namespace
+
 std::map<std::string, std::string> SpecMetadata(const DTensorSpec& spec) {
   return {{"tessera.device", spec.mesh.device_type()},
           {"tessera.mesh_shape", JoinInts(spec.mesh.shape())},
@@ -76,8 +78,6 @@ absl::StatusOr<DTensorSpec> SpecFromMetadata(const std::map<std::string, std::st
   if (!spec.ok()) return annotate(spec.status());
   return spec;
 }
-
-}  // namespace
 
 std::string ShardFilePath(absl::string_view dir, int64_t rank) {
   return (std::filesystem::path(std::string(dir)) / absl::StrCat("rank-", rank, ".safetensors"))

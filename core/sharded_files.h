@@ -1,6 +1,7 @@
 #ifndef TESSERA_CORE_SHARDED_FILES_H_
 #define TESSERA_CORE_SHARDED_FILES_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,12 @@ struct ShardedTensor {
   DTensorSpec spec;
   std::vector<HostTensor> shards;  // by row-major mesh position
 };
+
+// The "__metadata__" entries that describe `spec` ("tessera.device", "tessera.mesh_shape", ...).
+std::map<std::string, std::string> SpecMetadata(const DTensorSpec& spec);
+// The spec those entries describe; INVALID_ARGUMENT naming `file` for a missing or bad key.
+absl::StatusOr<DTensorSpec> SpecFromMetadata(const std::map<std::string, std::string>& meta,
+                                             const std::string& file);
 
 // The path of `rank`'s file under `dir`.
 std::string ShardFilePath(absl::string_view dir, int64_t rank);

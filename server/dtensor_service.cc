@@ -50,7 +50,7 @@ absl::StatusOr<DTensorSpec> FactorySpec(const Mesh& mesh, const v1::CreateTensor
 }  // namespace
 
 DTensorService::DTensorService(DTensorTable* tensors, absl::Duration client_grace)
-    : tensors_(tensors), streams_(tensors), leases_(client_grace) {
+    : tensors_(tensors), streams_(tensors), checkpoints_(tensors), leases_(client_grace) {
   reaper_ = std::thread([this] {
     const absl::Duration period =
         std::clamp(leases_.grace() / 4, absl::Milliseconds(50), absl::Seconds(5));
@@ -296,6 +296,21 @@ absl::Status DTensorService::RunOpFor(const std::string& client, const v1::OpReq
   RETURN_IF_ERROR(tensors_->PostWrite(*out, command, inputs));
   if (reply != nullptr) *reply->mutable_output() = tensors_->Describe(*out);
   return absl::OkStatus();
+}
+
+grpc::Status DTensorService::SaveTensor(grpc::ServerContext* context,
+                                        const v1::SaveTensorRequest* request,
+                                        v1::SaveTensorReply* reply) {
+  Caller(*context);
+  return ToGrpcStatus(checkpoints_.Save(*request, absl::FromChrono(context->deadline()), reply));
+}
+
+grpc::Status DTensorService::LoadTensor(grpc::ServerContext* context,
+                                        const v1::LoadTensorRequest* request,
+                                        v1::TensorInfo* reply) {
+  const std::string client = Caller(*context);
+  return ToGrpcStatus(
+      checkpoints_.Load(*request, client, absl::FromChrono(context->deadline()), reply));
 }
 
 grpc::Status DTensorService::Synchronize(grpc::ServerContext* context,

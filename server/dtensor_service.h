@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "server/checkpoints.h"
 #include "server/client_leases.h"
 #include "server/dtensor_streams.h"
 #include "server/dtensor_table.h"
@@ -60,6 +61,12 @@ class DTensorService final : public v1::DTensorService::Service {
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream) override;
   // Unary.
+  grpc::Status SaveTensor(grpc::ServerContext* context, const v1::SaveTensorRequest* request,
+                          v1::SaveTensorReply* reply) override;
+  // Unary.
+  grpc::Status LoadTensor(grpc::ServerContext* context, const v1::LoadTensorRequest* request,
+                          v1::TensorInfo* reply) override;
+  // Unary.
   grpc::Status Synchronize(grpc::ServerContext* context, const v1::SynchronizeRequest* request,
                            v1::SynchronizeReply*) override;
   // Unary.
@@ -88,6 +95,7 @@ class DTensorService final : public v1::DTensorService::Service {
 
   DTensorTable* tensors_;
   DTensorStreams streams_;
+  Checkpoints checkpoints_;
   ClientLeases leases_;
   absl::Notification stopping_;
   std::thread reaper_;

@@ -50,6 +50,14 @@ INSTANTIATE_TEST_SUITE_P(
                                 [](v1::Command& c) { c.mutable_drop_program(); }},
                       LabelCase{"run_program (mesh 7, sequence 12)",
                                 [](v1::Command& c) { c.mutable_run_program()->set_mesh_id(7); }},
+                      LabelCase{"save_shard (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_save_shard()->set_mesh_id(7); }},
+                      LabelCase{"commit_checkpoint (sequence 12)",
+                                [](v1::Command& c) { c.mutable_commit_checkpoint(); }},
+                      LabelCase{"read_checkpoint (sequence 12)",
+                                [](v1::Command& c) { c.mutable_read_checkpoint(); }},
+                      LabelCase{"load_shard (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_load_shard()->set_mesh_id(7); }},
                       LabelCase{"empty command (sequence 12)", [](v1::Command&) {}}));
 
 struct FieldsCase {
@@ -82,7 +90,7 @@ TEST(CommandLabelTest, EveryKindIsCovered) {
   const google::protobuf::OneofDescriptor* kind =
       v1::Command::descriptor()->FindOneofByName("kind");
   ASSERT_NE(kind, nullptr);
-  EXPECT_EQ(kind->field_count(), 11);
+  EXPECT_EQ(kind->field_count(), 15);
 }
 
 }  // namespace

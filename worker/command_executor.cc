@@ -31,6 +31,10 @@ int64_t MeshOf(const v1::Command& command) {
       return command.load_program().mesh_id();
     case v1::Command::kRunProgram:
       return command.run_program().mesh_id();
+    case v1::Command::kSaveShard:
+      return command.save_shard().mesh_id();
+    case v1::Command::kLoadShard:
+      return command.load_shard().mesh_id();
     default:
       return 0;
   }
@@ -116,6 +120,17 @@ absl::Status CommandExecutor::Run(const v1::Command& command, v1::CommandReply* 
       return absl::OkStatus();
     case v1::Command::kRunProgram:
       return RunProgram(command.run_program(), reply);
+    case v1::Command::kSaveShard:
+      return SaveShard(command.save_shard());
+    case v1::Command::kCommitCheckpoint:
+      return CommitCheckpoint(command.commit_checkpoint());
+    case v1::Command::kReadCheckpoint:
+      return ReadCheckpoint(command.read_checkpoint(), reply);
+    case v1::Command::kLoadShard: {
+      ASSIGN_OR_RETURN(v1::LocalTensorInfo written, LoadShard(command.load_shard()));
+      *reply->add_tensors() = std::move(written);
+      return absl::OkStatus();
+    }
     case v1::Command::KIND_NOT_SET:
       break;
   }

@@ -70,6 +70,12 @@ class CommandExecutor {
   absl::Status LoadProgram(const v1::LoadProgram& load);
   // Runs a program; fills reply->output (when asked) and reply->tensors.
   absl::Status RunProgram(const v1::RunProgram& run, v1::CommandReply* reply);
+  // Checkpoints (checkpoint_commands.cc): this rank's block written, the index published or read,
+  // and a shard loaded from the byte ranges it needs.
+  absl::Status SaveShard(const v1::SaveShard& save);
+  absl::Status CommitCheckpoint(const v1::CommitCheckpoint& commit);
+  absl::Status ReadCheckpoint(const v1::ReadCheckpoint& read, v1::CommandReply* reply);
+  absl::StatusOr<v1::LocalTensorInfo> LoadShard(const v1::LoadShard& load);
   // broadcast and all_reduce whose output is their input: updated in the stored buffer.
   absl::StatusOr<std::vector<v1::LocalTensorInfo>> RunInPlace(const v1::RunCollective& c,
                                                               comm::Communicator& group);

@@ -60,6 +60,15 @@ struct InputRedistribution {
   RedistributePlan plan;        // The collectives that ran.
 };
 
+// What a save wrote: the checkpoint directory, its new data directory (relative to it), how many
+// block files (one per replica group) and the layout they were cut by.
+struct SaveInfo {
+  std::string path;
+  std::string data_dir;
+  int64_t files = 0;
+  std::string saved_layout;
+};
+
 // A handle to a DTensor held by the service. Copies share it; the remote tensor is freed when the
 // last copy goes (unless Detach()ed).
 class DTensor {
@@ -97,6 +106,10 @@ class DTensor {
   absl::Status Synchronize(absl::Duration timeout = absl::ZeroDuration()) const;
   // Fresh metadata (state, error).
   absl::StatusOr<DTensorInfo> Refresh() const;
+  // Saves the tensor into the checkpoint directory `path` on the workers' filesystem
+  // (docs/checkpoints.md): every worker writes its own block, Partial dims reduced, replicas once;
+  // the previous checkpoint at `path` stays readable until the new one is complete. Waits for it.
+  absl::StatusOr<SaveInfo> Save(const std::string& path) const;
   // Keeps the remote tensor when the handles go.
   void Detach() { state_->owned = false; }
   // Frees the remote tensor now.
@@ -171,6 +184,15 @@ absl::StatusOr<DTensor> Rand(Session& s, const Mesh& m, const Shape& shape,
 absl::StatusOr<DTensor> Randn(Session& s, const Mesh& m, const Shape& shape,
                               const std::vector<Placement>& p, uint64_t seed,
                               DType dtype = DType::kFloat32);
+struct LoadOptions {
+  std::string tensor = {};  // The checkpoint's tensor; empty: its only one.
+  std::string name = {};    // The new tensor's name; empty: the coordinator picks one.
+};
+// Loads a checkpoint (or a `tessera shard` directory) onto `mesh` as `placements`, whatever mesh
+// and world size it was saved from; every worker reads only the bytes its shard needs.
+absl::StatusOr<DTensor> LoadTensor(Session& session, const std::string& path, const Mesh& mesh,
+                                   const std::vector<Placement>& placements,
+                                   const LoadOptions& options = {});
 // An existing tensor by name, not owned by the handle.
 absl::StatusOr<DTensor> GetTensor(Session& session, const std::string& name);
 

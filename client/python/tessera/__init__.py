@@ -19,8 +19,8 @@ gRPC code and the service's message."""
 from . import distributed
 from .dtensor import (DTensor, InputRedistribution, RedistributePlan, RedistributeStep, add,
                       addmm, amax, distribute_tensor, div, empty, full, gelu, get_tensor,
-                      manual_seed, matmul, max, mean, mm, mul, ones, rand, randn, relu, sub, sum,
-                      t, tanh, transpose, zeros)
+                      load, manual_seed, matmul, max, mean, mm, mul, ones, rand, randn, relu, save,
+                      sub, sum, t, tanh, transpose, zeros)
 from .dtypes import (DType, all_dtypes, bfloat16, bool, float16, float32, float64, int8, int32,
                      int64, uint8)
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
@@ -43,7 +43,7 @@ __all__ = [
     "DeviceMesh", "init_device_mesh", "get_device_mesh",
     "Placement", "Shard", "Replicate", "Partial",
     "DTensor", "distribute_tensor", "get_tensor", "zeros", "ones", "full", "empty", "rand",
-    "randn", "manual_seed", "RedistributePlan", "RedistributeStep", "InputRedistribution",
+    "randn", "manual_seed", "save", "load", "RedistributePlan", "RedistributeStep", "InputRedistribution",
     "mm", "matmul", "addmm", "add", "sub", "mul", "div", "relu", "gelu", "tanh", "sum", "mean",
     "max", "amax", "transpose", "t",
     "distributed",

@@ -375,6 +375,14 @@ class DTensor:
                                                      _planner(planner))
         return _plan_from_proto(reply.plan)
 
+    def save(self, path: str) -> Any:
+        """Saves the tensor into the checkpoint directory ``path`` on the workers' filesystem
+        (absolute; docs/checkpoints.md): every worker writes its own blocks, Partial dims
+        reduced, replicas once; the previous checkpoint there stays readable until the new one is
+        complete. Returns the reply (path, data_dir, files, saved_layout) once it is."""
+        self._settled()
+        return self._session.transport.save_tensor(self._name, path)
+
     def wait(self, timeout: Optional[float] = None) -> "DTensor":
         """Waits until the workers have written it; raises their error if they failed."""
         self._settled()
@@ -602,6 +610,21 @@ def get_tensor(name: str, session: Optional[Session] = None) -> DTensor:
 
     s = get_session(session)
     return DTensor._adopt(s, s.transport.get_tensor(name), None, owned=False)
+
+
+def save(tensor: DTensor, path: str) -> Any:
+    """Saves ``tensor`` into the checkpoint directory ``path`` (see DTensor.save)."""
+    return tensor.save(path)
+
+
+def load(path: str, device_mesh: DeviceMesh, placements: Sequence[Any], *, tensor: str = "",
+         name: str = "") -> DTensor:
+    """Loads a checkpoint (or a ``tessera shard`` directory) onto ``device_mesh`` as
+    ``placements``, whatever mesh and world size it was saved from: every worker reads only the
+    bytes its shard needs. ``tensor`` picks one of several saved tensors."""
+    root, wire = _layout(device_mesh, placements)
+    info = device_mesh.session.transport.load_tensor(path, root.name, wire, name, tensor)
+    return DTensor._adopt(device_mesh.session, info, root)
 
 
 _seed_lock = threading.Lock()

@@ -344,6 +344,16 @@ class Transport:
         timeout = self.transfer_timeout if mesh else None
         return self.unary(self.dtensors.Redistribute, request, timeout)
 
+    def save_tensor(self, name: str, path: str) -> Any:
+        request = tensor_pb2.SaveTensorRequest(name=name, path=path)
+        return self.unary(self.dtensors.SaveTensor, request, self.transfer_timeout)
+
+    def load_tensor(self, path: str, mesh: str, placements: Sequence[Any], output: str,
+                    tensor: str) -> Any:
+        request = tensor_pb2.LoadTensorRequest(path=path, mesh=mesh, placements=list(placements),
+                                               output=output, tensor=tensor)
+        return self.unary(self.dtensors.LoadTensor, request)
+
     def run_op(self, op: Any, inputs: Sequence[str], output: str = "") -> Any:
         return self.unary(self.dtensors.RunOp,
                           tensor_pb2.OpRequest(op=op, inputs=list(inputs), output=output))

@@ -1,0 +1,267 @@
+// Checkpoints on a real local cluster (a coordinator and 4 CPU worker processes): DTensors saved
+// from a 2x2 mesh (each worker writing its own blocks) and loaded onto meshes of 2, 3 and 4 workers
+// under other placements, compared bit for bit with the original tensor and core's simulated mesh;
+// `tessera shard` directories loaded the same way; bad paths refused with nothing lost; and a save
+// whose worker dies half-way leaving the previous checkpoint readable.
+
+#include <signal.h>
+
+#include <cctype>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/checkpoint.h"
+#include "core/file_bytes.h"
+#include "core/sharded_files.h"
+#include "core/simulated_mesh.h"
+#include "kernels/testing/reference.h"
+#include "tessera/tessera.h"
+#include "tests/cluster_fixture.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using ::tessera::client::DTensor;
+using ::tessera::client::Session;
+using ::tessera::testing::StatusIs;
+using ::tessera::testing::TensorsMatch;
+
+// The cluster every test of this file shares: mesh "grid" (2x2, every worker), "pair" (workers 1
+// and 3) and "trio" (workers 2, 0, 1: all but the one the last test kills).
+struct Shared {
+  testing::TestCluster cluster;
+  std::shared_ptr<Session> session;
+  std::map<std::string, client::Mesh> meshes;
+  std::string root;  // checkpoints go under it
+};
+Shared* shared = nullptr;
+constexpr int kVictim = 3;  // the worker (by start order) the last test kills
+
+class CheckpointEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    shared = new Shared;
+    LocalClusterOptions options = testing::TestClusterOptions(4);
+    options.memory_budget_bytes = int64_t{256} << 20;
+    ASSERT_TRUE(shared->cluster.Start(options).ok());
+    Session& c = *shared->cluster.client;
+    std::vector<int64_t> ids;
+    absl::StatusOr<std::vector<client::WorkerInfo>> workers = c.ListWorkers();
+    ASSERT_TRUE(workers.ok()) << workers.status();
+    for (int i = 0; i < 4; ++i) {
+      for (const client::WorkerInfo& w : *workers) {
+        if (w.pid == shared->cluster.cluster->worker_pid(i)) ids.push_back(w.worker_id);
+      }
+    }
+    ASSERT_EQ(ids.size(), 4u);
+    client::MeshOptions grid, pair, trio;
+    grid.worker_ids = ids;
+    pair.worker_ids = {ids[1], ids[3]};
+    trio.worker_ids = {ids[2], ids[0], ids[1]};
+    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {2, 2}, {"dp", "tp"}, "grid", grid).ok());
+    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {2}, {}, "pair", pair).ok());
+    ASSERT_TRUE(client::InitDeviceMesh(c, "cpu", {3}, {}, "trio", trio).ok());
+    absl::StatusOr<std::shared_ptr<Session>> s =
+        Session::Connect(shared->cluster.cluster->address());
+    ASSERT_TRUE(s.ok()) << s.status();
+    shared->session = *s;
+    for (const char* name : {"grid", "pair", "trio"}) {
+      absl::StatusOr<client::Mesh> m = client::GetMesh(*shared->session, name);
+      ASSERT_TRUE(m.ok()) << m.status();
+      shared->meshes.emplace(name, *m);
+    }
+    shared->root = (fs::path(::testing::TempDir()) / absl::StrCat("ckpt-", ::getpid())).string();
+    fs::remove_all(shared->root);
+    fs::create_directories(shared->root);
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(shared->root, ignored);
+    shared->session.reset();
+    shared->cluster.Stop();
+    delete shared;
+  }
+};
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new CheckpointEnvironment);
+
+Session& S() { return *shared->session; }
+const client::Mesh& M(const std::string& name) { return shared->meshes.at(name); }
+std::string PathFor(const std::string& name) { return shared->root + "/" + name; }
+
+// Expects `t` to hold `full` bit for bit, whole and rank by rank as the simulated mesh lays it out.
+void ExpectHolds(const DTensor& t, const HostTensor& full) {
+  ASSERT_TRUE(t.Synchronize().ok()) << t.Synchronize();
+  absl::StatusOr<HostTensor> whole = t.FullTensor();
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(TensorsMatch(*whole, full));
+  const std::vector<HostTensor> want =
+      SimulatedMesh(t.spec().mesh).Distribute(full, t.spec()).value();
+  for (int64_t r = 0; r < t.spec().mesh.size(); ++r) {
+    absl::StatusOr<HostTensor> local = t.ToLocal(r);
+    ASSERT_TRUE(local.ok()) << local.status();
+    EXPECT_TRUE(TensorsMatch(*local, want[r])) << "rank position " << r;
+  }
+}
+
+// A load target: a mesh and placements on it.
+struct Target {
+  std::string mesh;
+  std::vector<Placement> placements;
+};
+
+using Case = std::tuple<std::vector<Placement>, Target, DType>;
+class SaveLoadTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SaveLoadTest, LoadsOntoAnotherMeshBitExact) {
+  const auto& [saved, target, dtype] = GetParam();
+  const Shape shape = {7, 6};
+  const HostTensor full = kernels::testing::RandomTensor(dtype, shape, 11);
+  absl::StatusOr<DTensor> t = client::DistributeTensor(S(), full, M("grid"), saved);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::string case_name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  for (char& ch : case_name) ch = ch == '/' ? '-' : ch;
+  const std::string path = PathFor(case_name);
+  absl::StatusOr<client::SaveInfo> info = t->Save(path);
+  ASSERT_TRUE(info.ok()) << info.status();
+  // One file per replica group: the Shard mesh dims' sizes multiplied.
+  int64_t groups = 1;
+  for (int m = 0; m < 2; ++m) groups *= saved[m].is_shard() ? 2 : 1;
+  EXPECT_EQ(info->files, groups);
+  absl::StatusOr<DTensor> loaded =
+      client::LoadTensor(S(), info->path, M(target.mesh), target.placements);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->placements(), target.placements);
+  ExpectHolds(*loaded, full);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, SaveLoadTest,
+    ::testing::Combine(
+        ::testing::Values(std::vector<Placement>{Placement::Shard(0), Placement::Shard(1)},
+                          std::vector<Placement>{Placement::Partial(), Placement::Shard(0)},
+                          std::vector<Placement>{Placement::Replicate(), Placement::Shard(1)},
+                          std::vector<Placement>{Placement::Shard(1), Placement::Replicate()}),
+        ::testing::Values(Target{"pair", {Placement::Shard(1)}},
+                          Target{"trio", {Placement::Replicate()}},
+                          Target{"trio", {Placement::Shard(0)}},
+                          Target{"grid", {Placement::Shard(1), Placement::Shard(0)}}),
+        ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kInt32)),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      const Target& target = std::get<1>(info.param);
+      std::string name = absl::StrCat(PlacementsToString(std::get<0>(info.param)), "_to_",
+                                      target.mesh, PlacementsToString(target.placements), "_",
+                                      DTypeName(std::get<2>(info.param)));
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name;
+    });
+
+// A directory `tessera shard` wrote (here by core, on the shared filesystem) loads as well.
+TEST(CheckpointTest, LoadsShardedFilesDirectories) {
+  const Shape shape = {5, 4};
+  const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, shape, 3);
+  const DeviceMesh mesh = DeviceMesh::Create("cpu", {2}, {}, {0, 1}).value();
+  const DTensorSpec spec =
+      MakeDTensorSpec(mesh, {Placement::Shard(0)}, shape, DType::kFloat32).value();
+  const std::string dir = PathFor("sharded");
+  ASSERT_TRUE(
+      WriteShardedTensor(dir, "w", {spec, SimulatedMesh(mesh).Distribute(full, spec).value()})
+          .ok());
+  absl::StatusOr<DTensor> loaded = client::LoadTensor(S(), dir, M("trio"), {Placement::Shard(1)});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectHolds(*loaded, full);
+}
+
+// Bad paths and targets are refused with the right code, and leave the checkpoint and the tensor
+// table as they were.
+TEST(CheckpointTest, BadInputIsRefusedAndLosesNothing) {
+  const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, {4, 4}, 5);
+  absl::StatusOr<DTensor> t =
+      client::DistributeTensor(S(), full, M("grid"), {Placement::Shard(0), Placement::Shard(1)});
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::string path = PathFor("kept");
+  ASSERT_TRUE(t->Save(path).ok());
+  const size_t tensors = S().ListTensors().value().size();
+
+  EXPECT_TRUE(StatusIs(t->Save("relative/ckpt").status(), absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(StatusIs(t->Save(PathFor("no/such/parent")).status(),
+                       absl::StatusCode::kInvalidArgument, {"not an existing directory"}));
+  const std::string file = PathFor("a-file");
+  ASSERT_TRUE(WriteFileBytes(file, {}).ok());
+  EXPECT_TRUE(
+      StatusIs(t->Save(file).status(), absl::StatusCode::kInvalidArgument, {"not a directory"}));
+  EXPECT_TRUE(
+      StatusIs(client::LoadTensor(S(), "relative", M("pair"), {Placement::Shard(0)}).status(),
+               absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(StatusIs(
+      client::LoadTensor(S(), PathFor("missing"), M("pair"), {Placement::Shard(0)}).status(),
+      absl::StatusCode::kNotFound));
+  EXPECT_TRUE(StatusIs(client::LoadTensor(S(), path, M("pair"), {Placement::Partial()}).status(),
+                       absl::StatusCode::kInvalidArgument, {"Partial"}));
+  EXPECT_TRUE(StatusIs(client::LoadTensor(S(), path, M("pair"), {Placement::Shard(0)},
+                                          client::LoadOptions{"nope", ""})
+                           .status(),
+                       absl::StatusCode::kNotFound, {"nope"}));
+  EXPECT_TRUE(StatusIs(client::LoadTensor(S(), path, M("pair"), {Placement::Shard(5)}).status(),
+                       absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(S().ListTensors().value().size(), tensors);
+
+  absl::StatusOr<DTensor> loaded = client::LoadTensor(S(), path, M("trio"), {Placement::Shard(1)});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectHolds(*loaded, full);
+}
+
+// A save whose worker dies before writing its block fails, and the previous checkpoint at the
+// path still loads, whole and unchanged. Runs last, as it kills a worker: gtest runs the plain
+// tests first, then the parameterized suites in the order they are defined.
+class KilledSaveTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(KilledSaveTest, SaveKilledHalfWayLeavesThePreviousCheckpoint) {
+  const std::vector<Placement> placements = {Placement::Shard(0), Placement::Shard(1)};
+  const HostTensor v1 = kernels::testing::RandomTensor(GetParam(), {8, 6}, 1);
+  const HostTensor v2 = kernels::testing::RandomTensor(GetParam(), {8, 6}, 2);
+  absl::StatusOr<DTensor> t1 = client::DistributeTensor(S(), v1, M("grid"), placements);
+  absl::StatusOr<DTensor> t2 = client::DistributeTensor(S(), v2, M("grid"), placements);
+  ASSERT_TRUE(t1.ok() && t2.ok());
+  ASSERT_TRUE(t2->Synchronize().ok());
+  const std::string path = PathFor("killed");
+  ASSERT_TRUE(t1->Save(path).ok());
+
+  // The victim stops before the save reaches it; the others write their blocks meanwhile.
+  const pid_t victim = shared->cluster.cluster->worker_pid(kVictim);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  absl::StatusOr<client::SaveInfo> second;
+  std::thread save([&] { second = t2->Save(path); });
+  int data_dirs = 0;
+  for (int i = 0; i < 100 && data_dirs < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    data_dirs = 0;
+    for (const auto& e : fs::directory_iterator(path)) {
+      data_dirs += e.path().filename().string().rfind("data-", 0) == 0 ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(data_dirs, 2) << "the second save's data never appeared next to the first's";
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(shared->cluster.cluster->KillWorker(kVictim).ok());
+  save.join();
+  EXPECT_FALSE(second.ok()) << "the save finished although a worker died before writing";
+
+  absl::StatusOr<DTensor> loaded = client::LoadTensor(S(), path, M("trio"), {Placement::Shard(1)});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectHolds(*loaded, v1);
+}
+
+// One dtype only: the test kills its worker for good.
+INSTANTIATE_TEST_SUITE_P(Once, KilledSaveTest, ::testing::Values(DType::kFloat32));
+
+}  // namespace
+}  // namespace tessera
