@@ -20,7 +20,7 @@ absl::Status CommandExecutor::SaveShard(const v1::SaveShard& save) {
   // A rank whose tensor or directory is bad still takes part in the plan's collectives (with a
   // stand-in), so that its peers are not stranded in them; it reports the failure afterwards.
   absl::Status failure = CheckCheckpointDirectory(save.directory());
-  absl::StatusOr<std::shared_ptr<const HostTensor>> held = store_->Get(save.tensor());
+  absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> held = store_->Get(save.tensor());
   const Shape local = LocalShapeAndOffsetAt(spec, mc->coordinate).shape;
   if (held.ok() && ((*held)->shape() != local || (*held)->dtype() != spec.dtype)) {
     held = absl::InvalidArgumentError(absl::StrCat(
@@ -28,22 +28,25 @@ absl::Status CommandExecutor::SaveShard(const v1::SaveShard& save) {
   }
   if (!held.ok()) {
     if (failure.ok()) failure = held.status();
-    ASSIGN_OR_RETURN(HostTensor zeros, HostTensor::Zeros(spec.dtype, local));
-    held = std::make_shared<const HostTensor>(std::move(zeros));
+    ASSIGN_OR_RETURN(const HostTensor zeros, HostTensor::Zeros(spec.dtype, local));
+    ASSIGN_OR_RETURN(kernels::DeviceTensor stand_in, kernels_.Upload(zeros));
+    held = std::make_shared<const kernels::DeviceTensor>(std::move(stand_in));
   }
   DTensorSpec saved = spec;
   for (const RedistributeStep& step : plan.steps) saved.placements[step.mesh_dim] = step.to;
-  HostTensor reduced;
-  const HostTensor* block = held->get();
+  kernels::DeviceTensor reduced;
+  const kernels::DeviceTensor* block = held->get();
   if (!plan.steps.empty()) {
-    ASSIGN_OR_RETURN(reduced,
-                     RunRedistributePlan(spec, plan, mc->coordinate, DimGroups(*mc), held->get()));
+    ASSIGN_OR_RETURN(reduced, RunRedistributePlan(kernels_, spec, plan, mc->coordinate,
+                                                  DimGroups(*mc), held->get()));
     block = &reduced;
   }
   RETURN_IF_ERROR(failure);
   if (!WritesBlock(saved, mc->coordinate)) return absl::OkStatus();
+  // The block goes to the file from host memory (a GPU's shard is copied down first).
+  ASSIGN_OR_RETURN(const HostTensor host, kernels_.Download(block->View()));
   return WriteCheckpointBlock(save.directory(), save.data_dir(), save.param(), save.key(), saved,
-                              worker_id_, *block);
+                              worker_id_, host);
 }
 
 absl::Status CommandExecutor::CommitCheckpoint(const v1::CommitCheckpoint& commit) {
@@ -85,7 +88,8 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::LoadShard(const v1::LoadSha
   const LocalShard local = LocalShapeAndOffsetAt(spec, mc->coordinate);
   RETURN_IF_ERROR(store_->Reserve(
       NumElements(local.shape) * static_cast<int64_t>(DTypeSize(spec.dtype)), load.output()));
-  ASSIGN_OR_RETURN(HostTensor shard, LoadCheckpointShard(load.directory(), *tensor, local));
+  ASSIGN_OR_RETURN(const HostTensor read, LoadCheckpointShard(load.directory(), *tensor, local));
+  ASSIGN_OR_RETURN(kernels::DeviceTensor shard, kernels_.Upload(read));
   v1::LocalTensorInfo info = LocalInfo(load.output(), shard);
   RETURN_IF_ERROR(store_->Put(load.output(), std::move(shard)));
   return info;
