@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "core/release_mode.h"
 #include "daemon/daemon_flags.h"
+#include "daemon/server_setup.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -41,6 +42,7 @@ struct WorkerFlags {
   std::string secret;
   int64_t max_message_bytes = int64_t{1} << 30;  // inline tensors of large batches fit
   absl::Duration sequence_stall_limit = absl::Minutes(1);
+  int max_rpc_threads = tessera::daemon::kDefaultMaxRpcThreads;
 };
 
 void AddFlags(CLI::App& app, WorkerFlags& f) {
@@ -59,6 +61,10 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--max_message_bytes", f.max_message_bytes,
                  "largest gRPC message accepted or sent")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
+  app.add_option("--max_rpc_threads", f.max_rpc_threads,
+                 "most threads serving gRPC calls at once; a call past them is refused with "
+                 "RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(16, 65536));
   tessera::daemon::AddDurationFlag(
       app, "--sequence_stall_limit", &f.sequence_stall_limit,
       "how long a command sequence the coordinator neither used nor released may hold later "
@@ -120,7 +126,12 @@ int main(int argc, char** argv) {
   const std::string& listen = flags.listen;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (absl::StatusOr<int> valid = tessera::daemon::ListenPort(listen); !valid.ok()) {
+    spdlog::critical("--listen: {}", valid.status().message());
+    return 2;
+  }
   grpc::ServerBuilder builder;
+  tessera::daemon::ConfigureServer(builder, flags.max_rpc_threads);
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   const int max_bytes = static_cast<int>(flags.max_message_bytes);
@@ -129,7 +140,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    spdlog::critical("cannot listen on {}", listen);
+    spdlog::critical("{}", tessera::daemon::CannotListenMessage(listen));
     return 1;
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
