@@ -159,7 +159,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
       {absl::StrCat("--listen=127.0.0.1:", o.coordinator_port),
        absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
        absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
-       absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace))},
+       absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace)),
+       absl::StrCat("--stream_idle_timeout=", absl::FormatDuration(o.stream_idle_timeout))},
       o.log_dir + "/coordinator.log");
   if (!coordinator.ok()) return coordinator.status();
   cluster->coordinator_ = *coordinator;

@@ -24,7 +24,8 @@ struct LocalClusterOptions {
   absl::Duration heartbeat_interval = absl::Milliseconds(200);
   absl::Duration dead_after = absl::Seconds(2);
   std::string log_dir;  // Where each process logs; a new temporary dir if empty.
-  absl::Duration client_grace = absl::Seconds(60);  // Coordinator's --client_grace.
+  absl::Duration client_grace = absl::Seconds(60);         // Coordinator's --client_grace.
+  absl::Duration stream_idle_timeout = absl::Seconds(30);  // --stream_idle_timeout.
 };
 
 // A coordinator and CPU workers as child processes on 127.0.0.1: what `tessera up` runs and what
