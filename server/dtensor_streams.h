@@ -22,8 +22,9 @@ namespace tessera {
 // call returns what its RPC replies; the caller's client id is `owner`.
 class DTensorStreams {
  public:
-  // An upload whose client sends nothing for `idle_timeout` is ended (IdleStreams).
-  DTensorStreams(DTensorTable* tensors, absl::Duration idle_timeout)
+  // An upload whose client sends nothing for `idle_timeout` is ended (IdleStreams; by default
+  // none is).
+  explicit DTensorStreams(DTensorTable* tensors, absl::Duration idle_timeout = absl::ZeroDuration())
       : tensors_(tensors), idle_(idle_timeout) {}
 
   absl::StatusOr<v1::TensorInfo> Distribute(grpc::ServerContext& context,

@@ -44,7 +44,11 @@ std::unique_ptr<IdleStreams::Watch> IdleStreams::Start(grpc::ServerContext& cont
                                                        std::string what) {
   absl::MutexLock lock(&mu_);
   const int64_t id = next_id_++;
-  if (checker_.joinable()) calls_[id] = Call{context.c_call(), std::move(what)};
+  if (checker_.joinable()) {
+    Call& call = calls_[id];
+    call.call = context.c_call();
+    call.what = std::move(what);
+  }
   return std::unique_ptr<Watch>(new Watch(this, id));
 }
 

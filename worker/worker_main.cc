@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   if (absl::StatusOr<int> valid = tessera::daemon::ListenPort(listen); !valid.ok()) {
-    spdlog::critical("--listen: {}", valid.status().message());
+    spdlog::critical("--listen: {}", std::string(valid.status().message()));
     return 2;
   }
   grpc::ServerBuilder builder;
