@@ -15,13 +15,13 @@ namespace {
 
 // The exit code and output (stdout and stderr) of `command`, or exit code 124 if it ran past
 // `seconds` (a daemon that started serving when it should have refused).
-struct Run {
+struct ProcessRun {
   int exit_code = -1;
   std::string output;
 };
 
-Run RunFor(const std::string& command, int seconds) {
-  Run run;
+ProcessRun RunFor(const std::string& command, int seconds) {
+  ProcessRun run;
   const std::string wrapped =
       absl::StrCat("timeout ", seconds, " ", command, " 2>&1; echo \"exit=$?\"");
   FILE* pipe = popen(wrapped.c_str(), "r");
@@ -55,7 +55,7 @@ class BadPortTest : public ::testing::TestWithParam<std::tuple<bool, BadPort>> {
 
 TEST_P(BadPortTest, IsRefusedAtStartNamingIt) {
   const auto& [coordinator, bad] = GetParam();
-  const Run run = RunFor(coordinator ? Coordinator(bad.listen) : Worker(bad.listen), 10);
+  const ProcessRun run = RunFor(coordinator ? Coordinator(bad.listen) : Worker(bad.listen), 10);
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_TRUE(absl::StrContains(run.output, "0..65535")) << run.output;
   EXPECT_TRUE(absl::StrContains(run.output, bad.named)) << run.output;
@@ -82,7 +82,7 @@ TEST(PortInUseTest, IsRefusedNamingTheAddress) {
   const std::string address = cluster.cluster->address();
   for (const std::string& command : {Coordinator(address), Worker(address)}) {
     SCOPED_TRACE(command);
-    const Run run = RunFor(command, 10);
+    const ProcessRun run = RunFor(command, 10);
     EXPECT_EQ(run.exit_code, 1) << run.output;
     EXPECT_TRUE(absl::StrContains(run.output, absl::StrCat("cannot listen on ", address)))
         << run.output;

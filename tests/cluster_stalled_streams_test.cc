@@ -37,7 +37,7 @@ const Shape kStalledShape = {3 << 20};
 constexpr size_t kChunkBytes = 1 << 20;
 // How long the calls queued behind a stalled stream may take: the timeout, the checker's period
 // and some slack, far under the 30 s the session waits.
-constexpr absl::Duration kPrompt = kIdleTimeout + absl::Seconds(3);
+const absl::Duration kPrompt = kIdleTimeout + absl::Seconds(3);
 // How long a stalled client keeps its stream open at most before it gives up on its own.
 constexpr absl::Duration kStallAtMost = absl::Seconds(10);
 
@@ -200,7 +200,9 @@ TEST_P(StalledStreamTest, EndsWithDeadlineExceededAndReleasesItsWorkersAndBytes)
   // Its 12 MiB per worker were given back: 8 MiB more fit in each 16 MiB budget.
   absl::StatusOr<DTensor> big = client::Zeros(S(), *line_, {2 << 20}, {Placement::Replicate()});
   EXPECT_TRUE(big.ok()) << big.status();
-  if (big.ok()) EXPECT_TRUE(big->Free().ok());
+  if (big.ok()) {
+    EXPECT_TRUE(big->Free().ok());
+  }
   EXPECT_TRUE(
       testing::StatusIs(S().GetLocal("line", 1, "stalled").status(), absl::StatusCode::kNotFound));
 }
