@@ -197,6 +197,7 @@ absl::Status LocalCluster::StartCoordinator(int port) {
              absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
              absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
              absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace)),
+             absl::StrCat("--stream_idle_timeout=", absl::FormatDuration(o.stream_idle_timeout)),
              absl::StrCat("--metrics_port=", o.metrics ? 0 : -1)},
             o.log_dir + "/coordinator.log");
   if (!coordinator.ok()) return coordinator.status();

@@ -33,6 +33,7 @@ struct LocalClusterOptions {
   absl::Duration client_grace = absl::Seconds(60);  // Coordinator's --client_grace.
   // Every daemon serves Prometheus metrics on a free port (--metrics_port=0).
   bool metrics = false;
+  absl::Duration stream_idle_timeout = absl::Seconds(30);  // --stream_idle_timeout.
 };
 
 // The CUDA devices `worker_binary` (tessera-worker) could serve: "cuda:N" names, in order.

@@ -1,23 +1,29 @@
 #include "core/device_mesh.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/checked_math.h"
 #include "core/status_macros.h"
 
 namespace tessera {
 
-absl::StatusOr<DeviceMesh> DeviceMesh::Create(std::string device_type, Shape shape,
-                                              std::vector<std::string> dim_names,
-                                              std::vector<int64_t> ranks) {
+absl::StatusOr<int64_t> DeviceMesh::CheckLayout(absl::string_view device_type, const Shape& shape,
+                                                std::span<const std::string> dim_names) {
   if (device_type != "cpu" && device_type != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown device type '", device_type, "'; expected 'cpu' or 'cuda'"));
   }
   if (shape.empty()) {
     return absl::InvalidArgumentError("a device mesh needs at least one dim");
+  }
+  if (shape.size() > static_cast<size_t>(kMaxMeshDims)) {
+    return absl::InvalidArgumentError(absl::StrCat("a mesh of ", shape.size(),
+                                                   " dims has more than ", kMaxMeshDims,
+                                                   ", the most a mesh may have"));
   }
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] <= 0) {
@@ -26,23 +32,35 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Create(std::string device_type, Shape sha
                                                      "; every mesh dim needs at least one rank"));
     }
   }
+  const std::optional<int64_t> n = CheckedProduct(shape);
+  if (!n || *n > kMaxMeshSize) {
+    return absl::InvalidArgumentError(absl::StrCat("mesh shape ", ShapeToString(shape),
+                                                   " has more than ", kMaxMeshSize,
+                                                   " slots, the most a mesh may have"));
+  }
   if (!dim_names.empty()) {
     if (dim_names.size() != shape.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "mesh_dim_names (", absl::StrJoin(dim_names, ", "), ") has ", dim_names.size(),
           " names but the mesh shape ", ShapeToString(shape), " has ", shape.size(), " dims"));
     }
-    absl::flat_hash_set<std::string> seen;
-    for (const std::string& n : dim_names) {
-      if (n.empty()) return absl::InvalidArgumentError("mesh dim names must not be empty");
-      if (!seen.insert(n).second) {
+    absl::flat_hash_set<absl::string_view> seen;
+    for (const std::string& name : dim_names) {
+      if (name.empty()) return absl::InvalidArgumentError("mesh dim names must not be empty");
+      if (!seen.insert(name).second) {
         return absl::InvalidArgumentError(
-            absl::StrCat("mesh_dim_names (", absl::StrJoin(dim_names, ", "), ") repeats '", n,
+            absl::StrCat("mesh_dim_names (", absl::StrJoin(dim_names, ", "), ") repeats '", name,
                          "'; each mesh dim needs a unique name"));
       }
     }
   }
-  const int64_t n = NumElements(shape);
+  return *n;
+}
+
+absl::StatusOr<DeviceMesh> DeviceMesh::Create(std::string device_type, Shape shape,
+                                              std::vector<std::string> dim_names,
+                                              std::vector<int64_t> ranks) {
+  ASSIGN_OR_RETURN(const int64_t n, CheckLayout(device_type, shape, dim_names));
   if (ranks.empty()) {
     ranks.resize(n);
     for (int64_t i = 0; i < n; ++i) ranks[i] = i;

@@ -12,16 +12,28 @@
 
 namespace tessera {
 
+// The most dims a mesh may have: each dim is one process group (one communicator and its thread
+// on every worker), so the count is bounded. PyTorch meshes use up to 4 or 5 (pp, dp, fsdp, cp,
+// tp).
+inline constexpr int kMaxMeshDims = 8;
+// The most ranks a mesh may have, so that a hostile shape cannot make it allocate without bound.
+inline constexpr int64_t kMaxMeshSize = int64_t{1} << 20;
+
 // An N-D arrangement of ranks of one device type, as PyTorch's DeviceMesh. Ranks are stored
 // row-major: the rank at coordinate c is ranks()[sum c[i] * stride[i]]. Immutable.
 class DeviceMesh {
  public:
   // Validates as init_device_mesh does: device type "cpu" or "cuda", positive sizes, as many unique
   // dim names as dims (or none), ranks unique and non-negative and as many as the mesh has slots.
-  // With no ranks given, ranks are 0..N-1.
+  // With no ranks given, ranks are 0..N-1. At most kMaxMeshDims dims and kMaxMeshSize ranks.
   static absl::StatusOr<DeviceMesh> Create(std::string device_type, Shape shape,
                                            std::vector<std::string> dim_names = {},
                                            std::vector<int64_t> ranks = {});
+
+  // The checks of Create that need no ranks (device type, shape, dim names), allocating nothing
+  // in proportion to the sizes; the number of ranks such a mesh has.
+  static absl::StatusOr<int64_t> CheckLayout(absl::string_view device_type, const Shape& shape,
+                                             std::span<const std::string> dim_names);
 
   const std::string& device_type() const { return device_type_; }
   const Shape& shape() const { return shape_; }

@@ -34,7 +34,7 @@ absl::StatusOr<std::vector<Placement>> NormalizePlacements(const DeviceMesh& mes
 
 absl::StatusOr<DTensorSpec> MakeDTensorSpec(DeviceMesh mesh, std::vector<Placement> placements,
                                             Shape shape, DType dtype) {
-  RETURN_IF_ERROR(ValidateShape(shape));
+  RETURN_IF_ERROR(ValidateTensorShape(dtype, shape));
   ASSIGN_OR_RETURN(
       std::vector<Placement> normalized,
       NormalizePlacements(mesh, std::move(placements), static_cast<int>(shape.size())));

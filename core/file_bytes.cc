@@ -1,11 +1,16 @@
 #include "core/file_bytes.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -21,43 +26,84 @@ struct FileCloser {
 };
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
+// What a file that is not a regular one is, for messages.
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// A regular file opened for reading, and its size when opened.
+struct RegularFile {
+  FilePtr file;
+  uint64_t size = 0;
+};
+
+// Opens `path` for reading if it is a regular file: without blocking (a FIFO with no writer would
+// block a plain open), then checked with fstat, so that a device, FIFO or directory is refused
+// with INVALID_ARGUMENT naming the path instead of read without end or waited on.
+absl::StatusOr<RegularFile> OpenRegularFile(absl::string_view path) {
+  const std::string p(path);
+  const int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return FileError(errno, "open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int error_number = errno;
+    ::close(fd);
+    return FileError(error_number, "stat", path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is ", FileKind(st.st_mode), "; only regular files are read"));
+  }
+  // Regular files ignore O_NONBLOCK; cleared all the same so that reads behave as usual.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  RegularFile out{FilePtr(::fdopen(fd, "rb")), static_cast<uint64_t>(st.st_size)};
+  if (out.file == nullptr) {
+    const int error_number = errno;
+    ::close(fd);
+    return FileError(error_number, "open", path);
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::byte>> ReadFileBytes(absl::string_view path) {
-  const std::string p(path);
-  FilePtr f(std::fopen(p.c_str(), "rb"));
-  if (f == nullptr) return FileError(errno, "open", path);
-  std::vector<std::byte> bytes;
-  std::byte chunk[1 << 16];
-  while (true) {
-    const size_t n = std::fread(chunk, 1, sizeof(chunk), f.get());
-    bytes.insert(bytes.end(), chunk, chunk + n);
-    if (n < sizeof(chunk)) break;
+  ASSIGN_OR_RETURN(RegularFile f, OpenRegularFile(path));
+  // At most the size it had when opened: a file that grows meanwhile is not read without bound.
+  std::vector<std::byte> bytes(f.size);
+  const size_t n = std::fread(bytes.data(), 1, bytes.size(), f.file.get());
+  if (std::ferror(f.file.get())) return FileError(errno, "read", path);
+  if (n != bytes.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("'", path, "' shrank from ", f.size, " to ", n, " bytes while it was read"));
   }
-  if (std::ferror(f.get())) return FileError(errno, "read", path);
   return bytes;
 }
 
 absl::StatusOr<uint64_t> FileSize(absl::string_view path) {
-  const std::string p(path);
-  FilePtr f(std::fopen(p.c_str(), "rb"));
-  if (f == nullptr) return FileError(errno, "open", path);
-  if (std::fseek(f.get(), 0, SEEK_END) != 0) return FileError(errno, "seek in", path);
-  const long size = std::ftell(f.get());
-  if (size < 0) return FileError(errno, "measure", path);
-  return static_cast<uint64_t>(size);
+  ASSIGN_OR_RETURN(RegularFile f, OpenRegularFile(path));
+  return f.size;
 }
 
 absl::StatusOr<std::string> ReadFileRange(absl::string_view path, uint64_t offset, size_t length) {
-  const std::string p(path);
-  FilePtr f(std::fopen(p.c_str(), "rb"));
-  if (f == nullptr) return FileError(errno, "open", path);
-  if (std::fseek(f.get(), static_cast<long>(offset), SEEK_SET) != 0) {
+  ASSIGN_OR_RETURN(RegularFile file, OpenRegularFile(path));
+  if (offset > file.size || length > file.size - offset) {
+    return absl::OutOfRangeError(absl::StrCat("'", path, "' ends before byte ", offset + length,
+                                              " (", file.size, " bytes)"));
+  }
+  std::FILE* f = file.file.get();
+  if (std::fseek(f, static_cast<long>(offset), SEEK_SET) != 0) {
     return FileError(errno, "seek in", path);
   }
   std::string bytes(length, '\0');
-  const size_t n = std::fread(bytes.data(), 1, length, f.get());
-  if (std::ferror(f.get())) return FileError(errno, "read", path);
+  const size_t n = std::fread(bytes.data(), 1, length, f);
+  if (std::ferror(f)) return FileError(errno, "read", path);
   if (n != length) {
     return absl::OutOfRangeError(absl::StrCat("'", path, "' ends before byte ", offset + length,
                                               " (", offset + n, " bytes)"));

@@ -50,19 +50,6 @@ absl::Status CheckBlock(const Shape& shape, std::span<const int64_t> offsets,
   return absl::OkStatus();
 }
 
-// A valid shape whose byte count fits in int64, so that nbytes() cannot wrap to a buffer smaller
-// than the tensor.
-absl::Status ValidateTensorShape(DType dtype, const Shape& shape) {
-  RETURN_IF_ERROR(ValidateShape(shape));
-  if (NumElements(shape) >
-      std::numeric_limits<int64_t>::max() / static_cast<int64_t>(DTypeSize(dtype))) {
-    return absl::InvalidArgumentError(absl::StrCat("a ", DTypeName(dtype), " tensor of shape ",
-                                                   ShapeToString(shape),
-                                                   " has more bytes than fit in int64"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 void CopyStrided(const ConstStridedView& src, const StridedView& dst) {

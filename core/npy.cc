@@ -1,5 +1,6 @@
 #include "core/npy.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -263,32 +264,53 @@ absl::StatusOr<absl::string_view> NpyDescr(DType dtype) {
                                                  " dtype; write it as safetensors (BF16) instead"));
 }
 
-absl::StatusOr<HostTensor> ParseNpy(std::span<const std::byte> bytes) {
-  const absl::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+namespace {
+
+// Where an npy file's header ends, from its first bytes (`prefix`, at least the 12-byte preamble or
+// the whole file) and its size, checking the magic, version and header length.
+absl::StatusOr<size_t> NpyHeaderEnd(std::span<const std::byte> prefix, uint64_t file_size) {
+  const absl::string_view text(reinterpret_cast<const char*>(prefix.data()), prefix.size());
   if (!absl::StartsWith(text, kMagic)) {
     return Invalid(absl::StrCat("bad magic '", Printable(text.substr(0, kMagic.size())),
                                 "'; an npy file starts with '\\x93NUMPY'"));
   }
-  if (bytes.size() < kMagic.size() + 2) {
-    return Invalid(absl::StrCat("file is ", bytes.size(), " bytes, too short for a version"));
+  if (prefix.size() < kMagic.size() + 2) {
+    return Invalid(absl::StrCat("file is ", file_size, " bytes, too short for a version"));
   }
-  const int major = std::to_integer<int>(bytes[6]), minor = std::to_integer<int>(bytes[7]);
+  const int major = std::to_integer<int>(prefix[6]), minor = std::to_integer<int>(prefix[7]);
   if ((major != 1 && major != 2 && major != 3) || minor != 0) {
     return Invalid(absl::StrCat("unsupported format version ", major, ".", minor,
                                 "; expected 1.0, 2.0 or 3.0"));
   }
   const size_t length_size = major == 1 ? 2 : 4;
   const size_t preamble = kMagic.size() + 2 + length_size;
-  if (bytes.size() < preamble) {
-    return Invalid(absl::StrCat("file is ", bytes.size(), " bytes, too short for the ", preamble,
+  if (prefix.size() < preamble) {
+    return Invalid(absl::StrCat("file is ", file_size, " bytes, too short for the ", preamble,
                                 "-byte preamble of version ", major, ".0"));
   }
-  const size_t header_size = ReadLittleEndian(bytes.data() + kMagic.size() + 2, length_size);
-  if (header_size > bytes.size() - preamble) {
+  const size_t header_size = ReadLittleEndian(prefix.data() + kMagic.size() + 2, length_size);
+  if (header_size > file_size - preamble) {
     return Invalid(absl::StrCat("header length ", header_size, " runs past the end of the file (",
-                                bytes.size() - preamble, " bytes follow the preamble)"));
+                                file_size - preamble, " bytes follow the preamble)"));
   }
-  ASSIGN_OR_RETURN(NpyHeader header, NpyHeaderParser(text.substr(preamble, header_size)).Parse());
+  return preamble + header_size;
+}
+
+// An npy file's dtype, shape and where its data starts.
+struct NpyLayout {
+  DType dtype;
+  Shape shape;
+  size_t data_offset = 0;
+};
+
+// The layout of the npy file whose first bytes are `prefix` (through its header at least) and
+// whose size is `file_size`, checking that the data the header declares is what the file holds.
+absl::StatusOr<NpyLayout> ParseNpyLayout(std::span<const std::byte> prefix, uint64_t file_size) {
+  ASSIGN_OR_RETURN(const size_t header_end, NpyHeaderEnd(prefix, file_size));
+  const absl::string_view text(reinterpret_cast<const char*>(prefix.data()), prefix.size());
+  const size_t preamble = prefix[6] == std::byte{1} ? 10 : 12;
+  ASSIGN_OR_RETURN(NpyHeader header,
+                   NpyHeaderParser(text.substr(preamble, header_end - preamble)).Parse());
   ASSIGN_OR_RETURN(DType dtype, DTypeFromDescr(header.descr));
   if (header.fortran_order) {
     return Invalid(
@@ -298,14 +320,22 @@ absl::StatusOr<HostTensor> ParseNpy(std::span<const std::byte> bytes) {
   if (absl::Status s = ValidateShape(header.shape); !s.ok()) {
     return Invalid(absl::StrCat("header: ", s.message()));
   }
-  const std::span<const std::byte> data = bytes.subspan(preamble + header_size);
+  const uint64_t data_size = file_size - header_end;
   const uint64_t elements = static_cast<uint64_t>(NumElements(header.shape));
-  if (data.size() % DTypeSize(dtype) != 0 || data.size() / DTypeSize(dtype) != elements) {
+  if (data_size % DTypeSize(dtype) != 0 || data_size / DTypeSize(dtype) != elements) {
     return Invalid(absl::StrCat("shape ", ShapeToString(header.shape), " of '", header.descr,
                                 "' needs ", NeededBytes(elements, DTypeSize(dtype)),
-                                " bytes, but the file has ", data.size(), " bytes of data"));
+                                " bytes, but the file has ", data_size, " bytes of data"));
   }
-  return HostTensor::FromBytes(dtype, std::move(header.shape), data);
+  return NpyLayout{dtype, std::move(header.shape), header_end};
+}
+
+}  // namespace
+
+absl::StatusOr<HostTensor> ParseNpy(std::span<const std::byte> bytes) {
+  ASSIGN_OR_RETURN(NpyLayout layout, ParseNpyLayout(bytes, bytes.size()));
+  return HostTensor::FromBytes(layout.dtype, std::move(layout.shape),
+                               bytes.subspan(layout.data_offset));
 }
 
 absl::StatusOr<std::vector<std::byte>> SerializeNpy(const HostTensor& tensor) {
@@ -344,12 +374,25 @@ absl::StatusOr<std::vector<std::byte>> SerializeNpy(const HostTensor& tensor) {
 }
 
 absl::StatusOr<HostTensor> ReadNpyFile(absl::string_view path) {
+  // A parse error names the file.
+  const auto named = [path](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  };
+  const auto as_bytes = [](const std::string& s) {
+    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(s.data()), s.size());
+  };
+  // The header first, checked against the file's size, so that the data is read only when it is
+  // what the header declares.
+  ASSIGN_OR_RETURN(const uint64_t size, FileSize(path));
+  ASSIGN_OR_RETURN(const std::string preamble,
+                   ReadFileRange(path, 0, static_cast<size_t>(std::min<uint64_t>(size, 12))));
+  absl::StatusOr<size_t> header_end = NpyHeaderEnd(as_bytes(preamble), size);
+  if (!header_end.ok()) return named(header_end.status());
+  ASSIGN_OR_RETURN(const std::string header, ReadFileRange(path, 0, *header_end));
+  if (absl::Status s = ParseNpyLayout(as_bytes(header), size).status(); !s.ok()) return named(s);
   ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFileBytes(path));
   absl::StatusOr<HostTensor> tensor = ParseNpy(bytes);
-  if (!tensor.ok()) {
-    return absl::Status(tensor.status().code(),
-                        absl::StrCat(path, ": ", tensor.status().message()));
-  }
+  if (!tensor.ok()) return named(tensor.status());
   return tensor;
 }
 

@@ -315,6 +315,8 @@ absl::StatusOr<std::vector<std::byte>> SerializeSafetensors(const SafetensorsFil
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(absl::string_view path) {
+  // The header first, checked against the file's size, before the data is read.
+  RETURN_IF_ERROR(ReadSafetensorsHeader(path).status());
   ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFileBytes(path));
   absl::StatusOr<SafetensorsFile> file = ParseSafetensors(bytes);
   if (!file.ok()) {

@@ -200,18 +200,6 @@ v1::MeshSpec ToProto(const DeviceMesh& mesh) {
 }
 
 absl::StatusOr<DeviceMesh> FromProto(const v1::MeshSpec& mesh) {
-  // Bound the slot count before DeviceMesh::Create allocates one entry per slot; sizes <= 0 are
-  // left for Create to report.
-  int64_t slots = 1;
-  for (int64_t size : mesh.shape()) {
-    if (size <= 0) continue;
-    if (slots > kMaxMeshSize / size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mesh shape ", ShapeToString(ToVector(mesh.shape())), " has more than ",
-                       kMaxMeshSize, " slots, the most a mesh may have"));
-    }
-    slots *= size;
-  }
   return DeviceMesh::Create(
       mesh.device_type(), ToVector(mesh.shape()),
       std::vector<std::string>(mesh.dim_names().begin(), mesh.dim_names().end()),
@@ -246,11 +234,7 @@ absl::StatusOr<DTensorSpec> FromProto(const v1::DTensorMeta& meta) {
   if (!shape.ok()) return Prefixed("DTensorMeta.shape", shape.status());
   absl::StatusOr<DType> dtype = FromProto(meta.dtype());
   if (!dtype.ok()) return Prefixed("DTensorMeta.dtype", dtype.status());
-  if (NumElements(*shape) > kInt64Max / static_cast<int64_t>(DTypeSize(*dtype))) {
-    return absl::InvalidArgumentError(absl::StrCat("a ", DTypeName(*dtype), " tensor of shape ",
-                                                   ShapeToString(*shape),
-                                                   " has more bytes than fit in int64"));
-  }
+  RETURN_IF_ERROR(ValidateTensorShape(*dtype, *shape));
   absl::StatusOr<DeviceMesh> mesh = FromProto(meta.mesh());
   if (!mesh.ok()) return Prefixed("DTensorMeta.mesh", mesh.status());
   absl::StatusOr<std::vector<Placement>> placements = FromProto(meta.placements());

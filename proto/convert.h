@@ -27,9 +27,6 @@
 
 namespace tessera {
 
-// Largest mesh FromProto accepts, so a hostile MeshSpec cannot make it allocate without bound.
-inline constexpr int64_t kMaxMeshSize = int64_t{1} << 20;
-
 v1::DType ToProto(DType dtype);
 // INVALID_ARGUMENT for DTYPE_UNSPECIFIED and for numbers that are not a dtype.
 absl::StatusOr<DType> FromProto(v1::DType dtype);
@@ -54,7 +51,7 @@ absl::StatusOr<std::vector<Placement>> FromProto(
 
 // Always writes the ranks explicitly.
 v1::MeshSpec ToProto(const DeviceMesh& mesh);
-// Validates through DeviceMesh::Create; also rejects meshes of more than kMaxMeshSize slots.
+// Validates through DeviceMesh::Create (which bounds dims and slots: kMaxMeshDims, kMaxMeshSize).
 absl::StatusOr<DeviceMesh> FromProto(const v1::MeshSpec& mesh);
 
 // Fills the derived fields too: every rank's local shape and global offset (LocalShapeAndOffsetAt,

@@ -366,8 +366,10 @@ absl::StatusOr<DTensorSpec> CollectiveService::RankBlock(const Mesh& mesh, int64
 grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
                                          grpc::ServerReader<v1::PutLocalChunk>* reader,
                                          v1::PutLocalReply* reply) {
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "PutLocal");
   v1::PutLocalChunk chunk;
-  if (!reader->Read(&chunk)) {
+  if (!watch->Read(*reader, &chunk)) {
+    if (watch->expired()) return ToGrpcStatus(watch->ExpiredError());
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "PutLocal stream had no chunks");
   }
   absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Reachable(chunk.mesh());
@@ -381,6 +383,7 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
   if (!dtype.ok()) return ToGrpcStatus(dtype.status());
   absl::StatusOr<Shape> shape = FromProto(chunk.shape());
   if (!shape.ok()) return ToGrpcStatus(shape.status());
+  if (absl::Status s = ValidateTensorShape(*dtype, *shape); !s.ok()) return ToGrpcStatus(s);
   LocalLayout layout{*dtype, *std::move(shape)};
   absl::StatusOr<DTensorSpec> block = RankBlock(**mesh, chunk.rank(), layout);
   if (!block.ok()) return ToGrpcStatus(block.status());
@@ -393,13 +396,13 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
   absl::StatusOr<uint64_t> bytes =
       ScatterStream(*dispatcher_, *block, {0}, WorkerTensorName(**mesh, name),
                     TransferDeadline(*context), chunk.data(), [&](std::string* data) {
-                      if (!reader->Read(&chunk)) return false;
+                      if (!watch->Read(*reader, &chunk)) return false;
                       *data = std::move(*chunk.mutable_data());
                       return true;
                     });
   if (!bytes.ok()) {
     (*mesh)->locals.CancelUpload(name, rank);
-    return ToGrpcStatus(bytes.status());
+    return ToGrpcStatus(watch->expired() ? watch->ExpiredError() : bytes.status());
   }
   reply->set_bytes(static_cast<int64_t>(*bytes));
   (*mesh)->locals.RecordUpload(name, rank, std::move(layout));

@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/dtensor_spec.h"
 #include "server/dispatcher.h"
+#include "server/idle_streams.h"
 #include "server/local_tensor_table.h"
 #include "server/mesh_table.h"
 #include "tessera/v1/collective.grpc.pb.h"
@@ -23,8 +24,10 @@ namespace tessera {
 // groups disagree before anything runs; a mesh runs its collectives in the order accepted here.
 class CollectiveService final : public v1::CollectiveService::Service, public MeshUser {
  public:
-  CollectiveService(MeshTable* meshes, Dispatcher* dispatcher)
-      : meshes_(meshes), dispatcher_(dispatcher) {}
+  // A PutLocal stream whose client sends nothing for `stream_idle_timeout` is ended (IdleStreams).
+  CollectiveService(MeshTable* meshes, Dispatcher* dispatcher,
+                    absl::Duration stream_idle_timeout = absl::Seconds(30))
+      : meshes_(meshes), dispatcher_(dispatcher), idle_(stream_idle_timeout) {}
 
   // Client stream.
   grpc::Status PutLocal(grpc::ServerContext* context, grpc::ServerReader<v1::PutLocalChunk>* reader,
@@ -109,6 +112,7 @@ class CollectiveService final : public v1::CollectiveService::Service, public Me
 
   MeshTable* meshes_;
   Dispatcher* dispatcher_;
+  IdleStreams idle_;
   absl::Mutex works_mu_;
   std::map<int64_t, MeshWorks> works_ ABSL_GUARDED_BY(works_mu_);  // by mesh id
 };

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "core/release_mode.h"
 #include "daemon/daemon_flags.h"
+#include "daemon/server_setup.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -43,8 +44,10 @@ struct CoordinatorFlags {
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration dead_after = absl::Seconds(3);
   absl::Duration client_grace = absl::Seconds(60);
+  absl::Duration stream_idle_timeout = absl::Seconds(30);
   int64_t max_message_bytes = 64 << 20;
   int metrics_port = -1;
+  int max_rpc_threads = tessera::daemon::kDefaultMaxRpcThreads;
 };
 
 void AddFlags(CLI::App& app, CoordinatorFlags& f) {
@@ -58,10 +61,18 @@ void AddFlags(CLI::App& app, CoordinatorFlags& f) {
   tessera::daemon::AddDurationFlag(
       app, "--client_grace", &f.client_grace,
       "a client holding a lease that makes no call for this long loses its tensors");
+  tessera::daemon::AddDurationFlag(
+      app, "--stream_idle_timeout", &f.stream_idle_timeout,
+      "an upload stream (distribute, from_local, put) whose client sends nothing for this long "
+      "is ended with DEADLINE_EXCEEDED, releasing its workers and buffers");
   app.add_option("--max_message_bytes", f.max_message_bytes,
                  "largest gRPC message accepted or sent")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
   tessera::daemon::AddMetricsPortFlag(app, &f.metrics_port);
+  app.add_option("--max_rpc_threads", f.max_rpc_threads,
+                 "most threads serving gRPC calls at once; a call past them is refused with "
+                 "RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(16, 65536));
 }
 
 }  // namespace
@@ -100,9 +111,9 @@ int main(int argc, char** argv) {
   tessera::RegistryService registry_service(&workers, &store);
   tessera::MeshTable meshes(&workers);
   tessera::WorkerBytes ledger;  // local tensors and DTensor shards, against each worker's budget
-  tessera::CollectiveService collective_service(&meshes, &dispatcher);
+  tessera::CollectiveService collective_service(&meshes, &dispatcher, flags.stream_idle_timeout);
   tessera::DTensorTable tensors(&meshes, &dispatcher, &ledger);
-  tessera::DTensorService dtensor_service(&tensors, flags.client_grace);
+  tessera::DTensorService dtensor_service(&tensors, flags.client_grace, flags.stream_idle_timeout);
   tessera::MeshReformer reformer(&meshes, &dispatcher, &store);
   dispatcher.ObserveBroken([&reformer](const tessera::WorkerHandle& worker,
                                        const tessera::v1::BrokenCommunicator& broken) {
@@ -121,7 +132,12 @@ int main(int argc, char** argv) {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (absl::StatusOr<int> valid = tessera::daemon::ListenPort(flags.listen); !valid.ok()) {
+    spdlog::critical("--listen: {}", std::string(valid.status().message()));
+    return 2;
+  }
   grpc::ServerBuilder builder;
+  tessera::daemon::ConfigureServer(builder, flags.max_rpc_threads);
   int port = 0;
   builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
   const int max_bytes = static_cast<int>(flags.max_message_bytes);
@@ -139,7 +155,7 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    spdlog::critical("cannot listen on {}", flags.listen);
+    spdlog::critical("{}", tessera::daemon::CannotListenMessage(flags.listen));
     return 1;
   }
   // The first line on stdout is the bound port, for launchers that asked for port 0 (logs go to

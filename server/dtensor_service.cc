@@ -49,8 +49,12 @@ absl::StatusOr<DTensorSpec> FactorySpec(const Mesh& mesh, const v1::CreateTensor
 
 }  // namespace
 
-DTensorService::DTensorService(DTensorTable* tensors, absl::Duration client_grace)
-    : tensors_(tensors), streams_(tensors), checkpoints_(tensors), leases_(client_grace) {
+DTensorService::DTensorService(DTensorTable* tensors, absl::Duration client_grace,
+                               absl::Duration stream_idle_timeout)
+    : tensors_(tensors),
+      streams_(tensors, stream_idle_timeout),
+      checkpoints_(tensors),
+      leases_(client_grace) {
   reaper_ = std::thread([this] {
     const absl::Duration period =
         std::clamp(leases_.grace() / 4, absl::Milliseconds(50), absl::Seconds(5));

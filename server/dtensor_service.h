@@ -20,8 +20,10 @@ namespace tessera {
 // command to the workers and return; streams go through DTensorStreams.
 class DTensorService final : public v1::DTensorService::Service {
  public:
-  // `client_grace`: how long a client's tensors outlive its last call once it held a lease.
-  DTensorService(DTensorTable* tensors, absl::Duration client_grace);
+  // A client whose leases go `client_grace` without a call loses its tensors; an upload stream
+  // whose client sends nothing for `stream_idle_timeout` is ended (IdleStreams).
+  DTensorService(DTensorTable* tensors, absl::Duration client_grace,
+                 absl::Duration stream_idle_timeout);
   ~DTensorService() override;
 
   // Client stream.

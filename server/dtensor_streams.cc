@@ -64,10 +64,12 @@ absl::Status DTensorStreams::Spread(const DTensorEntry& tensor, const std::vecto
 }
 
 absl::StatusOr<v1::TensorInfo> DTensorStreams::Distribute(
-    const grpc::ServerContext& context, grpc::ServerReader<v1::DistributeChunk>* reader,
+    grpc::ServerContext& context, grpc::ServerReader<v1::DistributeChunk>* reader,
     const std::string& owner) {
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(context, "DistributeTensor");
   v1::DistributeChunk chunk;
-  if (!reader->Read(&chunk)) {
+  if (!watch->Read(*reader, &chunk)) {
+    if (watch->expired()) return watch->ExpiredError();
     return absl::InvalidArgumentError("DistributeTensor stream had no chunks");
   }
   const v1::DistributeHeader& h = chunk.header();
@@ -87,14 +89,14 @@ absl::StatusOr<v1::TensorInfo> DTensorStreams::Distribute(
   absl::StatusOr<int64_t> received = ScatterStream(
       tensors_->dispatcher(), spec, BlockHolders(spec, source), DTensorTable::WorkerName(t->name),
       TransferDeadline(context), std::move(*chunk.mutable_data()), [&](std::string* data) {
-        if (!reader->Read(&chunk)) return false;
+        if (!watch->Read(*reader, &chunk)) return false;
         *data = std::move(*chunk.mutable_data());
         return true;
       });
   if (!received.ok()) {
     // Nothing of the new tensor is kept; shards that did arrive are freed.
     tensors_->Release(*t);
-    return received.status();
+    return watch->expired() ? watch->ExpiredError() : received.status();
   }
   RETURN_IF_ERROR(Spread(*t, source, ReplicaDims(spec), /*partition=*/true));
   return tensors_->Describe(*t);
@@ -117,8 +119,9 @@ absl::StatusOr<Shape> DTensorStreams::FromLocalShape(const DeviceMesh& mesh,
 absl::Status DTensorStreams::ReceiveRank(const grpc::ServerContext& context,
                                          const DTensorEntry& tensor,
                                          grpc::ServerReader<v1::FromLocalChunk>* reader,
-                                         bool has_shape, std::vector<bool>& seen,
-                                         v1::FromLocalChunk& chunk, bool& more) {
+                                         IdleStreams::Watch& watch, bool has_shape,
+                                         std::vector<bool>& seen, v1::FromLocalChunk& chunk,
+                                         bool& more) {
   const DTensorSpec& spec = tensor.spec;
   const int64_t rank = chunk.rank();
   if (rank < 0 || rank >= spec.mesh.size()) {
@@ -143,7 +146,7 @@ absl::Status DTensorStreams::ReceiveRank(const grpc::ServerContext& context,
   absl::StatusOr<int64_t> received = ScatterStream(
       tensors_->dispatcher(), block, {0}, DTensorTable::WorkerName(tensor.name),
       TransferDeadline(context), std::move(*chunk.mutable_data()), [&](std::string* data) {
-        if (!reader->Read(&chunk)) return false;
+        if (!watch.Read(*reader, &chunk)) return false;
         if (chunk.begins_rank()) {
           more = true;
           return false;
@@ -159,10 +162,14 @@ absl::Status DTensorStreams::ReceiveRank(const grpc::ServerContext& context,
 }
 
 absl::StatusOr<v1::TensorInfo> DTensorStreams::FromLocal(
-    const grpc::ServerContext& context, grpc::ServerReader<v1::FromLocalChunk>* reader,
+    grpc::ServerContext& context, grpc::ServerReader<v1::FromLocalChunk>* reader,
     const std::string& owner) {
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(context, "FromLocal");
   v1::FromLocalChunk chunk;
-  if (!reader->Read(&chunk)) return absl::InvalidArgumentError("FromLocal stream had no chunks");
+  if (!watch->Read(*reader, &chunk)) {
+    if (watch->expired()) return watch->ExpiredError();
+    return absl::InvalidArgumentError("FromLocal stream had no chunks");
+  }
   const v1::FromLocalHeader h = chunk.header();
   ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, tensors_->meshes().Ready(h.mesh()));
   const DeviceMesh& dm = mesh->mesh;
@@ -180,7 +187,7 @@ absl::StatusOr<v1::TensorInfo> DTensorStreams::FromLocal(
   std::vector<bool> seen(static_cast<size_t>(dm.size()), false);
   absl::Status status;
   for (bool more = true; status.ok() && more;) {
-    status = ReceiveRank(context, *t, reader, h.has_shape(), seen, chunk, more);
+    status = ReceiveRank(context, *t, reader, *watch, h.has_shape(), seen, chunk, more);
   }
   for (int64_t r = 0; status.ok() && r < dm.size(); ++r) {
     if (!seen[r]) {
@@ -188,6 +195,7 @@ absl::StatusOr<v1::TensorInfo> DTensorStreams::FromLocal(
           absl::StrCat("the stream ended without rank ", r, "'s shard; every rank needs one"));
     }
   }
+  if (!status.ok() && watch->expired()) status = watch->ExpiredError();
   if (!status.ok()) {
     tensors_->Release(*t);
     return status;

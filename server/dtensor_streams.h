@@ -11,6 +11,7 @@
 #include "core/dtensor_spec.h"
 #include "grpcpp/grpcpp.h"
 #include "server/dtensor_table.h"
+#include "server/idle_streams.h"
 #include "tessera/v1/tensor.pb.h"
 
 namespace tessera {
@@ -21,12 +22,15 @@ namespace tessera {
 // call returns what its RPC replies; the caller's client id is `owner`.
 class DTensorStreams {
  public:
-  explicit DTensorStreams(DTensorTable* tensors) : tensors_(tensors) {}
+  // An upload whose client sends nothing for `idle_timeout` is ended (IdleStreams; by default
+  // none is).
+  explicit DTensorStreams(DTensorTable* tensors, absl::Duration idle_timeout = absl::ZeroDuration())
+      : tensors_(tensors), idle_(idle_timeout) {}
 
-  absl::StatusOr<v1::TensorInfo> Distribute(const grpc::ServerContext& context,
+  absl::StatusOr<v1::TensorInfo> Distribute(grpc::ServerContext& context,
                                             grpc::ServerReader<v1::DistributeChunk>* reader,
                                             const std::string& owner);
-  absl::StatusOr<v1::TensorInfo> FromLocal(const grpc::ServerContext& context,
+  absl::StatusOr<v1::TensorInfo> FromLocal(grpc::ServerContext& context,
                                            grpc::ServerReader<v1::FromLocalChunk>* reader,
                                            const std::string& owner);
   absl::Status ToLocal(const grpc::ServerContext& context, const v1::ToLocalRequest& request,
@@ -72,10 +76,12 @@ class DTensorStreams {
   // Receives one rank's section of a from_local stream, starting at `chunk` (its header chunk),
   // into its worker; leaves the next rank's header chunk in `chunk`, or sets `more` to false.
   absl::Status ReceiveRank(const grpc::ServerContext& context, const DTensorEntry& tensor,
-                           grpc::ServerReader<v1::FromLocalChunk>* reader, bool has_shape,
-                           std::vector<bool>& seen, v1::FromLocalChunk& chunk, bool& more);
+                           grpc::ServerReader<v1::FromLocalChunk>* reader,
+                           IdleStreams::Watch& watch, bool has_shape, std::vector<bool>& seen,
+                           v1::FromLocalChunk& chunk, bool& more);
 
   DTensorTable* tensors_;
+  IdleStreams idle_;
 };
 
 }  // namespace tessera

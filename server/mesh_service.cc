@@ -72,14 +72,14 @@ grpc::Status MeshService::CreateMesh(grpc::ServerContext*, const v1::CreateMeshR
   }
   const Shape shape(request->shape().begin(), request->shape().end());
   const std::vector<std::string> names(request->dim_names().begin(), request->dim_names().end());
-  // Validate device type, shape and names before looking for workers.
-  absl::StatusOr<DeviceMesh> probe = DeviceMesh::Create(request->device_type(), shape, names);
-  if (!probe.ok()) return ToGrpcStatus(probe.status());
+  // Validate device type, shape and names, then count the workers, before allocating anything in
+  // proportion to the shape.
+  absl::StatusOr<int64_t> size = DeviceMesh::CheckLayout(request->device_type(), shape, names);
+  if (!size.ok()) return ToGrpcStatus(size.status());
   std::vector<int64_t> ids;
   std::vector<int64_t> incarnations;
   std::vector<int64_t> budgets;
-  if (absl::Status s = ChooseWorkers(*request, probe->size(), &ids, &incarnations, &budgets);
-      !s.ok()) {
+  if (absl::Status s = ChooseWorkers(*request, *size, &ids, &incarnations, &budgets); !s.ok()) {
     return ToGrpcStatus(s);
   }
   absl::StatusOr<DeviceMesh> dm = DeviceMesh::Create(request->device_type(), shape, names, ids);

@@ -32,10 +32,11 @@ class WorkerBytes {
   // Enters every holding (each replacing what its key held on its worker) if no worker whose
   // bytes grow passes its budget; otherwise RESOURCE_EXHAUSTED naming the first worker that would,
   // what it holds and its budget ("<what> needs N bytes on worker W, which holds H of its B-byte
-  // budget"), and nothing changes.
+  // budget"), and nothing changes. Sums are checked: a worker whose total would pass int64 is
+  // RESOURCE_EXHAUSTED whatever its budget, and negative bytes are INVALID_ARGUMENT.
   absl::Status Hold(std::span<const Holding> holdings, absl::string_view what);
   // Enters a holding without a check: bytes the workers hold already (e.g. a tensor a failed
-  // command left as it was).
+  // command left as it was). Counts saturate: a worker's total stays within [0, int64 max].
   void Set(const Holding& holding);
   // Forgets `key` on `worker`.
   void Release(int64_t worker, const std::string& key);
@@ -47,6 +48,9 @@ class WorkerBytes {
     int64_t total = 0;
     std::map<std::string, int64_t> keys;
   };
+
+  // Replaces what `holding.key` held on its worker by `holding.bytes` (clamped to what fits).
+  void Enter(const Holding& holding) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   std::map<int64_t, Worker> workers_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 // leaves every existing tensor intact and the mesh's communicators working.
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -195,6 +196,26 @@ TEST_F(ClusterBadInputTest, MeshShapeThatDoesNotMatchTheWorkers) {
   ASSERT_TRUE(meshes.ok()) << meshes.status();
   ASSERT_EQ(meshes->size(), 1u);
   EXPECT_EQ((*meshes)[0].name, "m");
+}
+
+// Shapes whose sizes are hostile: refused naming the value before the coordinator allocates
+// anything in proportion to them, and meshes of more than kMaxMeshDims dims are refused.
+TEST_F(ClusterBadInputTest, MeshShapesPastTheLimits) {
+  EXPECT_TRUE(StatusIs(CreateMesh("max", "cpu", {std::numeric_limits<int64_t>::max()}).status(),
+                       kInvalid, {"9223372036854775807"}));
+  EXPECT_TRUE(StatusIs(CreateMesh("wide", "cpu", {30000000}).status(), kInvalid, {"30000000"}));
+  EXPECT_TRUE(StatusIs(CreateMesh("wraps", "cpu", {int64_t{1} << 32, int64_t{1} << 32}).status(),
+                       kInvalid, {"4294967296"}));
+  // At the slot limit, the count of live workers refuses it.
+  EXPECT_TRUE(StatusIs(CreateMesh("limit", "cpu", {kMaxMeshSize}).status(), kInvalid,
+                       {absl::StrCat("needs ", kMaxMeshSize), "4 are live"}));
+  EXPECT_TRUE(StatusIs(CreateMesh("deep", "cpu", Shape(10000, 1)).status(), kInvalid,
+                       {"10000 dims", absl::StrCat(kMaxMeshDims)}));
+  EXPECT_TRUE(StatusIs(CreateMesh("nine", "cpu", Shape(kMaxMeshDims + 1, 1), {}, {0}).status(),
+                       kInvalid, {absl::StrCat(kMaxMeshDims + 1, " dims")}));
+  absl::StatusOr<std::vector<client::MeshInfo>> meshes = client().ListMeshes();
+  ASSERT_TRUE(meshes.ok()) << meshes.status();
+  EXPECT_EQ(meshes->size(), 1u);
 }
 
 TEST_F(ClusterBadInputTest, UnknownDeviceType) {

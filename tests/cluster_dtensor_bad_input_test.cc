@@ -345,6 +345,26 @@ TEST_F(DTensorBadInputTest, TensorOverTheMemoryBudget) {
                        {"83886080 bytes", "worker", "67108864"}));
 }
 
+// A factory tensor whose byte count passes int64 is refused before the budget is counted, and the
+// count stays sound: a tensor past the budget is still refused after it.
+TEST_F(DTensorBadInputTest, TensorWhoseByteCountPassesInt64) {
+  const int64_t elements_that_wrap = int64_t{1} << 62;  // x 4 bytes = 2^64
+  EXPECT_TRUE(StatusIs(
+      client::Zeros(S(), *line_, {elements_that_wrap}, {Placement::Shard(0)}).status(),
+      absl::StatusCode::kInvalidArgument,
+      {"float32", absl::StrCat("[", elements_that_wrap, "]"), "more bytes than fit in int64"}));
+  EXPECT_TRUE(StatusIs(client::Full(S(), *line_, {int64_t{1} << 31, int64_t{1} << 31},
+                                    {Placement::Replicate()}, 1.0, DType::kFloat64)
+                           .status(),
+                       absl::StatusCode::kInvalidArgument, {"float64", "more bytes"}));
+  // 2^60 float32 elements fit in int64 bytes (2^62): counted, and refused against the budget.
+  EXPECT_TRUE(
+      StatusIs(client::Zeros(S(), *line_, {int64_t{1} << 60}, {Placement::Replicate()}).status(),
+               absl::StatusCode::kResourceExhausted, {"budget"}));
+  EXPECT_TRUE(StatusIs(client::Zeros(S(), *line_, {4, 5 << 20}, {Placement::Replicate()}).status(),
+                       absl::StatusCode::kResourceExhausted, {"67108864"}));
+}
+
 TEST_F(DTensorBadInputTest, NameTakenAndBadName) {
   EXPECT_TRUE(
       StatusIs(client::CreateTensor(S(), client::Factory::kZeros, *line_, {4},

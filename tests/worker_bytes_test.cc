@@ -1,5 +1,6 @@
 #include "server/worker_bytes.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,64 @@ INSTANTIATE_TEST_SUITE_P(
         // A budget of 0 is none.
         Case{"no_budget", {On(1, "a", 500, 0)}, {On(1, "b", 500, 0)}, -1, 1000, 0}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// Sizes whose sums pass int64: what is entered unchecked before, the Hold, the code it must give
+// and what worker 1 must hold after it (never negative, never wrapped).
+struct OverflowCase {
+  std::string name;
+  std::vector<Holding> before;
+  std::vector<Holding> hold;
+  absl::StatusCode code;
+  int64_t held1;
+};
+
+class WorkerBytesOverflowTest : public ::testing::TestWithParam<OverflowCase> {};
+
+TEST_P(WorkerBytesOverflowTest, RefusesSumsPastInt64AndNeverGoesNegative) {
+  const OverflowCase& c = GetParam();
+  WorkerBytes ledger;
+  for (const Holding& h : c.before) ledger.Set(h);
+  absl::Status s = ledger.Hold(c.hold, "tensor t");
+  EXPECT_EQ(s.code(), c.code) << s;
+  EXPECT_EQ(ledger.Held(1), c.held1);
+  // The count stays sound afterwards: a TiB still does not pass a 100-byte budget.
+  const Holding tib = On(1, "tib", int64_t{1} << 40);
+  EXPECT_EQ(ledger.Hold({&tib, 1}, "tib").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ledger.Held(1), c.held1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, WorkerBytesOverflowTest,
+                         ::testing::Values(OverflowCase{"two_holdings_wrap",
+                                                        {},
+                                                        {On(1, "a", kMax), On(1, "b", kMax)},
+                                                        absl::StatusCode::kResourceExhausted,
+                                                        0},
+                                           OverflowCase{"held_plus_added_wraps",
+                                                        {On(1, "a", 60)},
+                                                        {On(1, "b", kMax)},
+                                                        absl::StatusCode::kResourceExhausted,
+                                                        60},
+                                           OverflowCase{"no_budget_still_checked",
+                                                        {On(1, "a", kMax, 0)},
+                                                        {On(1, "b", 1, 0)},
+                                                        absl::StatusCode::kResourceExhausted,
+                                                        kMax},
+                                           // Set saturates rather than wrapping.
+                                           OverflowCase{"set_saturates",
+                                                        {On(1, "a", kMax, 0), On(1, "b", kMax, 0)},
+                                                        {On(1, "c", 1, 0)},
+                                                        absl::StatusCode::kResourceExhausted,
+                                                        kMax},
+                                           OverflowCase{"negative_bytes",
+                                                        {On(1, "a", 60)},
+                                                        {On(1, "b", -kMax)},
+                                                        absl::StatusCode::kInvalidArgument,
+                                                        60}),
+                         [](const ::testing::TestParamInfo<OverflowCase>& info) {
+                           return info.param.name;
+                         });
 
 TEST(WorkerBytesTest, MessageNamesWhatItNeedsAndWhatTheWorkerHolds) {
   WorkerBytes ledger;

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "core/release_mode.h"
 #include "daemon/daemon_flags.h"
+#include "daemon/server_setup.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -47,6 +48,7 @@ struct WorkerFlags {
   absl::Duration sequence_stall_limit = absl::Minutes(1);
   bool list_devices = false;
   int metrics_port = -1;
+  int max_rpc_threads = tessera::daemon::kDefaultMaxRpcThreads;
 };
 
 void AddFlags(CLI::App& app, WorkerFlags& f) {
@@ -74,6 +76,10 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
                "print the CUDA devices this worker could serve, one per line (device, model, total "
                "and free bytes, tab-separated), and exit: 0 with the list (empty if there are "
                "none), 1 with the reason on stderr when CUDA cannot be used");
+  app.add_option("--max_rpc_threads", f.max_rpc_threads,
+                 "most threads serving gRPC calls at once; a call past them is refused with "
+                 "RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(16, 65536));
   tessera::daemon::AddDurationFlag(
       app, "--sequence_stall_limit", &f.sequence_stall_limit,
       "how long a command sequence the coordinator neither used nor released may hold later "
@@ -201,7 +207,12 @@ int main(int argc, char** argv) {
   const std::string& listen = flags.listen;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (absl::StatusOr<int> valid = tessera::daemon::ListenPort(listen); !valid.ok()) {
+    spdlog::critical("--listen: {}", std::string(valid.status().message()));
+    return 2;
+  }
   grpc::ServerBuilder builder;
+  tessera::daemon::ConfigureServer(builder, flags.max_rpc_threads);
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   const int max_bytes = static_cast<int>(flags.max_message_bytes);
@@ -214,7 +225,7 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    spdlog::critical("cannot listen on {}", listen);
+    spdlog::critical("{}", tessera::daemon::CannotListenMessage(listen));
     return 1;
   }
   ExportShardMetrics(service, device, flags.memory_budget);

@@ -197,6 +197,8 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
   if (!dtype.ok()) return finish(dtype.status());
   absl::StatusOr<Shape> shape = FromProto(chunk.shape());
   if (!shape.ok()) return finish(shape.status());
+  // Its byte count must fit in int64 before it is counted against the budget.
+  if (absl::Status s = ValidateTensorShape(*dtype, *shape); !s.ok()) return finish(s);
   const int64_t want = NumElements(*shape) * static_cast<int64_t>(DTypeSize(*dtype));
   // Check the budget before taking the bytes; the old tensor of the same name is replaced.
   if (absl::Status s = store_.Reserve(want, name); !s.ok()) return finish(s);

@@ -1,0 +1,224 @@
+// Clients that stop half-way through an upload stream and keep the channel open, against a
+// coordinator with --stream_idle_timeout=1s: each stalled call ends with DEADLINE_EXCEEDED once
+// it has sent nothing for a second, its workers' sequences are released so that puts and gets on
+// the same workers complete promptly after it, and the bytes it had reserved against the workers'
+// budgets are given back (a tensor that fits only without them is accepted).
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/testing/reference.h"
+#include "proto/convert.h"
+#include "proto/grpc_status.h"
+#include "tessera/v1/collective.grpc.pb.h"
+#include "tessera/v1/dtensor.grpc.pb.h"
+#include "tests/cluster_fixture.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::client::DTensor;
+using ::tessera::client::Session;
+using ::tessera::testing::TensorsMatch;
+
+constexpr int kWorkers = 4;
+constexpr absl::Duration kIdleTimeout = absl::Seconds(1);
+constexpr int64_t kBudget = int64_t{16} << 20;  // per worker
+// The stalled tensor: 12 MiB on each worker it reaches, of which one 1 MiB chunk is sent.
+const Shape kStalledShape = {3 << 20};
+constexpr size_t kChunkBytes = 1 << 20;
+// How long the calls queued behind a stalled stream may take: the timeout, the checker's period
+// and some slack, far under the 30 s the session waits.
+const absl::Duration kPrompt = kIdleTimeout + absl::Seconds(3);
+// How long a stalled client keeps its stream open at most before it gives up on its own.
+constexpr absl::Duration kStallAtMost = absl::Seconds(10);
+
+enum class Stalled { kDistributeTensor, kFromLocal, kPutLocal };
+enum class FollowUp { kPutThenGetLocal, kDistributeThenFullTensor };
+
+std::string StalledName(Stalled s) {
+  switch (s) {
+    case Stalled::kDistributeTensor:
+      return "DistributeTensor";
+    case Stalled::kFromLocal:
+      return "FromLocal";
+    case Stalled::kPutLocal:
+      return "PutLocal";
+  }
+  return "?";
+}
+
+class StalledStreamTest : public ::testing::TestWithParam<std::tuple<Stalled, FollowUp>> {
+ public:
+  static void SetUpTestSuite() {
+    cluster_ = new testing::TestCluster;
+    LocalClusterOptions options = testing::TestClusterOptions(kWorkers);
+    options.memory_budget_bytes = kBudget;
+    options.stream_idle_timeout = kIdleTimeout;
+    ASSERT_TRUE(cluster_->Start(options).ok());
+    ASSERT_TRUE(client::InitDeviceMesh(*cluster_->client, "cpu", {kWorkers}, {}, "line").ok());
+    session_ = new std::shared_ptr<Session>(Session::Connect(cluster_->cluster->address()).value());
+    line_ = new client::Mesh(client::GetMesh(S(), "line").value());
+    channel_ = new std::shared_ptr<grpc::Channel>(
+        grpc::CreateChannel(cluster_->cluster->address(), grpc::InsecureChannelCredentials()));
+  }
+  static void TearDownTestSuite() {
+    delete channel_;
+    delete line_;
+    delete session_;
+    cluster_->Stop();
+    delete cluster_;
+  }
+
+ protected:
+  static Session& S() { return **session_; }
+
+  // Opens a stream of kind `s`, sends its header and one chunk, then sends nothing until `done`
+  // is notified (or kStallAtMost passes) while the channel stays open; the call's status.
+  static absl::Status StallOnce(Stalled s, absl::Notification& done) {
+    grpc::ClientContext context;
+    context.AddMetadata("tessera-client", S().client_id());
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    const std::string data(kChunkBytes, '\1');
+    auto stall_then_finish = [&](auto& writer) {
+      done.WaitForNotificationWithTimeout(kStallAtMost);
+      writer->WritesDone();
+      return FromGrpcStatus(writer->Finish());
+    };
+    switch (s) {
+      case Stalled::kDistributeTensor: {
+        v1::TensorInfo info;
+        auto writer = v1::DTensorService::NewStub(*channel_)->DistributeTensor(&context, &info);
+        v1::DistributeChunk chunk;
+        v1::DistributeHeader* h = chunk.mutable_header();
+        h->set_mesh("line");
+        *h->mutable_placements() = ToProto(std::vector<Placement>{Placement::Replicate()});
+        h->set_dtype(v1::FLOAT32);
+        *h->mutable_shape() = ToProto(kStalledShape);
+        chunk.set_data(data);
+        writer->Write(chunk);
+        return stall_then_finish(writer);
+      }
+      case Stalled::kFromLocal: {
+        v1::TensorInfo info;
+        auto writer = v1::DTensorService::NewStub(*channel_)->FromLocal(&context, &info);
+        v1::FromLocalChunk chunk;
+        v1::FromLocalHeader* h = chunk.mutable_header();
+        h->set_mesh("line");
+        *h->mutable_placements() = ToProto(std::vector<Placement>{Placement::Replicate()});
+        h->set_dtype(v1::FLOAT32);
+        chunk.set_begins_rank(true);
+        chunk.set_rank(0);
+        *chunk.mutable_local_shape() = ToProto(kStalledShape);
+        chunk.set_data(data);
+        writer->Write(chunk);
+        return stall_then_finish(writer);
+      }
+      case Stalled::kPutLocal: {
+        v1::PutLocalReply reply;
+        auto writer = v1::CollectiveService::NewStub(*channel_)->PutLocal(&context, &reply);
+        v1::PutLocalChunk chunk;
+        chunk.set_mesh("line");
+        chunk.set_rank(1);
+        chunk.set_tensor("stalled");
+        chunk.set_dtype(v1::FLOAT32);
+        *chunk.mutable_shape() = ToProto(kStalledShape);
+        chunk.set_data(data);
+        writer->Write(chunk);
+        return stall_then_finish(writer);
+      }
+    }
+    return absl::InternalError("unknown case");
+  }
+
+  // Puts a tensor on every rank of "line" and gets each back, comparing.
+  static ::testing::AssertionResult PutThenGetLocal(uint32_t seed) {
+    for (int64_t r = 0; r < kWorkers; ++r) {
+      const HostTensor t =
+          kernels::testing::RandomTensor(DType::kFloat32, {33, 5}, seed + static_cast<uint32_t>(r));
+      if (absl::Status put = S().PutLocal("line", r, "followup", t); !put.ok()) {
+        return ::testing::AssertionFailure() << "put to rank " << r << ": " << put;
+      }
+      absl::StatusOr<HostTensor> got = S().GetLocal("line", r, "followup");
+      if (!got.ok()) {
+        return ::testing::AssertionFailure() << "get of rank " << r << ": " << got.status();
+      }
+      if (::testing::AssertionResult m = TensorsMatch(*got, t); !m) return m;
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // Distributes a tensor over "line", reads it back whole, compares and frees it.
+  static ::testing::AssertionResult DistributeThenFullTensor(uint32_t seed) {
+    const HostTensor t = kernels::testing::RandomTensor(DType::kFloat32, {8, 6}, seed);
+    absl::StatusOr<DTensor> d = client::DistributeTensor(S(), t, *line_, {Placement::Shard(1)});
+    if (!d.ok()) return ::testing::AssertionFailure() << "distribute: " << d.status();
+    absl::StatusOr<HostTensor> got = d->FullTensor();
+    if (!got.ok()) return ::testing::AssertionFailure() << "full_tensor: " << got.status();
+    ::testing::AssertionResult m = TensorsMatch(*got, t);
+    d->Free().IgnoreError();
+    return m;
+  }
+
+  static testing::TestCluster* cluster_;
+  static std::shared_ptr<Session>* session_;
+  static client::Mesh* line_;
+  static std::shared_ptr<grpc::Channel>* channel_;
+};
+
+testing::TestCluster* StalledStreamTest::cluster_ = nullptr;
+std::shared_ptr<Session>* StalledStreamTest::session_ = nullptr;
+client::Mesh* StalledStreamTest::line_ = nullptr;
+std::shared_ptr<grpc::Channel>* StalledStreamTest::channel_ = nullptr;
+
+TEST_P(StalledStreamTest, EndsWithDeadlineExceededAndReleasesItsWorkersAndBytes) {
+  const auto [stalled, follow_up] = GetParam();
+  absl::Notification follow_up_done;
+  absl::Status stalled_status;
+  std::thread holder(
+      [&, stalled = stalled] { stalled_status = StallOnce(stalled, follow_up_done); });
+  absl::SleepFor(absl::Milliseconds(200));  // the stream has reserved its workers
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(follow_up == FollowUp::kPutThenGetLocal ? PutThenGetLocal(7)
+                                                      : DistributeThenFullTensor(7));
+  const absl::Duration took = absl::Now() - start;
+  follow_up_done.Notify();
+  holder.join();
+  EXPECT_LT(took, kPrompt) << "the calls behind the stalled stream waited for it"
+                           << cluster_->LogHint();
+  EXPECT_TRUE(testing::StatusIs(stalled_status, absl::StatusCode::kDeadlineExceeded,
+                                {StalledName(stalled), "sent nothing for 1s"}))
+      << stalled_status;
+  // Its 12 MiB per worker were given back: 8 MiB more fit in each 16 MiB budget.
+  absl::StatusOr<DTensor> big = client::Zeros(S(), *line_, {2 << 20}, {Placement::Replicate()});
+  EXPECT_TRUE(big.ok()) << big.status();
+  if (big.ok()) {
+    EXPECT_TRUE(big->Free().ok());
+  }
+  EXPECT_TRUE(
+      testing::StatusIs(S().GetLocal("line", 1, "stalled").status(), absl::StatusCode::kNotFound));
+}
+
+INSTANTIATE_TEST_SUITE_P(Streams, StalledStreamTest,
+                         ::testing::Combine(::testing::Values(Stalled::kDistributeTensor,
+                                                              Stalled::kFromLocal,
+                                                              Stalled::kPutLocal),
+                                            ::testing::Values(FollowUp::kPutThenGetLocal,
+                                                              FollowUp::kDistributeThenFullTensor)),
+                         [](const ::testing::TestParamInfo<std::tuple<Stalled, FollowUp>>& info) {
+                           return StalledName(std::get<0>(info.param)) + "_" +
+                                  (std::get<1>(info.param) == FollowUp::kPutThenGetLocal
+                                       ? "PutThenGetLocal"
+                                       : "DistributeThenFullTensor");
+                         });
+
+}  // namespace
+}  // namespace tessera
