@@ -4,21 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/checked_math.h"
-#include "core/shape.h"
-#include "core/status_macros.h"
 
 namespace tessera {
-
-absl::Status ValidateTensorShape(DType dtype, std::span<const int64_t> shape) {
-  RETURN_IF_ERROR(ValidateShape(shape));
-  if (!CheckedMul(NumElements(shape), static_cast<int64_t>(DTypeSize(dtype)))) {
-    return absl::InvalidArgumentError(absl::StrCat("a ", DTypeName(dtype), " tensor of shape ",
-                                                   ShapeToString(shape),
-                                                   " has more bytes than fit in int64"));
-  }
-  return absl::OkStatus();
-}
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {

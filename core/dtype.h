@@ -3,7 +3,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -43,10 +42,6 @@ bool IsFloatingPoint(DType dtype);
 
 // True iff `value` is one of the enumerators (for values read off the wire).
 bool IsValidDType(int value);
-
-// OK iff `shape` is valid (ValidateShape) and a `dtype` tensor of it has a byte count that fits in
-// int64; INVALID_ARGUMENT naming the dtype and shape otherwise.
-absl::Status ValidateTensorShape(DType dtype, std::span<const int64_t> shape);
 
 // IEEE binary16 and bfloat16 conversions; float → 16-bit rounds to nearest even, NaN stays NaN.
 uint16_t FloatToHalf(float value);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/checked_math.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -80,6 +81,16 @@ absl::StatusOr<Shape> ParseShape(absl::string_view text) {
   }
   RETURN_IF_ERROR(ValidateShape(shape));
   return shape;
+}
+
+absl::Status ValidateTensorShape(DType dtype, std::span<const int64_t> shape) {
+  RETURN_IF_ERROR(ValidateShape(shape));
+  if (!CheckedMul(NumElements(shape), static_cast<int64_t>(DTypeSize(dtype)))) {
+    return absl::InvalidArgumentError(absl::StrCat("a ", DTypeName(dtype), " tensor of shape ",
+                                                   ShapeToString(shape),
+                                                   " has more bytes than fit in int64"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tessera

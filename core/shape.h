@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/dtype.h"
 
 namespace tessera {
 
@@ -25,6 +26,10 @@ std::vector<int64_t> ContiguousStrides(std::span<const int64_t> shape);
 
 // OK iff every size is >= 0 and the element count fits in int64; names the bad dim otherwise.
 absl::Status ValidateShape(std::span<const int64_t> shape);
+
+// OK iff `shape` is valid (ValidateShape) and a `dtype` tensor of it has a byte count that fits in
+// int64; INVALID_ARGUMENT naming the dtype and shape otherwise.
+absl::Status ValidateTensorShape(DType dtype, std::span<const int64_t> shape);
 
 // Maps a possibly negative dim (-1 = last) into [0, rank); INVALID_ARGUMENT if out of range.
 absl::StatusOr<int> NormalizeDim(int64_t dim, int rank);
