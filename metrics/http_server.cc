@@ -1,10 +1,25 @@
 #include "metrics/http_server.h"
 
 #include <civetweb.h>
+#include <dlfcn.h>
+#include <pthread.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+
+// Debian's civetweb starts its threads with a fixed stack of about 100 KiB, and glibc refuses a
+// stack smaller than the process's static TLS, which cuBLASLt and OpenBLAS alone make about
+// 180 KiB in a CUDA build: no civetweb thread could start there. This definition, in the program,
+// comes before libc's for every caller, and raises a stack asked for below 2 MiB to 2 MiB (glibc's
+// default is 8 MiB), leaving larger requests as they are.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
+  using Real = int (*)(pthread_attr_t*, size_t);
+  static const Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  constexpr size_t kMinStack = size_t{2} << 20;
+  return real(attr, std::max(size, kMinStack));
+}
 
 namespace tessera::metrics {
 
@@ -22,9 +37,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   mg_callbacks callbacks = {};
   // civetweb prints its own errors (such as a port in use) to stderr without this.
   callbacks.log_message = [](const mg_connection*, const char*) { return 1; };
-  server->context_ = mg_start(&callbacks, nullptr, options);
+  char why[256] = "";
+  unsigned code = 0;
+  mg_init_data start = {&callbacks, nullptr, options};
+  mg_error_data error = {&code, why, sizeof(why)};
+  server->context_ = mg_start2(&start, &error);
   if (server->context_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address));
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ": ",
+                                               why[0] != '\0' ? why : "civetweb gave no reason"));
   }
   mg_set_request_handler(server->context_, "/metrics$", &HttpServer::HandleMetrics, server.get());
   mg_server_port ports[4] = {};
