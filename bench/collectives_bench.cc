@@ -49,6 +49,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_host.h"
+#include "bench/cuda_workers.h"
 #include "client/local_cluster.h"
 #include "core/host_tensor.h"
 #include "core/release_mode.h"
@@ -534,15 +535,9 @@ int Main() {
     return 2;
   }
   if (device == "cuda") {
-    absl::StatusOr<std::string> worker = FindDaemonBinary("tessera-worker");
-    absl::StatusOr<std::vector<std::string>> gpus =
-        worker.ok() ? ListWorkerCudaDevices(*worker) : worker.status();
-    if (!gpus.ok()) {
-      std::printf("collectives_bench --device=cuda skipped: %s\n",
-                  std::string(gpus.status().message()).c_str());
-      return 0;
-    }
-    const auto visible = static_cast<int64_t>(gpus->size());
+    const std::optional<int> gpus = bench::CudaWorkersOrSkip("collectives_bench", "");
+    if (!gpus.has_value()) return 0;
+    const int64_t visible = *gpus;
     std::erase_if(workers, [&](int64_t n) { return n > visible; });
     if (workers.empty()) workers = {visible};
     if (!absl::GetFlag(FLAGS_torch_python).empty()) {

@@ -54,6 +54,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_host.h"
+#include "bench/cuda_workers.h"
 #include "client/local_cluster.h"
 #include "core/host_tensor.h"
 #include "core/release_mode.h"
@@ -786,15 +787,9 @@ int Main() {
     return 2;
   }
   if (device == "cuda") {
-    absl::StatusOr<std::string> worker = FindDaemonBinary("tessera-worker");
-    absl::StatusOr<std::vector<std::string>> gpus =
-        worker.ok() ? ListWorkerCudaDevices(*worker) : worker.status();
-    if (!gpus.ok()) {
-      std::printf("dtensor_bench --device=cuda skipped: %s\n",
-                  std::string(gpus.status().message()).c_str());
-      return 0;
-    }
-    absl::SetFlag(&FLAGS_workers, std::min<int>(Workers(), static_cast<int>(gpus->size())));
+    const std::optional<int> gpus = bench::CudaWorkersOrSkip("dtensor_bench", "");
+    if (!gpus.has_value()) return 0;
+    absl::SetFlag(&FLAGS_workers, std::min(Workers(), *gpus));
     if (!absl::GetFlag(FLAGS_torch_python).empty()) {
       std::fprintf(stderr,
                    "the torch DTensor peer runs gloo on the CPU: not run with --device=cuda\n");

@@ -56,6 +56,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_host.h"
+#include "bench/cuda_workers.h"
 #include "bench/infer_load.h"
 #include "bench/module_reference.h"
 #include "client/local_cluster.h"
@@ -649,17 +650,10 @@ int Main() {
     return 2;
   }
   if (OnCuda()) {
-    absl::StatusOr<std::string> worker = absl::GetFlag(FLAGS_worker_binary).empty()
-                                             ? FindDaemonBinary("tessera-worker")
-                                             : absl::GetFlag(FLAGS_worker_binary);
-    absl::StatusOr<std::vector<std::string>> gpus =
-        worker.ok() ? ListWorkerCudaDevices(*worker) : worker.status();
-    if (!gpus.ok()) {
-      std::printf("module_bench --device=cuda skipped: %s\n",
-                  std::string(gpus.status().message()).c_str());
-      return 0;
-    }
-    absl::SetFlag(&FLAGS_workers, std::min<int>(Workers(), static_cast<int>(gpus->size())));
+    const std::optional<int> gpus =
+        bench::CudaWorkersOrSkip("module_bench", absl::GetFlag(FLAGS_worker_binary));
+    if (!gpus.has_value()) return 0;
+    absl::SetFlag(&FLAGS_workers, std::min(Workers(), *gpus));
     if (!absl::GetFlag(FLAGS_torch_python).empty()) {
       std::fprintf(stderr, "the torch peer runs gloo on the CPU: not run with --device=cuda\n");
       absl::SetFlag(&FLAGS_torch_python, "");
