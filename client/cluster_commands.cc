@@ -10,6 +10,7 @@
 #include "client/cluster_selfcheck.h"
 #include "client/dtensor_selfcheck.h"
 #include "client/local_cluster.h"
+#include "client/metrics_summary.h"
 #include "client/module_selfcheck.h"
 #include "core/shape.h"
 #include "daemon/daemon_flags.h"
@@ -116,11 +117,18 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
       return s;
     if (options.workers < 4) return absl::OkStatus();
     out << "\n";
-    if (absl::Status s = RunDTensorSelfcheck((*cluster)->address(), f.device, out); !s.ok())
+    if (absl::Status s = RunDTensorSelfcheck((*cluster)->address(), f.device,
+                                             (*cluster)->log_dir() + "/checkpoints/y", out);
+        !s.ok())
       return s;
     out << "\n";
-    return RunModuleSelfcheck((*cluster)->address(), (*cluster)->log_dir() + "/selfcheck", f.device,
-                              out);
+    if (absl::Status s = RunModuleSelfcheck((*cluster)->address(),
+                                            (*cluster)->log_dir() + "/selfcheck", f.device, out);
+        !s.ok())
+      return s;
+    if (!options.metrics) return absl::OkStatus();
+    out << "\n";
+    return PrintMetricsSummary(**cluster, out);
   }
   absl::StatusOr<client::MeshInfo> world =
       client::InitDeviceMesh(**session, f.device, {options.workers}, {"world"}, "world");

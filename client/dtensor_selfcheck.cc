@@ -1,7 +1,10 @@
 #include "client/dtensor_selfcheck.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,7 +52,7 @@ std::string Moves(const DTensor& t) {
 }  // namespace
 
 absl::Status RunDTensorSelfcheck(const std::string& address, const std::string& device,
-                                 std::ostream& out) {
+                                 const std::string& checkpoint_dir, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::shared_ptr<client::Session>> session = client::Session::Connect(address);
   if (!session.ok()) return session.status();
@@ -68,7 +71,7 @@ absl::Status RunDTensorSelfcheck(const std::string& address, const std::string& 
       return;
     }
     const double err = got->shape() == want.shape() ? MaxRelativeError(*got, want) : INFINITY;
-    out << absl::StrFormat("  %-34s %-16s %-12s max rel err %.1e%s\n", what,
+    out << absl::StrFormat("  %-40s %-16s %-12s max rel err %.1e%s\n", what,
                            ShapeToString(want.shape()), PlacementsToString(t.placements()), err,
                            Moves(t));
     if (!(err <= 1e-4)) failures.push_back(absl::StrCat(what, " differs: max rel err ", err));
@@ -108,6 +111,32 @@ absl::Status RunDTensorSelfcheck(const std::string& address, const std::string& 
   absl::StatusOr<DTensor> moved = yr->Redistribute({Placement::Shard(1)}, "tp-line");
   if (!moved.ok()) return moved.status();
   check("y moved to 1-D mesh 'tp-line' as S(1)", *moved, ry);
+
+  // A checkpoint: every worker writes its own block of y (S(0), R) on the 2x2 mesh, and the 4
+  // ranks of the 1-D mesh read back S(0) of it, each only the bytes of its shard.
+  absl::StatusOr<HostTensor> saved = yr->FullTensor();
+  if (!saved.ok()) return saved.status();
+  std::error_code error;
+  std::filesystem::create_directories(std::filesystem::path(checkpoint_dir).parent_path(), error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create the parent of ", checkpoint_dir, ": ", error.message()));
+  }
+  absl::StatusOr<client::SaveInfo> info = yr->Save(checkpoint_dir);
+  if (!info.ok()) return info.status();
+  absl::StatusOr<DTensor> loaded =
+      client::LoadTensor(s, checkpoint_dir, *line, {Placement::Shard(0)});
+  if (!loaded.ok()) return loaded.status();
+  absl::StatusOr<HostTensor> back = loaded->FullTensor();
+  if (!back.ok()) return back.status();
+  const bool same = back->shape() == saved->shape() &&
+                    std::equal(back->bytes().begin(), back->bytes().end(), saved->bytes().begin());
+  out << absl::StrFormat("  %-40s %-16s %-12s %s\n", "y saved, loaded on 'tp-line'",
+                         ShapeToString(saved->shape()), PlacementsToString(loaded->placements()),
+                         same ? "bit-exact" : "DIFFERS");
+  out << "    checkpoint " << info->path << "/" << info->data_dir << ", " << info->files
+      << " block files cut by " << info->saved_layout << "\n";
+  if (!same) failures.push_back("the checkpoint of y loaded back different bytes");
 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -5,9 +5,9 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "metrics/civetweb_library.h"
 
 // Debian's civetweb starts its threads with a fixed stack of about 100 KiB, and glibc refuses a
 // stack smaller than the process's static TLS, which cuBLASLt and OpenBLAS alone make about
@@ -25,8 +25,7 @@ namespace tessera::metrics {
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& host, int port,
                                                               const Registry* registry) {
-  static std::once_flag init;
-  std::call_once(init, [] { mg_init_library(0); });
+  InitCivetweb();
   const std::string address =
       host.find(':') != std::string::npos && host.front() != '['  // a bare IPv6 address
           ? absl::StrCat("[", host, "]:", port)

@@ -3,8 +3,13 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace tessera::metrics {
 
@@ -66,6 +71,35 @@ std::string FormatLabels(const LabelPairs& labels) {
 
 std::string SampleLine(absl::string_view name, const LabelPairs& labels, double value) {
   return absl::StrCat(name, FormatLabels(labels), " ", FormatValue(value), "\n");
+}
+
+SampleSum SumSamples(absl::string_view scrape, absl::string_view name) {
+  SampleSum total;
+  for (absl::string_view line : absl::StrSplit(scrape, '\n')) {
+    if (!absl::ConsumePrefix(&line, name) || line.empty()) continue;
+    if (line.front() == '{') {  // skip the labels; a quoted value may hold '}' or '\"'
+      bool quoted = false;
+      size_t i = 1;
+      for (; i < line.size() && (quoted || line[i] != '}'); ++i) {
+        if (line[i] == '\\') {
+          ++i;
+        } else if (line[i] == '"') {
+          quoted = !quoted;
+        }
+      }
+      if (i >= line.size()) continue;
+      line.remove_prefix(i + 1);
+    }
+    if (line.empty() || line.front() != ' ') continue;  // a longer name such as NAME_total
+    // The value, then an optional timestamp.
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(absl::StripAsciiWhitespace(line), ' ', absl::SkipEmpty());
+    double value = 0;
+    if (fields.empty() || !absl::SimpleAtod(fields[0], &value)) continue;
+    total.sum += value;
+    ++total.samples;
+  }
+  return total;
 }
 
 }  // namespace tessera::metrics

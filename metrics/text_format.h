@@ -29,6 +29,14 @@ std::string FormatLabels(const LabelPairs& labels);
 // One sample line: `name{labels} value\n`.
 std::string SampleLine(absl::string_view name, const LabelPairs& labels, double value);
 
+// The sum of every sample of metric `name` (any labels) in a text-format scrape, and how many
+// there were; a histogram's series are `NAME_bucket`, `NAME_sum` and `NAME_count`.
+struct SampleSum {
+  double sum = 0;
+  int samples = 0;
+};
+SampleSum SumSamples(absl::string_view scrape, absl::string_view name);
+
 }  // namespace tessera::metrics
 
 #endif  // TESSERA_METRICS_TEXT_FORMAT_H_

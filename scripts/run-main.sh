@@ -4,10 +4,12 @@
 #      simulated mesh, and shards a tensor file to per-rank files and joins it back bit-identically;
 #   2. `tessera up --selfcheck`: starts an embedded local cluster (a coordinator and 4 CPU worker
 #      processes on loopback), runs collectives on it through the service, checks every rank's
-#      result against a single-process reference, runs a DTensor MLP, then takes a transformer
-#      block as a user brings it (a spec file, safetensors weights, a Megatron plan file): loads it
-#      onto 4 workers, parallelizes it, runs it forward, publishes it and calls it over the KServe v2
-#      inference protocol, trains it one SGD step, compares each with one process, and stops.
+#      result against a single-process reference, runs a DTensor MLP, saves a result as a sharded
+#      checkpoint and loads it onto another mesh and layout, then takes a transformer block as a
+#      user brings it (a spec file, safetensors weights, a Megatron plan file): loads it onto 4
+#      workers, parallelizes it, runs it forward, publishes it and calls it over the KServe v2
+#      inference protocol, trains it one SGD step, compares each with one process, prints what
+#      every daemon's Prometheus /metrics counted, and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh

@@ -4,8 +4,11 @@
 // through its HTTP query API. The promtool and Prometheus tests skip, saying so, where Debian's
 // `prometheus` package is not installed (scripts/install-deps.sh installs it).
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,9 +25,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "metrics/http_client.h"
 #include "nlohmann/json.hpp"
 #include "tests/cluster_fixture.h"
-#include "tests/http_get.h"
 
 namespace tessera::testing {
 namespace {
@@ -51,10 +54,21 @@ std::string FindProgram(const std::string& name) {
 
 // The body of GET `url` (http://127.0.0.1:PORT/PATH), "" on failure.
 std::string Fetch(const std::string& url) {
-  const size_t path = url.find('/', url.find("://") + 3);
-  const std::string response = HttpGet(UrlPort(url), url.substr(path));
-  if (response.rfind("HTTP/1.1 200", 0) != 0 && response.rfind("HTTP/1.0 200", 0) != 0) return "";
-  return HttpBody(response);
+  absl::StatusOr<metrics::HttpResponse> response = metrics::HttpGet(url);
+  return response.ok() && response->status == 200 ? response->body : "";
+}
+
+// A port free on 127.0.0.1 now (the kernel's pick for port 0).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                     getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  close(fd);
+  return bound ? ntohs(addr.sin_port) : 0;
 }
 
 // The value of the sample `series` (name and labels exactly as rendered) in a scrape, or 0 when
@@ -228,10 +242,7 @@ class PrometheusServer {
     }
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     while (absl::Now() < deadline) {
-      if (HttpGet(port_, "/-/ready").rfind("HTTP/1.0 200", 0) == 0 ||
-          HttpGet(port_, "/-/ready").rfind("HTTP/1.1 200", 0) == 0) {
-        return absl::OkStatus();
-      }
+      if (!Fetch(Url("/-/ready")).empty()) return absl::OkStatus();
       if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
         pid_ = -1;
         return absl::UnavailableError("prometheus exited; its log is " + log);
@@ -239,6 +250,9 @@ class PrometheusServer {
       absl::SleepFor(absl::Milliseconds(100));
     }
     return absl::DeadlineExceededError("prometheus not ready within 30s; its log is " + log);
+  }
+  std::string Url(const std::string& target) const {
+    return absl::StrCat("http://127.0.0.1:", port_, target);
   }
   ~PrometheusServer() {
     if (pid_ > 0) {
@@ -255,7 +269,7 @@ class PrometheusServer {
       encoded += std::isalnum(c) ? std::string(1, static_cast<char>(c))
                                  : absl::StrFormat("%%%02X", static_cast<int>(c));
     }
-    const std::string body = HttpBody(HttpGet(port_, "/api/v1/query?query=" + encoded));
+    const std::string body = Fetch(Url("/api/v1/query?query=" + encoded));
     const nlohmann::json reply = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
     if (reply.is_discarded() || reply.value("status", "") != "success") return std::nan("");
     const nlohmann::json& result = reply["data"]["result"];

@@ -8,15 +8,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "metrics/http_client.h"
 #include "metrics/http_server.h"
 #include "metrics/registry.h"
 #include "metrics/text_format.h"
-#include "tests/http_get.h"
 
 namespace tessera::metrics {
 namespace {
-
-using ::tessera::testing::HttpGet;
 
 struct ValueCase {
   double value;
@@ -155,16 +153,75 @@ TEST(HttpServerTest, ServesTheRegistryOnMetricsAndNothingElse) {
   absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start("127.0.0.1", 0, &r);
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_GT((*server)->port(), 0);
-  const std::string response = HttpGet((*server)->port(), "/metrics");
-  EXPECT_EQ(response.substr(0, response.find("\r\n")), "HTTP/1.1 200 OK");
-  EXPECT_NE(response.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
-  EXPECT_EQ(::tessera::testing::HttpBody(response),
+  const std::string base = "http://127.0.0.1:" + std::to_string((*server)->port());
+  absl::StatusOr<HttpResponse> response = HttpGet(base + "/metrics");
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->content_type.rfind("text/plain; version=0.0.4", 0), 0u)
+      << response->content_type;
+  EXPECT_EQ(response->body,
             "# HELP tessera_requests_total requests\n"
             "# TYPE tessera_requests_total counter\n"
             "tessera_requests_total{kind=\"x\"} 7\n");
-  const std::string other = HttpGet((*server)->port(), "/other");
-  EXPECT_NE(other.substr(0, other.find("\r\n")).find("404"), std::string::npos) << other;
+  absl::StatusOr<HttpResponse> other = HttpGet(base + "/other");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->status, 404);
 }
+
+TEST(HttpClientTest, AClosedPortIsUnavailableAndABadUrlInvalid) {
+  int closed_port = 0;
+  {
+    Registry r;
+    absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start("127.0.0.1", 0, &r);
+    ASSERT_TRUE(server.ok()) << server.status();
+    closed_port = (*server)->port();
+  }
+  const std::string closed = "http://127.0.0.1:" + std::to_string(closed_port) + "/metrics";
+  absl::StatusOr<HttpResponse> refused = HttpGet(closed);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_NE(refused.status().message().find(closed), std::string::npos);
+  for (const std::string url : {"https://127.0.0.1:80/", "http://127.0.0.1/", "127.0.0.1:80",
+                                "http://127.0.0.1:70000/", "http://127.0.0.1:x/"}) {
+    absl::StatusOr<HttpResponse> bad = HttpGet(url);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << url;
+    EXPECT_NE(bad.status().message().find(url), std::string::npos) << bad.status();
+  }
+}
+
+struct SumCase {
+  std::string name;
+  double sum;
+  int samples;
+};
+
+class SumSamplesTest : public ::testing::TestWithParam<SumCase> {};
+
+// A scrape with labels holding braces, quotes and spaces, names that prefix one another, a
+// histogram and a timestamp; the sums worked out by hand.
+TEST_P(SumSamplesTest, AddsEverySampleOfTheName) {
+  const std::string scrape =
+      "# HELP tessera_calls_total calls\n"
+      "# TYPE tessera_calls_total counter\n"
+      "tessera_calls_total{code=\"OK\",why=\"a } b \\\" c\"} 5\n"
+      "tessera_calls_total{code=\"NOT_FOUND\"} 2 1700000000000\n"
+      "tessera_calls_total_extra 100\n"
+      "tessera_calls 1000\n"
+      "tessera_up 1\n"
+      "tessera_seconds_bucket{le=\"0.1\"} 3\n"
+      "tessera_seconds_bucket{le=\"+Inf\"} 4\n"
+      "tessera_seconds_sum 0.75\n"
+      "tessera_seconds_count 4\n";
+  const SampleSum got = SumSamples(scrape, GetParam().name);
+  EXPECT_DOUBLE_EQ(got.sum, GetParam().sum);
+  EXPECT_EQ(got.samples, GetParam().samples);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Names, SumSamplesTest,
+    ::testing::Values(SumCase{"tessera_calls_total", 7, 2}, SumCase{"tessera_calls", 1000, 1},
+                      SumCase{"tessera_up", 1, 1}, SumCase{"tessera_seconds_bucket", 7, 2},
+                      SumCase{"tessera_seconds_sum", 0.75, 1},
+                      SumCase{"tessera_seconds_count", 4, 1}, SumCase{"tessera_absent", 0, 0}));
 
 TEST(HttpServerTest, APortInUseIsUnavailable) {
   Registry r;
