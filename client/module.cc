@@ -97,7 +97,14 @@ absl::StatusOr<Module> LoadModule(Session& session, const std::string& spec_json
   h->set_spec_json(spec_json);
   h->set_plan_json(options.plan_json);
   SafetensorsHeader weights;
-  if (init.weights_path.empty()) {
+  if (!init.weights_path.empty() && !init.checkpoint.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("module '", name, "': give weights ('",
+                                                   init.weights_path, "') or a checkpoint ('",
+                                                   init.checkpoint, "'), not both"));
+  }
+  if (!init.checkpoint.empty()) {
+    h->set_checkpoint(init.checkpoint);
+  } else if (init.weights_path.empty()) {
     h->set_seed(init.seed);
   } else {
     ASSIGN_OR_RETURN(weights, ReadSafetensorsHeader(init.weights_path));
@@ -287,6 +294,19 @@ absl::Status Module::Save(const std::string& path, bool gradients) const {
   SafetensorsFile file;
   for (auto& [name, tensor] : tensors) file.tensors.emplace(std::move(name), std::move(tensor));
   return WriteSafetensorsFile(path, file);
+}
+
+absl::StatusOr<SaveInfo> Module::SaveCheckpoint(const std::string& path, bool gradients) const {
+  ASSIGN_OR_RETURN(internal::SessionImpl* const impl, ImplOf(*this));
+  v1::SaveModuleCheckpointRequest request;
+  request.set_name(name());
+  request.set_path(path);
+  request.set_gradients(gradients);
+  grpc::ClientContext context;
+  impl->Prepare(&context, kTransferTimeout);
+  v1::SaveTensorReply reply;
+  RETURN_IF_ERROR(FromGrpcStatus(impl->modules->SaveModuleCheckpoint(&context, request, &reply)));
+  return SaveInfo{reply.path(), reply.data_dir(), reply.files(), reply.saved_layout()};
 }
 
 absl::StatusOr<PublishedVersion> Module::Publish(const PublishOptions& options) const {

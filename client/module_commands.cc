@@ -146,6 +146,7 @@ struct LoadFlags {
   ClusterFlags cluster;
   std::string spec;
   std::string weights;
+  std::string checkpoint;
   uint64_t seed = 0;
   std::string mesh;
   std::string name;
@@ -162,9 +163,11 @@ absl::Status Load(const LoadFlags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(client::MeshInfo mesh, client::GetMesh(*session, f.mesh));
   ProgressBar bar("load");
   options.progress = [&bar](int64_t done, int64_t total) { bar(done, total); };
-  ASSIGN_OR_RETURN(client::Module module,
-                   client::LoadModule(*session, spec, mesh, f.name,
-                                      {.weights_path = f.weights, .seed = f.seed}, options));
+  ASSIGN_OR_RETURN(
+      client::Module module,
+      client::LoadModule(*session, spec, mesh, f.name,
+                         {.weights_path = f.weights, .seed = f.seed, .checkpoint = f.checkpoint},
+                         options));
   PrintModule(module.info(), out);
   return absl::OkStatus();
 }
@@ -389,12 +392,22 @@ struct SaveFlags {
   ClusterFlags cluster;
   std::string name;
   std::string out;
+  std::string checkpoint;
   bool grads = false;
 };
 
 absl::Status Save(const SaveFlags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
+  if (f.out.empty() == f.checkpoint.empty()) {
+    return absl::InvalidArgumentError("module save: give --out FILE or --checkpoint DIR");
+  }
   ASSIGN_OR_RETURN(client::Module module, client::GetModule(*session, f.name));
+  if (!f.checkpoint.empty()) {
+    ASSIGN_OR_RETURN(client::SaveInfo info, module.SaveCheckpoint(f.checkpoint, f.grads));
+    out << "saved module " << f.name << " (" << info.saved_layout << ") into checkpoint "
+        << info.path << ": " << info.files << " block files in " << info.data_dir << "\n";
+    return absl::OkStatus();
+  }
   RETURN_IF_ERROR(module.Save(f.out, f.grads));
   const size_t n = module.info().parameters.size();
   out << "wrote the state_dict of module " << f.name << " (" << n << " parameters"
@@ -449,7 +462,8 @@ void AddModuleCommands(CLI::App& app, Action* action) {
 
   auto load = AddCommand(*module, "load",
                          "load a module spec onto a mesh, its parameters from a safetensors file "
-                         "(state_dict names) or initialized as torch does from a seed",
+                         "(state_dict names), a checkpoint, or initialized as torch does from a "
+                         "seed",
                          Load, action);
   AddClusterFlags(*load.app, load.flags->cluster, /*with_client=*/true);
   load.app->add_option("spec", load.flags->spec, "the module spec (JSON)")
@@ -458,12 +472,20 @@ void AddModuleCommands(CLI::App& app, Action* action) {
   CLI::Option* weights =
       load.app->add_option("--weights", load.flags->weights, "the parameters, by state_dict name")
           ->type_name("W.safetensors");
+  CLI::Option* checkpoint =
+      load.app
+          ->add_option("--checkpoint", load.flags->checkpoint,
+                       "read the parameters from this checkpoint directory on the workers "
+                       "(absolute; `module save --checkpoint`), each rank only its shard")
+          ->type_name("DIR")
+          ->excludes(weights);
   load.app
       ->add_option("--seed", load.flags->seed,
-                   "initialize the parameters from this seed instead of --weights")
+                   "initialize the parameters from this seed instead of --weights or --checkpoint")
       ->type_name("N")
       ->capture_default_str()
-      ->excludes(weights);
+      ->excludes(weights)
+      ->excludes(checkpoint);
   load.app->add_option("--mesh", load.flags->mesh, "the mesh's name")->required()->type_name("M");
   load.app->add_option("--name", load.flags->name, "the module's name")
       ->required()
@@ -580,13 +602,23 @@ void AddModuleCommands(CLI::App& app, Action* action) {
   step.app->add_option("--out", step.flags->out, "write the forward's full output")
       ->type_name("y.npy");
 
-  auto save = AddCommand(*module, "save", "write the module's state_dict to a safetensors file",
+  auto save = AddCommand(*module, "save",
+                         "write the module's state_dict to a safetensors file (--out) or a "
+                         "sharded checkpoint (--checkpoint)",
                          Save, action);
   AddClusterFlags(*save.app, save.flags->cluster, /*with_client=*/true);
   AddModuleArgument(*save.app, save.flags->name);
-  save.app->add_option("--out", save.flags->out, "the file")
-      ->required()
-      ->type_name("params.safetensors");
+  CLI::Option* save_out =
+      save.app->add_option("--out", save.flags->out, "the file, on this machine")
+          ->type_name("params.safetensors");
+  CLI::Option* save_checkpoint =
+      save.app
+          ->add_option("--checkpoint", save.flags->checkpoint,
+                       "instead, a checkpoint directory on the workers' filesystem (absolute; its "
+                       "parent must exist on every worker): each worker writes its own blocks")
+          ->type_name("DIR")
+          ->excludes(save_out);
+  save_out->excludes(save_checkpoint);
   save.app->add_flag("--grads", save.flags->grads,
                      "also every gradient of the last step, named <fqn>.grad");
 

@@ -69,40 +69,83 @@ absl::Status Checkpoints::Save(const v1::SaveTensorRequest& request, absl::Time 
                                v1::SaveTensorReply* reply) {
   RETURN_IF_ERROR(CheckAbsolute(request.path()));
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> src, tensors_->Usable(request.name()));
-  const DTensorSpec& spec = src->spec;
-  DTensorSpec saved = spec;
-  saved.placements = SavedPlacements(spec.placements);
-  RedistributePlan plan;
-  if (HasPartial(spec)) {
-    ASSIGN_OR_RETURN(plan, PlanRedistribute(spec, saved.placements, PlannerKind::kMinCost));
-  }
+  return SaveAll(request.path(), {Saved{"", std::move(src)}}, deadline, reply);
+}
+
+absl::Status Checkpoints::SaveAll(const std::string& path, const std::vector<Saved>& tensors,
+                                  absl::Time deadline, v1::SaveTensorReply* reply,
+                                  const std::string& layout) {
+  RETURN_IF_ERROR(CheckAbsolute(path));
+  if (tensors.empty()) return absl::InvalidArgumentError("a checkpoint needs a tensor to save");
   const std::string data_dir = FreshDataDir();
-  ASSIGN_OR_RETURN(CheckpointTensor planned, PlanCheckpointTensor(saved, data_dir, "", src->name));
-  ASSIGN_OR_RETURN(std::vector<WorkerHandle> workers, tensors_->meshes().Workers(*src->mesh));
+  CheckpointIndex index{data_dir, {}};
+  std::vector<WorkerHandle> writers;
+  int64_t files = 0;
+  for (const Saved& t : tensors) {
+    const DTensorEntry& src = *t.tensor;
+    const DTensorSpec& spec = src.spec;
+    DTensorSpec saved = spec;
+    saved.placements = SavedPlacements(spec.placements);
+    RedistributePlan plan;
+    if (HasPartial(spec)) {
+      ASSIGN_OR_RETURN(plan, PlanRedistribute(spec, saved.placements, PlannerKind::kMinCost));
+    }
+    ASSIGN_OR_RETURN(CheckpointTensor planned,
+                     PlanCheckpointTensor(saved, data_dir, t.param, src.name));
+    ASSIGN_OR_RETURN(std::vector<WorkerHandle> workers, tensors_->meshes().Workers(*src.mesh));
+    v1::Command command;
+    v1::SaveShard* save = command.mutable_save_shard();
+    save->set_mesh_id(src.mesh->id);
+    save->set_tensor(DTensorTable::WorkerName(src.name));
+    *save->mutable_spec() = ToProto(spec);
+    *save->mutable_plan() = ToProto(plan);
+    save->set_directory(path);
+    save->set_data_dir(data_dir);
+    save->set_param(t.param);
+    save->set_key(src.name);
+    RETURN_IF_ERROR(RunOn(workers, command, deadline, &src).status());
+    files += static_cast<int64_t>(planned.blocks.size());
+    if (writers.empty()) writers = {workers[0]};
+    index.tensors.push_back(std::move(planned));
+  }
 
-  v1::Command command;
-  v1::SaveShard* save = command.mutable_save_shard();
-  save->set_mesh_id(src->mesh->id);
-  save->set_tensor(DTensorTable::WorkerName(src->name));
-  *save->mutable_spec() = ToProto(spec);
-  *save->mutable_plan() = ToProto(plan);
-  save->set_directory(request.path());
-  save->set_data_dir(data_dir);
-  save->set_key(src->name);
-  RETURN_IF_ERROR(RunOn(workers, command, deadline, src.get()).status());
-
-  CheckpointIndex index{data_dir, {planned}};
   v1::Command commit;
-  commit.mutable_commit_checkpoint()->set_directory(request.path());
+  commit.mutable_commit_checkpoint()->set_directory(path);
   ASSIGN_OR_RETURN(*commit.mutable_commit_checkpoint()->mutable_index_json(),
                    CheckpointIndexToJson(index));
-  RETURN_IF_ERROR(RunOn({workers[0]}, commit, deadline).status());
+  RETURN_IF_ERROR(RunOn(writers, commit, deadline).status());
 
-  reply->set_path(request.path());
+  reply->set_path(path);
   reply->set_data_dir(data_dir);
-  reply->set_files(static_cast<int64_t>(planned.blocks.size()));
-  reply->set_saved_layout(planned.saved_layout);
+  reply->set_files(files);
+  reply->set_saved_layout(layout.empty() ? index.tensors[0].saved_layout : layout);
   return absl::OkStatus();
+}
+
+absl::StatusOr<Checkpoints::Index> Checkpoints::ReadIndex(const std::string& path, const Mesh& mesh,
+                                                          absl::Time deadline) {
+  RETURN_IF_ERROR(CheckAbsolute(path));
+  ASSIGN_OR_RETURN(std::vector<WorkerHandle> workers, tensors_->meshes().Workers(mesh));
+  v1::Command read;
+  read.mutable_read_checkpoint()->set_directory(path);
+  ASSIGN_OR_RETURN(std::vector<v1::CommandReply> replies, RunOn({workers[0]}, read, deadline));
+  Index index;
+  index.json = std::move(*replies[0].mutable_checkpoint_index());
+  ASSIGN_OR_RETURN(index.parsed, ParseCheckpointIndex(index.json));
+  return index;
+}
+
+absl::Status Checkpoints::PostLoad(const DTensorEntry& out, const std::string& path,
+                                   const Index& index, const std::string& name) {
+  v1::Command command;
+  v1::LoadShard* load = command.mutable_load_shard();
+  load->set_mesh_id(out.mesh->id);
+  load->set_output(DTensorTable::WorkerName(out.name));
+  *load->mutable_spec() = ToProto(out.spec);
+  load->set_directory(path);
+  load->set_index_json(index.json);
+  load->set_tensor(name);
+  return tensors_->PostWrite(out, command);
 }
 
 absl::Status Checkpoints::Load(const v1::LoadTensorRequest& request, const std::string& client,
@@ -117,22 +160,17 @@ absl::Status Checkpoints::Load(const v1::LoadTensorRequest& request, const std::
                                                      ": load as Replicate or Shard"));
     }
   }
-  ASSIGN_OR_RETURN(std::vector<WorkerHandle> workers, tensors_->meshes().Workers(*mesh));
-  v1::Command read;
-  read.mutable_read_checkpoint()->set_directory(request.path());
-  ASSIGN_OR_RETURN(std::vector<v1::CommandReply> replies, RunOn({workers[0]}, read, deadline));
-  const std::string& json = replies[0].checkpoint_index();
-  ASSIGN_OR_RETURN(const CheckpointIndex index, ParseCheckpointIndex(json));
+  ASSIGN_OR_RETURN(const Index index, ReadIndex(request.path(), *mesh, deadline));
   const CheckpointTensor* tensor = nullptr;
-  for (const CheckpointTensor& t : index.tensors) {
-    if (request.tensor().empty() ? index.tensors.size() == 1 : t.name == request.tensor()) {
+  for (const CheckpointTensor& t : index.parsed.tensors) {
+    if (request.tensor().empty() ? index.parsed.tensors.size() == 1 : t.name == request.tensor()) {
       tensor = &t;
     }
   }
   if (tensor == nullptr) {
     return request.tensor().empty()
                ? absl::InvalidArgumentError(absl::StrCat("checkpoint ", request.path(), " holds ",
-                                                         index.tensors.size(),
+                                                         index.parsed.tensors.size(),
                                                          " tensors: name the one to load"))
                : absl::NotFoundError(absl::StrCat("checkpoint ", request.path(), " has no tensor '",
                                                   request.tensor(), "'"));
@@ -141,15 +179,7 @@ absl::Status Checkpoints::Load(const v1::LoadTensorRequest& request, const std::
                                                      tensor->shape, tensor->dtype));
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> out,
                    tensors_->Add(request.output(), mesh, spec, client));
-  v1::Command command;
-  v1::LoadShard* load = command.mutable_load_shard();
-  load->set_mesh_id(mesh->id);
-  load->set_output(DTensorTable::WorkerName(out->name));
-  *load->mutable_spec() = ToProto(spec);
-  load->set_directory(request.path());
-  load->set_index_json(json);
-  load->set_tensor(tensor->name);
-  RETURN_IF_ERROR(tensors_->PostWrite(*out, command));
+  RETURN_IF_ERROR(PostLoad(*out, request.path(), index, tensor->name));
   *reply = tensors_->Describe(*out);
   return absl::OkStatus();
 }

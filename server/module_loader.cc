@@ -55,8 +55,9 @@ absl::StatusOr<v1::ModuleInfo> ModuleLoader::Load(
   const v1::LoadModuleHeader header = chunk.header();
   RETURN_IF_ERROR(ModuleTable::CheckName(header.name()));
   if (header.init_case() == v1::LoadModuleHeader::INIT_NOT_SET) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "module '", header.name(), "' needs a seed or weights; the header gives neither"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("module '", header.name(),
+                     "' needs a seed, weights or a checkpoint; the header gives none"));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, tensors_->meshes().Find(header.mesh()));
   RETURN_IF_ERROR(programs_->MeshReady(*mesh));
@@ -113,9 +114,12 @@ absl::Status ModuleLoader::Fill(grpc::ServerReaderInterface<v1::LoadModuleChunk>
   } else {
     if (reader->Read(&chunk)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "module '", module.name, "' is made from a seed; its stream carries nothing more"));
+          "module '", module.name, "' is made from a ",
+          header.has_checkpoint() ? "checkpoint" : "seed", "; its stream carries nothing more"));
     }
-    RETURN_IF_ERROR(FillFromSeed(module, header.seed()));
+    RETURN_IF_ERROR(header.has_checkpoint()
+                        ? FillFromCheckpoint(module, header.checkpoint(), deadline)
+                        : FillFromSeed(module, header.seed()));
   }
   program_posted = true;
   RETURN_IF_ERROR(programs_->Install(module, module.program, deadline));
@@ -171,6 +175,36 @@ absl::Status ModuleLoader::FillFromSeed(const ModuleEntry& module, uint64_t seed
         break;
     }
     RETURN_IF_ERROR(tensors_->PostWrite(t, command));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModuleLoader::FillFromCheckpoint(const ModuleEntry& module, const std::string& path,
+                                              absl::Time deadline) {
+  ASSIGN_OR_RETURN(const Checkpoints::Index index,
+                   checkpoints_->ReadIndex(path, *module.mesh, deadline));
+  std::map<std::string, const CheckpointTensor*> saved;
+  for (const CheckpointTensor& t : index.parsed.tensors) saved[t.name] = &t;
+  for (size_t i = 0; i < module.parameters.size(); ++i) {
+    const std::string& fqn = module.program.parameters[i].fqn;
+    const DTensorEntry& p = *module.parameters[i];
+    auto it = saved.find(fqn);
+    if (it == saved.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, " has no tensor '", fqn,
+                                                     "' for parameter '", fqn, "' of module '",
+                                                     module.name, "'"));
+    }
+    const CheckpointTensor& t = *it->second;
+    if (t.shape != p.spec.shape || t.dtype != p.spec.dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", path, " holds '", fqn, "' as ", DTypeName(t.dtype),
+                       ShapeToString(t.shape), "; module '", module.name, "' needs ",
+                       DTypeName(p.spec.dtype), ShapeToString(p.spec.shape)));
+    }
+  }
+  for (size_t i = 0; i < module.parameters.size(); ++i) {
+    RETURN_IF_ERROR(checkpoints_->PostLoad(*module.parameters[i], path, index,
+                                           module.program.parameters[i].fqn));
   }
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "core/module_weights.h"
 #include "grpcpp/grpcpp.h"
+#include "server/checkpoints.h"
 #include "server/dtensor_streams.h"
 #include "server/dtensor_table.h"
 #include "server/module_programs.h"
@@ -19,14 +20,19 @@
 namespace tessera {
 
 // LoadModule: a module made from its spec on a mesh, its parameters created as DTensors laid out
-// by the plan given (or Replicate) and filled from a seed on the workers or from weights streamed
-// through the coordinator a window at a time, its program installed. The weights' header is
+// by the plan given (or Replicate) and filled from a seed on the workers, from weights streamed
+// through the coordinator a window at a time, or from a checkpoint the workers read, its program
+// installed. The weights' header is
 // checked against the spec before any byte moves; a failed load leaves nothing behind.
 class ModuleLoader {
  public:
   ModuleLoader(DTensorTable* tensors, ModuleTable* modules, ModulePrograms* programs,
-               DTensorStreams* streams)
-      : tensors_(tensors), modules_(modules), programs_(programs), streams_(streams) {}
+               DTensorStreams* streams, Checkpoints* checkpoints)
+      : tensors_(tensors),
+        modules_(modules),
+        programs_(programs),
+        streams_(streams),
+        checkpoints_(checkpoints) {}
 
   absl::StatusOr<v1::ModuleInfo> Load(const grpc::ServerContext& context,
                                       grpc::ServerReaderInterface<v1::LoadModuleChunk>* reader);
@@ -48,6 +54,11 @@ class ModuleLoader {
                              v1::LoadModuleChunk& chunk, const std::vector<WeightsTensor>& order,
                              const std::map<std::string, std::shared_ptr<DTensorEntry>>& entries,
                              absl::Time deadline);
+  // Reads the checkpoint at `path` and posts each parameter's reads from the tensor of its
+  // state_dict name, after checking that the checkpoint holds every parameter with its shape and
+  // dtype.
+  absl::Status FillFromCheckpoint(const ModuleEntry& module, const std::string& path,
+                                  absl::Time deadline);
   // Frees what a failed load of `module` made.
   void Discard(ModuleEntry& module, bool program_posted);
 
@@ -55,6 +66,7 @@ class ModuleLoader {
   ModuleTable* modules_;
   ModulePrograms* programs_;
   DTensorStreams* streams_;
+  Checkpoints* checkpoints_;
 };
 
 }  // namespace tessera

@@ -92,8 +92,9 @@ ModuleService::ModuleService(DTensorTable* tensors, ModuleTable* modules, Served
       modules_(modules),
       served_(served),
       streams_(tensors),
+      checkpoints_(tensors),
       programs_(tensors),
-      loader_(tensors, modules, &programs_, &streams_),
+      loader_(tensors, modules, &programs_, &streams_, &checkpoints_),
       plans_(tensors, &programs_),
       runs_(tensors, &programs_) {}
 
@@ -278,6 +279,36 @@ grpc::Status ModuleService::SaveModule(grpc::ServerContext* context,
   absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
   if (!module.ok()) return ToGrpcStatus(module.status());
   return ToGrpcStatus(Save(*context, **module, request->gradients(), writer));
+}
+
+grpc::Status ModuleService::SaveModuleCheckpoint(grpc::ServerContext* context,
+                                                 const v1::SaveModuleCheckpointRequest* request,
+                                                 v1::SaveTensorReply* reply) {
+  absl::StatusOr<std::shared_ptr<ModuleEntry>> found = modules_->Find(request->name());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  ModuleEntry& module = **found;
+  absl::ReaderMutexLock lock(&module.mu);
+  if (module.removed) {
+    return ToGrpcStatus(
+        absl::NotFoundError(absl::StrCat("module '", module.name, "' was removed")));
+  }
+  if (request->gradients() && module.gradients.empty()) {
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        absl::StrCat("module '", module.name, "' has no gradients yet; run a step first")));
+  }
+  std::vector<Checkpoints::Saved> tensors;
+  for (size_t i = 0; i < module.parameters.size(); ++i) {
+    tensors.push_back({module.program.parameters[i].fqn, module.parameters[i]});
+  }
+  if (request->gradients()) {
+    for (size_t i = 0; i < module.gradients.size(); ++i) {
+      tensors.push_back(
+          {absl::StrCat(module.program.parameters[i].fqn, ".grad"), module.gradients[i]});
+    }
+  }
+  return ToGrpcStatus(checkpoints_.SaveAll(
+      request->path(), tensors, TransferDeadline(*context), reply,
+      absl::StrCat("module '", module.name, "': ", tensors.size(), " tensors")));
 }
 
 grpc::Status ModuleService::PublishModule(grpc::ServerContext*,

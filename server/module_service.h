@@ -1,6 +1,7 @@
 #ifndef TESSERA_SERVER_MODULE_SERVICE_H_
 #define TESSERA_SERVER_MODULE_SERVICE_H_
 
+#include "server/checkpoints.h"
 #include "server/dtensor_streams.h"
 #include "server/dtensor_table.h"
 #include "server/module_loader.h"
@@ -59,6 +60,10 @@ class ModuleService final : public v1::ModuleService::Service {
   grpc::Status PublishModule(grpc::ServerContext* context, const v1::PublishModuleRequest* request,
                              v1::PublishModuleReply* reply) override;
   // Unary.
+  grpc::Status SaveModuleCheckpoint(grpc::ServerContext* context,
+                                    const v1::SaveModuleCheckpointRequest* request,
+                                    v1::SaveTensorReply* reply) override;
+  // Unary.
   grpc::Status UnpublishModule(grpc::ServerContext* context,
                                const v1::UnpublishModuleRequest* request,
                                v1::UnpublishModuleReply* reply) override;
@@ -77,6 +82,7 @@ class ModuleService final : public v1::ModuleService::Service {
   ModuleTable* modules_;
   ServedModels* served_;
   DTensorStreams streams_;
+  Checkpoints checkpoints_;
   ModulePrograms programs_;
   ModuleLoader loader_;
   ModulePlans plans_;

@@ -1,8 +1,10 @@
 // Checkpoints on a real local cluster (a coordinator and 4 CPU worker processes): DTensors saved
 // from a 2x2 mesh (each worker writing its own blocks) and loaded onto meshes of 2, 3 and 4 workers
 // under other placements, compared bit for bit with the original tensor and core's simulated mesh;
-// `tessera shard` directories loaded the same way; bad paths refused with nothing lost; and a save
-// whose worker dies half-way leaving the previous checkpoint readable.
+// `tessera shard` directories loaded the same way; modules (an MLP and a transformer block) saved
+// from one mesh and plan and loaded onto another, every parameter bit for bit and the forward
+// agreeing; gradients saved beside them; bad paths and mismatched checkpoints refused with nothing
+// lost; and a save whose worker dies half-way leaving the previous checkpoint readable.
 
 #include <signal.h>
 
@@ -24,6 +26,7 @@
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
 #include "tests/cluster_fixture.h"
+#include "tests/test_models.h"
 
 namespace tessera {
 namespace {
@@ -218,6 +221,150 @@ TEST(CheckpointTest, BadInputIsRefusedAndLosesNothing) {
   absl::StatusOr<DTensor> loaded = client::LoadTensor(S(), path, M("trio"), {Placement::Shard(1)});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ExpectHolds(*loaded, full);
+}
+
+// A float32 MLP on [batch, 16]: Linear(16, 64) -> ReLU -> Linear(64, 16).
+constexpr char kMlp[] = R"js({"type": "Module", "input": {"dtype": "float32", "shape": [-1, 16]},
+  "children": [
+    {"name": "net1", "type": "Linear", "in_features": 16, "out_features": 64},
+    {"name": "act", "type": "ReLU"},
+    {"name": "net2", "type": "Linear", "in_features": 64, "out_features": 16}]})js";
+// The same MLP 32 wide: its net1 and net2 weights differ in shape from kMlp's.
+constexpr char kNarrowMlp[] =
+    R"js({"type": "Module", "input": {"dtype": "float32", "shape": [-1, 16]},
+  "children": [
+    {"name": "net1", "type": "Linear", "in_features": 16, "out_features": 32},
+    {"name": "act", "type": "ReLU"},
+    {"name": "net2", "type": "Linear", "in_features": 32, "out_features": 16}]})js";
+
+// Every tensor of `m`'s state_dict (with `gradients`, the gradients too), by name.
+std::map<std::string, HostTensor> StateOf(const client::Module& m, bool gradients = false) {
+  std::map<std::string, HostTensor> state;
+  absl::StatusOr<std::vector<std::pair<std::string, HostTensor>>> dict = m.StateDict(gradients);
+  EXPECT_TRUE(dict.ok()) << dict.status();
+  if (!dict.ok()) return state;
+  for (auto& [name, t] : *dict) state.emplace(name, std::move(t));
+  return state;
+}
+
+// Where a module is saved from or loaded onto: a mesh, and Megatron's plan (the MLP's or the
+// block's) or none (every parameter Replicate).
+struct ModuleLayout {
+  std::string mesh;
+  bool megatron = false;
+};
+void PrintTo(const ModuleLayout& layout, std::ostream* out) {
+  *out << layout.mesh << (layout.megatron ? " with Megatron's plan" : " without a plan");
+}
+using ModuleCase = std::tuple<std::string, ModuleLayout, ModuleLayout>;
+class ModuleCheckpointTest : public ::testing::TestWithParam<ModuleCase> {};
+
+// A module saved from one mesh and plan (each worker writing its own blocks) loads onto another
+// with every parameter bit for bit as saved, and its forward agrees with the original's.
+TEST_P(ModuleCheckpointTest, LoadsOntoAnotherMeshAndPlanBitExact) {
+  const auto& [spec, from, to] = GetParam();
+  static int saves = 0;
+  const std::string id = absl::StrCat(++saves);
+  const std::string path = PathFor("module-" + id);
+  auto plan = [&spec](const ModuleLayout& layout) -> std::string {
+    if (!layout.megatron) return "";
+    return spec == kMlp ? testing::kMlpPlan : testing::kMegatron;
+  };
+  absl::StatusOr<client::Module> saved = client::LoadModule(S(), spec, M(from.mesh), "saved-" + id,
+                                                            {.seed = 7}, {.plan_json = plan(from)});
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  absl::StatusOr<client::SaveInfo> info = saved->SaveCheckpoint(path);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->path, path);
+  absl::StatusOr<client::Module> loaded = client::LoadModule(
+      S(), spec, M(to.mesh), "loaded-" + id, {.checkpoint = path}, {.plan_json = plan(to)});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::map<std::string, HostTensor> want = StateOf(*saved), got = StateOf(*loaded);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(want.empty());
+  for (const auto& [name, t] : want) {
+    ASSERT_TRUE(got.contains(name)) << name;
+    EXPECT_TRUE(TensorsMatch(got.at(name), t)) << name;
+  }
+  // The checkpoint's tensors load one by one as well, under their state_dict names.
+  const std::string first = want.begin()->first;
+  absl::StatusOr<DTensor> one = client::LoadTensor(S(), path, M("trio"), {Placement::Shard(0)},
+                                                   client::LoadOptions{first, ""});
+  ASSERT_TRUE(one.ok()) << one.status();
+  ExpectHolds(*one, want.at(first));
+
+  const Shape input_shape = spec == kMlp ? Shape{5, 16} : Shape{2, 3, 16};
+  const HostTensor x = kernels::testing::RandomTensor(DType::kFloat32, input_shape, 3);
+  absl::StatusOr<client::ModuleOutput> y0 = saved->Forward(x), y1 = loaded->Forward(x);
+  ASSERT_TRUE(y0.ok()) << y0.status();
+  ASSERT_TRUE(y1.ok()) << y1.status();
+  // Other layouts sum in another order: float32 rounding only.
+  EXPECT_TRUE(TensorsMatch(*y1->full, *y0->full, 1e-5, 1e-6));
+  ASSERT_TRUE(saved->Remove().ok());
+  ASSERT_TRUE(loaded->Remove().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ModuleCheckpointTest,
+    ::testing::Combine(::testing::Values(std::string(kMlp),
+                                         std::string(testing::kBlockDim16Float32)),
+                       ::testing::Values(ModuleLayout{"pair", true}, ModuleLayout{"trio", false}),
+                       ::testing::Values(ModuleLayout{"trio", false}, ModuleLayout{"pair", true},
+                                         ModuleLayout{"pair", false})),
+    [](const ::testing::TestParamInfo<ModuleCase>& info) {
+      const ModuleLayout& from = std::get<1>(info.param);
+      const ModuleLayout& to = std::get<2>(info.param);
+      return absl::StrCat(std::get<0>(info.param) == kMlp ? "mlp" : "block", "_", from.mesh,
+                          from.megatron ? "_megatron" : "", "_to_", to.mesh,
+                          to.megatron ? "_megatron" : "");
+    });
+
+// A step's gradients save beside the parameters under "<fqn>.grad" and load as tensors; a
+// checkpoint without a parameter, with one of another shape, or at a bad path is refused and
+// loads nothing.
+TEST(ModuleCheckpointInputTest, GradientsSaveAndBadCheckpointsAreRefused) {
+  absl::StatusOr<client::Module> m = client::LoadModule(
+      S(), kMlp, M("pair"), "trained", {.seed = 3}, {.plan_json = testing::kMlpPlan});
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string path = PathFor("trained");
+  EXPECT_TRUE(StatusIs(m->SaveCheckpoint(path, /*gradients=*/true).status(),
+                       absl::StatusCode::kFailedPrecondition, {"no gradients"}));
+  ASSERT_TRUE(m->Step(kernels::testing::RandomTensor(DType::kFloat32, {4, 16}, 9)).ok());
+  absl::StatusOr<client::SaveInfo> info = m->SaveCheckpoint(path, /*gradients=*/true);
+  ASSERT_TRUE(info.ok()) << info.status();
+  const std::map<std::string, HostTensor> state = StateOf(*m, /*gradients=*/true);
+  ASSERT_EQ(state.size(), 8u);  // net1 and net2, weight and bias, each with its gradient
+  for (const auto& [name, t] : state) {
+    absl::StatusOr<DTensor> one = client::LoadTensor(S(), path, M("trio"), {Placement::Replicate()},
+                                                     client::LoadOptions{name, ""});
+    ASSERT_TRUE(one.ok()) << name << ": " << one.status();
+    ExpectHolds(*one, t);
+  }
+
+  const std::string lone = PathFor("lone");
+  absl::StatusOr<DTensor> t =
+      client::DistributeTensor(S(), kernels::testing::RandomTensor(DType::kFloat32, {64, 16}, 2),
+                               M("pair"), {Placement::Shard(0)});
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->Save(lone).ok());
+  const size_t modules = client::ListModules(S()).value().size();
+  const size_t tensors = S().ListTensors().value().size();
+  auto load = [](const char* spec, const std::string& checkpoint) {
+    return client::LoadModule(S(), spec, M("pair"), "refused", {.checkpoint = checkpoint}).status();
+  };
+  EXPECT_TRUE(StatusIs(load(kNarrowMlp, path), absl::StatusCode::kInvalidArgument,
+                       {"'net1.", "float32[64", "float32[32"}));
+  EXPECT_TRUE(
+      StatusIs(load(kMlp, lone), absl::StatusCode::kInvalidArgument, {"has no tensor 'net1."}));
+  EXPECT_TRUE(StatusIs(load(kMlp, "relative/ckpt"), absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(StatusIs(load(kMlp, PathFor("missing")), absl::StatusCode::kNotFound));
+  EXPECT_TRUE(StatusIs(client::LoadModule(S(), kMlp, M("pair"), "refused",
+                                          {.weights_path = lone, .checkpoint = path})
+                           .status(),
+                       absl::StatusCode::kInvalidArgument, {"not both"}));
+  EXPECT_EQ(client::ListModules(S()).value().size(), modules);
+  EXPECT_EQ(S().ListTensors().value().size(), tensors);
+  ASSERT_TRUE(m->Remove().ok());
 }
 
 // A save whose worker dies before writing its block fails, and the previous checkpoint at the

@@ -122,10 +122,14 @@ struct PublishOptions {
 };
 
 // Where a loaded module's parameters come from: a safetensors file whose names are the state_dict
-// names (streamed, never read whole), or, without one, torch's initialization from `seed`.
+// names (streamed, never read whole); a checkpoint directory on the workers' filesystem
+// (Module::SaveCheckpoint's, or any checkpoint holding tensors under the state_dict names) that
+// the workers read, each only its shard's bytes; or, without either, torch's initialization from
+// `seed`.
 struct ModuleInit {
   std::string weights_path = {};
   uint64_t seed = 0;
+  std::string checkpoint = {};
 };
 
 struct LoadModuleOptions {
@@ -155,8 +159,14 @@ class Module {
   // state_dict(): every parameter whole (with `gradients`, each gradient too, as "<fqn>.grad").
   absl::StatusOr<std::vector<std::pair<std::string, HostTensor>>> StateDict(
       bool gradients = false) const;
-  // Writes StateDict() to a safetensors file at `path`.
+  // Writes StateDict() to a safetensors file at `path` (on the client's filesystem).
   absl::Status Save(const std::string& path, bool gradients = false) const;
+  // Saves every parameter (with `gradients`, every gradient too, as "<fqn>.grad") into the
+  // checkpoint directory `path` on the workers' filesystem (docs/checkpoints.md): every worker
+  // writes its own blocks, none passes through the coordinator or the client; the previous
+  // checkpoint at `path` stays readable until the new one is complete. LoadModule with
+  // ModuleInit::checkpoint reads it back onto any mesh and plan.
+  absl::StatusOr<SaveInfo> SaveCheckpoint(const std::string& path, bool gradients = false) const;
   // Serves the forward over KServe v2 (the coordinator's inference endpoint).
   absl::StatusOr<PublishedVersion> Publish(const PublishOptions& options = {}) const;
   // Fresh information: parameters and their layouts, plan, edges.

@@ -612,9 +612,14 @@ def get_tensor(name: str, session: Optional[Session] = None) -> DTensor:
     return DTensor._adopt(s, s.transport.get_tensor(name), None, owned=False)
 
 
-def save(tensor: DTensor, path: str) -> Any:
-    """Saves ``tensor`` into the checkpoint directory ``path`` (see DTensor.save)."""
-    return tensor.save(path)
+def save(obj: Any, path: str) -> Any:
+    """Saves a DTensor (see DTensor.save) or a Module (see Module.save_checkpoint) into the
+    checkpoint directory ``path`` on the workers' filesystem."""
+    if isinstance(obj, DTensor):
+        return obj.save(path)
+    if hasattr(obj, "save_checkpoint"):
+        return obj.save_checkpoint(path)
+    raise InvalidArgument(f"tessera.save takes a DTensor or a Module, not {type(obj).__name__}")
 
 
 def load(path: str, device_mesh: DeviceMesh, placements: Sequence[Any], *, tensor: str = "",

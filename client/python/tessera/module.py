@@ -226,6 +226,19 @@ class Module:
         """Writes state_dict() as a safetensors file."""
         _st.write(path, self.state_dict(gradients))
 
+    def save_checkpoint(self, path: Union[str, "os.PathLike[str]"], gradients: bool = False
+                        ) -> Any:
+        """Saves every parameter (with ``gradients``, every gradient too, as "<fqn>.grad") into
+        the checkpoint directory ``path`` on the workers' filesystem (absolute;
+        docs/checkpoints.md): each worker writes its own blocks, none passes through the
+        coordinator or this process. ``load_module(..., checkpoint=path)`` reads it back onto any
+        mesh and plan. Returns the reply (path, data_dir, files, saved_layout)."""
+        return self.session.transport.module_call(
+            "SaveModuleCheckpoint",
+            pb.module.SaveModuleCheckpointRequest(name=self.name, path=str(path),
+                                                  gradients=gradients),
+            transfer=True)
+
     def publish(self, version: str = "1", *, model: str = "", max_batch_size: int = 0,
                 max_queue_delay_us: int = 500) -> Any:
         """Serves the forward over KServe v2 on the coordinator's port as model ``model``
@@ -294,23 +307,26 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def load_module(spec: Any, *, mesh: DeviceMesh, weights: Any = None, seed: Optional[int] = None,
-                name: Optional[str] = None, plan: Any = None, progress: ProgressArg = None
-                ) -> Module:
+                name: Optional[str] = None, plan: Any = None, progress: ProgressArg = None,
+                checkpoint: Union[str, "os.PathLike[str]", None] = None) -> Module:
     """Loads a module onto ``mesh``.
 
     ``spec``: the module spec (dict, JSON text, path to a JSON file, or what tessera.export
     returned). ``weights``: a safetensors path (streamed a chunk at a time) or a dict of tensors
-    by state_dict name (a torch ``state_dict()`` too); or ``seed`` to initialize as torch's
-    ``reset_parameters()`` does. ``plan``: a parallelize plan applied as it loads (a dict of
-    styles or a plan file). The weights are checked against the spec before any byte moves."""
+    by state_dict name (a torch ``state_dict()`` too); or ``checkpoint``, a checkpoint directory
+    on the workers' filesystem (``Module.save_checkpoint``'s) that the workers read, each only its
+    shard's bytes; or ``seed`` to initialize as torch's ``reset_parameters()`` does. ``plan``: a
+    parallelize plan applied as it loads (a dict of styles or a plan file). The weights are
+    checked against the spec before any byte moves."""
     from .export import Exported
     from .parallel import plan_json
 
     if isinstance(spec, Exported):
-        weights = spec.weights_path if weights is None and seed is None else weights
+        if weights is None and seed is None and checkpoint is None:
+            weights = spec.weights_path
         spec = spec.spec
-    if (weights is None) == (seed is None):
-        raise InvalidArgument("load_module takes exactly one of weights= and seed=")
+    if [weights is None, seed is None, checkpoint is None].count(False) != 1:
+        raise InvalidArgument("load_module takes exactly one of weights=, seed= and checkpoint=")
     name = name or f"module-{secrets.token_hex(4)}"
     if not _NAME.match(name):
         raise InvalidArgument(f"module name '{name}': letters, digits, '_' and '-' only")
@@ -320,6 +336,8 @@ def load_module(spec: Any, *, mesh: DeviceMesh, weights: Any = None, seed: Optio
     weights_header, data, total = None, iter(()), 0
     if seed is not None:
         header.seed = int(seed)
+    elif checkpoint is not None:
+        header.checkpoint = str(checkpoint)
     else:
         header.weights_follow = True
         if isinstance(weights, (str, pathlib.Path)):
