@@ -150,6 +150,18 @@ grep -q "^tessera module unpublish: NOT_FOUND: " "${work}/err.txt" || { cat "${w
 "${tessera}" module forward seeded --input "${work}/x.npy" --out "${work}/yseeded.npy"
 "${tessera}" module save seeded --out "${work}/seeded.safetensors"
 "${py}" "${mlp}" forward "${work}" "${work}/yseeded.npy" "${work}/seeded.safetensors"
+# The seeded module through a checkpoint the workers write and read: loaded without a plan, its
+# forward is the same module's.
+"${tessera}" module save seeded --checkpoint "${work}/ckpt-seeded" \
+  | grep -q "^saved module seeded (module 'seeded': 4 tensors) into checkpoint ${work}/ckpt-seeded: " \
+  || fail "module save --checkpoint"
+"${tessera}" module load "${work}/spec.json" --checkpoint "${work}/ckpt-seeded" --mesh world \
+    --name restored >/dev/null
+"${tessera}" module forward restored --input "${work}/x.npy" --out "${work}/yrestored.npy"
+"${py}" "${mlp}" forward "${work}" "${work}/yrestored.npy" "${work}/seeded.safetensors"
+expect_exit 1 module save seeded
+grep -q "^tessera module save: INVALID_ARGUMENT: module save: give --out FILE or --checkpoint DIR" \
+  "${work}/err.txt" || { cat "${work}/err.txt"; fail "module save without a target"; }
 
 # Refused: an unknown module, weights of the wrong shape, a mesh that is not there.
 expect_exit 1 module show nope
@@ -171,7 +183,7 @@ expect_exit 2 module bogus
 grep -q "unknown command 'bogus'" "${work}/err.txt" || fail "module bogus"
 
 # rm takes the module, its parameters and gradients.
-"${tessera}" module rm mlp seeded | grep -q "^removed module seeded$" || fail "rm"
+"${tessera}" module rm mlp seeded restored | grep -q "^removed module restored$" || fail "rm"
 "${tessera}" module list | grep -qx "no modules" || fail "modules left"
 if "${tessera}" tensor list | grep -q "^mlp\."; then fail "tensors of mlp left"; fi
 expect_exit 1 module rm mlp
