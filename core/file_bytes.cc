@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -71,6 +72,18 @@ absl::StatusOr<RegularFile> OpenRegularFile(absl::string_view path) {
   return out;
 }
 
+// Flushes the directory `path` to the disk, with the entries created or renamed in it. Some
+// filesystems cannot sync a directory (EINVAL): their entries are as durable as they get.
+absl::Status SyncDirectory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return FileError(errno, "open the directory", path);
+  const int synced = ::fsync(fd);
+  const int error_number = errno;
+  ::close(fd);
+  if (synced != 0 && error_number != EINVAL) return FileError(error_number, "sync", path);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::byte>> ReadFileBytes(absl::string_view path) {
@@ -117,7 +130,7 @@ absl::Status WriteFileBytes(absl::string_view path, std::span<const std::byte> b
   FilePtr f(std::fopen(tmp.c_str(), "wb"));
   if (f == nullptr) return FileError(errno, "create", tmp);
   if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size() ||
-      std::fflush(f.get()) != 0) {
+      std::fflush(f.get()) != 0 || ::fsync(::fileno(f.get())) != 0) {
     const int error_number = errno;
     f.reset();
     std::remove(tmp.c_str());
@@ -133,7 +146,8 @@ absl::Status WriteFileBytes(absl::string_view path, std::span<const std::byte> b
     std::remove(tmp.c_str());
     return FileError(error_number, "rename into", path);
   }
-  return absl::OkStatus();
+  const std::string parent = std::filesystem::path(p).parent_path().string();
+  return SyncDirectory(parent.empty() ? "." : parent);
 }
 
 }  // namespace tessera

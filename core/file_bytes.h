@@ -27,8 +27,9 @@ absl::StatusOr<uint64_t> FileSize(absl::string_view path);
 // ends first (checked against its size before anything is allocated).
 absl::StatusOr<std::string> ReadFileRange(absl::string_view path, uint64_t offset, size_t length);
 
-// Replaces the file at `path` with `bytes`: writes `path`.tmp, then renames it over `path`, so a
-// reader never sees a half-written file.
+// Replaces the file at `path` with `bytes`: writes `path`.tmp and syncs it to the disk, renames it
+// over `path` and syncs the directory, so a reader never sees a half-written file, and once this
+// returns OK the new file survives a crash of the machine too.
 absl::Status WriteFileBytes(absl::string_view path, std::span<const std::byte> bytes);
 
 }  // namespace tessera
