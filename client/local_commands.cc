@@ -1,6 +1,9 @@
 #include "client/local_commands.h"
 
 #include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -8,6 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/tensor_files.h"
+#include "core/checkpoint.h"
+#include "core/checkpoint_files.h"
 #include "core/npy.h"
 #include "core/redistribute_planner.h"
 #include "core/safetensors.h"
@@ -154,7 +159,34 @@ struct UnshardFlags {
   std::string name = "tensor";
 };
 
+// Joins one tensor of the checkpoint at `dir` (docs/checkpoints.md) into `path`: the only one, or
+// the one named `name` when it holds several.
+absl::Status UnshardCheckpoint(const std::string& dir, const std::string& name,
+                               const std::string& path, std::ostream& out) {
+  ASSIGN_OR_RETURN(const CheckpointIndex index, ReadCheckpointIndex(dir));
+  const CheckpointTensor* tensor = nullptr;
+  for (const CheckpointTensor& t : index.tensors) {
+    if (index.tensors.size() == 1 || t.name == name) tensor = &t;
+  }
+  if (tensor == nullptr) {
+    std::vector<std::string> names;
+    for (const CheckpointTensor& t : index.tensors) names.push_back(t.name);
+    return absl::NotFoundError(absl::StrCat("checkpoint ", dir, " has no tensor '", name,
+                                            "'; it holds ", absl::StrJoin(names, ", ")));
+  }
+  const LocalShard whole{tensor->shape, std::vector<int64_t>(tensor->shape.size(), 0)};
+  ASSIGN_OR_RETURN(HostTensor full, LoadCheckpointShard(dir, *tensor, whole));
+  RETURN_IF_ERROR(WriteTensorFile(path, tensor->name, std::move(full)));
+  out << "wrote " << tensor->name << " " << DTypeName(tensor->dtype) << ShapeToString(tensor->shape)
+      << " (saved as " << tensor->saved_layout << ") from checkpoint " << dir
+      << " as one tensor to " << path << "\n";
+  return absl::OkStatus();
+}
+
 absl::Status RunUnshard(const UnshardFlags& f, std::ostream& out) {
+  if (std::filesystem::exists(std::filesystem::path(f.dir) / std::string(kCheckpointIndexFile))) {
+    return UnshardCheckpoint(f.dir, f.name, f.out, out);
+  }
   const std::string& name = f.name;
   ASSIGN_OR_RETURN(auto tensor, ReadShardedTensor(f.dir, name));
   const std::string& path = f.out;
@@ -251,10 +283,13 @@ void AddLocalCommands(CLI::App& app, Action* action) {
   AddFileTensorNameFlag(*reshard.app, reshard.flags->name);
   AddPlannerFlag(*reshard.app, reshard.flags->planner);
 
-  auto unshard = AddCommand(app, "unshard", "join per-rank files back into one tensor file",
-                            RunUnshard, action);
+  auto unshard =
+      AddCommand(app, "unshard", "join per-rank files or a checkpoint back into one tensor file",
+                 RunUnshard, action);
   unshard.app->group(group);
-  unshard.app->add_option("dir", unshard.flags->dir, "directory written by shard or reshard")
+  unshard.app
+      ->add_option("dir", unshard.flags->dir,
+                   "directory written by shard or reshard, or a checkpoint (tessera save)")
       ->required()
       ->type_name("DIR");
   unshard.app->add_option("--out", unshard.flags->out, "OUT.npy or OUT.safetensors")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tessera tensor put/show/redistribute/get/list/rm against a cluster started with `tessera up`:
-# a .npy file goes in sharded, is redistributed by the workers, and comes back byte for byte; put
+# a .npy file goes in sharded, is redistributed by the workers, and comes back byte for byte (and
+# through a checkpoint joined by `tessera unshard`); put
 # and redistribute wait for the workers (a failure on them exits 1 with its code), --async does
 # not; and every subcommand answers --help with its usage.
 # usage: cli_tensor_test.sh TESSERA_BINARY WORKDIR
@@ -51,6 +52,11 @@ grep -q "all_to_all" "${work}/plan.txt"
 "${tessera}" tensor get w2 --out "${work}/back.npy"
 cmp "${input}" "${work}/back.npy"
 "${tessera}" tensor list | grep -q "^w2 "
+# A checkpoint every worker writes its blocks of, joined back on this machine by unshard.
+"${tessera}" save w "${work}/ckpt-w" | tee "${work}/save.txt"
+"${tessera}" unshard "${work}/ckpt-w" --out "${work}/unsharded.npy" | tee "${work}/unshard.txt"
+grep -q "^wrote w float32\[64, 71\] (saved as (S(1)) on mesh \[2\]) from checkpoint " "${work}/unshard.txt"
+cmp "${input}" "${work}/unsharded.npy"
 "${tessera}" tensor rm w w2
 "${tessera}" tensor list | grep -q "no tensors"
 if "${tessera}" tensor get w --out "${work}/gone.npy" 2> "${work}/err.txt"; then exit 1; fi
