@@ -18,10 +18,10 @@ PATH, which finds the built daemons and deploy/tessera-workers by the names the 
 
 Checked: workers answer grpc.health.v1 NOT_SERVING until the coordinator is up and SERVING once
 registered (the readiness probes), liveness ports accept connections, every --metrics_port serves
-tessera_ metrics, a mesh over all four workers
-shards a tensor and gathers it back equal to the original; the GPU-style pod exits when one of
-its workers dies, comes back under the same worker ids, and the sharded tensor it held reports
-DATA_LOSS.
+tessera_ metrics, a mesh over all four workers shards a tensor and gathers it back equal to the
+original; the GPU-style pod exits when one of its workers dies and comes back under the same
+worker ids, after which the sharded tensor it held reads as DATA_LOSS, a replicated one as
+UNAVAILABLE, and the mesh runs again once created again.
 
 usage: standin.py K8S_DIR DEPLOY_DIR BIN_DIR... WORKDIR   (77: kubectl missing, skipped)"""
 
@@ -287,8 +287,25 @@ def main():
                        check=False)
         assert lost.returncode == 1 and "DATA_LOSS" in lost.stderr, \
             f"reading a tensor the restarted pod held: {lost.returncode} {lost.stderr}"
+        kept = tessera("tensor", "get", "y", "--out", os.path.join(workdir, "kept.npy"),
+                       check=False)
+        # A replicated tensor survives on the other pods, but its mesh cannot run.
+        assert kept.returncode == 1 and "UNAVAILABLE" in kept.stderr and \
+            "restarted since mesh 'pool' was created" in kept.stderr, \
+            f"reading a tensor replicated beyond the restarted pod: {kept.returncode} {kept.stderr}"
+        # The mesh over the restarted workers is broken for good; created again, it runs.
+        broken = tessera("tensor", "put", os.path.join(workdir, "x.npy"), "--mesh", "pool",
+                         "--placements", "R,R", "--name", "x1", check=False)
+        assert broken.returncode == 1 and "restarted since the mesh was created" in broken.stderr, \
+            f"a put on the mesh of a restarted worker: {broken.returncode} {broken.stderr}"
+        tessera("mesh", "delete", "pool")
+        tessera("mesh", "create", "pool", "--shape", "2,2", "--names", "dp,tp")
+        tessera("tensor", "put", os.path.join(workdir, "x.npy"), "--mesh", "pool", "--placements",
+                "S(1),S(0)", "--name", "x2")
+        tessera("tensor", "get", "x2", "--out", os.path.join(workdir, "x2.npy"))
+        assert np.array_equal(np.load(os.path.join(workdir, "x2.npy")), original)
         print("restart: the GPU-style pod ended with its worker, came back under worker ids",
-              sorted(again.values()), "and its shards read as DATA_LOSS")
+              sorted(again.values()), "with its shards lost; the mesh, created again, runs")
         return 0
     finally:
         for p in pods:
