@@ -150,6 +150,20 @@ def health(port):
     return {b"\x08\x01": "SERVING", b"\x08\x02": "NOT_SERVING"}.get(reply, "UNKNOWN")
 
 
+def children(pid):
+    """Pids of the processes whose parent is `pid` (from /proc), ascending."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            found.append(int(entry))
+    return sorted(found)
+
+
 def wait_for(what, predicate, pods, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -267,10 +281,9 @@ def main():
         print("workload: a 2x2 mesh over every pod, S(0),S(1) -> R,R gathered back equal")
 
         # One worker of the GPU-style pod dies: the pod's process ends, taking its other worker.
-        victim = subprocess.run(["pgrep", "-P", str(gpu_pod.proc.pid)], capture_output=True,
-                                text=True).stdout.split()
+        victim = children(gpu_pod.proc.pid)
         assert len(victim) == GPU_WORKERS, f"{gpu_pod.name} runs {victim}"
-        os.kill(int(victim[0]), signal.SIGKILL)
+        os.kill(victim[0], signal.SIGKILL)
         status = gpu_pod.proc.wait(timeout=30)
         assert status == 128 + signal.SIGKILL, f"{gpu_pod.name} exited {status}"
         for pid in victim[1:]:
