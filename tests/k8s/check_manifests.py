@@ -107,8 +107,11 @@ def check_container(objects, helps, where, workload, c, annotations):
                 problems.append(f"{where}: {binary} has no flag --{name}")
             if "$(" in value:
                 problems.append(f"{where}: --{name}={value} names a variable the container lacks")
-        # A flag that reads the environment is set, and a secret one from a Secret.
+        # A flag that reads the environment is set, and a secret one from a Secret, never on the
+        # command line (which the pod spec and ps show).
         for name, var in accepted.items():
+            if var is not None and "secret" in name and name in flags:
+                problems.append(f"{where}: --{name} on the command line; set ${var} from a Secret")
             if var is None or name in flags:
                 continue
             source = next((e for e in c.get("env", []) if e["name"] == var), None)
@@ -188,6 +191,8 @@ BREAKS = [
     ("the secret not mounted",
      lambda o: _worker(o).update(env=[e for e in _worker(o)["env"]
                                       if e["name"] != "TESSERA_SECRET"])),
+    ("the secret on the command line",
+     lambda o: _coordinator(o)["args"].append("--secret=change-me")),
     ("a Secret that is not there",
      lambda o: o.remove(m.find(o, "Secret", "tessera-secret"))),
     ("a ConfigMap key that is not there",
