@@ -8,9 +8,12 @@ packages=(
   libabsl-dev libgloo-dev libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev libcivetweb-dev
   libgtest-dev libgmock-dev libbenchmark-dev prometheus
-  clang-format python3 python3-numpy python3-grpcio python3-protobuf python3-pytest
+  clang-format python3 python3-numpy python3-grpcio python3-protobuf python3-pytest python3-yaml
   clang libclang-rt-14-dev
 )
+# kubectl for `kubectl kustomize` (the deploy/k8s render tests): Debian's kubernetes-client, unless
+# a kubectl is already installed (another package of it would conflict).
+command -v kubectl > /dev/null || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do

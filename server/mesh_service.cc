@@ -47,8 +47,9 @@ absl::Status MeshService::ChooseWorkers(const v1::CreateMeshRequest& request, in
                                                      request.device_type(), " workers but ",
                                                      live.size(), " are live"));
     }
-    ids->assign(live.begin(), live.begin() + needed);
-    std::sort(ids->begin(), ids->end());  // ranks follow ids, whichever were chosen
+    // Ranks go node-major (by host, then id), whichever were chosen, so that a mesh's last dims
+    // stay within a node.
+    *ids = registry.NodeMajor(std::vector<int64_t>(live.begin(), live.begin() + needed));
   } else if (static_cast<int64_t>(ids->size()) != needed) {
     return absl::InvalidArgumentError(absl::StrCat("mesh shape ", shape, " needs ", needed,
                                                    " workers but worker_ids names ", ids->size()));

@@ -1,6 +1,11 @@
 #include "server/worker_registry.h"
 
+#include <algorithm>
+#include <limits>
+#include <map>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -115,6 +120,27 @@ std::vector<int64_t> WorkerRegistry::LiveWorkers(const std::string& device_type)
   }
   on_time.insert(on_time.end(), late.begin(), late.end());
   return on_time;
+}
+
+std::vector<int64_t> WorkerRegistry::NodeMajor(std::vector<int64_t> ids) const {
+  std::sort(ids.begin(), ids.end());
+  std::map<std::string, int64_t> first_of_host;  // each host's smallest id among `ids`
+  std::map<int64_t, int64_t> group;              // id -> the smallest id of its host
+  {
+    absl::MutexLock lock(&mu_);
+    for (int64_t id : ids) {
+      auto it = workers_.find(id);
+      if (it == workers_.end()) continue;
+      group[id] = first_of_host.try_emplace(it->second.info.hostname(), id).first->second;
+    }
+  }
+  auto key = [&group](int64_t id) {
+    auto it = group.find(id);
+    return std::pair(it == group.end() ? std::numeric_limits<int64_t>::max() : it->second, id);
+  };
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&key](int64_t a, int64_t b) { return key(a) < key(b); });
+  return ids;
 }
 
 absl::Status WorkerRegistry::CheckAlive(const std::vector<int64_t>& ids) const {

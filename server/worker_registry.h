@@ -51,6 +51,11 @@ class WorkerRegistry {
   // time first, then those that missed heartbeats (a last one older than two intervals) but are
   // not yet dead, so that a new mesh takes a paused or overloaded worker only when it must.
   std::vector<int64_t> LiveWorkers(const std::string& device_type) const;
+  // `ids` in node-major order, for a mesh's ranks: grouped by the host each worker registered from
+  // (its RegisterRequest.hostname; a pod's name on Kubernetes, so a GPU node's workers share one),
+  // the groups in the order of their smallest id, ids ascending within a group; so that the last
+  // mesh dims (tp) stay within a node. Unknown ids come last, ascending.
+  std::vector<int64_t> NodeMajor(std::vector<int64_t> ids) const;
   // The dead worker among `ids`, if any: the reason a mesh over them is broken.
   absl::Status CheckAlive(const std::vector<int64_t>& ids) const;
   std::vector<v1::WorkerInfo> List() const;

@@ -139,6 +139,38 @@ TEST(WorkerRegistry, WorkersThatMissedHeartbeatsComeLast) {
   EXPECT_EQ(registry.LiveWorkers("cpu"), (std::vector<int64_t>{0, 1, 2, 3}));
 }
 
+// Registration order across hosts, and the node-major rank order worked out by hand.
+struct NodeMajorCase {
+  std::vector<std::string> hosts;  // worker i's hostname, in registration (id) order
+  std::vector<int64_t> ids;        // asked for
+  std::vector<int64_t> want;
+};
+
+class NodeMajorTest : public ::testing::TestWithParam<NodeMajorCase> {};
+
+TEST_P(NodeMajorTest, GroupsIdsByHostInOrderOfEachHostsFirstId) {
+  WorkerRegistry registry(absl::Milliseconds(100), absl::Seconds(10));
+  for (size_t i = 0; i < GetParam().hosts.size(); ++i) {
+    v1::RegisterRequest r = Worker(absl::StrCat("h:", i));
+    r.set_hostname(GetParam().hosts[i]);
+    registry.Register(r);
+  }
+  EXPECT_EQ(registry.NodeMajor(GetParam().ids), GetParam().want);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Hosts, NodeMajorTest,
+    ::testing::Values(
+        // One host (tessera up): id order.
+        NodeMajorCase{{"a", "a", "a", "a"}, {3, 1, 0, 2}, {0, 1, 2, 3}},
+        // Two GPU pods whose workers registered interleaved.
+        NodeMajorCase{{"pod-0", "pod-1", "pod-1", "pod-0"}, {0, 1, 2, 3}, {0, 3, 1, 2}},
+        NodeMajorCase{{"pod-1", "pod-0", "pod-0", "pod-1", "pod-2", "pod-0"},
+                      {5, 4, 3, 2, 1, 0},
+                      {0, 3, 1, 2, 5, 4}},
+        // A subset: groups ordered by their smallest id among those asked for; unknown ids last.
+        NodeMajorCase{{"x", "y", "x", "y"}, {1, 2, 3, 9, 7}, {1, 3, 2, 7, 9}}));
+
 TEST(WorkerRegistry, UnknownWorkerIsNotFound) {
   WorkerRegistry registry(absl::Milliseconds(100), absl::Seconds(10));
   EXPECT_EQ(registry.Get(7).status().code(), absl::StatusCode::kNotFound);

@@ -228,6 +228,10 @@ int main(int argc, char** argv) {
     spdlog::critical("{}", tessera::daemon::CannotListenMessage(listen));
     return 1;
   }
+  // grpc.health.v1 (the readiness probe) answers NOT_SERVING until the coordinator has this worker
+  // registered, and again while it registers anew.
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(false);
   ExportShardMetrics(service, device, flags.memory_budget);
   absl::StatusOr<std::unique_ptr<tessera::metrics::HttpServer>> metrics =
       tessera::daemon::ServeMetrics("tessera-worker", listen, flags.metrics_port);
@@ -272,10 +276,12 @@ int main(int argc, char** argv) {
   request.set_device_name(service.device_name());
 
   auto begin = [&]() {
+    health->SetServingStatus(false);
     tessera::v1::RegisterReply reply = RegisterLoop(*registry, request);
     service.BeginIncarnation(reply.worker_id(), reply.incarnation(),
                              std::make_unique<tessera::RpcStore>(registry, absl::Seconds(60)),
                              collective_host);
+    health->SetServingStatus(true);
     // Launchers (client/local_cluster.cc) wait for this line on stdout, whatever the log level.
     std::cout << "tessera-worker " << reply.worker_id() << " (" << device << ") serving on "
               << address << ", incarnation " << reply.incarnation() << std::endl;

@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""The local stand-in for a Kubernetes deployment: runs the exact commands, arguments and
+environment of the rendered deploy/k8s manifests as local processes on loopback, one process
+group per container, and runs a workload through them with the `tessera` CLI.
+
+The pods: the coordinator (overlays/cpu's Deployment), two CPU worker pods tessera-worker-0 and -1
+(overlays/cpu's StatefulSet) and one GPU-style pod tessera-worker-2 (overlays/gpu's StatefulSet:
+deploy/tessera-workers starting its workers). What is substituted, and nothing else:
+  - the downward API: metadata.name -> the pod's StatefulSet name (tessera-worker-K, unchanged),
+    status.podIP -> 127.0.0.1;
+  - names: the Service tessera-coordinator and each pod's stable name (tessera-worker-K.tessera-
+    worker) -> 127.0.0.1;
+  - ports: every container port of a pod -> a free loopback port, runs of consecutive ports to runs
+    of consecutive free ports (so "{50052+i}" becomes "{F+i}"), a Service port -> its target's;
+  - the GPU-style pod: TESSERA_GPUS_PER_POD 8 -> 2 and --device=cuda:{i} -> --device=cpu (no GPU).
+The environment is the container's own (values, ConfigMap and Secret keys, downward API) plus
+PATH, which finds the built daemons and deploy/tessera-workers by the names the manifests use.
+
+Checked: workers answer grpc.health.v1 NOT_SERVING until the coordinator is up and SERVING once
+registered (the readiness probes), liveness ports accept connections, every --metrics_port serves
+tessera_ metrics, a mesh over all four workers shards a tensor and gathers it back equal to the
+original; the GPU-style pod exits when one of its workers dies and comes back under the same
+worker ids, after which the sharded tensor it held reads as DATA_LOSS, a replicated one as
+UNAVAILABLE, and the mesh runs again once created again.
+
+usage: standin.py K8S_DIR DEPLOY_DIR BIN_DIR... WORKDIR   (77: kubectl missing, skipped)"""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import grpc
+import numpy as np
+
+import manifests as m
+
+GPU_WORKERS = 2  # workers of the GPU-style pod (TESSERA_GPUS_PER_POD)
+
+
+def free_run(length):
+    """The first of `length` consecutive free loopback ports."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + length > 65535:
+            continue
+        try:
+            held = []
+            for p in range(base, base + length):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+
+
+def local_ports(container):
+    """{container port: local port} for a container, consecutive runs kept consecutive."""
+    ports = sorted(p["containerPort"] for p in container.get("ports", []))
+    mapping, i = {}, 0
+    while i < len(ports):
+        j = i
+        while j + 1 < len(ports) and ports[j + 1] == ports[j] + 1:
+            j += 1
+        base = free_run(j - i + 1)
+        for k in range(i, j + 1):
+            mapping[ports[k]] = base + (k - i)
+        i = j + 1
+    return mapping
+
+
+class Pod:
+    """One pod of the rendered manifests, run as one local process group."""
+
+    def __init__(self, name, objects, template, workdir, path):
+        self.name = name
+        self.objects = objects
+        self.container = template["spec"]["containers"][0]
+        self.ports = local_ports(self.container)
+        self.log = os.path.join(workdir, f"{name}.log")
+        self.path = path
+        self.proc = None
+
+    def port(self, container_port):
+        return self.ports[container_port]
+
+    def argv_env(self, resolve):
+        """The command line and environment, substituted as the module's docstring says;
+        `resolve(host, port)` gives the local port of another pod's address."""
+        env = m.container_env(self.objects, self.container,
+                              {"metadata.name": self.name, "status.podIP": "127.0.0.1"})
+        argv = m.command_line(self.container, env)
+        local = []
+        for a in argv:
+            if a.startswith("--device=cuda:"):
+                local.append("--device=cpu")
+                continue
+            # host:port and host:{B+i} of another pod (a Service or a stable pod name).
+            a = re.sub(r"([A-Za-z][A-Za-z0-9.-]*):(\{?)(\d+)",
+                       lambda x: f"127.0.0.1:{x.group(2)}{resolve(x.group(1), int(x.group(3)))}",
+                       a)
+            # This pod's own ports: --listen=HOST:P or HOST:{P+i}, --metrics_port=P or {P+i}.
+            a = re.sub(r"^(--listen=[^:]*:|--metrics_port=)(\{?)(\d+)",
+                       lambda x: f"{x.group(1)}{x.group(2)}{self.ports[int(x.group(3))]}", a)
+            local.append(a)
+        env["PATH"] = self.path
+        return local, env
+
+    def start(self, resolve):
+        argv, env = self.argv_env(resolve)
+        with open(self.log, "a") as log:
+            log.write(f"$ {' '.join(argv)}\n")
+            log.flush()
+            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def probe(self, kind):
+        """The local port of the container's readiness or liveness probe."""
+        probe = self.container[kind]
+        return self.port(next(probe[k]["port"] for k in ("grpc", "tcpSocket") if k in probe))
+
+
+def health(port):
+    """grpc.health.v1 Check on 127.0.0.1:port: 'SERVING', 'NOT_SERVING', 'UNKNOWN' or None when
+    nothing answers."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        check = channel.unary_unary("/grpc.health.v1.Health/Check")
+        try:
+            reply = check(b"", timeout=1)
+        except grpc.RpcError:
+            return None
+    return {b"\x08\x01": "SERVING", b"\x08\x02": "NOT_SERVING"}.get(reply, "UNKNOWN")
+
+
+def children(pid):
+    """Pids of the processes whose parent is `pid` (from /proc), ascending."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def wait_for(what, predicate, pods, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        for p in pods:
+            if p.proc and p.proc.poll() is not None:
+                raise AssertionError(f"{what}: pod {p.name} exited {p.proc.returncode}:\n"
+                                     + open(p.log).read()[-3000:])
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def main():
+    if shutil.which("kubectl") is None:
+        print("kubectl is not installed (Debian: kubernetes-client): skipped")
+        return 77
+    k8s_dir, deploy_dir, *bin_dirs, workdir = sys.argv[1:]
+    shutil.rmtree(workdir, ignore_errors=True)
+    os.makedirs(workdir)
+    path = os.pathsep.join([deploy_dir, *bin_dirs, "/usr/bin", "/bin"])
+    cpu = m.render(os.path.join(k8s_dir, "overlays", "cpu"))
+    gpu = m.render(os.path.join(k8s_dir, "overlays", "gpu"))
+    for o in gpu:  # the GPU-style pod's worker count
+        if o["kind"] == "StatefulSet":
+            for e in o["spec"]["template"]["spec"]["containers"][0]["env"]:
+                if e["name"] == "TESSERA_GPUS_PER_POD":
+                    e["value"] = str(GPU_WORKERS)
+    coordinator = Pod("tessera-coordinator", cpu,
+                      m.find(cpu, "Deployment", "tessera-coordinator")["spec"]["template"],
+                      workdir, path)
+    workers = [Pod(f"tessera-worker-{k}", cpu,
+                   m.find(cpu, "StatefulSet", "tessera-worker")["spec"]["template"], workdir, path)
+               for k in range(2)]
+    gpu_pod = Pod("tessera-worker-2", gpu,
+                  m.find(gpu, "StatefulSet", "tessera-worker")["spec"]["template"], workdir, path)
+    workers.append(gpu_pod)
+    pods = [coordinator] + workers
+    service = m.find(cpu, "Service", "tessera-coordinator")
+    coordinator_target = {p["port"]: p["targetPort"] for p in service["spec"]["ports"]}
+    coordinator_named = {p["name"]: p["containerPort"] for p in coordinator.container["ports"]}
+
+    def resolve(host, port):
+        if host == "tessera-coordinator":
+            target = coordinator_target[port]
+            return coordinator.port(coordinator_named.get(target, target))
+        pod = next((p for p in workers if host == f"{p.name}.tessera-worker"), None)
+        if pod is None:
+            raise AssertionError(f"no pod answers to {host}")
+        return pod.port(port)  # a headless Service: the container port itself
+
+    # Every worker port of a pod (the GPU-style pod serves one per worker).
+    def worker_ports(pod):
+        return [pod.port(pod.container["ports"][0]["containerPort"]) + i
+                for i in range(GPU_WORKERS if pod is gpu_pod else 1)]
+
+    cli = shutil.which("tessera", path=path)
+    env = dict(os.environ, TESSERA_COORDINATOR=f"127.0.0.1:{coordinator.port(50051)}")
+
+    def tessera(*args, check=True):
+        r = subprocess.run([cli, *args], env=env, capture_output=True, text=True, timeout=60)
+        if check and r.returncode != 0:
+            raise AssertionError(f"tessera {' '.join(args)}: {r.returncode}\n{r.stderr}")
+        return r
+
+    def worker_ids():
+        """{address: worker id} of the live workers `tessera status` lists."""
+        out = tessera("status").stdout
+        return {m_.group(2): int(m_.group(1)) for m_ in
+                re.finditer(r"^\s*(\d+)\s.*?(127\.0\.0\.1:\d+).*\balive\b", out, re.M)}
+
+    try:
+        for p in workers:
+            p.start(resolve)
+        # No coordinator yet: the workers serve, but are not ready.
+        for p in workers:
+            for port in worker_ports(p):
+                wait_for(f"{p.name} port {port} answering health", lambda: health(port), pods)
+                got = health(port)
+                assert got == "NOT_SERVING", f"{p.name}:{port} unregistered but {got}"
+        coordinator.start(resolve)
+        wait_for("the coordinator ready",
+                 lambda: health(coordinator.probe("readinessProbe")) == "SERVING", pods)
+        for p in workers:
+            for port in worker_ports(p):
+                wait_for(f"{p.name} port {port} ready", lambda: health(port) == "SERVING", pods)
+            with socket.create_connection(("127.0.0.1", p.probe("livenessProbe")), timeout=2):
+                pass
+            assert health(p.probe("readinessProbe")) == "SERVING"
+        print("ready: the coordinator and", sum(len(worker_ports(p)) for p in workers),
+              "workers in", len(workers), "worker pods")
+
+        # What Prometheus scrapes: each daemon's --metrics_port (the annotated port, and the GPU-
+        # style pod's metrics-N ports).
+        for p in pods:
+            first = p.port(next(q["containerPort"] for q in p.container["ports"]
+                                if q["name"] == "metrics"))
+            for i in range(GPU_WORKERS if p is gpu_pod else 1):
+                with urllib.request.urlopen(f"http://127.0.0.1:{first + i}/metrics",
+                                            timeout=5) as r:
+                    text = r.read().decode()
+                assert "\ntessera_" in text, f"{p.name} metrics on {first + i}:\n{text[:500]}"
+
+        ids = worker_ids()
+        assert len(ids) == 4, f"4 workers expected:\n{tessera('status').stdout}"
+        tessera("mesh", "create", "pool", "--shape", "2,2", "--names", "dp,tp")
+        original = np.arange(8 * 12, dtype=np.float32).reshape(8, 12) * 0.5 - 3
+        np.save(os.path.join(workdir, "x.npy"), original)
+        tessera("tensor", "put", os.path.join(workdir, "x.npy"), "--mesh", "pool", "--placements",
+                "S(0),S(1)", "--name", "x")
+        tessera("tensor", "redistribute", "x", "--to", "R,R", "--name", "y")
+        tessera("tensor", "get", "y", "--out", os.path.join(workdir, "y.npy"))
+        back = np.load(os.path.join(workdir, "y.npy"))
+        assert np.array_equal(back, original), f"gathered back:\n{back}"
+        print("workload: a 2x2 mesh over every pod, S(0),S(1) -> R,R gathered back equal")
+
+        # One worker of the GPU-style pod dies: the pod's process ends, taking its other worker.
+        victim = children(gpu_pod.proc.pid)
+        assert len(victim) == GPU_WORKERS, f"{gpu_pod.name} runs {victim}"
+        os.kill(victim[0], signal.SIGKILL)
+        status = gpu_pod.proc.wait(timeout=30)
+        assert status == 128 + signal.SIGKILL, f"{gpu_pod.name} exited {status}"
+        for pid in victim[1:]:
+            wait_for(f"worker {pid} stopped", lambda: not os.path.exists(f"/proc/{pid}")
+                     or open(f"/proc/{pid}/stat").read().split()[2] == "Z", [])
+        # Restarted as Kubernetes would (same command, same ports): the same worker ids.
+        gpu_pod.start(resolve)
+        for port in worker_ports(gpu_pod):
+            wait_for(f"{gpu_pod.name} port {port} ready again", lambda: health(port) == "SERVING",
+                     pods)
+        again = worker_ids()
+        assert again == ids, f"worker ids before {ids}, after the restart {again}"
+        lost = tessera("tensor", "get", "x", "--out", os.path.join(workdir, "lost.npy"),
+                       check=False)
+        assert lost.returncode == 1 and "DATA_LOSS" in lost.stderr, \
+            f"reading a tensor the restarted pod held: {lost.returncode} {lost.stderr}"
+        kept = tessera("tensor", "get", "y", "--out", os.path.join(workdir, "kept.npy"),
+                       check=False)
+        # A replicated tensor survives on the other pods, but its mesh cannot run.
+        assert kept.returncode == 1 and "UNAVAILABLE" in kept.stderr and \
+            "restarted since mesh 'pool' was created" in kept.stderr, \
+            f"reading a tensor replicated beyond the restarted pod: {kept.returncode} {kept.stderr}"
+        # The mesh over the restarted workers is broken for good; created again, it runs.
+        broken = tessera("tensor", "put", os.path.join(workdir, "x.npy"), "--mesh", "pool",
+                         "--placements", "R,R", "--name", "x1", check=False)
+        assert broken.returncode == 1 and "restarted since the mesh was created" in broken.stderr, \
+            f"a put on the mesh of a restarted worker: {broken.returncode} {broken.stderr}"
+        tessera("mesh", "delete", "pool")
+        tessera("mesh", "create", "pool", "--shape", "2,2", "--names", "dp,tp")
+        tessera("tensor", "put", os.path.join(workdir, "x.npy"), "--mesh", "pool", "--placements",
+                "S(1),S(0)", "--name", "x2")
+        tessera("tensor", "get", "x2", "--out", os.path.join(workdir, "x2.npy"))
+        assert np.array_equal(np.load(os.path.join(workdir, "x2.npy")), original)
+        print("restart: the GPU-style pod ended with its worker, came back under worker ids",
+              sorted(again.values()), "with its shards lost; the mesh, created again, runs")
+        return 0
+    finally:
+        for p in pods:
+            p.stop()
+        deadline = time.monotonic() + 10
+        for p in pods:
+            if p.proc:
+                try:
+                    p.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.stop(signal.SIGKILL)
+                    p.proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
