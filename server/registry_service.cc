@@ -28,8 +28,7 @@ grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::Heartbea
 
 grpc::Status RegistryService::StoreSet(grpc::ServerContext*, const v1::StoreSetRequest* request,
                                        v1::StoreSetReply*) {
-  store_->Set(request->key(), request->value());
-  return grpc::Status::OK;
+  return ToGrpcStatus(store_->Set(request->key(), request->value()));
 }
 
 grpc::Status RegistryService::StoreGet(grpc::ServerContext* context,
