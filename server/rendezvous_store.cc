@@ -21,28 +21,33 @@ absl::StatusOr<int64_t> RendezvousStore::MeshOfKey(const std::string& key) {
   return mesh;
 }
 
-absl::Status RendezvousStore::Set(const std::string& key, std::string value) {
+absl::Status RendezvousStore::CheckEntry(const std::string& key, const std::string& value) const {
   if (static_cast<int64_t>(key.size()) > limits_.max_key_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("rendezvous key of ", key.size(),
                                                      " bytes is longer than the store's limit of ",
                                                      limits_.max_key_bytes));
   }
-  absl::StatusOr<int64_t> mesh = MeshOfKey(key);
-  if (!mesh.ok()) return mesh.status();
+  if (absl::StatusOr<int64_t> mesh = MeshOfKey(key); !mesh.ok()) return mesh.status();
   if (static_cast<int64_t>(value.size()) > limits_.max_value_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("rendezvous value of ", value.size(), " bytes for key '", key,
                      "' is larger than the store's limit of ", limits_.max_value_bytes, " bytes"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousStore::Set(const std::string& key, std::string value) {
+  if (absl::Status s = CheckEntry(key, value); !s.ok()) return s;
+  const int64_t mesh = *MeshOfKey(key);
   absl::MutexLock lock(&mu_);
   auto it = values_.find(key);
   if (it != values_.end()) {
     it->second = std::move(value);
     return absl::OkStatus();
   }
-  int64_t& mesh_keys = keys_per_mesh_[*mesh];
+  int64_t& mesh_keys = keys_per_mesh_[mesh];
   if (mesh_keys >= limits_.max_keys_per_mesh) {
-    return absl::ResourceExhaustedError(absl::StrCat("mesh ", *mesh, " already holds ", mesh_keys,
+    return absl::ResourceExhaustedError(absl::StrCat("mesh ", mesh, " already holds ", mesh_keys,
                                                      " rendezvous keys, the store's limit"));
   }
   if (static_cast<int64_t>(values_.size()) >= limits_.max_keys) {

@@ -29,6 +29,10 @@ class RendezvousStore {
   // otherwise.
   static absl::StatusOr<int64_t> MeshOfKey(const std::string& key);
 
+  // OK when `key` is under a mesh's prefix and `key` and `value` are within RendezvousLimits;
+  // INVALID_ARGUMENT or RESOURCE_EXHAUSTED as Set otherwise.
+  absl::Status CheckEntry(const std::string& key, const std::string& value) const;
+
   // Sets `key` to `value`, waking waiters. INVALID_ARGUMENT for a key outside every mesh's prefix;
   // RESOURCE_EXHAUSTED, naming the bound, for a key or value past RendezvousLimits or a new key
   // past the mesh's or the store's key count; nothing is stored then.
