@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli_session.h"
 #include "client/cluster_selfcheck.h"
 #include "client/dtensor_selfcheck.h"
 #include "client/local_cluster.h"
@@ -29,7 +30,10 @@ absl::StatusOr<std::shared_ptr<client::Session>> Connect(const std::string& addr
 }
 
 absl::StatusOr<std::shared_ptr<client::Session>> Connect(const ClusterFlags& f) {
-  return Connect(f.coordinator, absl::Seconds(10));
+  client::SessionOptions options = SecureSessionOptions(f);
+  options.keep_alive = false;
+  options.timeout = absl::Seconds(10);
+  return client::Session::Connect(f.coordinator, options);
 }
 
 // The dims of a mesh as listed: their names, or their indices for a mesh made without names.
