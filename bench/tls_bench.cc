@@ -1,6 +1,6 @@
 // tls_bench: what TLS costs. Two local clusters of 2 CPU workers in one run, one plaintext with
 // the shared secret, one with mutual TLS on every link and a bearer token (certificates made by
-// tests/make_test_certs.sh into a temp dir), each timing a 64 MiB float32 distribute (Shard(0) on
+// MakeThrowawayCertificates into a temp dir), each timing a 64 MiB float32 distribute (Shard(0) on
 // a 1-D mesh of 2) and a tiny op (Relu of a 4x4 DTensor read back with FullTensor). Medians of
 // the timed calls after warm-up; prints a table.
 
@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "bench/bench_host.h"
 #include "client/local_cluster.h"
+#include "client/throwaway_certs.h"
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
 
@@ -83,7 +84,10 @@ absl::StatusOr<Timing> Measure(LocalClusterOptions options,
 int Main() {
   std::string dir = (std::filesystem::temp_directory_path() / "tessera-tls-bench-XXXXXX").string();
   if (mkdtemp(dir.data()) == nullptr) return 1;
-  if (std::system(absl::StrCat(TESSERA_MAKE_TEST_CERTS, " ", dir).c_str()) != 0) return 1;
+  if (absl::Status made = MakeThrowawayCertificates(dir); !made.ok()) {
+    std::cerr << made << "\n";
+    return 1;
+  }
   const std::string token = "bench-token-0123456789abcdef";
   std::ofstream(dir + "/tokens") << "bench " << token << "\n";
   auto cert = [&](const std::string& name) { return absl::StrCat(dir, "/", name); };

@@ -3,7 +3,7 @@
 // CA, a client certificate where a worker expects its coordinator, no or a wrong token, plaintext
 // to a TLS port, the rendezvous store abused, many failed authentications; and the right
 // credentials running a workload. The certificates are made at test time with openssl
-// (tests/make_test_certs.sh).
+// (MakeThrowawayCertificates).
 
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/throwaway_certs.h"
 #include "gmock/gmock.h"
 #include "proto/grpc_status.h"
 #include "proto/tls_files.h"
@@ -76,7 +77,8 @@ class SecurityEnvironment : public ::testing::Environment {
     std::string pattern = (std::filesystem::temp_directory_path() / "tessera-tls-XXXXXX").string();
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     shared->dir = pattern;
-    ASSERT_EQ(std::system(absl::StrCat(TESSERA_MAKE_TEST_CERTS, " ", shared->dir).c_str()), 0);
+    const absl::Status made = MakeThrowawayCertificates(shared->dir);
+    ASSERT_TRUE(made.ok()) << made;
     std::ofstream(Cert("tokens")) << "# name token\nalice " << kToken
                                   << "\nbob bob-token-0123456789abcdef\n";
     LocalClusterOptions options = TestClusterOptions(2);
