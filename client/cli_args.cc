@@ -31,6 +31,16 @@ void AddClusterFlags(CLI::App& cmd, ClusterFlags& flags, bool with_client) {
       ->envname("TESSERA_COORDINATOR")
       ->type_name("HOST:PORT")
       ->capture_default_str();
+  cmd.add_option("--tls_ca", flags.tls_ca,
+                 "PEM CA that signs the coordinator's certificate: connect over TLS")
+      ->envname("TESSERA_TLS_CA");
+  cmd.add_option("--tls_cert", flags.tls_cert,
+                 "PEM certificate of this client, for a coordinator that requires one")
+      ->envname("TESSERA_TLS_CERT");
+  cmd.add_option("--tls_key", flags.tls_key, "PEM key of --tls_cert")->envname("TESSERA_TLS_KEY");
+  cmd.add_option("--token", flags.token,
+                 "bearer token for a coordinator started with --tokens_file")
+      ->envname("TESSERA_TOKEN");
   if (!with_client) return;
   cmd.add_option("--client", flags.client,
                  "the client id the CLI acts as; its tensors belong to it and stay until removed")

@@ -59,9 +59,14 @@ absl::StatusOr<DeviceMesh> MakeMesh(const MeshShapeFlags& flags);
 struct ClusterFlags {
   std::string coordinator = "127.0.0.1:50051";
   std::string client = "cli";
+  std::string tls_ca;    // PEM CA of the coordinator's certificate; empty with no TLS
+  std::string tls_cert;  // this client's certificate, for mutual TLS
+  std::string tls_key;   // its key
+  std::string token;     // bearer token
 };
 // --coordinator HOST:PORT (default $TESSERA_COORDINATOR, then 127.0.0.1:50051) on `cmd`, and with
-// `with_client` --client ID (default $TESSERA_CLIENT, then "cli").
+// `with_client` --client ID (default $TESSERA_CLIENT, then "cli"); and --tls_ca, --tls_cert,
+// --tls_key, --token ($TESSERA_TLS_CA, $TESSERA_TLS_CERT, $TESSERA_TLS_KEY, $TESSERA_TOKEN).
 void AddClusterFlags(CLI::App& cmd, ClusterFlags& flags, bool with_client);
 
 // --planner min-cost|greedy (default min-cost) on `cmd`.

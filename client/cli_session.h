@@ -9,6 +9,9 @@
 
 namespace tessera::cli {
 
+// Session options carrying `f`'s TLS files and token.
+client::SessionOptions SecureSessionOptions(const ClusterFlags& f);
+
 // The session of a command that makes or uses tensors and modules: client `f.client`, holding no
 // lease (what it makes stays until removed), connected within 10 s.
 absl::StatusOr<std::shared_ptr<client::Session>> ConnectClient(const ClusterFlags& f);

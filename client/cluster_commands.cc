@@ -2,16 +2,21 @@
 
 #include <signal.h>
 
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli_session.h"
 #include "client/cluster_selfcheck.h"
 #include "client/dtensor_selfcheck.h"
 #include "client/local_cluster.h"
 #include "client/metrics_summary.h"
 #include "client/module_selfcheck.h"
+#include "client/throwaway_certs.h"
 #include "core/shape.h"
 #include "daemon/daemon_flags.h"
 #include "tessera/tessera.h"
@@ -20,16 +25,11 @@ namespace tessera::cli {
 namespace {
 
 // A session without a lease: these commands make no tensors.
-absl::StatusOr<std::shared_ptr<client::Session>> Connect(const std::string& address,
-                                                         absl::Duration timeout) {
-  client::SessionOptions options;
-  options.keep_alive = false;
-  options.timeout = timeout;
-  return client::Session::Connect(address, options);
-}
-
 absl::StatusOr<std::shared_ptr<client::Session>> Connect(const ClusterFlags& f) {
-  return Connect(f.coordinator, absl::Seconds(10));
+  client::SessionOptions options = SecureSessionOptions(f);
+  options.keep_alive = false;
+  options.timeout = absl::Seconds(10);
+  return client::Session::Connect(f.coordinator, options);
 }
 
 // The dims of a mesh as listed: their names, or their indices for a mesh made without names.
@@ -61,6 +61,7 @@ struct UpFlags {
   int port = 0;
   bool selfcheck = false;
   bool metrics = true;
+  bool tls = false;
   absl::Duration heartbeat_interval = LocalClusterOptions().heartbeat_interval;
   absl::Duration dead_after = LocalClusterOptions().dead_after;
 };
@@ -83,6 +84,37 @@ absl::Status ServeUntilStopped(LocalCluster& cluster, const sigset_t& stop, std:
   }
 }
 
+// Mutual TLS on every link of a local cluster with a throwaway CA and certificates in
+// `options`' log dir (made now: a temporary one when unset), and a random bearer token for
+// clients, returned in `token`.
+absl::Status UseThrowawayTls(LocalClusterOptions& options, std::string* token) {
+  if (options.log_dir.empty()) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "tessera-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::PermissionDeniedError("cannot create a run directory");
+    }
+    options.log_dir = pattern;
+  }
+  const std::string dir = options.log_dir + "/tls";
+  if (absl::Status s = MakeThrowawayCertificates(dir); !s.ok()) return s;
+  absl::BitGen gen;
+  *token =
+      absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen), absl::Uniform<uint64_t>(gen));
+  std::ofstream(dir + "/tokens") << "local " << *token << "\n";
+  options.coordinator_flags = {"--tls_cert=" + dir + "/coordinator.pem",
+                               "--tls_key=" + dir + "/coordinator.key",
+                               "--tls_ca=" + dir + "/ca.pem", "--worker_identity=tessera-worker",
+                               "--tokens_file=" + dir + "/tokens"};
+  options.worker_flags = {"--tls_cert=" + dir + "/worker.pem", "--tls_key=" + dir + "/worker.key",
+                          "--tls_ca=" + dir + "/ca.pem",
+                          "--coordinator_identity=tessera-coordinator"};
+  options.tls_ca_file = dir + "/ca.pem";
+  options.tls_cert_file = dir + "/client.pem";
+  options.tls_key_file = dir + "/client.key";
+  options.token = *token;
+  return absl::OkStatus();
+}
+
 absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   LocalClusterOptions options;
   options.device = f.device;
@@ -97,6 +129,13 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
                      " must be longer than --heartbeat_interval ",
                      absl::FormatDuration(options.heartbeat_interval)));
   }
+  std::string token;
+  if (f.tls) {
+    if (f.selfcheck) {
+      return absl::InvalidArgumentError("--tls and --selfcheck cannot be combined yet");
+    }
+    if (absl::Status s = UseThrowawayTls(options, &token); !s.ok()) return s;
+  }
   // Block the stop signals before any thread or child exists, so sigwait below receives them.
   sigset_t stop;
   sigemptyset(&stop);
@@ -107,8 +146,15 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
   if (!cluster.ok()) return cluster.status();
   options.workers = (*cluster)->num_workers();
+  client::SessionOptions session_options;
+  session_options.keep_alive = false;
+  session_options.timeout = absl::Seconds(60);
+  session_options.tls_ca_file = options.tls_ca_file;
+  session_options.tls_cert_file = options.tls_cert_file;
+  session_options.tls_key_file = options.tls_key_file;
+  session_options.token = options.token;
   absl::StatusOr<std::shared_ptr<client::Session>> session =
-      Connect((*cluster)->address(), absl::Seconds(60));
+      client::Session::Connect((*cluster)->address(), session_options);
   if (!session.ok()) return session.status();
   if (f.selfcheck) {
     out << "tessera up: coordinator at " << (*cluster)->address() << " with " << options.workers
@@ -135,8 +181,13 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   if (!world.ok()) return world.status();
   out << "tessera up: coordinator at " << (*cluster)->address() << ", " << options.workers << " "
       << f.device << " workers, mesh 'world' ready\n"
-      << "  export TESSERA_COORDINATOR=" << (*cluster)->address() << "\n"
-      << "  logs in " << (*cluster)->log_dir() << "\n";
+      << "  export TESSERA_COORDINATOR=" << (*cluster)->address() << "\n";
+  if (f.tls) {
+    out << "  export TESSERA_TLS_CA=" << options.tls_ca_file
+        << " TESSERA_TLS_CERT=" << options.tls_cert_file
+        << " TESSERA_TLS_KEY=" << options.tls_key_file << " TESSERA_TOKEN=" << token << "\n";
+  }
+  out << "  logs in " << (*cluster)->log_dir() << "\n";
   if (options.metrics) {
     out << "  metrics: coordinator " << (*cluster)->coordinator_metrics_url() << "\n";
     for (int i = 0; i < (*cluster)->num_workers(); ++i) {
@@ -256,6 +307,9 @@ void AddClusterCommands(CLI::App& app, Action* action) {
   up.app->add_flag("--metrics,!--no-metrics", up.flags->metrics,
                    "serve Prometheus metrics on /metrics of every daemon, each on a free port "
                    "(printed)");
+  up.app->add_flag("--tls", up.flags->tls,
+                   "mutual TLS on every link with a throwaway CA and certificates made by openssl "
+                   "in the run directory, and a random bearer token for clients (printed)");
 
   auto status =
       AddCommand(app, "status", "workers, devices, liveness, memory; meshes and their tensors",

@@ -161,14 +161,15 @@ absl::StatusOr<LocalCluster::Process> LocalCluster::Spawn(const std::string& bin
 }
 
 absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
+  std::vector<std::string> args = {
+      absl::StrCat("--coordinator=", address_),
+      options_.device == "cuda" ? absl::StrCat("--device=cuda:", i) : "--device=cpu",
+      absl::StrCat("--listen=", listen),
+      absl::StrCat("--memory_budget=", options_.memory_budget_bytes),
+      absl::StrCat("--metrics_port=", options_.metrics ? 0 : -1)};
+  args.insert(args.end(), options_.worker_flags.begin(), options_.worker_flags.end());
   absl::StatusOr<Process> p =
-      Spawn(options_.worker_binary,
-            {absl::StrCat("--coordinator=", address_),
-             options_.device == "cuda" ? absl::StrCat("--device=cuda:", i) : "--device=cpu",
-             absl::StrCat("--listen=", listen),
-             absl::StrCat("--memory_budget=", options_.memory_budget_bytes),
-             absl::StrCat("--metrics_port=", options_.metrics ? 0 : -1)},
-            absl::StrCat(options_.log_dir, "/worker-", i, ".log"));
+      Spawn(options_.worker_binary, args, absl::StrCat(options_.log_dir, "/worker-", i, ".log"));
   if (!p.ok()) return p.status();
   const std::string marker = "serving on ";
   absl::StatusOr<std::string> rest = WaitForLine(p->log, marker, p->pid, absl::Seconds(30));
@@ -191,15 +192,16 @@ absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
 
 absl::Status LocalCluster::StartCoordinator(int port) {
   const LocalClusterOptions& o = options_;
+  std::vector<std::string> args = {
+      absl::StrCat("--listen=127.0.0.1:", port),
+      absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
+      absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
+      absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace)),
+      absl::StrCat("--stream_idle_timeout=", absl::FormatDuration(o.stream_idle_timeout)),
+      absl::StrCat("--metrics_port=", o.metrics ? 0 : -1)};
+  args.insert(args.end(), o.coordinator_flags.begin(), o.coordinator_flags.end());
   absl::StatusOr<Process> coordinator =
-      Spawn(o.coordinator_binary,
-            {absl::StrCat("--listen=127.0.0.1:", port),
-             absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
-             absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
-             absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace)),
-             absl::StrCat("--stream_idle_timeout=", absl::FormatDuration(o.stream_idle_timeout)),
-             absl::StrCat("--metrics_port=", o.metrics ? 0 : -1)},
-            o.log_dir + "/coordinator.log");
+      Spawn(o.coordinator_binary, args, o.log_dir + "/coordinator.log");
   if (!coordinator.ok()) return coordinator.status();
   coordinator_ = *coordinator;
   // The log may hold an earlier process's line: wait for as many lines as starts so far.
@@ -324,6 +326,10 @@ absl::Status LocalCluster::WaitForAliveWorkers(int count, absl::Duration timeout
   client::SessionOptions session_options;
   session_options.keep_alive = false;
   session_options.timeout = timeout;
+  session_options.tls_ca_file = options_.tls_ca_file;
+  session_options.tls_cert_file = options_.tls_cert_file;
+  session_options.tls_key_file = options_.tls_key_file;
+  session_options.token = options_.token;
   absl::StatusOr<std::shared_ptr<client::Session>> session =
       client::Session::Connect(address_, session_options);
   if (!session.ok()) return session.status();

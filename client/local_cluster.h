@@ -34,6 +34,11 @@ struct LocalClusterOptions {
   // Every daemon serves Prometheus metrics on a free port (--metrics_port=0).
   bool metrics = false;
   absl::Duration stream_idle_timeout = absl::Seconds(30);  // --stream_idle_timeout.
+  // Flags added to those the cluster gives the coordinator and every worker (TLS, tokens).
+  std::vector<std::string> coordinator_flags;
+  std::vector<std::string> worker_flags;
+  // What the cluster's own calls to the coordinator present (tessera::client::SessionOptions).
+  std::string tls_ca_file, tls_cert_file, tls_key_file, token;
 };
 
 // The CUDA devices `worker_binary` (tessera-worker) could serve: "cuda:N" names, in order.

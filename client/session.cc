@@ -11,6 +11,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "proto/grpc_status.h"
+#include "proto/tls_files.h"
 
 namespace tessera::client {
 
@@ -19,11 +20,22 @@ absl::StatusOr<std::shared_ptr<Session>> Session::Connect(const std::string& add
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
+  const TlsFiles tls{options.tls_cert_file, options.tls_key_file, options.tls_ca_file};
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentialsFor(tls);
+  if (!credentials.ok()) return credentials.status();
+  std::vector<std::pair<std::string, std::string>> metadata;
+  if (!options.token.empty()) metadata.emplace_back("authorization", "Bearer " + options.token);
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      CreateChannelWithMetadata(address, *credentials, args, std::move(metadata));
   if (!channel->WaitForConnected(DeadlineAfter(options.timeout))) {
-    return absl::UnavailableError(absl::StrCat("cannot reach tessera-coordinator at ", address,
-                                               " within ", absl::FormatDuration(options.timeout)));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach tessera-coordinator at ", address, " within ",
+        absl::FormatDuration(options.timeout),
+        tls.enabled() ? " over TLS (is it serving TLS, is its certificate signed by the CA given "
+                        "and valid for that address, and does it accept this client's certificate?)"
+                      : " (a coordinator serving TLS refuses plaintext: give the CA, "
+                        "--tls_ca or $TESSERA_TLS_CA)"));
   }
   absl::BitGen gen;
   if (options.client_id.empty()) {

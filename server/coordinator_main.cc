@@ -13,10 +13,12 @@
 #include "core/release_mode.h"
 #include "daemon/daemon_flags.h"
 #include "daemon/server_setup.h"
+#include "daemon/tls_flags.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "metrics/grpc_metrics.h"
+#include "security/client_tokens.h"
 #include "server/collective_service.h"
 #include "server/coordinator_metrics.h"
 #include "server/dispatcher.h"
@@ -41,6 +43,9 @@ namespace {
 struct CoordinatorFlags {
   std::string listen = "127.0.0.1:50051";
   std::string secret;
+  tessera::TlsFiles tls;
+  std::string worker_identity;
+  std::string tokens_file;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration dead_after = absl::Seconds(3);
   absl::Duration client_grace = absl::Seconds(60);
@@ -52,7 +57,18 @@ struct CoordinatorFlags {
 
 void AddFlags(CLI::App& app, CoordinatorFlags& f) {
   app.add_option("--listen", f.listen, "address to serve on (host:port; port 0 picks one)");
-  app.add_option("--secret", f.secret, "shared secret sent to workers")->envname("TESSERA_SECRET");
+  app.add_option("--secret", f.secret,
+                 "shared secret of the cluster: workers send it to the Registry, and commands to "
+                 "workers carry it; may be left out with mutual TLS and --worker_identity")
+      ->envname("TESSERA_SECRET");
+  tessera::daemon::AddTlsFlags(app, &f.tls);
+  app.add_option("--worker_identity", f.worker_identity,
+                 "with mutual TLS: the name (common name or subject alternative name) a worker's "
+                 "certificate must carry for the Registry to accept its calls")
+      ->envname("TESSERA_WORKER_IDENTITY");
+  app.add_option("--tokens_file", f.tokens_file,
+                 "clients must send a bearer token of this file (lines 'NAME TOKEN'); needs TLS")
+      ->envname("TESSERA_TOKENS_FILE");
   tessera::daemon::AddDurationFlag(app, "--heartbeat_interval", &f.heartbeat_interval,
                                    "how often workers heartbeat");
   tessera::daemon::AddDurationFlag(
@@ -89,9 +105,44 @@ int main(int argc, char** argv) {
     return *exit;
   }
   const std::string& secret = flags.secret;
-  if (secret.empty()) {
-    spdlog::critical("a shared secret is required (--secret or $TESSERA_SECRET)");
+  if (!flags.worker_identity.empty() && flags.tls.ca_file.empty()) {
+    spdlog::critical("--worker_identity needs mutual TLS (--tls_cert, --tls_key and --tls_ca)");
     return 2;
+  }
+  if (secret.empty() && flags.worker_identity.empty()) {
+    spdlog::critical(
+        "a shared secret is required (--secret or $TESSERA_SECRET), or mutual TLS with "
+        "--worker_identity");
+    return 2;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
+      tessera::ServerCredentialsFor(flags.tls);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> worker_credentials =
+      tessera::ChannelCredentialsFor(flags.tls);
+  for (const absl::Status& s : {server_credentials.status(), worker_credentials.status()}) {
+    if (!s.ok()) {
+      spdlog::critical("{}", std::string(s.message()));
+      return 2;
+    }
+  }
+  // Failed client authentications, limited and logged (the Registry and workers keep their own).
+  tessera::AuthFailures client_auth_failures;
+  if (!flags.tokens_file.empty()) {
+    if (!flags.tls.enabled()) {
+      spdlog::critical(
+          "--tokens_file needs TLS (--tls_cert and --tls_key): bearer tokens would "
+          "cross the network in the clear");
+      return 2;
+    }
+    absl::StatusOr<tessera::ClientTokens> tokens = tessera::ClientTokens::Load(flags.tokens_file);
+    if (!tokens.ok()) {
+      spdlog::critical("--tokens_file: {}", std::string(tokens.status().message()));
+      return 2;
+    }
+    spdlog::info("accepting the bearer tokens of {} client(s)", tokens->size());
+    (*server_credentials)
+        ->SetAuthMetadataProcessor(std::make_shared<tessera::BearerTokenProcessor>(
+            *std::move(tokens), &client_auth_failures));
   }
 
   // The coordinator's large allocations are the 1 MiB windows of tensor streams, freed by other
@@ -107,9 +158,14 @@ int main(int argc, char** argv) {
 
   tessera::WorkerRegistry workers(flags.heartbeat_interval, flags.dead_after);
   tessera::RendezvousStore store;
+  workers.set_worker_credentials(*worker_credentials);
   tessera::Dispatcher dispatcher(&workers, secret);
-  tessera::RegistryService registry_service(&workers, &store);
   tessera::MeshTable meshes(&workers);
+  tessera::RegistryService registry_service(
+      &workers, &store, {secret, flags.worker_identity}, [&meshes](int64_t mesh, int64_t worker) {
+        absl::StatusOr<std::shared_ptr<tessera::Mesh>> m = meshes.FindById(mesh);
+        return m.ok() && (*m)->mesh.Contains(worker);
+      });
   tessera::WorkerBytes ledger;  // local tensors and DTensor shards, against each worker's budget
   tessera::CollectiveService collective_service(&meshes, &dispatcher, flags.stream_idle_timeout);
   tessera::DTensorTable tensors(&meshes, &dispatcher, &ledger);
@@ -139,7 +195,7 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   tessera::daemon::ConfigureServer(builder, flags.max_rpc_threads);
   int port = 0;
-  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(flags.listen, *server_credentials, &port);
   const int max_bytes = static_cast<int>(flags.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
@@ -161,6 +217,9 @@ int main(int argc, char** argv) {
   // The first line on stdout is the bound port, for launchers that asked for port 0 (logs go to
   // stderr).
   std::cout << "tessera-coordinator listening on port " << port << std::endl;
+  spdlog::info("serving {}", flags.tls.enabled()
+                                 ? (flags.tls.ca_file.empty() ? "TLS" : "mutual TLS")
+                                 : "plaintext");
   tessera::ExportCoordinatorMetrics(&tessera::metrics::DefaultRegistry(), &workers, &dispatcher,
                                     &tensors, &modules, &served);
   absl::StatusOr<std::unique_ptr<tessera::metrics::HttpServer>> metrics =

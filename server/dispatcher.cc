@@ -81,7 +81,7 @@ Dispatcher::~Dispatcher() {
 }
 
 void Dispatcher::Authorize(grpc::ClientContext* context) const {
-  context->AddMetadata(kSecretMetadataKey, secret_);
+  if (!secret_.empty()) context->AddMetadata(kSecretMetadataKey, secret_);
 }
 
 absl::StatusOr<std::vector<v1::CommandReply>> Dispatcher::Run(

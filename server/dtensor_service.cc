@@ -8,6 +8,7 @@
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "security/client_tokens.h"
 
 namespace tessera {
 namespace {
@@ -70,7 +71,16 @@ DTensorService::~DTensorService() {
 std::string DTensorService::ClientId(const grpc::ServerContext& context) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("tessera-client");
-  return it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+  const std::string id =
+      it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+  // With bearer tokens, a client's ids live under its token's name: one cannot renew or reclaim
+  // another's lease.
+  if (const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context()) {
+    for (const grpc::string_ref& name : auth->FindPropertyValues(kClientNameProperty)) {
+      return absl::StrCat(std::string(name.data(), name.size()), "/", id);
+    }
+  }
+  return id;
 }
 
 std::string DTensorService::Caller(const grpc::ServerContext& context) {

@@ -2,13 +2,77 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "proto/grpc_status.h"
+#include "proto/tls_files.h"
+#include "security/constant_time.h"
 
 namespace tessera {
 
-grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterRequest* request,
+grpc::Status RegistryService::Authenticate(const grpc::ServerContext& context, const char* method) {
+  // A certificate cannot be guessed: a worker that presents one is never limited. A secret can:
+  // a host past its failures is refused before its secret is looked at.
+  if (!auth_.worker_identity.empty()) {
+    const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+    if (auth != nullptr && PeerIs(*auth, auth_.worker_identity)) return grpc::Status::OK;
+  }
+  const std::string peer = context.peer();
+  if (absl::Status s = auth_failures_.Admit(peer); !s.ok()) return ToGrpcStatus(s);
+  if (!auth_.secret.empty()) {
+    const auto& metadata = context.client_metadata();
+    auto it = metadata.find(kSecretMetadataKey);
+    if (it != metadata.end() &&
+        ConstantTimeEqual(absl::string_view(it->second.data(), it->second.size()), auth_.secret)) {
+      return grpc::Status::OK;
+    }
+  }
+  const std::string reason =
+      auth_.worker_identity.empty()
+          ? "the Registry takes calls from workers only: the cluster secret is missing or wrong"
+          : absl::StrCat("the Registry takes calls from workers only: no certificate naming '",
+                         auth_.worker_identity, "'",
+                         auth_.secret.empty() ? "" : " and no valid cluster secret");
+  auth_failures_.Record(peer, absl::StrCat("tessera.v1.Registry/", method), reason);
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, reason);
+}
+
+grpc::Status RegistryService::CheckScope(const grpc::ServerContext& context,
+                                         const std::vector<std::string>& keys) const {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kWorkerMetadataKey);
+  const std::string caller =
+      it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+  const std::vector<std::string> parts = absl::StrSplit(caller, '/');
+  int64_t id = -1, incarnation = -1;
+  absl::StatusOr<WorkerHandle> worker = absl::NotFoundError("");
+  if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &id) &&
+      absl::SimpleAtoi(parts[1], &incarnation)) {
+    worker = workers_->Get(id);
+  }
+  if (!worker.ok() || worker->incarnation != incarnation) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("the rendezvous store serves registered workers only; the "
+                                     "caller named itself '",
+                                     caller.substr(0, 40), "' (want <worker id>/<incarnation>)"));
+  }
+  for (const std::string& key : keys) {
+    absl::StatusOr<int64_t> mesh = RendezvousStore::MeshOfKey(key);
+    if (!mesh.ok()) return ToGrpcStatus(mesh.status());
+    if (!member_of_(*mesh, id)) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          absl::StrCat("worker ", id, " is not a rank of mesh ", *mesh,
+                                       ", whose rendezvous key '", key, "' it asked for"));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status RegistryService::Register(grpc::ServerContext* context,
+                                       const v1::RegisterRequest* request,
                                        v1::RegisterReply* reply) {
+  if (grpc::Status s = Authenticate(*context, "Register"); !s.ok()) return s;
   if (request->address().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "register needs the worker's address");
   }
@@ -21,26 +85,33 @@ grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterR
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
-                                        v1::HeartbeatReply*) {
+grpc::Status RegistryService::Heartbeat(grpc::ServerContext* context,
+                                        const v1::HeartbeatRequest* request, v1::HeartbeatReply*) {
+  if (grpc::Status s = Authenticate(*context, "Heartbeat"); !s.ok()) return s;
   return ToGrpcStatus(workers_->Heartbeat(*request));
 }
 
-grpc::Status RegistryService::StoreSet(grpc::ServerContext*, const v1::StoreSetRequest* request,
-                                       v1::StoreSetReply*) {
-  store_->Set(request->key(), request->value());
-  return grpc::Status::OK;
+grpc::Status RegistryService::StoreSet(grpc::ServerContext* context,
+                                       const v1::StoreSetRequest* request, v1::StoreSetReply*) {
+  if (grpc::Status s = Authenticate(*context, "StoreSet"); !s.ok()) return s;
+  if (absl::Status s = store_->CheckEntry(request->key(), request->value()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  if (grpc::Status s = CheckScope(*context, {request->key()}); !s.ok()) return s;
+  return ToGrpcStatus(store_->Set(request->key(), request->value()));
 }
 
 grpc::Status RegistryService::StoreGet(grpc::ServerContext* context,
                                        const v1::StoreGetRequest* request,
                                        v1::StoreGetReply* reply) {
+  if (grpc::Status s = Authenticate(*context, "StoreGet"); !s.ok()) return s;
+  const std::vector<std::string> keys(request->keys().begin(), request->keys().end());
+  if (grpc::Status s = CheckScope(*context, keys); !s.ok()) return s;
   // Never wait past the caller's own deadline.
   absl::Duration timeout = absl::Milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
   const auto left = context->deadline() - std::chrono::system_clock::now();
   timeout = std::min(timeout, absl::FromChrono(left));
-  absl::StatusOr<std::vector<std::string>> values = store_->Get(
-      std::vector<std::string>(request->keys().begin(), request->keys().end()), timeout);
+  absl::StatusOr<std::vector<std::string>> values = store_->Get(keys, timeout);
   if (!values.ok()) return ToGrpcStatus(values.status());
   for (std::string& v : *values) reply->add_values(std::move(v));
   return grpc::Status::OK;

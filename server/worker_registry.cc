@@ -38,8 +38,7 @@ v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
   // not inherit the reconnect backoff that calls to its dead predecessor built up in a shared
   // subchannel.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel =
-      grpc::CreateCustomChannel(request.address(), grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(request.address(), worker_credentials_, args);
   absl::MutexLock lock(&mu_);
   int64_t id;
   if (auto it = id_by_address_.find(request.address()); it != id_by_address_.end()) {

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpcpp/security/credentials.h"
 #include "tessera/v1/mesh.pb.h"
 #include "tessera/v1/registry.pb.h"
 #include "tessera/v1/worker.grpc.pb.h"
@@ -34,6 +35,11 @@ struct WorkerHandle {
 class WorkerRegistry {
  public:
   WorkerRegistry(absl::Duration heartbeat_interval, absl::Duration dead_after);
+
+  // The credentials of the channels to workers registered from now on (plaintext by default).
+  void set_worker_credentials(std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    worker_credentials_ = std::move(credentials);
+  }
 
   v1::RegisterReply Register(const v1::RegisterRequest& request);
   // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a stale incarnation.
@@ -66,6 +72,8 @@ class WorkerRegistry {
   std::vector<int64_t> NextSequences(const std::vector<WorkerHandle>& workers);
 
  private:
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials_ =
+      grpc::InsecureChannelCredentials();
   struct Entry {
     WorkerHandle handle;
     v1::RegisterRequest info;

@@ -6,9 +6,14 @@
 
 namespace tessera {
 
+void RpcStore::NameCaller(grpc::ClientContext& context) const {
+  if (!caller_.empty()) context.AddMetadata("x-tessera-worker", caller_);
+}
+
 void RpcStore::set(const std::string& key, const std::vector<char>& data) {
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(timeout_));
+  NameCaller(context);
   v1::StoreSetRequest request;
   request.set_key(key);
   request.set_value(std::string(data.begin(), data.end()));
@@ -23,6 +28,7 @@ std::vector<std::string> RpcStore::Get(const std::vector<std::string>& keys,
                                        std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout + std::chrono::seconds(5));
+  NameCaller(context);
   v1::StoreGetRequest request;
   for (const std::string& k : keys) request.add_keys(k);
   request.set_timeout_ms(timeout.count());

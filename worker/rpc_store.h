@@ -15,8 +15,10 @@ namespace tessera {
 // StoreGet). Throws gloo::IoException on failure, as Gloo's stores do; the communicator catches it.
 class RpcStore final : public gloo::rendezvous::Store {
  public:
-  RpcStore(std::shared_ptr<v1::Registry::Stub> registry, absl::Duration timeout)
-      : registry_(std::move(registry)), timeout_(timeout) {}
+  // `caller`: "<worker id>/<incarnation>", how this worker names itself to the store.
+  RpcStore(std::shared_ptr<v1::Registry::Stub> registry, absl::Duration timeout,
+           std::string caller = "")
+      : registry_(std::move(registry)), timeout_(timeout), caller_(std::move(caller)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
@@ -28,9 +30,12 @@ class RpcStore final : public gloo::rendezvous::Store {
   std::chrono::milliseconds ToChrono() const { return absl::ToChronoMilliseconds(timeout_); }
   std::vector<std::string> Get(const std::vector<std::string>& keys,
                                std::chrono::milliseconds timeout);
+  // Names this worker on a call to the store.
+  void NameCaller(grpc::ClientContext& context) const;
 
   std::shared_ptr<v1::Registry::Stub> registry_;
   const absl::Duration timeout_;
+  const std::string caller_;
 };
 
 }  // namespace tessera

@@ -19,6 +19,7 @@
 #include "core/release_mode.h"
 #include "daemon/daemon_flags.h"
 #include "daemon/server_setup.h"
+#include "daemon/tls_flags.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -26,6 +27,7 @@
 #include "kernels/cpu/blas_config.h"
 #include "metrics/grpc_metrics.h"
 #include "proto/grpc_status.h"
+#include "proto/tls_files.h"
 #include "spdlog/spdlog.h"
 #include "tessera/v1/registry.grpc.pb.h"
 #include "worker/rpc_store.h"
@@ -44,6 +46,8 @@ struct WorkerFlags {
   std::string collective_host;
   int32_t threads = 1;
   std::string secret;
+  tessera::TlsFiles tls;
+  std::string coordinator_identity;
   int64_t max_message_bytes = int64_t{1} << 30;  // inline tensors of large batches fit
   absl::Duration sequence_stall_limit = absl::Minutes(1);
   bool list_devices = false;
@@ -68,7 +72,16 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
                  "host or IP Gloo binds and advertises to peers; default the listen host, or "
                  "127.0.0.1 when listening on all interfaces");
   app.add_option("--threads", f.threads, "threads for local compute")->check(CLI::PositiveNumber);
-  app.add_option("--secret", f.secret, "shared secret of the cluster")->envname("TESSERA_SECRET");
+  app.add_option("--secret", f.secret,
+                 "shared secret of the cluster: sent to the coordinator's Registry, and required "
+                 "of commands unless --coordinator_identity is set")
+      ->envname("TESSERA_SECRET");
+  tessera::daemon::AddTlsFlags(app, &f.tls);
+  app.add_option(
+         "--coordinator_identity", f.coordinator_identity,
+         "with mutual TLS: accept commands only from a caller whose certificate carries this "
+         "name (common name or subject alternative name), instead of by the secret")
+      ->envname("TESSERA_COORDINATOR_IDENTITY");
   app.add_option("--max_message_bytes", f.max_message_bytes,
                  "largest gRPC message accepted or sent")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
@@ -164,9 +177,26 @@ int main(int argc, char** argv) {
   }
   if (flags.list_devices) return ListDevices();
   const std::string& secret = flags.secret;
-  if (secret.empty()) {
-    spdlog::critical("a shared secret is required (--secret or $TESSERA_SECRET)");
+  if (!flags.coordinator_identity.empty() && flags.tls.ca_file.empty()) {
+    spdlog::critical(
+        "--coordinator_identity needs mutual TLS (--tls_cert, --tls_key and --tls_ca)");
     return 2;
+  }
+  if (secret.empty() && flags.coordinator_identity.empty()) {
+    spdlog::critical(
+        "a shared secret is required (--secret or $TESSERA_SECRET), or mutual TLS with "
+        "--coordinator_identity");
+    return 2;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
+      tessera::ServerCredentialsFor(flags.tls);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> coordinator_credentials =
+      tessera::ChannelCredentialsFor(flags.tls);
+  for (const absl::Status& s : {server_credentials.status(), coordinator_credentials.status()}) {
+    if (!s.ok()) {
+      spdlog::critical("{}", std::string(s.message()));
+      return 2;
+    }
   }
   const std::string& device = flags.device;
   if (device != "cpu" && device.rfind("cuda:", 0) != 0) {
@@ -204,6 +234,7 @@ int main(int argc, char** argv) {
 
   tessera::WorkerService service(secret, *std::move(kernels), flags.memory_budget,
                                  flags.sequence_stall_limit);
+  service.RequireCoordinatorIdentity(flags.coordinator_identity);
   const std::string& listen = flags.listen;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -214,7 +245,7 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   tessera::daemon::ConfigureServer(builder, flags.max_rpc_threads);
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *server_credentials, &port);
   const int max_bytes = static_cast<int>(flags.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
@@ -254,8 +285,13 @@ int main(int argc, char** argv) {
   // reconnect backoff otherwise grows to minutes).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  std::shared_ptr<tessera::v1::Registry::Stub> registry = tessera::v1::Registry::NewStub(
-      grpc::CreateCustomChannel(flags.coordinator, grpc::InsecureChannelCredentials(), args));
+  // Every call to the Registry carries the secret, when there is one (the coordinator may know
+  // workers by their certificates instead).
+  std::vector<std::pair<std::string, std::string>> registry_metadata;
+  if (!secret.empty()) registry_metadata.emplace_back(tessera::kSecretMetadataKey, secret);
+  std::shared_ptr<tessera::v1::Registry::Stub> registry =
+      tessera::v1::Registry::NewStub(tessera::CreateChannelWithMetadata(
+          flags.coordinator, *coordinator_credentials, args, registry_metadata));
   // Heartbeats go on a connection of their own, beside the rendezvous store's long waits; the
   // thread that sends them does nothing else.
   grpc::ChannelArguments heartbeat_args;
@@ -263,8 +299,8 @@ int main(int argc, char** argv) {
   heartbeat_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   heartbeat_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   std::unique_ptr<tessera::v1::Registry::Stub> heartbeats =
-      tessera::v1::Registry::NewStub(grpc::CreateCustomChannel(
-          flags.coordinator, grpc::InsecureChannelCredentials(), heartbeat_args));
+      tessera::v1::Registry::NewStub(tessera::CreateChannelWithMetadata(
+          flags.coordinator, *coordinator_credentials, heartbeat_args, registry_metadata));
   tessera::v1::RegisterRequest request;
   request.set_address(address);
   request.set_device(device);
@@ -278,9 +314,11 @@ int main(int argc, char** argv) {
   auto begin = [&]() {
     health->SetServingStatus(false);
     tessera::v1::RegisterReply reply = RegisterLoop(*registry, request);
-    service.BeginIncarnation(reply.worker_id(), reply.incarnation(),
-                             std::make_unique<tessera::RpcStore>(registry, absl::Seconds(60)),
-                             collective_host);
+    service.BeginIncarnation(
+        reply.worker_id(), reply.incarnation(),
+        std::make_unique<tessera::RpcStore>(
+            registry, absl::Seconds(60), absl::StrCat(reply.worker_id(), "/", reply.incarnation())),
+        collective_host);
     health->SetServingStatus(true);
     // Launchers (client/local_cluster.cc) wait for this line on stdout, whatever the log level.
     std::cout << "tessera-worker " << reply.worker_id() << " (" << device << ") serving on "

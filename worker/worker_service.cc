@@ -4,11 +4,14 @@
 #include <span>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "metrics/registry.h"
 #include "proto/command_label.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "proto/tls_files.h"
+#include "security/constant_time.h"
 #include "spdlog/spdlog.h"
 #include "transfer/tensor_stream.h"
 
@@ -96,12 +99,33 @@ void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
   incarnation_ = incarnation;
 }
 
-grpc::Status WorkerService::Admit(const grpc::ServerContext& context, int64_t incarnation) const {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(kSecretMetadataKey);
-  if (it == metadata.end() || std::string(it->second.data(), it->second.size()) != secret_) {
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        "this worker accepts commands from its coordinator only (bad secret)");
+grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char* method,
+                                  int64_t incarnation) const {
+  const std::string peer = context.peer();
+  std::string refused;
+  if (!coordinator_identity_.empty()) {
+    const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+    if (auth == nullptr || !PeerIs(*auth, coordinator_identity_)) {
+      const std::vector<std::string> names =
+          auth == nullptr ? std::vector<std::string>() : PeerIdentities(*auth);
+      refused = absl::StrCat(
+          "this worker accepts commands from its coordinator only: the caller's certificate names ",
+          names.empty() ? "nothing" : absl::StrCat("'", absl::StrJoin(names, "', '"), "'"),
+          ", not '", coordinator_identity_, "'");
+    }
+  } else {
+    // A secret can be guessed: a host past its failures is refused before it is looked at.
+    if (absl::Status s = auth_failures_.Admit(peer); !s.ok()) return ToGrpcStatus(s);
+    const auto& metadata = context.client_metadata();
+    auto it = metadata.find(kSecretMetadataKey);
+    if (it == metadata.end() || secret_.empty() ||
+        !ConstantTimeEqual(absl::string_view(it->second.data(), it->second.size()), secret_)) {
+      refused = "this worker accepts commands from its coordinator only (bad secret)";
+    }
+  }
+  if (!refused.empty()) {
+    auth_failures_.Record(peer, absl::StrCat("tessera.v1.Worker/", method), refused);
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, refused);
   }
   if (const int64_t current = incarnation_.load(); incarnation != current) {
     return grpc::Status(
@@ -130,7 +154,7 @@ grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context,
 
 grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context,
                                         const v1::Command& command, v1::CommandReply* reply) {
-  if (grpc::Status s = Admit(context, command.incarnation()); !s.ok()) return s;
+  if (grpc::Status s = Admit(context, "Execute", command.incarnation()); !s.ok()) return s;
   const CommandMetrics& m = Metrics();
   m.queued.Add(1);
   grpc::Status turn = AwaitTurn(context, command.sequence());
@@ -185,7 +209,7 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
   if (!reader->Read(&chunk)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload had no chunks");
   }
-  if (grpc::Status s = Admit(*context, chunk.incarnation()); !s.ok()) return s;
+  if (grpc::Status s = Admit(*context, "Upload", chunk.incarnation()); !s.ok()) return s;
   const int64_t sequence = chunk.sequence();
   if (grpc::Status s = AwaitTurn(*context, sequence); !s.ok()) return s;
   auto finish = [&](absl::Status s) {
@@ -216,7 +240,7 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
 grpc::Status WorkerService::Download(grpc::ServerContext* context,
                                      const v1::DownloadRequest* request,
                                      grpc::ServerWriter<v1::TensorChunk>* writer) {
-  if (grpc::Status s = Admit(*context, request->incarnation()); !s.ok()) return s;
+  if (grpc::Status s = Admit(*context, "Download", request->incarnation()); !s.ok()) return s;
   if (grpc::Status s = AwaitTurn(*context, request->sequence()); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> tensor =
       store_.Get(request->tensor());
@@ -240,7 +264,7 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
 
 grpc::Status WorkerService::Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
                                     v1::ReleaseReply*) {
-  if (grpc::Status s = Admit(*context, request->incarnation()); !s.ok()) return s;
+  if (grpc::Status s = Admit(*context, "Release", request->incarnation()); !s.ok()) return s;
   for (int64_t sequence : request->sequences()) sequencer_.Release(sequence);
   return grpc::Status::OK;
 }

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gloo/rendezvous/store.h"
 #include "kernels/backend.h"
+#include "security/auth_failures.h"
 #include "tessera/v1/worker.grpc.pb.h"
 #include "worker/command_executor.h"
 #include "worker/command_sequencer.h"
@@ -25,6 +26,12 @@ class WorkerService final : public v1::Worker::Service {
   // the coordinator) may hold commands up before the order counts as broken (CommandSequencer).
   WorkerService(std::string secret, std::unique_ptr<kernels::KernelBackend> kernels,
                 int64_t memory_budget_bytes, absl::Duration stall_limit);
+
+  // Accepts commands only from a caller whose verified TLS certificate names `identity` (its
+  // common name or a subject alternative name) instead of by the secret; set before serving.
+  void RequireCoordinatorIdentity(std::string identity) {
+    coordinator_identity_ = std::move(identity);
+  }
 
   // Starts a new incarnation (after registering): drops every tensor and communicator.
   // `collective_host` is where this worker's Gloo connections bind.
@@ -52,8 +59,10 @@ class WorkerService final : public v1::Worker::Service {
                        v1::ReleaseReply* reply) override;
 
  private:
-  // OK if the call carries the secret and is for the current incarnation.
-  grpc::Status Admit(const grpc::ServerContext& context, int64_t incarnation) const;
+  // OK if the caller is the coordinator (its certificate's identity, or the secret) and the call
+  // is for the current incarnation. A caller that fails is logged and rate-limited (AuthFailures).
+  grpc::Status Admit(const grpc::ServerContext& context, const char* method,
+                     int64_t incarnation) const;
   // AdmitAndRun, logging one line (worker, mesh, sequence, why) when the command fails.
   grpc::Status RunInTurn(const grpc::ServerContext& context, const v1::Command& command,
                          v1::CommandReply* reply);
@@ -64,6 +73,8 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status AwaitTurn(const grpc::ServerContext& context, int64_t sequence);
 
   const std::string secret_;
+  std::string coordinator_identity_;
+  mutable AuthFailures auth_failures_;
   const std::unique_ptr<kernels::KernelBackend> kernels_;
   const std::string device_;
   ShardStore store_;

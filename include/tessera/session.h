@@ -33,6 +33,15 @@ struct SessionOptions {
   // and a failure the client could not foresee shows on the output (Synchronize, FullTensor, ...).
   // false: one unary call each, returning once the coordinator accepted it.
   bool op_stream = true;
+  // TLS (all empty: plaintext): the CA that signs the coordinator's certificate (empty: the
+  // system's roots), and this client's certificate and key, for a coordinator that requires them
+  // (mutual TLS). PEM files.
+  std::string tls_ca_file = {};
+  std::string tls_cert_file = {};
+  std::string tls_key_file = {};
+  // A bearer token, sent as "authorization: Bearer <token>" on every call, for a coordinator
+  // started with --tokens_file (which needs TLS); empty sends none.
+  std::string token = {};
 };
 
 namespace internal {

@@ -36,26 +36,39 @@ class Session:
     a client that makes no call for the coordinator's grace period (60 s) are reclaimed. With
     ``op_stream`` (the default) DTensor ops and frees go on one ordered stream without waiting
     for their answers (see tessera.dtensor); ``op_stream=False`` makes one unary call each. Use
-    it as a context manager, or call :meth:`close`. Thread-safe."""
+    it as a context manager, or call :meth:`close`. Thread-safe. ``tls_ca``, ``tls_cert``,
+    ``tls_key`` (PEM files) and ``token`` (default $TESSERA_TLS_CA, $TESSERA_TLS_CERT,
+    $TESSERA_TLS_KEY, $TESSERA_TOKEN) connect over TLS with a bearer token (docs/security.md)."""
 
     def __init__(self, address: str, *, client_id: Optional[str] = None,
                  timeout: float = DEFAULT_TIMEOUT, transfer_timeout: float = TRANSFER_TIMEOUT,
                  keep_alive: bool = True, connect_timeout: Optional[float] = None,
-                 op_stream: bool = True) -> None:
+                 op_stream: bool = True, tls_ca: Optional[str] = None,
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 token: Optional[str] = None) -> None:
         self.address = address
         self.client_id = client_id or f"py-{secrets.token_hex(8)}"
         self.timeout = float(timeout)
         self.transfer_timeout = float(transfer_timeout)
-        self._channel = grpc.insecure_channel(address, options=[
+        channel_options = [
             ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-        ])
+        ]
+        credentials = _channel_credentials(tls_ca, tls_cert, tls_key, token)
+        if credentials is None:
+            self._channel = grpc.insecure_channel(address, options=channel_options)
+        else:
+            self._channel = grpc.secure_channel(address, credentials, options=channel_options)
         wait = self.timeout if connect_timeout is None else float(connect_timeout)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=wait)
         except grpc.FutureTimeoutError:
             self._channel.close()
-            raise Unavailable(f"cannot reach tessera-coordinator at {address} within {wait:g} s") \
+            raise Unavailable(
+                f"cannot reach tessera-coordinator at {address} within {wait:g} s" +
+                (" over TLS (is it serving TLS, signed by the CA given, and does it accept this "
+                 "client's certificate?)" if credentials is not None else
+                 " (a coordinator serving TLS refuses plaintext: give tls_ca or $TESSERA_TLS_CA)")) \
                 from None
         self.transport = Transport(self._channel, self.client_id, self.timeout,
                                    self.transfer_timeout, op_stream=op_stream)
@@ -158,6 +171,33 @@ class Session:
 
 _default: Optional[Session] = None
 _default_lock = threading.Lock()
+
+
+def _read(path: Optional[str]) -> Optional[bytes]:
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _channel_credentials(tls_ca: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
+                         token: Optional[str]) -> Optional[grpc.ChannelCredentials]:
+    """TLS credentials from the PEM files given (else $TESSERA_TLS_CA, $TESSERA_TLS_CERT,
+    $TESSERA_TLS_KEY) with the bearer token (else $TESSERA_TOKEN) on every call; None for
+    plaintext (no file and no token). A token needs TLS, as the coordinator's --tokens_file does."""
+    tls_ca = tls_ca or os.environ.get("TESSERA_TLS_CA")
+    tls_cert = tls_cert or os.environ.get("TESSERA_TLS_CERT")
+    tls_key = tls_key or os.environ.get("TESSERA_TLS_KEY")
+    token = token or os.environ.get("TESSERA_TOKEN")
+    if not (tls_ca or tls_cert or tls_key or token):
+        return None
+    credentials = grpc.ssl_channel_credentials(root_certificates=_read(tls_ca),
+                                               private_key=_read(tls_key),
+                                               certificate_chain=_read(tls_cert))
+    if token:
+        credentials = grpc.composite_channel_credentials(
+            credentials, grpc.access_token_call_credentials(token))
+    return credentials
 
 
 def connect(address: Optional[str] = None, **options: Any) -> Session:

@@ -1,0 +1,308 @@
+// A cluster serving mutual TLS everywhere, with bearer tokens for clients and daemons that know
+// each other by their certificates, met as a hostile user would meet it: certificates from another
+// CA, a client certificate where a worker expects its coordinator, no or a wrong token, plaintext
+// to a TLS port, the rendezvous store abused, many failed authentications; and the right
+// credentials running a workload. The certificates are made at test time with openssl
+// (MakeThrowawayCertificates).
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/throwaway_certs.h"
+#include "gmock/gmock.h"
+#include "proto/grpc_status.h"
+#include "proto/tls_files.h"
+#include "tessera/v1/registry.grpc.pb.h"
+#include "tessera/v1/worker.grpc.pb.h"
+#include "tests/cluster_fixture.h"
+
+namespace tessera::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kToken[] = "alice-token-0123456789abcdef";
+
+struct Shared {
+  std::string dir;  // certificates, tokens file, logs
+  std::unique_ptr<LocalCluster> cluster;
+  std::vector<std::string> worker_addresses;
+};
+Shared* shared = nullptr;
+
+std::string Cert(const std::string& name) { return absl::StrCat(shared->dir, "/", name); }
+
+// Session options presenting `cert` (client.pem, rogue.pem, ...; "" for none) with `token`,
+// trusting `ca`.
+client::SessionOptions Options(const std::string& ca, const std::string& cert,
+                               const std::string& token) {
+  client::SessionOptions o;
+  o.keep_alive = false;
+  o.timeout = absl::Seconds(5);
+  if (!ca.empty()) o.tls_ca_file = Cert(ca);
+  if (!cert.empty()) {
+    o.tls_cert_file = Cert(cert + ".pem");
+    o.tls_key_file = Cert(cert + ".key");
+  }
+  o.token = token;
+  return o;
+}
+
+// A channel to `address` over mutual TLS with certificate `cert`, trusting `ca`.
+std::shared_ptr<grpc::Channel> TlsChannel(const std::string& address, const std::string& ca,
+                                          const std::string& cert) {
+  const TlsFiles files{Cert(cert + ".pem"), Cert(cert + ".key"), Cert(ca)};
+  return CreateChannelWithMetadata(address, ChannelCredentialsFor(files).value(),
+                                   grpc::ChannelArguments(), {});
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class SecurityEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    shared = new Shared;
+    std::string pattern = (std::filesystem::temp_directory_path() / "tessera-tls-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    shared->dir = pattern;
+    const absl::Status made = MakeThrowawayCertificates(shared->dir);
+    ASSERT_TRUE(made.ok()) << made;
+    std::ofstream(Cert("tokens")) << "# name token\nalice " << kToken
+                                  << "\nbob bob-token-0123456789abcdef\n";
+    LocalClusterOptions options = TestClusterOptions(2);
+    options.log_dir = Cert("logs");
+    // Workers and coordinator know each other by their certificates (the launcher's secret stays
+    // unused by the workers).
+    options.coordinator_flags = {"--tls_cert=" + Cert("coordinator.pem"),
+                                 "--tls_key=" + Cert("coordinator.key"),
+                                 "--tls_ca=" + Cert("ca.pem"), "--worker_identity=tessera-worker",
+                                 "--tokens_file=" + Cert("tokens")};
+    options.worker_flags = {"--tls_cert=" + Cert("worker.pem"), "--tls_key=" + Cert("worker.key"),
+                            "--tls_ca=" + Cert("ca.pem"),
+                            "--coordinator_identity=tessera-coordinator"};
+    options.tls_ca_file = Cert("ca.pem");
+    options.tls_cert_file = Cert("client.pem");
+    options.tls_key_file = Cert("client.key");
+    options.token = kToken;
+    absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status() << " (logs in " << options.log_dir << ")";
+    shared->cluster = *std::move(cluster);
+    absl::StatusOr<std::shared_ptr<client::Session>> admin =
+        client::Session::Connect(shared->cluster->address(), Options("ca.pem", "client", kToken));
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    absl::StatusOr<std::vector<client::WorkerInfo>> workers = (*admin)->ListWorkers();
+    ASSERT_TRUE(workers.ok()) << workers.status();
+    for (const client::WorkerInfo& w : *workers) shared->worker_addresses.push_back(w.address);
+  }
+  void TearDown() override {
+    shared->cluster.reset();
+    if (::testing::UnitTest::GetInstance()->Passed()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(shared->dir, ignored);
+    }
+    delete shared;
+  }
+};
+
+// The right credentials: a workload runs end to end (mesh, distribute, an op, read back).
+TEST(Security, RightCredentialsRunAWorkload) {
+  absl::StatusOr<std::shared_ptr<client::Session>> s =
+      client::Session::Connect(shared->cluster->address(), Options("ca.pem", "client", kToken));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(client::InitDeviceMesh(**s, TestDevice(), {2}, {"x"}, "secure").ok());
+  absl::StatusOr<client::Mesh> mesh = client::GetMesh(**s, "secure");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, {8, 4}, 7);
+  HostTensor want = full.Clone();
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    kernels::testing::SetFromDouble(want, i, std::max(0.0, kernels::testing::GetDouble(full, i)));
+  }
+  absl::StatusOr<client::DTensor> t =
+      client::DistributeTensor(**s, full, *mesh, {Placement::Shard(0)});
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<client::DTensor> relu = client::Relu(*t);
+  ASSERT_TRUE(relu.ok()) << relu.status();
+  absl::StatusOr<HostTensor> got = relu->FullTensor();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(TensorsMatch(*got, want));
+  EXPECT_TRUE((*s)->DeleteMesh("secure").ok());
+}
+
+struct TokenCase {
+  std::string name;
+  std::string token;
+  std::string message_part;
+};
+
+class Tokens : public ::testing::TestWithParam<TokenCase> {};
+
+// No token, or one not in the tokens file: UNAUTHENTICATED, and the message never repeats it.
+TEST_P(Tokens, WithoutAValidOneCallsAreUnauthenticated) {
+  const TokenCase& c = GetParam();
+  absl::StatusOr<std::shared_ptr<client::Session>> s =
+      client::Session::Connect(shared->cluster->address(), Options("ca.pem", "client", c.token));
+  ASSERT_TRUE(s.ok()) << s.status();  // TLS itself is fine
+  absl::StatusOr<std::vector<client::MeshInfo>> meshes = (*s)->ListMeshes();
+  EXPECT_EQ(meshes.status().code(), absl::StatusCode::kUnauthenticated) << meshes.status();
+  EXPECT_THAT(meshes.status().message(), HasSubstr(c.message_part));
+  if (!c.token.empty()) {
+    EXPECT_THAT(meshes.status().message(), Not(HasSubstr(c.token)));
+    EXPECT_THAT(ReadFile(Cert("logs/coordinator.log")), Not(HasSubstr(c.token)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, Tokens,
+    ::testing::Values(TokenCase{"None", "", "needs a bearer token"},
+                      TokenCase{"Wrong", "mallory-guessed-0123456789", "not one this coordinator"},
+                      TokenCase{"Truncated", std::string(kToken).substr(0, 20),
+                                "not one this coordinator"}),
+    [](const ::testing::TestParamInfo<TokenCase>& info) { return info.param.name; });
+
+struct RefusedTls {
+  std::string name;
+  std::string ca;    // what the client trusts ("" for plaintext)
+  std::string cert;  // what it presents
+  std::string message_part;
+};
+
+class Handshakes : public ::testing::TestWithParam<RefusedTls> {};
+
+// A certificate from another CA (either side), or plaintext to the TLS port: refused within the
+// connect timeout, with a message that says TLS.
+TEST_P(Handshakes, AreRefusedFast) {
+  const RefusedTls& c = GetParam();
+  client::SessionOptions o = Options(c.ca, c.cert, kToken);
+  o.timeout = absl::Seconds(2);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<client::Session>> s =
+      client::Session::Connect(shared->cluster->address(), o);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable) << s.status();
+  EXPECT_THAT(s.status().message(), HasSubstr(c.message_part));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, Handshakes,
+    ::testing::Values(RefusedTls{"ClientCertificateFromAnotherCa", "ca.pem", "rogue", "over TLS"},
+                      RefusedTls{"ServerNotSignedByTrustedCa", "other-ca.pem", "client",
+                                 "over TLS"},
+                      RefusedTls{"NoClientCertificate", "ca.pem", "", "over TLS"},
+                      RefusedTls{"Plaintext", "", "", "serving TLS refuses plaintext"}),
+    [](const ::testing::TestParamInfo<RefusedTls>& info) { return info.param.name; });
+
+// A worker takes commands from a caller whose certificate names its coordinator only: a client
+// certificate of the same CA is refused (PERMISSION_DENIED naming what it carried).
+TEST(Security, WorkerRefusesACertificateItDidNotExpect) {
+  for (const std::string& address : shared->worker_addresses) {
+    std::unique_ptr<v1::Worker::Stub> worker =
+        v1::Worker::NewStub(TlsChannel(address, "ca.pem", "client"));
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(absl::Seconds(5)));
+    context.AddMetadata(kSecretMetadataKey, "guess");
+    v1::Command command;
+    v1::CommandReply reply;
+    const grpc::Status s = worker->Execute(&context, command, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("'alice'"));
+    EXPECT_THAT(s.error_message(), HasSubstr("not 'tessera-coordinator'"));
+  }
+}
+
+// The Registry takes calls from workers only: a client certificate cannot register a fake worker
+// (that a mesh would then include and send commands to) or bump a live worker's incarnation.
+TEST(Security, RegistryRefusesANonWorker) {
+  std::unique_ptr<v1::Registry::Stub> registry =
+      v1::Registry::NewStub(TlsChannel(shared->cluster->address(), "ca.pem", "client"));
+  grpc::ClientContext context;
+  v1::RegisterRequest request;
+  request.set_address(shared->worker_addresses[0]);
+  request.set_device("cpu");
+  v1::RegisterReply reply;
+  const grpc::Status s = registry->Register(&context, request, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("'tessera-worker'"));
+}
+
+struct StoreAttack {
+  std::string name;
+  std::string caller;  // x-tessera-worker metadata
+  std::string key;
+  int64_t value_bytes;
+  grpc::StatusCode code;
+  std::string message_part;
+};
+
+class RendezvousStore : public ::testing::TestWithParam<StoreAttack> {};
+
+// Calls with a worker's certificate: an oversized value, a key outside every mesh, a caller that
+// is no registered worker, a key of a mesh the caller is not in.
+TEST_P(RendezvousStore, RefusesAttacks) {
+  const StoreAttack& c = GetParam();
+  std::unique_ptr<v1::Registry::Stub> registry =
+      v1::Registry::NewStub(TlsChannel(shared->cluster->address(), "ca.pem", "worker"));
+  grpc::ClientContext context;
+  if (!c.caller.empty()) context.AddMetadata("x-tessera-worker", c.caller);
+  v1::StoreSetRequest request;
+  request.set_key(c.key);
+  request.set_value(std::string(c.value_bytes, 'v'));
+  v1::StoreSetReply reply;
+  const grpc::Status s = registry->StoreSet(&context, request, &reply);
+  EXPECT_EQ(s.error_code(), c.code) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr(c.message_part));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, RendezvousStore,
+    ::testing::Values(StoreAttack{"OversizedValue", "0/1", "mesh/0/x", 8 << 20,
+                                  grpc::StatusCode::RESOURCE_EXHAUSTED, "larger than the store's"},
+                      StoreAttack{"KeyOutsideMeshes", "0/1", "gloo/x", 1,
+                                  grpc::StatusCode::INVALID_ARGUMENT, "not under a mesh's prefix"},
+                      StoreAttack{"UnregisteredCaller", "0/1", "mesh/0/x", 1,
+                                  grpc::StatusCode::PERMISSION_DENIED, "registered workers only"},
+                      StoreAttack{"NoCaller", "", "mesh/0/x", 1,
+                                  grpc::StatusCode::PERMISSION_DENIED, "registered workers only"}),
+    [](const ::testing::TestParamInfo<StoreAttack>& info) { return info.param.name; });
+
+// Failed authentications are limited per host and logged with peer and method; the workers,
+// known by their certificates, go on serving meanwhile.
+TEST(Security, FailedAuthenticationsAreLimitedAndLogged) {
+  std::unique_ptr<v1::Registry::Stub> registry =
+      v1::Registry::NewStub(TlsChannel(shared->cluster->address(), "ca.pem", "client"));
+  int unauthenticated = 0, limited = 0;
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext context;
+    v1::HeartbeatRequest request;
+    v1::HeartbeatReply reply;
+    const grpc::Status s = registry->Heartbeat(&context, request, &reply);
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) ++unauthenticated;
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++limited;
+      EXPECT_THAT(s.error_message(), HasSubstr("too many failed authentications from 127.0.0.1"));
+    }
+  }
+  EXPECT_LE(unauthenticated, 25);  // the burst (20) and what refilled meanwhile
+  EXPECT_EQ(unauthenticated + limited, 200);
+  EXPECT_THAT(ReadFile(Cert("logs/coordinator.log")),
+              HasSubstr("authentication failed: peer ipv4:127.0.0.1:"));
+  EXPECT_THAT(ReadFile(Cert("logs/coordinator.log")), HasSubstr("tessera.v1.Registry/Heartbeat"));
+  EXPECT_TRUE(shared->cluster->WaitForAliveWorkers(2, absl::Seconds(5)).ok());
+}
+
+const ::testing::Environment* const kEnvironment =
+    ::testing::AddGlobalTestEnvironment(new SecurityEnvironment);
+
+}  // namespace
+}  // namespace tessera::testing
