@@ -251,6 +251,8 @@ class Soak {
     if (fault != Fault::kNone) {
       std::printf("fault                %s\n", fault_log.c_str());
       std::printf("failed by the fault  %s\n", Codes(tally.fault_failures).c_str());
+      std::printf("succeeded after it   %lld calls\n",
+                  static_cast<long long>(tally.ok_after_fault.load()));
       std::printf("unreadable after it  %lld tensors acknowledged before (%s)\n",
                   static_cast<long long>(tally.lost_acknowledged.load()),
                   fault == Fault::kWorkerLoss

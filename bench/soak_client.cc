@@ -102,6 +102,14 @@ class Client {
            (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kFailedPrecondition);
   }
 
+  // While the coordinator is down, waits until it is back with its meshes, as a client retrying
+  // with backoff would, so that the calls after the restart test it rather than the outage.
+  void AwaitCoordinator() {
+    if (o_.fault != Fault::kCoordinator) return;
+    Begin("waiting for the coordinator");
+    while (!signals_.meshes_back && !signals_.abort) absl::SleepFor(absl::Milliseconds(50));
+  }
+
   void Begin(std::string what) {
     std::lock_guard<std::mutex> lock(progress_.mu);
     progress_.current = std::move(what);
@@ -113,10 +121,12 @@ class Client {
     tally_.calls.fetch_add(1);
     if (s.ok()) {
       tally_.ok.fetch_add(1);
+      if (Faulted()) tally_.ok_after_fault.fetch_add(1);
       return true;
     }
     if (FaultExplains(m, s.code())) {
       tally_.Count(&SoakTally::fault_failures, s.code());
+      AwaitCoordinator();
     } else {
       tally_.Unexpected(
           absl::StrCat("client ", o_.index, " ", what, " on ", m.name, ": ", s.ToString()));

@@ -39,6 +39,7 @@ enum class Fault {
 struct SoakTally {
   std::atomic<int64_t> calls{0};
   std::atomic<int64_t> ok{0};
+  std::atomic<int64_t> ok_after_fault{0};     // of `ok`, those after the fault began
   std::atomic<int64_t> checked{0};            // results compared with the reference
   std::atomic<int64_t> lost_acknowledged{0};  // tensors acknowledged, then unreadable
   std::mutex mu;
