@@ -254,12 +254,18 @@ void DTensorTable::Release(const DTensorEntry& tensor) {
   if (tensor.released) return;
   tensor.released = true;
   Drop(tensor);
-  // A mesh that lost a worker lost the shards with it; one whose communicators are being re-formed
-  // still holds them.
-  if (!meshes_->Workers(*tensor.mesh).ok()) return;
   v1::Command command;
   command.mutable_delete_tensors()->add_names(WorkerName(tensor.name));
-  Post(*tensor.mesh, command, std::make_shared<TensorWrite>());
+  if (meshes_->Workers(*tensor.mesh).ok()) {
+    Post(*tensor.mesh, command, std::make_shared<TensorWrite>());
+    return;
+  }
+  // A mesh that lost a worker lost the shards on it; the workers still serving the mesh free
+  // theirs, which nothing would name again (the table no longer lists the tensor).
+  const std::vector<WorkerHandle> live = meshes_->LiveWorkers(*tensor.mesh);
+  if (live.empty()) return;
+  dispatcher_->Post(live, command, tensor.mesh->command_timeout(),
+                    [](absl::Status, std::vector<v1::CommandReply>) {});
 }
 
 v1::TensorInfo DTensorTable::Describe(const DTensorEntry& tensor) const {

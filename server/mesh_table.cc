@@ -102,12 +102,18 @@ absl::StatusOr<std::vector<WorkerHandle>> MeshTable::Workers(const Mesh& mesh) c
   return workers;
 }
 
-std::vector<int64_t> MeshTable::LiveWorkerIds(const Mesh& mesh) const {
-  std::vector<int64_t> live;
+std::vector<WorkerHandle> MeshTable::LiveWorkers(const Mesh& mesh) const {
+  std::vector<WorkerHandle> live;
   for (size_t i = 0; i < mesh.mesh.ranks().size(); ++i) {
     absl::StatusOr<WorkerHandle> w = registry_->Get(mesh.mesh.ranks()[i]);
-    if (w.ok() && w->incarnation == mesh.incarnations[i]) live.push_back(w->id);
+    if (w.ok() && w->incarnation == mesh.incarnations[i]) live.push_back(*std::move(w));
   }
+  return live;
+}
+
+std::vector<int64_t> MeshTable::LiveWorkerIds(const Mesh& mesh) const {
+  std::vector<int64_t> live;
+  for (const WorkerHandle& w : LiveWorkers(mesh)) live.push_back(w.id);
   return live;
 }
 

@@ -79,7 +79,9 @@ class MeshTable {
   absl::Status Health(const Mesh& mesh) const;
   // The workers of a mesh that can run commands, as Workers; UNAVAILABLE as Health.
   absl::StatusOr<std::vector<WorkerHandle>> ReadyWorkers(const Mesh& mesh) const;
-  // Ids of the mesh's workers still serving the incarnation it was set up with.
+  // The mesh's workers still serving the incarnation it was set up with, in rank order.
+  std::vector<WorkerHandle> LiveWorkers(const Mesh& mesh) const;
+  // Their ids.
   std::vector<int64_t> LiveWorkerIds(const Mesh& mesh) const;
 
  private:
