@@ -34,6 +34,11 @@ struct LocalClusterOptions {
   // Every daemon serves Prometheus metrics on a free port (--metrics_port=0).
   bool metrics = false;
   absl::Duration stream_idle_timeout = absl::Seconds(30);  // --stream_idle_timeout.
+  // The coordinator's --state_dir (its state survives a restart there); empty: in memory only,
+  // or with keep_state, log_dir/state.
+  std::string state_dir;
+  bool keep_state = false;
+  absl::Duration recovery_wait = absl::Seconds(30);  // --recovery_wait.
 };
 
 // The CUDA devices `worker_binary` (tessera-worker) could serve: "cuda:N" names, in order.
