@@ -2,7 +2,7 @@
 // the same flags gets back every mesh and DTensor it had acknowledged. Every tensor reads back bit
 // for bit as uploaded (placements and dtypes of every kind), new ops run on old tensors, new meshes
 // can be made, and a tensor whose only copy of a block was on a worker that died during the outage
-// answers DATA_LOSS.
+// (and stayed dead, or came back empty) answers DATA_LOSS.
 
 #include <signal.h>
 
@@ -27,7 +27,9 @@ using ::tessera::testing::TensorsMatch;
 using ::tessera::testing::TestCluster;
 using ::tessera::testing::TestClusterOptions;
 
-constexpr int kWorkers = 5;
+constexpr int kWorkers = 6;
+constexpr int64_t kDoomed = 4;  // killed during the outage
+constexpr int64_t kReborn = 5;  // killed during the outage and started again, empty
 
 // A tensor uploaded before the restart.
 struct Uploaded {
@@ -74,20 +76,23 @@ TEST(ClusterRecovery, CoordinatorKilledAndRestartedKeepsMeshesAndTensors) {
   Session& admin = *cluster.client;
   const std::map<int, int64_t> ids = IdsByIndex(admin, local);
   ASSERT_EQ(ids.size(), size_t{kWorkers});
-  // The worker that dies during the outage: the one with the highest id, on mesh 'doomed' only.
-  int doomed_index = 0;
+  // The workers that die during the outage, each on a mesh of its own with worker 0.
+  int doomed_index = 0, reborn_index = 0;
   for (const auto& [index, id] : ids) {
-    if (id == kWorkers - 1) doomed_index = index;
+    if (id == kDoomed) doomed_index = index;
+    if (id == kReborn) reborn_index = index;
   }
   const std::string device = testing::TestDevice();
-  client::MeshOptions line_ids, pair_ids, doomed_ids;
+  client::MeshOptions line_ids, pair_ids, doomed_ids, reborn_ids;
   line_ids.worker_ids = {0, 1, 2, 3};
   pair_ids.worker_ids = {3, 2};
-  doomed_ids.worker_ids = {kWorkers - 1, 0};
+  doomed_ids.worker_ids = {kDoomed, 0};
+  reborn_ids.worker_ids = {kReborn, 0};
   ASSERT_TRUE(client::InitDeviceMesh(admin, device, {4}, {"x"}, "line", line_ids).ok());
   ASSERT_TRUE(client::InitDeviceMesh(admin, device, {2, 2}, {"dp", "tp"}, "grid", line_ids).ok());
   ASSERT_TRUE(client::InitDeviceMesh(admin, device, {2}, {}, "pair", pair_ids).ok());
   ASSERT_TRUE(client::InitDeviceMesh(admin, device, {2}, {}, "doomed", doomed_ids).ok());
+  ASSERT_TRUE(client::InitDeviceMesh(admin, device, {2}, {}, "reborn", reborn_ids).ok());
 
   // A client with a lease, as a program's: its tensors outlive the outage too.
   absl::StatusOr<std::shared_ptr<Session>> connected = Session::Connect(local.address());
@@ -132,12 +137,20 @@ TEST(ClusterRecovery, CoordinatorKilledAndRestartedKeepsMeshesAndTensors) {
   absl::StatusOr<DTensor> will_be_lost = client::DistributeTensor(
       *user, SmallIntegerTensor(DType::kFloat32, {6, 3}, 99), *doomed, {P::Shard(0)}, lost_name);
   ASSERT_TRUE(will_be_lost.ok()) << will_be_lost.status();
+  absl::StatusOr<client::MeshInfo> reborn = client::GetMesh(*user, "reborn");
+  ASSERT_TRUE(reborn.ok()) << reborn.status();
+  lost_name.name = "emptied";
+  absl::StatusOr<DTensor> will_be_emptied = client::DistributeTensor(
+      *user, SmallIntegerTensor(DType::kFloat32, {6, 3}, 98), *reborn, {P::Shard(0)}, lost_name);
+  ASSERT_TRUE(will_be_emptied.ok()) << will_be_emptied.status();
 
   const std::string address = local.address();
   ASSERT_TRUE(local.KillCoordinator().ok());
   ASSERT_TRUE(local.KillWorker(doomed_index).ok());
+  ASSERT_TRUE(local.KillWorker(reborn_index).ok());
   absl::SleepFor(absl::Seconds(1));
   ASSERT_TRUE(local.RestartCoordinator().ok()) << cluster.LogHint();
+  ASSERT_TRUE(local.RestartWorker(reborn_index).ok()) << cluster.LogHint();
   ASSERT_EQ(local.address(), address);
 
   // The same session reconnects by itself; names answer UNAVAILABLE while they are recovered.
@@ -154,33 +167,41 @@ TEST(ClusterRecovery, CoordinatorKilledAndRestartedKeepsMeshesAndTensors) {
   }
 
   // New ops on old tensors: t0 (float32, S(0) on 'line') plus itself, and a redistribute.
-  absl::StatusOr<DTensor> t0 = client::GetTensor(*user, "t0");
-  ASSERT_TRUE(t0.ok()) << t0.status();
-  absl::StatusOr<DTensor> doubled = client::Add(*t0, *t0);
-  ASSERT_TRUE(doubled.ok()) << doubled.status() << cluster.LogHint();
-  HostTensor want = SmallIntegerTensor(DType::kFloat32, {7, 5}, 1);  // t0's values
-  for (int64_t i = 0; i < want.num_elements(); ++i) want.data_as<float>()[i] *= 2;
-  absl::StatusOr<HostTensor> got = doubled->FullTensor();
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_TRUE(TensorsMatch(*got, want));
-  absl::StatusOr<DTensor> replicated = t0->Redistribute({P::Replicate()});
-  ASSERT_TRUE(replicated.ok()) << replicated.status() << cluster.LogHint();
-  got = replicated->FullTensor();
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_TRUE(TensorsMatch(*got, uploaded[0].values));
+  {
+    absl::StatusOr<DTensor> t0 = client::GetTensor(*user, "t0");
+    ASSERT_TRUE(t0.ok()) << t0.status();
+    absl::StatusOr<DTensor> doubled = client::Add(*t0, *t0);
+    ASSERT_TRUE(doubled.ok()) << doubled.status() << cluster.LogHint();
+    HostTensor want = SmallIntegerTensor(DType::kFloat32, {7, 5}, 1);  // t0's values
+    for (int64_t i = 0; i < want.num_elements(); ++i) want.data_as<float>()[i] *= 2;
+    absl::StatusOr<HostTensor> got = doubled->FullTensor();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, want));
+    absl::StatusOr<DTensor> replicated = t0->Redistribute({P::Replicate()});
+    ASSERT_TRUE(replicated.ok()) << replicated.status() << cluster.LogHint();
+    got = replicated->FullTensor();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, uploaded[0].values));
+  }  // the handles free their tensors while the cluster runs
   // A new mesh over the workers that came back.
   client::MeshOptions fresh_ids;
   fresh_ids.worker_ids = {1, 0};
   EXPECT_TRUE(client::InitDeviceMesh(admin, device, {2}, {}, "fresh", fresh_ids).ok());
 
-  // The tensor whose block 0 was only on the worker that died during the outage.
-  absl::StatusOr<DTensor> lost =
-      RetryUnavailable([&] { return client::GetTensor(*user, "lost"); }, absl::Seconds(30));
-  absl::Status lost_status = lost.status();
-  if (lost.ok()) lost_status = lost->FullTensor().status();
-  EXPECT_EQ(lost_status.code(), absl::StatusCode::kDataLoss) << lost_status;
-  EXPECT_NE(lost_status.message().find("lost"), std::string::npos) << lost_status;
+  // The tensors whose block 0 was only on a worker that died during the outage.
+  for (const std::string name : {"lost", "emptied"}) {
+    absl::StatusOr<DTensor> lost =
+        RetryUnavailable([&] { return client::GetTensor(*user, name); }, absl::Seconds(30));
+    absl::Status lost_status = lost.status();
+    if (lost.ok()) lost_status = lost->FullTensor().status();
+    EXPECT_EQ(lost_status.code(), absl::StatusCode::kDataLoss) << name << ": " << lost_status;
+    EXPECT_NE(lost_status.message().find(name), std::string::npos) << lost_status;
+  }
+  EXPECT_EQ(client::GetTensor(*user, "t0")->placements(), uploaded[0].placements)
+      << "the redistribute to a new tensor changed its source";
   held.clear();
+  will_be_lost = absl::CancelledError();
+  will_be_emptied = absl::CancelledError();
   user.reset();
   cluster.Stop();
 }
