@@ -191,17 +191,18 @@ absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
 
 absl::Status LocalCluster::StartCoordinator(int port) {
   const LocalClusterOptions& o = options_;
+  std::vector<std::string> args = {
+      absl::StrCat("--listen=127.0.0.1:", port),
+      absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
+      absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
+      absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace)),
+      absl::StrCat("--stream_idle_timeout=", absl::FormatDuration(o.stream_idle_timeout)),
+      absl::StrCat("--metrics_port=", o.metrics ? 0 : -1),
+      absl::StrCat("--recovery_wait=", absl::FormatDuration(o.recovery_wait))};
+  // Only when set: CLI11 takes "--state_dir=" with nothing after it as wanting the next argument.
+  if (!o.state_dir.empty()) args.push_back(absl::StrCat("--state_dir=", o.state_dir));
   absl::StatusOr<Process> coordinator =
-      Spawn(o.coordinator_binary,
-            {absl::StrCat("--listen=127.0.0.1:", port),
-             absl::StrCat("--heartbeat_interval=", absl::FormatDuration(o.heartbeat_interval)),
-             absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
-             absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace)),
-             absl::StrCat("--stream_idle_timeout=", absl::FormatDuration(o.stream_idle_timeout)),
-             absl::StrCat("--metrics_port=", o.metrics ? 0 : -1),
-             absl::StrCat("--state_dir=", o.state_dir),
-             absl::StrCat("--recovery_wait=", absl::FormatDuration(o.recovery_wait))},
-            o.log_dir + "/coordinator.log");
+      Spawn(o.coordinator_binary, args, o.log_dir + "/coordinator.log");
   if (!coordinator.ok()) return coordinator.status();
   coordinator_ = *coordinator;
   // The log may hold an earlier process's line: wait for as many lines as starts so far.
