@@ -198,7 +198,10 @@ absl::Status LocalCluster::StartCoordinator(int port) {
       absl::StrCat("--dead_after=", absl::FormatDuration(o.dead_after)),
       absl::StrCat("--client_grace=", absl::FormatDuration(o.client_grace)),
       absl::StrCat("--stream_idle_timeout=", absl::FormatDuration(o.stream_idle_timeout)),
-      absl::StrCat("--metrics_port=", o.metrics ? 0 : -1)};
+      absl::StrCat("--metrics_port=", o.metrics ? 0 : -1),
+      absl::StrCat("--recovery_wait=", absl::FormatDuration(o.recovery_wait))};
+  // Only when set: CLI11 takes "--state_dir=" with nothing after it as wanting the next argument.
+  if (!o.state_dir.empty()) args.push_back(absl::StrCat("--state_dir=", o.state_dir));
   args.insert(args.end(), o.coordinator_flags.begin(), o.coordinator_flags.end());
   absl::StatusOr<Process> coordinator =
       Spawn(o.coordinator_binary, args, o.log_dir + "/coordinator.log");
@@ -253,6 +256,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
     options.log_dir = pattern;
   }
   std::filesystem::create_directories(options.log_dir);
+  if (options.keep_state && options.state_dir.empty())
+    options.state_dir = options.log_dir + "/state";
   std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(options)));
   LocalClusterOptions& o = cluster->options_;
 

@@ -39,6 +39,11 @@ struct LocalClusterOptions {
   std::vector<std::string> worker_flags;
   // What the cluster's own calls to the coordinator present (tessera::client::SessionOptions).
   std::string tls_ca_file, tls_cert_file, tls_key_file, token;
+  // The coordinator's --state_dir (its state survives a restart there); empty: in memory only,
+  // or with keep_state, log_dir/state.
+  std::string state_dir;
+  bool keep_state = false;
+  absl::Duration recovery_wait = absl::Seconds(30);  // --recovery_wait.
 };
 
 // The CUDA devices `worker_binary` (tessera-worker) could serve: "cuda:N" names, in order.

@@ -20,6 +20,10 @@ absl::StatusOr<std::shared_ptr<Session>> Session::Connect(const std::string& add
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
+  // A restarted coordinator is reached again within a second or two, not after gRPC's default
+  // backoff of up to two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   const TlsFiles tls{options.tls_cert_file, options.tls_key_file, options.tls_ca_file};
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       ChannelCredentialsFor(tls);
@@ -82,8 +86,14 @@ const std::string& Session::client_id() const { return impl_->options.client_id;
 internal::SessionImpl& internal_impl(Session& session) { return *session.impl_; }
 
 void internal::SessionImpl::Prepare(grpc::ClientContext* context, absl::Duration timeout) const {
-  context->set_deadline(DeadlineAfter(timeout > absl::ZeroDuration() ? timeout : options.timeout));
+  const absl::Duration deadline = timeout > absl::ZeroDuration() ? timeout : options.timeout;
+  context->set_deadline(DeadlineAfter(deadline));
   context->AddMetadata("tessera-client", options.client_id);
+  // A call made while the coordinator is unreachable (restarting) waits, within its deadline, for
+  // the channel to reconnect instead of failing at once. Nothing is sent twice: a call already sent
+  // when the coordinator died still fails with UNAVAILABLE. Long-lived streams (the op stream,
+  // whose opening a handle's destructor may wait on) fail at once instead, as before.
+  context->set_wait_for_ready(deadline <= options.timeout);
 }
 
 }  // namespace tessera::client

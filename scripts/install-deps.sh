@@ -7,7 +7,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgloo-dev libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev libcivetweb-dev
-  libgtest-dev libgmock-dev libbenchmark-dev prometheus
+  libsqlite3-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus
   clang-format python3 python3-numpy python3-grpcio python3-protobuf python3-pytest python3-yaml
   clang libclang-rt-14-dev
 )

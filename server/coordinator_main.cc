@@ -33,6 +33,8 @@
 #include "server/registry_service.h"
 #include "server/rendezvous_store.h"
 #include "server/served_models.h"
+#include "server/state_recovery.h"
+#include "server/state_store.h"
 #include "server/worker_bytes.h"
 #include "server/worker_registry.h"
 #include "spdlog/spdlog.h"
@@ -53,6 +55,8 @@ struct CoordinatorFlags {
   int64_t max_message_bytes = 64 << 20;
   int metrics_port = -1;
   int max_rpc_threads = tessera::daemon::kDefaultMaxRpcThreads;
+  std::string state_dir;
+  absl::Duration recovery_wait = absl::Seconds(30);
 };
 
 void AddFlags(CLI::App& app, CoordinatorFlags& f) {
@@ -89,6 +93,13 @@ void AddFlags(CLI::App& app, CoordinatorFlags& f) {
                  "most threads serving gRPC calls at once; a call past them is refused with "
                  "RESOURCE_EXHAUSTED")
       ->check(CLI::Range(16, 65536));
+  app.add_option("--state_dir", f.state_dir,
+                 "directory of the durable state (workers, meshes, tensors; SQLite): a restart "
+                 "with the same directory recovers them; empty keeps state in memory only");
+  tessera::daemon::AddDurationFlag(
+      app, "--recovery_wait", &f.recovery_wait,
+      "after a restart, how long to wait for the recorded meshes' workers to register again "
+      "before recovering the meshes without those missing");
 }
 
 }  // namespace
@@ -186,6 +197,27 @@ int main(int argc, char** argv) {
                                     {&collective_service, &tensors, &modules});
   tessera::InferenceService inference_service(&served);
 
+  std::unique_ptr<tessera::StateStore> state;
+  std::unique_ptr<tessera::StateRecovery> recovery;
+  if (!flags.state_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<tessera::StateStore>> opened =
+        tessera::StateStore::Open(flags.state_dir);
+    if (!opened.ok()) {
+      spdlog::critical("--state_dir: {}", opened.status().ToString());
+      return 2;
+    }
+    state = *std::move(opened);
+    recovery = std::make_unique<tessera::StateRecovery>(state.get(), &workers, &meshes, &reformer,
+                                                        &tensors, &ledger, flags.recovery_wait);
+    if (absl::Status s = recovery->Load(); !s.ok()) {
+      spdlog::critical("--state_dir: {}", s.ToString());
+      return 2;
+    }
+    workers.RecordIn(state.get());
+    tensors.RecordIn(state.get());
+    mesh_service.RecordIn(state.get());
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   if (absl::StatusOr<int> valid = tessera::daemon::ListenPort(flags.listen); !valid.ok()) {
@@ -220,6 +252,7 @@ int main(int argc, char** argv) {
   spdlog::info("serving {}", flags.tls.enabled()
                                  ? (flags.tls.ca_file.empty() ? "TLS" : "mutual TLS")
                                  : "plaintext");
+  if (recovery != nullptr) recovery->Start();
   tessera::ExportCoordinatorMetrics(&tessera::metrics::DefaultRegistry(), &workers, &dispatcher,
                                     &tensors, &modules, &served);
   absl::StatusOr<std::unique_ptr<tessera::metrics::HttpServer>> metrics =

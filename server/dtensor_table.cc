@@ -4,6 +4,7 @@
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "server/worker_loss.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -77,8 +78,13 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Relayout(
 absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Find(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(name);
-  if (it == tensors_.end())
+  if (it == tensors_.end()) {
+    if (recovering_.contains(name)) {
+      return absl::UnavailableError(absl::StrCat(
+          "tensor '", name, "' is being recovered after a coordinator restart; try again shortly"));
+    }
     return absl::NotFoundError(absl::StrCat("no tensor named '", name, "'"));
+  }
   return it->second;
 }
 
@@ -178,7 +184,53 @@ void DTensorTable::Drop(const DTensorEntry& tensor) {
   auto it = tensors_.find(tensor.name);
   if (it == tensors_.end() || it->second.get() != &tensor) return;
   ReleaseBytes(tensor);
+  Unrecord(tensor.name);
   tensors_.erase(it);
+}
+
+absl::Status DTensorTable::Persist(const DTensorEntry& tensor) const {
+  if (store_ == nullptr || tensor.released) return absl::OkStatus();
+  v1::TensorInfo record;
+  record.set_name(tensor.name);
+  record.set_mesh(tensor.mesh->name);
+  *record.mutable_meta() = ToProto(tensor.spec);
+  record.set_owner(tensor.owner);
+  return store_->Put("tensor", tensor.name, record.SerializeAsString());
+}
+
+void DTensorTable::Unrecord(const std::string& name) const {
+  if (store_ == nullptr) return;
+  if (absl::Status s = store_->Erase("tensor", name); !s.ok()) {
+    spdlog::error("tensor '{}' was freed but its record stays: {}", name, s.ToString());
+  }
+}
+
+void DTensorTable::SetRecovering(std::set<std::string> names) {
+  absl::MutexLock lock(&mu_);
+  recovering_ = std::move(names);
+}
+
+void DTensorTable::DoneRecovering(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  recovering_.erase(name);
+}
+
+absl::Status DTensorTable::Restore(const v1::TensorInfo& record, std::shared_ptr<Mesh> mesh,
+                                   const absl::Status& lost) {
+  ASSIGN_OR_RETURN(DTensorSpec spec, FromProto(record.meta()));
+  auto tensor = std::make_shared<DTensorEntry>(std::move(mesh), std::move(spec), record.owner());
+  tensor->name = record.name();
+  tensor->write->status = lost;
+  tensor->write->done.Notify();
+  absl::MutexLock lock(&mu_);
+  if (tensors_.contains(tensor->name)) {
+    return absl::AlreadyExistsError(absl::StrCat("a tensor named '", tensor->name, "' exists"));
+  }
+  // Shards the workers hold already: counted even past a budget lowered since.
+  ledger_->Hold(Holdings(*tensor->mesh, tensor->name, tensor->spec), "a recovered tensor")
+      .IgnoreError();
+  tensors_[tensor->name] = tensor;
+  return absl::OkStatus();
 }
 
 std::vector<std::string> DTensorTable::ForgetMesh(const Mesh& mesh) {
@@ -190,6 +242,7 @@ std::vector<std::string> DTensorTable::ForgetMesh(const Mesh& mesh) {
       continue;
     }
     ReleaseBytes(*t->second);
+    Unrecord(t->first);
     dropped.push_back(WorkerName(t->first));
     t = tensors_.erase(t);
   }
@@ -198,7 +251,8 @@ std::vector<std::string> DTensorTable::ForgetMesh(const Mesh& mesh) {
 
 void DTensorTable::Post(const Mesh& mesh, const v1::Command& command,
                         std::shared_ptr<TensorWrite> write,
-                        std::vector<std::shared_ptr<DTensorEntry>> inputs) {
+                        std::vector<std::shared_ptr<DTensorEntry>> inputs,
+                        std::function<absl::Status()> on_success) {
   absl::StatusOr<std::vector<WorkerHandle>> workers = meshes_->Workers(mesh);
   if (!workers.ok()) {
     write->status = workers.status();
@@ -207,7 +261,9 @@ void DTensorTable::Post(const Mesh& mesh, const v1::Command& command,
   }
   dispatcher_->Post(
       *workers, command, mesh.command_timeout(),
-      [write, inputs = std::move(inputs)](absl::Status status, std::vector<v1::CommandReply>) {
+      [write, inputs = std::move(inputs), on_success = std::move(on_success)](
+          absl::Status status, std::vector<v1::CommandReply>) {
+        if (status.ok() && on_success) status = on_success();
         for (const auto& in : inputs) {
           if (status.ok()) break;
           // Its replies came first; its own callback may still be on its way.
@@ -238,15 +294,24 @@ absl::Status DTensorTable::PostWrite(const DTensorEntry& tensor, const v1::Comma
                                      std::vector<std::shared_ptr<DTensorEntry>> inputs) {
   absl::MutexLock lock(&tensor.post_mu);
   if (tensor.released) return Freed(tensor);
-  Post(*tensor.mesh, command, tensor.write, std::move(inputs));
+  // Recorded once written, before anyone waiting for the write hears it is done.
+  auto record = [this, name = tensor.name, write = tensor.write]() -> absl::Status {
+    absl::StatusOr<std::shared_ptr<DTensorEntry>> t = Find(name);
+    if (!t.ok() || (*t)->write != write) return absl::OkStatus();  // freed or relaid since
+    absl::MutexLock lock(&(*t)->post_mu);
+    return Persist(**t);
+  };
+  Post(*tensor.mesh, command, tensor.write, std::move(inputs), std::move(record));
   return absl::OkStatus();
 }
 
 absl::Status DTensorTable::FinishWrite(const DTensorEntry& tensor) {
   absl::MutexLock lock(&tensor.post_mu);
   if (tensor.released) return Freed(tensor);
+  absl::Status recorded = Persist(tensor);
+  tensor.write->status = recorded;
   tensor.write->done.Notify();
-  return absl::OkStatus();
+  return recorded;
 }
 
 void DTensorTable::Release(const DTensorEntry& tensor) {

@@ -1,8 +1,10 @@
 #ifndef TESSERA_SERVER_DTENSOR_TABLE_H_
 #define TESSERA_SERVER_DTENSOR_TABLE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "core/dtensor_spec.h"
 #include "server/dispatcher.h"
 #include "server/mesh_table.h"
+#include "server/state_store.h"
 #include "server/worker_bytes.h"
 #include "tessera/v1/tensor.pb.h"
 
@@ -68,6 +71,17 @@ class DTensorTable : public MeshUser {
   // posted). NOT_FOUND if `tensor` is no longer in the table.
   absl::StatusOr<std::shared_ptr<DTensorEntry>> Relayout(
       const DTensorEntry& tensor, DTensorSpec spec, std::shared_ptr<TensorWrite> write = nullptr);
+  // Records every written tensor (its name, mesh, spec and owner) in `store` before its write
+  // counts as done, and erases the record when the tensor is freed. Call before serving.
+  void RecordIn(StateStore* store) { store_ = store; }
+  // Enters a tensor recovered from the store after a coordinator restart, written already; its
+  // uses fail with `lost` (DATA_LOSS) unless that is OK.
+  absl::Status Restore(const v1::TensorInfo& record, std::shared_ptr<Mesh> mesh,
+                       const absl::Status& lost);
+  // Names being recovered after a coordinator restart: looking one up answers UNAVAILABLE until
+  // DoneRecovering (NOT_FOUND after, if it was not recovered).
+  void SetRecovering(std::set<std::string> names);
+  void DoneRecovering(const std::string& name);
   // The named tensor; NOT_FOUND if unknown.
   absl::StatusOr<std::shared_ptr<DTensorEntry>> Find(const std::string& name) const;
   // The named tensor, ready to be read by a new command: its mesh is healthy and the work that
@@ -96,8 +110,10 @@ class DTensorTable : public MeshUser {
 
   // Sends `command` to every rank of `mesh`; its result completes `write`. When it fails and one
   // of `inputs` failed before it, the input's error is the cause reported.
+  // When it succeeds, `on_success` runs first, and its failure fails `write`.
   void Post(const Mesh& mesh, const v1::Command& command, std::shared_ptr<TensorWrite> write,
-            std::vector<std::shared_ptr<DTensorEntry>> inputs = {});
+            std::vector<std::shared_ptr<DTensorEntry>> inputs = {},
+            std::function<absl::Status()> on_success = nullptr);
   // Drops the mesh's tensors from the table; returns their worker-side names.
   std::vector<std::string> ForgetMesh(const Mesh& mesh) override;
 
@@ -119,6 +135,11 @@ class DTensorTable : public MeshUser {
   // The ledger's holdings of a tensor named `name` laid out as `spec` on `mesh`.
   static std::vector<WorkerBytes::Holding> Holdings(const Mesh& mesh, const std::string& name,
                                                     const DTensorSpec& spec);
+  // Records `tensor` in the store unless it was released; the caller holds its post_mu. A failure
+  // fails its write.
+  absl::Status Persist(const DTensorEntry& tensor) const;
+  // Erases the record of the tensor named `name` from the store.
+  void Unrecord(const std::string& name) const;
   // Drops `tensor` from the table (not from the workers) if the table still holds it.
   void Drop(const DTensorEntry& tensor);
   // Gives back the bytes of `tensor`'s shards in the ledger.
@@ -131,7 +152,9 @@ class DTensorTable : public MeshUser {
   MeshTable* meshes_;
   Dispatcher* dispatcher_;
   WorkerBytes* ledger_;
+  StateStore* store_ = nullptr;
   mutable absl::Mutex mu_;
+  std::set<std::string> recovering_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<DTensorEntry>> tensors_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };

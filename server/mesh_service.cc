@@ -7,6 +7,7 @@
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -92,7 +93,15 @@ grpc::Status MeshService::CreateMesh(grpc::ServerContext*, const v1::CreateMeshR
                              std::move(budgets), ledger_);
   // Entered first, so the name is reserved while the workers set it up; removed if that fails.
   if (absl::Status s = meshes_->Add(mesh); !s.ok()) return ToGrpcStatus(s);
-  if (absl::Status s = reformer_->SetUp(*mesh); !s.ok()) {
+  absl::Status s = reformer_->SetUp(*mesh);
+  if (s.ok() && state_ != nullptr) {
+    v1::CreateMeshRequest record = *request;
+    record.clear_worker_ids();
+    for (int64_t id : mesh->mesh.ranks()) record.add_worker_ids(id);
+    record.set_timeout_ms(absl::ToInt64Milliseconds(mesh->timeout));
+    s = state_->Put("mesh", mesh->name, record.SerializeAsString());
+  }
+  if (!s.ok()) {
     meshes_->Remove(mesh->name).IgnoreError();
     store_->ErasePrefix(MeshReformer::StorePrefix(*mesh));
     return ToGrpcStatus(s);
@@ -120,6 +129,11 @@ grpc::Status MeshService::DeleteMesh(grpc::ServerContext*, const v1::DeleteMeshR
   absl::StatusOr<std::shared_ptr<Mesh>> removed = meshes_->Remove(request->name());
   if (!removed.ok()) return ToGrpcStatus(removed.status());
   Mesh& mesh = **removed;
+  if (state_ != nullptr) {
+    if (absl::Status s = state_->Erase("mesh", mesh.name); !s.ok()) {
+      spdlog::error("mesh '{}' was deleted but its record stays: {}", mesh.name, s.ToString());
+    }
+  }
   std::vector<std::string> dropped;  // what the mesh's users kept on its workers
   for (MeshUser* user : users_) {
     for (std::string& name : user->ForgetMesh(mesh)) dropped.push_back(std::move(name));

@@ -7,6 +7,7 @@
 #include "server/mesh_reformer.h"
 #include "server/mesh_table.h"
 #include "server/rendezvous_store.h"
+#include "server/state_store.h"
 #include "tessera/v1/mesh.grpc.pb.h"
 
 namespace tessera {
@@ -43,6 +44,10 @@ class MeshService final : public v1::MeshService::Service {
   grpc::Status DeleteMesh(grpc::ServerContext*, const v1::DeleteMeshRequest* request,
                           v1::DeleteMeshReply*) override;
 
+  // Records every mesh created (its request, with the workers chosen) in `state` before the
+  // creation is answered, and erases it when the mesh is deleted. Call before serving.
+  void RecordIn(StateStore* state) { state_ = state; }
+
  private:
   // The workers for a new mesh of `needed` ranks: those named, or the first live ones of the
   // device type; with their incarnations and memory budgets.
@@ -54,6 +59,7 @@ class MeshService final : public v1::MeshService::Service {
   MeshTable* meshes_;
   Dispatcher* dispatcher_;
   RendezvousStore* store_;
+  StateStore* state_ = nullptr;
   MeshReformer* reformer_;
   WorkerBytes* ledger_;
   const std::vector<MeshUser*> users_;

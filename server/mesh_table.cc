@@ -14,6 +14,24 @@ Mesh::Mesh(std::string name, DeviceMesh mesh, std::vector<int64_t> incarnations,
       locals(this->name, static_cast<size_t>(this->mesh.size()),
              {ledger, this->mesh.ranks(), this->budgets}) {}
 
+void MeshTable::SetRecovering(std::set<std::string> names) {
+  absl::MutexLock lock(&mu_);
+  recovering_ = std::move(names);
+}
+
+void MeshTable::DoneRecovering(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  recovering_.erase(name);
+}
+
+absl::Status MeshTable::Missing(const std::string& name) const {
+  if (recovering_.contains(name)) {
+    return absl::UnavailableError(absl::StrCat(
+        "mesh '", name, "' is being recovered after a coordinator restart; try again shortly"));
+  }
+  return absl::NotFoundError(absl::StrCat("no mesh named '", name, "'"));
+}
+
 absl::Status MeshTable::Add(const std::shared_ptr<Mesh>& mesh) {
   absl::MutexLock lock(&mu_);
   if (meshes_.contains(mesh->name)) {
@@ -27,7 +45,7 @@ absl::Status MeshTable::Add(const std::shared_ptr<Mesh>& mesh) {
 absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::Remove(const std::string& name) {
   absl::MutexLock lock(&mu_);
   auto it = meshes_.find(name);
-  if (it == meshes_.end()) return absl::NotFoundError(absl::StrCat("no mesh named '", name, "'"));
+  if (it == meshes_.end()) return Missing(name);
   std::shared_ptr<Mesh> mesh = std::move(it->second);
   meshes_.erase(it);
   return mesh;
@@ -36,7 +54,7 @@ absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::Remove(const std::string& name)
 absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::Find(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = meshes_.find(name);
-  if (it == meshes_.end()) return absl::NotFoundError(absl::StrCat("no mesh named '", name, "'"));
+  if (it == meshes_.end()) return Missing(name);
   return it->second;
 }
 

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,10 @@ class MeshTable {
   absl::Status Add(const std::shared_ptr<Mesh>& mesh);
   // Removes and returns the named mesh; NOT_FOUND if unknown.
   absl::StatusOr<std::shared_ptr<Mesh>> Remove(const std::string& name);
+  // Names being recovered after a coordinator restart: looking one up answers UNAVAILABLE until
+  // DoneRecovering (NOT_FOUND after, if it was not recovered).
+  void SetRecovering(std::set<std::string> names);
+  void DoneRecovering(const std::string& name);
   // The named mesh; NOT_FOUND if unknown.
   absl::StatusOr<std::shared_ptr<Mesh>> Find(const std::string& name) const;
   // The mesh with id `id`; NOT_FOUND if there is none (any more).
@@ -85,8 +90,12 @@ class MeshTable {
   std::vector<int64_t> LiveWorkerIds(const Mesh& mesh) const;
 
  private:
+  // NOT_FOUND for a mesh named `name`, or UNAVAILABLE while it is being recovered.
+  absl::Status Missing(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const WorkerRegistry* registry_;
   mutable absl::Mutex mu_;
+  std::set<std::string> recovering_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Mesh>> meshes_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -44,10 +45,26 @@ v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
   if (auto it = id_by_address_.find(request.address()); it != id_by_address_.end()) {
     id = it->second;
   } else {
-    id = static_cast<int64_t>(workers_.size());
+    id = workers_.empty() ? 0 : workers_.rbegin()->first + 1;
     id_by_address_[request.address()] = id;
+    if (store_ != nullptr) {
+      if (absl::Status s = store_->Put("worker", request.address(), std::to_string(id)); !s.ok()) {
+        spdlog::error("worker {} at {} will not be recovered after a restart: {}", id,
+                      request.address(), s.ToString());
+      }
+    }
   }
   Entry& e = workers_[id];
+  v1::RegisterReply reply;
+  if (e.awaiting_recovery) {
+    e.awaiting_recovery = false;
+    e.held_when_recovered.emplace(request.held_tensors().begin(), request.held_tensors().end());
+    const std::set<std::string> expected = expected_ ? expected_(id) : std::set<std::string>{};
+    reply.set_keep_tensors(true);
+    for (const std::string& name : *e.held_when_recovered) {
+      if (!expected.contains(name)) reply.add_drop_tensors(name);
+    }
+  }
   e.handle = WorkerHandle{id,
                           next_incarnation_++,
                           request.address(),
@@ -60,11 +77,32 @@ v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
   e.device_allocated_bytes = e.device_free_bytes = e.device_total_bytes = -1;
   e.next_sequence = 1;
   e.unreachable.clear();
-  v1::RegisterReply reply;
   reply.set_worker_id(id);
   reply.set_incarnation(e.handle.incarnation);
   reply.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(heartbeat_interval_));
   return reply;
+}
+
+void WorkerRegistry::Restore(const std::map<std::string, int64_t>& ids_by_address,
+                             std::function<std::set<std::string>(int64_t)> expected) {
+  absl::MutexLock lock(&mu_);
+  expected_ = std::move(expected);
+  for (const auto& [address, id] : ids_by_address) {
+    id_by_address_[address] = id;
+    Entry& e = workers_[id];
+    e.handle.id = id;
+    e.handle.address = address;
+    e.last_heartbeat = absl::InfinitePast();
+    e.unreachable = "it has not registered again since the coordinator restarted";
+    e.awaiting_recovery = true;
+  }
+}
+
+std::optional<std::set<std::string>> WorkerRegistry::HeldWhenRecovered(int64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return std::nullopt;
+  return it->second.held_when_recovered;
 }
 
 absl::Status WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {

@@ -1,8 +1,11 @@
 #ifndef TESSERA_SERVER_WORKER_REGISTRY_H_
 #define TESSERA_SERVER_WORKER_REGISTRY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -10,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/security/credentials.h"
+#include "server/state_store.h"
 #include "tessera/v1/mesh.pb.h"
 #include "tessera/v1/registry.pb.h"
 #include "tessera/v1/worker.grpc.pb.h"
@@ -42,6 +46,19 @@ class WorkerRegistry {
   }
 
   v1::RegisterReply Register(const v1::RegisterRequest& request);
+
+  // Records every new worker's id by address in `store` from now on (before its registration is
+  // answered). Not thread-safe: call before serving.
+  void RecordIn(StateStore* store) { store_ = store; }
+  // Takes back the ids by address that an earlier coordinator process recorded: each such worker
+  // is listed dead until it registers again, and that registration keeps its tensors but those not
+  // in `expected(id)` (the worker-side names the recovered records place on it). Call before
+  // serving.
+  void Restore(const std::map<std::string, int64_t>& ids_by_address,
+               std::function<std::set<std::string>(int64_t)> expected);
+  // The tensors a restored worker held when it registered again; nullopt while it has not (or was
+  // never restored).
+  std::optional<std::set<std::string>> HeldWhenRecovered(int64_t id) const;
   // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a stale incarnation.
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
 
@@ -83,6 +100,8 @@ class WorkerRegistry {
     int64_t device_allocated_bytes = -1, device_free_bytes = -1, device_total_bytes = -1;
     int64_t next_sequence = 1;
     std::string unreachable;  // why a call could not reach it since its last heartbeat, if one
+    bool awaiting_recovery = false;  // restored from the store, not registered again yet
+    std::optional<std::set<std::string>> held_when_recovered;
   };
   bool Alive(const Entry& e, absl::Time now) const {
     return e.unreachable.empty() && now - e.last_heartbeat <= dead_after_;
@@ -97,6 +116,8 @@ class WorkerRegistry {
   std::map<int64_t, Entry> workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> id_by_address_ ABSL_GUARDED_BY(mu_);
   int64_t next_incarnation_ ABSL_GUARDED_BY(mu_);  // this process's epoch, then counting up
+  StateStore* store_ = nullptr;
+  std::function<std::set<std::string>(int64_t)> expected_;
 };
 
 }  // namespace tessera

@@ -106,6 +106,13 @@ int64_t ShardStore::used_bytes() const {
   return used_;
 }
 
+std::vector<std::string> ShardStore::Names() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : tensors_) names.push_back(name);
+  return names;
+}
+
 int64_t ShardStore::tensor_count() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(tensors_.size());

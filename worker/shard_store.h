@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -48,6 +49,8 @@ class ShardStore {
   void Clear();
   int64_t used_bytes() const;
   int64_t budget_bytes() const { return budget_; }
+  // The names of the tensors it holds, ordered.
+  std::vector<std::string> Names() const;
   // How many tensors it holds.
   int64_t tensor_count() const;
 

@@ -313,12 +313,15 @@ int main(int argc, char** argv) {
 
   auto begin = [&]() {
     health->SetServingStatus(false);
+    request.clear_held_tensors();
+    for (std::string& name : service.tensor_names()) request.add_held_tensors(std::move(name));
     tessera::v1::RegisterReply reply = RegisterLoop(*registry, request);
     service.BeginIncarnation(
         reply.worker_id(), reply.incarnation(),
         std::make_unique<tessera::RpcStore>(
             registry, absl::Seconds(60), absl::StrCat(reply.worker_id(), "/", reply.incarnation())),
-        collective_host);
+        collective_host, reply.keep_tensors(),
+        {reply.drop_tensors().begin(), reply.drop_tensors().end()});
     health->SetServingStatus(true);
     // Launchers (client/local_cluster.cc) wait for this line on stdout, whatever the log level.
     std::cout << "tessera-worker " << reply.worker_id() << " (" << device << ") serving on "

@@ -87,10 +87,15 @@ WorkerService::WorkerService(std::string secret, std::unique_ptr<kernels::Kernel
 
 void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
                                      std::unique_ptr<gloo::rendezvous::Store> rendezvous,
-                                     const std::string& collective_host) {
+                                     const std::string& collective_host, bool keep_tensors,
+                                     const std::vector<std::string>& drop_tensors) {
   absl::MutexLock lock(&mu_);
   executor_.reset();
-  store_.Clear();
+  if (keep_tensors) {
+    for (const std::string& name : drop_tensors) store_.Erase(name);
+  } else {
+    store_.Clear();
+  }
   sequencer_.Reset();
   rendezvous_ = std::move(rendezvous);
   executor_ = std::make_unique<CommandExecutor>(worker_id, kernels_.get(), &store_,

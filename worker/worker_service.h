@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "gloo/rendezvous/store.h"
@@ -33,11 +34,15 @@ class WorkerService final : public v1::Worker::Service {
     coordinator_identity_ = std::move(identity);
   }
 
-  // Starts a new incarnation (after registering): drops every tensor and communicator.
+  // Starts a new incarnation (after registering): drops every communicator, and every tensor
+  // unless `keep_tensors` (a restarted coordinator recovered them), then only `drop_tensors`.
   // `collective_host` is where this worker's Gloo connections bind.
   void BeginIncarnation(int64_t worker_id, int64_t incarnation,
                         std::unique_ptr<gloo::rendezvous::Store> rendezvous,
-                        const std::string& collective_host);
+                        const std::string& collective_host, bool keep_tensors = false,
+                        const std::vector<std::string>& drop_tensors = {});
+  // The names of the tensors it holds, ordered.
+  std::vector<std::string> tensor_names() const { return store_.Names(); }
   int64_t used_bytes() const { return store_.used_bytes(); }
   // What the device's memory holds now (shards and temporaries) and, on a GPU, its free memory.
   kernels::MemoryUsage memory_usage() const { return kernels_->usage(); }
