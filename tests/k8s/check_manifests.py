@@ -86,6 +86,10 @@ def check(objects, helps):
     return problems
 
 
+# Flags that read the environment and that every daemon in a manifest must get.
+REQUIRED_FROM_ENVIRONMENT = {"secret"}
+
+
 def check_container(objects, helps, where, workload, c, annotations):
     problems = []
     try:
@@ -107,12 +111,13 @@ def check_container(objects, helps, where, workload, c, annotations):
                 problems.append(f"{where}: {binary} has no flag --{name}")
             if "$(" in value:
                 problems.append(f"{where}: --{name}={value} names a variable the container lacks")
-        # A flag that reads the environment is set, and a secret one from a Secret, never on the
-        # command line (which the pod spec and ps show).
+        # The cluster's credential reads the environment and is set there from a Secret, never on
+        # the command line (which the pod spec and ps show). The other flags that read the
+        # environment (TLS files, identities, tokens) are optional.
         for name, var in accepted.items():
             if var is not None and "secret" in name and name in flags:
                 problems.append(f"{where}: --{name} on the command line; set ${var} from a Secret")
-            if var is None or name in flags:
+            if var is None or name in flags or name not in REQUIRED_FROM_ENVIRONMENT:
                 continue
             source = next((e for e in c.get("env", []) if e["name"] == var), None)
             if source is None:
