@@ -129,7 +129,8 @@ absl::Status WriteFileBytes(absl::string_view path, std::span<const std::byte> b
   const std::string tmp = p + ".tmp";
   FilePtr f(std::fopen(tmp.c_str(), "wb"));
   if (f == nullptr) return FileError(errno, "create", tmp);
-  if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size() ||
+  // An empty span's data() may be null, which fwrite must not be given.
+  if ((!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) ||
       std::fflush(f.get()) != 0 || ::fsync(::fileno(f.get())) != 0) {
     const int error_number = errno;
     f.reset();

@@ -74,7 +74,7 @@ class HostTensor {
   template <typename T>
   static HostTensor FromValues(DType dtype, Shape shape, const std::vector<T>& values) {
     HostTensor t = ZerosOfValidShape(dtype, std::move(shape));
-    std::memcpy(t.data(), values.data(), t.nbytes());
+    if (t.nbytes() > 0) std::memcpy(t.data(), values.data(), t.nbytes());  // data() may be null
     return t;
   }
 

@@ -541,7 +541,7 @@ TEST(DispatcherTest, AFailureWhileAPeerDiedNamesTheDeadPeer) {
   ASSERT_TRUE(outcomes.WaitFor(1));
   stop_heartbeats = true;
   heartbeats.join();
-  const absl::Status& status = outcomes.Of("op")->status;
+  const absl::Status status = outcomes.Of("op")->status;  // Of returns a copy
   EXPECT_TRUE(StatusIs(
       status, absl::StatusCode::kUnavailable,
       {absl::StrCat("worker 1 at ", cluster.worker(1).address(), " missed its heartbeats")}));
