@@ -116,25 +116,12 @@ int main(int argc, char** argv) {
     return *exit;
   }
   const std::string& secret = flags.secret;
-  if (!flags.worker_identity.empty() && flags.tls.ca_file.empty()) {
-    spdlog::critical("--worker_identity needs mutual TLS (--tls_cert, --tls_key and --tls_ca)");
+  absl::StatusOr<tessera::daemon::DaemonCredentials> credentials =
+      tessera::daemon::MakeDaemonCredentials(flags.tls, secret, flags.worker_identity,
+                                             "worker_identity");
+  if (!credentials.ok()) {
+    spdlog::critical("{}", std::string(credentials.status().message()));
     return 2;
-  }
-  if (secret.empty() && flags.worker_identity.empty()) {
-    spdlog::critical(
-        "a shared secret is required (--secret or $TESSERA_SECRET), or mutual TLS with "
-        "--worker_identity");
-    return 2;
-  }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
-      tessera::ServerCredentialsFor(flags.tls);
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> worker_credentials =
-      tessera::ChannelCredentialsFor(flags.tls);
-  for (const absl::Status& s : {server_credentials.status(), worker_credentials.status()}) {
-    if (!s.ok()) {
-      spdlog::critical("{}", std::string(s.message()));
-      return 2;
-    }
   }
   // Failed client authentications, limited and logged (the Registry and workers keep their own).
   tessera::AuthFailures client_auth_failures;
@@ -151,9 +138,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     spdlog::info("accepting the bearer tokens of {} client(s)", tokens->size());
-    (*server_credentials)
-        ->SetAuthMetadataProcessor(std::make_shared<tessera::BearerTokenProcessor>(
-            *std::move(tokens), &client_auth_failures));
+    credentials->server->SetAuthMetadataProcessor(
+        std::make_shared<tessera::BearerTokenProcessor>(*std::move(tokens), &client_auth_failures));
   }
 
   // The coordinator's large allocations are the 1 MiB windows of tensor streams, freed by other
@@ -169,7 +155,7 @@ int main(int argc, char** argv) {
 
   tessera::WorkerRegistry workers(flags.heartbeat_interval, flags.dead_after);
   tessera::RendezvousStore store;
-  workers.set_worker_credentials(*worker_credentials);
+  workers.set_worker_credentials(credentials->channel);
   tessera::Dispatcher dispatcher(&workers, secret);
   tessera::MeshTable meshes(&workers);
   tessera::RegistryService registry_service(
@@ -227,7 +213,7 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   tessera::daemon::ConfigureServer(builder, flags.max_rpc_threads);
   int port = 0;
-  builder.AddListeningPort(flags.listen, *server_credentials, &port);
+  builder.AddListeningPort(flags.listen, credentials->server, &port);
   const int max_bytes = static_cast<int>(flags.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);

@@ -177,26 +177,12 @@ int main(int argc, char** argv) {
   }
   if (flags.list_devices) return ListDevices();
   const std::string& secret = flags.secret;
-  if (!flags.coordinator_identity.empty() && flags.tls.ca_file.empty()) {
-    spdlog::critical(
-        "--coordinator_identity needs mutual TLS (--tls_cert, --tls_key and --tls_ca)");
+  absl::StatusOr<tessera::daemon::DaemonCredentials> credentials =
+      tessera::daemon::MakeDaemonCredentials(flags.tls, secret, flags.coordinator_identity,
+                                             "coordinator_identity");
+  if (!credentials.ok()) {
+    spdlog::critical("{}", std::string(credentials.status().message()));
     return 2;
-  }
-  if (secret.empty() && flags.coordinator_identity.empty()) {
-    spdlog::critical(
-        "a shared secret is required (--secret or $TESSERA_SECRET), or mutual TLS with "
-        "--coordinator_identity");
-    return 2;
-  }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
-      tessera::ServerCredentialsFor(flags.tls);
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> coordinator_credentials =
-      tessera::ChannelCredentialsFor(flags.tls);
-  for (const absl::Status& s : {server_credentials.status(), coordinator_credentials.status()}) {
-    if (!s.ok()) {
-      spdlog::critical("{}", std::string(s.message()));
-      return 2;
-    }
   }
   const std::string& device = flags.device;
   if (device != "cpu" && device.rfind("cuda:", 0) != 0) {
@@ -245,7 +231,7 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   tessera::daemon::ConfigureServer(builder, flags.max_rpc_threads);
   int port = 0;
-  builder.AddListeningPort(listen, *server_credentials, &port);
+  builder.AddListeningPort(listen, credentials->server, &port);
   const int max_bytes = static_cast<int>(flags.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
@@ -291,7 +277,7 @@ int main(int argc, char** argv) {
   if (!secret.empty()) registry_metadata.emplace_back(tessera::kSecretMetadataKey, secret);
   std::shared_ptr<tessera::v1::Registry::Stub> registry =
       tessera::v1::Registry::NewStub(tessera::CreateChannelWithMetadata(
-          flags.coordinator, *coordinator_credentials, args, registry_metadata));
+          flags.coordinator, credentials->channel, args, registry_metadata));
   // Heartbeats go on a connection of their own, beside the rendezvous store's long waits; the
   // thread that sends them does nothing else.
   grpc::ChannelArguments heartbeat_args;
@@ -300,7 +286,7 @@ int main(int argc, char** argv) {
   heartbeat_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   std::unique_ptr<tessera::v1::Registry::Stub> heartbeats =
       tessera::v1::Registry::NewStub(tessera::CreateChannelWithMetadata(
-          flags.coordinator, *coordinator_credentials, heartbeat_args, registry_metadata));
+          flags.coordinator, credentials->channel, heartbeat_args, registry_metadata));
   tessera::v1::RegisterRequest request;
   request.set_address(address);
   request.set_device(device);
