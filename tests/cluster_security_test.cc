@@ -349,6 +349,56 @@ TEST(Security, FailedAuthenticationsAreLimitedAndLogged) {
   EXPECT_TRUE(shared->cluster->WaitForAliveWorkers(2, absl::Seconds(5)).ok());
 }
 
+class CertificatelessTokens : public ::testing::TestWithParam<TokenCase> {};
+
+// Over TLS without client certificates (a coordinator without --tls_ca), bad tokens are limited
+// per connection (gRPC's token hook sees no peer address): past the burst a connection is refused
+// with RESOURCE_EXHAUSTED before its token is looked at, while a client with the right token goes
+// on working.
+TEST_P(CertificatelessTokens, AreLimitedPerConnection) {
+  const TokenCase& c = GetParam();
+  LocalClusterOptions options = TestClusterOptions(1);
+  options.log_dir = Cert("logs-" + c.name);
+  options.coordinator_flags = {"--tls_cert=" + Cert("coordinator.pem"),
+                               "--tls_key=" + Cert("coordinator.key"),
+                               "--tokens_file=" + Cert("tokens")};
+  options.worker_flags = {"--tls_cert=" + Cert("worker.pem"), "--tls_key=" + Cert("worker.key"),
+                          "--tls_ca=" + Cert("ca.pem")};
+  options.tls_ca_file = Cert("ca.pem");
+  options.token = kToken;
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status() << " (logs in " << options.log_dir << ")";
+  absl::StatusOr<std::shared_ptr<client::Session>> attacker =
+      client::Session::Connect((*cluster)->address(), Options("ca.pem", "", c.token));
+  ASSERT_TRUE(attacker.ok()) << attacker.status();
+  int unauthenticated = 0, limited = 0;
+  for (int i = 0; i < 200; ++i) {
+    const absl::Status s = (*attacker)->ListMeshes().status();
+    if (s.code() == absl::StatusCode::kUnauthenticated) ++unauthenticated;
+    if (s.code() == absl::StatusCode::kResourceExhausted) {
+      ++limited;
+      EXPECT_THAT(s.message(), HasSubstr("too many failed authentications from connection"));
+    }
+  }
+  EXPECT_GE(unauthenticated, 20);  // the burst
+  EXPECT_LE(unauthenticated, 25);  // and what refilled meanwhile
+  EXPECT_EQ(unauthenticated + limited, 200);
+  absl::StatusOr<std::shared_ptr<client::Session>> alice =
+      client::Session::Connect((*cluster)->address(), Options("ca.pem", "", kToken));
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  EXPECT_TRUE((*alice)->ListMeshes().ok());
+  const std::string log = ReadFile(options.log_dir + "/coordinator.log");
+  EXPECT_THAT(log, HasSubstr("authentication failed: peer connection"));
+  EXPECT_THAT(log, HasSubstr("(no client certificate) calling /tessera.v1.MeshService/ListMeshes"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CertificatelessTokens,
+                         ::testing::Values(TokenCase{"None", "", ""},
+                                           TokenCase{"Wrong", "mallory-guessed-0123456789", ""}),
+                         [](const ::testing::TestParamInfo<TokenCase>& info) {
+                           return info.param.name;
+                         });
+
 const ::testing::Environment* const kEnvironment =
     ::testing::AddGlobalTestEnvironment(new SecurityEnvironment);
 
