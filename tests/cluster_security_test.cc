@@ -399,6 +399,152 @@ INSTANTIATE_TEST_SUITE_P(Cases, CertificatelessTokens,
                            return info.param.name;
                          });
 
+// A cluster whose workers each have their own certificate (tessera-worker-0, -1), admitted by the
+// coordinator's pattern --worker_identity=tessera-worker-*.
+class OwnIdentities : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    LocalClusterOptions options = TestClusterOptions(2);
+    // Each suite of this fixture starts its own cluster, logging apart.
+    options.log_dir = Cert(
+        absl::StrCat("logs-", ::testing::UnitTest::GetInstance()->current_test_suite()->name()));
+    options.coordinator_flags = {
+        "--tls_cert=" + Cert("coordinator.pem"), "--tls_key=" + Cert("coordinator.key"),
+        "--tls_ca=" + Cert("ca.pem"), "--worker_identity=tessera-worker-*"};
+    options.worker_flags = {"--tls_cert=" + Cert("worker-{i}.pem"),
+                            "--tls_key=" + Cert("worker-{i}.key"), "--tls_ca=" + Cert("ca.pem"),
+                            "--coordinator_identity=tessera-coordinator"};
+    options.tls_ca_file = Cert("ca.pem");
+    options.tls_cert_file = Cert("client.pem");
+    options.tls_key_file = Cert("client.key");
+    absl::StatusOr<std::unique_ptr<LocalCluster>> started = LocalCluster::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status() << " (logs in " << options.log_dir << ")";
+    cluster_ = started->release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  // The registry's record of local worker `i` (worker-i.pem).
+  static client::WorkerInfo Worker(int i) {
+    absl::StatusOr<std::shared_ptr<client::Session>> s =
+        client::Session::Connect(cluster_->address(), Options("ca.pem", "client", ""));
+    EXPECT_TRUE(s.ok()) << s.status();
+    absl::StatusOr<std::vector<client::WorkerInfo>> workers = (*s)->ListWorkers();
+    EXPECT_TRUE(workers.ok()) << workers.status();
+    for (const client::WorkerInfo& w : *workers) {
+      if (w.pid == cluster_->worker_pid(i)) return w;
+    }
+    ADD_FAILURE() << "no registered worker has the pid of local worker " << i;
+    return {};
+  }
+
+  static LocalCluster* cluster_;
+};
+LocalCluster* OwnIdentities::cluster_ = nullptr;
+
+// Workers with their own identities run a workload.
+TEST_F(OwnIdentities, RunAWorkload) {
+  absl::StatusOr<std::shared_ptr<client::Session>> s =
+      client::Session::Connect(cluster_->address(), Options("ca.pem", "client", ""));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(client::InitDeviceMesh(**s, TestDevice(), {2}, {"x"}, "own").ok());
+  absl::StatusOr<client::Mesh> mesh = client::GetMesh(**s, "own");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, {8, 4}, 3);
+  absl::StatusOr<client::DTensor> t =
+      client::DistributeTensor(**s, full, *mesh, {Placement::Shard(0)});
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<HostTensor> got = t->FullTensor();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(TensorsMatch(*got, full));
+  EXPECT_TRUE((*s)->DeleteMesh("own").ok());
+}
+
+enum class RegistryCall { kRegister, kHeartbeat, kStoreSet };
+
+struct Posing {
+  std::string name;
+  std::string cert;  // what the caller presents
+  RegistryCall call;
+  int target;  // the local worker it acts for; -1: a new address
+  grpc::StatusCode code;
+  std::string message_part;
+};
+
+void PrintTo(const Posing& c, std::ostream* os) { *os << c.name; }
+
+class OwnIdentitiesPosing : public OwnIdentities, public ::testing::WithParamInterface<Posing> {};
+
+// One worker's certificate cannot act for another worker (register its address, heartbeat or
+// use the store as it), nor register an address its certificate does not name the host of; a
+// worker's own certificate acting for itself is accepted.
+TEST_P(OwnIdentitiesPosing, IsRefused) {
+  const Posing& c = GetParam();
+  client::WorkerInfo target;
+  if (c.target >= 0) {
+    target = Worker(c.target);
+  } else {
+    target.address = "127.0.0.1:1";
+  }
+  std::unique_ptr<v1::Registry::Stub> registry =
+      v1::Registry::NewStub(TlsChannel(cluster_->address(), "ca.pem", c.cert));
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(absl::Seconds(5)));
+  grpc::Status s;
+  switch (c.call) {
+    case RegistryCall::kRegister: {
+      v1::RegisterRequest request;
+      request.set_address(target.address);
+      request.set_device("cpu");
+      v1::RegisterReply reply;
+      s = registry->Register(&context, request, &reply);
+      break;
+    }
+    case RegistryCall::kHeartbeat: {
+      v1::HeartbeatRequest request;
+      request.set_worker_id(target.worker_id);
+      request.set_incarnation(target.incarnation);
+      request.set_used_bytes(target.used_bytes);
+      v1::HeartbeatReply reply;
+      s = registry->Heartbeat(&context, request, &reply);
+      break;
+    }
+    case RegistryCall::kStoreSet: {
+      context.AddMetadata("x-tessera-worker",
+                          absl::StrCat(target.worker_id, "/", target.incarnation));
+      v1::StoreSetRequest request;
+      request.set_key("mesh/999999/x");
+      request.set_value("v");
+      v1::StoreSetReply reply;
+      s = registry->StoreSet(&context, request, &reply);
+      break;
+    }
+  }
+  EXPECT_EQ(s.error_code(), c.code) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr(c.message_part));
+  EXPECT_TRUE(cluster_->WaitForAliveWorkers(2, absl::Seconds(5)).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, OwnIdentitiesPosing,
+    ::testing::Values(
+        Posing{"RegisterAnothersAddress", "worker-1", RegistryCall::kRegister, 0,
+               grpc::StatusCode::PERMISSION_DENIED, "is 'tessera-worker-0'"},
+        Posing{"HeartbeatAsAnother", "worker-1", RegistryCall::kHeartbeat, 0,
+               grpc::StatusCode::PERMISSION_DENIED, "may not act for it"},
+        Posing{"StoreAsAnother", "worker-0", RegistryCall::kStoreSet, 1,
+               grpc::StatusCode::PERMISSION_DENIED, "is 'tessera-worker-1'"},
+        Posing{"AddressItsCertificateDoesNotName", "worker-far", RegistryCall::kRegister, -1,
+               grpc::StatusCode::PERMISSION_DENIED, "not the host of that address"},
+        Posing{"SharedIdentityNotAdmitted", "worker", RegistryCall::kHeartbeat, 0,
+               grpc::StatusCode::UNAUTHENTICATED, "'tessera-worker-*'"},
+        Posing{"OwnHeartbeat", "worker-0", RegistryCall::kHeartbeat, 0, grpc::StatusCode::OK, ""},
+        Posing{"OwnStoreCallReachesTheMeshCheck", "worker-1", RegistryCall::kStoreSet, 1,
+               grpc::StatusCode::PERMISSION_DENIED, "is not a rank of mesh 999999"}),
+    [](const ::testing::TestParamInfo<Posing>& info) { return info.param.name; });
+
 const ::testing::Environment* const kEnvironment =
     ::testing::AddGlobalTestEnvironment(new SecurityEnvironment);
 
