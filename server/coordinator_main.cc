@@ -252,6 +252,8 @@ int main(int argc, char** argv) {
     spdlog::critical("{}", metrics.status().ToString());
     return 1;
   }
+  // Ready while it serves, as its gRPC health service answers (GET /ready, for TLS deployments).
+  if (*metrics != nullptr) (*metrics)->ServeReadiness([] { return true; });
   server->Wait();
   return 0;
 }
