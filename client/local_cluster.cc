@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "tessera/session.h"
@@ -167,7 +168,9 @@ absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
       absl::StrCat("--listen=", listen),
       absl::StrCat("--memory_budget=", options_.memory_budget_bytes),
       absl::StrCat("--metrics_port=", options_.metrics ? 0 : -1)};
-  args.insert(args.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+  for (const std::string& flag : options_.worker_flags) {
+    args.push_back(absl::StrReplaceAll(flag, {{"{i}", absl::StrCat(i)}}));
+  }
   absl::StatusOr<Process> p =
       Spawn(options_.worker_binary, args, absl::StrCat(options_.log_dir, "/worker-", i, ".log"));
   if (!p.ok()) return p.status();

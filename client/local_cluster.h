@@ -34,7 +34,8 @@ struct LocalClusterOptions {
   // Every daemon serves Prometheus metrics on a free port (--metrics_port=0).
   bool metrics = false;
   absl::Duration stream_idle_timeout = absl::Seconds(30);  // --stream_idle_timeout.
-  // Flags added to those the cluster gives the coordinator and every worker (TLS, tokens).
+  // Flags added to those the cluster gives the coordinator and every worker (TLS, tokens); "{i}"
+  // in a worker flag is that worker's index (a certificate of its own: --tls_cert=worker-{i}.pem).
   std::vector<std::string> coordinator_flags;
   std::vector<std::string> worker_flags;
   // What the cluster's own calls to the coordinator present (tessera::client::SessionOptions).

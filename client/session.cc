@@ -6,6 +6,8 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/channel_ready.h"
 #include "client/session_impl.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -32,14 +34,10 @@ absl::StatusOr<std::shared_ptr<Session>> Session::Connect(const std::string& add
   if (!options.token.empty()) metadata.emplace_back("authorization", "Bearer " + options.token);
   std::shared_ptr<grpc::Channel> channel =
       CreateChannelWithMetadata(address, *credentials, args, std::move(metadata));
-  if (!channel->WaitForConnected(DeadlineAfter(options.timeout))) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach tessera-coordinator at ", address, " within ",
-        absl::FormatDuration(options.timeout),
-        tls.enabled() ? " over TLS (is it serving TLS, is its certificate signed by the CA given "
-                        "and valid for that address, and does it accept this client's certificate?)"
-                      : " (a coordinator serving TLS refuses plaintext: give the CA, "
-                        "--tls_ca or $TESSERA_TLS_CA)"));
+  if (absl::Status s = internal::AwaitConnected(*channel, address, tls.enabled(),
+                                                absl::Now() + options.timeout, options.timeout);
+      !s.ok()) {
+    return s;
   }
   absl::BitGen gen;
   if (options.client_id.empty()) {

@@ -68,4 +68,21 @@ int HttpServer::HandleMetrics(::mg_connection* connection, void* server) {
   return 200;
 }
 
+void HttpServer::ServeReadiness(std::function<bool()> ready) {
+  ready_ = std::move(ready);
+  mg_set_request_handler(context_, "/ready$", &HttpServer::HandleReady, this);
+}
+
+int HttpServer::HandleReady(::mg_connection* connection, void* server) {
+  const bool ready = static_cast<HttpServer*>(server)->ready_();
+  const std::string body = ready ? "ready\n" : "not ready\n";
+  const int code = ready ? 200 : 503;
+  mg_printf(connection,
+            "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+            code, ready ? "OK" : "Service Unavailable", body.size());
+  mg_write(connection, body.data(), body.size());
+  return code;
+}
+
 }  // namespace tessera::metrics

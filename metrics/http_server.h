@@ -1,6 +1,7 @@
 #ifndef TESSERA_METRICS_HTTP_SERVER_H_
 #define TESSERA_METRICS_HTTP_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -27,13 +28,19 @@ class HttpServer {
   // The port it listens on.
   int port() const { return port_; }
 
+  // Also serves GET /ready: 200 while `ready()` is true, 503 otherwise; an HTTP readiness probe
+  // for a daemon whose gRPC port speaks TLS, which Kubernetes' gRPC probes cannot. Call once.
+  void ServeReadiness(std::function<bool()> ready);
+
  private:
   HttpServer(const Registry* registry) : registry_(registry) {}
   static int HandleMetrics(::mg_connection* connection, void* server);
+  static int HandleReady(::mg_connection* connection, void* server);
 
   const Registry* registry_;
   mg_context* context_ = nullptr;
   int port_ = 0;
+  std::function<bool()> ready_;
 };
 
 }  // namespace tessera::metrics

@@ -28,7 +28,31 @@ std::string CertificateName(const grpc::AuthContext& context) {
   return "";
 }
 
+// The auth context property that numbers a connection without a client certificate.
+constexpr char kConnectionProperty[] = "tessera_connection";
+
+// Whether `context` holds `property` with `value`.
+bool HasProperty(const grpc::AuthContext& context, const char* property, absl::string_view value) {
+  for (const grpc::string_ref& v : context.FindPropertyValues(property)) {
+    if (absl::string_view(v.data(), v.size()) == value) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+std::string BearerTokenProcessor::FailureKey(grpc::AuthContext& context) {
+  const std::string name = CertificateName(context);
+  if (!name.empty()) return name;
+  absl::MutexLock lock(&mu_);
+  for (const grpc::string_ref& v : context.FindPropertyValues(kConnectionProperty)) {
+    return absl::StrCat("connection ", absl::string_view(v.data(), v.size()),
+                        " (no client certificate)");
+  }
+  const std::string number = absl::StrCat(++connections_);
+  context.AddProperty(kConnectionProperty, number);
+  return absl::StrCat("connection ", number, " (no client certificate)");
+}
 
 absl::StatusOr<ClientTokens> ClientTokens::Load(const std::string& path) {
   std::ifstream in(path);
@@ -78,12 +102,11 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
     method.assign(it->second.data(), it->second.size());
   }
   if (OpenMethod(method)) return grpc::Status::OK;
-  const std::string caller = CertificateName(*context);
-  const std::string peer = caller.empty() ? "(no client certificate)" : caller;
-  if (!caller.empty()) {
-    if (absl::Status s = failures_->Admit(caller); !s.ok()) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(s.message()));
-    }
+  // gRPC's token hook is given the connection's auth context but not the peer's address: a
+  // caller is counted by its certificate name, or else by its connection.
+  const std::string caller = FailureKey(*context);
+  if (absl::Status s = failures_->Admit(caller); !s.ok()) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(s.message()));
   }
   std::string reason;
   auto it = auth_metadata.find("authorization");
@@ -96,13 +119,16 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
     std::optional<std::string> name;
     if (absl::StartsWith(value, "Bearer ")) name = tokens_.Find(value.substr(7));
     if (name.has_value()) {
-      context->AddProperty(kClientNameProperty, *name);
+      // The context is the connection's: name its client once, not once per call.
+      if (!HasProperty(*context, kClientNameProperty, *name)) {
+        context->AddProperty(kClientNameProperty, *name);
+      }
       consumed_auth_metadata->emplace("authorization", std::string(value));
       return grpc::Status::OK;
     }
     reason = "the bearer token sent is not one this coordinator accepts";
   }
-  failures_->Record(caller.empty() ? peer : caller, method, reason);
+  failures_->Record(caller, method, reason);
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, reason);
 }
 

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/security/auth_metadata_processor.h"
 #include "security/auth_failures.h"
 
@@ -36,7 +37,9 @@ inline constexpr char kClientNameProperty[] = "tessera_client_name";
 // Checks every call on a TLS listener for "authorization: Bearer <token>" with a token of
 // `tokens`, except the health service and the worker-facing Registry (which checks workers
 // itself). A call without one is refused with UNAUTHENTICATED (the message never repeats the
-// token), logged, and counted in `failures` by the caller's certificate name when it has one.
+// token), logged, and counted in `failures` by the caller's certificate name, or by its
+// connection for a caller without a certificate; a caller past its failures is refused with
+// RESOURCE_EXHAUSTED before its token is looked at.
 class BearerTokenProcessor : public grpc::AuthMetadataProcessor {
  public:
   BearerTokenProcessor(ClientTokens tokens, AuthFailures* failures)
@@ -47,8 +50,15 @@ class BearerTokenProcessor : public grpc::AuthMetadataProcessor {
                        OutputMetadata* response_metadata) override;
 
  private:
+  // What failures of the caller of `context` (a connection's auth context) are counted under:
+  // its certificate name, or "connection N (no client certificate)", numbering the connection in
+  // its context on its first call.
+  std::string FailureKey(grpc::AuthContext& context);
+
   const ClientTokens tokens_;
   AuthFailures* failures_;
+  absl::Mutex mu_;
+  int64_t connections_ ABSL_GUARDED_BY(mu_) = 0;  // connections numbered so far
 };
 
 }  // namespace tessera

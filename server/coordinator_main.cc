@@ -8,7 +8,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "core/release_mode.h"
 #include "daemon/daemon_flags.h"
@@ -46,7 +48,7 @@ struct CoordinatorFlags {
   std::string listen = "127.0.0.1:50051";
   std::string secret;
   tessera::TlsFiles tls;
-  std::string worker_identity;
+  std::vector<std::string> worker_identities;
   std::string tokens_file;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration dead_after = absl::Seconds(3);
@@ -66,10 +68,13 @@ void AddFlags(CLI::App& app, CoordinatorFlags& f) {
                  "workers carry it; may be left out with mutual TLS and --worker_identity")
       ->envname("TESSERA_SECRET");
   tessera::daemon::AddTlsFlags(app, &f.tls);
-  app.add_option("--worker_identity", f.worker_identity,
-                 "with mutual TLS: the name (common name or subject alternative name) a worker's "
-                 "certificate must carry for the Registry to accept its calls")
-      ->envname("TESSERA_WORKER_IDENTITY");
+  app.add_option("--worker_identity", f.worker_identities,
+                 "with mutual TLS: a name (common name or subject alternative name) a worker's "
+                 "certificate must carry for the Registry to accept its calls; repeat it (or "
+                 "separate names by commas) to accept several, and end one with '*' to accept "
+                 "every name starting with the rest (tessera-worker-*)")
+      ->envname("TESSERA_WORKER_IDENTITY")
+      ->delimiter(',');
   app.add_option("--tokens_file", f.tokens_file,
                  "clients must send a bearer token of this file (lines 'NAME TOKEN'); needs TLS")
       ->envname("TESSERA_TOKENS_FILE");
@@ -117,8 +122,8 @@ int main(int argc, char** argv) {
   }
   const std::string& secret = flags.secret;
   absl::StatusOr<tessera::daemon::DaemonCredentials> credentials =
-      tessera::daemon::MakeDaemonCredentials(flags.tls, secret, flags.worker_identity,
-                                             "worker_identity");
+      tessera::daemon::MakeDaemonCredentials(
+          flags.tls, secret, absl::StrJoin(flags.worker_identities, ","), "worker_identity");
   if (!credentials.ok()) {
     spdlog::critical("{}", std::string(credentials.status().message()));
     return 2;
@@ -159,7 +164,7 @@ int main(int argc, char** argv) {
   tessera::Dispatcher dispatcher(&workers, secret);
   tessera::MeshTable meshes(&workers);
   tessera::RegistryService registry_service(
-      &workers, &store, {secret, flags.worker_identity}, [&meshes](int64_t mesh, int64_t worker) {
+      &workers, &store, {secret, flags.worker_identities}, [&meshes](int64_t mesh, int64_t worker) {
         absl::StatusOr<std::shared_ptr<tessera::Mesh>> m = meshes.FindById(mesh);
         return m.ok() && (*m)->mesh.Contains(worker);
       });
@@ -247,6 +252,8 @@ int main(int argc, char** argv) {
     spdlog::critical("{}", metrics.status().ToString());
     return 1;
   }
+  // Ready while it serves, as its gRPC health service answers (GET /ready, for TLS deployments).
+  if (*metrics != nullptr) (*metrics)->ServeReadiness([] { return true; });
   server->Wait();
   return 0;
 }

@@ -65,9 +65,15 @@ Dispatcher::Dispatcher(WorkerRegistry* registry, std::string secret)
     : registry_(registry), secret_(std::move(secret)) {
   sender_ = std::thread([this] { SendLoop(); });
   for (int i = 0; i < kFanOutThreads; ++i) fanout_threads_.emplace_back([this] { FanOutLoop(); });
+  watcher_ = std::thread([this] { WatchLoop(); });
 }
 
 Dispatcher::~Dispatcher() {
+  {
+    absl::MutexLock lock(&calls_mu_);
+    watch_stopping_ = true;
+  }
+  watcher_.join();
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -78,6 +84,25 @@ Dispatcher::~Dispatcher() {
     fanout_stopping_ = true;
   }
   for (std::thread& t : fanout_threads_) t.join();
+}
+
+void Dispatcher::WatchLoop() {
+  while (true) {
+    std::vector<std::pair<int64_t, std::weak_ptr<grpc::ClientContext>>> calls;
+    {
+      absl::MutexLock lock(&calls_mu_);
+      if (calls_mu_.AwaitWithTimeout(absl::Condition(&watch_stopping_), kWatchPeriod)) return;
+      for (const auto& [context, call] : calls_) calls.push_back(call);
+    }
+    // Outside the lock: a cancelled call's callback may run inline and takes it.
+    std::map<int64_t, bool> alive;
+    for (const auto& [id, weak] : calls) {
+      auto [it, added] = alive.try_emplace(id, true);
+      if (added) it->second = registry_->Get(id).ok();
+      if (it->second) continue;
+      if (std::shared_ptr<grpc::ClientContext> context = weak.lock()) context->TryCancel();
+    }
+  }
 }
 
 void Dispatcher::Authorize(grpc::ClientContext* context) const {
@@ -294,10 +319,25 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
   call->context.set_deadline(absl::ToChronoTime(deadline));
   Authorize(&call->context);
   const int64_t id = worker.id;
+  {
+    absl::MutexLock lock(&calls_mu_);
+    calls_[&call->context] = {id, std::shared_ptr<grpc::ClientContext>(call, &call->context)};
+  }
   auto stub = worker.stub;
   stub->async()->ExecuteBatch(
       &call->context, &call->request, &call->reply,
       [this, call, id, worker = std::move(worker)](grpc::Status s) {
+        {
+          absl::MutexLock lock(&calls_mu_);
+          calls_.erase(&call->context);
+        }
+        // Cancelled by WatchLoop: the worker was declared dead (missed its heartbeats).
+        absl::Status gone;
+        if (s.error_code() == grpc::StatusCode::CANCELLED) {
+          if (absl::StatusOr<WorkerHandle> now = registry_->Get(id); !now.ok()) {
+            gone = now.status();
+          }
+        }
         // What queued up for this worker meanwhile goes from here, without waking the sender.
         std::vector<Queued> next;
         WorkerHandle next_worker;
@@ -335,8 +375,9 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
         for (size_t i = 0; i < call->items.size(); ++i) {
           Queued& q = call->items[i];
           if (!s.ok() || i >= static_cast<size_t>(call->reply.results_size())) {
-            absl::Status failure =
-                s.ok() ? absl::InternalError("batch reply is short") : FromGrpcStatus(s);
+            absl::Status failure = !gone.ok() ? gone
+                                   : s.ok()   ? absl::InternalError("batch reply is short")
+                                              : FromGrpcStatus(s);
             LogFailure(id, call->request.commands(static_cast<int>(i)), failure);
             Complete(q.post, q.index, std::move(failure), {});
             continue;

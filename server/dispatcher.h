@@ -138,6 +138,10 @@ class Dispatcher {
   // peers reported.
   absl::Status Combine(const std::vector<WorkerHandle>& workers,
                        const std::vector<absl::Status>& statuses) const;
+  // Every kWatchPeriod, cancels the calls in flight to workers the registry no longer counts
+  // alive (a paused or partitioned worker), so that their commands fail once the worker is
+  // declared dead rather than at their deadline.
+  void WatchLoop();
 
   WorkerRegistry* registry_;
   const std::string secret_;
@@ -152,6 +156,13 @@ class Dispatcher {
   std::deque<std::pair<WorkerHandle, std::vector<Queued>>> fanout_ ABSL_GUARDED_BY(fanout_mu_);
   bool fanout_stopping_ ABSL_GUARDED_BY(fanout_mu_) = false;
   std::vector<std::thread> fanout_threads_;
+  // The ExecuteBatch calls in flight: their contexts (kept alive by the calls) by worker id.
+  absl::Mutex calls_mu_;
+  std::map<grpc::ClientContext*, std::pair<int64_t, std::weak_ptr<grpc::ClientContext>>> calls_
+      ABSL_GUARDED_BY(calls_mu_);
+  bool watch_stopping_ ABSL_GUARDED_BY(calls_mu_) = false;
+  std::thread watcher_;
+  static constexpr absl::Duration kWatchPeriod = absl::Milliseconds(200);
   static constexpr int kFanOutThreads = 3;
   static constexpr size_t kFanOutBytes = 64 << 10;  // a batch at least this large is fanned out
 };

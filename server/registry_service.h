@@ -3,7 +3,10 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "security/auth_failures.h"
 #include "server/rendezvous_store.h"
 #include "server/worker_registry.h"
@@ -11,11 +14,12 @@
 
 namespace tessera {
 
-// Who may call the Registry: a caller whose verified TLS certificate names `worker_identity`
-// (when set), or one that sends `secret` (when set) in the kSecretMetadataKey metadata entry.
+// Who may call the Registry: a caller whose verified TLS certificate carries a name that
+// `worker_identities` admits (AcceptedIdentity: exact names, or "prefix*" patterns), or one that
+// sends `secret` (when set) in the kSecretMetadataKey metadata entry.
 struct WorkerAuth {
   std::string secret;
-  std::string worker_identity;
+  std::vector<std::string> worker_identities;
 };
 
 // The metadata entry in which a worker names itself to the rendezvous store: "<id>/<incarnation>".
@@ -24,7 +28,11 @@ inline constexpr char kWorkerMetadataKey[] = "x-tessera-worker";
 // The worker-facing Registry service: registration, heartbeats and the rendezvous store. Every
 // call must authenticate as a worker (WorkerAuth; UNAUTHENTICATED otherwise, logged and limited
 // per peer host by AuthFailures); the store's keys are scoped to the meshes of the calling worker
-// (PERMISSION_DENIED outside them).
+// (PERMISSION_DENIED outside them). A worker known by its certificate is bound to its address: it
+// registers only an address its certificate names the host of, an address first registered by
+// one identity is that identity's, and heartbeats and store calls for a worker come from the
+// identity its address is bound to (PERMISSION_DENIED otherwise), so that one worker cannot pose
+// as another.
 class RegistryService final : public v1::Registry::Service {
  public:
   // `member_of(mesh, worker)`: whether worker `worker` is a rank of mesh `mesh`.
@@ -45,18 +53,28 @@ class RegistryService final : public v1::Registry::Service {
                         v1::StoreGetReply* reply) override;
 
  private:
-  // OK when the caller authenticates as a worker (WorkerAuth).
-  grpc::Status Authenticate(const grpc::ServerContext& context, const char* method);
-  // OK when the caller is a registered worker's current incarnation (kWorkerMetadataKey) and a
-  // rank of the mesh of every key in `keys`.
-  grpc::Status CheckScope(const grpc::ServerContext& context,
-                          const std::vector<std::string>& keys) const;
+  // OK when the caller authenticates as a worker (WorkerAuth); `identity` is then its admitted
+  // certificate name, or "" for a caller known by the secret.
+  grpc::Status Authenticate(const grpc::ServerContext& context, const char* method,
+                            std::string* identity);
+  // OK when a caller known by `identity` ("" for the secret: any) may act for the worker at
+  // `address`: its certificate names the address's host, and the address is bound to `identity`
+  // (bound now when it is not yet, as after a coordinator restart).
+  grpc::Status CheckBinding(const grpc::ServerContext& context, const std::string& identity,
+                            const std::string& address);
+  // OK when the caller is a registered worker's current incarnation (kWorkerMetadataKey), may act
+  // for it (CheckBinding), and is a rank of the mesh of every key in `keys`.
+  grpc::Status CheckScope(const grpc::ServerContext& context, const std::string& identity,
+                          const std::vector<std::string>& keys);
 
   WorkerRegistry* workers_;
   RendezvousStore* store_;
   const WorkerAuth auth_;
   const std::function<bool(int64_t, int64_t)> member_of_;
   AuthFailures auth_failures_;
+  absl::Mutex bindings_mu_;
+  // Worker address -> the certificate identity that registered it.
+  absl::flat_hash_map<std::string, std::string> identity_of_address_ ABSL_GUARDED_BY(bindings_mu_);
 };
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 // The Prometheus text format of metrics/: values, escaping and whole families compared with text
 // written out by hand; the HTTP server compared with the registry's own rendering.
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -167,6 +168,31 @@ TEST(HttpServerTest, ServesTheRegistryOnMetricsAndNothingElse) {
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_EQ(other->status, 404);
 }
+
+class ReadinessTest : public ::testing::TestWithParam<bool> {};
+
+// GET /ready answers as the readiness callback says at each request: 200 while ready, 503 not;
+// 404 before ServeReadiness is called.
+TEST_P(ReadinessTest, AnswersAsTheCallbackSays) {
+  Registry r;
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start("127.0.0.1", 0, &r);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string ready_url = "http://127.0.0.1:" + std::to_string((*server)->port()) + "/ready";
+  absl::StatusOr<HttpResponse> before = HttpGet(ready_url);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->status, 404);
+  std::atomic<bool> ready{GetParam()};
+  (*server)->ServeReadiness([&ready] { return ready.load(); });
+  for (bool now : {GetParam(), !GetParam()}) {
+    ready = now;
+    absl::StatusOr<HttpResponse> response = HttpGet(ready_url);
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_EQ(response->status, now ? 200 : 503);
+    EXPECT_EQ(response->body, now ? "ready\n" : "not ready\n");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StartingReady, ReadinessTest, ::testing::Bool());
 
 TEST(HttpClientTest, AClosedPortIsUnavailableAndABadUrlInvalid) {
   int closed_port = 0;

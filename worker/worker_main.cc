@@ -5,6 +5,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -250,12 +251,14 @@ int main(int argc, char** argv) {
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(false);
   ExportShardMetrics(service, device, flags.memory_budget);
+  std::atomic<bool> registered{false};  // what the health service answers, for GET /ready
   absl::StatusOr<std::unique_ptr<tessera::metrics::HttpServer>> metrics =
       tessera::daemon::ServeMetrics("tessera-worker", listen, flags.metrics_port);
   if (!metrics.ok()) {
     spdlog::critical("{}", metrics.status().ToString());
     return 1;
   }
+  if (*metrics != nullptr) (*metrics)->ServeReadiness([&registered] { return registered.load(); });
   const std::string host = listen.substr(0, listen.rfind(':'));
   const std::string address =
       flags.advertise.empty() ? absl::StrCat(host, ":", port) : flags.advertise;
@@ -299,6 +302,7 @@ int main(int argc, char** argv) {
 
   auto begin = [&]() {
     health->SetServingStatus(false);
+    registered = false;
     request.clear_held_tensors();
     for (std::string& name : service.tensor_names()) request.add_held_tensors(std::move(name));
     tessera::v1::RegisterReply reply = RegisterLoop(*registry, request);
@@ -309,6 +313,7 @@ int main(int argc, char** argv) {
         collective_host, reply.keep_tensors(),
         {reply.drop_tensors().begin(), reply.drop_tensors().end()});
     health->SetServingStatus(true);
+    registered = true;
     // Launchers (client/local_cluster.cc) wait for this line on stdout, whatever the log level.
     std::cout << "tessera-worker " << reply.worker_id() << " (" << device << ") serving on "
               << address << ", incarnation " << reply.incarnation() << std::endl;

@@ -16,6 +16,14 @@ deploy/tessera-workers starting its workers). What is substituted, and nothing e
 The environment is the container's own (values, ConfigMap and Secret keys, downward API) plus
 PATH, which finds the built daemons and deploy/tessera-workers by the names the manifests use.
 
+With --tls it runs overlays/cpu-tls and gpu-tls (components/tls) instead, as an operator would
+deploy them: a CA and the coordinator's, the workers' and a client's certificates made with
+openssl at test time (the coordinator's naming tessera-coordinator, the workers' *.tessera-worker,
+both also 127.0.0.1, the address they are dialed at here) and a tokens file replace the placeholder
+Secrets, and each Secret volume becomes a directory of its keys' files, paths under its mount path
+pointing there (one more substitution). The CLI connects with the client certificate and token;
+readiness is then GET /ready on the metrics ports, as the probes say.
+
 Checked: workers answer grpc.health.v1 NOT_SERVING until the coordinator is up and SERVING once
 registered (the readiness probes), liveness ports accept connections, every --metrics_port serves
 tessera_ metrics, a mesh over all four workers shards a tensor and gathers it back equal to the
@@ -23,7 +31,7 @@ original; the GPU-style pod exits when one of its workers dies and comes back un
 worker ids, after which the sharded tensor it held reads as DATA_LOSS, a replicated one as
 UNAVAILABLE, and the mesh runs again once created again.
 
-usage: standin.py K8S_DIR DEPLOY_DIR BIN_DIR... WORKDIR   (77: kubectl missing, skipped)"""
+usage: standin.py [--tls] K8S_DIR DEPLOY_DIR BIN_DIR... WORKDIR   (77: kubectl missing, skipped)"""
 
 import os
 import re
@@ -33,6 +41,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import grpc
@@ -41,6 +50,51 @@ import numpy as np
 import manifests as m
 
 GPU_WORKERS = 2  # workers of the GPU-style pod (TESSERA_GPUS_PER_POD)
+TOKEN = "standin-client-token-0123456789abcdef"
+
+# The certificates of the TLS variant: (file, common name, subject alternative names).
+LEAVES = [("coordinator", "tessera-coordinator", "DNS:tessera-coordinator,IP:127.0.0.1"),
+          ("worker", "tessera-worker", "DNS:tessera-worker,DNS:*.tessera-worker,IP:127.0.0.1"),
+          ("client", "alice", "DNS:alice")]
+
+
+def make_certificates(directory):
+    """A CA and the LEAVES it signs, made with openssl in `directory`: {name: PEM text} for
+    ca.pem and each leaf's .pem and .key."""
+    os.makedirs(directory)
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-days", "1", "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=standin CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    for name, cn, sans in LEAVES:
+        run("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}")
+        with open(os.path.join(directory, f"{name}.ext"), "w") as f:
+            f.write(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth,clientAuth\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.pem")
+    files = {}
+    for f in ["ca.pem"] + [f"{n}.{e}" for n, _, _ in LEAVES for e in ("pem", "key")]:
+        with open(os.path.join(directory, f)) as text:
+            files[f] = text.read()
+    return files
+
+
+def fill_secrets(objects, pem):
+    """Replaces the placeholder Secrets of components/tls with real certificates and tokens."""
+    for o in objects:
+        if o["kind"] != "Secret":
+            continue
+        name = o["metadata"]["name"]
+        side = {"tessera-coordinator-tls": "coordinator", "tessera-worker-tls": "worker"}.get(name)
+        if side:
+            o["stringData"] = {"tls.crt": pem[f"{side}.pem"], "tls.key": pem[f"{side}.key"],
+                               "ca.crt": pem["ca.pem"]}
+        elif name == "tessera-client-tokens":
+            o["stringData"] = {"tokens": f"alice {TOKEN}\n"}
 
 
 def free_run(length):
@@ -91,6 +145,29 @@ class Pod:
         self.log = os.path.join(workdir, f"{name}.log")
         self.path = path
         self.proc = None
+        self.mounts = self.write_volumes(template["spec"], os.path.join(workdir, name))
+
+    def write_volumes(self, spec, root):
+        """Writes each Secret volume the container mounts as a directory of its keys' files
+        under `root`: {mount path: local directory}."""
+        mounts = {}
+        for mount in self.container.get("volumeMounts", []):
+            volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+            secret = m.find(self.objects, "Secret", volume["secret"]["secretName"])
+            local = os.path.join(root, mount["name"])
+            os.makedirs(local, exist_ok=True)
+            data = dict(secret.get("stringData", {}))
+            for key, value in data.items():
+                with open(os.path.join(local, key), "w") as f:
+                    f.write(value)
+            mounts[mount["mountPath"].rstrip("/")] = local
+        return mounts
+
+    def local_path(self, text):
+        """`text` with a mounted path replaced by its local directory."""
+        for mount, local in self.mounts.items():
+            text = re.sub(re.escape(mount) + r"(?=/|$)", local, text)
+        return text
 
     def port(self, container_port):
         return self.ports[container_port]
@@ -100,7 +177,8 @@ class Pod:
         `resolve(host, port)` gives the local port of another pod's address."""
         env = m.container_env(self.objects, self.container,
                               {"metadata.name": self.name, "status.podIP": "127.0.0.1"})
-        argv = m.command_line(self.container, env)
+        env = {k: self.local_path(v) for k, v in env.items()}
+        argv = [self.local_path(a) for a in m.command_line(self.container, env)]
         local = []
         for a in argv:
             if a.startswith("--device=cuda:"):
@@ -135,7 +213,25 @@ class Pod:
     def probe(self, kind):
         """The local port of the container's readiness or liveness probe."""
         probe = self.container[kind]
-        return self.port(next(probe[k]["port"] for k in ("grpc", "tcpSocket") if k in probe))
+        port = next(probe[k]["port"] for k in ("grpc", "tcpSocket", "httpGet") if k in probe)
+        if isinstance(port, str):
+            port = next(p["containerPort"] for p in self.container["ports"] if p["name"] == port)
+        return self.port(port)
+
+    def readiness(self, i=0):
+        """What the readiness probe finds of the pod's worker `i` (its port + i): 'SERVING',
+        'NOT_SERVING' or None when nothing answers; a gRPC health check or GET /ready."""
+        port = self.probe("readinessProbe") + i
+        if "grpc" in self.container["readinessProbe"]:
+            return health(port)
+        path = self.container["readinessProbe"]["httpGet"]["path"]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
+                return "SERVING" if r.status == 200 else "UNKNOWN"
+        except urllib.error.HTTPError as e:
+            return "NOT_SERVING" if e.code == 503 else "UNKNOWN"
+        except OSError:
+            return None
 
 
 def health(port):
@@ -181,12 +277,22 @@ def main():
     if shutil.which("kubectl") is None:
         print("kubectl is not installed (Debian: kubernetes-client): skipped")
         return 77
-    k8s_dir, deploy_dir, *bin_dirs, workdir = sys.argv[1:]
+    args = sys.argv[1:]
+    tls = args[0] == "--tls"
+    if tls:
+        args = args[1:]
+    k8s_dir, deploy_dir, *bin_dirs, workdir = args
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
     path = os.pathsep.join([deploy_dir, *bin_dirs, "/usr/bin", "/bin"])
-    cpu = m.render(os.path.join(k8s_dir, "overlays", "cpu"))
-    gpu = m.render(os.path.join(k8s_dir, "overlays", "gpu"))
+    suffix = "-tls" if tls else ""
+    cpu = m.render(os.path.join(k8s_dir, "overlays", "cpu" + suffix))
+    gpu = m.render(os.path.join(k8s_dir, "overlays", "gpu" + suffix))
+    pki = os.path.join(workdir, "pki")
+    if tls:
+        pem = make_certificates(pki)
+        fill_secrets(cpu, pem)
+        fill_secrets(gpu, pem)
     for o in gpu:  # the GPU-style pod's worker count
         if o["kind"] == "StatefulSet":
             for e in o["spec"]["template"]["spec"]["containers"][0]["env"]:
@@ -222,6 +328,10 @@ def main():
 
     cli = shutil.which("tessera", path=path)
     env = dict(os.environ, TESSERA_COORDINATOR=f"127.0.0.1:{coordinator.port(50051)}")
+    if tls:  # the client's certificate and token
+        env.update(TESSERA_TLS_CA=os.path.join(pki, "ca.pem"),
+                   TESSERA_TLS_CERT=os.path.join(pki, "client.pem"),
+                   TESSERA_TLS_KEY=os.path.join(pki, "client.key"), TESSERA_TOKEN=TOKEN)
 
     def tessera(*args, check=True):
         r = subprocess.run([cli, *args], env=env, capture_output=True, text=True, timeout=60)
@@ -240,21 +350,29 @@ def main():
             p.start(resolve)
         # No coordinator yet: the workers serve, but are not ready.
         for p in workers:
-            for port in worker_ports(p):
-                wait_for(f"{p.name} port {port} answering health", lambda: health(port), pods)
-                got = health(port)
-                assert got == "NOT_SERVING", f"{p.name}:{port} unregistered but {got}"
+            for i in range(len(worker_ports(p))):
+                wait_for(f"{p.name} worker {i} answering readiness", lambda: p.readiness(i),
+                         pods)
+                got = p.readiness(i)
+                assert got == "NOT_SERVING", f"{p.name} worker {i} unregistered but {got}"
         coordinator.start(resolve)
-        wait_for("the coordinator ready",
-                 lambda: health(coordinator.probe("readinessProbe")) == "SERVING", pods)
+        wait_for("the coordinator ready", lambda: coordinator.readiness() == "SERVING", pods)
+        with socket.create_connection(("127.0.0.1", coordinator.probe("livenessProbe")),
+                                      timeout=2):
+            pass
         for p in workers:
-            for port in worker_ports(p):
-                wait_for(f"{p.name} port {port} ready", lambda: health(port) == "SERVING", pods)
+            for i in range(len(worker_ports(p))):
+                wait_for(f"{p.name} worker {i} ready", lambda: p.readiness(i) == "SERVING", pods)
             with socket.create_connection(("127.0.0.1", p.probe("livenessProbe")), timeout=2):
                 pass
-            assert health(p.probe("readinessProbe")) == "SERVING"
         print("ready: the coordinator and", sum(len(worker_ports(p)) for p in workers),
-              "workers in", len(workers), "worker pods")
+              "workers in", len(workers), "worker pods", "over mutual TLS" if tls else "")
+        if tls:  # a client without the CA (plaintext) is refused at once, saying TLS
+            plain = {k: v for k, v in env.items() if not k.startswith("TESSERA_TLS_")}
+            r = subprocess.run([cli, "status"], env=plain, capture_output=True, text=True,
+                               timeout=60)
+            assert r.returncode != 0 and "serving TLS refuses plaintext" in r.stderr, \
+                f"a plaintext client: {r.returncode} {r.stderr}"
 
         # What Prometheus scrapes: each daemon's --metrics_port (the annotated port, and the GPU-
         # style pod's metrics-N ports).
@@ -291,9 +409,9 @@ def main():
                      or open(f"/proc/{pid}/stat").read().split()[2] == "Z", [])
         # Restarted as Kubernetes would (same command, same ports): the same worker ids.
         gpu_pod.start(resolve)
-        for port in worker_ports(gpu_pod):
-            wait_for(f"{gpu_pod.name} port {port} ready again", lambda: health(port) == "SERVING",
-                     pods)
+        for i in range(len(worker_ports(gpu_pod))):
+            wait_for(f"{gpu_pod.name} worker {i} ready again",
+                     lambda: gpu_pod.readiness(i) == "SERVING", pods)
         again = worker_ids()
         assert again == ids, f"worker ids before {ids}, after the restart {again}"
         lost = tessera("tensor", "get", "x", "--out", os.path.join(workdir, "lost.npy"),

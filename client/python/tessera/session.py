@@ -9,6 +9,7 @@ import itertools
 import os
 import secrets
 import threading
+import time
 from typing import Any, List, Optional
 
 import grpc
@@ -61,15 +62,10 @@ class Session:
             self._channel = grpc.secure_channel(address, credentials, options=channel_options)
         wait = self.timeout if connect_timeout is None else float(connect_timeout)
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=wait)
-        except grpc.FutureTimeoutError:
+            _await_connected(self._channel, address, credentials is not None, wait)
+        except Unavailable:
             self._channel.close()
-            raise Unavailable(
-                f"cannot reach tessera-coordinator at {address} within {wait:g} s" +
-                (" over TLS (is it serving TLS, signed by the CA given, and does it accept this "
-                 "client's certificate?)" if credentials is not None else
-                 " (a coordinator serving TLS refuses plaintext: give tls_ca or $TESSERA_TLS_CA)")) \
-                from None
+            raise
         self.transport = Transport(self._channel, self.client_id, self.timeout,
                                    self.transfer_timeout, op_stream=op_stream)
         # Names of the op outputs this session picks: a random prefix (unique among sessions)
@@ -178,6 +174,79 @@ def _read(path: Optional[str]) -> Optional[bytes]:
         return None
     with open(path, "rb") as f:
         return f.read()
+
+
+def _connect_failure(tls: bool, detail: str) -> Optional[str]:
+    """What gRPC's last connection error says about TLS: "speaks_tls" (a plaintext connection
+    closed at once), "speaks_plaintext" (no TLS answer), "tls_refused" (the TLS handshake
+    failed), or None (not reachable: it may still come up). As client/channel_ready.cc."""
+    closed = "Socket closed" in detail or "Connection reset" in detail
+    if not tls:
+        return "speaks_tls" if closed else None
+    if "wrong version number" in detail.lower():
+        return "speaks_plaintext"
+    if closed or "handshake" in detail.lower():
+        return "tls_refused"
+    return None
+
+
+def _await_connected(channel: grpc.Channel, address: str, tls: bool, wait: float) -> None:
+    """Returns once `channel` to the coordinator at `address` is connected; raises Unavailable
+    at once (two attempts failing alike) when the ends disagree on TLS or the TLS handshake is
+    refused, saying so, and after `wait` seconds otherwise (a coordinator not up yet is waited
+    for)."""
+    deadline = time.monotonic() + wait
+    probe = channel.unary_unary("/tessera.v1.MeshService/ListWorkers")
+    ready = grpc.channel_ready_future(channel)
+    try:
+        _probe_until_connected(ready, probe, address, tls, deadline, wait)
+    finally:
+        ready.cancel()
+
+
+def _probe_until_connected(ready: grpc.Future, probe: Any, address: str, tls: bool,
+                           deadline: float, wait: float) -> None:
+    """_await_connected's loop: `ready` is the channel's ready future, `probe` a call that does
+    not wait for it."""
+    last: Optional[str] = None
+    detail = ""
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            ready.result(timeout=max(0.0, min(0.2, left)))
+            return
+        except grpc.FutureTimeoutError:
+            pass
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            # A call that does not wait for the channel fails with the connection's last error.
+            probe(b"", timeout=min(1.0, left), wait_for_ready=False)
+            return
+        except grpc.RpcError as e:
+            if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                return  # the coordinator answered
+            failure, detail = _connect_failure(tls, e.details() or ""), e.details() or ""
+        if failure is not None and failure == last:
+            raise Unavailable({
+                "speaks_tls": f"tessera-coordinator at {address} closed a plaintext connection at "
+                              "once: a coordinator serving TLS refuses plaintext; give its CA "
+                              f"(tls_ca or $TESSERA_TLS_CA) [{detail}]",
+                "speaks_plaintext": f"tessera-coordinator at {address} does not speak TLS (it "
+                                    "serves plaintext): connect without tls_ca, tls_cert and "
+                                    f"tls_key ($TESSERA_TLS_*) [{detail}]",
+                "tls_refused": f"the handshake with tessera-coordinator at {address} failed over "
+                               "TLS: is its certificate signed by the CA given, and does it accept "
+                               f"this client's certificate? [{detail}]",
+            }[failure])
+        last = failure
+    raise Unavailable(
+        f"cannot reach tessera-coordinator at {address} within {wait:g} s" +
+        (" over TLS (is it serving TLS, signed by the CA given, and does it accept this "
+         "client's certificate?)" if tls else
+         " (a coordinator serving TLS refuses plaintext: give tls_ca or $TESSERA_TLS_CA)") +
+        (f" [last error: {detail}]" if detail else ""))
 
 
 def _channel_credentials(tls_ca: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
