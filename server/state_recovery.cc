@@ -90,6 +90,7 @@ void StateRecovery::Run() {
   }
   // Tensors whose mesh was not recorded (or not recovered) are gone.
   for (const auto& [name, t] : tensors_recorded_) tensors_->DoneRecovering(name);
+  if (then_) then_();
   spdlog::info("recovery from {} done", store_->path());
 }
 

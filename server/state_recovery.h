@@ -1,6 +1,7 @@
 #ifndef TESSERA_SERVER_STATE_RECOVERY_H_
 #define TESSERA_SERVER_STATE_RECOVERY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,6 +43,9 @@ class StateRecovery {
   // Reads the records and restores the workers' ids; call before serving. UNAVAILABLE if the store
   // cannot be read, INVALID_ARGUMENT naming a record that cannot be parsed.
   absl::Status Load();
+  // Runs `then` once the meshes and tensors are recovered (modules, which need both); call before
+  // Start.
+  void Then(std::function<void()> then) { then_ = std::move(then); }
   // Recovers the meshes and tensors in the background once the server serves.
   void Start();
   // Waits until every recorded mesh is back (or could not be); for tests and shutdown.
@@ -61,6 +65,7 @@ class StateRecovery {
   const absl::Duration wait_;
   std::map<std::string, v1::CreateMeshRequest> meshes_recorded_;
   std::map<std::string, v1::TensorInfo> tensors_recorded_;
+  std::function<void()> then_;
   std::thread thread_;
 };
 
