@@ -24,7 +24,8 @@ namespace tessera {
 // serving, so that each worker registering again gets its id back and keeps its tensors), then,
 // once the meshes' workers registered again or `wait` passed, each mesh (its communicators formed
 // anew) and its tensors. A tensor a returned worker no longer holds a block of (and no replica
-// does) answers DATA_LOSS; one on a worker that did not return answers as a gone worker's does.
+// does), or whose relayout in place the restart cut short, answers DATA_LOSS; one on a worker that
+// did not return answers as a gone worker's does.
 // While a mesh or tensor is being recovered, its name answers UNAVAILABLE.
 class StateRecovery {
  public:
@@ -65,6 +66,8 @@ class StateRecovery {
   const absl::Duration wait_;
   std::map<std::string, v1::CreateMeshRequest> meshes_recorded_;
   std::map<std::string, v1::TensorInfo> tensors_recorded_;
+  // Tensors whose relayout in place the restart cut short, with their DATA_LOSS.
+  std::map<std::string, absl::Status> cut_short_;
   std::function<void()> then_;
   std::thread thread_;
 };

@@ -6,7 +6,10 @@
 // and unpublished versions stay gone; a training step runs; and a module whose parameter's only
 // copy of a block was on a worker that died during the outage answers DATA_LOSS naming it.
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +23,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "proto/convert.h"
+#include "server/state_store.h"
 #include "tessera/tessera.h"
 #include "tests/cluster_fixture.h"
 #include "tests/test_models.h"
@@ -267,6 +272,90 @@ TEST(ClusterModuleRecovery, ModulesPlansAndPublishedModelsSurviveACoordinatorKil
   EXPECT_TRUE(BitEqual(*out->full, loaded[0].output));
   EXPECT_EQ(client::GetModule(admin, "doomed_module").status().code(), absl::StatusCode::kNotFound);
   cluster.Stop();
+}
+
+// A relayout in place (parallelize_module moving a parameter) cut short by the restart leaves an
+// intent that differs from the tensor's record: the tensor and its module answer DATA_LOSS naming
+// it, after that restart and the next. An intent the record caught up with (the relayout finished
+// just before the crash) changes nothing. The intents are written into the store of the killed
+// coordinator, as a crash between posting the relayout and recording its end leaves them.
+TEST(ClusterModuleRecovery, ARelayoutCutShortByTheRestartAnswersDataLoss) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/relayout_state_", ::getpid());
+  std::filesystem::remove_all(dir);
+  TestCluster cluster;
+  LocalClusterOptions options = TestClusterOptions(2);
+  options.state_dir = dir;
+  options.recovery_wait = absl::Seconds(4);
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.LogHint();
+  LocalCluster& local = *cluster.cluster;
+  Session& admin = *cluster.client;
+  absl::StatusOr<client::MeshInfo> info =
+      client::InitDeviceMesh(admin, testing::TestDevice(), {2}, {"tp"}, "pair", {});
+  ASSERT_TRUE(info.ok()) << info.status() << cluster.LogHint();
+  const client::Mesh mesh{info->name, info->mesh};
+  absl::StatusOr<Module> m = client::LoadModule(admin, testing::kBlockDim16Float32, mesh, "cut",
+                                                {.seed = 4}, {.plan_json = testing::kMegatron});
+  ASSERT_TRUE(m.ok()) << m.status() << cluster.LogHint();
+  const HostTensor values = SmallIntegerTensor(DType::kFloat32, {6, 4}, 8);
+  client::DistributeOptions named;
+  named.name = "plain";
+  absl::StatusOr<client::DTensor> plain =
+      client::DistributeTensor(admin, values, mesh, {Placement::Shard(0)}, named);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(local.KillCoordinator().ok());
+  {
+    absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    const std::map<std::string, std::string> tensors = (*store)->Load("tensor").value();
+    // net1's weight (Shard(0) under the plan) on its way to Replicate.
+    v1::TensorInfo weight;
+    ASSERT_TRUE(weight.ParseFromString(tensors.at("cut.mlp.net1.weight")));
+    DTensorSpec spec = *FromProto(weight.meta());
+    ASSERT_EQ(spec.placements, std::vector<Placement>{Placement::Shard(0)});
+    spec.placements = {Placement::Replicate()};
+    *weight.mutable_meta() = ToProto(spec);
+    ASSERT_TRUE((*store)->Put("relayout", weight.name(), weight.SerializeAsString()).ok());
+    // "plain" relaid to the layout its record holds: finished.
+    ASSERT_TRUE((*store)->Put("relayout", "plain", tensors.at("plain")).ok());
+  }
+  for (int restart = 0; restart < 2; ++restart) {
+    SCOPED_TRACE(absl::StrCat("restart ", restart));
+    if (restart > 0) {
+      ASSERT_TRUE(local.KillCoordinator().ok());
+    }
+    ASSERT_TRUE(local.RestartCoordinator().ok()) << cluster.LogHint();
+    absl::StatusOr<client::DTensor> back =
+        RetryUnavailable([&] { return client::GetTensor(admin, "plain"); });
+    ASSERT_TRUE(back.ok()) << back.status() << cluster.LogHint();
+    absl::StatusOr<HostTensor> read = back->FullTensor();
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_TRUE(BitEqual(*read, values));
+    absl::Status weight =
+        RetryUnavailable([&] { return client::GetTensor(admin, "cut.mlp.net1.weight"); }).status();
+    if (weight.ok()) {
+      weight = client::GetTensor(admin, "cut.mlp.net1.weight")->FullTensor().status();
+    }
+    EXPECT_EQ(weight.code(), absl::StatusCode::kDataLoss) << weight;
+    EXPECT_NE(weight.message().find("relaid out from (S(0)) to (R)"), std::string::npos) << weight;
+    absl::Status module =
+        RetryUnavailable([&] { return client::GetModule(admin, "cut"); }).status();
+    EXPECT_EQ(module.code(), absl::StatusCode::kDataLoss) << module;
+    EXPECT_NE(module.message().find("'mlp.net1.weight'"), std::string::npos) << module;
+  }
+  // Removing the module frees its tensors; the next restart finds neither.
+  ASSERT_TRUE(client::RemoveModule(admin, "cut").ok());
+  ASSERT_TRUE(local.KillCoordinator().ok());
+  ASSERT_TRUE(local.RestartCoordinator().ok()) << cluster.LogHint();
+  ASSERT_TRUE(RetryUnavailable([&] { return client::GetTensor(admin, "plain"); }).ok());
+  EXPECT_EQ(RetryUnavailable([&] { return client::GetModule(admin, "cut"); }).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(RetryUnavailable([&] { return client::GetTensor(admin, "cut.mlp.net1.weight"); })
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  plain = absl::CancelledError();
+  cluster.Stop();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
