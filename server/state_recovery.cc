@@ -97,15 +97,17 @@ void StateRecovery::Start() {
 }
 
 void StateRecovery::Run() {
-  // Every worker of a recorded mesh registers again (a heartbeat refused, then Register), or the
-  // wait ends.
+  // Every worker of a recorded mesh registers again (a heartbeat refused, then Register) and began
+  // its new incarnation (a heartbeat of it came), or the wait ends.
   std::set<int64_t> needed;
   for (const auto& [name, m] : meshes_recorded_)
     needed.insert(m.worker_ids().begin(), m.worker_ids().end());
   const absl::Time deadline = absl::Now() + wait_;
   while (absl::Now() < deadline) {
     bool all = true;
-    for (int64_t id : needed) all = all && registry_->HeldWhenRecovered(id).has_value();
+    for (int64_t id : needed) {
+      all = all && registry_->HeldWhenRecovered(id).has_value() && registry_->BeganIncarnation(id);
+    }
     if (all) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
