@@ -189,6 +189,7 @@ grpc::Status ModuleService::RemoveModule(grpc::ServerContext*,
   ModuleEntry& module = **taken;
   absl::MutexLock lock(&module.mu);
   module.removed = true;
+  modules_->Unrecord(module.name);
   for (const v1::PublishedVersion& p : module.published) {
     if (served_ != nullptr) served_->Unpublish(p.model(), p.version()).IgnoreError();
   }

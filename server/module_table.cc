@@ -141,7 +141,6 @@ absl::StatusOr<std::shared_ptr<ModuleEntry>> ModuleTable::Take(const std::string
   std::shared_ptr<ModuleEntry> module = std::move(it->second);
   modules_.erase(it);
   lost_.erase(name);
-  Unrecord(name);
   return module;
 }
 
@@ -168,7 +167,6 @@ std::vector<std::string> ModuleTable::ForgetMesh(const Mesh& mesh) {
         continue;
       }
       lost_.erase(it->first);
-      Unrecord(it->first);
       gone.push_back(std::move(it->second));
       it = modules_.erase(it);
     }
@@ -177,6 +175,7 @@ std::vector<std::string> ModuleTable::ForgetMesh(const Mesh& mesh) {
   for (const auto& module : gone) {
     absl::MutexLock lock(&module->mu);
     module->removed = true;
+    Unrecord(module->name);
     for (const v1::PublishedVersion& p : module->published) {
       if (unpublish_) unpublish_(p);
     }

@@ -71,10 +71,13 @@ class ModuleTable : public MeshUser {
   static absl::Status CheckName(const std::string& name);
 
   // Records every module (ModuleRecord) in `store` when Persist is called, and erases the record
-  // when it goes (Take, ForgetMesh); null: nothing is recorded.
+  // when Unrecord is called or its mesh goes (ForgetMesh); null: nothing is recorded.
   void RecordIn(StateStore* store) { store_ = store; }
   // Writes the record of `module` (durably, before returning) if a store is set.
   absl::Status Persist(const ModuleEntry& module) const ABSL_SHARED_LOCKS_REQUIRED(module.mu);
+  // Erases the record of the module `name`, logging a failure. Called with the module's mu held
+  // once it is marked removed, so that no Persist (which checks `removed`) writes it again.
+  void Unrecord(const std::string& name) const;
   // The record of `module` as Persist writes it.
   static v1::ModuleRecord Record(const ModuleEntry& module) ABSL_SHARED_LOCKS_REQUIRED(module.mu);
   // Names being recovered after a coordinator restart answer UNAVAILABLE until DoneRecovering
@@ -94,8 +97,8 @@ class ModuleTable : public MeshUser {
   // The named module; NOT_FOUND if unknown, UNAVAILABLE while it is recovered, its loss if it
   // lost a parameter at recovery.
   absl::StatusOr<std::shared_ptr<ModuleEntry>> Find(const std::string& name) const;
-  // Removes the named module from the table and its record, and returns it (its caller frees what
-  // it holds); NOT_FOUND if unknown.
+  // Removes the named module from the table and returns it (its caller marks it removed, erases
+  // its record and frees what it holds); NOT_FOUND if unknown.
   absl::StatusOr<std::shared_ptr<ModuleEntry>> Take(const std::string& name);
   // Every module, ordered by name.
   std::vector<std::shared_ptr<ModuleEntry>> List() const;
@@ -110,9 +113,6 @@ class ModuleTable : public MeshUser {
   static v1::ModuleInfo Describe(const ModuleEntry& module);
 
  private:
-  // Erases the record of the module `name`, logging a failure.
-  void Unrecord(const std::string& name) const;
-
   const Unpublish unpublish_;
   StateStore* store_ = nullptr;
   mutable absl::Mutex mu_;
