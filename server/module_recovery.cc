@@ -20,7 +20,28 @@ absl::Status Prefixed(const std::string& context, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(context, status.message()));
 }
 
+// `model` compiled for `mesh` under the plan `plan_json` (empty: none) on `mesh_dim`.
+absl::StatusOr<CompiledPlan> CompileRecorded(const ModelSpec& model, const std::string& plan_json,
+                                             const DeviceMesh& mesh, const std::string& mesh_dim) {
+  PlanSpec plan;
+  if (!plan_json.empty()) {
+    absl::StatusOr<PlanSpec> parsed = ParsePlanSpec(plan_json);
+    if (!parsed.ok()) return Prefixed("plan: ", parsed.status());
+    plan = *std::move(parsed);
+  }
+  return ModulePrograms::Compile(model, std::move(plan), mesh, mesh_dim);
+}
+
 }  // namespace
+
+bool ModuleRecovery::Follows(const std::string& module, const Program& program) const {
+  for (const ProgramParameter& p : program.parameters) {
+    absl::StatusOr<std::shared_ptr<DTensorEntry>> t =
+        tensors_->Find(ParameterTensorName(module, p.fqn));
+    if (!t.ok() || (*t)->spec.placements != p.placements) return false;
+  }
+  return true;
+}
 
 absl::Status ModuleRecovery::Load(const StateStore& store) {
   ASSIGN_OR_RETURN(auto records, store.Load("module"));
@@ -51,20 +72,25 @@ absl::Status ModuleRecovery::Restore(const v1::ModuleRecord& record) {
   ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, tensors_->meshes().Find(record.mesh()));
   absl::StatusOr<ModelSpec> spec = ParseModelSpec(record.spec_json());
   if (!spec.ok()) return Prefixed("module spec: ", spec.status());
-  PlanSpec plan;
-  if (!record.plan_json().empty()) {
-    absl::StatusOr<PlanSpec> parsed = ParsePlanSpec(record.plan_json());
-    if (!parsed.ok()) return Prefixed("plan: ", parsed.status());
-    plan = *std::move(parsed);
-  }
   ASSIGN_OR_RETURN(CompiledPlan compiled,
-                   ModulePrograms::Compile(*spec, std::move(plan), mesh->mesh, record.mesh_dim()));
+                   CompileRecorded(*spec, record.plan_json(), mesh->mesh, record.mesh_dim()));
+  std::string mesh_dim = record.mesh_dim();
+  // A plan being applied when the coordinator stopped: the module takes it if its parameters all
+  // moved to it already (else they follow the recorded plan, or their moves were cut short).
+  if (record.has_pending_plan()) {
+    absl::StatusOr<CompiledPlan> pending =
+        CompileRecorded(*spec, record.pending_plan_json(), mesh->mesh, record.pending_mesh_dim());
+    if (pending.ok() && Follows(name, pending->program)) {
+      compiled = *std::move(pending);
+      mesh_dim = record.pending_mesh_dim();
+    }
+  }
   auto module = std::make_shared<ModuleEntry>(name, mesh, *std::move(spec), record.spec_json(),
                                               modules_->NextProgramId());
   absl::Status lost;
   absl::MutexLock lock(&module->mu);
   module->plan_json = std::move(compiled.plan_json);
-  module->mesh_dim = record.mesh_dim();
+  module->mesh_dim = mesh_dim;
   module->program = std::move(compiled.program);
   // Each parameter must be back with the layout the plan gives it and every block held.
   for (const ProgramParameter& p : module->program.parameters) {
@@ -127,6 +153,8 @@ absl::Status ModuleRecovery::Restore(const v1::ModuleRecord& record) {
     module->published.push_back(p);
   }
   if (!lost.ok()) spdlog::error("module '{}' recovered unusable: {}", name, lost.ToString());
+  // The plan it took, no longer pending.
+  if (record.has_pending_plan()) RETURN_IF_ERROR(modules_->Persist(*module));
   modules_->CommitRecovered(module, std::move(lost));
   return absl::OkStatus();
 }

@@ -17,7 +17,8 @@ namespace tessera {
 
 // Brings back the modules a state store recorded before a coordinator restart, once their meshes
 // and parameters' DTensors are back: each module's program compiled again from its spec and plan
-// and installed on its workers, its parameters (and gradients) found by name, its published
+// (or the plan it was being given, if its parameters all moved to that one already) and installed
+// on its workers, its parameters (and gradients) found by name, its published
 // versions served again. A module whose parameter did not come back whole (a block lost with its
 // worker, a relayout cut short by the restart) answers DATA_LOSS naming the parameter, and can
 // only be removed. While a module is being recovered its name answers UNAVAILABLE.
@@ -38,6 +39,8 @@ class ModuleRecovery {
   void RestoreAll();
 
  private:
+  // Whether every parameter of `module` is back laid out as `program` places it.
+  bool Follows(const std::string& module, const Program& program) const;
   // Recovers the module of `record`; an error if it could not be entered at all.
   absl::Status Restore(const v1::ModuleRecord& record);
 

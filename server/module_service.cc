@@ -119,6 +119,15 @@ absl::Status ModuleService::ApplyPlan(const grpc::ServerContext& context, const 
   ASSIGN_OR_RETURN(std::shared_ptr<ModuleEntry> module, modules_->Find(name));
   // parallelize_module(module, mesh, plan) names the module's own mesh: the plan's dim applies.
   const std::string dim = mesh_dim == module->mesh->name ? "" : mesh_dim;
+  {
+    // The plan is recorded as pending first: a crash while the parameters move leaves them in
+    // either plan's layout (or, cut short, marked by their relayout intents).
+    absl::ReaderMutexLock lock(&module->mu);
+    if (module->removed) {
+      return absl::NotFoundError(absl::StrCat("module '", module->name, "' was removed"));
+    }
+    RETURN_IF_ERROR(modules_->PersistPending(*module, PlanSpecToJson(plan), dim));
+  }
   absl::StatusOr<std::vector<std::string>> applied =
       plans_.Apply(*module, std::move(plan), dim, TransferDeadline(context));
   {

@@ -58,6 +58,16 @@ absl::Status ModuleTable::Persist(const ModuleEntry& module) const {
   return store_->Put("module", module.name, Record(module).SerializeAsString());
 }
 
+absl::Status ModuleTable::PersistPending(const ModuleEntry& module, const std::string& plan_json,
+                                         const std::string& mesh_dim) const {
+  if (store_ == nullptr) return absl::OkStatus();
+  v1::ModuleRecord record = Record(module);
+  record.set_has_pending_plan(true);
+  record.set_pending_plan_json(plan_json);
+  record.set_pending_mesh_dim(mesh_dim);
+  return store_->Put("module", module.name, record.SerializeAsString());
+}
+
 v1::ModuleRecord ModuleTable::Record(const ModuleEntry& module) {
   v1::ModuleRecord record;
   record.set_name(module.name);

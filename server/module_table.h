@@ -75,6 +75,11 @@ class ModuleTable : public MeshUser {
   void RecordIn(StateStore* store) { store_ = store; }
   // Writes the record of `module` (durably, before returning) if a store is set.
   absl::Status Persist(const ModuleEntry& module) const ABSL_SHARED_LOCKS_REQUIRED(module.mu);
+  // Writes the record of `module` with `plan_json` on mesh dim `mesh_dim` as the plan being
+  // applied, before its parameters move.
+  absl::Status PersistPending(const ModuleEntry& module, const std::string& plan_json,
+                              const std::string& mesh_dim) const
+      ABSL_SHARED_LOCKS_REQUIRED(module.mu);
   // Erases the record of the module `name`, logging a failure. Called with the module's mu held
   // once it is marked removed, so that no Persist (which checks `removed`) writes it again.
   void Unrecord(const std::string& name) const;

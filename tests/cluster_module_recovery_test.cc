@@ -26,6 +26,7 @@
 #include "proto/convert.h"
 #include "server/state_store.h"
 #include "tessera/tessera.h"
+#include "tessera/v1/state.pb.h"
 #include "tests/cluster_fixture.h"
 #include "tests/test_models.h"
 
@@ -354,6 +355,81 @@ TEST(ClusterModuleRecovery, ARelayoutCutShortByTheRestartAnswersDataLoss) {
                 .code(),
             absl::StatusCode::kNotFound);
   plain = absl::CancelledError();
+  cluster.Stop();
+  std::filesystem::remove_all(dir);
+}
+
+// A plan recorded as pending (the crash came while parallelize_module moved the parameters):
+// after the restart the module takes the pending plan if every parameter is laid out by it (the
+// moves finished before the crash), else keeps the plan it had; either way it runs as before.
+TEST(ClusterModuleRecovery, APendingPlanIsTakenOnlyIfTheParametersMovedToIt) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/pending_state_", ::getpid());
+  std::filesystem::remove_all(dir);
+  TestCluster cluster;
+  LocalClusterOptions options = TestClusterOptions(2);
+  options.state_dir = dir;
+  options.recovery_wait = absl::Seconds(4);
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.LogHint();
+  LocalCluster& local = *cluster.cluster;
+  Session& admin = *cluster.client;
+  absl::StatusOr<client::MeshInfo> info =
+      client::InitDeviceMesh(admin, testing::TestDevice(), {2}, {"tp"}, "pair", {});
+  ASSERT_TRUE(info.ok()) << info.status() << cluster.LogHint();
+  const client::Mesh mesh{info->name, info->mesh};
+  const HostTensor x = SmallIntegerTensor(DType::kFloat32, {2, 3, 16}, 5);
+  // "moved": loaded without a plan, then parallelized (its parameters moved, recorded); "stayed":
+  // loaded with the plan. Each gets the other's situation written as a pending plan below.
+  std::map<std::string, std::pair<std::string, HostTensor>> before;  // plan_json, forward
+  for (const std::string name : {"moved", "stayed"}) {
+    absl::StatusOr<Module> m =
+        client::LoadModule(admin, testing::kBlockDim16Float32, mesh, name, {.seed = 6},
+                           {.plan_json = name == "stayed" ? testing::kMegatron : ""});
+    ASSERT_TRUE(m.ok()) << m.status() << cluster.LogHint();
+    if (name == "moved") m = client::ParallelizeModule(*m, "tp", testing::kMegatron);
+    ASSERT_TRUE(m.ok()) << m.status();
+    absl::StatusOr<client::ModuleOutput> out = m->Forward(x);
+    ASSERT_TRUE(out.ok() && out->full.has_value()) << out.status();
+    before[name] = {m->info().plan_json, *std::move(out->full)};
+    ASSERT_FALSE(before[name].first.empty());
+  }
+  ASSERT_TRUE(local.KillCoordinator().ok());
+  {
+    absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    const std::map<std::string, std::string> modules = (*store)->Load("module").value();
+    // "moved" as the crash would leave it after the moves were recorded, before the plan was:
+    // the plan it had (none) recorded, the new one pending.
+    v1::ModuleRecord moved;
+    ASSERT_TRUE(moved.ParseFromString(modules.at("moved")));
+    moved.set_has_pending_plan(true);
+    moved.set_pending_plan_json(moved.plan_json());
+    moved.set_pending_mesh_dim(moved.mesh_dim());
+    moved.clear_plan_json();
+    moved.clear_mesh_dim();
+    ASSERT_TRUE((*store)->Put("module", "moved", moved.SerializeAsString()).ok());
+    // "stayed" as a crash before any parameter moved leaves it: no plan pending.
+    v1::ModuleRecord stayed;
+    ASSERT_TRUE(stayed.ParseFromString(modules.at("stayed")));
+    stayed.set_has_pending_plan(true);
+    stayed.set_pending_plan_json("");
+    ASSERT_TRUE((*store)->Put("module", "stayed", stayed.SerializeAsString()).ok());
+  }
+  for (int restart = 0; restart < 2; ++restart) {
+    SCOPED_TRACE(absl::StrCat("restart ", restart));
+    if (restart > 0) {
+      ASSERT_TRUE(local.KillCoordinator().ok());
+    }
+    ASSERT_TRUE(local.RestartCoordinator().ok()) << cluster.LogHint();
+    for (const auto& [name, was] : before) {
+      SCOPED_TRACE(name);
+      absl::StatusOr<Module> m = RetryUnavailable([&] { return client::GetModule(admin, name); });
+      ASSERT_TRUE(m.ok()) << m.status() << cluster.LogHint();
+      EXPECT_EQ(m->info().plan_json, was.first);
+      absl::StatusOr<client::ModuleOutput> out = m->Forward(x);
+      ASSERT_TRUE(out.ok() && out->full.has_value()) << out.status();
+      EXPECT_TRUE(BitEqual(*out->full, was.second));
+    }
+  }
   cluster.Stop();
   std::filesystem::remove_all(dir);
 }
