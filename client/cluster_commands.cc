@@ -64,13 +64,22 @@ struct UpFlags {
   bool tls = false;
   absl::Duration heartbeat_interval = LocalClusterOptions().heartbeat_interval;
   absl::Duration dead_after = LocalClusterOptions().dead_after;
+  std::string state_dir;            // empty: <run dir>/state
+  bool restart_coordinator = true;  // a coordinator that ends is started again
 };
 
+// A coordinator that ends sooner than this after its restart is not restarted again.
+constexpr absl::Duration kRestartedCoordinatorMinLife = absl::Seconds(10);
+
 // Waits for SIGINT or SIGTERM (blocked in `stop`) while the coordinator of `cluster` runs,
-// reporting each worker that ends (the cluster serves on without it). OK on a signal;
-// FAILED_PRECONDITION naming the coordinator's end otherwise.
-absl::Status ServeUntilStopped(LocalCluster& cluster, const sigset_t& stop, std::ostream& out) {
+// reporting each worker that ends (the cluster serves on without it). With `restart`, a
+// coordinator that ends is started again with the same flags (its --state_dir brings back what it
+// held; the workers keep their shards), unless it ended within kRestartedCoordinatorMinLife of its
+// last restart. OK on a signal; FAILED_PRECONDITION naming the coordinator's end otherwise.
+absl::Status ServeUntilStopped(LocalCluster& cluster, const sigset_t& stop, bool restart,
+                               std::ostream& out) {
   const timespec poll = {0, 200'000'000};
+  absl::Time restarted = absl::InfinitePast();
   while (true) {
     const int signal = sigtimedwait(&stop, nullptr, &poll);
     if (signal > 0) {
@@ -78,8 +87,23 @@ absl::Status ServeUntilStopped(LocalCluster& cluster, const sigset_t& stop, std:
       return absl::OkStatus();
     }
     for (const absl::Status& ended : cluster.ReapEnded()) {
-      if (cluster.coordinator_pid() < 0) return ended;
-      out << "tessera up: " << ended.message() << "; the others serve on" << std::endl;
+      if (cluster.coordinator_pid() >= 0) {
+        out << "tessera up: " << ended.message() << "; the others serve on" << std::endl;
+        continue;
+      }
+      if (!restart) return ended;
+      if (absl::Now() - restarted < kRestartedCoordinatorMinLife) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(ended.message(), "; it ended within ",
+                         absl::FormatDuration(kRestartedCoordinatorMinLife),
+                         " of its restart, so it is not restarted again"));
+      }
+      out << "tessera up: " << ended.message() << "; restarting it with the same flags"
+          << std::endl;
+      if (absl::Status s = cluster.RestartCoordinator(); !s.ok()) return s;
+      restarted = absl::Now();
+      out << "tessera up: coordinator restarted at " << cluster.address() << " (pid "
+          << cluster.coordinator_pid() << "); the workers keep their shards" << std::endl;
     }
   }
 }
@@ -123,6 +147,15 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   options.metrics = f.metrics;
   options.heartbeat_interval = f.heartbeat_interval;
   options.dead_after = f.dead_after;
+  options.state_dir = f.state_dir;
+  options.keep_state = true;
+  // A state from an earlier run names workers that are gone (the workers start afresh each run).
+  if (!f.state_dir.empty() && std::filesystem::exists(f.state_dir + "/state.db")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--state_dir ", f.state_dir,
+                     " holds the state of an earlier run (state.db), whose workers are gone; give "
+                     "a new directory or remove that one"));
+  }
   if (options.dead_after <= options.heartbeat_interval) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dead_after ", absl::FormatDuration(options.dead_after),
@@ -187,15 +220,19 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
         << " TESSERA_TLS_CERT=" << options.tls_cert_file
         << " TESSERA_TLS_KEY=" << options.tls_key_file << " TESSERA_TOKEN=" << token << "\n";
   }
-  out << "  logs in " << (*cluster)->log_dir() << "\n";
+  out << "  logs in " << (*cluster)->log_dir() << "\n"
+      << "  state in " << (*cluster)->state_dir() << "\n";
   if (options.metrics) {
     out << "  metrics: coordinator " << (*cluster)->coordinator_metrics_url() << "\n";
     for (int i = 0; i < (*cluster)->num_workers(); ++i) {
       out << "           worker " << i << " " << (*cluster)->worker_metrics_url(i) << "\n";
     }
   }
-  out << "Ctrl-C stops everything; so does the coordinator's end." << std::endl;
-  absl::Status served = ServeUntilStopped(**cluster, stop, out);
+  out << "Ctrl-C stops everything"
+      << (f.restart_coordinator ? "; a coordinator that ends is restarted."
+                                : "; so does the coordinator's end.")
+      << std::endl;
+  absl::Status served = ServeUntilStopped(**cluster, stop, f.restart_coordinator, out);
   if (!served.ok()) {
     out << "tessera up: " << served.message() << "; stopping the workers" << std::endl;
   }
@@ -301,6 +338,13 @@ void AddClusterCommands(CLI::App& app, Action* action) {
                           "how often workers heartbeat");
   daemon::AddDurationFlag(*up.app, "--dead_after", &up.flags->dead_after,
                           "a worker silent for this long is dead and its meshes are broken");
+  up.app->add_option("--state_dir", up.flags->state_dir,
+                     "the coordinator's --state_dir: what it must not forget (meshes, tensors, "
+                     "modules), kept across its restarts (default: state/ in the run directory)");
+  up.app->add_flag("--restart_coordinator,!--no-restart_coordinator", up.flags->restart_coordinator,
+                   "when the coordinator ends, start it again with the same flags (its state "
+                   "comes back from --state_dir, the workers keep their shards) instead of "
+                   "stopping everything");
   up.app->add_flag("--selfcheck", up.flags->selfcheck,
                    "run collectives and a tensor-parallel MLP against a local reference, then "
                    "stop");

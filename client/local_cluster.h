@@ -64,6 +64,8 @@ class LocalCluster {
   // host:port of the coordinator.
   const std::string& address() const { return address_; }
   const std::string& log_dir() const { return options_.log_dir; }
+  // The coordinator's --state_dir; empty when its state is in memory only.
+  const std::string& state_dir() const { return options_.state_dir; }
   int num_workers() const { return static_cast<int>(workers_.size()); }
   pid_t worker_pid(int i) const { return workers_[i].pid; }
   // http://host:port/metrics of the coordinator and of worker `i`; empty without

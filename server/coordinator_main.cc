@@ -204,8 +204,14 @@ int main(int argc, char** argv) {
       spdlog::critical("--state_dir: {}", s.ToString());
       return 2;
     }
+    if (absl::Status s = module_service.recovery().Load(*state); !s.ok()) {
+      spdlog::critical("--state_dir: {}", s.ToString());
+      return 2;
+    }
+    recovery->Then([&module_service] { module_service.recovery().RestoreAll(); });
     workers.RecordIn(state.get());
     tensors.RecordIn(state.get());
+    modules.RecordIn(state.get());
     mesh_service.RecordIn(state.get());
   }
 

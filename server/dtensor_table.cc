@@ -65,11 +65,23 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Relayout(
     return absl::NotFoundError(absl::StrCat("tensor '", tensor.name, "' was freed"));
   }
   auto relaid = std::make_shared<DTensorEntry>(tensor.mesh, std::move(spec), tensor.owner);
-  // Each holding replaces what the tensor's name held on its worker.
-  RETURN_IF_ERROR(ledger_->Hold(Holdings(*tensor.mesh, tensor.name, relaid->spec),
-                                absl::StrCat("tensor ", relaid->spec.ToString())));
   relaid->name = tensor.name;
-  if (write != nullptr) relaid->write = std::move(write);
+  const bool undo = write != nullptr;
+  if (!undo && store_ != nullptr) {
+    v1::TensorInfo intent;
+    intent.set_name(relaid->name);
+    intent.set_mesh(relaid->mesh->name);
+    *intent.mutable_meta() = ToProto(relaid->spec);
+    intent.set_owner(relaid->owner);
+    RETURN_IF_ERROR(store_->Put("relayout", relaid->name, intent.SerializeAsString()));
+    relaid->relayout_recorded = true;
+  }
+  // Each holding replaces what the tensor's name held on its worker.
+  absl::Status held = ledger_->Hold(Holdings(*tensor.mesh, tensor.name, relaid->spec),
+                                    absl::StrCat("tensor ", relaid->spec.ToString()));
+  if (!held.ok() || undo) EraseRelayout(relaid->name);
+  RETURN_IF_ERROR(held);
+  if (undo) relaid->write = std::move(write);
   it->second = relaid;
   tensor.released = true;
   return relaid;
@@ -195,7 +207,17 @@ absl::Status DTensorTable::Persist(const DTensorEntry& tensor) const {
   record.set_mesh(tensor.mesh->name);
   *record.mutable_meta() = ToProto(tensor.spec);
   record.set_owner(tensor.owner);
-  return store_->Put("tensor", tensor.name, record.SerializeAsString());
+  RETURN_IF_ERROR(store_->Put("tensor", tensor.name, record.SerializeAsString()));
+  if (tensor.relayout_recorded) EraseRelayout(tensor.name);
+  return absl::OkStatus();
+}
+
+void DTensorTable::EraseRelayout(const std::string& name) const {
+  if (store_ == nullptr) return;
+  // An intent left behind marks the tensor lost at the next restart if its record then differs.
+  if (absl::Status s = store_->Erase("relayout", name); !s.ok()) {
+    spdlog::error("tensor '{}': its relayout intent stays recorded: {}", name, s.ToString());
+  }
 }
 
 void DTensorTable::Unrecord(const std::string& name) const {

@@ -46,6 +46,9 @@ struct DTensorEntry {
   // posted before the free or not at all, so none recreates shards on the workers after the free.
   mutable absl::Mutex post_mu;
   mutable bool released ABSL_GUARDED_BY(post_mu) = false;
+  // A relayout in place whose intent (a "relayout" record of the new spec) is in the store until
+  // the new layout is written and recorded.
+  bool relayout_recorded = false;
 };
 
 // Every DTensor by name, the bytes their shards take on each worker (held in the ledger the local
@@ -68,7 +71,10 @@ class DTensorTable : public MeshUser {
   // move in the ledger first (RESOURCE_EXHAUSTED naming the worker, and nothing changes, if they
   // do not fit); the old entry counts as released (nothing more is posted for it or frees it).
   // With `write`, the new entry shares that work instead (a relayout undone before anything was
-  // posted). NOT_FOUND if `tensor` is no longer in the table.
+  // posted). NOT_FOUND if `tensor` is no longer in the table. With a store, the new spec is
+  // recorded as a "relayout" intent first (erased once the new layout is written and recorded, or
+  // by the undo), so that a restart finding an intent that differs from the tensor's record knows
+  // the relayout was cut short and the shards may be in either layout.
   absl::StatusOr<std::shared_ptr<DTensorEntry>> Relayout(
       const DTensorEntry& tensor, DTensorSpec spec, std::shared_ptr<TensorWrite> write = nullptr);
   // Records every written tensor (its name, mesh, spec and owner) in `store` before its write
@@ -138,6 +144,8 @@ class DTensorTable : public MeshUser {
   // Records `tensor` in the store unless it was released; the caller holds its post_mu. A failure
   // fails its write.
   absl::Status Persist(const DTensorEntry& tensor) const;
+  // Erases the "relayout" intent of the tensor named `name` from the store, logging a failure.
+  void EraseRelayout(const std::string& name) const;
   // Erases the record of the tensor named `name` from the store.
   void Unrecord(const std::string& name) const;
   // Drops `tensor` from the table (not from the workers) if the table still holds it.

@@ -77,10 +77,15 @@ absl::StatusOr<v1::ModuleInfo> ModuleLoader::Load(
   bool program_posted = false;
   const absl::Status filled =
       Fill(reader, chunk, *module, std::move(compiled), TransferDeadline(context), program_posted);
-  if (!filled.ok()) {
+  absl::Status recorded = filled;
+  if (filled.ok()) {
+    absl::ReaderMutexLock lock(&module->mu);
+    recorded = modules_->Persist(*module);
+  }
+  if (!recorded.ok()) {
     Discard(*module, program_posted);
     modules_->Unreserve(module->name);
-    return filled;
+    return recorded;
   }
   modules_->Commit(module);
   return ModuleTable::Describe(*module);

@@ -113,6 +113,7 @@ absl::StatusOr<std::vector<std::string>> ModulePlans::Apply(ModuleEntry& module,
   module.parameters = std::move(parameters);
   module.program = std::move(compiled.program);
   module.plan_json = std::move(compiled.plan_json);
+  module.mesh_dim = mesh_dim;
   RETURN_IF_ERROR(programs_->Install(module, module.program, deadline));
   RETURN_IF_ERROR(DTensorTable::AwaitWrites(module.parameters, deadline));
   return module.program.unmatched;

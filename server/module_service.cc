@@ -9,6 +9,7 @@
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "spdlog/spdlog.h"
 #include "transfer/tensor_stream.h"
 
 namespace tessera {
@@ -96,7 +97,12 @@ ModuleService::ModuleService(DTensorTable* tensors, ModuleTable* modules, Served
       programs_(tensors),
       loader_(tensors, modules, &programs_, &streams_, &checkpoints_),
       plans_(tensors, &programs_),
-      runs_(tensors, &programs_) {}
+      runs_(tensors, &programs_),
+      recovery_(tensors, modules, &programs_,
+                [this](std::shared_ptr<ModuleEntry> module, const v1::PublishedVersion& p) {
+                  if (served_ == nullptr) return absl::OkStatus();
+                  return served_->Publish(Served(std::move(module), p));
+                }) {}
 
 grpc::Status ModuleService::LoadModule(grpc::ServerContext* context,
                                        grpc::ServerReader<v1::LoadModuleChunk>* reader,
@@ -113,8 +119,23 @@ absl::Status ModuleService::ApplyPlan(const grpc::ServerContext& context, const 
   ASSIGN_OR_RETURN(std::shared_ptr<ModuleEntry> module, modules_->Find(name));
   // parallelize_module(module, mesh, plan) names the module's own mesh: the plan's dim applies.
   const std::string dim = mesh_dim == module->mesh->name ? "" : mesh_dim;
-  ASSIGN_OR_RETURN(std::vector<std::string> unmatched,
-                   plans_.Apply(*module, std::move(plan), dim, TransferDeadline(context)));
+  {
+    // The plan is recorded as pending first: a crash while the parameters move leaves them in
+    // either plan's layout (or, cut short, marked by their relayout intents).
+    absl::ReaderMutexLock lock(&module->mu);
+    if (module->removed) {
+      return absl::NotFoundError(absl::StrCat("module '", module->name, "' was removed"));
+    }
+    RETURN_IF_ERROR(modules_->PersistPending(*module, PlanSpecToJson(plan), dim));
+  }
+  absl::StatusOr<std::vector<std::string>> applied =
+      plans_.Apply(*module, std::move(plan), dim, TransferDeadline(context));
+  {
+    // Recorded even when the workers failed part-way: the record follows what the module holds.
+    absl::ReaderMutexLock lock(&module->mu);
+    if (!module->removed) RETURN_IF_ERROR(modules_->Persist(*module));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> unmatched, std::move(applied));
   *reply->mutable_module() = ModuleTable::Describe(*module);
   for (std::string& u : unmatched) reply->add_unmatched(std::move(u));
   return absl::OkStatus();
@@ -177,6 +198,7 @@ grpc::Status ModuleService::RemoveModule(grpc::ServerContext*,
   ModuleEntry& module = **taken;
   absl::MutexLock lock(&module.mu);
   module.removed = true;
+  modules_->Unrecord(module.name);
   for (const v1::PublishedVersion& p : module.published) {
     if (served_ != nullptr) served_->Unpublish(p.model(), p.version()).IgnoreError();
   }
@@ -337,7 +359,22 @@ grpc::Status ModuleService::PublishModule(grpc::ServerContext*,
     return ToGrpcStatus(
         absl::NotFoundError(absl::StrCat("module '", module.name, "' was removed")));
   }
-  const Program& program = module.program;
+  if (absl::Status s = served_->Publish(Served(*found, published)); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  module.published.push_back(published);
+  if (absl::Status s = modules_->Persist(module); !s.ok()) {
+    module.published.pop_back();
+    served_->Unpublish(published.model(), published.version()).IgnoreError();
+    return ToGrpcStatus(s);
+  }
+  *reply->mutable_published() = std::move(published);
+  return grpc::Status::OK;
+}
+
+ServedModel ModuleService::Served(std::shared_ptr<ModuleEntry> module,
+                                  const v1::PublishedVersion& published) {
+  const Program& program = module->program;
   ServedModel model;
   model.name = published.model();
   model.version = published.version();
@@ -345,19 +382,21 @@ grpc::Status ModuleService::PublishModule(grpc::ServerContext*,
   model.output = {"output", program.output_dtype, OutputShapeFor(program, program.input.shape)};
   model.batching.max_batch_size = published.max_batch_size();
   model.batching.max_queue_delay = absl::Microseconds(published.max_queue_delay_us());
-  model.runner = runs_.RunnerFor(*found);
-  if (absl::Status s = served_->Publish(std::move(model)); !s.ok()) return ToGrpcStatus(s);
-  module.published.push_back(published);
-  *reply->mutable_published() = std::move(published);
-  return grpc::Status::OK;
+  model.runner = runs_.RunnerFor(std::move(module));
+  return model;
 }
 
 void ModuleService::ForgetPublished(const std::string& model, const std::string& version) {
   for (const auto& module : modules_->List()) {
     absl::MutexLock lock(&module->mu);
-    std::erase_if(module->published, [&](const v1::PublishedVersion& p) {
+    const size_t erased = std::erase_if(module->published, [&](const v1::PublishedVersion& p) {
       return p.model() == model && (version.empty() || p.version() == version);
     });
+    if (erased == 0 || module->removed) continue;
+    if (absl::Status s = modules_->Persist(*module); !s.ok()) {
+      spdlog::error("module '{}' was unpublished but its record still publishes it: {}",
+                    module->name, s.ToString());
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include "server/module_loader.h"
 #include "server/module_plans.h"
 #include "server/module_programs.h"
+#include "server/module_recovery.h"
 #include "server/module_runs.h"
 #include "server/module_table.h"
 #include "server/served_models.h"
@@ -22,6 +23,10 @@ class ModuleService final : public v1::ModuleService::Service {
  public:
   // `served` (may be null: nothing is served) receives the published modules.
   ModuleService(DTensorTable* tensors, ModuleTable* modules, ServedModels* served);
+
+  // Brings back the modules a state store recorded: Load before serving, Restore once the meshes
+  // and tensors are back.
+  ModuleRecovery& recovery() { return recovery_; }
 
   // Client stream.
   grpc::Status LoadModule(grpc::ServerContext* context,
@@ -75,6 +80,8 @@ class ModuleService final : public v1::ModuleService::Service {
   // Streams every parameter of `module` (and gradient, with `gradients`) whole, one after another.
   absl::Status Save(const grpc::ServerContext& context, ModuleEntry& module, bool gradients,
                     grpc::ServerWriter<v1::SaveModuleChunk>* writer);
+  // The served model of `module` as `published` publishes it; the caller holds the module's mu.
+  ServedModel Served(std::shared_ptr<ModuleEntry> module, const v1::PublishedVersion& published);
   // Forgets published versions of model `model` (only `version`, when not empty) in the modules.
   void ForgetPublished(const std::string& model, const std::string& version);
 
@@ -87,6 +94,7 @@ class ModuleService final : public v1::ModuleService::Service {
   ModuleLoader loader_;
   ModulePlans plans_;
   ModuleRuns runs_;
+  ModuleRecovery recovery_;
 };
 
 }  // namespace tessera

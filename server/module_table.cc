@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/module_weights.h"
 #include "proto/convert.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -52,8 +53,61 @@ absl::Status ModuleTable::CheckName(const std::string& name) {
                                                  kMaxNameLength, " letters, digits, '_' or '-'"));
 }
 
+absl::Status ModuleTable::Persist(const ModuleEntry& module) const {
+  if (store_ == nullptr) return absl::OkStatus();
+  return store_->Put("module", module.name, Record(module).SerializeAsString());
+}
+
+absl::Status ModuleTable::PersistPending(const ModuleEntry& module, const std::string& plan_json,
+                                         const std::string& mesh_dim) const {
+  if (store_ == nullptr) return absl::OkStatus();
+  v1::ModuleRecord record = Record(module);
+  record.set_has_pending_plan(true);
+  record.set_pending_plan_json(plan_json);
+  record.set_pending_mesh_dim(mesh_dim);
+  return store_->Put("module", module.name, record.SerializeAsString());
+}
+
+v1::ModuleRecord ModuleTable::Record(const ModuleEntry& module) {
+  v1::ModuleRecord record;
+  record.set_name(module.name);
+  record.set_mesh(module.mesh->name);
+  record.set_spec_json(module.spec_json);
+  record.set_plan_json(module.plan_json);
+  record.set_mesh_dim(module.mesh_dim);
+  for (const v1::PublishedVersion& p : module.published) *record.add_published() = p;
+  return record;
+}
+
+void ModuleTable::Unrecord(const std::string& name) const {
+  if (store_ == nullptr) return;
+  if (absl::Status s = store_->Erase("module", name); !s.ok()) {
+    spdlog::error("module '{}' was removed but its record stays: {}", name, s.ToString());
+  }
+}
+
+void ModuleTable::SetRecovering(std::set<std::string> names) {
+  absl::MutexLock lock(&mu_);
+  recovering_ = std::move(names);
+}
+
+void ModuleTable::DoneRecovering(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  recovering_.erase(name);
+}
+
+void ModuleTable::CommitRecovered(std::shared_ptr<ModuleEntry> module, absl::Status lost) {
+  absl::MutexLock lock(&mu_);
+  if (!lost.ok()) lost_[module->name] = std::move(lost);
+  modules_[module->name] = std::move(module);
+}
+
 absl::Status ModuleTable::Reserve(const std::string& name) {
   absl::MutexLock lock(&mu_);
+  if (recovering_.contains(name)) {
+    return absl::UnavailableError(absl::StrCat(
+        "module '", name, "' is being recovered after a coordinator restart; try again shortly"));
+  }
   if (modules_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrCat("a module named '", name, "' exists"));
   }
@@ -78,8 +132,13 @@ absl::StatusOr<std::shared_ptr<ModuleEntry>> ModuleTable::Find(const std::string
   absl::MutexLock lock(&mu_);
   auto it = modules_.find(name);
   if (it == modules_.end()) {
+    if (recovering_.contains(name)) {
+      return absl::UnavailableError(absl::StrCat(
+          "module '", name, "' is being recovered after a coordinator restart; try again shortly"));
+    }
     return absl::NotFoundError(absl::StrCat("no module named '", name, "'"));
   }
+  if (auto lost = lost_.find(name); lost != lost_.end()) return lost->second;
   return it->second;
 }
 
@@ -91,6 +150,7 @@ absl::StatusOr<std::shared_ptr<ModuleEntry>> ModuleTable::Take(const std::string
   }
   std::shared_ptr<ModuleEntry> module = std::move(it->second);
   modules_.erase(it);
+  lost_.erase(name);
   return module;
 }
 
@@ -116,6 +176,7 @@ std::vector<std::string> ModuleTable::ForgetMesh(const Mesh& mesh) {
         ++it;
         continue;
       }
+      lost_.erase(it->first);
       gone.push_back(std::move(it->second));
       it = modules_.erase(it);
     }
@@ -124,6 +185,7 @@ std::vector<std::string> ModuleTable::ForgetMesh(const Mesh& mesh) {
   for (const auto& module : gone) {
     absl::MutexLock lock(&module->mu);
     module->removed = true;
+    Unrecord(module->name);
     for (const v1::PublishedVersion& p : module->published) {
       if (unpublish_) unpublish_(p);
     }

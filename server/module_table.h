@@ -17,7 +17,9 @@
 #include "core/module_spec.h"
 #include "server/dtensor_table.h"
 #include "server/mesh_table.h"
+#include "server/state_store.h"
 #include "tessera/v1/module.pb.h"
+#include "tessera/v1/state.pb.h"
 
 namespace tessera {
 
@@ -38,6 +40,7 @@ struct ModuleEntry {
 
   mutable absl::Mutex mu;
   std::string plan_json ABSL_GUARDED_BY(mu);  // as PlanSpecToJson writes it; empty: no plan
+  std::string mesh_dim ABSL_GUARDED_BY(mu);   // the mesh dim the plan was applied on, as given
   Program program ABSL_GUARDED_BY(mu);
   // One per Program::parameters entry, in that order.
   std::vector<std::shared_ptr<DTensorEntry>> parameters ABSL_GUARDED_BY(mu);
@@ -67,16 +70,40 @@ class ModuleTable : public MeshUser {
   // INVALID_ARGUMENT naming it.
   static absl::Status CheckName(const std::string& name);
 
+  // Records every module (ModuleRecord) in `store` when Persist is called, and erases the record
+  // when Unrecord is called or its mesh goes (ForgetMesh); null: nothing is recorded.
+  void RecordIn(StateStore* store) { store_ = store; }
+  // Writes the record of `module` (durably, before returning) if a store is set.
+  absl::Status Persist(const ModuleEntry& module) const ABSL_SHARED_LOCKS_REQUIRED(module.mu);
+  // Writes the record of `module` with `plan_json` on mesh dim `mesh_dim` as the plan being
+  // applied, before its parameters move.
+  absl::Status PersistPending(const ModuleEntry& module, const std::string& plan_json,
+                              const std::string& mesh_dim) const
+      ABSL_SHARED_LOCKS_REQUIRED(module.mu);
+  // Erases the record of the module `name`, logging a failure. Called with the module's mu held
+  // once it is marked removed, so that no Persist (which checks `removed`) writes it again.
+  void Unrecord(const std::string& name) const;
+  // The record of `module` as Persist writes it.
+  static v1::ModuleRecord Record(const ModuleEntry& module) ABSL_SHARED_LOCKS_REQUIRED(module.mu);
+  // Names being recovered after a coordinator restart answer UNAVAILABLE until DoneRecovering
+  // (NOT_FOUND after, if they were not recovered).
+  void SetRecovering(std::set<std::string> names);
+  void DoneRecovering(const std::string& name);
+  // Enters a module recovered from its record; with `lost` not OK, Find answers `lost` for it
+  // (DATA_LOSS naming the parameter it lost) and only removing it works.
+  void CommitRecovered(std::shared_ptr<ModuleEntry> module, absl::Status lost);
+
   // Holds `name` for a module being loaded; ALREADY_EXISTS if a module or a load has it.
   absl::Status Reserve(const std::string& name);
   // Gives back a reserved name (the load failed).
   void Unreserve(const std::string& name);
   // Enters a loaded module under the name it reserved.
   void Commit(std::shared_ptr<ModuleEntry> module);
-  // The named module; NOT_FOUND if unknown.
+  // The named module; NOT_FOUND if unknown, UNAVAILABLE while it is recovered, its loss if it
+  // lost a parameter at recovery.
   absl::StatusOr<std::shared_ptr<ModuleEntry>> Find(const std::string& name) const;
-  // Removes the named module from the table and returns it (its caller frees what it holds);
-  // NOT_FOUND if unknown.
+  // Removes the named module from the table and returns it (its caller marks it removed, erases
+  // its record and frees what it holds); NOT_FOUND if unknown.
   absl::StatusOr<std::shared_ptr<ModuleEntry>> Take(const std::string& name);
   // Every module, ordered by name.
   std::vector<std::shared_ptr<ModuleEntry>> List() const;
@@ -92,7 +119,10 @@ class ModuleTable : public MeshUser {
 
  private:
   const Unpublish unpublish_;
+  StateStore* store_ = nullptr;
   mutable absl::Mutex mu_;
+  std::set<std::string> recovering_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<ModuleEntry>> modules_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> loading_ ABSL_GUARDED_BY(mu_);
   int64_t next_program_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -21,6 +21,7 @@ absl::Status StateRecovery::Load() {
   ASSIGN_OR_RETURN(auto workers, store_->Load("worker"));
   ASSIGN_OR_RETURN(auto meshes, store_->Load("mesh"));
   ASSIGN_OR_RETURN(auto tensors, store_->Load("tensor"));
+  ASSIGN_OR_RETURN(auto relayouts, store_->Load("relayout"));
   std::map<std::string, int64_t> ids;
   for (const auto& [address, id] : workers) {
     int64_t parsed = 0;
@@ -42,6 +43,29 @@ absl::Status StateRecovery::Load() {
           absl::StrCat(store_->path(), ": tensor record '", name, "' cannot be parsed"));
     }
   }
+  // A relayout in place whose intent differs from the tensor's record was cut short: the workers
+  // may hold either layout, or some of each. One whose record caught up finished; one whose tensor
+  // was freed is over.
+  for (const auto& [name, bytes] : relayouts) {
+    v1::TensorInfo intent;
+    if (!intent.ParseFromString(bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(store_->path(), ": relayout record '", name, "' cannot be parsed"));
+    }
+    auto recorded = tensors_recorded_.find(name);
+    if (recorded != tensors_recorded_.end() &&
+        recorded->second.meta().SerializeAsString() != intent.meta().SerializeAsString()) {
+      absl::StatusOr<DTensorSpec> from = FromProto(recorded->second.meta());
+      absl::StatusOr<DTensorSpec> to = FromProto(intent.meta());
+      cut_short_[name] = absl::DataLossError(
+          absl::StrCat("tensor '", name, "' was being relaid out from ",
+                       from.ok() ? PlacementsToString(from->placements) : "?", " to ",
+                       to.ok() ? PlacementsToString(to->placements) : "?",
+                       " when the coordinator stopped; its shards may be in either layout"));
+      continue;
+    }
+    RETURN_IF_ERROR(store_->Erase("relayout", name));
+  }
   // The worker-side names the records place on each worker: all it keeps.
   std::map<int64_t, std::set<std::string>> expected;
   for (const auto& [name, tensor] : tensors_recorded_) {
@@ -60,8 +84,11 @@ absl::Status StateRecovery::Load() {
   for (const auto& [name, t] : tensors_recorded_) tensor_names.insert(name);
   meshes_->SetRecovering(std::move(mesh_names));
   tensors_->SetRecovering(std::move(tensor_names));
-  spdlog::info("state store {}: {} workers, {} meshes, {} tensors to recover", store_->path(),
-               ids.size(), meshes_recorded_.size(), tensors_recorded_.size());
+  spdlog::info(
+      "state store {}: {} workers, {} meshes, {} tensors to recover ({} relayouts cut "
+      "short)",
+      store_->path(), ids.size(), meshes_recorded_.size(), tensors_recorded_.size(),
+      cut_short_.size());
   return absl::OkStatus();
 }
 
@@ -70,15 +97,17 @@ void StateRecovery::Start() {
 }
 
 void StateRecovery::Run() {
-  // Every worker of a recorded mesh registers again (a heartbeat refused, then Register), or the
-  // wait ends.
+  // Every worker of a recorded mesh registers again (a heartbeat refused, then Register) and began
+  // its new incarnation (a heartbeat of it came), or the wait ends.
   std::set<int64_t> needed;
   for (const auto& [name, m] : meshes_recorded_)
     needed.insert(m.worker_ids().begin(), m.worker_ids().end());
   const absl::Time deadline = absl::Now() + wait_;
   while (absl::Now() < deadline) {
     bool all = true;
-    for (int64_t id : needed) all = all && registry_->HeldWhenRecovered(id).has_value();
+    for (int64_t id : needed) {
+      all = all && registry_->HeldWhenRecovered(id).has_value() && registry_->BeganIncarnation(id);
+    }
     if (all) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
@@ -90,6 +119,7 @@ void StateRecovery::Run() {
   }
   // Tensors whose mesh was not recorded (or not recovered) are gone.
   for (const auto& [name, t] : tensors_recorded_) tensors_->DoneRecovering(name);
+  if (then_) then_();
   spdlog::info("recovery from {} done", store_->path());
 }
 
@@ -134,6 +164,7 @@ absl::Status StateRecovery::RestoreMesh(const v1::CreateMeshRequest& record) {
       });
       if (lost.code() == absl::StatusCode::kUnavailable) lost = absl::OkStatus();
     }
+    if (auto cut = cut_short_.find(name); cut != cut_short_.end() && lost.ok()) lost = cut->second;
     if (absl::Status s = tensors_->Restore(tensor, mesh, lost); !s.ok()) {
       spdlog::error("tensor '{}' was not recovered: {}", name, s.ToString());
     }

@@ -1,6 +1,7 @@
 #ifndef TESSERA_SERVER_STATE_RECOVERY_H_
 #define TESSERA_SERVER_STATE_RECOVERY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,7 +24,8 @@ namespace tessera {
 // serving, so that each worker registering again gets its id back and keeps its tensors), then,
 // once the meshes' workers registered again or `wait` passed, each mesh (its communicators formed
 // anew) and its tensors. A tensor a returned worker no longer holds a block of (and no replica
-// does) answers DATA_LOSS; one on a worker that did not return answers as a gone worker's does.
+// does), or whose relayout in place the restart cut short, answers DATA_LOSS; one on a worker that
+// did not return answers as a gone worker's does.
 // While a mesh or tensor is being recovered, its name answers UNAVAILABLE.
 class StateRecovery {
  public:
@@ -42,6 +44,9 @@ class StateRecovery {
   // Reads the records and restores the workers' ids; call before serving. UNAVAILABLE if the store
   // cannot be read, INVALID_ARGUMENT naming a record that cannot be parsed.
   absl::Status Load();
+  // Runs `then` once the meshes and tensors are recovered (modules, which need both); call before
+  // Start.
+  void Then(std::function<void()> then) { then_ = std::move(then); }
   // Recovers the meshes and tensors in the background once the server serves.
   void Start();
   // Waits until every recorded mesh is back (or could not be); for tests and shutdown.
@@ -61,6 +66,9 @@ class StateRecovery {
   const absl::Duration wait_;
   std::map<std::string, v1::CreateMeshRequest> meshes_recorded_;
   std::map<std::string, v1::TensorInfo> tensors_recorded_;
+  // Tensors whose relayout in place the restart cut short, with their DATA_LOSS.
+  std::map<std::string, absl::Status> cut_short_;
+  std::function<void()> then_;
   std::thread thread_;
 };
 

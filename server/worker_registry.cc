@@ -73,6 +73,7 @@ v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
                           request.memory_budget_bytes()};
   e.info = request;
   e.last_heartbeat = absl::Now();
+  e.heartbeat_since_register = false;
   e.used_bytes = 0;
   e.device_allocated_bytes = e.device_free_bytes = e.device_total_bytes = -1;
   e.next_sequence = 1;
@@ -105,6 +106,12 @@ std::optional<std::set<std::string>> WorkerRegistry::HeldWhenRecovered(int64_t i
   return it->second.held_when_recovered;
 }
 
+bool WorkerRegistry::BeganIncarnation(int64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  return it != workers_.end() && it->second.heartbeat_since_register;
+}
+
 absl::Status WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.worker_id());
@@ -117,6 +124,7 @@ absl::Status WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
                      " is stale; current is ", it->second.handle.incarnation));
   }
   it->second.last_heartbeat = absl::Now();
+  it->second.heartbeat_since_register = true;
   it->second.used_bytes = request.used_bytes();
   it->second.device_allocated_bytes = request.device_allocated_bytes();
   it->second.device_free_bytes = request.device_free_bytes();

@@ -59,6 +59,9 @@ class WorkerRegistry {
   // The tensors a restored worker held when it registered again; nullopt while it has not (or was
   // never restored).
   std::optional<std::set<std::string>> HeldWhenRecovered(int64_t id) const;
+  // Whether worker `id` sent a heartbeat of its current incarnation since it registered: it began
+  // that incarnation, so commands for it are not refused as meant for a later one.
+  bool BeganIncarnation(int64_t id) const;
   // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a stale incarnation.
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
 
@@ -101,6 +104,7 @@ class WorkerRegistry {
     int64_t next_sequence = 1;
     std::string unreachable;  // why a call could not reach it since its last heartbeat, if one
     bool awaiting_recovery = false;  // restored from the store, not registered again yet
+    bool heartbeat_since_register = false;
     std::optional<std::set<std::string>> held_when_recovered;
   };
   bool Alive(const Entry& e, absl::Time now) const {

@@ -1,6 +1,8 @@
 // `tessera up` as a launcher: its daemons start with no signal blocked or ignored (it blocks SIGINT
 // and SIGTERM itself), die with it when it is killed with SIGKILL, and it reports a daemon's end:
-// a worker's while serving on, the coordinator's by stopping the workers and exiting nonzero.
+// a worker's while serving on, the coordinator's by restarting it with the same flags and state
+// dir (the workers and their shards stay), or with --no-restart_coordinator by stopping the
+// workers and exiting nonzero.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -8,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,7 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
+#include "tessera/tessera.h"
 
 namespace tessera {
 namespace {
@@ -65,16 +70,21 @@ std::vector<std::pair<pid_t, std::string>> Children(pid_t parent) {
 // `tessera up --workers N` started as a child, its output in a file.
 class UpProcess {
  public:
-  UpProcess(int workers, const std::string& output) : output_(output) {
+  UpProcess(int workers, const std::string& output, std::vector<std::string> flags = {})
+      : output_(output) {
     const std::string binary = TESSERA_CLI_BINARY;
-    const std::string workers_flag = absl::StrCat("--workers=", workers);
+    std::vector<std::string> args = {binary, "up", absl::StrCat("--workers=", workers),
+                                     "--heartbeat_interval=200ms"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     pid_ = fork();
     if (pid_ == 0) {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
-      execl(binary.c_str(), binary.c_str(), "up", workers_flag.c_str(),
-            "--heartbeat_interval=200ms", static_cast<char*>(nullptr));
+      execv(binary.c_str(), argv.data());
       _exit(127);
     }
     close(fd);
@@ -169,8 +179,8 @@ TEST_F(ClusterLauncherTest, DaemonsStartWithNoSignalBlockedAndDieWithTheLauncher
   EXPECT_TRUE(orphans.empty()) << orphans.size() << " daemon(s) outlived the launcher by 5 s";
 }
 
-TEST_F(ClusterLauncherTest, ReportsAWorkersEndAndStopsWhenTheCoordinatorEnds) {
-  UpProcess up(2, dir_ + "/up.out");
+TEST_F(ClusterLauncherTest, ReportsAWorkersEndAndStopsWhenTheCoordinatorEndsWithoutRestarts) {
+  UpProcess up(2, dir_ + "/up.out", {"--no-restart_coordinator"});
   ASSERT_TRUE(up.WaitForOutput(kReady, absl::Seconds(60))) << up.output();
   pid_t coordinator = -1;
   std::vector<pid_t> workers;
@@ -195,6 +205,90 @@ TEST_F(ClusterLauncherTest, ReportsAWorkersEndAndStopsWhenTheCoordinatorEnds) {
   EXPECT_TRUE(absl::StrContains(output, absl::StrCat("the coordinator, pid ", coordinator)))
       << output;
   EXPECT_TRUE(StillRunning({workers[1]}, absl::Seconds(5)).empty()) << output;
+}
+
+// The address `tessera up` printed (its "export TESSERA_COORDINATOR=" line); "" if none.
+std::string PrintedAddress(const std::string& output) {
+  const std::string kExport = "export TESSERA_COORDINATOR=";
+  const size_t at = output.find(kExport);
+  if (at == std::string::npos) return "";
+  const size_t from = at + kExport.size();
+  return output.substr(from, output.find('\n', from) - from);
+}
+
+// With its default flags, `tessera up` restarts a coordinator killed with SIGKILL with the same
+// flags and state dir: the workers keep running (same processes) and their shards, and the cluster
+// serves the tensors it held bit for bit, on the mesh 'world' it made, to a client that connected
+// before. A coordinator that dies again right after its restart stops the launcher.
+TEST_F(ClusterLauncherTest, RestartsAKilledCoordinatorWhichServesTheSameTensors) {
+  UpProcess up(3, dir_ + "/up.out");
+  ASSERT_TRUE(up.WaitForOutput(kReady, absl::Seconds(60))) << up.output();
+  const std::string address = PrintedAddress(up.output());
+  ASSERT_FALSE(address.empty()) << up.output();
+  EXPECT_TRUE(absl::StrContains(up.output(), "/state\n")) << up.output();
+  pid_t coordinator = -1;
+  std::vector<pid_t> workers;
+  for (const auto& [pid, name] : Children(up.pid())) {
+    (name == "tessera-coordinator" ? coordinator : workers.emplace_back()) = pid;
+  }
+  ASSERT_GT(coordinator, 0) << up.output();
+  ASSERT_EQ(workers.size(), 3u) << up.output();
+
+  absl::StatusOr<std::shared_ptr<client::Session>> session = client::Session::Connect(address);
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<client::MeshInfo> world = client::GetMesh(**session, "world");
+  ASSERT_TRUE(world.ok()) << world.status();
+  using P = Placement;
+  std::vector<std::pair<std::string, HostTensor>> kept;
+  std::vector<client::DTensor> handles;
+  uint32_t seed = 1;
+  for (const std::vector<Placement>& placements :
+       std::vector<std::vector<Placement>>{{P::Shard(0)}, {P::Replicate()}, {P::Shard(1)}}) {
+    const std::string name = absl::StrCat("kept", kept.size());
+    HostTensor values = SmallIntegerTensor(DType::kFloat32, {7, 5}, seed++);
+    client::DistributeOptions named;
+    named.name = name;
+    absl::StatusOr<client::DTensor> t =
+        client::DistributeTensor(**session, values, *world, placements, named);
+    ASSERT_TRUE(t.ok()) << t.status();
+    handles.push_back(*std::move(t));
+    kept.emplace_back(name, std::move(values));
+  }
+
+  ASSERT_EQ(kill(coordinator, SIGKILL), 0);
+  ASSERT_TRUE(up.WaitForOutput("coordinator restarted at", absl::Seconds(30))) << up.output();
+  EXPECT_FALSE(up.WaitForExit(absl::Milliseconds(200)).has_value()) << up.output();
+  EXPECT_TRUE(StillRunning(workers, absl::Milliseconds(1)).size() == workers.size())
+      << "a worker ended with the coordinator: " << up.output();
+  for (const auto& [name, values] : kept) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(40);
+    absl::StatusOr<HostTensor> back = absl::UnavailableError("not read yet");
+    while (!back.ok() && back.status().code() == absl::StatusCode::kUnavailable &&
+           absl::Now() < deadline) {
+      absl::StatusOr<client::DTensor> t = client::GetTensor(**session, name);
+      back = t.ok() ? t->FullTensor() : absl::StatusOr<HostTensor>(t.status());
+      if (!back.ok()) absl::SleepFor(absl::Milliseconds(200));
+    }
+    ASSERT_TRUE(back.ok()) << name << ": " << back.status() << "\n" << up.output();
+    EXPECT_EQ(back->nbytes(), values.nbytes());
+    EXPECT_EQ(std::memcmp(back->data(), values.data(), values.nbytes()), 0) << name;
+  }
+  pid_t restarted = -1;
+  for (const auto& [pid, name] : Children(up.pid())) {
+    if (name == "tessera-coordinator") restarted = pid;
+  }
+  ASSERT_GT(restarted, 0) << up.output();
+  EXPECT_NE(restarted, coordinator);
+
+  // Killed again at once: not restarted a second time; the launcher stops with everything.
+  handles.clear();
+  session->reset();
+  ASSERT_EQ(kill(restarted, SIGKILL), 0);
+  const std::optional<int> status = up.WaitForExit(absl::Seconds(10));
+  ASSERT_TRUE(status.has_value()) << up.output();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0) << "wait status " << *status;
+  EXPECT_TRUE(absl::StrContains(up.output(), "is not restarted again")) << up.output();
+  EXPECT_TRUE(StillRunning(workers, absl::Seconds(5)).empty()) << up.output();
 }
 
 }  // namespace

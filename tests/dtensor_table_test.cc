@@ -1,9 +1,15 @@
 #include "server/dtensor_table.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "server/state_store.h"
 
 namespace tessera {
 namespace {
@@ -185,6 +191,61 @@ TEST(DTensorTableTest, RelayoutKeepsTheNameAndMovesTheBytesInTheLedger) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ((*back)->write, (*t)->write);
   EXPECT_EQ(f.ledger.Held(f.mesh->mesh.ranks()[0]), 32);
+}
+
+// A relayout in place with a store: the new spec is recorded as an intent before anything moves,
+// and erased once the new layout is recorded, when the relayout is undone, or when the workers'
+// budgets refuse it.
+TEST(DTensorTableTest, RelayoutRecordsItsIntentUntilTheNewLayoutIsRecorded) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/relayout_intent_", ::getpid());
+  std::filesystem::remove_all(dir);
+  absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto intents = [&] { return (*store)->Load("relayout").value(); };
+  auto recorded = [&](const std::string& name) {
+    v1::TensorInfo info;
+    EXPECT_TRUE(info.ParseFromString((*store)->Load("tensor").value().at(name)));
+    return *FromProto(info.meta());
+  };
+  Fixture f(40);
+  f.table.RecordIn(store->get());
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> t = f.table.Add("w", f.mesh, f.Sharded(8), "o");
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(f.table.FinishWrite(**t).ok());
+  EXPECT_TRUE(intents().empty());
+  DTensorSpec replicated = f.Sharded(8);
+  replicated.placements = {Placement::Replicate()};
+
+  // Recorded before anything is posted; the tensor's record keeps the old layout meanwhile.
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> relaid = f.table.Relayout(**t, replicated);
+  ASSERT_TRUE(relaid.ok()) << relaid.status();
+  ASSERT_EQ(intents().size(), 1u);
+  v1::TensorInfo intent;
+  ASSERT_TRUE(intent.ParseFromString(intents().at("w")));
+  EXPECT_EQ(FromProto(intent.meta())->placements, replicated.placements);
+  EXPECT_EQ(recorded("w").placements, (*t)->spec.placements);
+  // Undone: the old layout is what the workers hold; no intent stays.
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> back =
+      f.table.Relayout(**relaid, (*t)->spec, (*t)->write);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(intents().empty());
+
+  // Written: the record takes the new layout and the intent goes.
+  relaid = f.table.Relayout(**back, replicated);
+  ASSERT_TRUE(relaid.ok()) << relaid.status();
+  EXPECT_EQ(intents().size(), 1u);
+  ASSERT_TRUE(f.table.FinishWrite(**relaid).ok());
+  EXPECT_TRUE(intents().empty());
+  EXPECT_EQ(recorded("w").placements, replicated.placements);
+
+  // Refused by the budgets ([16] replicated is 64 bytes of 40): nothing recorded.
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> big = f.table.Add("big", f.mesh, f.Sharded(2), "");
+  ASSERT_TRUE(big.ok());
+  DTensorSpec too_big = *MakeDTensorSpec(f.mesh->mesh, {Placement::Replicate()}, {2},
+                                         DType::kFloat64);  // 16 bytes each, 32 + 16 > 40
+  EXPECT_EQ(f.table.Relayout(**big, too_big).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(intents().empty());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(DTensorTableTest, AwaitWritesNamesTheFailedOrPendingTensor) {
