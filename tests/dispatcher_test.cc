@@ -548,5 +548,48 @@ TEST(DispatcherTest, AFailureWhileAPeerDiedNamesTheDeadPeer) {
   EXPECT_EQ(status.message().find("connection reset"), absl::string_view::npos) << status;
 }
 
+// Every post fails UNAVAILABLE on live workers (a survivor's I/O error), so each post's completion
+// probes its workers before it answers. Those completions arrive at once on gRPC's callback threads
+// (two on a 2-core machine, at most 16), the same threads the probes' replies need: a completion
+// that waited there for its probe took one of them, and once all of them waited no reply could
+// ever arrive; every later batch completion queued behind them, so commands already given their
+// sequence were never sent, and each worker's order stalled at them. Probing never blocks a
+// callback thread now. Parameter: workers per post.
+class ProbingCompletionsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ProbingCompletionsTest, ManyAtOnceAllFinish) {
+  constexpr int kWorkers = 16;  // one post each: more posts than callback threads anywhere
+  const int per_post = GetParam();
+  FakeCluster cluster(SharedFakeWorkers(kWorkers));
+  std::vector<WorkerHandle> handles;
+  for (int64_t id = 0; id < kWorkers; ++id) {
+    handles.push_back(cluster.registry().Get(id).value());
+    cluster.worker(id).FailCommands(testing::AnyCommand(),
+                                    absl::UnavailableError("gloo: connection reset by peer"));
+  }
+  Outcomes outcomes;
+  for (int i = 0; i < kWorkers; ++i) {
+    std::vector<WorkerHandle> workers;
+    for (int k = 0; k < per_post; ++k) workers.push_back(handles[(i + k) % kWorkers]);
+    cluster.dispatcher().Post(workers, LabeledCommand(absl::StrCat("op", i)), absl::Seconds(10),
+                              outcomes.For(absl::StrCat("op", i)));
+  }
+  ASSERT_TRUE(outcomes.WaitFor(kWorkers, absl::Seconds(20)))
+      << outcomes.count() << " of " << kWorkers << " posts finished";
+  for (int i = 0; i < kWorkers; ++i) {
+    const absl::Status status = outcomes.Of(absl::StrCat("op", i))->status;
+    EXPECT_TRUE(StatusIs(status, absl::StatusCode::kUnavailable,
+                         {absl::StrCat("worker ", i, " at "), "connection reset"}))
+        << "op" << i;
+  }
+  // The dispatcher still works: the next commands reach every worker.
+  for (int64_t id = 0; id < kWorkers; ++id) cluster.worker(id).Reset();
+  std::vector<int64_t> ids;
+  for (int64_t id = 0; id < kWorkers; ++id) ids.push_back(id);
+  EXPECT_TRUE(cluster.dispatcher().Run(ids, LabeledCommand("after"), absl::Seconds(10)).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(WorkersPerPost, ProbingCompletionsTest, ::testing::Values(1, 2));
+
 }  // namespace
 }  // namespace tessera
