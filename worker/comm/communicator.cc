@@ -136,9 +136,12 @@ absl::Status Communicator::Begin(absl::string_view op, const Timeout& timeout,
 
 absl::Status Communicator::Finish(absl::string_view op, absl::Status status) {
   if (status.ok() || absl::IsInvalidArgument(status)) return status;
-  return MarkBroken(
+  const bool was_healthy = Health().ok();
+  absl::Status cause = MarkBroken(
       absl::Status(status.code(), absl::StrFormat("%s on rank %d of %d (%s): %s", op, rank_, size_,
                                                   backend(), status.message())));
+  if (was_healthy) Disconnect();
+  return cause;
 }
 
 absl::Status Communicator::Timed(absl::string_view op, int64_t bytes,
