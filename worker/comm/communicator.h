@@ -57,6 +57,9 @@ class Communicator {
 
   // OK while usable; FAILED_PRECONDITION naming the failure that broke it.
   absl::Status Health() const;
+  // Breaks the communicator by `cause` as a failed call would, closing its connections (a no-op
+  // if already broken): for another communicator of the same mesh that broke. Between calls only.
+  void Break(absl::Status cause);
 
   using Timeout = std::optional<absl::Duration>;
 
