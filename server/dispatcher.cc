@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -319,17 +320,22 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
         }
         // A command the worker answered has spent its sequence (one it refused for waiting past its
         // deadline counts as released there); the rest of a failed batch may never have reached
-        // it, and are released in one call.
-        std::vector<int64_t> unused;
+        // it, and are released in one call per incarnation, each under its own (the batch went
+        // with the handle of the last post queued, which may be of another incarnation).
+        std::map<int64_t, std::pair<WorkerHandle, std::vector<int64_t>>> unused;
         for (size_t i = 0; i < call->items.size(); ++i) {
           SequenceLease& lease = call->items[i].lease;
           if (s.ok() && i < static_cast<size_t>(call->reply.results_size())) {
             lease.MarkUsed();
           } else if (lease.held()) {
-            unused.push_back(lease.TakeForRelease());
+            auto& [handle, sequences] = unused[lease.worker().incarnation];
+            handle = lease.worker();
+            sequences.push_back(lease.TakeForRelease());
           }
         }
-        Release(worker, std::move(unused));
+        for (auto& [incarnation, release] : unused) {
+          Release(release.first, std::move(release.second));
+        }
         for (size_t i = 0; i < call->items.size(); ++i) {
           Queued& q = call->items[i];
           if (!s.ok() || i >= static_cast<size_t>(call->reply.results_size())) {

@@ -548,6 +548,48 @@ TEST(DispatcherTest, AFailureWhileAPeerDiedNamesTheDeadPeer) {
   EXPECT_EQ(status.message().find("connection reset"), absl::string_view::npos) << status;
 }
 
+// A worker restarted (registered again) while a batch of its old incarnation was in flight; a post
+// for the new incarnation and then one made with a handle of the old queued behind it, so the next
+// batch goes with the old handle. That batch fails (its deadline passes): the new incarnation's
+// unused sequence must be released under the new incarnation, which the worker serves. Released
+// under the batch's old handle, the worker refused it as stale and the new order stalled at it.
+TEST(DispatcherTest, AFailedBatchReleasesEachSequenceUnderItsOwnIncarnation) {
+  FakeCluster cluster(SharedFakeWorkers(1));
+  FakeWorker& w = cluster.worker(0);
+  const WorkerHandle old = cluster.registry().Get(0).value();
+  w.HoldCommands(HasLabel("first"));
+  Outcomes outcomes;
+  cluster.dispatcher().Post({old}, LabeledCommand("first"), absl::Seconds(10),
+                            outcomes.For("first"));
+  ASSERT_TRUE(w.WaitForCommands(1));
+  w.RegisterWith(cluster.registry());
+  const WorkerHandle now = cluster.registry().Get(0).value();
+  ASSERT_NE(now.incarnation, old.incarnation);
+  w.DelayCommands(HasLabel("second"), absl::Seconds(3));
+  cluster.dispatcher().Post({now}, LabeledCommand("second"), absl::Seconds(1),
+                            outcomes.For("second"));
+  cluster.dispatcher().Post({old}, LabeledCommand("stale"), absl::Seconds(1),
+                            outcomes.For("stale"));
+  w.ReleaseHeld();
+  ASSERT_TRUE(outcomes.WaitFor(3));
+  EXPECT_EQ(outcomes.Of("second")->status.code(), absl::StatusCode::kDeadlineExceeded)
+      << outcomes.Of("second")->status;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  bool released_as_new = false, released_as_old = false;
+  while (!released_as_new && absl::Now() < deadline) {
+    for (const v1::ReleaseRequest& r : w.release_requests()) {
+      const bool has_one = std::count(r.sequences().begin(), r.sequences().end(), 1) > 0;
+      released_as_new = released_as_new || (has_one && r.incarnation() == now.incarnation);
+      released_as_old = released_as_old || (has_one && r.incarnation() == old.incarnation);
+    }
+    if (!released_as_new) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(released_as_new) << "sequence 1 of incarnation " << now.incarnation
+                               << " was not released under it";
+  EXPECT_FALSE(released_as_old) << "sequence 1 of incarnation " << now.incarnation
+                                << " was released under the old incarnation " << old.incarnation;
+}
+
 // Every post fails UNAVAILABLE on live workers (a survivor's I/O error), so each post's completion
 // probes its workers before it answers. Those completions arrive at once on gRPC's callback threads
 // (two on a 2-core machine, at most 16), the same threads the probes' replies need: a completion
