@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "proto/command_label.h"
 #include "proto/grpc_status.h"
@@ -224,8 +224,7 @@ void Dispatcher::Release(const WorkerHandle& worker, std::vector<int64_t> sequen
         // A stale incarnation has no use for the numbers; any other failure leaves a gap.
         if (s.ok() || s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) return;
         spdlog::error("{} (releasing command sequences {}; its later commands wait for them)",
-                      std::string(WorkerError(id, address, s).message()),
-                      call->request.ShortDebugString());
+                      WorkerError(id, address, s).ToString(), call->request.ShortDebugString());
       });
 }
 
@@ -361,17 +360,22 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
         }
         // A command the worker answered has spent its sequence (one it refused for waiting past its
         // deadline counts as released there); the rest of a failed batch may never have reached
-        // it, and are released in one call.
-        std::vector<int64_t> unused;
+        // it, and are released in one call per incarnation, each under its own (the batch went
+        // with the handle of the last post queued, which may be of another incarnation).
+        std::map<int64_t, std::pair<WorkerHandle, std::vector<int64_t>>> unused;
         for (size_t i = 0; i < call->items.size(); ++i) {
           SequenceLease& lease = call->items[i].lease;
           if (s.ok() && i < static_cast<size_t>(call->reply.results_size())) {
             lease.MarkUsed();
           } else if (lease.held()) {
-            unused.push_back(lease.TakeForRelease());
+            auto& [handle, sequences] = unused[lease.worker().incarnation];
+            handle = lease.worker();
+            sequences.push_back(lease.TakeForRelease());
           }
         }
-        Release(worker, std::move(unused));
+        for (auto& [incarnation, release] : unused) {
+          Release(release.first, std::move(release.second));
+        }
         for (size_t i = 0; i < call->items.size(); ++i) {
           Queued& q = call->items[i];
           if (!s.ok() || i >= static_cast<size_t>(call->reply.results_size())) {
@@ -401,7 +405,23 @@ void Dispatcher::Complete(const std::shared_ptr<PostState>& post, size_t index, 
   post->statuses[index] = std::move(status);
   post->replies[index] = std::move(reply);
   if (post->pending.fetch_sub(1) != 1) return;
-  absl::Status combined = Combine(post->workers, post->statuses);
+  bool probe = false;
+  absl::Status combined = Combine(post->workers, post->statuses, &probe);
+  if (!probe) {
+    Finish(post, std::move(combined));
+    return;
+  }
+  // This runs on one of gRPC's few callback threads, which the probes' replies need too: it must
+  // not wait for them here (once every such thread waited, no reply could arrive).
+  Probe(post->workers, [this, post, combined = std::move(combined)]() mutable {
+    if (absl::Status gone = registry_->CheckAlive(Ids(post->workers)); !gone.ok()) {
+      combined = std::move(gone);
+    }
+    Finish(post, std::move(combined));
+  });
+}
+
+void Dispatcher::Finish(const std::shared_ptr<PostState>& post, absl::Status combined) {
   {
     absl::MutexLock lock(&mu_);
     --in_flight_;
@@ -413,7 +433,8 @@ void Dispatcher::Complete(const std::shared_ptr<PostState>& post, size_t index, 
 }
 
 absl::Status Dispatcher::Combine(const std::vector<WorkerHandle>& workers,
-                                 const std::vector<absl::Status>& statuses) const {
+                                 const std::vector<absl::Status>& statuses, bool* probe) const {
+  *probe = false;
   absl::Status worst;
   for (size_t i = 0; i < statuses.size(); ++i) {
     if (statuses[i].ok()) continue;
@@ -427,35 +448,41 @@ absl::Status Dispatcher::Combine(const std::vector<WorkerHandle>& workers,
   // command before this one): the answer is the worker that is gone, named alone. A survivor's
   // I/O error with no worker known to be gone yet: ask them all whether they are there.
   if (absl::Status gone = registry_->CheckAlive(Ids(workers)); !gone.ok()) return gone;
-  if (worst.code() == absl::StatusCode::kUnavailable) {
-    Probe(workers);
-    if (absl::Status gone = registry_->CheckAlive(Ids(workers)); !gone.ok()) return gone;
-  }
+  *probe = worst.code() == absl::StatusCode::kUnavailable;
   return worst;
 }
 
 void Dispatcher::Probe(const std::vector<WorkerHandle>& workers) const {
+  absl::Notification probed;
+  Probe(workers, [&probed] { probed.Notify(); });
+  probed.WaitForNotification();
+}
+
+void Dispatcher::Probe(const std::vector<WorkerHandle>& workers, std::function<void()> then) const {
+  if (workers.empty()) {
+    then();
+    return;
+  }
   struct Call {
     grpc::ClientContext context;
     v1::CommandBatch request;
     v1::CommandBatchReply reply;
   };
-  std::vector<std::shared_ptr<Call>> calls;
-  absl::BlockingCounter replies(static_cast<int>(workers.size()));
+  auto remaining = std::make_shared<std::atomic<size_t>>(workers.size());
+  auto last = std::make_shared<std::function<void()>>(std::move(then));
   for (const WorkerHandle& w : workers) {
     auto call = std::make_shared<Call>();
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + kProbeTimeout));
     Authorize(&call->context);
-    w.stub->async()->ExecuteBatch(
-        &call->context, &call->request, &call->reply, [this, call, w, &replies](grpc::Status s) {
-          if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-            registry_->MarkUnreachable(w.id, w.incarnation, s.error_message());
-          }
-          replies.DecrementCount();
-        });
-    calls.push_back(std::move(call));
+    w.stub->async()->ExecuteBatch(&call->context, &call->request, &call->reply,
+                                  [this, call, w, remaining, last](grpc::Status s) {
+                                    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+                                      registry_->MarkUnreachable(w.id, w.incarnation,
+                                                                 s.error_message());
+                                    }
+                                    if (remaining->fetch_sub(1) == 1) (*last)();
+                                  });
   }
-  replies.Wait();
 }
 
 }  // namespace tessera

@@ -84,8 +84,12 @@ class Dispatcher {
   void ObserveBroken(BrokenObserver observer) { observe_broken_ = std::move(observer); }
 
   // Calls each of `workers` with an empty batch; those the call cannot reach are marked
-  // unreachable in the registry. Returns when all answered or kProbeTimeout passed.
+  // unreachable in the registry. Returns when all answered or kProbeTimeout passed. Never call it
+  // on a gRPC callback thread (a post's `done`): the replies need those threads.
   void Probe(const std::vector<WorkerHandle>& workers) const;
+  // Probe without waiting: `then` runs once every probe answered or timed out, on a gRPC callback
+  // thread (at once, here, when `workers` is empty).
+  void Probe(const std::vector<WorkerHandle>& workers, std::function<void()> then) const;
   static constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
 
   // Attaches the cluster secret to a call to a worker.
@@ -131,13 +135,17 @@ class Dispatcher {
   Batches TakeReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `batch` to `worker` as one ExecuteBatch call.
   void Send(WorkerHandle worker, std::vector<Queued> batch);
-  // Records one worker's outcome of a post; the last one runs the post's `done`.
+  // Records one worker's outcome of a post; the last one runs the post's `done` (after probing
+  // the workers, without blocking, when Combine asks for it).
   void Complete(const std::shared_ptr<PostState>& post, size_t index, absl::Status status,
                 v1::CommandReply reply);
+  // Runs the post's `done` with `combined`.
+  void Finish(const std::shared_ptr<PostState>& post, absl::Status combined);
   // The most telling error among the outcomes, naming the worker: a dead one alone, whatever its
-  // peers reported.
+  // peers reported. Sets *probe when it is a survivor's I/O error with no worker known to be gone:
+  // the workers are then probed, and a gone one named instead.
   absl::Status Combine(const std::vector<WorkerHandle>& workers,
-                       const std::vector<absl::Status>& statuses) const;
+                       const std::vector<absl::Status>& statuses, bool* probe) const;
   // Every kWatchPeriod, cancels the calls in flight to workers the registry no longer counts
   // alive (a paused or partitioned worker), so that their commands fail once the worker is
   // declared dead rather than at their deadline.

@@ -132,8 +132,11 @@ TEST_P(ClusterReformCaseTest, BrokenMeshShowsBrokenAndWorksAgainAfterTheReform) 
   ASSERT_EQ(kill(stalled, SIGSTOP), 0);
   absl::StatusOr<client::Work> started =
       client().StartCollective(AllReduceSum(name, "x", "y", c.mesh_dim));
-  // Broken as soon as one of them reports it, while the stalled worker has not even replied.
-  absl::StatusOr<client::MeshInfo> broken = AwaitReady(client(), name, false, absl::Seconds(5));
+  // Broken as soon as one of them reports it, while the stalled worker has not even replied (it
+  // cannot while stopped, so waiting longer does not let anything else make the mesh broken). The
+  // report comes a collective timeout (1 s) after the start; the rest is allowance for a loaded
+  // 2-core machine (5 s was missed there a few times, with nothing else able to break the mesh).
+  absl::StatusOr<client::MeshInfo> broken = AwaitReady(client(), name, false, absl::Seconds(20));
   absl::StatusOr<std::vector<client::MeshInfo>> listed = client().ListMeshes();
   const absl::Status refused = client().RunCollective(AllReduceSum(name, "kept", "k2")).status();
   ASSERT_EQ(kill(stalled, SIGCONT), 0);  // before any ASSERT can leave it stopped

@@ -386,6 +386,68 @@ INSTANTIATE_TEST_SUITE_P(Cases, ReformTest,
                                                    : absl::StrCat(info.param.mesh_dim));
                          });
 
+// --- One broken communicator breaks the mesh's others on that worker ---
+
+// Position 0 of a 2x2 mesh is alone in a barrier on `broken_dim` (-1: the whole mesh) and times
+// out; `waiter`, which shares position 0's group along `waiter_dim` but not along `broken_dim`,
+// enters a barrier there 3 s after position 0 started. Position 0 breaks all its communicators of
+// the mesh when one breaks, closing their connections, so the waiter fails at once (UNAVAILABLE,
+// about 1 s after it started) instead of at its own timeout (DEADLINE_EXCEEDED after 4 s): in the
+// soak, a worker whose redistribute failed on the dead worker's dim left its peer waiting 10 s in
+// the next step, on another dim, and the two then reached the next mesh's collectives apart.
+struct WholeMeshCase {
+  int broken_dim;
+  int64_t waiter;
+  int waiter_dim;
+};
+
+class WholeMeshBreakTest : public ::testing::TestWithParam<WholeMeshCase> {};
+
+TEST_P(WholeMeshBreakTest, PeersInTheMeshsOtherGroupsFailAtOnce) {
+  const WholeMeshCase& c = GetParam();
+  constexpr absl::Duration kMeshTimeout = absl::Seconds(4);
+  constexpr absl::Duration kWaiterDelay = absl::Seconds(3);
+  const DeviceMesh mesh = DeviceMesh::Create(testing::TestDevice(), {2, 2}, {}).value();
+  if (testing::TestDevice() != "cpu") GTEST_SKIP() << "NCCL communicators have no connections";
+  ExecutorMesh workers;
+  ASSERT_TRUE(workers.Start(mesh, std::vector<int64_t>(mesh.size(), kBudget), kMeshTimeout));
+  auto barrier = [](int dim) {
+    return [dim](int64_t) {
+      v1::Command command;
+      v1::RunCollective* r = command.mutable_collective();
+      r->set_mesh_id(kMeshId);
+      r->set_mesh_dim(dim);
+      r->set_op(v1::BARRIER);
+      return command;
+    };
+  };
+  Outcome alone, waited;
+  absl::Duration waiter_took;
+  std::thread breaker([&] { alone = workers.OnEveryWorker(barrier(c.broken_dim), {0})[0]; });
+  std::thread waiter([&] {
+    absl::SleepFor(kWaiterDelay);
+    const absl::Time start = absl::Now();
+    waited = workers.OnEveryWorker(barrier(c.waiter_dim), {c.waiter})[c.waiter];
+    waiter_took = absl::Now() - start;
+  });
+  breaker.join();
+  waiter.join();
+  EXPECT_EQ(alone.status.code(), absl::StatusCode::kDeadlineExceeded) << alone.status;
+  EXPECT_EQ(waited.status.code(), absl::StatusCode::kUnavailable) << waited.status;
+  EXPECT_LT(waiter_took, kMeshTimeout - kWaiterDelay + absl::Seconds(2));
+  EXPECT_TRUE(waited.reply.has_broken());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, WholeMeshBreakTest,
+    ::testing::Values(WholeMeshCase{0, 1, 1}, WholeMeshCase{1, 2, 0}, WholeMeshCase{-1, 1, 1}),
+    [](const ::testing::TestParamInfo<WholeMeshCase>& info) {
+      return absl::StrCat("broken_",
+                          info.param.broken_dim < 0 ? std::string("all")
+                                                    : absl::StrCat("dim", info.param.broken_dim),
+                          "_waiter", info.param.waiter, "_dim", info.param.waiter_dim);
+    });
+
 // --- FillTensor ---
 
 // rand with a range gives the draws of plain rand moved from [0, 1) into [low, high), as torch's

@@ -878,6 +878,62 @@ TEST_P(TransportOnlyTest, CreateRejectsBadSettings) {
 INSTANTIATE_TEST_SUITE_P(Transports, TransportOnlyTest, ::testing::ValuesIn(Transports()),
                          [](const auto& info) { return info.param; });
 
+// How rank 0 breaks its communicator in BrokenRankTest, on an I/O error from the gone last rank: a
+// receive from it, or a send to it.
+enum class Breaker { kRecvFromGoneRank, kSendToGoneRank };
+
+// Gloo only (NCCL has no connections of its own to close): a group whose last rank is gone (a
+// killed worker: its sockets closed) and whose rank 0 breaks its communicator on that, while every
+// other rank waits on rank 0 with a long timeout. Rank 0 closes its connections when it breaks, so
+// they fail at once, not at their own timeout (before, a worker of a mesh with a dead member waited
+// out a whole Gloo timeout on a peer that had already failed and moved on, and reached its next
+// mesh's collectives that much later than its peers, which then timed out waiting for it).
+class BrokenRankTest : public ::testing::TestWithParam<std::tuple<int, Breaker>> {};
+
+TEST_P(BrokenRankTest, PeersWaitingOnABrokenRankFailAtOnce) {
+  const auto [size, breaker] = GetParam();
+  const Transport& gloo = *AllTransports().at("gloo");
+  auto comms = Connect(gloo, size, absl::StrCat("broken/", size, "/", static_cast<int>(breaker)),
+                       absl::Seconds(5));
+  ASSERT_EQ(comms.size(), static_cast<size_t>(size));
+  for (const auto& c : comms) ASSERT_NE(c, nullptr);
+  constexpr absl::Duration kWaiterTimeout = absl::Seconds(30);
+  const int gone = size - 1;
+  comms[gone].reset();
+  std::vector<absl::Duration> took(gone);
+  const auto statuses = OnEveryRank(gloo, gone, [&](int r) {
+    auto value = gloo.Copy(Values(DType::kInt32, 16, r, 21));
+    const absl::Time start = absl::Now();
+    absl::Status s;
+    if (r > 0) {
+      s = comms[r]->Recv(value->get(), 16, DType::kInt32, 0, 5, kWaiterTimeout);
+    } else if (breaker == Breaker::kRecvFromGoneRank) {
+      s = comms[0]->Recv(value->get(), 16, DType::kInt32, gone, 5, kWaiterTimeout);
+    } else {
+      s = comms[0]->Send(value->get(), 16, DType::kInt32, gone, 5, kWaiterTimeout);
+    }
+    took[r] = absl::Now() - start;
+    return s;
+  });
+  for (int r = 0; r < gone; ++r) {
+    EXPECT_EQ(statuses[r].code(), absl::StatusCode::kUnavailable)
+        << "rank " << r << ": " << statuses[r];
+    EXPECT_LT(took[r], gloo.failure_slack()) << "rank " << r;
+    EXPECT_EQ(comms[r]->Health().code(), absl::StatusCode::kFailedPrecondition) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SizesAndBreakers, BrokenRankTest,
+                         ::testing::Combine(::testing::Values(3, 4),
+                                            ::testing::Values(Breaker::kRecvFromGoneRank,
+                                                              Breaker::kSendToGoneRank)),
+                         [](const auto& info) {
+                           return absl::StrCat("ranks", std::get<0>(info.param),
+                                               std::get<1>(info.param) == Breaker::kRecvFromGoneRank
+                                                   ? "_recv_from_gone"
+                                                   : "_send_to_gone");
+                         });
+
 // Gloo only: the host to bind is Gloo's setting; NCCL picks its own network.
 TEST(GlooCommunicatorTest, CreateRejectsAnUnresolvableHost) {
   CommunicatorOptions options;

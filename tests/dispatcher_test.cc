@@ -548,5 +548,90 @@ TEST(DispatcherTest, AFailureWhileAPeerDiedNamesTheDeadPeer) {
   EXPECT_EQ(status.message().find("connection reset"), absl::string_view::npos) << status;
 }
 
+// A worker restarted (registered again) while a batch of its old incarnation was in flight; a post
+// for the new incarnation and then one made with a handle of the old queued behind it, so the next
+// batch goes with the old handle. That batch fails (its deadline passes): the new incarnation's
+// unused sequence must be released under the new incarnation, which the worker serves. Released
+// under the batch's old handle, the worker refused it as stale and the new order stalled at it.
+TEST(DispatcherTest, AFailedBatchReleasesEachSequenceUnderItsOwnIncarnation) {
+  FakeCluster cluster(SharedFakeWorkers(1));
+  FakeWorker& w = cluster.worker(0);
+  const WorkerHandle old = cluster.registry().Get(0).value();
+  w.HoldCommands(HasLabel("first"));
+  Outcomes outcomes;
+  cluster.dispatcher().Post({old}, LabeledCommand("first"), absl::Seconds(10),
+                            outcomes.For("first"));
+  ASSERT_TRUE(w.WaitForCommands(1));
+  w.RegisterWith(cluster.registry());
+  const WorkerHandle now = cluster.registry().Get(0).value();
+  ASSERT_NE(now.incarnation, old.incarnation);
+  w.DelayCommands(HasLabel("second"), absl::Seconds(3));
+  cluster.dispatcher().Post({now}, LabeledCommand("second"), absl::Seconds(1),
+                            outcomes.For("second"));
+  cluster.dispatcher().Post({old}, LabeledCommand("stale"), absl::Seconds(1),
+                            outcomes.For("stale"));
+  w.ReleaseHeld();
+  ASSERT_TRUE(outcomes.WaitFor(3));
+  EXPECT_EQ(outcomes.Of("second")->status.code(), absl::StatusCode::kDeadlineExceeded)
+      << outcomes.Of("second")->status;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  bool released_as_new = false, released_as_old = false;
+  while (!released_as_new && absl::Now() < deadline) {
+    for (const v1::ReleaseRequest& r : w.release_requests()) {
+      const bool has_one = std::count(r.sequences().begin(), r.sequences().end(), 1) > 0;
+      released_as_new = released_as_new || (has_one && r.incarnation() == now.incarnation);
+      released_as_old = released_as_old || (has_one && r.incarnation() == old.incarnation);
+    }
+    if (!released_as_new) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(released_as_new) << "sequence 1 of incarnation " << now.incarnation
+                               << " was not released under it";
+  EXPECT_FALSE(released_as_old) << "sequence 1 of incarnation " << now.incarnation
+                                << " was released under the old incarnation " << old.incarnation;
+}
+
+// Every post fails UNAVAILABLE on live workers (a survivor's I/O error), so each post's completion
+// probes its workers before it answers. Those completions arrive at once on gRPC's callback threads
+// (two on a 2-core machine, at most 16), the same threads the probes' replies need: a completion
+// that waited there for its probe took one of them, and once all of them waited no reply could
+// ever arrive; every later batch completion queued behind them, so commands already given their
+// sequence were never sent, and each worker's order stalled at them. Probing never blocks a
+// callback thread now. Parameter: workers per post.
+class ProbingCompletionsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ProbingCompletionsTest, ManyAtOnceAllFinish) {
+  constexpr int kWorkers = 16;  // one post each: more posts than callback threads anywhere
+  const int per_post = GetParam();
+  FakeCluster cluster(SharedFakeWorkers(kWorkers));
+  std::vector<WorkerHandle> handles;
+  for (int64_t id = 0; id < kWorkers; ++id) {
+    handles.push_back(cluster.registry().Get(id).value());
+    cluster.worker(id).FailCommands(testing::AnyCommand(),
+                                    absl::UnavailableError("gloo: connection reset by peer"));
+  }
+  Outcomes outcomes;
+  for (int i = 0; i < kWorkers; ++i) {
+    std::vector<WorkerHandle> workers;
+    for (int k = 0; k < per_post; ++k) workers.push_back(handles[(i + k) % kWorkers]);
+    cluster.dispatcher().Post(workers, LabeledCommand(absl::StrCat("op", i)), absl::Seconds(10),
+                              outcomes.For(absl::StrCat("op", i)));
+  }
+  ASSERT_TRUE(outcomes.WaitFor(kWorkers, absl::Seconds(20)))
+      << outcomes.count() << " of " << kWorkers << " posts finished";
+  for (int i = 0; i < kWorkers; ++i) {
+    const absl::Status status = outcomes.Of(absl::StrCat("op", i))->status;
+    EXPECT_TRUE(StatusIs(status, absl::StatusCode::kUnavailable,
+                         {absl::StrCat("worker ", i, " at "), "connection reset"}))
+        << "op" << i;
+  }
+  // The dispatcher still works: the next commands reach every worker.
+  for (int64_t id = 0; id < kWorkers; ++id) cluster.worker(id).Reset();
+  std::vector<int64_t> ids;
+  for (int64_t id = 0; id < kWorkers; ++id) ids.push_back(id);
+  EXPECT_TRUE(cluster.dispatcher().Run(ids, LabeledCommand("after"), absl::Seconds(10)).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(WorkersPerPost, ProbingCompletionsTest, ::testing::Values(1, 2));
+
 }  // namespace
 }  // namespace tessera

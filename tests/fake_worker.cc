@@ -78,6 +78,7 @@ void FakeWorker::Reset() {
   commands_received_ = 0;
   uploads_.clear();
   downloads_.clear();
+  release_requests_.clear();
   secrets_.clear();
 }
 
@@ -277,6 +278,19 @@ grpc::Status FakeWorker::Upload(grpc::ServerContext* context,
         absl::StrCat("upload of '", name, "' ended after ", got, " of the ", want, " bytes"));
   }
   reply->set_bytes(static_cast<int64_t>(got));
+  return grpc::Status::OK;
+}
+
+std::vector<v1::ReleaseRequest> FakeWorker::release_requests() const {
+  absl::MutexLock lock(&mu_);
+  return release_requests_;
+}
+
+grpc::Status FakeWorker::Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
+                                 v1::ReleaseReply*) {
+  absl::MutexLock lock(&mu_);
+  RecordSecret(*context);
+  release_requests_.push_back(*request);
   return grpc::Status::OK;
 }
 

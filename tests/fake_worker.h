@@ -100,6 +100,8 @@ class FakeWorker final : public v1::Worker::Service {
   std::vector<ReceivedUpload> uploads() const;
   // Every Download request, in arrival order.
   std::vector<v1::DownloadRequest> downloads() const;
+  // Every Release request (sequences the coordinator will not use), in arrival order.
+  std::vector<v1::ReleaseRequest> release_requests() const;
   // The cluster secret every call carried, in arrival order.
   std::vector<std::string> secrets() const;
   // The tensor stored as `name`, if any.
@@ -113,6 +115,8 @@ class FakeWorker final : public v1::Worker::Service {
                             v1::CommandBatchReply* reply) override;
   grpc::Status Upload(grpc::ServerContext* context, grpc::ServerReader<v1::TensorChunk>* reader,
                       v1::UploadReply* reply) override;
+  grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
+                       v1::ReleaseReply* reply) override;
   grpc::Status Download(grpc::ServerContext* context, const v1::DownloadRequest* request,
                         grpc::ServerWriter<v1::TensorChunk>* writer) override;
 
@@ -143,6 +147,7 @@ class FakeWorker final : public v1::Worker::Service {
   size_t commands_received_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ReceivedUpload> uploads_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::DownloadRequest> downloads_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::ReleaseRequest> release_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> secrets_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -67,8 +67,22 @@ absl::Status CommandExecutor::Execute(const v1::Command& command, v1::CommandRep
   // Work the command queued on the device (CUDA) has finished, or its failure is this command's.
   if (absl::Status done = kernels_.Synchronize(); status.ok() && !done.ok()) status = done;
   reply->set_used_bytes(store_->used_bytes());
+  BreakWholeMesh(MeshOf(command));
   ReportBroken(MeshOf(command), reply);
   return status;
+}
+
+void CommandExecutor::BreakWholeMesh(int64_t mesh_id) {
+  auto it = meshes_.find(mesh_id);
+  if (mesh_id == 0 || it == meshes_.end()) return;
+  MeshComms& mc = *it->second;
+  absl::Status health = mc.world->Health();
+  for (size_t m = 0; health.ok() && m < mc.dims.size(); ++m) health = mc.dims[m]->Health();
+  if (health.ok()) return;
+  const absl::Status cause = absl::UnavailableError(absl::StrCat(
+      "another communicator of mesh ", mesh_id, " on this worker broke: ", health.message()));
+  mc.world->Break(cause);
+  for (const std::unique_ptr<comm::Communicator>& dim : mc.dims) dim->Break(cause);
 }
 
 void CommandExecutor::ReportBroken(int64_t mesh_id, v1::CommandReply* reply) const {

@@ -51,6 +51,10 @@ class CommandExecutor {
 
   // Runs `command`, filling reply->tensors.
   absl::Status Run(const v1::Command& command, v1::CommandReply* reply);
+  // If a communicator of mesh `mesh_id` is broken, breaks the mesh's others too (closing their
+  // connections), so that a peer waiting on this worker in any of them fails at once: the
+  // coordinator re-forms the mesh's communicators all together anyway.
+  void BreakWholeMesh(int64_t mesh_id);
   // Sets reply->broken if a communicator of mesh `mesh_id` is broken.
   void ReportBroken(int64_t mesh_id, v1::CommandReply* reply) const;
 

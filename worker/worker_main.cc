@@ -305,6 +305,7 @@ int main(int argc, char** argv) {
     registered = false;
     request.clear_held_tensors();
     for (std::string& name : service.tensor_names()) request.add_held_tensors(std::move(name));
+    service.BeginRegistering();
     tessera::v1::RegisterReply reply = RegisterLoop(*registry, request);
     service.BeginIncarnation(
         reply.worker_id(), reply.incarnation(),

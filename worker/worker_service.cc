@@ -101,7 +101,7 @@ void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
   executor_ = std::make_unique<CommandExecutor>(worker_id, kernels_.get(), &store_,
                                                 rendezvous_.get(), collective_host);
   worker_id_ = worker_id;
-  incarnation_ = incarnation;
+  incarnation_.Take(incarnation);
 }
 
 grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char* method,
@@ -132,12 +132,7 @@ grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char
     auth_failures_.Record(peer, absl::StrCat("tessera.v1.Worker/", method), refused);
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, refused);
   }
-  if (const int64_t current = incarnation_.load(); incarnation != current) {
-    return grpc::Status(
-        grpc::StatusCode::FAILED_PRECONDITION,
-        absl::StrCat("command for incarnation ", incarnation, " reached incarnation ", current));
-  }
-  return grpc::Status::OK;
+  return ToGrpcStatus(incarnation_.Admit(incarnation, absl::FromChrono(context.deadline())));
 }
 
 grpc::Status WorkerService::AwaitTurn(const grpc::ServerContext& context, int64_t sequence) {
@@ -152,7 +147,7 @@ grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context,
   Metrics().done.With({CommandKind(command), code}).Increment();
   if (!status.ok()) {
     spdlog::error("command failed worker={} incarnation={} {} code={}: {}", worker_id_.load(),
-                  incarnation_.load(), CommandFields(command), code, status.error_message());
+                  incarnation_.current(), CommandFields(command), code, status.error_message());
   }
   return status;
 }
@@ -178,7 +173,7 @@ grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context,
   m.seconds.With({CommandKind(command)}).Observe(absl::ToDoubleSeconds(took));
   if (spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug("command ran worker={} incarnation={} {} seconds={:.6f}", worker_id_.load(),
-                  incarnation_.load(), CommandFields(command), absl::ToDoubleSeconds(took));
+                  incarnation_.current(), CommandFields(command), absl::ToDoubleSeconds(took));
   }
   return ToGrpcStatus(result);
 }

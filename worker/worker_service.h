@@ -13,6 +13,7 @@
 #include "tessera/v1/worker.grpc.pb.h"
 #include "worker/command_executor.h"
 #include "worker/command_sequencer.h"
+#include "worker/incarnation_gate.h"
 #include "worker/shard_store.h"
 
 namespace tessera {
@@ -34,6 +35,9 @@ class WorkerService final : public v1::Worker::Service {
     coordinator_identity_ = std::move(identity);
   }
 
+  // A registration is being sent: calls for an incarnation other than the current one wait for
+  // BeginIncarnation rather than being refused (IncarnationGate).
+  void BeginRegistering() { incarnation_.BeginRegistering(); }
   // Starts a new incarnation (after registering): drops every communicator, and every tensor
   // unless `keep_tensors` (a restarted coordinator recovered them), then only `drop_tensors`.
   // `collective_host` is where this worker's Gloo connections bind.
@@ -86,7 +90,7 @@ class WorkerService final : public v1::Worker::Service {
   CommandSequencer sequencer_;
   mutable absl::Mutex mu_;
   // Read without mu_ so that queued commands are admitted while another one runs.
-  std::atomic<int64_t> incarnation_{-1};
+  IncarnationGate incarnation_;
   std::atomic<int64_t> worker_id_{-1};  // the coordinator's id of this worker, for log lines
   std::unique_ptr<gloo::rendezvous::Store> rendezvous_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<CommandExecutor> executor_ ABSL_GUARDED_BY(mu_);

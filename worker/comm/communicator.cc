@@ -136,9 +136,16 @@ absl::Status Communicator::Begin(absl::string_view op, const Timeout& timeout,
 
 absl::Status Communicator::Finish(absl::string_view op, absl::Status status) {
   if (status.ok() || absl::IsInvalidArgument(status)) return status;
-  return MarkBroken(
-      absl::Status(status.code(), absl::StrFormat("%s on rank %d of %d (%s): %s", op, rank_, size_,
-                                                  backend(), status.message())));
+  absl::Status cause(status.code(), absl::StrFormat("%s on rank %d of %d (%s): %s", op, rank_,
+                                                    size_, backend(), status.message()));
+  Break(cause);
+  return cause;
+}
+
+void Communicator::Break(absl::Status cause) {
+  const bool was_healthy = Health().ok();
+  MarkBroken(std::move(cause)).IgnoreError();  // the first cause is kept
+  if (was_healthy) Disconnect();
 }
 
 absl::Status Communicator::Timed(absl::string_view op, int64_t bytes,

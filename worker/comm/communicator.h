@@ -31,9 +31,12 @@ namespace tessera::comm {
 // Every call has a timeout: the communicator's (set_timeout) unless the call passes its own. A call
 // that fails once communication has begun (timeout, a peer gone, a transport error) marks the
 // communicator broken: that call returns DEADLINE_EXCEEDED, UNAVAILABLE or INTERNAL, and every
-// later call returns FAILED_PRECONDITION naming the first failure. A broken communicator cannot be
-// repaired; make a new one under a fresh rendezvous prefix. Bad arguments return INVALID_ARGUMENT
-// before anything is sent and leave the communicator usable.
+// later call returns FAILED_PRECONDITION naming the first failure. Breaking closes the rank's
+// connections (Disconnect), so a peer still waiting on this rank in the same or a later call fails
+// at once instead of at its own timeout: one rank's failure reaches the whole group together, and
+// the ranks of a group whose member died move on to their next commands at about the same time. A
+// broken communicator cannot be repaired; make a new one under a fresh rendezvous prefix. Bad
+// arguments return INVALID_ARGUMENT before anything is sent and leave the communicator usable.
 //
 // Thread-compatible: one operation at a time. timeout(), set_timeout() and Health() may be called
 // from any thread.
@@ -54,6 +57,9 @@ class Communicator {
 
   // OK while usable; FAILED_PRECONDITION naming the failure that broke it.
   absl::Status Health() const;
+  // Breaks the communicator by `cause` as a failed call would, closing its connections (a no-op
+  // if already broken): for another communicator of the same mesh that broke. Between calls only.
+  void Break(absl::Status cause);
 
   using Timeout = std::optional<absl::Duration>;
 
@@ -118,6 +124,9 @@ class Communicator {
 
   // Marks the communicator broken by `cause` (the first cause is kept) and returns `cause`.
   absl::Status MarkBroken(absl::Status cause);
+  // Closes this rank's connections to its peers; called once, when a call first breaks the
+  // communicator, on that call's thread. The default (a backend that cannot) does nothing.
+  virtual void Disconnect() {}
 
  private:
   // Checks `timeout` and the communicator's state; on success sets *deadline.

@@ -26,6 +26,7 @@
 #include "gloo/rendezvous/store.h"
 #include "gloo/scatter.h"
 #include "gloo/transport/context.h"
+#include "gloo/transport/pair.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
 #include "worker/comm/gloo_status.h"
@@ -198,6 +199,19 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<TimedGlooContext> context,
     : Communicator(context->rank, context->size, timeout), context_(std::move(context)) {}
 
 GlooCommunicator::~GlooCommunicator() = default;
+
+void GlooCommunicator::Disconnect() {
+  for (int peer = 0; peer < context_->size; ++peer) {
+    if (peer == context_->rank) continue;
+    try {
+      if (std::unique_ptr<gloo::transport::Pair>& pair = context_->getPair(peer); pair != nullptr) {
+        pair->close();
+      }
+    } catch (const std::exception&) {
+      // A pair that cannot be closed is already gone.
+    }
+  }
+}
 
 std::byte* GlooCommunicator::Scratch(int64_t bytes, std::unique_ptr<std::byte[]>& oversized) {
   if (bytes > kKeptScratchBytes) {

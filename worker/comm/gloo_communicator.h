@@ -75,6 +75,8 @@ class GlooCommunicator final : public Communicator {
   absl::Status DoRecv(void* data, int64_t count, DType dtype, int peer, uint32_t tag,
                       absl::Time deadline) override;
   absl::Status DoBarrier(absl::Time deadline) override;
+  // Closes every pair's socket: a peer waiting on this rank sees "connection closed" at once.
+  void Disconnect() override;
 
   // The tag of the next collective: every rank issues collectives in the same order, so the
   // counters agree and a stray message can never match a later collective.
