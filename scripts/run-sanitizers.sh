@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
-# The unit and cluster tests under sanitizers: everything (the daemons the cluster tests start
-# included) rebuilt with ASan + UBSan in build/asan, or with TSan in build/tsan.
+# The unit and cluster tests under ASan + UBSan: everything (the daemons the cluster tests start
+# included) rebuilt with -fsanitize=address,undefined in build/asan.
 #
-#   scripts/run-sanitizers.sh [address|thread|all] [CTEST_REGEX]
+#   scripts/run-sanitizers.sh [address|thread] [CTEST_REGEX]
 #       Builds the variant (default: address) and runs ctest on it, every test or those matching
 #       CTEST_REGEX. A report fails the test that made it: UBSan halts on the first finding, ASan
 #       on the first error and on leaks at exit. Suppressions, each with its reason, live in
 #       scripts/sanitizers/. The fuzz targets have their own sanitized build (run-fuzz.sh).
+#
+# TSan (thread) is refused: every lock in the project is an absl::Mutex, and Debian's absl is not
+# built with -fsanitize=thread, so TSan sees none of its lock/unlock edges and reports every access
+# guarded by one as a data race, in the project's own frames (two threads incrementing a counter
+# under an absl::MutexLock are reported; a suppression of absl's internals cannot hide that, and a
+# suppression of the project's frames would hide the real races too). gRPC's own threads hand work
+# over through the same uninstrumented absl. core/ and kernels/ start no threads, so TSan has nothing
+# to check there. TESSERA_SANITIZE=thread still builds, for an absl built with TSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 variant="${1:-address}"
 filter="${2:-}"
 case "$variant" in
-  address | thread) variants=("$variant") ;;
-  all) variants=(address thread) ;;
-  *) echo "run-sanitizers: the variant is '$variant'; it takes address, thread or all" >&2; exit 2 ;;
+  address) ;;
+  thread)
+    echo "run-sanitizers: thread: Debian's absl is not TSan-instrumented, so every absl::Mutex" \
+      "reads as a data race; see this script's header" >&2
+    exit 2
+    ;;
+  *) echo "run-sanitizers: the variant is '$variant'; it takes address" >&2; exit 2 ;;
 esac
 launcher=()
 if command -v ccache >/dev/null; then
@@ -24,16 +36,12 @@ supp="$PWD/scripts/sanitizers"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:strict_string_checks=1"
 export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
 # Sanitized binaries run several times slower; the collective and RPC timeouts stay as they are.
-for v in "${variants[@]}"; do
-  build="build/${v/address/asan}"
-  build="${build/thread/tsan}"
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
-    -DTESSERA_SANITIZE="$v" -DTESSERA_CUDA=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
-  cmake --build "$build" -j"$(nproc)"
-  args=(--test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 1800 -LE fuzz)
-  if [ -n "$filter" ]; then args+=(-R "$filter"); fi
-  echo "run-sanitizers: $v: ctest ${filter:+-R $filter}"
-  ctest "${args[@]}"
-done
+build=build/asan
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
+  -DTESSERA_SANITIZE=address -DTESSERA_CUDA=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
+cmake --build "$build" -j"$(nproc)"
+args=(--test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 1800 -LE fuzz)
+if [ -n "$filter" ]; then args+=(-R "$filter"); fi
+echo "run-sanitizers: address: ctest ${filter:+-R $filter}"
+ctest "${args[@]}"
