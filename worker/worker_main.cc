@@ -302,6 +302,7 @@ int main(int argc, char** argv) {
     request.clear_held_tensors();
     for (std::string& name : service.tensor_names()) request.add_held_tensors(std::move(name));
     tessera::v1::RegisterReply reply = RegisterLoop(*registry, request);
+    service.SetGrantKey(reply.grant_key());
     service.BeginIncarnation(
         reply.worker_id(), reply.incarnation(),
         std::make_unique<tessera::RpcStore>(

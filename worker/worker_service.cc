@@ -12,6 +12,7 @@
 #include "proto/grpc_status.h"
 #include "proto/tls_files.h"
 #include "security/constant_time.h"
+#include "security/direct_grants.h"
 #include "spdlog/spdlog.h"
 #include "transfer/tensor_stream.h"
 
@@ -140,6 +141,38 @@ grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char
   return grpc::Status::OK;
 }
 
+grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
+                                       const v1::TensorChunk& first) {
+  const std::string peer = context.peer();
+  if (absl::Status s = grant_failures_.Admit(peer); !s.ok()) return ToGrpcStatus(s);
+  const v1::DirectGrant& grant = first.grant();
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&grant_mu_);
+    refused = CheckGrant(grant_key_, grant, worker_id_.load(), incarnation_.load(), absl::Now());
+    if (refused.ok() &&
+        (first.tensor() != grant.tensor() || first.dtype() != grant.dtype() ||
+         first.shape().SerializeAsString() != grant.shape().SerializeAsString() ||
+         first.sequence() != grant.sequence() || first.incarnation() != grant.incarnation())) {
+      refused = absl::PermissionDeniedError(
+          absl::StrCat("the upload of '", first.tensor(), "' at sequence ", first.sequence(),
+                       " does not match its grant (for '", grant.tensor(), "' at sequence ",
+                       grant.sequence(), ")"));
+    }
+    // Numbers behind the head of the order were used or released: a grant for one is a replay.
+    const int64_t head = sequencer_.next();
+    granted_.erase(granted_.begin(), granted_.lower_bound(head));
+    if (refused.ok() && (grant.sequence() < head || granted_.contains(grant.sequence()))) {
+      refused = absl::PermissionDeniedError(absl::StrCat(
+          "the grant for sequence ", grant.sequence(), " was already used or released"));
+    }
+    if (refused.ok()) granted_.insert(grant.sequence());
+  }
+  if (refused.ok()) return grpc::Status::OK;
+  grant_failures_.Record(peer, "tessera.v1.Worker/Upload", std::string(refused.message()));
+  return ToGrpcStatus(refused);
+}
+
 grpc::Status WorkerService::AwaitTurn(const grpc::ServerContext& context, int64_t sequence) {
   return ToGrpcStatus(sequencer_.Acquire(sequence, absl::FromChrono(context.deadline())));
 }
@@ -214,7 +247,13 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
   if (!reader->Read(&chunk)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload had no chunks");
   }
-  if (grpc::Status s = Admit(*context, "Upload", chunk.incarnation()); !s.ok()) return s;
+  const bool granted = chunk.has_grant();
+  const v1::DirectGrant grant = chunk.grant();  // the chunk is reused for the data
+  if (grpc::Status s =
+          granted ? AdmitGrant(*context, chunk) : Admit(*context, "Upload", chunk.incarnation());
+      !s.ok()) {
+    return s;
+  }
   const int64_t sequence = chunk.sequence();
   if (grpc::Status s = AwaitTurn(*context, sequence); !s.ok()) return s;
   auto finish = [&](absl::Status s) {
@@ -239,6 +278,10 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
     return finish(s);
   if (absl::Status s = store_.Put(name, *std::move(received)); !s.ok()) return finish(s);
   reply->set_bytes(want);
+  if (granted) {
+    absl::MutexLock lock(&grant_mu_);
+    reply->set_receipt(GrantReceipt(grant_key_, grant));
+  }
   return finish(absl::OkStatus());
 }
 

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ class WorkerService final : public v1::Worker::Service {
   // common name or a subject alternative name) instead of by the secret; set before serving.
   void RequireCoordinatorIdentity(std::string identity) {
     coordinator_identity_ = std::move(identity);
+  }
+
+  // The key that signs the coordinator's grants of direct client uploads (RegisterReply.grant_key);
+  // set with each registration, before BeginIncarnation. Empty: no direct upload is accepted.
+  void SetGrantKey(std::string key) {
+    absl::MutexLock lock(&grant_mu_);
+    grant_key_ = std::move(key);
   }
 
   // Starts a new incarnation (after registering): drops every communicator, and every tensor
@@ -68,6 +76,10 @@ class WorkerService final : public v1::Worker::Service {
   // is for the current incarnation. A caller that fails is logged and rate-limited (AuthFailures).
   grpc::Status Admit(const grpc::ServerContext& context, const char* method,
                      int64_t incarnation) const;
+  // OK if the first chunk of an upload carries a valid grant (CheckGrant) that matches it and has
+  // not been used; PERMISSION_DENIED otherwise (logged and rate-limited as Admit's refusals).
+  // On OK the grant's sequence counts as used by this upload.
+  grpc::Status AdmitGrant(const grpc::ServerContext& context, const v1::TensorChunk& first);
   // AdmitAndRun, logging one line (worker, mesh, sequence, why) when the command fails.
   grpc::Status RunInTurn(const grpc::ServerContext& context, const v1::Command& command,
                          v1::CommandReply* reply);
@@ -80,10 +92,17 @@ class WorkerService final : public v1::Worker::Service {
   const std::string secret_;
   std::string coordinator_identity_;
   mutable AuthFailures auth_failures_;
+  // Refused grants, counted apart: a client's failures never lock its host's coordinator out.
+  AuthFailures grant_failures_;
   const std::unique_ptr<kernels::KernelBackend> kernels_;
   const std::string device_;
   ShardStore store_;
   CommandSequencer sequencer_;
+  mutable absl::Mutex grant_mu_;
+  std::string grant_key_ ABSL_GUARDED_BY(grant_mu_);
+  // Sequences of granted uploads admitted and not yet behind the sequencer's head (a replayed
+  // grant is refused even while its first use waits or runs).
+  std::set<int64_t> granted_ ABSL_GUARDED_BY(grant_mu_);
   mutable absl::Mutex mu_;
   // Read without mu_ so that queued commands are admitted while another one runs.
   std::atomic<int64_t> incarnation_{-1};
