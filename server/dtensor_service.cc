@@ -54,6 +54,7 @@ DTensorService::DTensorService(DTensorTable* tensors, absl::Duration client_grac
                                absl::Duration stream_idle_timeout)
     : tensors_(tensors),
       streams_(tensors, stream_idle_timeout),
+      direct_(tensors, &streams_),
       checkpoints_(tensors),
       leases_(client_grace) {
   reaper_ = std::thread([this] {
@@ -93,6 +94,24 @@ grpc::Status DTensorService::DistributeTensor(grpc::ServerContext* context,
                                               grpc::ServerReader<v1::DistributeChunk>* reader,
                                               v1::TensorInfo* reply) {
   absl::StatusOr<v1::TensorInfo> info = streams_.Distribute(*context, reader, Caller(*context));
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *reply = *std::move(info);
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::PlanUpload(grpc::ServerContext* context,
+                                        const v1::PlanUploadRequest* request,
+                                        v1::UploadPlan* reply) {
+  absl::StatusOr<v1::UploadPlan> plan = direct_.Plan(*request, Caller(*context));
+  if (!plan.ok()) return ToGrpcStatus(plan.status());
+  *reply = *std::move(plan);
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::CommitUpload(grpc::ServerContext* context,
+                                          const v1::CommitUploadRequest* request,
+                                          v1::TensorInfo* reply) {
+  absl::StatusOr<v1::TensorInfo> info = direct_.Commit(*request, Caller(*context));
   if (!info.ok()) return ToGrpcStatus(info.status());
   *reply = *std::move(info);
   return grpc::Status::OK;

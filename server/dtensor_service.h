@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "server/checkpoints.h"
 #include "server/client_leases.h"
+#include "server/direct_uploads.h"
 #include "server/dtensor_streams.h"
 #include "server/dtensor_table.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
@@ -75,6 +76,12 @@ class DTensorService final : public v1::DTensorService::Service {
   grpc::Status KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest*,
                          v1::KeepAliveReply* reply) override;
 
+  // Unary: distribute_tensor on the direct path (DirectUploads).
+  grpc::Status PlanUpload(grpc::ServerContext* context, const v1::PlanUploadRequest* request,
+                          v1::UploadPlan* reply) override;
+  grpc::Status CommitUpload(grpc::ServerContext* context, const v1::CommitUploadRequest* request,
+                            v1::TensorInfo* reply) override;
+
   // Frees every tensor of clients whose lease expired; run periodically.
   void ReclaimExpired();
 
@@ -97,6 +104,7 @@ class DTensorService final : public v1::DTensorService::Service {
 
   DTensorTable* tensors_;
   DTensorStreams streams_;
+  DirectUploads direct_;
   Checkpoints checkpoints_;
   ClientLeases leases_;
   absl::Notification stopping_;
