@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/direct_distribute.h"
 #include "client/op_stream.h"
 #include "client/session_impl.h"
 #include "client/wire.h"
@@ -184,11 +185,7 @@ absl::StatusOr<DTensorInfo> DTensor::Refresh() const {
 absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& tensor,
                                          const Mesh& mesh, const std::vector<Placement>& placements,
                                          const DistributeOptions& options) {
-  const internal::SessionImpl& impl = internal_impl(session);
-  grpc::ClientContext context;
-  impl.Prepare(&context, kTransferTimeout);
-  v1::TensorInfo info;
-  auto writer = impl.dtensors->DistributeTensor(&context, &info);
+  internal::SessionImpl& impl = internal_impl(session);
   v1::DistributeChunk chunk;
   v1::DistributeHeader* h = chunk.mutable_header();
   h->set_name(options.name);
@@ -197,6 +194,17 @@ absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& ten
   h->set_dtype(ToProto(tensor.dtype()));
   *h->mutable_shape() = ToProto(tensor.shape());
   h->set_src_data_rank(options.src_data_rank);
+  if (impl.options.direct_data != DirectData::kOff) {
+    bool may_relay = false;
+    absl::StatusOr<v1::TensorInfo> direct =
+        DistributeDirect(impl, tensor, *h, options.progress, kWorkerReachTimeout, may_relay);
+    if (direct.ok()) return DTensorAccess::Adopt(session.shared_from_this(), *direct, true);
+    if (impl.options.direct_data == DirectData::kOn || !may_relay) return direct.status();
+  }
+  grpc::ClientContext context;
+  impl.Prepare(&context, kTransferTimeout);
+  v1::TensorInfo info;
+  auto writer = impl.dtensors->DistributeTensor(&context, &info);
   int64_t sent = 0;
   WriteChunks(AsBytes(tensor), [&](absl::string_view piece) {
     chunk.set_data(piece.data(), piece.size());

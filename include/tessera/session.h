@@ -23,6 +23,11 @@ namespace tessera::client {
 
 // How a session connects. As with every options struct here, each member has a default, so
 // designated initializers may name any of them.
+// Whether distribute_tensor's bytes go from the client straight to the workers (each block to its
+// worker, under a grant of the coordinator's, which still sets the order) or through the
+// coordinator. kAuto goes direct when the workers answer within a second or two, else relays.
+enum class DirectData { kAuto, kOn, kOff };
+
 struct SessionOptions {
   std::string client_id = {};  // Empty: a random id.
   bool keep_alive = true;      // Hold a lease (tensors reclaimed after the grace period once the
@@ -42,6 +47,8 @@ struct SessionOptions {
   // A bearer token, sent as "authorization: Bearer <token>" on every call, for a coordinator
   // started with --tokens_file (which needs TLS); empty sends none.
   std::string token = {};
+  // distribute_tensor's path (DirectData); workers are reached with the TLS files above.
+  DirectData direct_data = DirectData::kAuto;
 };
 
 namespace internal {
