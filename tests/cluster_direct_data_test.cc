@@ -1,0 +1,391 @@
+// distribute_tensor on the direct path (client -> workers under the coordinator's grants) on a real
+// local cluster of 4 CPU workers (meshes 1-D of 4 and 2x2): bit-exact round trips for every dtype
+// and placement with the path on and off, compared with core's simulated mesh; the fallback to the
+// relay; forged, altered, mismatched, replayed and expired grants refused with nothing lost; a
+// client that takes routes and vanishes releases its workers' sequences; budget and ownership.
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/session_impl.h"
+#include "core/simulated_mesh.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/testing/reference.h"
+#include "proto/convert.h"
+#include "tessera/tessera.h"
+#include "tessera/v1/dtensor.grpc.pb.h"
+#include "tessera/v1/worker.grpc.pb.h"
+#include "tests/cluster_fixture.h"
+#include "tests/placement_product.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::client::DirectData;
+using ::tessera::client::DTensor;
+using ::tessera::client::Session;
+using ::tessera::testing::TensorsMatch;
+
+struct Shared {
+  testing::TestCluster cluster;
+  std::map<DirectData, std::shared_ptr<Session>> sessions;
+  std::map<std::string, client::Mesh> meshes;
+};
+Shared* shared = nullptr;
+
+std::shared_ptr<Session> Connect(DirectData mode) {
+  client::SessionOptions options;
+  options.direct_data = mode;
+  options.timeout = absl::Seconds(30);
+  absl::StatusOr<std::shared_ptr<Session>> s =
+      Session::Connect(shared->cluster.cluster->address(), options);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : nullptr;
+}
+
+class DirectDataEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    shared = new Shared;
+    LocalClusterOptions options = testing::TestClusterOptions(4);
+    options.memory_budget_bytes = int64_t{64} << 20;
+    ASSERT_TRUE(shared->cluster.Start(options).ok());
+    Session& c = *shared->cluster.client;
+    ASSERT_TRUE(client::InitDeviceMesh(c, testing::TestDevice(), {4}, {"x"}, "line").ok());
+    ASSERT_TRUE(
+        client::InitDeviceMesh(c, testing::TestDevice(), {2, 2}, {"dp", "tp"}, "grid").ok());
+    for (DirectData mode : {DirectData::kOn, DirectData::kOff, DirectData::kAuto}) {
+      shared->sessions[mode] = Connect(mode);
+      ASSERT_NE(shared->sessions[mode], nullptr);
+    }
+    for (const char* name : {"line", "grid"}) {
+      absl::StatusOr<client::Mesh> m = client::GetMesh(c, name);
+      ASSERT_TRUE(m.ok()) << m.status();
+      shared->meshes.emplace(name, *m);
+    }
+  }
+  void TearDown() override {
+    shared->sessions.clear();
+    shared->cluster.Stop();
+    delete shared;
+  }
+};
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new DirectDataEnvironment);
+
+Session& S(DirectData mode) { return *shared->sessions.at(mode); }
+const client::Mesh& M(const std::string& name) { return shared->meshes.at(name); }
+
+// Checks that `t` holds `full` as `placements` lay it out on `mesh`: every rank's shard against
+// the simulated mesh, and the full tensor, bit for bit.
+void ExpectHolds(const DTensor& t, const HostTensor& full, const client::Mesh& mesh,
+                 const std::vector<Placement>& placements) {
+  const DTensorSpec spec =
+      MakeDTensorSpec(mesh.mesh, placements, full.shape(), full.dtype()).value();
+  const std::vector<HostTensor> want = SimulatedMesh(mesh.mesh).Distribute(full, spec).value();
+  for (int64_t r = 0; r < mesh.mesh.size(); ++r) {
+    absl::StatusOr<HostTensor> local = t.ToLocal(r);
+    ASSERT_TRUE(local.ok()) << local.status();
+    EXPECT_TRUE(TensorsMatch(*local, want[r])) << "rank " << r;
+  }
+  absl::StatusOr<HostTensor> back = t.FullTensor();
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(TensorsMatch(*back, full));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Round trips: direct on (a failure of the direct path fails the call) and off (relayed).
+
+using RoundTripCase = std::tuple<DirectData, std::string, Shape, DType>;
+class DirectRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
+
+TEST_P(DirectRoundTripTest, EveryPlacementIsBitExact) {
+  const auto& [mode, mesh_name, shape, dtype] = GetParam();
+  const client::Mesh& mesh = M(mesh_name);
+  const HostTensor full = kernels::testing::RandomTensor(dtype, shape, 11);
+  std::vector<Placement> options;
+  for (int d = 0; d < static_cast<int>(shape.size()); ++d) options.push_back(Placement::Shard(d));
+  options.push_back(Placement::Replicate());
+  options.push_back(Placement::Partial());
+  for (const auto& placements : testing::PlacementProduct(options, mesh.mesh.ndim())) {
+    SCOPED_TRACE(PlacementsToString(placements));
+    for (int64_t src : {int64_t{0}, mesh.mesh.size() - 1}) {
+      client::DistributeOptions distribute;
+      distribute.src_data_rank = src;
+      absl::StatusOr<DTensor> t =
+          client::DistributeTensor(S(mode), full, mesh, placements, distribute);
+      ASSERT_TRUE(t.ok()) << t.status();
+      ExpectHolds(*t, full, mesh, placements);
+      ASSERT_TRUE(t->Free().ok());
+    }
+  }
+}
+
+std::string RoundTripName(const ::testing::TestParamInfo<RoundTripCase>& info) {
+  const auto& [mode, mesh, shape, dtype] = info.param;
+  std::string s =
+      absl::StrCat(mode == DirectData::kOn ? "direct_" : "relayed_", mesh, "_", DTypeName(dtype));
+  for (int64_t d : shape) absl::StrAppend(&s, "_", d);
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypesPlacementsMeshes, DirectRoundTripTest,
+                         ::testing::Combine(::testing::Values(DirectData::kOn, DirectData::kOff),
+                                            ::testing::Values("line", "grid"),
+                                            ::testing::Values(Shape{9, 5}, Shape{7}, Shape{0, 3}),
+                                            ::testing::ValuesIn(kAllDTypes)),
+                         RoundTripName);
+
+// Several MiB per block: the chunking and the parallel streams, against the relay's result.
+TEST(DirectDataTest, LargeTensorsMatchTheRelayedOnes) {
+  const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, {1031, 1027}, 5);
+  for (const auto& placements :
+       {std::vector<Placement>{Placement::Shard(1), Placement::Shard(0)},
+        std::vector<Placement>{Placement::Replicate(), Placement::Shard(1)}}) {
+    absl::StatusOr<DTensor> t =
+        client::DistributeTensor(S(DirectData::kOn), full, M("grid"), placements);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ExpectHolds(*t, full, M("grid"), placements);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw calls: a client's plan, its grants and the workers' answers.
+
+class GrantTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator_ = v1::DTensorService::NewStub(grpc::CreateChannel(
+        shared->cluster.cluster->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  void Prepare(grpc::ClientContext& context, const std::string& client = "grant-test") {
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    context.AddMetadata("tessera-client", client);
+  }
+
+  v1::PlanUploadRequest Request(const std::string& name, const Shape& shape) {
+    v1::PlanUploadRequest request;
+    v1::DistributeHeader* h = request.mutable_header();
+    h->set_name(name);
+    h->set_mesh("line");
+    *h->mutable_placements() = ToProto(std::vector<Placement>{Placement::Shard(0)});
+    h->set_dtype(ToProto(DType::kFloat32));
+    *h->mutable_shape() = ToProto(shape);
+    return request;
+  }
+
+  absl::StatusOr<v1::UploadPlan> Plan(const std::string& name, const Shape& shape) {
+    grpc::ClientContext context;
+    Prepare(context);
+    v1::UploadPlan plan;
+    grpc::Status s = coordinator_->PlanUpload(&context, Request(name, shape), &plan);
+    if (!s.ok())
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    return plan;
+  }
+
+  grpc::Status Commit(const v1::UploadPlan& plan, const std::vector<std::string>& receipts,
+                      const std::string& client = "grant-test") {
+    grpc::ClientContext context;
+    Prepare(context, client);
+    v1::CommitUploadRequest request;
+    request.set_upload_id(plan.upload_id());
+    for (const std::string& r : receipts) request.add_receipts(r);
+    v1::TensorInfo info;
+    return coordinator_->CommitUpload(&context, request, &info);
+  }
+
+  // Uploads `bytes` to `address` as the first chunk `chunk` (header and grant filled from
+  // `grant` unless the caller set them) describes; returns the status and the receipt.
+  static std::pair<grpc::Status, std::string> Upload(const std::string& address,
+                                                     const v1::DirectGrant& grant,
+                                                     const std::string& bytes,
+                                                     std::string tensor = "") {
+    auto stub =
+        v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    v1::UploadReply reply;
+    auto writer = stub->Upload(&context, &reply);
+    v1::TensorChunk chunk;
+    chunk.set_tensor(tensor.empty() ? grant.tensor() : tensor);
+    chunk.set_dtype(grant.dtype());
+    *chunk.mutable_shape() = grant.shape();
+    chunk.set_sequence(grant.sequence());
+    chunk.set_incarnation(grant.incarnation());
+    *chunk.mutable_grant() = grant;
+    chunk.set_data(bytes);
+    writer->Write(chunk);
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    return {s, reply.receipt()};
+  }
+
+  // The bytes of block `i` of an {8} float32 tensor of values 0..7 split over 4 ranks.
+  static std::string BlockBytes(int i) {
+    const float v[2] = {static_cast<float>(2 * i), static_cast<float>(2 * i + 1)};
+    return std::string(reinterpret_cast<const char*>(v), sizeof(v));
+  }
+
+  static HostTensor Iota8() {
+    return HostTensor::FromValues<float>(DType::kFloat32, {8}, {0, 1, 2, 3, 4, 5, 6, 7});
+  }
+
+  std::unique_ptr<v1::DTensorService::Stub> coordinator_;
+};
+
+TEST_F(GrantTest, ForgedAlteredMismatchedAndReplayedGrantsAreRefusedAndLoseNothing) {
+  absl::StatusOr<v1::UploadPlan> plan = Plan("granted", {8});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->routes_size(), 4);
+  // Not visible before its commit.
+  EXPECT_EQ(client::GetTensor(S(DirectData::kOff), "granted").status().code(),
+            absl::StatusCode::kNotFound);
+  const v1::UploadRoute& r0 = plan->routes(0);
+  v1::DirectGrant forged = r0.grant();
+  forged.mutable_mac()->at(0) ^= 1;
+  EXPECT_EQ(Upload(r0.address(), forged, BlockBytes(0)).first.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::DirectGrant bigger = r0.grant();  // more bytes than granted, under the old mac
+  bigger.mutable_shape()->set_dims(0, 3);
+  EXPECT_EQ(Upload(r0.address(), bigger, BlockBytes(0) + "abcd").first.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::DirectGrant later = r0.grant();  // a longer life, under the old mac
+  later.set_expires_unix_ms(later.expires_unix_ms() + 3600 * 1000);
+  EXPECT_EQ(Upload(r0.address(), later, BlockBytes(0)).first.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  const grpc::Status renamed =
+      Upload(r0.address(), r0.grant(), BlockBytes(0), "dt/elsewhere").first;
+  EXPECT_EQ(renamed.error_code(), grpc::StatusCode::PERMISSION_DENIED) << renamed.error_message();
+  // Another worker's grant, sent to this one.
+  if (plan->routes(1).address() != r0.address()) {
+    EXPECT_EQ(Upload(r0.address(), plan->routes(1).grant(), BlockBytes(1)).first.error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+
+  std::vector<std::string> receipts;
+  for (int i = 0; i < 4; ++i) {
+    const auto [status, receipt] =
+        Upload(plan->routes(i).address(), plan->routes(i).grant(), BlockBytes(i));
+    ASSERT_TRUE(status.ok()) << "block " << i << ": " << status.error_message();
+    receipts.push_back(receipt);
+  }
+  const grpc::Status replay = Upload(r0.address(), r0.grant(), BlockBytes(3)).first;
+  EXPECT_EQ(replay.error_code(), grpc::StatusCode::PERMISSION_DENIED) << replay.error_message();
+  // Another client cannot commit it.
+  EXPECT_EQ(Commit(*plan, receipts, "someone-else").error_code(), grpc::StatusCode::NOT_FOUND);
+  const grpc::Status committed = Commit(*plan, receipts);
+  ASSERT_TRUE(committed.ok()) << committed.error_message();
+  absl::StatusOr<DTensor> t = client::GetTensor(S(DirectData::kOff), "granted");
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<HostTensor> back = t->FullTensor();
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(TensorsMatch(*back, Iota8()));
+}
+
+TEST_F(GrantTest, AWrongReceiptDropsThePlanAndNothingBecomesVisible) {
+  absl::StatusOr<v1::UploadPlan> plan = Plan("unreceipted", {8});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::string> receipts;
+  for (int i = 0; i < 4; ++i) {
+    const auto [status, receipt] =
+        Upload(plan->routes(i).address(), plan->routes(i).grant(), BlockBytes(i));
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    receipts.push_back(receipt);
+  }
+  receipts[2][0] ^= 1;
+  EXPECT_EQ(Commit(*plan, receipts).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(client::GetTensor(S(DirectData::kOff), "unreceipted").status().code(),
+            absl::StatusCode::kNotFound);
+  receipts[2][0] ^= 1;  // the plan is gone: the right receipts no longer commit it
+  EXPECT_EQ(Commit(*plan, receipts).error_code(), grpc::StatusCode::NOT_FOUND);
+  // The name is free again.
+  absl::StatusOr<DTensor> t = client::DistributeTensor(
+      S(DirectData::kOn), Iota8(), M("line"), {Placement::Shard(0)}, {.name = "unreceipted"});
+  ASSERT_TRUE(t.ok()) << t.status();
+  ExpectHolds(*t, Iota8(), M("line"), {Placement::Shard(0)});
+}
+
+TEST_F(GrantTest, AVanishedClientReleasesItsSequencesAndItsGrantsExpire) {
+  absl::StatusOr<v1::UploadPlan> plan = Plan("vanished", {8});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // The client takes its routes and never uploads. Work ordered after its sequences on the same
+  // workers waits only until they are released (the grants' life and a margin).
+  const absl::Time start = absl::Now();
+  const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, {6, 4}, 3);
+  absl::StatusOr<DTensor> after =
+      client::DistributeTensor(S(DirectData::kOff), full, M("line"), {Placement::Shard(0)});
+  ASSERT_TRUE(after.ok()) << after.status();
+  ExpectHolds(*after, full, M("line"), {Placement::Shard(0)});
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  // The grant has expired by now (the later work ran only once it had).
+  const grpc::Status late =
+      Upload(plan->routes(0).address(), plan->routes(0).grant(), BlockBytes(0)).first;
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::PERMISSION_DENIED) << late.error_message();
+  EXPECT_EQ(client::GetTensor(S(DirectData::kOff), "vanished").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Commit(*plan, std::vector<std::string>(4)).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(GrantTest, PlansKeepTheRelayedBudgetAndNameRules) {
+  absl::StatusOr<v1::UploadPlan> huge = Plan("huge", {int64_t{1} << 30});
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  absl::StatusOr<v1::UploadPlan> first = Plan("taken", {8});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(Plan("taken", {8}).status().code(), absl::StatusCode::kAlreadyExists);
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::CommitUploadRequest abort;
+  abort.set_upload_id(first->upload_id());
+  abort.set_abort(true);
+  v1::TensorInfo ignored;
+  ASSERT_TRUE(coordinator_->CommitUpload(&context, abort, &ignored).ok());
+  // Aborted: the name is free and the workers' order goes on at once.
+  const absl::Time start = absl::Now();
+  absl::StatusOr<DTensor> t = client::DistributeTensor(S(DirectData::kOn), Iota8(), M("line"),
+                                                       {Placement::Shard(0)}, {.name = "taken"});
+  ASSERT_TRUE(t.ok()) << t.status();
+  ExpectHolds(*t, Iota8(), M("line"), {Placement::Shard(0)});
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fallback: a worker the client cannot reach.
+
+TEST(DirectDataFallbackTest, AutoRelaysWhenAWorkerCannotBeReachedAndOnFails) {
+  absl::StatusOr<std::vector<client::WorkerInfo>> workers = S(DirectData::kAuto).ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  std::string address;
+  for (const client::WorkerInfo& w : *workers) {
+    if (w.worker_id == M("line").mesh.ranks()[1]) address = w.address;
+  }
+  ASSERT_FALSE(address.empty());
+  for (DirectData mode : {DirectData::kAuto, DirectData::kOn}) {
+    client::internal_impl(S(mode)).workers.MarkUnreachable(address);
+  }
+  const HostTensor full = kernels::testing::RandomTensor(DType::kInt32, {10, 3}, 9);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<DTensor> relayed =
+      client::DistributeTensor(S(DirectData::kAuto), full, M("line"), {Placement::Shard(0)});
+  ASSERT_TRUE(relayed.ok()) << relayed.status();
+  ExpectHolds(*relayed, full, M("line"), {Placement::Shard(0)});
+  absl::StatusOr<DTensor> refused =
+      client::DistributeTensor(S(DirectData::kOn), full, M("line"), {Placement::Shard(0)});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  // The abandoned plans released their sequences at once: nothing waited for the grants' life.
+  absl::StatusOr<DTensor> after =
+      client::DistributeTensor(S(DirectData::kOff), full, M("line"), {Placement::Shard(1)});
+  ASSERT_TRUE(after.ok()) << after.status();
+  ExpectHolds(*after, full, M("line"), {Placement::Shard(1)});
+  EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+}
+
+}  // namespace
+}  // namespace tessera
