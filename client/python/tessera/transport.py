@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 import grpc
 
 from . import dtypes as _dt
+from .direct import RelayMayHelp, WorkerChannels, distribute_direct
 from .errors import DataLoss, DeadlineExceeded, translate_errors
 from .interop import Assembler, HostBuffer, chunks
 from .op_stream import OpStream, Outcome
@@ -71,11 +72,16 @@ def read_inline(t: Any, what: str) -> Tuple[_dt.DType, Any]:
 
 class Transport:
     """The client's calls over one channel; ``timeout`` and ``transfer_timeout`` in seconds;
-    ``op_stream``: DTensor ops and frees on the ordered op stream (else one unary call each)."""
+    ``op_stream``: DTensor ops and frees on the ordered op stream (else one unary call each);
+    ``direct_data`` ("auto", "on", "off") and ``workers`` (channels straight to workers): how
+    distribute_tensor's bytes travel (tessera.direct)."""
 
     def __init__(self, channel: grpc.Channel, client_id: str, timeout: float,
-                 transfer_timeout: float, op_stream: bool = True) -> None:
+                 transfer_timeout: float, op_stream: bool = True, direct_data: str = "off",
+                 workers: Optional[WorkerChannels] = None) -> None:
         self.channel = channel
+        self.direct_data = direct_data if workers is not None else "off"
+        self.workers = workers
         self.metadata = (("tessera-client", client_id),)
         self.timeout = timeout
         self.transfer_timeout = transfer_timeout
@@ -182,6 +188,16 @@ class Transport:
         header = tensor_pb2.DistributeHeader(
             name=name, mesh=mesh, placements=list(placements), dtype=buffer.dtype.number,
             shape=shape_proto(buffer.shape), src_data_rank=src_data_rank)
+        if self.direct_data != "off" and self.workers is not None:
+            bar = Progress(buffer.nbytes, "distribute_tensor", progress)
+            try:
+                self.settle()
+                return distribute_direct(self, self.workers, buffer, header, bar.add)
+            except RelayMayHelp as failed:
+                if self.direct_data == "on":
+                    raise failed.cause from None
+            finally:
+                bar.close()
         bar = Progress(buffer.nbytes, "distribute_tensor", progress)
 
         def requests() -> Iterator[Any]:
