@@ -1,6 +1,7 @@
 #include "server/direct_uploads.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -26,9 +27,12 @@ DirectUploads::DirectUploads(DTensorTable* tensors, DTensorStreams* streams,
 DirectUploads::~DirectUploads() {
   stopping_.Notify();
   expirer_.join();
-  absl::MutexLock lock(&mu_);
-  for (auto& [id, planned] : planned_) Drop(*planned);
-  planned_.clear();
+  std::map<std::string, std::unique_ptr<Planned>> left;
+  {
+    absl::MutexLock lock(&mu_);
+    left.swap(planned_);
+  }
+  for (auto& [id, planned] : left) Drop(*planned);
 }
 
 int64_t DirectUploads::pending() const {
@@ -160,22 +164,29 @@ absl::StatusOr<v1::TensorInfo> DirectUploads::Commit(const v1::CommitUploadReque
 }
 
 void DirectUploads::ExpireDue(absl::Time now) {
-  absl::MutexLock lock(&mu_);
-  for (auto it = planned_.begin(); it != planned_.end();) {
-    Planned& p = *it->second;
-    if (now >= p.release_at) {
-      for (Block& b : p.blocks) b.lease.Release();  // a number the worker used is ignored
+  std::vector<std::pair<std::string, std::unique_ptr<Planned>>> overdue;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = planned_.begin(); it != planned_.end();) {
+      Planned& p = *it->second;
+      if (now >= p.release_at) {
+        for (Block& b : p.blocks) b.lease.Release();  // a number the worker used is ignored
+      }
+      if (now >= p.commit_by) {
+        overdue.emplace_back(it->first, std::move(it->second));
+        it = planned_.erase(it);
+      } else {
+        ++it;
+      }
     }
-    if (now >= p.commit_by) {
-      spdlog::warn(
-          "direct upload {} of tensor '{}' by client '{}' was not committed in time; "
-          "dropped",
-          it->first, p.tensor->name, p.owner);
-      Drop(p);
-      it = planned_.erase(it);
-    } else {
-      ++it;
-    }
+  }
+  // Freeing posts commands, which may wait for room: not under the lock.
+  for (auto& [id, p] : overdue) {
+    spdlog::warn(
+        "direct upload {} of tensor '{}' by client '{}' was not committed in time; "
+        "dropped",
+        id, p->tensor->name, p->owner);
+    Drop(*p);
   }
 }
 
