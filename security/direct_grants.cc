@@ -18,7 +18,8 @@ namespace {
 std::string GrantText(absl::string_view purpose, const v1::DirectGrant& g) {
   return absl::StrCat(purpose, "\n", g.worker_id(), "\n", g.incarnation(), "\n", g.sequence(), "\n",
                       g.tensor().size(), ":", g.tensor(), "\n", static_cast<int>(g.dtype()), "\n",
-                      absl::StrJoin(g.shape().dims(), ","), "\n", g.expires_unix_ms());
+                      absl::StrJoin(g.shape().dims(), ","), "\n", g.expires_unix_ms(), "\n",
+                      g.read() ? "read" : "write");
 }
 
 std::string Hmac(const std::string& key, const std::string& text) {

@@ -142,22 +142,23 @@ grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char
 }
 
 grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
-                                       const v1::TensorChunk& first) {
+                                       const v1::DirectGrant& grant, bool read, bool matches,
+                                       absl::string_view call) {
   const std::string peer = context.peer();
   if (absl::Status s = grant_failures_.Admit(peer); !s.ok()) return ToGrpcStatus(s);
-  const v1::DirectGrant& grant = first.grant();
   absl::Status refused;
   {
     absl::MutexLock lock(&grant_mu_);
     refused = CheckGrant(grant_key_, grant, worker_id_.load(), incarnation_.load(), absl::Now());
-    if (refused.ok() &&
-        (first.tensor() != grant.tensor() || first.dtype() != grant.dtype() ||
-         first.shape().SerializeAsString() != grant.shape().SerializeAsString() ||
-         first.sequence() != grant.sequence() || first.incarnation() != grant.incarnation())) {
+    if (refused.ok() && grant.read() != read) {
+      refused = absl::PermissionDeniedError(absl::StrCat(
+          "the grant for sequence ", grant.sequence(), " is ",
+          grant.read() ? "a read grant" : "an upload's grant", ", not one for ", call));
+    }
+    if (refused.ok() && !matches) {
       refused = absl::PermissionDeniedError(
-          absl::StrCat("the upload of '", first.tensor(), "' at sequence ", first.sequence(),
-                       " does not match its grant (for '", grant.tensor(), "' at sequence ",
-                       grant.sequence(), ")"));
+          absl::StrCat("the ", call, " does not match its grant (for '", grant.tensor(),
+                       "' at sequence ", grant.sequence(), ")"));
     }
     // Numbers behind the head of the order were used or released: a grant for one is a replay.
     const int64_t head = sequencer_.next();
@@ -169,7 +170,8 @@ grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
     if (refused.ok()) granted_.insert(grant.sequence());
   }
   if (refused.ok()) return grpc::Status::OK;
-  grant_failures_.Record(peer, "tessera.v1.Worker/Upload", std::string(refused.message()));
+  grant_failures_.Record(peer, absl::StrCat("tessera.v1.Worker/", read ? "Download" : "Upload"),
+                         std::string(refused.message()));
   return ToGrpcStatus(refused);
 }
 
@@ -249,8 +251,14 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
   }
   const bool granted = chunk.has_grant();
   const v1::DirectGrant grant = chunk.grant();  // the chunk is reused for the data
-  if (grpc::Status s =
-          granted ? AdmitGrant(*context, chunk) : Admit(*context, "Upload", chunk.incarnation());
+  const bool matches = chunk.tensor() == grant.tensor() && chunk.dtype() == grant.dtype() &&
+                       chunk.shape().SerializeAsString() == grant.shape().SerializeAsString() &&
+                       chunk.sequence() == grant.sequence() &&
+                       chunk.incarnation() == grant.incarnation();
+  if (grpc::Status s = granted ? AdmitGrant(*context, grant, /*read=*/false, matches,
+                                            absl::StrCat("upload of '", chunk.tensor(),
+                                                         "' at sequence ", chunk.sequence()))
+                               : Admit(*context, "Upload", chunk.incarnation());
       !s.ok()) {
     return s;
   }
@@ -288,7 +296,18 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
 grpc::Status WorkerService::Download(grpc::ServerContext* context,
                                      const v1::DownloadRequest* request,
                                      grpc::ServerWriter<v1::TensorChunk>* writer) {
-  if (grpc::Status s = Admit(*context, "Download", request->incarnation()); !s.ok()) return s;
+  const v1::DirectGrant& grant = request->grant();
+  const bool matches = request->tensor() == grant.tensor() &&
+                       request->sequence() == grant.sequence() &&
+                       request->incarnation() == grant.incarnation();
+  if (grpc::Status s = request->has_grant()
+                           ? AdmitGrant(*context, grant, /*read=*/true, matches,
+                                        absl::StrCat("download of '", request->tensor(),
+                                                     "' at sequence ", request->sequence()))
+                           : Admit(*context, "Download", request->incarnation());
+      !s.ok()) {
+    return s;
+  }
   if (grpc::Status s = AwaitTurn(*context, request->sequence()); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> tensor =
       store_.Get(request->tensor());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "gloo/rendezvous/store.h"
 #include "kernels/backend.h"
@@ -76,10 +77,11 @@ class WorkerService final : public v1::Worker::Service {
   // is for the current incarnation. A caller that fails is logged and rate-limited (AuthFailures).
   grpc::Status Admit(const grpc::ServerContext& context, const char* method,
                      int64_t incarnation) const;
-  // OK if the first chunk of an upload carries a valid grant (CheckGrant) that matches it and has
-  // not been used; PERMISSION_DENIED otherwise (logged and rate-limited as Admit's refusals).
-  // On OK the grant's sequence counts as used by this upload.
-  grpc::Status AdmitGrant(const grpc::ServerContext& context, const v1::TensorChunk& first);
+  // OK if `grant` is valid (CheckGrant), of the kind `call` needs (`read`: a download), `matches`
+  // the call (as its caller found) and has not been used; PERMISSION_DENIED otherwise (logged and
+  // rate-limited as Admit's refusals). On OK the grant's sequence counts as used by this call.
+  grpc::Status AdmitGrant(const grpc::ServerContext& context, const v1::DirectGrant& grant,
+                          bool read, bool matches, absl::string_view call);
   // AdmitAndRun, logging one line (worker, mesh, sequence, why) when the command fails.
   grpc::Status RunInTurn(const grpc::ServerContext& context, const v1::Command& command,
                          v1::CommandReply* reply);
