@@ -45,34 +45,82 @@ void DirectUploads::Drop(Planned& planned) {
   tensors_->Release(*planned.tensor);
 }
 
-absl::StatusOr<v1::UploadPlan> DirectUploads::Plan(const v1::PlanUploadRequest& request,
-                                                   const std::string& owner) {
-  const v1::DistributeHeader& h = request.header();
+absl::StatusOr<DirectUploads::Layout> DirectUploads::DistributeLayout(
+    const v1::DistributeHeader& h) {
   ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, tensors_->meshes().Ready(h.mesh()));
   ASSIGN_OR_RETURN(const DType dtype, FromProto(h.dtype()));
   ASSIGN_OR_RETURN(Shape shape, FromProto(h.shape()));
   ASSIGN_OR_RETURN(std::vector<Placement> placements, FromProto(h.placements()));
-  ASSIGN_OR_RETURN(const DTensorSpec spec,
+  ASSIGN_OR_RETURN(DTensorSpec spec,
                    MakeDTensorSpec(mesh->mesh, std::move(placements), std::move(shape), dtype));
   if (h.src_data_rank() < 0 || h.src_data_rank() >= mesh->mesh.size()) {
     return absl::InvalidArgumentError(absl::StrCat("src_data_rank ", h.src_data_rank(),
                                                    " is not a rank of mesh '", mesh->name, "' of ",
                                                    mesh->mesh.size(), " ranks"));
   }
+  Layout layout{mesh, spec, h.name(), mesh->mesh.CoordinateOfIndex(h.src_data_rank()),
+                {},   {},   true,     false};
+  layout.positions = BlockHolders(layout.spec, layout.source);
+  layout.broadcast_dims = ReplicaDims(layout.spec);
+  return layout;
+}
+
+absl::StatusOr<DirectUploads::Layout> DirectUploads::FromLocalLayout(
+    const v1::PlanUploadRequest& request) {
+  const v1::FromLocalHeader& h = request.from_local();
+  ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, tensors_->meshes().Ready(h.mesh()));
+  const DeviceMesh& dm = mesh->mesh;
+  ASSIGN_OR_RETURN(const DType dtype, FromProto(h.dtype()));
+  ASSIGN_OR_RETURN(std::vector<Placement> placements, FromProto(h.placements()));
+  if (request.local_shapes_size() != dm.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("from_local got ", request.local_shapes_size(),
+                                                   " local shapes for mesh '", mesh->name, "' of ",
+                                                   dm.size(), " ranks; every rank needs one"));
+  }
+  ASSIGN_OR_RETURN(const Shape first_local, FromProto(request.local_shapes(0)));
+  ASSIGN_OR_RETURN(Shape global, DTensorStreams::FromLocalShape(dm, h, placements, first_local));
+  ASSIGN_OR_RETURN(DTensorSpec spec,
+                   MakeDTensorSpec(dm, std::move(placements), std::move(global), dtype));
+  for (int64_t r = 0; r < dm.size(); ++r) {
+    const Shape want = LocalShapeAndOffsetAt(spec, dm.CoordinateOfIndex(r)).shape;
+    absl::StatusOr<Shape> local = FromProto(request.local_shapes(static_cast<int>(r)));
+    if (!local.ok() || *local != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", r, "'s local shape ", local.ok() ? ShapeToString(*local) : "(invalid)",
+          " does not fit ", spec.ToString(), ", which gives it ", ShapeToString(want),
+          h.has_shape() ? "" : "; pass the global shape for uneven shards"));
+    }
+  }
+  Layout layout{mesh, spec, h.name(), std::vector<int64_t>(dm.ndim(), 0), {}, {}, false, true};
+  for (int64_t r = 0; r < dm.size(); ++r) layout.positions.push_back(r);
+  if (h.run_check()) {
+    for (int m = 0; m < dm.ndim(); ++m) {
+      if (spec.placements[m].is_replicate() && dm.size(m) > 1) layout.broadcast_dims.push_back(m);
+    }
+  }
+  return layout;
+}
+
+absl::StatusOr<v1::UploadPlan> DirectUploads::Plan(const v1::PlanUploadRequest& request,
+                                                   const std::string& owner) {
+  ASSIGN_OR_RETURN(const Layout layout, request.has_from_local()
+                                            ? FromLocalLayout(request)
+                                            : DistributeLayout(request.header()));
+  const std::shared_ptr<Mesh>& mesh = layout.mesh;
+  const DTensorSpec& spec = layout.spec;
+  const std::vector<int64_t>& positions = layout.positions;
   if (request.transfer_timeout_ms() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("transfer_timeout_ms ", request.transfer_timeout_ms(), " is negative"));
   }
   // Every worker of a block is looked up before anything is held.
-  const std::vector<int64_t> source = mesh->mesh.CoordinateOfIndex(h.src_data_rank());
-  const std::vector<int64_t> positions = BlockHolders(spec, source);
   std::vector<WorkerHandle> workers;
   for (int64_t p : positions) {
     ASSIGN_OR_RETURN(WorkerHandle w, tensors_->dispatcher().registry().Get(spec.mesh.ranks()[p]));
     workers.push_back(std::move(w));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t,
-                   tensors_->Add(h.name(), mesh, spec, owner, /*hidden=*/true));
+                   tensors_->Add(layout.name, mesh, spec, owner, /*hidden=*/true));
 
   const absl::Time now = absl::Now();
   const absl::Duration transfer =
@@ -82,7 +130,9 @@ absl::StatusOr<v1::UploadPlan> DirectUploads::Plan(const v1::PlanUploadRequest& 
   auto planned = std::make_unique<Planned>();
   planned->owner = owner;
   planned->tensor = t;
-  planned->source = source;
+  planned->source = layout.source;
+  planned->broadcast_dims = layout.broadcast_dims;
+  planned->partition = layout.partition;
   planned->release_at = now + grant_lifetime_ + kReleaseMargin;
   planned->commit_by = std::max(now + transfer, planned->release_at);
   v1::UploadPlan plan;
@@ -90,7 +140,9 @@ absl::StatusOr<v1::UploadPlan> DirectUploads::Plan(const v1::PlanUploadRequest& 
   const int64_t expires_ms = absl::ToUnixMillis(now + grant_lifetime_);
   std::vector<SequenceLease> leases = tensors_->dispatcher().Reserve(workers);
   for (size_t i = 0; i < positions.size(); ++i) {
-    const LocalShard local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(positions[i]));
+    LocalShard local = LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(positions[i]));
+    // from_local: each rank's own tensor goes whole.
+    if (layout.whole_locals) local.offset.assign(local.shape.size(), 0);
     Block b;
     b.lease = std::move(leases[i]);
     b.key = workers[i].grant_key;
@@ -158,7 +210,8 @@ absl::StatusOr<v1::TensorInfo> DirectUploads::Commit(const v1::CommitUploadReque
   }
   for (Block& b : planned->blocks) b.lease.MarkUsed();
   const DTensorEntry& t = *planned->tensor;
-  RETURN_IF_ERROR(streams_->Spread(t, planned->source, ReplicaDims(t.spec), /*partition=*/true));
+  RETURN_IF_ERROR(
+      streams_->Spread(t, planned->source, planned->broadcast_dims, planned->partition));
   tensors_->Reveal(t);
   return tensors_->Describe(t);
 }

@@ -18,7 +18,8 @@
 
 namespace tessera {
 
-// distribute_tensor on the direct path: the client streams each block straight to its worker.
+// distribute_tensor and from_local on the direct path: the client streams each block straight to
+// its worker (from_local: each rank's local tensor whole, one route per rank).
 // Plan checks the request as a relayed distribute is checked, adds the tensor hidden (its name,
 // bytes against the workers' budgets and owner held as for a relayed one), reserves each block's
 // sequence on its worker (the order stays the coordinator's) and signs a grant per block. Commit
@@ -51,6 +52,20 @@ class DirectUploads {
   static constexpr absl::Duration kMaxTransfer = absl::Hours(1);
 
  private:
+  // What a plan holds and where its blocks go.
+  struct Layout {
+    std::shared_ptr<Mesh> mesh;
+    DTensorSpec spec;
+    std::string name;
+    std::vector<int64_t> source;      // the coordinate whose ranks receive the non-Shard dims' copy
+    std::vector<int64_t> positions;   // the ranks that receive a block, in route order
+    std::vector<int> broadcast_dims;  // spread from `source` along these at commit
+    bool partition = true;            // distribute_tensor's layout of Partial dims
+    bool whole_locals = false;        // from_local: each route's block is its rank's tensor
+  };
+  absl::StatusOr<Layout> DistributeLayout(const v1::DistributeHeader& header);
+  absl::StatusOr<Layout> FromLocalLayout(const v1::PlanUploadRequest& request);
+
   struct Block {
     SequenceLease lease;
     v1::DirectGrant grant;
@@ -60,6 +75,8 @@ class DirectUploads {
     std::string owner;
     std::shared_ptr<DTensorEntry> tensor;
     std::vector<int64_t> source;  // the coordinate whose ranks receive the non-Shard dims' copy
+    std::vector<int> broadcast_dims;
+    bool partition = true;
     std::vector<Block> blocks;
     absl::Time release_at;  // grants expired: unused sequences go back to the workers
     absl::Time commit_by;

@@ -51,10 +51,11 @@ absl::StatusOr<DTensorSpec> FactorySpec(const Mesh& mesh, const v1::CreateTensor
 }  // namespace
 
 DTensorService::DTensorService(DTensorTable* tensors, absl::Duration client_grace,
-                               absl::Duration stream_idle_timeout)
+                               absl::Duration stream_idle_timeout, absl::Duration grant_lifetime)
     : tensors_(tensors),
       streams_(tensors, stream_idle_timeout),
-      direct_(tensors, &streams_),
+      direct_(tensors, &streams_, grant_lifetime),
+      direct_reads_(tensors, &streams_, grant_lifetime),
       checkpoints_(tensors),
       leases_(client_grace) {
   reaper_ = std::thread([this] {
@@ -115,6 +116,21 @@ grpc::Status DTensorService::CommitUpload(grpc::ServerContext* context,
   if (!info.ok()) return ToGrpcStatus(info.status());
   *reply = *std::move(info);
   return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::PlanDownload(grpc::ServerContext* context,
+                                          const v1::PlanDownloadRequest* request,
+                                          v1::DownloadPlan* reply) {
+  absl::StatusOr<v1::DownloadPlan> plan = direct_reads_.Plan(*request, Caller(*context));
+  if (!plan.ok()) return ToGrpcStatus(plan.status());
+  *reply = *std::move(plan);
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::ReleaseDownload(grpc::ServerContext* context,
+                                             const v1::ReleaseDownloadRequest* request,
+                                             v1::ReleaseDownloadReply*) {
+  return ToGrpcStatus(direct_reads_.Release(request->download_id(), Caller(*context)));
 }
 
 grpc::Status DTensorService::FromLocal(grpc::ServerContext* context,
