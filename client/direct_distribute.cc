@@ -14,13 +14,13 @@
 #include "transfer/tensor_stream.h"
 
 namespace tessera::client {
-namespace {
 
-// Codes after which the relay may succeed where the direct path failed.
 bool RelayMayHelp(absl::StatusCode code) {
   return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kUnimplemented ||
          code == absl::StatusCode::kPermissionDenied || code == absl::StatusCode::kUnauthenticated;
 }
+
+namespace {
 
 // Drops the plan on the coordinator: its sequences are released, nothing is kept.
 void Abort(const internal::SessionImpl& impl, const std::string& upload_id) {
@@ -103,19 +103,16 @@ BlockUpload SendBlock(grpc::Channel& channel, const v1::UploadRoute& route, absl
 
 }  // namespace
 
-absl::StatusOr<v1::TensorInfo> DistributeDirect(internal::SessionImpl& impl,
-                                                const HostTensor& tensor,
-                                                const v1::DistributeHeader& header,
-                                                const Progress& progress,
-                                                absl::Duration reach_timeout, bool& may_relay) {
+absl::StatusOr<v1::TensorInfo> UploadDirect(internal::SessionImpl& impl,
+                                            const v1::PlanUploadRequest& request,
+                                            absl::Span<const HostTensor> sources,
+                                            const Progress& progress, absl::Duration reach_timeout,
+                                            bool& may_relay) {
   may_relay = false;
   v1::UploadPlan plan;
   {
     grpc::ClientContext context;
     impl.Prepare(&context);
-    v1::PlanUploadRequest request;
-    *request.mutable_header() = header;
-    request.set_transfer_timeout_ms(absl::ToInt64Milliseconds(kTransferTimeout));
     const grpc::Status s = impl.dtensors->PlanUpload(&context, request, &plan);
     if (!s.ok()) {
       may_relay = s.error_code() == grpc::StatusCode::UNIMPLEMENTED;
@@ -134,8 +131,9 @@ absl::StatusOr<v1::TensorInfo> DistributeDirect(internal::SessionImpl& impl,
     channels.push_back(*std::move(channel));
   }
 
-  const absl::string_view bytes = AsBytes(tensor);
-  const size_t element_size = DTypeSize(tensor.dtype());
+  const bool whole_locals = request.has_from_local();
+  int64_t total_bytes = 0;
+  for (const HostTensor& t : sources) total_bytes += static_cast<int64_t>(t.nbytes());
   std::vector<BlockUpload> results(static_cast<size_t>(plan.routes_size()));
   absl::Mutex progress_mu;
   int64_t sent_total = 0;
@@ -143,13 +141,20 @@ absl::StatusOr<v1::TensorInfo> DistributeDirect(internal::SessionImpl& impl,
     if (!progress) return;
     absl::MutexLock lock(&progress_mu);
     sent_total += n;
-    progress(sent_total, static_cast<int64_t>(tensor.nbytes()));
+    progress(sent_total, total_bytes);
   };
   std::atomic<size_t> next{0};
   const auto work = [&] {
     for (size_t i = next++; i < results.size(); i = next++) {
-      results[i] = SendBlock(*channels[i], plan.routes(static_cast<int>(i)), bytes, tensor.shape(),
-                             element_size, sent);
+      const v1::UploadRoute& route = plan.routes(static_cast<int>(i));
+      const size_t source = whole_locals ? static_cast<size_t>(route.position()) : 0;
+      if (source >= sources.size()) {
+        results[i] = {absl::InternalError("the coordinator's route names no local tensor"), ""};
+        continue;
+      }
+      const HostTensor& tensor = sources[source];
+      results[i] = SendBlock(*channels[i], route, AsBytes(tensor), tensor.shape(),
+                             DTypeSize(tensor.dtype()), sent);
     }
   };
   std::vector<std::thread> threads;

@@ -1,24 +1,29 @@
-"""distribute_tensor on the direct path: the coordinator plans the upload (each block's worker,
+"""The direct path. distribute_tensor: the coordinator plans the upload (each block's worker,
 local shape, offset and a grant it signed), the client streams every block straight to its worker
-(``tessera.v1.Worker/Upload`` with the grant) and commits the workers' receipts. The order of each
-worker's commands stays the coordinator's; see the README's "The direct path"."""
+(``tessera.v1.Worker/Upload`` with the grant) and commits the workers' receipts. full_tensor and
+to_local: the coordinator plans the read (each block's worker, offset and a read grant), the client
+downloads every block straight from its worker (``tessera.v1.Worker/Download``) and assembles the
+answer. The order of each worker's commands stays the coordinator's; see the README's "The direct
+path"."""
 
 from __future__ import annotations
 
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import grpc
 import numpy as np
 
 from .errors import (PermissionDenied, TesseraError, Unauthenticated, Unavailable, Unimplemented,
                      translate_errors)
-from .interop import CHUNK_BYTES, HostBuffer
+from . import dtypes as _dt
+from .interop import CHUNK_BYTES, Assembler, HostBuffer
 from .v1 import dtensor_pb2, worker_pb2, worker_pb2_grpc
 
-__all__ = ["DIRECT_DATA_MODES", "WorkerChannels", "RelayMayHelp", "distribute_direct"]
+__all__ = ["DIRECT_DATA_MODES", "WorkerChannels", "RelayMayHelp", "distribute_direct",
+           "from_local_direct", "upload_direct", "download_direct"]
 
 DIRECT_DATA_MODES = ("auto", "on", "off")
 PARALLEL_BLOCKS = 16
@@ -130,10 +135,31 @@ def _send_block(stub: Any, route: Any, array: np.ndarray, timeout: float,
 
 def distribute_direct(transport: Any, channels: WorkerChannels, buffer: HostBuffer, header: Any,
                       sent: Callable[[int], None]) -> Any:
-    """Plans, streams and commits; the TensorInfo. Raises RelayMayHelp when the relay may succeed
-    where this failed (the plan is aborted first), else the call's error."""
+    """distribute_tensor: plans, streams and commits; the TensorInfo (as upload_direct)."""
     request = dtensor_pb2.PlanUploadRequest(
         header=header, transfer_timeout_ms=int(transport.transfer_timeout * 1000))
+    return upload_direct(transport, channels, request, [buffer.array.reshape(buffer.shape)], sent)
+
+
+def from_local_direct(transport: Any, channels: WorkerChannels, buffers: Sequence[HostBuffer],
+                      header: Any, sent: Callable[[int], None]) -> Any:
+    """DTensor.from_local: each rank's local tensor whole to its worker; the TensorInfo (as
+    upload_direct)."""
+    request = dtensor_pb2.PlanUploadRequest(
+        from_local=header, transfer_timeout_ms=int(transport.transfer_timeout * 1000))
+    for b in buffers:
+        request.local_shapes.add().dims.extend(int(s) for s in b.shape)
+    return upload_direct(transport, channels, request,
+                         [b.array.reshape(b.shape) for b in buffers], sent)
+
+
+def upload_direct(transport: Any, channels: WorkerChannels, request: Any,
+                  arrays: Sequence[np.ndarray], sent: Callable[[int], None]) -> Any:
+    """Plans the upload ``request`` (a PlanUploadRequest), streams every block and commits; the
+    TensorInfo. ``arrays``: the full tensor, or (from_local) every rank's local tensor in rank
+    order. Raises RelayMayHelp when the relay may succeed where this failed (the plan is aborted
+    first), else the call's error."""
+    whole_locals = request.HasField("from_local")
     try:
         plan = transport.unary(transport.dtensors.PlanUpload, request)
     except Unimplemented as error:
@@ -148,8 +174,8 @@ def distribute_direct(transport: Any, channels: WorkerChannels, buffer: HostBuff
 
         workers = max(1, min(PARALLEL_BLOCKS, len(plan.routes)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tessera-upload") as pool:
-            array = buffer.array.reshape(buffer.shape)
-            futures = [pool.submit(_send_block, stub, route, array,
+            futures = [pool.submit(_send_block, stub, route,
+                                   arrays[route.position if whole_locals else 0],
                                    transport.transfer_timeout, locked_sent)
                        for stub, route in zip(stubs, plan.routes)]
             receipts = []
@@ -175,5 +201,78 @@ def _abort(transport: Any, upload_id: str) -> None:
         transport.unary(transport.dtensors.CommitUpload,
                         dtensor_pb2.CommitUploadRequest(upload_id=upload_id, abort=True),
                         settle=False)
+    except TesseraError:
+        pass
+
+
+def _receive_block(stub: Any, route: Any, out: np.ndarray, timeout: float,
+                   received: Callable[[int], None]) -> None:
+    """Downloads one block from its worker into its place in ``out``."""
+    grant = route.grant
+    what = f"direct download from worker {grant.worker_id} at {route.address}"
+    block = Assembler(what)
+    block.start(_dt.from_number(grant.dtype), grant.shape.dims)
+    request = worker_pb2.DownloadRequest(tensor=grant.tensor, sequence=grant.sequence,
+                                         incarnation=grant.incarnation, grant=grant)
+    try:
+        with translate_errors():
+            for chunk in stub.Download(request, timeout=timeout):
+                block.append(chunk.data)
+                received(len(chunk.data))
+    except TesseraError as error:
+        error.message = f"{what}: {error.message}"
+        raise
+    array = block.finish()
+    index = tuple(slice(o, o + s) for o, s in zip(route.offset, array.shape))
+    if out.ndim == 0:
+        out[...] = array
+    else:
+        out[index] = array
+
+
+def download_direct(transport: Any, channels: WorkerChannels, request: Any,
+                    received: Callable[[int, int], None]) -> Any:
+    """Plans the read ``request`` (a PlanDownloadRequest) and downloads every block; (dtype,
+    numpy array). ``received(n, total)`` counts the bytes. Raises RelayMayHelp when the relay may
+    succeed where this failed (the plan's reads are released first), else the call's error."""
+    try:
+        plan = transport.unary(transport.dtensors.PlanDownload, request)
+    except Unimplemented as error:
+        raise RelayMayHelp(error) from None
+    dtype = _dt.from_number(plan.dtype)
+    out = np.empty(tuple(int(s) for s in plan.shape.dims), dtype=dtype.storage)
+    try:
+        stubs = [channels.stub(route.address, REACH_TIMEOUT) for route in plan.routes]
+        lock = threading.Lock()
+
+        def locked_received(n: int) -> None:
+            with lock:
+                received(n, int(out.nbytes))
+
+        workers = max(1, min(PARALLEL_BLOCKS, len(plan.routes)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tessera-read") as pool:
+            futures = [pool.submit(_receive_block, stub, route, out, transport.transfer_timeout,
+                                   locked_received)
+                       for stub, route in zip(stubs, plan.routes)]
+            for route, future in zip(plan.routes, futures):
+                try:
+                    future.result()
+                except Unavailable:
+                    channels.mark_unreachable(route.address)
+                    raise
+    except (Unavailable, PermissionDenied, Unauthenticated, Unimplemented) as error:
+        _release(transport, plan.download_id)
+        raise RelayMayHelp(error) from None
+    except BaseException:
+        _release(transport, plan.download_id)
+        raise
+    return dtype, out
+
+
+def _release(transport: Any, download_id: str) -> None:
+    """Gives the planned read up on the coordinator (else its reads are released at expiry)."""
+    try:
+        transport.unary(transport.dtensors.ReleaseDownload,
+                        dtensor_pb2.ReleaseDownloadRequest(download_id=download_id), settle=False)
     except TesseraError:
         pass

@@ -15,7 +15,8 @@ from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 import grpc
 
 from . import dtypes as _dt
-from .direct import RelayMayHelp, WorkerChannels, distribute_direct
+from .direct import (RelayMayHelp, WorkerChannels, distribute_direct, download_direct,
+                     from_local_direct)
 from .errors import DataLoss, DeadlineExceeded, translate_errors
 from .interop import Assembler, HostBuffer, chunks
 from .op_stream import OpStream, Outcome
@@ -223,6 +224,13 @@ class Transport:
                                             dtype=dtype.number, run_check=run_check)
         if shape is not None:
             header.shape.CopyFrom(shape_proto(shape))
+        if self.direct_data != "off" and self.workers is not None and locals_:
+            try:
+                self.settle()
+                return from_local_direct(self, self.workers, locals_, header, lambda n: None)
+            except RelayMayHelp as failed:
+                if self.direct_data == "on":
+                    raise failed.cause from None
 
         def requests() -> Iterator[Any]:
             for rank, buffer in enumerate(locals_):
@@ -240,12 +248,45 @@ class Transport:
 
         return self.stream_in(self.dtensors.FromLocal, requests())
 
+    def read_direct(self, request: Any, what: str,
+                    progress: ProgressArg = None) -> Optional[Tuple[_dt.DType, Any]]:
+        """full_tensor / to_local on the direct path when ``direct_data`` allows; None where
+        the relay is to serve it instead."""
+        if self.direct_data == "off" or self.workers is None:
+            return None
+        bar: Optional[Progress] = None
+
+        def received(n: int, total: int) -> None:
+            nonlocal bar
+            if bar is None:
+                bar = Progress(total, what, progress)
+            bar.add(n)
+
+        try:
+            self.settle()
+            return download_direct(self, self.workers, request, received)
+        except RelayMayHelp as failed:
+            if self.direct_data == "on":
+                raise failed.cause from None
+            return None
+        finally:
+            if bar is not None:
+                bar.close()
+
     def to_local(self, name: str, rank: int) -> Tuple[_dt.DType, Any]:
+        what = f"to_local of '{name}' on rank {rank}"
+        direct = self.read_direct(dtensor_pb2.PlanDownloadRequest(name=name, rank=rank), what)
+        if direct is not None:
+            return direct
         messages = self.stream_out(self.dtensors.ToLocal,
                                    tensor_pb2.ToLocalRequest(name=name, rank=rank))
         return self.receive_tensor(messages, f"to_local of '{name}' on rank {rank}")
 
     def full_tensor(self, name: str, progress: ProgressArg) -> Tuple[_dt.DType, Any]:
+        direct = self.read_direct(dtensor_pb2.PlanDownloadRequest(name=name, full=True),
+                                  f"full_tensor of '{name}'", progress)
+        if direct is not None:
+            return direct
         messages = self.stream_out(self.dtensors.FullTensor,
                                    tensor_pb2.FullTensorRequest(name=name))
         return self.receive_tensor(messages, f"full_tensor of '{name}'", progress)
