@@ -1,8 +1,10 @@
-// distribute_tensor on the direct path (client -> workers under the coordinator's grants) on a real
-// local cluster of 4 CPU workers (meshes 1-D of 4 and 2x2): bit-exact round trips for every dtype
-// and placement with the path on and off, compared with core's simulated mesh; the fallback to the
-// relay; forged, altered, mismatched, replayed and expired grants refused with nothing lost; a
-// client that takes routes and vanishes releases its workers' sequences; budget and ownership.
+// The direct path (client <-> workers under the coordinator's grants: distribute_tensor and
+// from_local up, full_tensor and to_local down) on a real local cluster of 4 CPU workers (meshes
+// 1-D of 4 and 2x2): bit-exact round trips for every dtype and placement with the path on and off,
+// compared with core's simulated mesh; the fallback to the relay; forged, altered, mismatched,
+// replayed and expired upload and read grants refused with nothing lost; a client that takes
+// routes and vanishes releases its workers' sequences; budget and ownership. Grants live
+// kGrantLifetime (the coordinator's --direct_grant_lifetime) so that expiry is quick to test.
 
 #include <cstring>
 #include <map>
@@ -39,6 +41,8 @@ struct Shared {
 };
 Shared* shared = nullptr;
 
+constexpr absl::Duration kGrantLifetime = absl::Seconds(3);
+
 std::shared_ptr<Session> Connect(DirectData mode) {
   client::SessionOptions options;
   options.direct_data = mode;
@@ -55,6 +59,8 @@ class DirectDataEnvironment : public ::testing::Environment {
     shared = new Shared;
     LocalClusterOptions options = testing::TestClusterOptions(4);
     options.memory_budget_bytes = int64_t{64} << 20;
+    options.coordinator_flags.push_back(
+        absl::StrCat("--direct_grant_lifetime=", absl::FormatDuration(kGrantLifetime)));
     ASSERT_TRUE(shared->cluster.Start(options).ok());
     Session& c = *shared->cluster.client;
     ASSERT_TRUE(client::InitDeviceMesh(c, testing::TestDevice(), {4}, {"x"}, "line").ok());
@@ -99,7 +105,9 @@ void ExpectHolds(const DTensor& t, const HostTensor& full, const client::Mesh& m
 }
 
 // ---------------------------------------------------------------------------------------------
-// Round trips: direct on (a failure of the direct path fails the call) and off (relayed).
+// Round trips: direct on (a failure of the direct path fails the call) and off (relayed), both
+// ways: the tensor is written and read back (to_local of every rank, full_tensor with Partial
+// values reduced) through the same session.
 
 using RoundTripCase = std::tuple<DirectData, std::string, Shape, DType>;
 class DirectRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
@@ -140,6 +148,53 @@ INSTANTIATE_TEST_SUITE_P(DTypesPlacementsMeshes, DirectRoundTripTest,
                                             ::testing::Values(Shape{9, 5}, Shape{7}, Shape{0, 3}),
                                             ::testing::ValuesIn(kAllDTypes)),
                          RoundTripName);
+
+// from_local with every rank's local tensor, written in one mode and read back in the other (so
+// direct reads of relayed writes and relayed reads of direct writes are both checked).
+class DirectFromLocalTest : public ::testing::TestWithParam<RoundTripCase> {};
+
+TEST_P(DirectFromLocalTest, EveryPlacementIsBitExact) {
+  const auto& [mode, mesh_name, shape, dtype] = GetParam();
+  const DirectData other = mode == DirectData::kOn ? DirectData::kOff : DirectData::kOn;
+  const client::Mesh& mesh = M(mesh_name);
+  const HostTensor full = kernels::testing::RandomTensor(dtype, shape, 17);
+  std::vector<Placement> options;
+  for (int d = 0; d < static_cast<int>(shape.size()); ++d) options.push_back(Placement::Shard(d));
+  options.push_back(Placement::Replicate());
+  options.push_back(Placement::Partial());
+  for (const auto& placements : testing::PlacementProduct(options, mesh.mesh.ndim())) {
+    SCOPED_TRACE(PlacementsToString(placements));
+    const DTensorSpec spec = MakeDTensorSpec(mesh.mesh, placements, shape, dtype).value();
+    const std::vector<HostTensor> locals = SimulatedMesh(mesh.mesh).Distribute(full, spec).value();
+    absl::StatusOr<DTensor> t =
+        client::FromLocal(S(mode), locals, mesh, placements, {.shape = shape});
+    ASSERT_TRUE(t.ok()) << t.status();
+    absl::StatusOr<DTensor> seen = client::GetTensor(S(other), t->name());
+    ASSERT_TRUE(seen.ok()) << seen.status();
+    ExpectHolds(*seen, full, mesh, placements);
+    ASSERT_TRUE(t->Free().ok());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypesPlacementsMeshes, DirectFromLocalTest,
+                         ::testing::Combine(::testing::Values(DirectData::kOn, DirectData::kOff),
+                                            ::testing::Values("line", "grid"),
+                                            ::testing::Values(Shape{9, 5}, Shape{7}),
+                                            ::testing::ValuesIn(kAllDTypes)),
+                         RoundTripName);
+
+TEST(DirectDataTest, FromLocalRefusesShapesThatDoNotFitAndKeepsNothing) {
+  const HostTensor a = kernels::testing::RandomTensor(DType::kFloat32, {2, 3}, 1);
+  const HostTensor b = kernels::testing::RandomTensor(DType::kFloat32, {3, 3}, 2);
+  std::vector<HostTensor> locals;  // rank 1's block is a row too long
+  for (const HostTensor* l : {&a, &b, &a, &a}) locals.push_back(l->Clone());
+  absl::StatusOr<DTensor> t = client::FromLocal(S(DirectData::kOn), locals, M("line"),
+                                                {Placement::Shard(0)}, {.name = "misfit"});
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+  EXPECT_NE(t.status().message().find("rank 1"), std::string::npos) << t.status();
+  EXPECT_EQ(client::GetTensor(S(DirectData::kOff), "misfit").status().code(),
+            absl::StatusCode::kNotFound);
+}
 
 // Several MiB per block: the chunking and the parallel streams, against the relay's result.
 TEST(DirectDataTest, LargeTensorsMatchTheRelayedOnes) {
@@ -225,6 +280,51 @@ class GrantTest : public ::testing::Test {
     writer->WritesDone();
     grpc::Status s = writer->Finish();
     return {s, reply.receipt()};
+  }
+
+  absl::StatusOr<v1::DownloadPlan> PlanRead(const std::string& name, bool full, int64_t rank = 0,
+                                            const std::string& client = "grant-test") {
+    grpc::ClientContext context;
+    Prepare(context, client);
+    v1::PlanDownloadRequest request;
+    request.set_name(name);
+    request.set_full(full);
+    request.set_rank(rank);
+    v1::DownloadPlan plan;
+    grpc::Status s = coordinator_->PlanDownload(&context, request, &plan);
+    if (!s.ok())
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    return plan;
+  }
+
+  grpc::Status ReleaseRead(const v1::DownloadPlan& plan, const std::string& client = "grant-test") {
+    grpc::ClientContext context;
+    Prepare(context, client);
+    v1::ReleaseDownloadRequest request;
+    request.set_download_id(plan.download_id());
+    v1::ReleaseDownloadReply reply;
+    return coordinator_->ReleaseDownload(&context, request, &reply);
+  }
+
+  // Downloads the block `grant` admits from `address` (as `tensor` if set); the status and bytes.
+  static std::pair<grpc::Status, std::string> Download(const std::string& address,
+                                                       const v1::DirectGrant& grant,
+                                                       std::string tensor = "") {
+    auto stub =
+        v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    v1::DownloadRequest request;
+    request.set_tensor(tensor.empty() ? grant.tensor() : tensor);
+    request.set_sequence(grant.sequence());
+    request.set_incarnation(grant.incarnation());
+    *request.mutable_grant() = grant;
+    auto reader = stub->Download(&context, request);
+    std::string bytes;
+    v1::TensorChunk chunk;
+    while (reader->Read(&chunk)) bytes += chunk.data();
+    grpc::Status s = reader->Finish();
+    return {s, bytes};
   }
 
   // The bytes of block `i` of an {8} float32 tensor of values 0..7 split over 4 ranks.
@@ -334,6 +434,122 @@ TEST_F(GrantTest, AVanishedClientReleasesItsSequencesAndItsGrantsExpire) {
             grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+TEST_F(GrantTest, ReadGrantsForgedAlteredMismatchedReplayedOrForUploadsAreRefused) {
+  absl::StatusOr<DTensor> t = client::DistributeTensor(S(DirectData::kOff), Iota8(), M("line"),
+                                                       {Placement::Shard(0)}, {.name = "readable"});
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->Synchronize().ok());
+  absl::StatusOr<v1::DownloadPlan> plan = PlanRead("readable", /*full=*/true);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->routes_size(), 4);
+  EXPECT_EQ(plan->shape().dims_size(), 1);
+  const v1::UploadRoute& r0 = plan->routes(0);
+  EXPECT_TRUE(r0.grant().read());
+  v1::DirectGrant forged = r0.grant();
+  forged.mutable_mac()->at(0) ^= 1;
+  EXPECT_EQ(Download(r0.address(), forged).first.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  v1::DirectGrant other_tensor = r0.grant();  // another tensor, under the old mac
+  other_tensor.set_tensor("dt/elsewhere");
+  EXPECT_EQ(Download(r0.address(), other_tensor).first.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::DirectGrant later = r0.grant();  // a longer life, under the old mac
+  later.set_expires_unix_ms(later.expires_unix_ms() + 3600 * 1000);
+  EXPECT_EQ(Download(r0.address(), later).first.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  v1::DirectGrant as_upload = r0.grant();  // a read grant turned into an upload's
+  as_upload.set_read(false);
+  EXPECT_EQ(Upload(r0.address(), as_upload, BlockBytes(0)).first.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Upload(r0.address(), r0.grant(), BlockBytes(0)).first.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  const grpc::Status renamed = Download(r0.address(), r0.grant(), "dt/elsewhere").first;
+  EXPECT_EQ(renamed.error_code(), grpc::StatusCode::PERMISSION_DENIED) << renamed.error_message();
+  if (plan->routes(1).address() != r0.address()) {
+    EXPECT_EQ(Download(r0.address(), plan->routes(1).grant()).first.error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // An upload's grant does not admit a read.
+  absl::StatusOr<v1::UploadPlan> upload = Plan("never-read", {8});
+  ASSERT_TRUE(upload.ok()) << upload.status();
+  EXPECT_EQ(Download(upload->routes(0).address(), upload->routes(0).grant()).first.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::CommitUploadRequest abort;
+  abort.set_upload_id(upload->upload_id());
+  abort.set_abort(true);
+  v1::TensorInfo ignored;
+  ASSERT_TRUE(coordinator_->CommitUpload(&context, abort, &ignored).ok());
+
+  // The real grants read every block, at its offset.
+  for (int i = 0; i < 4; ++i) {
+    const auto [status, bytes] = Download(plan->routes(i).address(), plan->routes(i).grant());
+    ASSERT_TRUE(status.ok()) << "block " << i << ": " << status.error_message();
+    EXPECT_EQ(plan->routes(i).offset(0), 2 * i);
+    EXPECT_EQ(bytes, BlockBytes(i)) << "block " << i;
+  }
+  const grpc::Status replay = Download(r0.address(), r0.grant()).first;
+  EXPECT_EQ(replay.error_code(), grpc::StatusCode::PERMISSION_DENIED) << replay.error_message();
+  // Nothing was lost: the tensor reads back whole both ways.
+  for (DirectData mode : {DirectData::kOn, DirectData::kOff}) {
+    absl::StatusOr<DTensor> again = client::GetTensor(S(mode), "readable");
+    ASSERT_TRUE(again.ok()) << again.status();
+    ExpectHolds(*again, Iota8(), M("line"), {Placement::Shard(0)});
+  }
+  ASSERT_TRUE(t->Free().ok());
+}
+
+TEST_F(GrantTest, ReadPlansCheckTheirTensorAndRank) {
+  EXPECT_EQ(PlanRead("no-such-tensor", true).status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<DTensor> t = client::DistributeTensor(S(DirectData::kOff), Iota8(), M("line"),
+                                                       {Placement::Shard(0)}, {.name = "ranked"});
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<v1::DownloadPlan> bad = PlanRead("ranked", false, 4);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("rank 4"), std::string::npos) << bad.status();
+  absl::StatusOr<v1::DownloadPlan> local = PlanRead("ranked", false, 2);
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_EQ(local->routes_size(), 1);
+  const auto [status, bytes] = Download(local->routes(0).address(), local->routes(0).grant());
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(bytes, BlockBytes(2));
+  // Another client cannot release a plan; its own can, once.
+  EXPECT_EQ(ReleaseRead(*local, "someone-else").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(ReleaseRead(*local).ok());
+  EXPECT_EQ(ReleaseRead(*local).error_code(), grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(t->Free().ok());
+}
+
+TEST_F(GrantTest, UnusedReadsAreReleasedAtExpiryOrAtOnceAndTheirGrantsRefused) {
+  absl::StatusOr<DTensor> t = client::DistributeTensor(S(DirectData::kOff), Iota8(), M("line"),
+                                                       {Placement::Shard(0)}, {.name = "unread"});
+  ASSERT_TRUE(t.ok()) << t.status();
+  // A client that plans a read and vanishes: later work waits only for the grants' life.
+  absl::StatusOr<v1::DownloadPlan> vanished = PlanRead("unread", true);
+  ASSERT_TRUE(vanished.ok()) << vanished.status();
+  absl::Time start = absl::Now();
+  absl::StatusOr<HostTensor> after = t->FullTensor();  // relayed: ordered behind the plan
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(TensorsMatch(*after, Iota8()));
+  EXPECT_LT(absl::Now() - start, kGrantLifetime + absl::Seconds(2 + 5));
+  const grpc::Status expired =
+      Download(vanished->routes(0).address(), vanished->routes(0).grant()).first;
+  EXPECT_EQ(expired.error_code(), grpc::StatusCode::PERMISSION_DENIED) << expired.error_message();
+
+  // A plan given up is released at once; its grants are refused afterwards.
+  absl::StatusOr<v1::DownloadPlan> given_up = PlanRead("unread", true);
+  ASSERT_TRUE(given_up.ok()) << given_up.status();
+  ASSERT_TRUE(ReleaseRead(*given_up).ok());
+  start = absl::Now();
+  after = t->FullTensor();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(TensorsMatch(*after, Iota8()));
+  EXPECT_LT(absl::Now() - start, kGrantLifetime);
+  const grpc::Status released =
+      Download(given_up->routes(0).address(), given_up->routes(0).grant()).first;
+  EXPECT_EQ(released.error_code(), grpc::StatusCode::PERMISSION_DENIED) << released.error_message();
+  ASSERT_TRUE(t->Free().ok());
+}
+
 TEST_F(GrantTest, PlansKeepTheRelayedBudgetAndNameRules) {
   absl::StatusOr<v1::UploadPlan> huge = Plan("huge", {int64_t{1} << 30});
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
@@ -383,6 +599,13 @@ TEST(DirectDataFallbackTest, AutoRelaysWhenAWorkerCannotBeReachedAndOnFails) {
   absl::StatusOr<DTensor> refused =
       client::DistributeTensor(*own[DirectData::kOn], full, M("line"), {Placement::Shard(0)});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  // Reads: direct on fails, and gives its plan up at once so that nothing waits for it.
+  absl::StatusOr<DTensor> seen = client::GetTensor(*own[DirectData::kOn], relayed->name());
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(seen->FullTensor().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(seen->ToLocal(1).status().code(), absl::StatusCode::kUnavailable);
+  absl::StatusOr<HostTensor> local0 = seen->ToLocal(0);  // a worker it can reach
+  ASSERT_TRUE(local0.ok()) << local0.status();
   // The abandoned plans released their sequences at once: nothing waited for the grants' life.
   absl::StatusOr<DTensor> after =
       client::DistributeTensor(S(DirectData::kOff), full, M("line"), {Placement::Shard(1)});
