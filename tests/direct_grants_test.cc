@@ -90,6 +90,7 @@ INSTANTIATE_TEST_SUITE_P(
         Change{"rank", [](v1::DirectGrant& g) { g.mutable_shape()->add_dims(1); }},
         Change{"expiry",
                [](v1::DirectGrant& g) { g.set_expires_unix_ms(g.expires_unix_ms() + 60'000); }},
+        Change{"read", [](v1::DirectGrant& g) { g.set_read(!g.read()); }},
         Change{"mac", [](v1::DirectGrant& g) { (*g.mutable_mac())[31] ^= 1; }}),
     [](const auto& info) { return info.param.name; });
 
