@@ -14,9 +14,9 @@
 // What is timed (client wall clock, float32, Shard(0) on a 1-D mesh of 2 workers):
 //   transfer     distribute_tensor of --transfer_bytes (the call, and the call + Synchronize) and
 //                full_tensor, against a raw Sink (client -> server) and Source (server -> client)
-//                stream of the same bytes; --rounds alternations, median. distribute goes on the
-//                direct path (client -> workers, the default) and again relayed through the
-//                coordinator (direct_data off), each against the same Sink.
+//                stream of the same bytes; --rounds alternations, median. distribute and
+//                full_tensor go on the direct path (client <-> workers, the default) and again
+//                relayed through the coordinator (direct_data off), against the same Sink/Source.
 //   memory       the coordinator's peak RSS growth (VmHWM after - VmRSS before, the peak reset
 //                through /proc/<pid>/clear_refs) while distributing --memory_bytes, first thing on
 //                a fresh cluster.
@@ -145,7 +145,8 @@ void AddCpuSince(const Cpu& start, const Pids& pids, int calls, Cpu& total) {
 struct Results {
   int64_t transfer_bytes = 0, memory_bytes = 0, redistribute_bytes = 0;
   Stats sink, source, distribute_call, distribute, full_tensor;
-  Stats distribute_relayed;  // the same distribute with SessionOptions::direct_data off
+  Stats distribute_relayed;   // the same distribute with SessionOptions::direct_data off
+  Stats full_tensor_relayed;  // the same full_tensor with SessionOptions::direct_data off
   double rss_before_mib = NAN, hwm_after_mib = NAN, rss_after_mib = NAN, memory_distribute_us = NAN;
   bool hwm_reset = false;
   Stats ping, add_call, add_sync;
@@ -330,7 +331,7 @@ absl::Status MeasureTransfer(client::Session& session, client::Session& relayed,
   const int rounds = absl::GetFlag(FLAGS_rounds);
   absl::StatusOr<HostTensor> t = Ones(r.transfer_bytes);
   if (!t.ok()) return t.status();
-  std::vector<double> sink, source, call, distribute, full, through_coordinator;
+  std::vector<double> sink, source, call, distribute, full, through_coordinator, full_relayed;
   for (int round = -1; round < rounds; ++round) {  // round -1 warms up
     const Pids peer{raw.pid(), {}};
     Cpu cpu = CpuNow(peer);
@@ -371,9 +372,21 @@ absl::Status MeasureTransfer(client::Session& session, client::Session& relayed,
     if (!rd.ok()) return rd.status();
     if (absl::Status s = rd->Synchronize(); !s.ok()) return s;
     const double relayed_us = MicrosSince(start);
+    double full_relayed_us = 0;
+    {
+      start = Clock::now();
+      absl::StatusOr<HostTensor> relayed_back = rd->FullTensor();
+      if (!relayed_back.ok()) return relayed_back.status();
+      full_relayed_us = MicrosSince(start);
+      if (relayed_back->nbytes() != t->nbytes() ||
+          std::memcmp(relayed_back->data(), t->data(), t->nbytes()) != 0) {
+        return absl::DataLossError("relayed full_tensor differs from the distributed tensor");
+      }
+    }
     if (absl::Status s = rd->Free(); !s.ok()) return s;
     if (round >= 0) {
       through_coordinator.push_back(relayed_us);
+      full_relayed.push_back(full_relayed_us);
       call.push_back(call_us);
       distribute.push_back(distribute_us);
       full.push_back(full_us);
@@ -385,6 +398,7 @@ absl::Status MeasureTransfer(client::Session& session, client::Session& relayed,
   r.distribute = Summarize(distribute);
   r.distribute_relayed = Summarize(through_coordinator);
   r.full_tensor = Summarize(full);
+  r.full_tensor_relayed = Summarize(full_relayed);
   return absl::OkStatus();
 }
 
@@ -586,6 +600,8 @@ void PrintTable(const Results& r) {
            NAN);
   transfer(("full_tensor " + size + " / Source").c_str(), r.full_tensor, r.source,
            r.Torch("full_tensor_us"));
+  transfer(("full_tensor relayed " + size + " / Source").c_str(), r.full_tensor_relayed, r.source,
+           NAN);
   std::printf("%-44s | %9.1fus %9.1fus | %11s %11s | %6.2fx %6.1fus\n",
               "add 1 KiB, call p50 / Ping p50", r.add_call.p50, r.ping.p50, "", "",
               r.add_call.p50 / r.ping.p50, r.Torch("add_call_p50_us"));
@@ -705,6 +721,7 @@ absl::Status WriteJson(const std::string& path, const Results& r, const std::str
         {"distribute_call", StatsJson(r.distribute_call)},
         {"distribute_relayed_sync", StatsJson(r.distribute_relayed)},
         {"full_tensor", StatsJson(r.full_tensor)},
+        {"full_tensor_relayed", StatsJson(r.full_tensor_relayed)},
         {"raw_sink", StatsJson(r.sink)},
         {"raw_source", StatsJson(r.source)},
         {"distribute_cpu_per_call", CpuJson(r.distribute_cpu)},
