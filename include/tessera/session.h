@@ -23,9 +23,10 @@ namespace tessera::client {
 
 // How a session connects. As with every options struct here, each member has a default, so
 // designated initializers may name any of them.
-// Whether distribute_tensor's bytes go from the client straight to the workers (each block to its
-// worker, under a grant of the coordinator's, which still sets the order) or through the
-// coordinator. kAuto goes direct when the workers answer within a second or two, else relays.
+// Whether the bytes of DistributeTensor, FromLocal, FullTensor and ToLocal go between the client
+// and the workers directly (each block to or from its worker, under a grant of the coordinator's,
+// which still sets the order) or through the coordinator. kAuto goes direct when the workers
+// answer within a second or two, else relays; kOn fails where the direct path fails.
 enum class DirectData { kAuto, kOn, kOff };
 
 struct SessionOptions {
@@ -47,7 +48,7 @@ struct SessionOptions {
   // A bearer token, sent as "authorization: Bearer <token>" on every call, for a coordinator
   // started with --tokens_file (which needs TLS); empty sends none.
   std::string token = {};
-  // distribute_tensor's path (DirectData); workers are reached with the TLS files above.
+  // The bulk bytes' path (DirectData); workers are reached with the TLS files above.
   DirectData direct_data = DirectData::kAuto;
 };
 

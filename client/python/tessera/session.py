@@ -40,9 +40,9 @@ class Session:
     it as a context manager, or call :meth:`close`. Thread-safe. ``tls_ca``, ``tls_cert``,
     ``tls_key`` (PEM files) and ``token`` (default $TESSERA_TLS_CA, $TESSERA_TLS_CERT,
     $TESSERA_TLS_KEY, $TESSERA_TOKEN) connect over TLS with a bearer token (docs/security.md).
-    ``direct_data`` is how distribute_tensor's bytes travel: "auto" (the default) streams each
-    block straight to its worker under the coordinator's grant when the workers answer within
-    2 s, else through the coordinator; "on" only straight (an unreachable worker fails the call);
+    ``direct_data`` is how the bytes of distribute_tensor, from_local, full_tensor and to_local
+    travel: "auto" (the default) streams each block straight to or from its worker under the
+    coordinator's grant when the workers answer within 2 s, else through the coordinator; "on" only straight (an unreachable worker fails the call);
     "off" always through the coordinator. Workers are reached with the same TLS credentials."""
 
     def __init__(self, address: str, *, client_id: Optional[str] = None,
