@@ -142,10 +142,12 @@ absl::StatusOr<HostTensor> DTensor::FullTensor(const Progress& progress) const {
     v1::PlanDownloadRequest plan;
     plan.set_name(name());
     plan.set_full(true);
+    // A read changes nothing: kAuto relays after any failure, whose answer (e.g. why the
+    // tensor's write failed) is then the relay's.
     bool may_relay = false;
     absl::StatusOr<HostTensor> direct =
         DownloadDirect(impl, plan, progress, kWorkerReachTimeout, may_relay);
-    if (direct.ok() || impl.options.direct_data == DirectData::kOn || !may_relay) return direct;
+    if (direct.ok() || impl.options.direct_data == DirectData::kOn) return direct;
   }
   v1::FullTensorRequest request;
   request.set_name(name());
@@ -163,10 +165,10 @@ absl::StatusOr<HostTensor> DTensor::ToLocal(int64_t rank) const {
     v1::PlanDownloadRequest plan;
     plan.set_name(name());
     plan.set_rank(rank);
-    bool may_relay = false;
+    bool may_relay = false;  // unused: as in FullTensor, kAuto relays after any failure
     absl::StatusOr<HostTensor> direct =
         DownloadDirect(impl, plan, nullptr, kWorkerReachTimeout, may_relay);
-    if (direct.ok() || impl.options.direct_data == DirectData::kOn || !may_relay) return direct;
+    if (direct.ok() || impl.options.direct_data == DirectData::kOn) return direct;
   }
   v1::ToLocalRequest request;
   request.set_name(name());

@@ -17,7 +17,7 @@ import grpc
 from . import dtypes as _dt
 from .direct import (RelayMayHelp, WorkerChannels, distribute_direct, download_direct,
                      from_local_direct)
-from .errors import DataLoss, DeadlineExceeded, translate_errors
+from .errors import DataLoss, DeadlineExceeded, TesseraError, translate_errors
 from .interop import Assembler, HostBuffer, chunks
 from .op_stream import OpStream, Outcome
 from .progress import Progress, ProgressArg
@@ -268,6 +268,12 @@ class Transport:
         except RelayMayHelp as failed:
             if self.direct_data == "on":
                 raise failed.cause from None
+            return None
+        except TesseraError:
+            # A read changes nothing: "auto" relays after any failure, whose answer (e.g. why
+            # the tensor's write failed) is the relay's.
+            if self.direct_data == "on":
+                raise
             return None
         finally:
             if bar is not None:
