@@ -72,10 +72,15 @@ absl::StatusOr<DirectUploads::Layout> DirectUploads::FromLocalLayout(
   const DeviceMesh& dm = mesh->mesh;
   ASSIGN_OR_RETURN(const DType dtype, FromProto(h.dtype()));
   ASSIGN_OR_RETURN(std::vector<Placement> placements, FromProto(h.placements()));
-  if (request.local_shapes_size() != dm.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("from_local got ", request.local_shapes_size(),
-                                                   " local shapes for mesh '", mesh->name, "' of ",
-                                                   dm.size(), " ranks; every rank needs one"));
+  const int64_t given = request.local_shapes_size();
+  if (given < dm.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "from_local got no shard of rank ", given, " (", given, " local tensors for mesh '",
+        mesh->name, "' of ", dm.size(), " ranks); every rank needs one"));
+  }
+  if (given > dm.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", dm.size(), " is not in mesh '",
+                                                   mesh->name, "' of ", dm.size(), " ranks"));
   }
   ASSIGN_OR_RETURN(const Shape first_local, FromProto(request.local_shapes(0)));
   ASSIGN_OR_RETURN(Shape global, DTensorStreams::FromLocalShape(dm, h, placements, first_local));
