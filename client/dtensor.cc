@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/direct_distribute.h"
+#include "client/direct_download.h"
 #include "client/op_stream.h"
 #include "client/session_impl.h"
 #include "client/wire.h"
@@ -134,8 +136,19 @@ absl::StatusOr<RedistributePlan> DTensor::ExplainRedistribute(
 }
 
 absl::StatusOr<HostTensor> DTensor::FullTensor(const Progress& progress) const {
-  const internal::SessionImpl& impl = ImplOf(state_->session);
+  internal::SessionImpl& impl = ImplOf(state_->session);
   RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state_));
+  if (impl.options.direct_data != DirectData::kOff) {
+    v1::PlanDownloadRequest plan;
+    plan.set_name(name());
+    plan.set_full(true);
+    // A read changes nothing: kAuto relays after any failure, whose answer (e.g. why the
+    // tensor's write failed) is then the relay's.
+    bool may_relay = false;
+    absl::StatusOr<HostTensor> direct =
+        DownloadDirect(impl, plan, progress, kWorkerReachTimeout, may_relay);
+    if (direct.ok() || impl.options.direct_data == DirectData::kOn) return direct;
+  }
   v1::FullTensorRequest request;
   request.set_name(name());
   grpc::ClientContext context;
@@ -146,8 +159,17 @@ absl::StatusOr<HostTensor> DTensor::FullTensor(const Progress& progress) const {
 }
 
 absl::StatusOr<HostTensor> DTensor::ToLocal(int64_t rank) const {
-  const internal::SessionImpl& impl = ImplOf(state_->session);
+  internal::SessionImpl& impl = ImplOf(state_->session);
   RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state_));
+  if (impl.options.direct_data != DirectData::kOff) {
+    v1::PlanDownloadRequest plan;
+    plan.set_name(name());
+    plan.set_rank(rank);
+    bool may_relay = false;  // unused: as in FullTensor, kAuto relays after any failure
+    absl::StatusOr<HostTensor> direct =
+        DownloadDirect(impl, plan, nullptr, kWorkerReachTimeout, may_relay);
+    if (direct.ok() || impl.options.direct_data == DirectData::kOn) return direct;
+  }
   v1::ToLocalRequest request;
   request.set_name(name());
   request.set_rank(rank);
@@ -184,11 +206,7 @@ absl::StatusOr<DTensorInfo> DTensor::Refresh() const {
 absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& tensor,
                                          const Mesh& mesh, const std::vector<Placement>& placements,
                                          const DistributeOptions& options) {
-  const internal::SessionImpl& impl = internal_impl(session);
-  grpc::ClientContext context;
-  impl.Prepare(&context, kTransferTimeout);
-  v1::TensorInfo info;
-  auto writer = impl.dtensors->DistributeTensor(&context, &info);
+  internal::SessionImpl& impl = internal_impl(session);
   v1::DistributeChunk chunk;
   v1::DistributeHeader* h = chunk.mutable_header();
   h->set_name(options.name);
@@ -197,6 +215,21 @@ absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& ten
   h->set_dtype(ToProto(tensor.dtype()));
   *h->mutable_shape() = ToProto(tensor.shape());
   h->set_src_data_rank(options.src_data_rank);
+  if (impl.options.direct_data != DirectData::kOff) {
+    v1::PlanUploadRequest request;
+    *request.mutable_header() = *h;
+    request.set_transfer_timeout_ms(absl::ToInt64Milliseconds(kTransferTimeout));
+    bool may_relay = false;
+    absl::StatusOr<v1::TensorInfo> direct =
+        UploadDirect(impl, request, absl::MakeConstSpan(&tensor, 1), options.progress,
+                     kWorkerReachTimeout, may_relay);
+    if (direct.ok()) return DTensorAccess::Adopt(session.shared_from_this(), *direct, true);
+    if (impl.options.direct_data == DirectData::kOn || !may_relay) return direct.status();
+  }
+  grpc::ClientContext context;
+  impl.Prepare(&context, kTransferTimeout);
+  v1::TensorInfo info;
+  auto writer = impl.dtensors->DistributeTensor(&context, &info);
   int64_t sent = 0;
   WriteChunks(AsBytes(tensor), [&](absl::string_view piece) {
     chunk.set_data(piece.data(), piece.size());
@@ -214,7 +247,32 @@ absl::StatusOr<DTensor> DistributeTensor(Session& session, const HostTensor& ten
 absl::StatusOr<DTensor> FromLocal(Session& session, absl::Span<const HostTensor> locals,
                                   const Mesh& mesh, const std::vector<Placement>& placements,
                                   const FromLocalOptions& options) {
-  const internal::SessionImpl& impl = internal_impl(session);
+  internal::SessionImpl& impl = internal_impl(session);
+  v1::FromLocalHeader header;
+  header.set_name(options.name);
+  header.set_mesh(mesh.name);
+  *header.mutable_placements() = ToProto(placements);
+  if (!locals.empty()) header.set_dtype(ToProto(locals[0].dtype()));
+  if (options.shape.has_value()) *header.mutable_shape() = ToProto(*options.shape);
+  header.set_run_check(options.run_check);
+  if (impl.options.direct_data != DirectData::kOff && !locals.empty()) {
+    v1::PlanUploadRequest request;
+    *request.mutable_from_local() = header;
+    for (const HostTensor& t : locals) {
+      if (t.dtype() != locals[0].dtype()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "from_local's local tensors differ in dtype: ", DTypeName(locals[0].dtype()), " and ",
+            DTypeName(t.dtype())));
+      }
+      *request.add_local_shapes() = ToProto(t.shape());
+    }
+    request.set_transfer_timeout_ms(absl::ToInt64Milliseconds(kTransferTimeout));
+    bool may_relay = false;
+    absl::StatusOr<v1::TensorInfo> direct =
+        UploadDirect(impl, request, locals, nullptr, kWorkerReachTimeout, may_relay);
+    if (direct.ok()) return DTensorAccess::Adopt(session.shared_from_this(), *direct, true);
+    if (impl.options.direct_data == DirectData::kOn || !may_relay) return direct.status();
+  }
   grpc::ClientContext context;
   impl.Prepare(&context, kTransferTimeout);
   v1::TensorInfo info;
@@ -222,15 +280,7 @@ absl::StatusOr<DTensor> FromLocal(Session& session, absl::Span<const HostTensor>
   for (size_t r = 0; r < locals.size(); ++r) {
     const HostTensor& t = locals[r];
     v1::FromLocalChunk chunk;
-    if (r == 0) {
-      v1::FromLocalHeader* h = chunk.mutable_header();
-      h->set_name(options.name);
-      h->set_mesh(mesh.name);
-      *h->mutable_placements() = ToProto(placements);
-      h->set_dtype(ToProto(t.dtype()));
-      if (options.shape.has_value()) *h->mutable_shape() = ToProto(*options.shape);
-      h->set_run_check(options.run_check);
-    }
+    if (r == 0) *chunk.mutable_header() = header;
     chunk.set_begins_rank(true);
     chunk.set_rank(static_cast<int64_t>(r));
     *chunk.mutable_local_shape() = ToProto(t.shape());

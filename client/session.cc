@@ -48,6 +48,7 @@ absl::StatusOr<std::shared_ptr<Session>> Session::Connect(const std::string& add
   std::shared_ptr<Session> session(new Session(std::make_unique<internal::SessionImpl>(
       address, channel, std::move(options), std::move(tensor_prefix))));
   internal::SessionImpl& impl = *session->impl_;
+  impl.credentials = *credentials;
   if (impl.options.keep_alive) {
     grpc::ClientContext context;
     impl.Prepare(&context);

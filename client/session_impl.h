@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/op_stream.h"
+#include "client/worker_channels.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "tessera/session.h"
@@ -51,7 +52,10 @@ struct SessionImpl {
   const std::unique_ptr<v1::CollectiveService::Stub> collectives;
   const std::unique_ptr<v1::DTensorService::Stub> dtensors;
   const std::unique_ptr<v1::ModuleService::Stub> modules;
-  OpStream ops;  // ops and frees, in order (used when options.op_stream)
+  // The credentials of the coordinator's channel, for channels straight to workers; set by Connect.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  WorkerChannels workers;  // channels straight to workers (direct data)
+  OpStream ops;            // ops and frees, in order (used when options.op_stream)
   std::atomic<uint64_t> next_tensor{1};
   absl::Notification stop;  // ends the lease keeper
   std::thread keeper;       // renews the lease while the session lives

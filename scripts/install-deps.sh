@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git ca-certificates openssl
+  build-essential cmake ninja-build pkg-config git ca-certificates openssl libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgloo-dev libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev libcivetweb-dev

@@ -54,6 +54,7 @@ struct CoordinatorFlags {
   absl::Duration dead_after = absl::Seconds(3);
   absl::Duration client_grace = absl::Seconds(60);
   absl::Duration stream_idle_timeout = absl::Seconds(30);
+  absl::Duration direct_grant_lifetime = absl::Seconds(10);
   int64_t max_message_bytes = 64 << 20;
   int metrics_port = -1;
   int max_rpc_threads = tessera::daemon::kDefaultMaxRpcThreads;
@@ -90,6 +91,10 @@ void AddFlags(CLI::App& app, CoordinatorFlags& f) {
       app, "--stream_idle_timeout", &f.stream_idle_timeout,
       "an upload stream (distribute, from_local, put) whose client sends nothing for this long "
       "is ended with DEADLINE_EXCEEDED, releasing its workers and buffers");
+  tessera::daemon::AddDurationFlag(
+      app, "--direct_grant_lifetime", &f.direct_grant_lifetime,
+      "how long a grant of the direct path (a client's upload to or read from a worker) stays "
+      "valid; its sequence is released to the worker soon after");
   app.add_option("--max_message_bytes", f.max_message_bytes,
                  "largest gRPC message accepted or sent")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
@@ -119,6 +124,11 @@ int main(int argc, char** argv) {
   if (std::optional<int> exit =
           tessera::daemon::ParseFlagsAndStartLogging(app, argc, argv, {"secret"})) {
     return *exit;
+  }
+  if (flags.direct_grant_lifetime <= absl::ZeroDuration()) {
+    spdlog::critical("--direct_grant_lifetime {} is not positive",
+                     absl::FormatDuration(flags.direct_grant_lifetime));
+    return 2;
   }
   const std::string& secret = flags.secret;
   absl::StatusOr<tessera::daemon::DaemonCredentials> credentials =
@@ -171,7 +181,8 @@ int main(int argc, char** argv) {
   tessera::WorkerBytes ledger;  // local tensors and DTensor shards, against each worker's budget
   tessera::CollectiveService collective_service(&meshes, &dispatcher, flags.stream_idle_timeout);
   tessera::DTensorTable tensors(&meshes, &dispatcher, &ledger);
-  tessera::DTensorService dtensor_service(&tensors, flags.client_grace, flags.stream_idle_timeout);
+  tessera::DTensorService dtensor_service(&tensors, flags.client_grace, flags.stream_idle_timeout,
+                                          flags.direct_grant_lifetime);
   tessera::MeshReformer reformer(&meshes, &dispatcher, &store);
   dispatcher.ObserveBroken([&reformer](const tessera::WorkerHandle& worker,
                                        const tessera::v1::BrokenCommunicator& broken) {

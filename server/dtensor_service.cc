@@ -51,9 +51,11 @@ absl::StatusOr<DTensorSpec> FactorySpec(const Mesh& mesh, const v1::CreateTensor
 }  // namespace
 
 DTensorService::DTensorService(DTensorTable* tensors, absl::Duration client_grace,
-                               absl::Duration stream_idle_timeout)
+                               absl::Duration stream_idle_timeout, absl::Duration grant_lifetime)
     : tensors_(tensors),
       streams_(tensors, stream_idle_timeout),
+      direct_(tensors, &streams_, grant_lifetime),
+      direct_reads_(tensors, &streams_, grant_lifetime),
       checkpoints_(tensors),
       leases_(client_grace) {
   reaper_ = std::thread([this] {
@@ -96,6 +98,39 @@ grpc::Status DTensorService::DistributeTensor(grpc::ServerContext* context,
   if (!info.ok()) return ToGrpcStatus(info.status());
   *reply = *std::move(info);
   return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::PlanUpload(grpc::ServerContext* context,
+                                        const v1::PlanUploadRequest* request,
+                                        v1::UploadPlan* reply) {
+  absl::StatusOr<v1::UploadPlan> plan = direct_.Plan(*request, Caller(*context));
+  if (!plan.ok()) return ToGrpcStatus(plan.status());
+  *reply = *std::move(plan);
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::CommitUpload(grpc::ServerContext* context,
+                                          const v1::CommitUploadRequest* request,
+                                          v1::TensorInfo* reply) {
+  absl::StatusOr<v1::TensorInfo> info = direct_.Commit(*request, Caller(*context));
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *reply = *std::move(info);
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::PlanDownload(grpc::ServerContext* context,
+                                          const v1::PlanDownloadRequest* request,
+                                          v1::DownloadPlan* reply) {
+  absl::StatusOr<v1::DownloadPlan> plan = direct_reads_.Plan(*request, Caller(*context));
+  if (!plan.ok()) return ToGrpcStatus(plan.status());
+  *reply = *std::move(plan);
+  return grpc::Status::OK;
+}
+
+grpc::Status DTensorService::ReleaseDownload(grpc::ServerContext* context,
+                                             const v1::ReleaseDownloadRequest* request,
+                                             v1::ReleaseDownloadReply*) {
+  return ToGrpcStatus(direct_reads_.Release(request->download_id(), Caller(*context)));
 }
 
 grpc::Status DTensorService::FromLocal(grpc::ServerContext* context,

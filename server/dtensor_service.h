@@ -8,6 +8,8 @@
 #include "absl/time/time.h"
 #include "server/checkpoints.h"
 #include "server/client_leases.h"
+#include "server/direct_downloads.h"
+#include "server/direct_uploads.h"
 #include "server/dtensor_streams.h"
 #include "server/dtensor_table.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
@@ -22,8 +24,10 @@ class DTensorService final : public v1::DTensorService::Service {
  public:
   // A client whose leases go `client_grace` without a call loses its tensors; an upload stream
   // whose client sends nothing for `stream_idle_timeout` is ended (IdleStreams).
+  // Grants of the direct path last `grant_lifetime`.
   DTensorService(DTensorTable* tensors, absl::Duration client_grace,
-                 absl::Duration stream_idle_timeout);
+                 absl::Duration stream_idle_timeout,
+                 absl::Duration grant_lifetime = absl::Seconds(10));
   ~DTensorService() override;
 
   // Client stream.
@@ -75,6 +79,18 @@ class DTensorService final : public v1::DTensorService::Service {
   grpc::Status KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest*,
                          v1::KeepAliveReply* reply) override;
 
+  // Unary: distribute_tensor on the direct path (DirectUploads).
+  grpc::Status PlanUpload(grpc::ServerContext* context, const v1::PlanUploadRequest* request,
+                          v1::UploadPlan* reply) override;
+  grpc::Status CommitUpload(grpc::ServerContext* context, const v1::CommitUploadRequest* request,
+                            v1::TensorInfo* reply) override;
+  // Unary: full_tensor and to_local on the direct path (DirectDownloads).
+  grpc::Status PlanDownload(grpc::ServerContext* context, const v1::PlanDownloadRequest* request,
+                            v1::DownloadPlan* reply) override;
+  grpc::Status ReleaseDownload(grpc::ServerContext* context,
+                               const v1::ReleaseDownloadRequest* request,
+                               v1::ReleaseDownloadReply* reply) override;
+
   // Frees every tensor of clients whose lease expired; run periodically.
   void ReclaimExpired();
 
@@ -97,6 +113,8 @@ class DTensorService final : public v1::DTensorService::Service {
 
   DTensorTable* tensors_;
   DTensorStreams streams_;
+  DirectUploads direct_;
+  DirectDownloads direct_reads_;
   Checkpoints checkpoints_;
   ClientLeases leases_;
   absl::Notification stopping_;

@@ -55,24 +55,27 @@ class DTensorStreams {
   absl::Status Spread(const DTensorEntry& tensor, const std::vector<int64_t>& source,
                       const std::vector<int>& broadcast_dims, bool partition);
 
- private:
   // Where a tensor's values can be read from: its own shards, or (with Partial placements) a
-  // temporary the workers reduce them into first.
+  // temporary the workers reduce them into first (posted now, so ordered before later reads).
   struct Readable {
     DTensorSpec spec;
     std::string worker_tensor;
     bool temporary = false;
   };
   absl::StatusOr<Readable> ReadableLayout(const DTensorEntry& tensor);
+  // Posts the deletion of the temporary, if any: ordered after every read reserved before it.
   void DropReadable(const DTensorEntry& tensor, const Readable& readable);
-  // Why reading `tensor` failed: its write's error if that failed, else `download`, as
-  // DTensorTable::Explain answers it.
-  absl::Status ReadFailure(const DTensorEntry& tensor, absl::Status download) const;
+
   // The global shape of a from_local tensor: the one given, or inferred as DTensor does (every
   // rank's shard as large as the first one's).
   static absl::StatusOr<Shape> FromLocalShape(const DeviceMesh& mesh, const v1::FromLocalHeader& h,
                                               const std::vector<Placement>& placements,
                                               const Shape& first_local);
+
+ private:
+  // Why reading `tensor` failed: its write's error if that failed, else `download`, as
+  // DTensorTable::Explain answers it.
+  absl::Status ReadFailure(const DTensorEntry& tensor, absl::Status download) const;
   // Receives one rank's section of a from_local stream, starting at `chunk` (its header chunk),
   // into its worker; leaves the next rank's header chunk in `chunk`, or sets `more` to false.
   absl::Status ReceiveRank(const grpc::ServerContext& context, const DTensorEntry& tensor,

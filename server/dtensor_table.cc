@@ -21,7 +21,8 @@ int64_t DTensorTable::ShardBytes(const DTensorSpec& spec, int64_t position) {
 absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Add(const std::string& requested,
                                                                 std::shared_ptr<Mesh> mesh,
                                                                 DTensorSpec spec,
-                                                                const std::string& owner) {
+                                                                const std::string& owner,
+                                                                bool hidden) {
   if (requested.size() > kMaxNameLength || requested.find('/') != std::string::npos ||
       (!requested.empty() && requested[0] == '.')) {
     return absl::InvalidArgumentError(
@@ -42,7 +43,13 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Add(const std::strin
                                 absl::StrCat("tensor ", tensor->spec.ToString())));
   tensor->name = name;
   tensors_[name] = tensor;
+  if (hidden) hidden_.insert(name);
   return tensor;
+}
+
+void DTensorTable::Reveal(const DTensorEntry& tensor) {
+  absl::MutexLock lock(&mu_);
+  hidden_.erase(tensor.name);
 }
 
 std::vector<WorkerBytes::Holding> DTensorTable::Holdings(const Mesh& mesh, const std::string& name,
@@ -90,7 +97,7 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Relayout(
 absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Find(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) {
+  if (it == tensors_.end() || hidden_.contains(name)) {
     if (recovering_.contains(name)) {
       return absl::UnavailableError(absl::StrCat(
           "tensor '", name, "' is being recovered after a coordinator restart; try again shortly"));
@@ -151,7 +158,7 @@ std::vector<std::shared_ptr<DTensorEntry>> DTensorTable::OnMesh(const std::strin
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<DTensorEntry>> found;
   for (const auto& [name, t] : tensors_) {
-    if (mesh.empty() || t->mesh->name == mesh) found.push_back(t);
+    if ((mesh.empty() || t->mesh->name == mesh) && !hidden_.contains(name)) found.push_back(t);
   }
   return found;
 }
@@ -197,6 +204,7 @@ void DTensorTable::Drop(const DTensorEntry& tensor) {
   if (it == tensors_.end() || it->second.get() != &tensor) return;
   ReleaseBytes(tensor);
   Unrecord(tensor.name);
+  hidden_.erase(tensor.name);
   tensors_.erase(it);
 }
 

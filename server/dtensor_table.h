@@ -65,7 +65,10 @@ class DTensorTable : public MeshUser {
   // of every device type hold DTensors (a cuda worker keeps its shards in the GPU's memory).
   absl::StatusOr<std::shared_ptr<DTensorEntry>> Add(const std::string& requested,
                                                     std::shared_ptr<Mesh> mesh, DTensorSpec spec,
-                                                    const std::string& owner);
+                                                    const std::string& owner, bool hidden = false);
+  // Makes a tensor added `hidden` visible: until then Find answers NOT_FOUND for it and OnMesh
+  // leaves it out (its name, bytes and owner are held all the same).
+  void Reveal(const DTensorEntry& tensor);
   // Replaces `tensor` by one of the same name (and worker-side name) laid out as `spec` (same
   // shape and dtype), whose write the caller posts: a redistribute in place. Its shards' bytes
   // move in the ledger first (RESOURCE_EXHAUSTED naming the worker, and nothing changes, if they
@@ -163,6 +166,7 @@ class DTensorTable : public MeshUser {
   StateStore* store_ = nullptr;
   mutable absl::Mutex mu_;
   std::set<std::string> recovering_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> hidden_ ABSL_GUARDED_BY(mu_);  // added hidden, not yet revealed
   std::map<std::string, std::shared_ptr<DTensorEntry>> tensors_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };

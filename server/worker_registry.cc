@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "security/direct_grants.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -70,7 +71,9 @@ v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
                           request.address(),
                           request.device(),
                           v1::Worker::NewStub(channel),
-                          request.memory_budget_bytes()};
+                          request.memory_budget_bytes(),
+                          NewGrantKey()};
+  reply.set_grant_key(e.handle.grant_key);
   e.info = request;
   e.last_heartbeat = absl::Now();
   e.heartbeat_since_register = false;

@@ -29,6 +29,7 @@ struct WorkerHandle {
   std::string device;
   std::shared_ptr<v1::Worker::Stub> stub;
   int64_t memory_budget_bytes = 0;  // its budget for shards
+  std::string grant_key;            // signs grants of direct uploads to this incarnation
 };
 
 // Every worker that ever registered, with liveness by heartbeat and the per-worker command

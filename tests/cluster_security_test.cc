@@ -143,6 +143,29 @@ TEST(Security, RightCredentialsRunAWorkload) {
   EXPECT_TRUE((*s)->DeleteMesh("secure").ok());
 }
 
+// Under mutual TLS a client on the direct path reaches the workers with its own certificate (the
+// workers accept it by the coordinator's grant, not as their coordinator): distribute_tensor with
+// direct_data on (a failure of the direct path fails the call) round-trips bit for bit.
+TEST(Security, DirectUploadsUseTheClientsOwnCredentials) {
+  client::SessionOptions options = Options("ca.pem", "client", kToken);
+  options.direct_data = client::DirectData::kOn;
+  absl::StatusOr<std::shared_ptr<client::Session>> s =
+      client::Session::Connect(shared->cluster->address(), options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(client::InitDeviceMesh(**s, TestDevice(), {2}, {"x"}, "direct").ok());
+  absl::StatusOr<client::Mesh> mesh = client::GetMesh(**s, "direct");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  const HostTensor full = kernels::testing::RandomTensor(DType::kInt64, {9, 3}, 5);
+  absl::StatusOr<client::DTensor> t =
+      client::DistributeTensor(**s, full, *mesh, {Placement::Shard(0)});
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<HostTensor> got = t->FullTensor();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(TensorsMatch(*got, full));
+  EXPECT_TRUE(t->Free().ok());
+  EXPECT_TRUE((*s)->DeleteMesh("direct").ok());
+}
+
 struct TokenCase {
   std::string name;
   std::string token;

@@ -307,6 +307,7 @@ int main(int argc, char** argv) {
     for (std::string& name : service.tensor_names()) request.add_held_tensors(std::move(name));
     service.BeginRegistering();
     tessera::v1::RegisterReply reply = RegisterLoop(*registry, request);
+    service.SetGrantKey(reply.grant_key());
     service.BeginIncarnation(
         reply.worker_id(), reply.incarnation(),
         std::make_unique<tessera::RpcStore>(

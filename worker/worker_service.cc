@@ -12,6 +12,7 @@
 #include "proto/grpc_status.h"
 #include "proto/tls_files.h"
 #include "security/constant_time.h"
+#include "security/direct_grants.h"
 #include "spdlog/spdlog.h"
 #include "transfer/tensor_stream.h"
 
@@ -135,6 +136,40 @@ grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char
   return ToGrpcStatus(incarnation_.Admit(incarnation, absl::FromChrono(context.deadline())));
 }
 
+grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
+                                       const v1::DirectGrant& grant, bool read, bool matches,
+                                       absl::string_view call) {
+  const std::string peer = context.peer();
+  if (absl::Status s = grant_failures_.Admit(peer); !s.ok()) return ToGrpcStatus(s);
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&grant_mu_);
+    refused = CheckGrant(grant_key_, grant, worker_id_.load(), incarnation_.current(), absl::Now());
+    if (refused.ok() && grant.read() != read) {
+      refused = absl::PermissionDeniedError(absl::StrCat(
+          "the grant for sequence ", grant.sequence(), " is ",
+          grant.read() ? "a read grant" : "an upload's grant", ", not one for ", call));
+    }
+    if (refused.ok() && !matches) {
+      refused = absl::PermissionDeniedError(
+          absl::StrCat("the ", call, " does not match its grant (for '", grant.tensor(),
+                       "' at sequence ", grant.sequence(), ")"));
+    }
+    // Numbers behind the head of the order were used or released: a grant for one is a replay.
+    const int64_t head = sequencer_.next();
+    granted_.erase(granted_.begin(), granted_.lower_bound(head));
+    if (refused.ok() && (grant.sequence() < head || granted_.contains(grant.sequence()))) {
+      refused = absl::PermissionDeniedError(absl::StrCat(
+          "the grant for sequence ", grant.sequence(), " was already used or released"));
+    }
+    if (refused.ok()) granted_.insert(grant.sequence());
+  }
+  if (refused.ok()) return grpc::Status::OK;
+  grant_failures_.Record(peer, absl::StrCat("tessera.v1.Worker/", read ? "Download" : "Upload"),
+                         std::string(refused.message()));
+  return ToGrpcStatus(refused);
+}
+
 grpc::Status WorkerService::AwaitTurn(const grpc::ServerContext& context, int64_t sequence) {
   return ToGrpcStatus(sequencer_.Acquire(sequence, absl::FromChrono(context.deadline())));
 }
@@ -209,7 +244,19 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
   if (!reader->Read(&chunk)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload had no chunks");
   }
-  if (grpc::Status s = Admit(*context, "Upload", chunk.incarnation()); !s.ok()) return s;
+  const bool granted = chunk.has_grant();
+  const v1::DirectGrant grant = chunk.grant();  // the chunk is reused for the data
+  const bool matches = chunk.tensor() == grant.tensor() && chunk.dtype() == grant.dtype() &&
+                       chunk.shape().SerializeAsString() == grant.shape().SerializeAsString() &&
+                       chunk.sequence() == grant.sequence() &&
+                       chunk.incarnation() == grant.incarnation();
+  if (grpc::Status s = granted ? AdmitGrant(*context, grant, /*read=*/false, matches,
+                                            absl::StrCat("upload of '", chunk.tensor(),
+                                                         "' at sequence ", chunk.sequence()))
+                               : Admit(*context, "Upload", chunk.incarnation());
+      !s.ok()) {
+    return s;
+  }
   const int64_t sequence = chunk.sequence();
   if (grpc::Status s = AwaitTurn(*context, sequence); !s.ok()) return s;
   auto finish = [&](absl::Status s) {
@@ -234,13 +281,28 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
     return finish(s);
   if (absl::Status s = store_.Put(name, *std::move(received)); !s.ok()) return finish(s);
   reply->set_bytes(want);
+  if (granted) {
+    absl::MutexLock lock(&grant_mu_);
+    reply->set_receipt(GrantReceipt(grant_key_, grant));
+  }
   return finish(absl::OkStatus());
 }
 
 grpc::Status WorkerService::Download(grpc::ServerContext* context,
                                      const v1::DownloadRequest* request,
                                      grpc::ServerWriter<v1::TensorChunk>* writer) {
-  if (grpc::Status s = Admit(*context, "Download", request->incarnation()); !s.ok()) return s;
+  const v1::DirectGrant& grant = request->grant();
+  const bool matches = request->tensor() == grant.tensor() &&
+                       request->sequence() == grant.sequence() &&
+                       request->incarnation() == grant.incarnation();
+  if (grpc::Status s = request->has_grant()
+                           ? AdmitGrant(*context, grant, /*read=*/true, matches,
+                                        absl::StrCat("download of '", request->tensor(),
+                                                     "' at sequence ", request->sequence()))
+                           : Admit(*context, "Download", request->incarnation());
+      !s.ok()) {
+    return s;
+  }
   if (grpc::Status s = AwaitTurn(*context, request->sequence()); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> tensor =
       store_.Get(request->tensor());

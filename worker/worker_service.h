@@ -3,9 +3,11 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "gloo/rendezvous/store.h"
 #include "kernels/backend.h"
@@ -38,6 +40,14 @@ class WorkerService final : public v1::Worker::Service {
   // A registration is being sent: calls for an incarnation other than the current one wait for
   // BeginIncarnation rather than being refused (IncarnationGate).
   void BeginRegistering() { incarnation_.BeginRegistering(); }
+
+  // The key that signs the coordinator's grants of direct client uploads (RegisterReply.grant_key);
+  // set with each registration, before BeginIncarnation. Empty: no direct upload is accepted.
+  void SetGrantKey(std::string key) {
+    absl::MutexLock lock(&grant_mu_);
+    grant_key_ = std::move(key);
+  }
+
   // Starts a new incarnation (after registering): drops every communicator, and every tensor
   // unless `keep_tensors` (a restarted coordinator recovered them), then only `drop_tensors`.
   // `collective_host` is where this worker's Gloo connections bind.
@@ -72,6 +82,11 @@ class WorkerService final : public v1::Worker::Service {
   // is for the current incarnation. A caller that fails is logged and rate-limited (AuthFailures).
   grpc::Status Admit(const grpc::ServerContext& context, const char* method,
                      int64_t incarnation) const;
+  // OK if `grant` is valid (CheckGrant), of the kind `call` needs (`read`: a download), `matches`
+  // the call (as its caller found) and has not been used; PERMISSION_DENIED otherwise (logged and
+  // rate-limited as Admit's refusals). On OK the grant's sequence counts as used by this call.
+  grpc::Status AdmitGrant(const grpc::ServerContext& context, const v1::DirectGrant& grant,
+                          bool read, bool matches, absl::string_view call);
   // AdmitAndRun, logging one line (worker, mesh, sequence, why) when the command fails.
   grpc::Status RunInTurn(const grpc::ServerContext& context, const v1::Command& command,
                          v1::CommandReply* reply);
@@ -84,10 +99,17 @@ class WorkerService final : public v1::Worker::Service {
   const std::string secret_;
   std::string coordinator_identity_;
   mutable AuthFailures auth_failures_;
+  // Refused grants, counted apart: a client's failures never lock its host's coordinator out.
+  AuthFailures grant_failures_;
   const std::unique_ptr<kernels::KernelBackend> kernels_;
   const std::string device_;
   ShardStore store_;
   CommandSequencer sequencer_;
+  mutable absl::Mutex grant_mu_;
+  std::string grant_key_ ABSL_GUARDED_BY(grant_mu_);
+  // Sequences of granted uploads admitted and not yet behind the sequencer's head (a replayed
+  // grant is refused even while its first use waits or runs).
+  std::set<int64_t> granted_ ABSL_GUARDED_BY(grant_mu_);
   mutable absl::Mutex mu_;
   // Read without mu_ so that queued commands are admitted while another one runs.
   IncarnationGate incarnation_;

@@ -23,6 +23,12 @@ namespace tessera::client {
 
 // How a session connects. As with every options struct here, each member has a default, so
 // designated initializers may name any of them.
+// Whether the bytes of DistributeTensor, FromLocal, FullTensor and ToLocal go between the client
+// and the workers directly (each block to or from its worker, under a grant of the coordinator's,
+// which still sets the order) or through the coordinator. kAuto goes direct when the workers
+// answer within a second or two, else relays; kOn fails where the direct path fails.
+enum class DirectData { kAuto, kOn, kOff };
+
 struct SessionOptions {
   std::string client_id = {};  // Empty: a random id.
   bool keep_alive = true;      // Hold a lease (tensors reclaimed after the grace period once the
@@ -42,6 +48,8 @@ struct SessionOptions {
   // A bearer token, sent as "authorization: Bearer <token>" on every call, for a coordinator
   // started with --tokens_file (which needs TLS); empty sends none.
   std::string token = {};
+  // The bulk bytes' path (DirectData); workers are reached with the TLS files above.
+  DirectData direct_data = DirectData::kAuto;
 };
 
 namespace internal {

@@ -591,8 +591,10 @@ def distribute_tensor(tensor: Any, device_mesh: Optional[DeviceMesh] = None,
                       name: str = "", progress: ProgressArg = None, dtype: Any = None
                       ) -> DTensor:
     """distribute_tensor(tensor, device_mesh, placements): a numpy array or CPU torch tensor is
-    streamed to the coordinator in 1 MiB chunks and each rank's block routed to its worker as it
-    arrives; replicas are broadcast by the workers from ``src_data_rank``. ``placements``
+    streamed in 1 MiB chunks, each block straight to its worker where the session's
+    ``direct_data`` allows (tessera.direct), else to the coordinator, which routes each rank's
+    block to its worker as it arrives; replicas are broadcast by the workers from
+    ``src_data_rank``. ``placements``
     default to Replicate on every dim (torch's default); on a view (``mesh["tp"]``) they apply
     to its dims, Replicate elsewhere. ``progress``: see tessera.progress. ``dtype`` converts
     the values first (bfloat16 from floats works without ml_dtypes or torch)."""

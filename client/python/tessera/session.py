@@ -14,7 +14,8 @@ from typing import Any, List, Optional
 
 import grpc
 
-from .errors import FailedPrecondition, Unavailable
+from .direct import DIRECT_DATA_MODES, WorkerChannels
+from .errors import FailedPrecondition, InvalidArgument, Unavailable
 from .transport import Transport
 
 __all__ = ["Session", "connect", "get_session", "set_session", "DEFAULT_TIMEOUT",
@@ -39,14 +40,21 @@ class Session:
     for their answers (see tessera.dtensor); ``op_stream=False`` makes one unary call each. Use
     it as a context manager, or call :meth:`close`. Thread-safe. ``tls_ca``, ``tls_cert``,
     ``tls_key`` (PEM files) and ``token`` (default $TESSERA_TLS_CA, $TESSERA_TLS_CERT,
-    $TESSERA_TLS_KEY, $TESSERA_TOKEN) connect over TLS with a bearer token (docs/security.md)."""
+    $TESSERA_TLS_KEY, $TESSERA_TOKEN) connect over TLS with a bearer token (docs/security.md).
+    ``direct_data`` is how the bytes of distribute_tensor, from_local, full_tensor and to_local
+    travel: "auto" (the default) streams each block straight to or from its worker under the
+    coordinator's grant when the workers answer within 2 s, else through the coordinator; "on" only straight (an unreachable worker fails the call);
+    "off" always through the coordinator. Workers are reached with the same TLS credentials."""
 
     def __init__(self, address: str, *, client_id: Optional[str] = None,
                  timeout: float = DEFAULT_TIMEOUT, transfer_timeout: float = TRANSFER_TIMEOUT,
                  keep_alive: bool = True, connect_timeout: Optional[float] = None,
                  op_stream: bool = True, tls_ca: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
-                 token: Optional[str] = None) -> None:
+                 token: Optional[str] = None, direct_data: str = "auto") -> None:
+        if direct_data not in DIRECT_DATA_MODES:
+            raise InvalidArgument(f"direct_data {direct_data!r} is not one of "
+                                  f"{', '.join(DIRECT_DATA_MODES)}")
         self.address = address
         self.client_id = client_id or f"py-{secrets.token_hex(8)}"
         self.timeout = float(timeout)
@@ -66,8 +74,12 @@ class Session:
         except Unavailable:
             self._channel.close()
             raise
+        self._workers = WorkerChannels(
+            None if credentials is None else _worker_credentials(tls_ca, tls_cert, tls_key),
+            channel_options)
         self.transport = Transport(self._channel, self.client_id, self.timeout,
-                                   self.transfer_timeout, op_stream=op_stream)
+                                   self.transfer_timeout, op_stream=op_stream,
+                                   direct_data=direct_data, workers=self._workers)
         # Names of the op outputs this session picks: a random prefix (unique among sessions)
         # and a counter.
         self._tensor_prefix = f"p{secrets.token_hex(6)}-"
@@ -132,6 +144,7 @@ class Session:
         if self._keeper is not None:
             self._keeper.join(timeout=5)
         self.transport.close()
+        self._workers.close()
         self._channel.close()
         global _default
         if _default is self:
@@ -267,6 +280,16 @@ def _channel_credentials(tls_ca: Optional[str], tls_cert: Optional[str], tls_key
         credentials = grpc.composite_channel_credentials(
             credentials, grpc.access_token_call_credentials(token))
     return credentials
+
+
+def _worker_credentials(tls_ca: Optional[str], tls_cert: Optional[str],
+                        tls_key: Optional[str]) -> grpc.ChannelCredentials:
+    """The TLS credentials of channels straight to workers: the session's PEM files (else
+    $TESSERA_TLS_*), without its bearer token, which is for the coordinator."""
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(tls_ca or os.environ.get("TESSERA_TLS_CA")),
+        private_key=_read(tls_key or os.environ.get("TESSERA_TLS_KEY")),
+        certificate_chain=_read(tls_cert or os.environ.get("TESSERA_TLS_CERT")))
 
 
 def connect(address: Optional[str] = None, **options: Any) -> Session:

@@ -15,7 +15,9 @@ from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 import grpc
 
 from . import dtypes as _dt
-from .errors import DataLoss, DeadlineExceeded, translate_errors
+from .direct import (RelayMayHelp, WorkerChannels, distribute_direct, download_direct,
+                     from_local_direct)
+from .errors import DataLoss, DeadlineExceeded, TesseraError, translate_errors
 from .interop import Assembler, HostBuffer, chunks
 from .op_stream import OpStream, Outcome
 from .progress import Progress, ProgressArg
@@ -71,11 +73,16 @@ def read_inline(t: Any, what: str) -> Tuple[_dt.DType, Any]:
 
 class Transport:
     """The client's calls over one channel; ``timeout`` and ``transfer_timeout`` in seconds;
-    ``op_stream``: DTensor ops and frees on the ordered op stream (else one unary call each)."""
+    ``op_stream``: DTensor ops and frees on the ordered op stream (else one unary call each);
+    ``direct_data`` ("auto", "on", "off") and ``workers`` (channels straight to workers): how
+    distribute_tensor's bytes travel (tessera.direct)."""
 
     def __init__(self, channel: grpc.Channel, client_id: str, timeout: float,
-                 transfer_timeout: float, op_stream: bool = True) -> None:
+                 transfer_timeout: float, op_stream: bool = True, direct_data: str = "off",
+                 workers: Optional[WorkerChannels] = None) -> None:
         self.channel = channel
+        self.direct_data = direct_data if workers is not None else "off"
+        self.workers = workers
         self.metadata = (("tessera-client", client_id),)
         self.timeout = timeout
         self.transfer_timeout = transfer_timeout
@@ -182,6 +189,16 @@ class Transport:
         header = tensor_pb2.DistributeHeader(
             name=name, mesh=mesh, placements=list(placements), dtype=buffer.dtype.number,
             shape=shape_proto(buffer.shape), src_data_rank=src_data_rank)
+        if self.direct_data != "off" and self.workers is not None:
+            bar = Progress(buffer.nbytes, "distribute_tensor", progress)
+            try:
+                self.settle()
+                return distribute_direct(self, self.workers, buffer, header, bar.add)
+            except RelayMayHelp as failed:
+                if self.direct_data == "on":
+                    raise failed.cause from None
+            finally:
+                bar.close()
         bar = Progress(buffer.nbytes, "distribute_tensor", progress)
 
         def requests() -> Iterator[Any]:
@@ -207,6 +224,13 @@ class Transport:
                                             dtype=dtype.number, run_check=run_check)
         if shape is not None:
             header.shape.CopyFrom(shape_proto(shape))
+        if self.direct_data != "off" and self.workers is not None and locals_:
+            try:
+                self.settle()
+                return from_local_direct(self, self.workers, locals_, header, lambda n: None)
+            except RelayMayHelp as failed:
+                if self.direct_data == "on":
+                    raise failed.cause from None
 
         def requests() -> Iterator[Any]:
             for rank, buffer in enumerate(locals_):
@@ -224,12 +248,51 @@ class Transport:
 
         return self.stream_in(self.dtensors.FromLocal, requests())
 
+    def read_direct(self, request: Any, what: str,
+                    progress: ProgressArg = None) -> Optional[Tuple[_dt.DType, Any]]:
+        """full_tensor / to_local on the direct path when ``direct_data`` allows; None where
+        the relay is to serve it instead."""
+        if self.direct_data == "off" or self.workers is None:
+            return None
+        bar: Optional[Progress] = None
+
+        def received(n: int, total: int) -> None:
+            nonlocal bar
+            if bar is None:
+                bar = Progress(total, what, progress)
+            bar.add(n)
+
+        try:
+            self.settle()
+            return download_direct(self, self.workers, request, received)
+        except RelayMayHelp as failed:
+            if self.direct_data == "on":
+                raise failed.cause from None
+            return None
+        except TesseraError:
+            # A read changes nothing: "auto" relays after any failure, whose answer (e.g. why
+            # the tensor's write failed) is the relay's.
+            if self.direct_data == "on":
+                raise
+            return None
+        finally:
+            if bar is not None:
+                bar.close()
+
     def to_local(self, name: str, rank: int) -> Tuple[_dt.DType, Any]:
+        what = f"to_local of '{name}' on rank {rank}"
+        direct = self.read_direct(dtensor_pb2.PlanDownloadRequest(name=name, rank=rank), what)
+        if direct is not None:
+            return direct
         messages = self.stream_out(self.dtensors.ToLocal,
                                    tensor_pb2.ToLocalRequest(name=name, rank=rank))
         return self.receive_tensor(messages, f"to_local of '{name}' on rank {rank}")
 
     def full_tensor(self, name: str, progress: ProgressArg) -> Tuple[_dt.DType, Any]:
+        direct = self.read_direct(dtensor_pb2.PlanDownloadRequest(name=name, full=True),
+                                  f"full_tensor of '{name}'", progress)
+        if direct is not None:
+            return direct
         messages = self.stream_out(self.dtensors.FullTensor,
                                    tensor_pb2.FullTensorRequest(name=name))
         return self.receive_tensor(messages, f"full_tensor of '{name}'", progress)

@@ -1,0 +1,98 @@
+#ifndef TESSERA_SERVER_DIRECT_UPLOADS_H_
+#define TESSERA_SERVER_DIRECT_UPLOADS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "server/dtensor_streams.h"
+#include "server/dtensor_table.h"
+#include "server/sequence_lease.h"
+#include "tessera/v1/dtensor.pb.h"
+
+namespace tessera {
+
+// distribute_tensor and from_local on the direct path: the client streams each block straight to
+// its worker (from_local: each rank's local tensor whole, one route per rank).
+// Plan checks the request as a relayed distribute is checked, adds the tensor hidden (its name,
+// bytes against the workers' budgets and owner held as for a relayed one), reserves each block's
+// sequence on its worker (the order stays the coordinator's) and signs a grant per block. Commit
+// checks every worker's receipt, then spreads the replicas and reveals the tensor. A plan that is
+// aborted, fails its commit or is not committed by its deadline is dropped: its tensor released
+// (whatever blocks arrived are freed) and nothing becomes visible. Sequences not used are released
+// to their workers once the grants have expired (kReleaseMargin later), so a client that vanishes
+// stalls no worker for longer than that. Thread-safe.
+class DirectUploads {
+ public:
+  // Grants expire `grant_lifetime` after the plan: the client must open every upload by then.
+  DirectUploads(DTensorTable* tensors, DTensorStreams* streams,
+                absl::Duration grant_lifetime = absl::Seconds(10));
+  ~DirectUploads();
+  DirectUploads(const DirectUploads&) = delete;
+  DirectUploads& operator=(const DirectUploads&) = delete;
+
+  absl::StatusOr<v1::UploadPlan> Plan(const v1::PlanUploadRequest& request,
+                                      const std::string& owner);
+  absl::StatusOr<v1::TensorInfo> Commit(const v1::CommitUploadRequest& request,
+                                        const std::string& owner);
+  // Releases the sequences of plans whose grants expired and drops plans past their deadline.
+  void ExpireDue(absl::Time now);
+
+  // Plans not yet committed or dropped.
+  int64_t pending() const;
+
+  static constexpr absl::Duration kReleaseMargin = absl::Seconds(2);
+  static constexpr absl::Duration kDefaultTransfer = absl::Minutes(10);
+  static constexpr absl::Duration kMaxTransfer = absl::Hours(1);
+
+ private:
+  // What a plan holds and where its blocks go.
+  struct Layout {
+    std::shared_ptr<Mesh> mesh;
+    DTensorSpec spec;
+    std::string name;
+    std::vector<int64_t> source;      // the coordinate whose ranks receive the non-Shard dims' copy
+    std::vector<int64_t> positions;   // the ranks that receive a block, in route order
+    std::vector<int> broadcast_dims;  // spread from `source` along these at commit
+    bool partition = true;            // distribute_tensor's layout of Partial dims
+    bool whole_locals = false;        // from_local: each route's block is its rank's tensor
+  };
+  absl::StatusOr<Layout> DistributeLayout(const v1::DistributeHeader& header);
+  absl::StatusOr<Layout> FromLocalLayout(const v1::PlanUploadRequest& request);
+
+  struct Block {
+    SequenceLease lease;
+    v1::DirectGrant grant;
+    std::string key;  // the worker's grant key, to check its receipt
+  };
+  struct Planned {
+    std::string owner;
+    std::shared_ptr<DTensorEntry> tensor;
+    std::vector<int64_t> source;  // the coordinate whose ranks receive the non-Shard dims' copy
+    std::vector<int> broadcast_dims;
+    bool partition = true;
+    std::vector<Block> blocks;
+    absl::Time release_at;  // grants expired: unused sequences go back to the workers
+    absl::Time commit_by;
+  };
+  // Releases every lease still held (the workers ignore numbers they used) and the tensor.
+  void Drop(Planned& planned);
+
+  DTensorTable* tensors_;
+  DTensorStreams* streams_;
+  const absl::Duration grant_lifetime_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Planned>> planned_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stopping_;
+  std::thread expirer_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_DIRECT_UPLOADS_H_
