@@ -26,6 +26,7 @@ namespace {
 void Abort(const internal::SessionImpl& impl, const std::string& upload_id) {
   grpc::ClientContext context;
   impl.Prepare(&context);
+  context.set_wait_for_ready(false);  // the plan lives only in the coordinator that made it
   v1::CommitUploadRequest request;
   request.set_upload_id(upload_id);
   request.set_abort(true);
@@ -179,6 +180,9 @@ absl::StatusOr<v1::TensorInfo> UploadDirect(internal::SessionImpl& impl,
   }
   grpc::ClientContext context;
   impl.Prepare(&context);
+  // The plan lives only in the coordinator process that made it: a restarted one would not know
+  // it, so a commit fails at once (UNAVAILABLE) rather than waiting for the coordinator to return.
+  context.set_wait_for_ready(false);
   v1::TensorInfo info;
   RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->CommitUpload(&context, commit, &info)));
   return info;

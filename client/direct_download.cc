@@ -84,6 +84,7 @@ absl::Status ReceiveBlock(grpc::Channel& channel, const v1::UploadRoute& route, 
 void ReleasePlan(const internal::SessionImpl& impl, const std::string& download_id) {
   grpc::ClientContext context;
   impl.Prepare(&context);
+  context.set_wait_for_ready(false);  // the plan lives only in the coordinator that made it
   v1::ReleaseDownloadRequest request;
   request.set_download_id(download_id);
   v1::ReleaseDownloadReply ignored;
