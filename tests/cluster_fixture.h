@@ -17,6 +17,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/local_cluster.h"
 #include "core/dtype.h"
 #include "core/host_tensor.h"
@@ -82,6 +84,20 @@ struct TestCluster {
     return cluster ? absl::StrCat(" (logs in ", cluster->log_dir(), ")") : "";
   }
 };
+
+// Retries `call` while it answers UNAVAILABLE (a coordinator restarting, or recovering the name),
+// up to `wait`; returns its last answer.
+template <typename F>
+auto RetryUnavailable(F call, absl::Duration wait = absl::Seconds(30)) {
+  const absl::Time deadline = absl::Now() + wait;
+  auto result = call();
+  while (!result.ok() && result.status().code() == absl::StatusCode::kUnavailable &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(200));
+    result = call();
+  }
+  return result;
+}
 
 // Success iff dtype and shape are equal and every element pair differs by at most
 // `absolute_tolerance` + `relative_tolerance` times the larger magnitude of the pair (torch's

@@ -25,6 +25,7 @@ namespace {
 
 using ::tessera::client::DTensor;
 using ::tessera::client::Session;
+using ::tessera::testing::RetryUnavailable;
 using ::tessera::testing::TestCluster;
 using ::tessera::testing::TestClusterOptions;
 using P = Placement;
@@ -32,25 +33,6 @@ using P = Placement;
 constexpr int kWorkers = 4;
 // How long a call cut by the kill may take to fail: the client must not hang on a dead channel.
 constexpr absl::Duration kFailWithin = absl::Seconds(20);
-
-// Retries `call` while it answers UNAVAILABLE (the coordinator restarting, or recovering the
-// name), up to `wait`.
-template <typename F>
-auto RetryUnavailable(F call, absl::Duration wait = absl::Seconds(30)) {
-  const absl::Time deadline = absl::Now() + wait;
-  auto result = call();
-  while (!result.ok() && result.status().code() == absl::StatusCode::kUnavailable &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(200));
-    result = call();
-  }
-  return result;
-}
-
-bool BitEqual(const HostTensor& a, const HostTensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
 
 // Bytes of shards each worker reported, by worker id.
 std::map<int64_t, int64_t> UsedBytes(Session& session) {
@@ -122,7 +104,7 @@ class InflightCrashTest : public ::testing::Test {
       ASSERT_TRUE(t.ok()) << t.status() << cluster_.LogHint();
       absl::StatusOr<HostTensor> back = t->FullTensor();
       ASSERT_TRUE(back.ok()) << back.status();
-      EXPECT_TRUE(BitEqual(*back, before_values_[i])) << before_[i].name();
+      EXPECT_TRUE(back->BitEqual(before_values_[i])) << before_[i].name();
     }
   }
 
@@ -165,7 +147,7 @@ TEST_F(InflightCrashTest, ADistributeStreamCutByTheKillFailsUnavailableAndLeaves
   ASSERT_TRUE(again.ok()) << again.status();
   absl::StatusOr<HostTensor> back = again->FullTensor();
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_TRUE(BitEqual(*back, big));
+  EXPECT_TRUE(back->BitEqual(big));
 }
 
 TEST_F(InflightCrashTest, AnOpCutByTheKillFailsUnavailableAndLeavesNothingHalfWritten) {
@@ -201,7 +183,7 @@ TEST_F(InflightCrashTest, AnOpCutByTheKillFailsUnavailableAndLeavesNothingHalfWr
     ASSERT_TRUE(got.ok() && redo.ok()) << got.status() << redo.status();
     absl::StatusOr<HostTensor> want = redo->FullTensor();
     ASSERT_TRUE(want.ok()) << want.status();
-    EXPECT_TRUE(BitEqual(*got, *want));
+    EXPECT_TRUE(got->BitEqual(*want));
     EXPECT_TRUE(found->Free().ok());
   } else {
     EXPECT_EQ(found.status().code(), absl::StatusCode::kNotFound) << found.status();

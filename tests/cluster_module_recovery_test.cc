@@ -35,31 +35,12 @@ namespace {
 
 using ::tessera::client::Module;
 using ::tessera::client::Session;
+using ::tessera::testing::RetryUnavailable;
 using ::tessera::testing::TestCluster;
 using ::tessera::testing::TestClusterOptions;
 
 constexpr int kWorkers = 5;
 constexpr int64_t kDoomed = 4;  // killed during the outage, with the only copy of a block
-
-// Retries `call` while it answers UNAVAILABLE (the coordinator restarting, or recovering the
-// name), up to `wait`.
-template <typename F>
-auto RetryUnavailable(F call, absl::Duration wait = absl::Seconds(30)) {
-  const absl::Time deadline = absl::Now() + wait;
-  auto result = call();
-  while (!result.ok() && result.status().code() == absl::StatusCode::kUnavailable &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(200));
-    result = call();
-  }
-  return result;
-}
-
-// The same dtype, shape and bytes.
-bool BitEqual(const HostTensor& a, const HostTensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && a.nbytes() == b.nbytes() &&
-         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
 
 // How a case lays out its module: no plan, parallelize_module on the "tp" dim, or
 // distribute_module.
@@ -227,11 +208,11 @@ TEST(ClusterModuleRecovery, ModulesPlansAndPublishedModelsSurviveACoordinatorKil
     ASSERT_EQ(state->size(), l.state.size());
     for (size_t i = 0; i < state->size(); ++i) {
       EXPECT_EQ((*state)[i].first, l.state[i].first);
-      EXPECT_TRUE(BitEqual((*state)[i].second, l.state[i].second)) << l.state[i].first;
+      EXPECT_TRUE((*state)[i].second.BitEqual(l.state[i].second)) << l.state[i].first;
     }
     absl::StatusOr<client::ModuleOutput> out = m->Forward(x);
     ASSERT_TRUE(out.ok() && out->full.has_value()) << out.status() << cluster.LogHint();
-    EXPECT_TRUE(BitEqual(*out->full, l.output)) << "the forward differs from before the restart";
+    EXPECT_TRUE(out->full->BitEqual(l.output)) << "the forward differs from before the restart";
   }
   // The published model answers the same; the unpublished version and the removed module stay
   // gone.
@@ -249,7 +230,7 @@ TEST(ClusterModuleRecovery, ModulesPlansAndPublishedModelsSurviveACoordinatorKil
   ASSERT_TRUE(step.ok()) << step.status() << cluster.LogHint();
   absl::StatusOr<std::vector<std::pair<std::string, HostTensor>>> stepped = after->StateDict();
   ASSERT_TRUE(stepped.ok()) << stepped.status();
-  EXPECT_FALSE(BitEqual(stepped->front().second, loaded[1].state.front().second));
+  EXPECT_FALSE(stepped->front().second.BitEqual(loaded[1].state.front().second));
 
   // The module whose worker died: DATA_LOSS naming the module and the parameter; removable.
   absl::StatusOr<Module> lost =
@@ -270,7 +251,7 @@ TEST(ClusterModuleRecovery, ModulesPlansAndPublishedModelsSurviveACoordinatorKil
   ASSERT_TRUE(twice.ok()) << twice.status() << cluster.LogHint();
   absl::StatusOr<client::ModuleOutput> out = twice->Forward(x);
   ASSERT_TRUE(out.ok() && out->full.has_value()) << out.status();
-  EXPECT_TRUE(BitEqual(*out->full, loaded[0].output));
+  EXPECT_TRUE(out->full->BitEqual(loaded[0].output));
   EXPECT_EQ(client::GetModule(admin, "doomed_module").status().code(), absl::StatusCode::kNotFound);
   cluster.Stop();
 }
@@ -330,7 +311,7 @@ TEST(ClusterModuleRecovery, ARelayoutCutShortByTheRestartAnswersDataLoss) {
     ASSERT_TRUE(back.ok()) << back.status() << cluster.LogHint();
     absl::StatusOr<HostTensor> read = back->FullTensor();
     ASSERT_TRUE(read.ok()) << read.status();
-    EXPECT_TRUE(BitEqual(*read, values));
+    EXPECT_TRUE(read->BitEqual(values));
     absl::Status weight =
         RetryUnavailable([&] { return client::GetTensor(admin, "cut.mlp.net1.weight"); }).status();
     if (weight.ok()) {
@@ -427,7 +408,7 @@ TEST(ClusterModuleRecovery, APendingPlanIsTakenOnlyIfTheParametersMovedToIt) {
       EXPECT_EQ(m->info().plan_json, was.first);
       absl::StatusOr<client::ModuleOutput> out = m->Forward(x);
       ASSERT_TRUE(out.ok() && out->full.has_value()) << out.status();
-      EXPECT_TRUE(BitEqual(*out->full, was.second));
+      EXPECT_TRUE(out->full->BitEqual(was.second));
     }
   }
   cluster.Stop();

@@ -23,6 +23,7 @@ namespace {
 using ::tessera::client::DTensor;
 using ::tessera::client::Session;
 using ::tessera::client::WorkerInfo;
+using ::tessera::testing::RetryUnavailable;
 using ::tessera::testing::TensorsMatch;
 using ::tessera::testing::TestCluster;
 using ::tessera::testing::TestClusterOptions;
@@ -50,20 +51,6 @@ std::map<int, int64_t> IdsByIndex(Session& client, LocalCluster& local) {
     }
   }
   return out;
-}
-
-// Retries `call` while it answers UNAVAILABLE (the coordinator restarting, or recovering the
-// name), up to `wait`.
-template <typename F>
-auto RetryUnavailable(F call, absl::Duration wait) {
-  const absl::Time deadline = absl::Now() + wait;
-  auto result = call();
-  while (!result.ok() && result.status().code() == absl::StatusCode::kUnavailable &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(200));
-    result = call();
-  }
-  return result;
 }
 
 TEST(ClusterRecovery, CoordinatorKilledAndRestartedKeepsMeshesAndTensors) {
