@@ -1,23 +1,39 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "core/elementwise_reduce.h"
 
 namespace tessera::kernels {
 
+namespace {
+
+// The size of a transparent huge page on x86-64 and arm64 (with 4 KiB base pages).
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+}  // namespace
+
+// Tensors of a huge page or more start on a huge page boundary and ask the kernel for huge
+// pages (MADV_HUGEPAGE, best effort): first touching a 128 MiB upload then takes 64 page faults,
+// not 32768, which were most of a worker's CPU time receiving one.
 absl::StatusOr<std::byte*> CpuBackend::AllocateBytes(size_t nbytes) {
-  void* p = ::operator new[](nbytes, std::align_val_t{64}, std::nothrow);
-  if (p == nullptr) {
+  const bool huge = nbytes >= kHugePageBytes;
+  void* p = nullptr;
+  if (posix_memalign(&p, huge ? kHugePageBytes : 64, nbytes) != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", nbytes, " bytes"));
   }
+#ifdef MADV_HUGEPAGE
+  if (huge) madvise(p, nbytes - nbytes % kHugePageBytes, MADV_HUGEPAGE);  // a hint; may fail
+#endif
   return static_cast<std::byte*>(p);
 }
 
-void CpuBackend::FreeBytes(std::byte* data) { ::operator delete[](data, std::align_val_t{64}); }
+void CpuBackend::FreeBytes(std::byte* data) { std::free(data); }
 
 // Host memory to host memory, whichever side the host is.
 absl::Status CpuBackend::DoCopyFromHost(const std::byte* src, std::byte* dst, size_t nbytes) {
