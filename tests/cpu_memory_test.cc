@@ -1,10 +1,12 @@
-// The CPU backend's host memory: allocations on each side of the huge page size keep their
-// alignment promise and hold every byte written to them in pieces that do not line up with pages.
+// Host memory of the CPU backend and of host tensors: allocations on each side of the huge page
+// size keep their alignment promise and hold every byte written to them, in pieces that do not line
+// up with pages.
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "core/host_tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 
@@ -49,6 +51,17 @@ TEST_P(CpuMemoryTest, AllocationIsAlignedAndHoldsEveryByte) {
     EXPECT_EQ(0, std::memcmp(read.data(), bytes.data(), n)) << n << " bytes";
   }
   EXPECT_EQ(cpu.usage().allocated_bytes, 0);
+}
+
+// Host tensors of the same sizes (their large ones get huge pages where they can) hold every byte.
+TEST_P(CpuMemoryTest, HostTensorHoldsEveryByte) {
+  const size_t n = GetParam();
+  HostTensor t = HostTensor::Uninitialized(DType::kUInt8, {static_cast<int64_t>(n)}).value();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u);
+  for (size_t i = 0; i < n; ++i) t.data()[i] = Pattern(i);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += t.data()[i] != Pattern(i);
+  EXPECT_EQ(wrong, 0u) << n << " bytes";
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, CpuMemoryTest,

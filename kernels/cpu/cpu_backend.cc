@@ -1,35 +1,23 @@
 #include "kernels/cpu/cpu_backend.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/elementwise_reduce.h"
+#include "core/host_memory.h"
 
 namespace tessera::kernels {
 
-namespace {
-
-// The size of a transparent huge page on x86-64 and arm64 (with 4 KiB base pages).
-constexpr size_t kHugePageBytes = size_t{2} << 20;
-
-}  // namespace
-
-// Tensors of a huge page or more start on a huge page boundary and ask the kernel for huge
-// pages (MADV_HUGEPAGE, best effort): first touching a 128 MiB upload then takes 64 page faults,
-// not 32768, which were most of a worker's CPU time receiving one.
+// Tensors of a huge page or more start on a huge page boundary, so that every 2 MiB of them can be
+// a transparent huge page (core's AdviseHugePages).
 absl::StatusOr<std::byte*> CpuBackend::AllocateBytes(size_t nbytes) {
-  const bool huge = nbytes >= kHugePageBytes;
   void* p = nullptr;
-  if (posix_memalign(&p, huge ? kHugePageBytes : 64, nbytes) != 0) {
+  if (posix_memalign(&p, nbytes >= kHugePageBytes ? kHugePageBytes : 64, nbytes) != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", nbytes, " bytes"));
   }
-#ifdef MADV_HUGEPAGE
-  if (huge) madvise(p, nbytes - nbytes % kHugePageBytes, MADV_HUGEPAGE);  // a hint; may fail
-#endif
+  AdviseHugePages(static_cast<std::byte*>(p), nbytes);
   return static_cast<std::byte*>(p);
 }
 
