@@ -12,8 +12,8 @@ void AdviseHugePages(std::byte* data, size_t nbytes) {
   const uintptr_t first = (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   const uintptr_t last = (begin + nbytes) / kHugePageBytes * kHugePageBytes;
   if (nbytes < kHugePageBytes || first >= last) return;
-  madvise(reinterpret_cast<void*>(first), last - first,
-          MADV_HUGEPAGE);  // a refusal changes nothing
+  // A refusal (THP off, an old kernel) changes nothing, so its result is not looked at.
+  madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 #else
   (void)data;
   (void)nbytes;

@@ -2,8 +2,12 @@
 // size keep their alignment promise and hold every byte written to them, in pieces that do not line
 // up with pages.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "core/host_tensor.h"
