@@ -1,0 +1,118 @@
+#include "kernels/cpu/onednn_linear.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::kernels {
+namespace {
+
+using Tag = dnnl::memory::format_tag;
+using Dims = std::tuple<int, int, int>;  // m, n, k
+
+// The distinct shapes whose primitives a backend keeps; past it, they are made anew.
+constexpr size_t kMaxKeptShapes = 64;
+
+dnnl::engine& Engine() {
+  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+// Bounds the calling thread's OpenMP threads (oneDNN's) to OpenBLAS's thread count. oneDNN sizes
+// a primitive's work split by it when making the primitive and runs on it when executing.
+void BoundThreads() {
+  const int threads = std::max(1, openblas_get_num_threads());
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+}
+
+dnnl::memory::desc Matrix(int rows, int cols, Tag tag) {
+  return dnnl::memory::desc({rows, cols}, dnnl::memory::data_type::f32, tag);
+}
+
+// The matmul of x [m, k] by w^T [k, n] into y [m, n]; `weights` is w^T's layout: w row-major
+// (Tag::ba of [k, n]) or Tag::any, oneDNN's pick.
+dnnl::matmul::primitive_desc MatmulDesc(int m, int n, int k, Tag weights) {
+  const dnnl::matmul::desc desc(Matrix(m, k, Tag::ab), Matrix(k, n, weights),
+                                Matrix(m, n, Tag::ab));
+  return dnnl::matmul::primitive_desc(desc, Engine());
+}
+
+absl::Status OnednnError(absl::string_view what, int m, int n, int k, const dnnl::error& e) {
+  return absl::InternalError(absl::StrCat("oneDNN ", what, " of [", m, ", ", k, "] x [", n, ", ", k,
+                                          "]^T failed: ", e.what()));
+}
+
+// A weight packed for one shape: the matmul that reads it and the packed copy.
+struct PackedLinearWeight : PreparedWeight {
+  Dims dims;
+  dnnl::matmul matmul;
+  dnnl::memory weights;  // owns the packed copy
+};
+
+}  // namespace
+
+struct OnednnLinear::Primitives {
+  dnnl::stream stream{Engine()};
+  std::map<Dims, dnnl::matmul> unpacked;  // weights read in place, by shape
+};
+
+OnednnLinear::OnednnLinear() = default;
+OnednnLinear::~OnednnLinear() = default;
+
+absl::Status OnednnLinear::Product(const float* x, const float* w, const PreparedWeight* prepared,
+                                   float* y, int m, int n, int k) {
+  BoundThreads();
+  try {
+    if (primitives_ == nullptr) primitives_ = std::make_unique<Primitives>();
+    const Dims dims{m, n, k};
+    // oneDNN takes buffers as void*; it only reads the source and the weights.
+    dnnl::memory src(Matrix(m, k, Tag::ab), Engine(), const_cast<float*>(x));
+    dnnl::memory dst(Matrix(m, n, Tag::ab), Engine(), y);
+    const auto* packed = dynamic_cast<const PackedLinearWeight*>(prepared);
+    if (packed != nullptr && packed->dims == dims) {
+      packed->matmul.execute(
+          primitives_->stream,
+          {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, packed->weights}, {DNNL_ARG_DST, dst}});
+    } else {
+      auto it = primitives_->unpacked.find(dims);
+      if (it == primitives_->unpacked.end()) {
+        if (primitives_->unpacked.size() >= kMaxKeptShapes) primitives_->unpacked.clear();
+        it = primitives_->unpacked.emplace(dims, dnnl::matmul(MatmulDesc(m, n, k, Tag::ba))).first;
+      }
+      dnnl::memory weights(Matrix(k, n, Tag::ba), Engine(), const_cast<float*>(w));
+      it->second.execute(primitives_->stream,
+                         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+    }
+    primitives_->stream.wait();
+  } catch (const dnnl::error& e) {
+    return OnednnError("matmul", m, n, k, e);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const PreparedWeight>> OnednnLinear::Pack(const float* w, int m,
+                                                                         int n, int k) {
+  BoundThreads();
+  try {
+    const dnnl::matmul::primitive_desc desc = MatmulDesc(m, n, k, Tag::any);
+    auto packed = std::make_shared<PackedLinearWeight>();
+    packed->dims = Dims{m, n, k};
+    packed->matmul = dnnl::matmul(desc);
+    packed->weights = dnnl::memory(desc.weights_desc(), Engine());
+    dnnl::memory user(Matrix(k, n, Tag::ba), Engine(), const_cast<float*>(w));
+    dnnl::stream stream(Engine());
+    dnnl::reorder(user, packed->weights).execute(stream, user, packed->weights);
+    stream.wait();
+    return std::shared_ptr<const PreparedWeight>(std::move(packed));
+  } catch (const dnnl::error& e) {
+    return OnednnError("weight packing", m, n, k, e);
+  }
+}
+
+}  // namespace tessera::kernels
