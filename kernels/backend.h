@@ -65,13 +65,15 @@ class KernelBackend : public MemorySpace {
   // y = x W^T, the product of a Linear layer's forward: x [M, K], w [N, K], y [M, N], one
   // floating dtype (checked as Gemm(false, true, 1, x, w, 0, y), which it equals within rounding).
   // `prepared` is null or PrepareLinearWeight's result for w's current values (the caller keeps
-  // that promise); one made for another shape or M is not used. The CPU backend runs float32 on
-  // oneDNN's matmul, every other dtype as Gemm.
+  // that promise); it is read where the backend's product for x's rows reads its layout (one made
+  // for another shape is not). The CPU backend runs float32 on oneDNN's matmul, every other dtype
+  // as Gemm.
   absl::Status LinearProduct(const ConstTensorView& x, const ConstTensorView& w,
                              const PreparedWeight* prepared, const TensorView& y);
 
-  // `w` [N, K] prepared for LinearProduct with x of `rows` rows; null where the backend prepares
-  // nothing for w's dtype (the CPU backend prepares float32; the CUDA backend nothing).
+  // `w` [N, K] prepared for LinearProduct with x of `rows` rows (and any rows the layout serves:
+  // on the CPU, every row count); null where the backend prepares nothing for w's dtype (the CPU
+  // backend prepares float32; the CUDA backend nothing).
   absl::StatusOr<std::shared_ptr<const PreparedWeight>> PrepareLinearWeight(
       const ConstTensorView& w, int64_t rows);
 

@@ -304,12 +304,12 @@ absl::StatusOr<std::shared_ptr<const kernels::PreparedWeight>> ProgramRunner::Pr
     const Prepared& kept = prepared_[i];
     // The same owner: the very entry the store held (a weak_ptr keeps the owner from reuse).
     const bool same_value = !kept.value.owner_before(value) && !value.owner_before(kept.value);
-    if (same_value && kept.rows == rows) return kept.weight;
+    if (same_value) return kept.weight;
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const kernels::PreparedWeight> weight,
                    kernels.PrepareLinearWeight(value->View(), rows));
   absl::MutexLock lock(&prepared_mu_);
-  prepared_[i] = Prepared{value, rows, weight};
+  prepared_[i] = Prepared{value, weight};
   return weight;
 }
 

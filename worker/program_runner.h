@@ -50,9 +50,9 @@ struct ProgramRunResult {
 //
 // A forward-only run reads each Linear weight that is a parameter through the kernels' prepared
 // copy of it (KernelBackend::PrepareLinearWeight: oneDNN's packed layout on the CPU), made at the
-// first such run and kept, outside the store's budget, for as long as the store holds the same
-// value: the store never writes a tensor in place (SGD, a load, a redistribute store a new one),
-// so a new value makes a new copy.
+// first such run and kept, outside the store's budget, until a forward finds another value: it
+// is used only while the store holds the very value it was made from. The store never writes a
+// tensor in place (SGD, a load, a redistribute store a new one), so a new value makes a new copy.
 class ProgramRunner {
  public:
   // Installs `program` for the rank at `coordinate` of `mesh`. INVALID_ARGUMENT if it does not
@@ -111,8 +111,8 @@ class ProgramRunner {
 
   const WorkerProgram program_;
   const DeviceMesh mesh_;
-  // The prepared copy of parameter `i` for a forward of `rows` rows, made from `value` (the
-  // stored value the run reads) unless the kept one was; null where the kernels prepare none.
+  // The prepared copy of parameter `i`: the kept one when it was made from `value` (the stored
+  // value the run reads), else one made now for `rows` rows; null where the kernels prepare none.
   absl::StatusOr<std::shared_ptr<const kernels::PreparedWeight>> PreparedParameter(
       kernels::KernelBackend& kernels, int i,
       const std::shared_ptr<const kernels::DeviceTensor>& value, int64_t rows) const;
@@ -121,7 +121,6 @@ class ProgramRunner {
   // value in the store is a new entry, never this one again).
   struct Prepared {
     std::weak_ptr<const kernels::DeviceTensor> value;
-    int64_t rows = 0;
     std::shared_ptr<const kernels::PreparedWeight> weight;
   };
 

@@ -48,18 +48,33 @@ absl::Status OnednnError(absl::string_view what, int m, int n, int k, const dnnl
                                           "]^T failed: ", e.what()));
 }
 
-// A weight packed for one shape: the matmul that reads it and the packed copy.
+// A weight [n, k] packed in the layout oneDNN's matmul picked for it.
 struct PackedLinearWeight : PreparedWeight {
-  Dims dims;
-  dnnl::matmul matmul;
+  int n = 0, k = 0;
   dnnl::memory weights;  // owns the packed copy
 };
+
+// The matmul oneDNN prefers for a shape and the weights layout it reads.
+struct PreferredMatmul {
+  dnnl::matmul matmul;
+  dnnl::memory::desc weights;
+};
+
+// `map[dims]`, made by `make` when absent (the map is emptied first when it is full).
+template <typename T, typename Make>
+const T& Kept(std::map<Dims, T>& map, const Dims& dims, Make make) {
+  auto it = map.find(dims);
+  if (it != map.end()) return it->second;
+  if (map.size() >= kMaxKeptShapes) map.clear();
+  return map.emplace(dims, make()).first->second;
+}
 
 }  // namespace
 
 struct OnednnLinear::Primitives {
   dnnl::stream stream{Engine()};
-  std::map<Dims, dnnl::matmul> unpacked;  // weights read in place, by shape
+  std::map<Dims, dnnl::matmul> unpacked;      // weights read in place, by shape
+  std::map<Dims, PreferredMatmul> preferred;  // weights in oneDNN's layout, by shape
 };
 
 OnednnLinear::OnednnLinear() = default;
@@ -74,20 +89,26 @@ absl::Status OnednnLinear::Product(const float* x, const float* w, const Prepare
     // oneDNN takes buffers as void*; it only reads the source and the weights.
     dnnl::memory src(Matrix(m, k, Tag::ab), Engine(), const_cast<float*>(x));
     dnnl::memory dst(Matrix(m, n, Tag::ab), Engine(), y);
+    // The packed copy where the matmul oneDNN prefers for m rows reads its layout (with the
+    // brgemm kernels the layout does not depend on m); else the weight as it is.
     const auto* packed = dynamic_cast<const PackedLinearWeight*>(prepared);
-    if (packed != nullptr && packed->dims == dims) {
-      packed->matmul.execute(
+    const PreferredMatmul* preferred = nullptr;
+    if (packed != nullptr && packed->n == n && packed->k == k) {
+      preferred = &Kept(primitives_->preferred, dims, [&] {
+        const dnnl::matmul::primitive_desc desc = MatmulDesc(m, n, k, Tag::any);
+        return PreferredMatmul{dnnl::matmul(desc), desc.weights_desc()};
+      });
+    }
+    if (preferred != nullptr && preferred->weights == packed->weights.get_desc()) {
+      preferred->matmul.execute(
           primitives_->stream,
           {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, packed->weights}, {DNNL_ARG_DST, dst}});
     } else {
-      auto it = primitives_->unpacked.find(dims);
-      if (it == primitives_->unpacked.end()) {
-        if (primitives_->unpacked.size() >= kMaxKeptShapes) primitives_->unpacked.clear();
-        it = primitives_->unpacked.emplace(dims, dnnl::matmul(MatmulDesc(m, n, k, Tag::ba))).first;
-      }
+      const dnnl::matmul& matmul = Kept(primitives_->unpacked, dims,
+                                        [&] { return dnnl::matmul(MatmulDesc(m, n, k, Tag::ba)); });
       dnnl::memory weights(Matrix(k, n, Tag::ba), Engine(), const_cast<float*>(w));
-      it->second.execute(primitives_->stream,
-                         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+      matmul.execute(primitives_->stream,
+                     {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
     }
     primitives_->stream.wait();
   } catch (const dnnl::error& e) {
@@ -102,8 +123,8 @@ absl::StatusOr<std::shared_ptr<const PreparedWeight>> OnednnLinear::Pack(const f
   try {
     const dnnl::matmul::primitive_desc desc = MatmulDesc(m, n, k, Tag::any);
     auto packed = std::make_shared<PackedLinearWeight>();
-    packed->dims = Dims{m, n, k};
-    packed->matmul = dnnl::matmul(desc);
+    packed->n = n;
+    packed->k = k;
     packed->weights = dnnl::memory(desc.weights_desc(), Engine());
     dnnl::memory user(Matrix(k, n, Tag::ba), Engine(), const_cast<float*>(w));
     dnnl::stream stream(Engine());

@@ -26,11 +26,13 @@ class OnednnLinear {
   OnednnLinear(const OnednnLinear&) = delete;
   OnednnLinear& operator=(const OnednnLinear&) = delete;
 
-  // y = x w^T; `prepared` is used when Pack made it for these m, n, k (else w is read as is).
+  // y = x w^T; `prepared` (Pack's, of w) is read where the matmul oneDNN prefers for m rows reads
+  // its layout, else w as it is.
   absl::Status Product(const float* x, const float* w, const PreparedWeight* prepared, float* y,
                        int m, int n, int k);
 
-  // w [n, k] reordered into the layout oneDNN's matmul prefers for x of m rows.
+  // w [n, k] reordered into the layout oneDNN's matmul prefers for x of m rows (with its brgemm
+  // kernels, the same for any m).
   static absl::StatusOr<std::shared_ptr<const PreparedWeight>> Pack(const float* w, int m, int n,
                                                                     int k);
 
