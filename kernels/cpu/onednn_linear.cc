@@ -14,7 +14,8 @@ namespace tessera::kernels {
 namespace {
 
 using Tag = dnnl::memory::format_tag;
-using Dims = std::tuple<int, int, int>;  // m, n, k
+// A product's m, n, k and the threads its primitive was made for (oneDNN splits the work then).
+using Dims = std::tuple<int, int, int, int>;
 
 // The distinct shapes whose primitives a backend keeps; past it, they are made anew.
 constexpr size_t kMaxKeptShapes = 64;
@@ -24,11 +25,12 @@ dnnl::engine& Engine() {
   return *engine;
 }
 
-// Bounds the calling thread's OpenMP threads (oneDNN's) to OpenBLAS's thread count. oneDNN sizes
-// a primitive's work split by it when making the primitive and runs on it when executing.
-void BoundThreads() {
+// Bounds the calling thread's OpenMP threads (oneDNN's) to OpenBLAS's thread count, and returns
+// it. oneDNN sizes a primitive's work split by it when making the primitive.
+int BoundThreads() {
   const int threads = std::max(1, openblas_get_num_threads());
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  return threads;
 }
 
 dnnl::memory::desc Matrix(int rows, int cols, Tag tag) {
@@ -73,8 +75,8 @@ const T& Kept(std::map<Dims, T>& map, const Dims& dims, Make make) {
 
 struct OnednnLinear::Primitives {
   dnnl::stream stream{Engine()};
-  std::map<Dims, dnnl::matmul> unpacked;      // weights read in place, by shape
-  std::map<Dims, PreferredMatmul> preferred;  // weights in oneDNN's layout, by shape
+  std::map<Dims, dnnl::matmul> unpacked;      // weights read in place
+  std::map<Dims, PreferredMatmul> preferred;  // weights in oneDNN's layout
 };
 
 OnednnLinear::OnednnLinear() = default;
@@ -82,10 +84,10 @@ OnednnLinear::~OnednnLinear() = default;
 
 absl::Status OnednnLinear::Product(const float* x, const float* w, const PreparedWeight* prepared,
                                    float* y, int m, int n, int k) {
-  BoundThreads();
+  const int threads = BoundThreads();
   try {
     if (primitives_ == nullptr) primitives_ = std::make_unique<Primitives>();
-    const Dims dims{m, n, k};
+    const Dims dims{m, n, k, threads};
     // oneDNN takes buffers as void*; it only reads the source and the weights.
     dnnl::memory src(Matrix(m, k, Tag::ab), Engine(), const_cast<float*>(x));
     dnnl::memory dst(Matrix(m, n, Tag::ab), Engine(), y);

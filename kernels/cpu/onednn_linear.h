@@ -18,7 +18,7 @@ namespace tessera::kernels {
 // current thread count (SetBlasThreads, the worker's --threads), so that neither library computes
 // on more threads than the worker was given; with one thread oneDNN starts none.
 //
-// Primitives are made once per shape and kept; thread-compatible, as the backend.
+// Primitives are made once per shape and thread count and kept; thread-compatible, as the backend.
 class OnednnLinear {
  public:
   OnednnLinear();
