@@ -280,9 +280,21 @@ Dispatcher::Batches Dispatcher::TakeReady() {
   return batches;
 }
 
+Dispatcher::HoldSends::HoldSends(Dispatcher& dispatcher) : dispatcher_(dispatcher) {
+  absl::MutexLock lock(&dispatcher_.mu_);
+  ++dispatcher_.holds_;
+}
+
+Dispatcher::HoldSends::~HoldSends() {
+  absl::MutexLock lock(&dispatcher_.mu_);
+  --dispatcher_.holds_;
+}
+
 void Dispatcher::SendLoop() {
   auto work_or_stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (stopping_) return true;
+    // Held: what queues goes when the hold ends, or once Post must wait for room.
+    if (holds_ > 0 && in_flight_ < kMaxInFlight) return false;
     for (const auto& [id, box] : outboxes_) {
       if (!box.sending && !box.queue.empty()) return true;
     }

@@ -60,6 +60,20 @@ class Dispatcher {
                 absl::Duration timeout, Done done, bool send_here = false);
   static constexpr int kMaxInFlight = 256;
 
+  // While one lives, the sender thread is not woken for new posts, so that the posts of one client
+  // message (a StreamCalls of many ops) leave in one batch per worker when it ends. Posts still go
+  // at once from a batch's completion, and the sender goes anyway once kMaxInFlight posts wait.
+  class HoldSends {
+   public:
+    explicit HoldSends(Dispatcher& dispatcher);
+    ~HoldSends();
+    HoldSends(const HoldSends&) = delete;
+    HoldSends& operator=(const HoldSends&) = delete;
+
+   private:
+    Dispatcher& dispatcher_;
+  };
+
   // Reserves the next command sequence on each of `workers`, in that order, all under the
   // registry's one lock, so that any two calls are in the same relative order on every worker
   // they share.
@@ -172,6 +186,7 @@ class Dispatcher {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // posts not yet done
   std::map<int64_t, Outbox> outboxes_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int holds_ ABSL_GUARDED_BY(mu_) = 0;  // HoldSends alive
   std::thread sender_;
   // Batches waiting for a fan-out thread.
   absl::Mutex fanout_mu_;

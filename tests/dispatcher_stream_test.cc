@@ -2,7 +2,7 @@
 // long-lived stream per worker carries every batch; a stream that breaks fails its batch in flight
 // (never sent again: its sequence is released) and the next batch goes on a new stream; a worker
 // that dies mid-batch fails it UNAVAILABLE naming the worker, and its next incarnation gets new
-// commands only; large commands still go.
+// commands only; large commands still go; posts made under HoldSends leave together.
 
 #include <atomic>
 #include <cstdint>
@@ -200,6 +200,47 @@ TEST(DispatcherStreamTest, AWorkerDeclaredDeadMidBatchFailsItAndItsNextIncarnati
   EXPECT_EQ(got[1].incarnation(), again.incarnation());
   EXPECT_EQ(got[1].sequence(), 1);
 }
+
+// Parameter: posts made while the sends are held.
+class HoldSendsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(HoldSendsTest, PostsMadeWhileHeldLeaveAsOneBatchPerWorkerWhenTheHoldEnds) {
+  const int posts = GetParam();
+  FakeCluster cluster(SharedFakeWorkers(2));
+  const std::vector<WorkerHandle> handles = {cluster.registry().Get(0).value(),
+                                             cluster.registry().Get(1).value()};
+  std::atomic<int> done{0};
+  {
+    Dispatcher::HoldSends hold(cluster.dispatcher());
+    for (int i = 0; i < posts; ++i) {
+      cluster.dispatcher().Post(handles, LabeledCommand(absl::StrCat("op", i)), absl::Seconds(30),
+                                [&done](absl::Status s, std::vector<v1::CommandReply>) {
+                                  EXPECT_TRUE(s.ok()) << s;
+                                  ++done;
+                                });
+    }
+    if (posts < Dispatcher::kMaxInFlight) {
+      absl::SleepFor(absl::Milliseconds(100));
+      EXPECT_TRUE(cluster.worker(0).commands().empty()) << "sent while held";
+    }
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (done < posts && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_EQ(done, posts);
+  for (int64_t id = 0; id < 2; ++id) {
+    const auto batches = cluster.worker(id).batches();
+    std::vector<std::pair<std::string, int64_t>> want;
+    for (int i = 0; i < posts; ++i) want.emplace_back(absl::StrCat("op", i), i + 1);
+    EXPECT_EQ(Received(cluster.worker(id)), want) << "worker " << id;
+    // Beyond kMaxInFlight the held posts go as room is needed, in more batches.
+    if (posts < Dispatcher::kMaxInFlight) {
+      EXPECT_EQ(batches.size(), 1u) << "worker " << id;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Posts, HoldSendsTest,
+                         ::testing::Values(1, 5, 50, Dispatcher::kMaxInFlight + 44));
 
 // Parameter: bytes of the command (and of its reply).
 class LargeBatchTest : public ::testing::TestWithParam<size_t> {};
