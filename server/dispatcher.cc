@@ -8,6 +8,7 @@
 #include "absl/synchronization/notification.h"
 #include "proto/command_label.h"
 #include "proto/grpc_status.h"
+#include "server/worker_stream.h"
 #include "spdlog/spdlog.h"
 #include "transfer/tensor_stream.h"
 
@@ -396,15 +397,21 @@ void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
   call->items = std::move(batch);
   call->request->set_timeout_micros(
       std::max<int64_t>(0, absl::ToInt64Microseconds(deadline - absl::Now())));
-  std::shared_ptr<WorkerStream> stream = StreamTo(worker);
-  if (stream == nullptr) {
-    Replied(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is stopping"));
-    return;
+  // A stream that ended since StreamTo looked is replaced; a new one always takes the batch.
+  while (true) {
+    std::shared_ptr<WorkerStream> stream = StreamTo(worker);
+    if (stream == nullptr) {
+      Replied(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is stopping"));
+      return;
+    }
+    if (stream->Send(call->request, deadline,
+                     [this, call](grpc::Status s, v1::CommandBatchReply reply) {
+                       call->reply = std::move(reply);
+                       Replied(call, s);
+                     })) {
+      return;
+    }
   }
-  stream->Send(call->request, deadline, [this, call](grpc::Status s, v1::CommandBatchReply reply) {
-    call->reply = std::move(reply);
-    Replied(call, s);
-  });
 }
 
 void Dispatcher::Replied(const std::shared_ptr<Call>& call, const grpc::Status& s) {

@@ -14,10 +14,11 @@
 #include "absl/time/time.h"
 #include "server/sequence_lease.h"
 #include "server/worker_registry.h"
-#include "server/worker_stream.h"
 #include "tessera/v1/worker.pb.h"
 
 namespace tessera {
+
+class WorkerStream;
 
 // Sends one command to many workers at once: the same payload, each with its own sequence and
 // incarnation, so the cost per op stays flat as workers grow. Commands wait in a queue per

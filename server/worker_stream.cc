@@ -15,32 +15,29 @@ std::shared_ptr<WorkerStream> WorkerStream::Open(
     stream->self_ = stream;
   }
   stub.async()->CommandStream(&stream->context_, stream.get());
-  // A read is always pending, so that the stream's end is seen while it is idle too.
+  // A read is always pending, so that the stream's end is seen while it is idle too; the hold keeps
+  // a stream that fails at once from ending before its first batch is taken.
+  stream->AddHold();
   stream->StartRead(&stream->reply_);
   stream->StartCall();
   return stream;
 }
 
-void WorkerStream::Send(std::shared_ptr<const v1::CommandBatch> batch, absl::Time deadline,
+bool WorkerStream::Send(std::shared_ptr<const v1::CommandBatch> batch, absl::Time deadline,
                         Replied replied) {
-  grpc::Status ended;
+  bool first = false;
   {
     absl::MutexLock lock(&mu_);
-    if (!ending_) {
-      replied_ = std::move(replied);
-      deadline_ = deadline;
-      waiting_ = std::move(batch);
-    } else {
-      ended = done_ ? ended_with_
-                    : why_.value_or(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                                 "the command stream to the worker is ending"));
-    }
-  }
-  if (replied) {
-    replied(ended, {});
-    return;
+    if (done_) return false;
+    // On a stream that is ending the write fails, and OnDone answers the batch.
+    replied_ = std::move(replied);
+    deadline_ = deadline;
+    waiting_ = std::move(batch);
+    first = std::exchange(held_, false);
   }
   WriteNext();
+  if (first) RemoveHold();
+  return true;
 }
 
 void WorkerStream::WriteNext() {
@@ -114,7 +111,6 @@ void WorkerStream::OnDone(const grpc::Status& status) {
     if (ended.ok()) {
       ended = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker ended its command stream");
     }
-    ended_with_ = ended;
     replied = std::move(replied_);
     replied_ = nullptr;
     self = std::move(self_);

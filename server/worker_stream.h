@@ -28,10 +28,11 @@ class WorkerStream final : public grpc::ClientBidiReactor<v1::CommandBatch, v1::
       std::function<void()> closed);
 
   // Sends `batch` (its timeout_micros set to the time left until `deadline`, its reply's deadline
-  // here, which the owner enforces with Cancel); `replied` runs once, on a gRPC thread. At most
-  // one batch is in flight: call it again only once `replied` ran. On an ended stream `replied`
-  // runs at once with the status it ended with.
-  void Send(std::shared_ptr<const v1::CommandBatch> batch, absl::Time deadline, Replied replied);
+  // here, which the owner enforces with Cancel); `replied` runs once, on a gRPC thread, never
+  // here. At most one batch is in flight: call it again only once `replied` ran. Returns false,
+  // and drops `replied`, when the stream has already ended (never on a stream's first Send: it
+  // cannot end before that).
+  bool Send(std::shared_ptr<const v1::CommandBatch> batch, absl::Time deadline, Replied replied);
   // Ends the stream, failing its batch in flight with `why` (the first reason given wins).
   void Cancel(grpc::Status why);
 
@@ -62,8 +63,8 @@ class WorkerStream final : public grpc::ClientBidiReactor<v1::CommandBatch, v1::
   absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool ending_ ABSL_GUARDED_BY(mu_) = false;              // cancelled or ended
   bool done_ ABSL_GUARDED_BY(mu_) = false;                // OnDone ran
+  bool held_ ABSL_GUARDED_BY(mu_) = true;                 // OnDone is held off until the first Send
   std::optional<grpc::Status> why_ ABSL_GUARDED_BY(mu_);  // given by Cancel
-  grpc::Status ended_with_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera
