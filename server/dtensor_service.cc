@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/redistribute_planner.h"
@@ -203,7 +204,10 @@ grpc::Status DTensorService::ListTensors(grpc::ServerContext* context,
 grpc::Status DTensorService::FreeTensor(grpc::ServerContext* context,
                                         const v1::FreeTensorRequest* request,
                                         v1::FreeTensorReply*) {
-  return ToGrpcStatus(FreeTensorFor(Caller(*context), request->name()));
+  absl::Status freed = FreeTensorFor(Caller(*context), request->name());
+  // Answered once the erasure of its record is durable (queued; one commit serves many).
+  if (freed.ok()) freed = tensors_->Flush();
+  return ToGrpcStatus(freed);
 }
 
 absl::Status DTensorService::FreeTensorFor(const std::string& client, const std::string& name) {
@@ -212,7 +216,7 @@ absl::Status DTensorService::FreeTensorFor(const std::string& client, const std:
     return absl::PermissionDeniedError(
         absl::StrCat("tensor '", name, "' belongs to client '", t->owner, "', not '", client, "'"));
   }
-  tensors_->Release(*t);
+  tensors_->Release(*t, Durability::kQueued);  // both callers flush before answering
   return absl::OkStatus();
 }
 
@@ -274,6 +278,7 @@ grpc::Status DTensorService::OpStream(
   v1::StreamResults results;
   while (stream->Read(&calls)) {
     results.Clear();
+    std::vector<int> freed;  // the results of the message's frees that succeeded
     // The message's ops leave together, one batch per worker, once all are queued.
     std::optional<Dispatcher::HoldSends> hold(std::in_place, tensors_->dispatcher());
     for (const v1::StreamCall& call : calls.calls()) {
@@ -286,6 +291,7 @@ grpc::Status DTensorService::OpStream(
           break;
         case v1::StreamCall::kFree:
           status = FreeTensorFor(client, call.free().name());
+          if (status.ok()) freed.push_back(results.results_size() - 1);
           break;
         case v1::StreamCall::CALL_NOT_SET:
           status = absl::InvalidArgumentError(
@@ -299,6 +305,14 @@ grpc::Status DTensorService::OpStream(
       }
     }
     hold.reset();
+    // The message's frees are answered once their records' erasures are durable: one commit.
+    if (absl::Status durable = freed.empty() ? absl::OkStatus() : tensors_->Flush();
+        !durable.ok()) {
+      for (int i : freed) {
+        results.mutable_results(i)->set_code(static_cast<int>(durable.code()));
+        results.mutable_results(i)->set_message(std::string(durable.message()));
+      }
+    }
     if (!stream->Write(results)) break;  // the client went away
   }
   return grpc::Status::OK;

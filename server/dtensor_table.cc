@@ -86,7 +86,7 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Relayout(
   // Each holding replaces what the tensor's name held on its worker.
   absl::Status held = ledger_->Hold(Holdings(*tensor.mesh, tensor.name, relaid->spec),
                                     absl::StrCat("tensor ", relaid->spec.ToString()));
-  if (!held.ok() || undo) EraseRelayout(relaid->name);
+  if (!held.ok() || undo) EraseRelayout(relaid->name, Durability::kBeforeReturn);
   RETURN_IF_ERROR(held);
   if (undo) relaid->write = std::move(write);
   it->second = relaid;
@@ -198,40 +198,66 @@ void DTensorTable::ReleaseBytes(const DTensorEntry& tensor) {
     ledger_->Release(worker, WorkerName(tensor.name));
 }
 
-void DTensorTable::Drop(const DTensorEntry& tensor) {
+void DTensorTable::Drop(const DTensorEntry& tensor, Durability durability) {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(tensor.name);
   if (it == tensors_.end() || it->second.get() != &tensor) return;
   ReleaseBytes(tensor);
-  Unrecord(tensor.name);
+  Unrecord(tensor.name, durability);
   hidden_.erase(tensor.name);
   tensors_.erase(it);
 }
 
-absl::Status DTensorTable::Persist(const DTensorEntry& tensor) const {
-  if (store_ == nullptr || tensor.released) return absl::OkStatus();
+std::optional<std::string> DTensorTable::RecordOf(const DTensorEntry& tensor) const {
+  if (store_ == nullptr || tensor.released) return std::nullopt;
   v1::TensorInfo record;
   record.set_name(tensor.name);
   record.set_mesh(tensor.mesh->name);
   *record.mutable_meta() = ToProto(tensor.spec);
   record.set_owner(tensor.owner);
-  RETURN_IF_ERROR(store_->Put("tensor", tensor.name, record.SerializeAsString()));
-  if (tensor.relayout_recorded) EraseRelayout(tensor.name);
+  return record.SerializeAsString();
+}
+
+absl::Status DTensorTable::Persist(const DTensorEntry& tensor) const {
+  std::optional<std::string> record = RecordOf(tensor);
+  if (!record.has_value()) return absl::OkStatus();
+  RETURN_IF_ERROR(store_->Put("tensor", tensor.name, *record));
+  if (tensor.relayout_recorded) EraseRelayout(tensor.name, Durability::kBeforeReturn);
   return absl::OkStatus();
 }
 
-void DTensorTable::EraseRelayout(const std::string& name) const {
-  if (store_ == nullptr) return;
-  // An intent left behind marks the tensor lost at the next restart if its record then differs.
-  if (absl::Status s = store_->Erase("relayout", name); !s.ok()) {
-    spdlog::error("tensor '{}': its relayout intent stays recorded: {}", name, s.ToString());
-  }
+bool DTensorTable::PersistAsync(const DTensorEntry& tensor, StateStore::Done done) const {
+  std::optional<std::string> record = RecordOf(tensor);
+  if (!record.has_value()) return false;
+  store_->PutAsync("tensor", tensor.name, *std::move(record), std::move(done));
+  // Queued after the record, so an intent is never gone while the record is not there.
+  if (tensor.relayout_recorded) EraseRelayout(tensor.name, Durability::kQueued);
+  return true;
 }
 
-void DTensorTable::Unrecord(const std::string& name) const {
+absl::Status DTensorTable::Flush() const {
+  return store_ == nullptr ? absl::OkStatus() : store_->Flush();
+}
+
+void DTensorTable::EraseRelayout(const std::string& name, Durability durability) const {
+  // An intent left behind marks the tensor lost at the next restart if its record then differs.
+  EraseRecord("relayout", name, durability, "its relayout intent stays recorded");
+}
+
+void DTensorTable::Unrecord(const std::string& name, Durability durability) const {
+  EraseRecord("tensor", name, durability, "freed, but its record stays");
+}
+
+void DTensorTable::EraseRecord(const char* kind, const std::string& name, Durability durability,
+                               const char* what_stays) const {
   if (store_ == nullptr) return;
-  if (absl::Status s = store_->Erase("tensor", name); !s.ok()) {
-    spdlog::error("tensor '{}' was freed but its record stays: {}", name, s.ToString());
+  auto log = [name, what_stays](const absl::Status& s) {
+    if (!s.ok()) spdlog::error("tensor '{}': {}: {}", name, what_stays, s.ToString());
+  };
+  if (durability == Durability::kQueued) {
+    store_->EraseAsync(kind, name, log);
+  } else {
+    log(store_->Erase(kind, name));
   }
 }
 
@@ -272,7 +298,7 @@ std::vector<std::string> DTensorTable::ForgetMesh(const Mesh& mesh) {
       continue;
     }
     ReleaseBytes(*t->second);
-    Unrecord(t->first);
+    Unrecord(t->first, Durability::kBeforeReturn);
     dropped.push_back(WorkerName(t->first));
     t = tensors_.erase(t);
   }
@@ -281,8 +307,7 @@ std::vector<std::string> DTensorTable::ForgetMesh(const Mesh& mesh) {
 
 void DTensorTable::Post(const Mesh& mesh, const v1::Command& command,
                         std::shared_ptr<TensorWrite> write,
-                        std::vector<std::shared_ptr<DTensorEntry>> inputs,
-                        std::function<absl::Status()> on_success) {
+                        std::vector<std::shared_ptr<DTensorEntry>> inputs, OnSuccess on_success) {
   absl::StatusOr<std::vector<WorkerHandle>> workers = meshes_->Workers(mesh);
   if (!workers.ok()) {
     write->status = workers.status();
@@ -293,20 +318,26 @@ void DTensorTable::Post(const Mesh& mesh, const v1::Command& command,
       *workers, command, mesh.command_timeout(),
       [write, inputs = std::move(inputs), on_success = std::move(on_success)](
           absl::Status status, std::vector<v1::CommandReply>) {
-        if (status.ok() && on_success) status = on_success();
-        for (const auto& in : inputs) {
-          if (status.ok()) break;
-          // Its replies came first; its own callback may still be on its way.
-          if (!in->write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) ||
-              in->write->status.ok()) {
-            continue;
+        auto finish = [write, inputs](absl::Status status) {
+          for (const auto& in : inputs) {
+            if (status.ok()) break;
+            // Its replies came first; its own callback may still be on its way.
+            if (!in->write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) ||
+                in->write->status.ok()) {
+              continue;
+            }
+            status = absl::Status(
+                in->write->status.code(),
+                absl::StrCat("input '", in->name, "' failed: ", in->write->status.message()));
           }
-          status = absl::Status(
-              in->write->status.code(),
-              absl::StrCat("input '", in->name, "' failed: ", in->write->status.message()));
+          write->status = std::move(status);
+          write->done.Notify();
+        };
+        if (status.ok() && on_success) {
+          on_success(std::move(finish));
+        } else {
+          finish(std::move(status));
         }
-        write->status = std::move(status);
-        write->done.Notify();
       });
 }
 
@@ -324,12 +355,16 @@ absl::Status DTensorTable::PostWrite(const DTensorEntry& tensor, const v1::Comma
                                      std::vector<std::shared_ptr<DTensorEntry>> inputs) {
   absl::MutexLock lock(&tensor.post_mu);
   if (tensor.released) return Freed(tensor);
-  // Recorded once written, before anyone waiting for the write hears it is done.
-  auto record = [this, name = tensor.name, write = tensor.write]() -> absl::Status {
+  // Recorded once written, before anyone waiting for the write hears it is done; the record is
+  // queued, and the write completes when it is durable (many writes share one commit).
+  auto record = [this, name = tensor.name,
+                 write = tensor.write](std::function<void(absl::Status)> done) {
     absl::StatusOr<std::shared_ptr<DTensorEntry>> t = Find(name);
-    if (!t.ok() || (*t)->write != write) return absl::OkStatus();  // freed or relaid since
-    absl::MutexLock lock(&(*t)->post_mu);
-    return Persist(**t);
+    if (t.ok() && (*t)->write == write) {
+      absl::MutexLock lock(&(*t)->post_mu);
+      if (PersistAsync(**t, done)) return;
+    }
+    done(absl::OkStatus());  // freed or relaid since, or nothing to record
   };
   Post(*tensor.mesh, command, tensor.write, std::move(inputs), std::move(record));
   return absl::OkStatus();
@@ -344,11 +379,11 @@ absl::Status DTensorTable::FinishWrite(const DTensorEntry& tensor) {
   return recorded;
 }
 
-void DTensorTable::Release(const DTensorEntry& tensor) {
+void DTensorTable::Release(const DTensorEntry& tensor, Durability durability) {
   absl::MutexLock lock(&tensor.post_mu);
   if (tensor.released) return;
   tensor.released = true;
-  Drop(tensor);
+  Drop(tensor, durability);
   v1::Command command;
   command.mutable_delete_tensors()->add_names(WorkerName(tensor.name));
   if (meshes_->Workers(*tensor.mesh).ok()) {

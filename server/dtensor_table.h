@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -54,6 +55,10 @@ struct DTensorEntry {
 // Every DTensor by name, the bytes their shards take on each worker (held in the ledger the local
 // tensors share, against the workers' budgets), and the posting of the commands that write and
 // free them. Thread-safe.
+// When a change to the store's records is durable: before the call returns, or queued (durable
+// once a later Flush returns).
+enum class Durability { kBeforeReturn, kQueued };
+
 class DTensorTable : public MeshUser {
  public:
   DTensorTable(MeshTable* meshes, Dispatcher* dispatcher, WorkerBytes* ledger)
@@ -101,8 +106,9 @@ class DTensorTable : public MeshUser {
   // Tensors owned by `client`, ordered by name.
   std::vector<std::shared_ptr<DTensorEntry>> OwnedBy(const std::string& client) const;
   // Frees a tensor's shards on its workers (asynchronously) and drops it from the table; again
-  // does nothing.
-  void Release(const DTensorEntry& tensor);
+  // does nothing. Its record's erasure is durable on return, or only queued (the caller then
+  // calls Flush before answering).
+  void Release(const DTensorEntry& tensor, Durability durability = Durability::kBeforeReturn);
   // Posts `command`, which writes `tensor` (with Post's `inputs`), unless the tensor was released:
   // then its write fails and NOT_FOUND says it was freed.
   absl::Status PostWrite(const DTensorEntry& tensor, const v1::Command& command,
@@ -119,10 +125,13 @@ class DTensorTable : public MeshUser {
 
   // Sends `command` to every rank of `mesh`; its result completes `write`. When it fails and one
   // of `inputs` failed before it, the input's error is the cause reported.
-  // When it succeeds, `on_success` runs first, and its failure fails `write`.
+  // When it succeeds, `on_success` runs first and completes `write` with the status it is called
+  // with, at once or later on another thread; a failure fails `write`.
+  using OnSuccess = std::function<void(std::function<void(absl::Status)>)>;
   void Post(const Mesh& mesh, const v1::Command& command, std::shared_ptr<TensorWrite> write,
-            std::vector<std::shared_ptr<DTensorEntry>> inputs = {},
-            std::function<absl::Status()> on_success = nullptr);
+            std::vector<std::shared_ptr<DTensorEntry>> inputs = {}, OnSuccess on_success = nullptr);
+  // Returns once every record change queued so far is durable (OK without a store).
+  absl::Status Flush() const;
   // Drops the mesh's tensors from the table; returns their worker-side names.
   std::vector<std::string> ForgetMesh(const Mesh& mesh) override;
 
@@ -144,15 +153,23 @@ class DTensorTable : public MeshUser {
   // The ledger's holdings of a tensor named `name` laid out as `spec` on `mesh`.
   static std::vector<WorkerBytes::Holding> Holdings(const Mesh& mesh, const std::string& name,
                                                     const DTensorSpec& spec);
+  // The store record of `tensor`; none without a store or once it was released.
+  std::optional<std::string> RecordOf(const DTensorEntry& tensor) const;
   // Records `tensor` in the store unless it was released; the caller holds its post_mu. A failure
   // fails its write.
   absl::Status Persist(const DTensorEntry& tensor) const;
+  // Queues the record of `tensor` (its post_mu held) and calls `done` once it is durable, from the
+  // store's commit thread; false (and `done` not called) when there is nothing to record.
+  bool PersistAsync(const DTensorEntry& tensor, StateStore::Done done) const;
   // Erases the "relayout" intent of the tensor named `name` from the store, logging a failure.
-  void EraseRelayout(const std::string& name) const;
-  // Erases the record of the tensor named `name` from the store.
-  void Unrecord(const std::string& name) const;
+  void EraseRelayout(const std::string& name, Durability durability) const;
+  // Erases the record of the tensor named `name` from the store, logging a failure.
+  void Unrecord(const std::string& name, Durability durability) const;
+  // Erases (`kind`, `name`) from the store; a failure is logged as "`name`: `what_stays`".
+  void EraseRecord(const char* kind, const std::string& name, Durability durability,
+                   const char* what_stays) const;
   // Drops `tensor` from the table (not from the workers) if the table still holds it.
-  void Drop(const DTensorEntry& tensor);
+  void Drop(const DTensorEntry& tensor, Durability durability);
   // Gives back the bytes of `tensor`'s shards in the ledger.
   void ReleaseBytes(const DTensorEntry& tensor);
   // Bytes of the shard at mesh `position` of a tensor laid out as `spec`.

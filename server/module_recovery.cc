@@ -43,7 +43,7 @@ bool ModuleRecovery::Follows(const std::string& module, const Program& program) 
   return true;
 }
 
-absl::Status ModuleRecovery::Load(const StateStore& store) {
+absl::Status ModuleRecovery::Load(StateStore& store) {
   ASSIGN_OR_RETURN(auto records, store.Load("module"));
   std::set<std::string> names;
   for (const auto& [name, bytes] : records) {

@@ -34,7 +34,7 @@ class ModuleRecovery {
 
   // Reads the module records of `store`; call before serving. UNAVAILABLE if the store cannot be
   // read, INVALID_ARGUMENT naming a record that cannot be parsed.
-  absl::Status Load(const StateStore& store);
+  absl::Status Load(StateStore& store);
   // Recovers every module read; call once the meshes and tensors are recovered.
   void RestoreAll();
 

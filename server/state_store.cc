@@ -6,6 +6,8 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -43,7 +45,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
   for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
                           "CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, key BLOB NOT "
                           "NULL, value BLOB NOT NULL, PRIMARY KEY (kind, key))"}) {
-    absl::MutexLock lock(&store->mu_);
+    absl::MutexLock lock(&store->db_mu_);
     char* error = nullptr;
     if (sqlite3_exec(db, sql, nullptr, nullptr, &error) != SQLITE_OK) {
       absl::Status s = absl::UnavailableError(
@@ -55,11 +57,81 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
   return store;
 }
 
-StateStore::~StateStore() { sqlite3_close(db_); }
+StateStore::StateStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {
+  committer_ = std::thread([this] { CommitLoop(); });
+}
+
+StateStore::~StateStore() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    stopping_ = true;
+  }
+  committer_.join();  // commits what is queued first
+  sqlite3_close(db_);
+}
+
+void StateStore::Queue(Write write) {
+  absl::MutexLock lock(&queue_mu_);
+  queue_.push_back(std::move(write));
+}
+
+absl::Status StateStore::Wait(Write write) {
+  if (std::this_thread::get_id() == committer_.get_id()) {
+    // A callback writing: the commit thread is between transactions, so it applies at once.
+    absl::MutexLock lock(&db_mu_);
+    return Apply(write);
+  }
+  absl::Notification done;
+  absl::Status outcome;
+  write.done = [&](absl::Status s) {
+    outcome = std::move(s);
+    done.Notify();
+  };
+  Queue(std::move(write));
+  done.WaitForNotification();
+  return outcome;
+}
+
+void StateStore::CommitLoop() {
+  for (;;) {
+    std::vector<Write> writes;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      queue_mu_.Await(absl::Condition(
+          +[](StateStore* s)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return !s->queue_.empty() || s->stopping_; },
+          this));
+      if (queue_.empty()) return;  // stopping, and nothing left
+      writes.swap(queue_);
+    }
+    const absl::Status committed = Commit(writes);
+    for (Write& w : writes) {
+      if (w.done) w.done(committed);
+    }
+  }
+}
+
+absl::Status StateStore::Commit(const std::vector<Write>& writes) {
+  absl::MutexLock lock(&db_mu_);
+  absl::Status s = Exec("BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+  for (size_t i = 0; s.ok() && i < writes.size(); ++i) s = Apply(writes[i]);
+  if (s.ok()) s = Exec("COMMIT", nullptr, nullptr, nullptr);
+  if (!s.ok() && !sqlite3_get_autocommit(db_))
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  return s;
+}
+
+absl::Status StateStore::Apply(const Write& w) {
+  if (w.kind.empty()) return absl::OkStatus();  // a marker
+  if (w.value.has_value()) {
+    return Exec("INSERT OR REPLACE INTO records (kind, key, value) VALUES (?1, ?2, ?3)", &w.kind,
+                &w.key, &*w.value);
+  }
+  return Exec("DELETE FROM records WHERE kind = ?1 AND key = ?2", &w.kind, &w.key, nullptr);
+}
 
 absl::Status StateStore::Exec(const char* sql, const std::string* a, const std::string* b,
-                              const std::string* c) const {
-  absl::MutexLock lock(&mu_);
+                              const std::string* c) {
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr) != SQLITE_OK) {
     return SqliteError(db_, path_, sql);
@@ -75,16 +147,27 @@ absl::Status StateStore::Exec(const char* sql, const std::string* a, const std::
 
 absl::Status StateStore::Put(const std::string& kind, const std::string& key,
                              const std::string& value) {
-  return Exec("INSERT OR REPLACE INTO records (kind, key, value) VALUES (?1, ?2, ?3)", &kind, &key,
-              &value);
+  return Wait({kind, key, value, nullptr});
 }
 
 absl::Status StateStore::Erase(const std::string& kind, const std::string& key) {
-  return Exec("DELETE FROM records WHERE kind = ?1 AND key = ?2", &kind, &key, nullptr);
+  return Wait({kind, key, std::nullopt, nullptr});
 }
 
-absl::StatusOr<std::map<std::string, std::string>> StateStore::Load(const std::string& kind) const {
-  absl::MutexLock lock(&mu_);
+void StateStore::PutAsync(const std::string& kind, const std::string& key, std::string value,
+                          Done done) {
+  Queue({kind, key, std::move(value), std::move(done)});
+}
+
+void StateStore::EraseAsync(const std::string& kind, const std::string& key, Done done) {
+  Queue({kind, key, std::nullopt, std::move(done)});
+}
+
+absl::Status StateStore::Flush() { return Wait({"", "", std::nullopt, nullptr}); }
+
+absl::StatusOr<std::map<std::string, std::string>> StateStore::Load(const std::string& kind) {
+  RETURN_IF_ERROR(Flush());
+  absl::MutexLock lock(&db_mu_);
   sqlite3_stmt* stmt = nullptr;
   const char* sql = "SELECT key, value FROM records WHERE kind = ?1";
   if (sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr) != SQLITE_OK) {
