@@ -331,6 +331,9 @@ absl::StatusOr<DTensor> GetTensor(Session& session, const std::string& name) {
 }
 
 absl::StatusOr<std::vector<DTensorInfo>> Session::ListTensors(const std::string& mesh) {
+  // Frees of dropped handles (and ops) still on the op stream come first: a tensor this session
+  // let go of before listing is not listed.
+  if (impl_->options.op_stream) RETURN_IF_ERROR(impl_->ops.AwaitSent(impl_->options.timeout));
   v1::ListTensorsRequest request;
   request.set_mesh(mesh);
   grpc::ClientContext context;

@@ -64,6 +64,9 @@ class OpStream {
   // Waits up to `timeout` for `outcome`: DEADLINE_EXCEEDED if it is still unknown then, else the
   // call's own status.
   absl::Status Await(const std::shared_ptr<StreamOutcome>& outcome, absl::Duration timeout);
+  // Waits up to `timeout` until every call sent so far is answered (whatever its outcome), so that
+  // a call made next on another RPC sees their effects; DEADLINE_EXCEEDED if one is still unknown.
+  absl::Status AwaitSent(absl::Duration timeout);
 
  private:
   // One gRPC stream with its writer and reader threads.

@@ -301,6 +301,17 @@ TEST_F(DTensorBadInputTest, DtypeMismatch) {
                        {"float32", "int32"}));
 }
 
+// Handles dropped just before listing: their frees go out on the op stream, and the list (TearDown)
+// is made only once they were answered.
+TEST_F(DTensorBadInputTest, DroppedHandlesAreNotListed) {
+  std::vector<DTensor> dropped;
+  for (int i = 0; i < 32; ++i) {
+    absl::StatusOr<DTensor> t = client::Ones(S(), *line_, {4}, {Placement::Shard(0)});
+    ASSERT_TRUE(t.ok()) << t.status();
+    dropped.push_back(*std::move(t));
+  }
+}
+
 TEST_F(DTensorBadInputTest, MatmulShapesThatDoNotChain) {
   absl::StatusOr<DTensor> a = client::Ones(S(), *line_, {4, 3}, {Placement::Shard(0)});
   absl::StatusOr<DTensor> b = client::Ones(S(), *line_, {4, 3}, {Placement::Replicate()});
