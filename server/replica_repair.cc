@@ -31,7 +31,9 @@ void ReplicaRepair::Run() {
         all_alive = w.ok();
         restarted = restarted || (w.ok() && w->incarnation != mesh->incarnations[p]);
       }
-      if (!all_alive || !restarted) continue;
+      // Local tensors of the collectives API cannot be repaired: such a mesh stays broken, as it
+      // says, until deleted.
+      if (!all_alive || !restarted || !mesh->locals.Names().empty()) continue;
       if (absl::Status s = Rejoin(*mesh); !s.ok()) {
         spdlog::error("mesh '{}' could not take its restarted workers back: {}", mesh->name,
                       s.ToString());

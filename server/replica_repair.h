@@ -30,8 +30,9 @@ namespace tessera {
 // along a Replicate mesh dim gets it back by a SpreadTensor broadcast from that rank, posted in the
 // workers' command order before anything else can use the tensor (which reads as pending until
 // then); one with a block only restarted workers held (Partial blocks are summands, never
-// replicas) answers DATA_LOSS naming the tensor, the block and the worker. The mesh's local
-// tensors (collectives API) are not repaired. Thread-safe.
+// replicas) answers DATA_LOSS naming the tensor, the block and the worker. A mesh whose ranks hold
+// local tensors (collectives API), which cannot be repaired, is not taken back: it stays broken
+// until deleted. Thread-safe.
 class ReplicaRepair {
  public:
   ReplicaRepair(WorkerRegistry* registry, MeshTable* meshes, Dispatcher* dispatcher,
