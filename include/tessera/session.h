@@ -91,8 +91,7 @@ class Session : public std::enable_shared_from_this<Session> {
   absl::StatusOr<std::unique_ptr<CollectiveStream>> OpenCollectiveStream(
       absl::Duration timeout = absl::Minutes(10));
 
-  // Every DTensor, or those on `mesh`, once the calls this session sent on its op stream (the
-  // frees of dropped DTensor handles too) were answered: a tensor it freed is not listed.
+  // Every DTensor, or those on `mesh`.
   absl::StatusOr<std::vector<DTensorInfo>> ListTensors(const std::string& mesh = "");
 
  private:
