@@ -235,7 +235,8 @@ absl::Status DTensorTable::Restore(const v1::TensorInfo& record, std::shared_ptr
 
 std::vector<std::shared_ptr<DTensorEntry>> DTensorTable::Rehome(
     const Mesh& old, const std::shared_ptr<Mesh>& mesh,
-    const std::function<std::optional<absl::Status>(const DTensorEntry&)>& repair) {
+    const std::function<std::optional<absl::Status>(const DTensorEntry&, const DTensorEntry&)>&
+        repair) {
   std::vector<std::shared_ptr<DTensorEntry>> on_old, moved;
   {
     absl::MutexLock lock(&mu_);
@@ -249,7 +250,7 @@ std::vector<std::shared_ptr<DTensorEntry>> DTensorTable::Rehome(
     if (t->released) continue;  // freed meanwhile
     auto entry = std::make_shared<DTensorEntry>(mesh, t->spec, t->owner);
     entry->name = t->name;
-    if (std::optional<absl::Status> done = repair(*t); done.has_value()) {
+    if (std::optional<absl::Status> done = repair(*t, *entry); done.has_value()) {
       entry->write->status = *done;
       entry->write->done.Notify();
     }

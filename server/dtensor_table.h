@@ -84,11 +84,13 @@ class DTensorTable : public MeshUser {
                        const absl::Status& lost);
   // Moves every tensor of `old` onto `mesh` (the same ranks, re-formed after a worker came back):
   // each gets an entry of the same name, spec and owner whose write is done with
-  // `repair(old entry)` unless that returns nullopt (the caller then posts the write that makes
-  // the tensor whole again). The old entries count as released. Returns the moved entries.
+  // `repair(old entry, new entry)` unless that returns nullopt (then `repair` has posted the write
+  // that makes the tensor whole again, before the new entry enters the table, so that every use
+  // is ordered after it). The old entries count as released. Returns the moved entries.
   std::vector<std::shared_ptr<DTensorEntry>> Rehome(
       const Mesh& old, const std::shared_ptr<Mesh>& mesh,
-      const std::function<std::optional<absl::Status>(const DTensorEntry&)>& repair);
+      const std::function<std::optional<absl::Status>(const DTensorEntry&, const DTensorEntry&)>&
+          repair);
   // Names being recovered after a coordinator restart: looking one up answers UNAVAILABLE until
   // DoneRecovering (NOT_FOUND after, if it was not recovered).
   void SetRecovering(std::set<std::string> names);

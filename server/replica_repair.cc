@@ -98,8 +98,13 @@ absl::Status ReplicaRepair::Rejoin(const Mesh& old) {
     }
     return absl::OkStatus();
   };
-  const std::vector<std::shared_ptr<DTensorEntry>> moved =
-      tensors_->Rehome(old, mesh, [&](const DTensorEntry& t) -> std::optional<absl::Status> {
+  // Communicators first: the repairs posted below broadcast over them.
+  if (absl::Status s = reformer_->SetUp(*mesh); !s.ok()) {
+    spdlog::error("mesh '{}': communicators did not form again: {}", mesh->name, s.ToString());
+  }
+  tensors_->Rehome(
+      old, mesh,
+      [&](const DTensorEntry& t, const DTensorEntry& entry) -> std::optional<absl::Status> {
         // A write in flight on the old mesh cannot succeed; one that failed stays failed.
         if (!t.write->done.HasBeenNotified()) {
           return absl::UnavailableError(absl::StrCat(
@@ -114,25 +119,15 @@ absl::Status ReplicaRepair::Rejoin(const Mesh& old) {
               absl::StrCat("tensor '", t.name, "' could not be repaired from its replicas after ",
                            gone(restarted.front()).message()));
         }
+        v1::Command command;
+        *command.mutable_spread_tensor() = *std::move(spread);
+        command.mutable_spread_tensor()->set_mesh_id(mesh->id);
+        command.mutable_spread_tensor()->set_tensor(DTensorTable::WorkerName(t.name));
+        if (absl::Status st = tensors_->PostWrite(entry, command); !st.ok()) return st;
+        spdlog::info("tensor '{}': repairing worker {}'s block from a replica", t.name,
+                     handles[restarted.front()].id);
         return std::nullopt;
       });
-  if (absl::Status s = reformer_->SetUp(*mesh); !s.ok()) {
-    spdlog::error("mesh '{}': communicators did not form again: {}", mesh->name, s.ToString());
-  }
-  for (const std::shared_ptr<DTensorEntry>& t : moved) {
-    if (t->write->done.HasBeenNotified()) continue;
-    v1::Command command;
-    v1::SpreadTensor* s = command.mutable_spread_tensor();
-    *s = *RepairCommand(t->spec, restarted);
-    s->set_mesh_id(mesh->id);
-    s->set_tensor(DTensorTable::WorkerName(t->name));
-    if (absl::Status st = tensors_->PostWrite(*t, command); !st.ok()) {
-      spdlog::warn("tensor '{}' was not repaired: {}", t->name, st.ToString());
-    } else {
-      spdlog::info("tensor '{}': repairing worker {}'s block from a replica", t->name,
-                   handles[restarted.front()].id);
-    }
-  }
   // The old mesh's communicators on the workers that kept them are of no use any more.
   std::vector<WorkerHandle> kept;
   for (size_t p = 0; p < handles.size(); ++p) {
