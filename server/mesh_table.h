@@ -60,6 +60,9 @@ class MeshTable {
   absl::Status Add(const std::shared_ptr<Mesh>& mesh);
   // Removes and returns the named mesh; NOT_FOUND if unknown.
   absl::StatusOr<std::shared_ptr<Mesh>> Remove(const std::string& name);
+  // Puts `mesh` (same name, a fresh id) in the place of `old`; NOT_FOUND if `old` is no longer the
+  // mesh under that name (deleted meanwhile).
+  absl::Status Replace(const Mesh& old, const std::shared_ptr<Mesh>& mesh);
   // Names being recovered after a coordinator restart: looking one up answers UNAVAILABLE until
   // DoneRecovering (NOT_FOUND after, if it was not recovered).
   void SetRecovering(std::set<std::string> names);

@@ -1,0 +1,161 @@
+// A worker of a 2x2 mesh killed with SIGKILL and started again empty on its address (it registers
+// again under its id): the coordinator sets the mesh up again over it and copies back, worker to
+// worker, every block it held that a live rank holds too along a Replicate mesh dim. Those tensors
+// read back bit-exact and ops on the mesh use them; a tensor with a block only the worker held
+// (a Shard on every mesh dim, or a Partial summand) answers DATA_LOSS naming the tensor and the
+// worker, and ListTensors lists it failed with that error.
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/small_integer_tensor.h"
+#include "gtest/gtest.h"
+#include "kernels/testing/reference.h"
+#include "tessera/tessera.h"
+#include "tests/cluster_fixture.h"
+#include "tests/status_assertions.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::client::DTensor;
+using ::tessera::client::Session;
+using ::tessera::testing::StatusIs;
+using ::tessera::testing::TensorsMatch;
+using ::tessera::testing::TestCluster;
+using ::tessera::testing::TestClusterOptions;
+
+constexpr int kWorkers = 4;
+constexpr int kVictim = 2;
+
+// A layout on the 2x2 mesh and whether every block the victim holds has a replica elsewhere.
+struct Layout {
+  std::string placements;
+  bool replicated;
+};
+const Layout kLayouts[] = {
+    {"R,S(0)", true}, {"S(0),R", true}, {"R,R", true}, {"P,R", false}, {"S(0),S(1)", false}};
+
+// `t` + `t`, element by element, in double (exact for the small integers of the tests).
+HostTensor Doubled(const HostTensor& t) {
+  HostTensor out = t.Clone();
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    kernels::testing::SetFromDouble(out, i, 2 * kernels::testing::GetDouble(t, i));
+  }
+  return out;
+}
+
+// Reads `t` until its mesh took the worker back (UNAVAILABLE until then), up to 30 s.
+absl::StatusOr<HostTensor> ReadOnceBack(const DTensor& t) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  absl::StatusOr<HostTensor> got = t.FullTensor();
+  while (!got.ok() && got.status().code() == absl::StatusCode::kUnavailable &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+    got = t.FullTensor();
+  }
+  return got;
+}
+
+class ReplicaRepairTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ReplicaRepairTest, ReplicasRepairedOthersLost) {
+  const DType dtype = GetParam();
+  TestCluster fixture;
+  ASSERT_TRUE(fixture.Start(TestClusterOptions(kWorkers)).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  absl::StatusOr<std::vector<client::WorkerInfo>> workers = client.ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  int64_t victim_id = -1;
+  for (const client::WorkerInfo& w : *workers) {
+    if (w.pid == cluster.worker_pid(kVictim)) victim_id = w.worker_id;
+  }
+  ASSERT_GE(victim_id, 0);
+
+  std::map<std::string, HostTensor> want;
+  std::vector<DTensor> tensors;
+  for (size_t i = 0; i < std::size(kLayouts); ++i) {
+    const std::string name = absl::StrCat("t", i);
+    want[name] = SmallIntegerTensor(dtype, {8, 6}, static_cast<uint32_t>(i + 1));
+    absl::StatusOr<std::vector<Placement>> placements = ParsePlacements(kLayouts[i].placements);
+    ASSERT_TRUE(placements.ok()) << kLayouts[i].placements;
+    client::DistributeOptions distribute;
+    distribute.name = name;
+    absl::StatusOr<DTensor> t =
+        client::DistributeTensor(client, want[name], *mesh, *placements, distribute);
+    ASSERT_TRUE(t.ok()) << t.status();
+    tensors.push_back(*std::move(t));
+  }
+  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
+
+  ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
+  ASSERT_TRUE(cluster.RestartWorker(kVictim).ok());
+  ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok());
+
+  {
+    const std::string when = "after the worker came back";
+    for (size_t i = 0; i < std::size(kLayouts); ++i) {
+      const DTensor& t = tensors[i];
+      SCOPED_TRACE(absl::StrCat(when, ": ", t.name(), " (", kLayouts[i].placements, ")"));
+      absl::StatusOr<HostTensor> got = ReadOnceBack(t);
+      if (!kLayouts[i].replicated) {
+        EXPECT_TRUE(
+            StatusIs(got.status(), absl::StatusCode::kDataLoss,
+                     {absl::StrCat("'", t.name(), "'"), absl::StrCat("worker ", victim_id)}));
+        // An op on it fails the same way (on the op stream, when its output is used).
+        absl::StatusOr<DTensor> sum = client::Add(t, t);
+        const absl::Status used = sum.ok() ? sum->FullTensor().status() : sum.status();
+        EXPECT_TRUE(
+            StatusIs(used, absl::StatusCode::kDataLoss,
+                     {absl::StrCat("'", t.name(), "'"), absl::StrCat("worker ", victim_id)}));
+        continue;
+      }
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_TRUE(TensorsMatch(*got, want[t.name()]));
+      // An op on the mesh, and a redistribute whose collectives run through the worker.
+      absl::StatusOr<DTensor> sum = client::Add(t, t);
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      absl::StatusOr<HostTensor> sum_full = sum->FullTensor();
+      ASSERT_TRUE(sum_full.ok()) << sum_full.status();
+      EXPECT_TRUE(TensorsMatch(*sum_full, Doubled(want[t.name()])));
+      absl::StatusOr<DTensor> gathered =
+          t.Redistribute({Placement::Replicate(), Placement::Replicate()});
+      ASSERT_TRUE(gathered.ok()) << gathered.status();
+      absl::StatusOr<HostTensor> gathered_full = gathered->FullTensor();
+      ASSERT_TRUE(gathered_full.ok()) << gathered_full.status();
+      EXPECT_TRUE(TensorsMatch(*gathered_full, want[t.name()]));
+    }
+    absl::StatusOr<std::vector<client::DTensorInfo>> listed = client.ListTensors("grid");
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    for (size_t i = 0; i < std::size(kLayouts); ++i) {
+      const std::string name = absl::StrCat("t", i);
+      auto info = std::find_if(listed->begin(), listed->end(),
+                               [&](const client::DTensorInfo& t) { return t.name == name; });
+      ASSERT_NE(info, listed->end()) << when << ": " << name << " not listed";
+      if (kLayouts[i].replicated) {
+        EXPECT_EQ(info->state, client::TensorState::kReady) << when << ": " << name;
+      } else {
+        EXPECT_EQ(info->state, client::TensorState::kFailed) << when << ": " << name;
+        EXPECT_NE(info->error.find(absl::StrCat("worker ", victim_id)), std::string::npos)
+            << when << ": " << info->error;
+      }
+    }
+  }
+  fixture.Stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cluster, ReplicaRepairTest,
+                         ::testing::Values(DType::kFloat32, DType::kInt32, DType::kFloat64),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+}  // namespace
+}  // namespace tessera
