@@ -34,7 +34,9 @@ void ReplicaRepair::Run() {
       // Local tensors of the collectives API cannot be repaired: such a mesh stays broken, as it
       // says, until deleted.
       if (!all_alive || !restarted || !mesh->locals.Names().empty()) continue;
-      if (absl::Status s = Rejoin(*mesh); !s.ok()) {
+      if (absl::Status s = Rejoin(*mesh); absl::IsNotFound(s)) {
+        spdlog::debug("mesh '{}' was deleted before it took its workers back", mesh->name);
+      } else if (!s.ok()) {
         spdlog::error("mesh '{}' could not take its restarted workers back: {}", mesh->name,
                       s.ToString());
       }
@@ -69,7 +71,10 @@ std::optional<v1::SpreadTensor> ReplicaRepair::RepairCommand(
   return std::nullopt;
 }
 
-absl::Status ReplicaRepair::Rejoin(const Mesh& old) {
+absl::Status ReplicaRepair::Rejoin(Mesh& old) {
+  // A DeleteMesh of `old` that came first took it out of the table (Replace fails below); one that
+  // comes later waits for both locks, and deletes the new mesh with the tensors moved onto it.
+  absl::MutexLock old_changing(&old.change_mu);
   const std::vector<int64_t>& ranks = old.mesh.ranks();
   std::vector<int64_t> incarnations, budgets, restarted;
   std::vector<WorkerHandle> handles;
@@ -82,6 +87,7 @@ absl::Status ReplicaRepair::Rejoin(const Mesh& old) {
   }
   auto mesh = std::make_shared<Mesh>(old.name, old.mesh, std::move(incarnations), old.timeout,
                                      std::move(budgets), ledger_);
+  absl::MutexLock changing(&mesh->change_mu);
   // Nothing is posted on the new mesh until its tensors' repairs are: they come first.
   absl::MutexLock submit(&mesh->submit_mu);
   RETURN_IF_ERROR(meshes_->Replace(old, mesh));

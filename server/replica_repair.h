@@ -59,8 +59,9 @@ class ReplicaRepair {
 
  private:
   void Run();
-  // Sets `old` up again over its workers' current incarnations and repairs its tensors.
-  absl::Status Rejoin(const Mesh& old);
+  // Sets `old` up again over its workers' current incarnations and repairs its tensors, under
+  // the change locks of both meshes (a DeleteMesh waits for it); NOT_FOUND if `old` was deleted.
+  absl::Status Rejoin(Mesh& old);
 
   WorkerRegistry* registry_;
   MeshTable* meshes_;

@@ -3,12 +3,17 @@
 // worker, every block it held that a live rank holds too along a Replicate mesh dim. Those tensors
 // read back bit-exact and ops on the mesh use them; a tensor with a block only the worker held
 // (a Shard on every mesh dim, or a Partial summand) answers DATA_LOSS naming the tensor and the
-// worker, and ListTensors lists it failed with that error.
+// worker, and ListTensors lists it failed with that error. A DeleteMesh before, during (a third
+// worker paused holds the mesh's set-up) or after that rejoin deletes the mesh and its tensors for
+// good: no rejoin brings them back, and the name can be used again.
+
+#include <signal.h>
 
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -152,6 +157,116 @@ TEST_P(ReplicaRepairTest, ReplicasRepairedOthersLost) {
   }
   fixture.Stop();
 }
+
+// When the DeleteMesh comes: while the worker is dead, while the mesh takes it back (held up by a
+// paused third worker of the mesh), or once it took it back.
+enum class DeleteWhen { kBeforeRestart, kDuringRejoin, kAfterRejoin };
+
+class DeleteDuringRepairTest : public ::testing::TestWithParam<DeleteWhen> {};
+
+TEST_P(DeleteDuringRepairTest, DeletedMeshStaysDeleted) {
+  const DeleteWhen when = GetParam();
+  constexpr int kPaused = 0;  // LocalCluster's index of the worker paused during the rejoin
+  TestCluster fixture;
+  LocalClusterOptions options = TestClusterOptions(kWorkers);
+  // The paused worker stays alive throughout.
+  if (when == DeleteWhen::kDuringRejoin) options.dead_after = absl::Seconds(10);
+  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  const HostTensor values = SmallIntegerTensor(DType::kFloat32, {8, 6}, 5);
+  client::DistributeOptions named;
+  named.name = "kept";
+  // Replicated everywhere: the rejoin would repair it.
+  absl::StatusOr<DTensor> t = client::DistributeTensor(
+      client, values, *mesh, {Placement::Replicate(), Placement::Replicate()}, named);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->FullTensor().ok());
+
+  const pid_t victim_pid = cluster.worker_pid(kVictim);
+  ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
+  absl::Status deleted = absl::UnknownError("not deleted");
+  if (when == DeleteWhen::kBeforeRestart) {
+    // Once the coordinator counts it dead (the teardown does not wait for it then).
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    bool dead = false;
+    while (!dead && absl::Now() < deadline) {
+      absl::StatusOr<std::vector<client::WorkerInfo>> workers = client.ListWorkers();
+      ASSERT_TRUE(workers.ok()) << workers.status();
+      for (const client::WorkerInfo& w : *workers) dead = dead || (w.pid == victim_pid && !w.alive);
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    ASSERT_TRUE(dead) << "the killed worker still counts alive";
+    deleted = client.DeleteMesh("grid");
+  }
+  if (when == DeleteWhen::kDuringRejoin) {
+    ASSERT_EQ(::kill(cluster.worker_pid(kPaused), SIGSTOP), 0);
+  }
+  // Resumes the paused worker 1 s after the DeleteMesh is sent (or at once if the test stops).
+  std::thread resume;
+  auto resume_later = [&](absl::Duration after) {
+    if (when != DeleteWhen::kDuringRejoin) return;
+    resume = std::thread([pid = cluster.worker_pid(kPaused), after] {
+      absl::SleepFor(after);
+      ::kill(pid, SIGCONT);
+    });
+  };
+  if (!cluster.RestartWorker(kVictim).ok() ||
+      !cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok()) {
+    resume_later(absl::ZeroDuration());
+    resume.join();
+    FAIL() << "the worker did not come back" << fixture.LogHint();
+  }
+  // A few rounds of the repair's look at the meshes: the rejoin has begun (and, paused, waits).
+  absl::SleepFor(absl::Seconds(1));
+  if (when == DeleteWhen::kAfterRejoin) {
+    absl::StatusOr<HostTensor> got = ReadOnceBack(*t);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, values));
+  }
+  if (when != DeleteWhen::kBeforeRestart) {
+    resume_later(absl::Seconds(1));
+    deleted = client.DeleteMesh("grid");
+    if (resume.joinable()) resume.join();
+  }
+  ASSERT_TRUE(deleted.ok()) << deleted << fixture.LogHint();
+
+  // Gone, and no later rejoin brings the mesh or its tensor back.
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_TRUE(StatusIs(client::GetMesh(client, "grid").status(), absl::StatusCode::kNotFound));
+  EXPECT_TRUE(StatusIs(client::GetTensor(client, "kept").status(), absl::StatusCode::kNotFound));
+  absl::StatusOr<std::vector<client::DTensorInfo>> listed = client.ListTensors();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (const client::DTensorInfo& info : *listed) EXPECT_NE(info.name, "kept") << info.mesh;
+  // The names can be used again, over the same workers.
+  mesh = client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  absl::StatusOr<DTensor> again = client::DistributeTensor(
+      client, Doubled(values), *mesh, {Placement::Shard(0), Placement::Shard(1)}, named);
+  ASSERT_TRUE(again.ok()) << again.status();
+  absl::StatusOr<HostTensor> got = again->FullTensor();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(TensorsMatch(*got, Doubled(values)));
+  fixture.Stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cluster, DeleteDuringRepairTest,
+                         ::testing::Values(DeleteWhen::kBeforeRestart, DeleteWhen::kDuringRejoin,
+                                           DeleteWhen::kAfterRejoin),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case DeleteWhen::kBeforeRestart:
+                               return std::string("before_restart");
+                             case DeleteWhen::kDuringRejoin:
+                               return std::string("during_rejoin");
+                             case DeleteWhen::kAfterRejoin:
+                               return std::string("after_rejoin");
+                           }
+                           return std::string();
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Cluster, ReplicaRepairTest,
                          ::testing::Values(DType::kFloat32, DType::kInt32, DType::kFloat64),
