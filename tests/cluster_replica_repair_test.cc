@@ -30,6 +30,7 @@ namespace {
 
 using ::tessera::client::DTensor;
 using ::tessera::client::Session;
+using ::tessera::testing::RetryUnavailable;
 using ::tessera::testing::StatusIs;
 using ::tessera::testing::TensorsMatch;
 using ::tessera::testing::TestCluster;
@@ -155,6 +156,66 @@ TEST_P(ReplicaRepairTest, ReplicasRepairedOthersLost) {
       }
     }
   }
+  fixture.Stop();
+}
+
+// A coordinator restarted from its --state_dir after a repair (as `tessera up` restarts it)
+// serves the repaired mesh's tensors again, bit for bit, well within its recovery wait: the
+// workers' re-registration and the mesh's set-up again do not wait for anything the repair left.
+TEST(ReplicaRepairRestartTest, RepairedTensorsSurviveACoordinatorRestart) {
+  TestCluster fixture;
+  LocalClusterOptions options = TestClusterOptions(kWorkers);
+  // `tessera up`'s liveness and recovery wait.
+  options.keep_state = true;
+  options.heartbeat_interval = LocalClusterOptions().heartbeat_interval;
+  options.dead_after = LocalClusterOptions().dead_after;
+  options.recovery_wait = LocalClusterOptions().recovery_wait;
+  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  std::map<std::string, HostTensor> want;
+  std::vector<DTensor> tensors;
+  for (size_t i = 0; i < std::size(kLayouts); ++i) {
+    if (!kLayouts[i].replicated) continue;
+    const std::string name = absl::StrCat("t", i);
+    want[name] = SmallIntegerTensor(DType::kFloat32, {8, 6}, static_cast<uint32_t>(i + 1));
+    client::DistributeOptions distribute;
+    distribute.name = name;
+    absl::StatusOr<DTensor> t = client::DistributeTensor(
+        client, want[name], *mesh, *ParsePlacements(kLayouts[i].placements), distribute);
+    ASSERT_TRUE(t.ok()) << t.status();
+    tensors.push_back(*std::move(t));
+  }
+  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();  // all written
+  ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
+  ASSERT_TRUE(cluster.RestartWorker(kVictim).ok());
+  ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok());
+  for (const DTensor& t : tensors) {
+    absl::StatusOr<HostTensor> got = ReadOnceBack(t);
+    ASSERT_TRUE(got.ok()) << t.name() << ": " << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, want[t.name()])) << t.name();
+  }
+
+  ASSERT_TRUE(cluster.KillCoordinator().ok());
+  ASSERT_TRUE(cluster.RestartCoordinator().ok()) << fixture.LogHint();
+  const absl::Time restarted = absl::Now();
+  for (const auto& [name, values] : want) {
+    absl::StatusOr<HostTensor> got = RetryUnavailable(
+        [&, name = name]() -> absl::StatusOr<HostTensor> {
+          absl::StatusOr<DTensor> t = client::GetTensor(client, name);
+          return t.ok() ? t->FullTensor() : absl::StatusOr<HostTensor>(t.status());
+        },
+        absl::Seconds(40));
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status() << fixture.LogHint();
+    EXPECT_TRUE(TensorsMatch(*got, values)) << name;
+  }
+  EXPECT_LT(absl::Now() - restarted, absl::Seconds(15))
+      << "the tensors came back only " << (absl::Now() - restarted) << " after the restart"
+      << fixture.LogHint();
+  tensors.clear();
   fixture.Stop();
 }
 
