@@ -68,6 +68,24 @@ absl::StatusOr<HostTensor> ReadOnceBack(const DTensor& t) {
   return got;
 }
 
+// Waits until every tensor of `mesh` is written on every rank (a read may answer sooner, from one
+// replica): a write still running when a worker dies fails the tensor, which nothing repairs.
+::testing::AssertionResult AllWritten(Session& client, const std::string& mesh) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (true) {
+    absl::StatusOr<std::vector<client::DTensorInfo>> listed = client.ListTensors(mesh);
+    if (!listed.ok()) return ::testing::AssertionFailure() << listed.status();
+    const auto pending = std::find_if(listed->begin(), listed->end(), [](const auto& t) {
+      return t.state != client::TensorState::kReady;
+    });
+    if (pending == listed->end()) return ::testing::AssertionSuccess();
+    if (absl::Now() > deadline) {
+      return ::testing::AssertionFailure() << "tensor '" << pending->name << "' is not written";
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
 class ReplicaRepairTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(ReplicaRepairTest, ReplicasRepairedOthersLost) {
@@ -102,6 +120,7 @@ TEST_P(ReplicaRepairTest, ReplicasRepairedOthersLost) {
     tensors.push_back(*std::move(t));
   }
   for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
+  ASSERT_TRUE(AllWritten(client, "grid"));
 
   ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
   ASSERT_TRUE(cluster.RestartWorker(kVictim).ok());
@@ -189,7 +208,8 @@ TEST(ReplicaRepairRestartTest, RepairedTensorsSurviveACoordinatorRestart) {
     ASSERT_TRUE(t.ok()) << t.status();
     tensors.push_back(*std::move(t));
   }
-  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();  // all written
+  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
+  ASSERT_TRUE(AllWritten(client, "grid"));
   ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
   ASSERT_TRUE(cluster.RestartWorker(kVictim).ok());
   ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok());
@@ -246,6 +266,7 @@ TEST_P(DeleteDuringRepairTest, DeletedMeshStaysDeleted) {
       client, values, *mesh, {Placement::Replicate(), Placement::Replicate()}, named);
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_TRUE(t->FullTensor().ok());
+  ASSERT_TRUE(AllWritten(client, "grid"));
 
   const pid_t victim_pid = cluster.worker_pid(kVictim);
   ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
