@@ -12,7 +12,9 @@
 // What is timed (client wall clock, float32, every figure a median over --rounds alternations of
 // the service and its in-process yardstick):
 //   mlp forward   Module::Forward of MLP(1024 -> 4096 -> 1024; net1 ColwiseParallel, ReLU, net2
-//                 RowwiseParallel) on a full [64, 1024] input, full output back.
+//                 RowwiseParallel) on a full [64, 1024] input, full output back; on the CPU also
+//                 against a plain one-thread cblas_sgemm program of the same MLP (PlainBlasMlp),
+//                 timed right after.
 //   mlp step      Module::Step (loss output.sum(), SGD lr 0.25) of the same MLP.
 //   block         Module::Forward of a pre-norm transformer block (dim 512, 8 heads, MLP 4x, seq
 //                 128; Megatron's plan) at batch 1 and 32.
@@ -236,6 +238,7 @@ struct Results {
   std::string openblas_workers, openblas_bench;
   std::string blas_core_workers, blas_core_bench;
   Comparison mlp_forward, mlp_step;
+  Stats mlp_forward_plain_blas;         // PlainBlasMlp, timed right after mlp_forward (CPU only)
   std::map<int64_t, Comparison> block;  // by batch
   Stats direct_forward;                 // Module::Forward of one request's rows
   std::vector<InferRow> infer;
@@ -310,6 +313,66 @@ absl::StatusOr<HostTensor> FullOutput(absl::StatusOr<client::ModuleOutput> out) 
   return *std::move(out->full);
 }
 
+// The MLP forward as a plain program writes it: cblas_sgemm (OpenBLAS, one thread) for x W1^T and
+// h W2^T, loops for the biases and the ReLU; the single-process one-thread BLAS reference.
+class PlainBlasMlp {
+ public:
+  static absl::StatusOr<PlainBlasMlp> From(const client::Module& m) {
+    ASSIGN_OR_RETURN(auto pairs, m.StateDict());
+    std::map<std::string, HostTensor> state;
+    for (auto& [name, t] : pairs) state.emplace(name, std::move(t));
+    PlainBlasMlp mlp;
+    for (auto [name, slot] : {std::pair{"net1.weight", &mlp.w1_},
+                              {"net1.bias", &mlp.b1_},
+                              {"net2.weight", &mlp.w2_},
+                              {"net2.bias", &mlp.b2_}}) {
+      auto it = state.find(name);
+      if (it == state.end() || it->second.dtype() != DType::kFloat32) {
+        return absl::NotFoundError(absl::StrCat("no float32 ", name, " in the MLP's state_dict"));
+      }
+      *slot = std::move(it->second);
+    }
+    return mlp;
+  }
+
+  // y = relu(x W1^T + b1) W2^T + b2 for x [rows, in].
+  std::vector<float> Forward(const HostTensor& x) const {
+    const int rows = static_cast<int>(x.shape()[0]), in = static_cast<int>(w1_.shape()[1]);
+    const int hidden = static_cast<int>(w1_.shape()[0]), out = static_cast<int>(w2_.shape()[0]);
+    std::vector<float> h(static_cast<size_t>(rows) * hidden), y(static_cast<size_t>(rows) * out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, hidden, in, 1.0f, x.data_as<float>(),
+                in, w1_.data_as<float>(), in, 0.0f, h.data(), hidden);
+    const float* b1 = b1_.data_as<float>();
+    for (int i = 0; i < rows; ++i) {
+      for (int j = 0; j < hidden; ++j) {
+        h[i * hidden + j] = std::max(h[i * hidden + j] + b1[j], 0.0f);
+      }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, hidden, 1.0f, h.data(), hidden,
+                w2_.data_as<float>(), hidden, 0.0f, y.data(), out);
+    const float* b2 = b2_.data_as<float>();
+    for (int i = 0; i < rows; ++i) {
+      for (int j = 0; j < out; ++j) y[i * out + j] += b2[j];
+    }
+    return y;
+  }
+
+ private:
+  HostTensor w1_, b1_, w2_, b2_;
+};
+
+// Times the plain BLAS MLP forward as Alternate times a yardstick: `rounds` x `iterations` calls.
+Stats TimePlainBlasMlp(const PlainBlasMlp& mlp, const HostTensor& x) {
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) mlp.Forward(x);
+  std::vector<double> us;
+  for (int i = 0; i < absl::GetFlag(FLAGS_rounds) * absl::GetFlag(FLAGS_iterations); ++i) {
+    const Clock::time_point start = Clock::now();
+    mlp.Forward(x);
+    us.push_back(MicrosSince(start));
+  }
+  return Summarize(std::move(us));
+}
+
 absl::Status MeasureMlpForward(client::Session& session, const client::Mesh& mesh,
                                kernels::KernelBackend& k, const Processes& processes, Results& r) {
   ASSIGN_OR_RETURN(client::Module m, LoadParallel(session, mesh, "mlp", MlpSpec(), 1, kMlpPlan));
@@ -319,10 +382,14 @@ absl::Status MeasureMlpForward(client::Session& session, const client::Mesh& mes
   ASSIGN_OR_RETURN(HostTensor service, FullOutput(m.Forward(x)));
   ASSIGN_OR_RETURN(HostTensor reference, ToHost(k, bench::MlpForward(k, p, xk)));
   r.mlp_forward.max_difference = bench::MaxRelativeDifference(service, reference);
-  return Alternate(
+  RETURN_IF_ERROR(Alternate(
       absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_iterations), processes,
       [&] { return m.Forward(x).status(); },
-      [&] { return Finished(k, bench::MlpForward(k, p, xk)); }, r.mlp_forward);
+      [&] { return Finished(k, bench::MlpForward(k, p, xk)); }, r.mlp_forward));
+  if (OnCuda()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const PlainBlasMlp plain, PlainBlasMlp::From(m));
+  r.mlp_forward_plain_blas = TimePlainBlasMlp(plain, x);
+  return absl::OkStatus();
 }
 
 absl::Status MeasureMlpStep(client::Session& session, const client::Mesh& mesh,
@@ -463,6 +530,11 @@ void PrintResults(const Results& r) {
     PrintComparison(absl::StrFormat("mlp forward, batch %d", batch).c_str(), r.mlp_forward,
                     r.Torch("forward_us"));
   }
+  if (r.mlp_forward_plain_blas.calls > 0) {
+    std::printf("%-34s   plain cblas_sgemm one-thread reference %.2f ms (min %.2f): %.2fx\n", "",
+                r.mlp_forward_plain_blas.p50 / 1e3, r.mlp_forward_plain_blas.min / 1e3,
+                r.mlp_forward_plain_blas.p50 / r.mlp_forward.service.p50);
+  }
   if (r.mlp_step.service.calls > 0) {
     PrintComparison(absl::StrFormat("mlp step (sum, SGD), batch %d", batch).c_str(), r.mlp_step,
                     r.Torch("step_us"));
@@ -493,8 +565,10 @@ void PrintResults(const Results& r) {
     }
   }
   std::printf("\nAims:\n");
-  std::printf("  mlp forward >= 1.8x the single process: %s\n",
+  std::printf("  mlp forward >= 1.8x the single process (the same kernel calls): %s\n",
               Verdict(r.mlp_forward.Ratio(), 1.8).c_str());
+  std::printf("  mlp forward >= 1.8x the plain one-thread cblas_sgemm reference: %s\n",
+              Verdict(r.mlp_forward_plain_blas.p50 / r.mlp_forward.service.p50, 1.8).c_str());
   std::printf("  mlp forward >= 1.3x torch parallelize_module: %s\n",
               Verdict(r.Torch("forward_us") / r.mlp_forward.service.p50, 1.3).c_str());
 }
@@ -554,6 +628,7 @@ absl::Status WriteJson(const std::string& path, const Results& r, const std::str
         {"hidden", absl::GetFlag(FLAGS_mlp_hidden)},
         {"batch", absl::GetFlag(FLAGS_mlp_batch)}}},
       {"mlp_forward", ComparisonJson(r.mlp_forward, r.Torch("forward_us"))},
+      {"mlp_forward_plain_cblas_reference", StatsJson(r.mlp_forward_plain_blas)},
       {"mlp_step", ComparisonJson(r.mlp_step, r.Torch("step_us"))},
       {"block",
        {{"dim", kBlockDim},

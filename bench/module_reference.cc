@@ -74,7 +74,7 @@ absl::StatusOr<DeviceTensor> LinearForward(KernelBackend& k, const Parameters& p
   ASSIGN_OR_RETURN(const DeviceTensor* b, Find(p, prefix + ".bias"));
   ASSIGN_OR_RETURN(DeviceTensor y,
                    k.Allocate(x.dtype(), WithDimSize(x.shape(), x.rank() - 1, w->shape()[0])));
-  RETURN_IF_ERROR(k.Gemm(false, true, 1.0, Rows(x), ViewOf(*w), 0.0, Rows(y)));
+  RETURN_IF_ERROR(k.LinearProduct(Rows(x), ViewOf(*w), nullptr, Rows(y)));
   RETURN_IF_ERROR(k.BiasAdd(Rows(y), ViewOf(*b)));
   return y;
 }

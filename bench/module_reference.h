@@ -26,7 +26,8 @@ using Parameters = std::map<std::string, DeviceTensor>;
 absl::StatusOr<Parameters> UploadParameters(kernels::KernelBackend& k,
                                             const std::map<std::string, HostTensor>& host);
 
-// y = x @ W^T + b with the Linear at `prefix` ("net1", "attn.attention.q").
+// y = x @ W^T + b with the Linear at `prefix` ("net1", "attn.attention.q"): LinearProduct with the
+// weight as it is (workers' forwards read a packed copy), then BiasAdd.
 absl::StatusOr<DeviceTensor> LinearForward(kernels::KernelBackend& k, const Parameters& p,
                                            const std::string& prefix, const DeviceTensor& x);
 

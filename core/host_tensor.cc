@@ -9,6 +9,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "core/host_memory.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -86,6 +87,7 @@ void CopyStrided(const ConstStridedView& src, const StridedView& dst) {
 HostTensor::HostTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   const size_t n = std::max<size_t>(nbytes(), 1);
   data_.reset(static_cast<std::byte*>(::operator new[](n, std::align_val_t{64})));
+  AdviseHugePages(data_.get(), n);
 }
 
 absl::StatusOr<HostTensor> HostTensor::Uninitialized(DType dtype, Shape shape) {

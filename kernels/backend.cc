@@ -160,6 +160,39 @@ absl::string_view DistributionName(Distribution d) {
 absl::Status KernelBackend::Gemm(bool transpose_a, bool transpose_b, double alpha,
                                  const ConstTensorView& a, const ConstTensorView& b, double beta,
                                  const TensorView& c) {
+  ASSIGN_OR_RETURN(const std::optional<GemmArgs> args,
+                   CheckGemm(transpose_a, transpose_b, alpha, a, b, beta, c));
+  if (!args.has_value()) return absl::OkStatus();
+  return DoGemm(*args);
+}
+
+absl::Status KernelBackend::LinearProduct(const ConstTensorView& x, const ConstTensorView& w,
+                                          const PreparedWeight* prepared, const TensorView& y) {
+  ASSIGN_OR_RETURN(const std::optional<GemmArgs> args, CheckGemm(false, true, 1.0, x, w, 0.0, y));
+  if (!args.has_value()) return absl::OkStatus();
+  return DoLinearProduct(*args, prepared);
+}
+
+absl::StatusOr<std::shared_ptr<const PreparedWeight>> KernelBackend::PrepareLinearWeight(
+    const ConstTensorView& w, int64_t rows) {
+  RETURN_IF_ERROR(CheckView("prepare linear weight", "w", w));
+  if (w.rank() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a Linear weight is 2-D; got ", ShapeToString(w.shape)));
+  }
+  RETURN_IF_ERROR(NeedsFloating("prepare linear weight", w.dtype));
+  if (rows < 1 || rows > INT_MAX || w.shape[0] > INT_MAX || w.shape[1] > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("prepare linear weight for ", rows,
+                                                   " rows of a weight ", ShapeToString(w.shape),
+                                                   ": rows must be in [1, ", INT_MAX, "]"));
+  }
+  if (w.shape[0] == 0 || w.shape[1] == 0) return nullptr;
+  return DoPrepareLinearWeight(w, rows);
+}
+
+absl::StatusOr<std::optional<KernelBackend::GemmArgs>> KernelBackend::CheckGemm(
+    bool transpose_a, bool transpose_b, double alpha, const ConstTensorView& a,
+    const ConstTensorView& b, double beta, const TensorView& c) {
   RETURN_IF_ERROR(CheckView("gemm", "a", a));
   RETURN_IF_ERROR(CheckView("gemm", "b", b));
   RETURN_IF_ERROR(CheckView("gemm", "c", c));
@@ -192,7 +225,7 @@ absl::Status KernelBackend::Gemm(bool transpose_a, bool transpose_b, double alph
                                                      ", b ", ShapeToString(b.shape), ")"));
     }
   }
-  if (m == 0 || n == 0) return absl::OkStatus();
+  if (m == 0 || n == 0) return std::nullopt;
   GemmArgs args;
   args.transpose_a = transpose_a;
   args.transpose_b = transpose_b;
@@ -208,7 +241,7 @@ absl::Status KernelBackend::Gemm(bool transpose_a, bool transpose_b, double alph
   args.b = b.data;
   args.c = c.data;
   args.dtype = a.dtype;
-  return DoGemm(args);
+  return args;
 }
 
 absl::Status KernelBackend::BiasAdd(const TensorView& x, const ConstTensorView& bias) {

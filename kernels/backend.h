@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,6 +28,14 @@ namespace tessera::kernels {
 absl::string_view BinaryOpName(BinaryOp op);
 absl::string_view ActivationName(Activation f);
 absl::string_view DistributionName(Distribution d);
+
+// A Linear layer's weight prepared by a backend for repeated forwards (the CPU backend: a copy in
+// oneDNN's packed layout); opaque and immutable. It stands for the values the weight had when it
+// was made: whoever keeps one must drop it when the weight is written.
+class PreparedWeight {
+ public:
+  virtual ~PreparedWeight() = default;
+};
 
 // Local compute on tensors in its memory space, the same for every device.
 //
@@ -52,6 +61,21 @@ class KernelBackend : public MemorySpace {
   // not read (NaN in C does not propagate), as in BLAS.
   absl::Status Gemm(bool transpose_a, bool transpose_b, double alpha, const ConstTensorView& a,
                     const ConstTensorView& b, double beta, const TensorView& c);
+
+  // y = x W^T, the product of a Linear layer's forward: x [M, K], w [N, K], y [M, N], one
+  // floating dtype (checked as Gemm(false, true, 1, x, w, 0, y), which it equals within rounding).
+  // `prepared` is null or PrepareLinearWeight's result for w's current values (the caller keeps
+  // that promise); it is read where the backend's product for x's rows reads its layout (one made
+  // for another shape is not). The CPU backend runs float32 on oneDNN's matmul, every other dtype
+  // as Gemm.
+  absl::Status LinearProduct(const ConstTensorView& x, const ConstTensorView& w,
+                             const PreparedWeight* prepared, const TensorView& y);
+
+  // `w` [N, K] prepared for LinearProduct with x of `rows` rows (and any rows the layout serves:
+  // on the CPU, every row count); null where the backend prepares nothing for w's dtype (the CPU
+  // backend prepares float32; the CUDA backend nothing).
+  absl::StatusOr<std::shared_ptr<const PreparedWeight>> PrepareLinearWeight(
+      const ConstTensorView& w, int64_t rows);
 
   // x[..., n] += bias[n]: `bias` is 1-D with x's last size and dtype.
   absl::Status BiasAdd(const TensorView& x, const ConstTensorView& bias);
@@ -263,6 +287,18 @@ class KernelBackend : public MemorySpace {
 
   // The implementations, called with checked arguments and at least one element to produce.
   virtual absl::Status DoGemm(const GemmArgs& args) = 0;
+  // LinearProduct's `args` (transpose_b, alpha 1, beta 0); by default DoGemm.
+  virtual absl::Status DoLinearProduct(const GemmArgs& args, const PreparedWeight* prepared) {
+    (void)prepared;
+    return DoGemm(args);
+  }
+  // PrepareLinearWeight of a checked 2-D floating `w` with rows >= 1; by default nothing (null).
+  virtual absl::StatusOr<std::shared_ptr<const PreparedWeight>> DoPrepareLinearWeight(
+      const ConstTensorView& w, int64_t rows) {
+    (void)w;
+    (void)rows;
+    return nullptr;
+  }
   // `out` and both inputs have the dtype; `layout` walks them (kernels/broadcast.h).
   virtual absl::Status DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
                                 std::byte* out, const BroadcastLayout& layout) = 0;
@@ -293,6 +329,13 @@ class KernelBackend : public MemorySpace {
   virtual absl::Status DoAttention(const AttentionArgs& args) = 0;
   virtual absl::Status DoAttentionBackward(const AttentionBackwardArgs& args) = 0;
   virtual absl::Status DoSgdStep(const SgdArgs& args) = 0;
+
+ private:
+  // Gemm's argument checks: INVALID_ARGUMENT naming the bad operand, nullopt when C is empty.
+  static absl::StatusOr<std::optional<GemmArgs>> CheckGemm(bool transpose_a, bool transpose_b,
+                                                           double alpha, const ConstTensorView& a,
+                                                           const ConstTensorView& b, double beta,
+                                                           const TensorView& c);
 };
 
 // A device a worker could serve.

@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates openssl libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libgloo-dev libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev
+  libabsl-dev libgloo-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libcli11-dev libspdlog-dev libfmt-dev
   nlohmann-json3-dev libcivetweb-dev
   libsqlite3-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus
   clang-format python3 python3-numpy python3-grpcio python3-protobuf python3-pytest python3-yaml

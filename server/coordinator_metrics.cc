@@ -68,7 +68,7 @@ void ExportCoordinatorMetrics(metrics::Registry* registry, const WorkerRegistry*
                         "commands queued for a worker while its previous batch is in flight", {},
                         [load] { return load(&Dispatcher::Load::commands_queued); });
   registry->AddCallback("tessera_coordinator_batches_in_flight",
-                        "ExecuteBatch calls to workers in flight", {},
+                        "command batches to workers in flight", {},
                         [load] { return load(&Dispatcher::Load::batches_in_flight); });
   registry->AddCallback(
       "tessera_served_models", "model versions published for inference", {}, [served] {

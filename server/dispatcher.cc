@@ -8,6 +8,7 @@
 #include "absl/synchronization/notification.h"
 #include "proto/command_label.h"
 #include "proto/grpc_status.h"
+#include "server/worker_stream.h"
 #include "spdlog/spdlog.h"
 #include "transfer/tensor_stream.h"
 
@@ -68,9 +69,17 @@ Dispatcher::Dispatcher(WorkerRegistry* registry, std::string secret)
   watcher_ = std::thread([this] { WatchLoop(); });
 }
 
+// One batch on a worker's stream: what was sent, what came back, and the commands' posts.
+struct Dispatcher::Call {
+  WorkerHandle worker;
+  std::shared_ptr<v1::CommandBatch> request;  // kept for the failure log
+  v1::CommandBatchReply reply;
+  std::vector<Queued> items;
+};
+
 Dispatcher::~Dispatcher() {
   {
-    absl::MutexLock lock(&calls_mu_);
+    absl::MutexLock lock(&watch_mu_);
     watch_stopping_ = true;
   }
   watcher_.join();
@@ -84,24 +93,56 @@ Dispatcher::~Dispatcher() {
     fanout_stopping_ = true;
   }
   for (std::thread& t : fanout_threads_) t.join();
+  // Every stream ends (a batch in flight fails) before the members its callbacks use go.
+  {
+    absl::MutexLock lock(&streams_mu_);
+    streams_closing_ = true;
+  }
+  std::vector<std::shared_ptr<WorkerStream>> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, box] : outboxes_) {
+      if (box.stream != nullptr) streams.push_back(std::move(box.stream));
+    }
+  }
+  for (const std::shared_ptr<WorkerStream>& stream : streams) {
+    stream->Cancel(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is stopping"));
+  }
+  absl::MutexLock lock(&streams_mu_);
+  streams_mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &open_streams_));
 }
 
 void Dispatcher::WatchLoop() {
+  absl::Duration wait = kWatchPeriod;
   while (true) {
-    std::vector<std::pair<int64_t, std::weak_ptr<grpc::ClientContext>>> calls;
     {
-      absl::MutexLock lock(&calls_mu_);
-      if (calls_mu_.AwaitWithTimeout(absl::Condition(&watch_stopping_), kWatchPeriod)) return;
-      for (const auto& [context, call] : calls_) calls.push_back(call);
+      absl::MutexLock lock(&watch_mu_);
+      if (watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stopping_), wait)) return;
     }
-    // Outside the lock: a cancelled call's callback may run inline and takes it.
-    std::map<int64_t, bool> alive;
-    for (const auto& [id, weak] : calls) {
-      auto [it, added] = alive.try_emplace(id, true);
-      if (added) it->second = registry_->Get(id).ok();
-      if (it->second) continue;
-      if (std::shared_ptr<grpc::ClientContext> context = weak.lock()) context->TryCancel();
+    std::vector<std::pair<int64_t, std::shared_ptr<WorkerStream>>> streams;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [id, box] : outboxes_) {
+        if (box.sending && box.stream != nullptr) streams.emplace_back(id, box.stream);
+      }
     }
+    // Outside the lock: a cancelled stream's callback may run inline and takes it.
+    const absl::Time now = absl::Now();
+    absl::Time next = now + kWatchPeriod;
+    for (const auto& [id, stream] : streams) {
+      const std::optional<absl::Time> deadline = stream->in_flight_deadline();
+      if (!deadline) continue;
+      if (*deadline <= now) {
+        stream->Cancel(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"));
+      } else if (!registry_->Get(id).ok()) {
+        // Declared dead: the batch's failure names the worker (Replied asks the registry).
+        stream->Cancel(grpc::Status(grpc::StatusCode::CANCELLED, "the worker was declared dead"));
+      } else {
+        next = std::min(next, *deadline);
+      }
+    }
+    wait = std::max(next - absl::Now(), absl::Milliseconds(1));
   }
 }
 
@@ -240,9 +281,21 @@ Dispatcher::Batches Dispatcher::TakeReady() {
   return batches;
 }
 
+Dispatcher::HoldSends::HoldSends(Dispatcher& dispatcher) : dispatcher_(dispatcher) {
+  absl::MutexLock lock(&dispatcher_.mu_);
+  ++dispatcher_.holds_;
+}
+
+Dispatcher::HoldSends::~HoldSends() {
+  absl::MutexLock lock(&dispatcher_.mu_);
+  --dispatcher_.holds_;
+}
+
 void Dispatcher::SendLoop() {
   auto work_or_stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (stopping_) return true;
+    // Held: what queues goes when the hold ends, or once Post must wait for room.
+    if (holds_ > 0 && in_flight_ < kMaxInFlight) return false;
     for (const auto& [id, box] : outboxes_) {
       if (!box.sending && !box.queue.empty()) return true;
     }
@@ -297,107 +350,138 @@ void Dispatcher::FanOutLoop() {
   }
 }
 
+std::shared_ptr<WorkerStream> Dispatcher::StreamTo(const WorkerHandle& worker) {
+  std::shared_ptr<WorkerStream> stale;
+  {
+    absl::MutexLock lock(&mu_);
+    Outbox& box = outboxes_[worker.id];
+    // A stream stays with the registration whose channel it was opened on; the commands on it
+    // carry their own incarnation, which the worker checks.
+    if (box.stream != nullptr && !box.stream->ended() && box.stream_stub == worker.stub) {
+      return box.stream;
+    }
+    stale = std::move(box.stream);
+  }
+  if (stale != nullptr) {
+    stale->Cancel(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker registered again"));
+  }
+  {
+    absl::MutexLock lock(&streams_mu_);
+    if (streams_closing_) return nullptr;
+    ++open_streams_;
+  }
+  std::shared_ptr<WorkerStream> stream = WorkerStream::Open(
+      *worker.stub, [this](grpc::ClientContext* context) { Authorize(context); },
+      [this] {
+        absl::MutexLock lock(&streams_mu_);
+        --open_streams_;
+      });
+  absl::MutexLock lock(&mu_);
+  Outbox& box = outboxes_[worker.id];
+  box.stream = stream;
+  box.stream_stub = worker.stub;
+  return stream;
+}
+
 void Dispatcher::Send(WorkerHandle worker, std::vector<Queued> batch) {
-  struct Call {
-    WorkerHandle worker;
-    grpc::ClientContext context;
-    v1::CommandBatch request;
-    v1::CommandBatchReply reply;
-    std::vector<Queued> items;
-  };
   auto call = std::make_shared<Call>();
   call->worker = worker;
+  call->request = std::make_shared<v1::CommandBatch>();
   absl::Time deadline = absl::InfinitePast();
   for (Queued& q : batch) {
     // Moved, not copied: a command may carry a tensor (a module run's input); the request keeps it
     // for the failure log.
-    *call->request.add_commands() = std::move(q.command);
+    *call->request->add_commands() = std::move(q.command);
     deadline = std::max(deadline, q.deadline);
   }
   call->items = std::move(batch);
-  call->context.set_deadline(absl::ToChronoTime(deadline));
-  Authorize(&call->context);
-  const int64_t id = worker.id;
-  {
-    absl::MutexLock lock(&calls_mu_);
-    calls_[&call->context] = {id, std::shared_ptr<grpc::ClientContext>(call, &call->context)};
+  call->request->set_timeout_micros(
+      std::max<int64_t>(0, absl::ToInt64Microseconds(deadline - absl::Now())));
+  // A stream that ended since StreamTo looked is replaced; a new one always takes the batch.
+  while (true) {
+    std::shared_ptr<WorkerStream> stream = StreamTo(worker);
+    if (stream == nullptr) {
+      Replied(call, grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is stopping"));
+      return;
+    }
+    if (stream->Send(call->request, deadline,
+                     [this, call](grpc::Status s, v1::CommandBatchReply reply) {
+                       call->reply = std::move(reply);
+                       Replied(call, s);
+                     })) {
+      return;
+    }
   }
-  auto stub = worker.stub;
-  stub->async()->ExecuteBatch(
-      &call->context, &call->request, &call->reply,
-      [this, call, id, worker = std::move(worker)](grpc::Status s) {
-        {
-          absl::MutexLock lock(&calls_mu_);
-          calls_.erase(&call->context);
-        }
-        // Cancelled by WatchLoop: the worker was declared dead (missed its heartbeats).
-        absl::Status gone;
-        if (s.error_code() == grpc::StatusCode::CANCELLED) {
-          if (absl::StatusOr<WorkerHandle> now = registry_->Get(id); !now.ok()) {
-            gone = now.status();
-          }
-        }
-        // What queued up for this worker meanwhile goes from here, without waking the sender.
-        std::vector<Queued> next;
-        WorkerHandle next_worker;
-        {
-          absl::MutexLock lock(&mu_);
-          Outbox& box = outboxes_[id];
-          if (box.queue.empty()) {
-            box.sending = false;
-          } else {
-            next_worker = box.worker;
-            next.assign(std::make_move_iterator(box.queue.begin()),
-                        std::make_move_iterator(box.queue.end()));
-            box.queue.clear();
-          }
-        }
-        if (!next.empty()) Send(std::move(next_worker), std::move(next));
-        // The call itself could not reach the worker (refused, reset): it is gone, and its
-        // peers' failures in the same posts follow from that.
-        if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-          registry_->MarkUnreachable(id, worker.incarnation, s.error_message());
-        }
-        // A command the worker answered has spent its sequence (one it refused for waiting past its
-        // deadline counts as released there); the rest of a failed batch may never have reached
-        // it, and are released in one call per incarnation, each under its own (the batch went
-        // with the handle of the last post queued, which may be of another incarnation).
-        std::map<int64_t, std::pair<WorkerHandle, std::vector<int64_t>>> unused;
-        for (size_t i = 0; i < call->items.size(); ++i) {
-          SequenceLease& lease = call->items[i].lease;
-          if (s.ok() && i < static_cast<size_t>(call->reply.results_size())) {
-            lease.MarkUsed();
-          } else if (lease.held()) {
-            auto& [handle, sequences] = unused[lease.worker().incarnation];
-            handle = lease.worker();
-            sequences.push_back(lease.TakeForRelease());
-          }
-        }
-        for (auto& [incarnation, release] : unused) {
-          Release(release.first, std::move(release.second));
-        }
-        for (size_t i = 0; i < call->items.size(); ++i) {
-          Queued& q = call->items[i];
-          if (!s.ok() || i >= static_cast<size_t>(call->reply.results_size())) {
-            absl::Status failure = !gone.ok() ? gone
-                                   : s.ok()   ? absl::InternalError("batch reply is short")
-                                              : FromGrpcStatus(s);
-            LogFailure(id, call->request.commands(static_cast<int>(i)), failure);
-            Complete(q.post, q.index, std::move(failure), {});
-            continue;
-          }
-          v1::CommandResult& r = *call->reply.mutable_results(static_cast<int>(i));
-          if (r.reply().has_broken() && observe_broken_) {
-            const bool outer = completing;
-            completing = true;  // its Posts must not wait for room, as in a post's `done`
-            observe_broken_(worker, r.reply().broken());
-            completing = outer;
-          }
-          absl::Status status(static_cast<absl::StatusCode>(r.code()), r.message());
-          if (!status.ok()) LogFailure(id, call->request.commands(static_cast<int>(i)), status);
-          Complete(q.post, q.index, std::move(status), std::move(*r.mutable_reply()));
-        }
-      });
+}
+
+void Dispatcher::Replied(const std::shared_ptr<Call>& call, const grpc::Status& s) {
+  const WorkerHandle& worker = call->worker;
+  const int64_t id = worker.id;
+  // Cancelled by WatchLoop: the worker was declared dead (missed its heartbeats).
+  absl::Status gone;
+  if (s.error_code() == grpc::StatusCode::CANCELLED) {
+    if (absl::StatusOr<WorkerHandle> now = registry_->Get(id); !now.ok()) gone = now.status();
+  }
+  // What queued up for this worker meanwhile goes from here, without waking the sender.
+  std::vector<Queued> next;
+  WorkerHandle next_worker;
+  {
+    absl::MutexLock lock(&mu_);
+    Outbox& box = outboxes_[id];
+    if (box.queue.empty()) {
+      box.sending = false;
+    } else {
+      next_worker = box.worker;
+      next.assign(std::make_move_iterator(box.queue.begin()),
+                  std::make_move_iterator(box.queue.end()));
+      box.queue.clear();
+    }
+  }
+  if (!next.empty()) Send(std::move(next_worker), std::move(next));
+  // The stream could not reach the worker (refused, reset): it is gone, and its peers' failures in
+  // the same posts follow from that.
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    registry_->MarkUnreachable(id, worker.incarnation, s.error_message());
+  }
+  // A command the worker answered has spent its sequence (one it refused for waiting past its
+  // deadline counts as released there); the rest of a failed batch may never have reached it, and
+  // are released in one call per incarnation, each under its own (the batch went with the handle
+  // of the last post queued, which may be of another incarnation). A batch is never sent again.
+  std::map<int64_t, std::pair<WorkerHandle, std::vector<int64_t>>> unused;
+  for (size_t i = 0; i < call->items.size(); ++i) {
+    SequenceLease& lease = call->items[i].lease;
+    if (s.ok() && i < static_cast<size_t>(call->reply.results_size())) {
+      lease.MarkUsed();
+    } else if (lease.held()) {
+      auto& [handle, sequences] = unused[lease.worker().incarnation];
+      handle = lease.worker();
+      sequences.push_back(lease.TakeForRelease());
+    }
+  }
+  for (auto& [incarnation, release] : unused) {
+    Release(release.first, std::move(release.second));
+  }
+  for (size_t i = 0; i < call->items.size(); ++i) {
+    Queued& q = call->items[i];
+    if (!s.ok() || i >= static_cast<size_t>(call->reply.results_size())) {
+      absl::Status failure = !gone.ok() ? gone
+                             : s.ok()   ? absl::InternalError("batch reply is short")
+                                        : FromGrpcStatus(s);
+      LogFailure(id, call->request->commands(static_cast<int>(i)), failure);
+      Complete(q.post, q.index, std::move(failure), {});
+      continue;
+    }
+    v1::CommandResult& r = *call->reply.mutable_results(static_cast<int>(i));
+    if (r.reply().has_broken() && observe_broken_) {
+      const bool outer = completing;
+      completing = true;  // its Posts must not wait for room, as in a post's `done`
+      observe_broken_(worker, r.reply().broken());
+      completing = outer;
+    }
+    absl::Status status(static_cast<absl::StatusCode>(r.code()), r.message());
+    if (!status.ok()) LogFailure(id, call->request->commands(static_cast<int>(i)), status);
+    Complete(q.post, q.index, std::move(status), std::move(*r.mutable_reply()));
+  }
 }
 
 void Dispatcher::Complete(const std::shared_ptr<PostState>& post, size_t index, absl::Status status,

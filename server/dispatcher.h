@@ -18,11 +18,16 @@
 
 namespace tessera {
 
+class WorkerStream;
+
 // Sends one command to many workers at once: the same payload, each with its own sequence and
 // incarnation, so the cost per op stays flat as workers grow. Commands wait in a queue per
-// worker, which goes as one ExecuteBatch call whenever the worker has none in flight: an idle
-// worker gets a command at once, a busy one everything that queued up meanwhile in one call, sent
-// as soon as its previous batch returns. Thread-safe.
+// worker, which goes as one batch on the worker's command stream (WorkerStream, long-lived, with no
+// call set-up per batch) whenever the worker has none in flight: an idle worker gets a command at
+// once, a busy one everything that queued up meanwhile in one batch, sent as soon as its previous
+// batch is answered. A stream that ends fails its batch in flight as a failed call would (never
+// sent again: its unanswered sequences are released) and the next batch opens a new one.
+// Thread-safe.
 class Dispatcher {
  public:
   Dispatcher(WorkerRegistry* registry, std::string secret);
@@ -55,6 +60,20 @@ class Dispatcher {
   void PostEach(const std::vector<WorkerHandle>& workers, std::vector<v1::Command> commands,
                 absl::Duration timeout, Done done, bool send_here = false);
   static constexpr int kMaxInFlight = 256;
+
+  // While one lives, the sender thread is not woken for new posts, so that the posts of one client
+  // message (a StreamCalls of many ops) leave in one batch per worker when it ends. Posts still go
+  // at once from a batch's completion, and the sender goes anyway once kMaxInFlight posts wait.
+  class HoldSends {
+   public:
+    explicit HoldSends(Dispatcher& dispatcher);
+    ~HoldSends();
+    HoldSends(const HoldSends&) = delete;
+    HoldSends& operator=(const HoldSends&) = delete;
+
+   private:
+    Dispatcher& dispatcher_;
+  };
 
   // Reserves the next command sequence on each of `workers`, in that order, all under the
   // registry's one lock, so that any two calls are in the same relative order on every worker
@@ -98,7 +117,7 @@ class Dispatcher {
   WorkerRegistry& registry() { return *registry_; }
 
   // What waits and what runs, for metrics: posts not yet done, commands queued for a worker and
-  // not yet sent, and ExecuteBatch calls in flight.
+  // not yet sent, and command batches in flight.
   struct Load {
     int64_t posts_in_flight = 0;
     int64_t commands_queued = 0;
@@ -116,12 +135,17 @@ class Dispatcher {
     std::shared_ptr<PostState> post;
     size_t index = 0;  // the worker's position in the post
   };
-  // The commands waiting for one worker, and whether a batch of its is in flight.
+  // The commands waiting for one worker, whether a batch of its is in flight, and its command
+  // stream (opened on `stream_stub`, the channel of the registration it was opened for).
   struct Outbox {
     WorkerHandle worker;
     std::deque<Queued> queue;
     bool sending = false;
+    std::shared_ptr<WorkerStream> stream;
+    std::shared_ptr<v1::Worker::Stub> stream_stub;
   };
+  // One batch sent to a worker, until its reply (or failure) is taken.
+  struct Call;
 
   using Batches = std::vector<std::pair<WorkerHandle, std::vector<Queued>>>;
 
@@ -133,8 +157,12 @@ class Dispatcher {
   void FanOutLoop();
   // Takes the queue of every worker with no batch in flight, marking them in flight.
   Batches TakeReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends `batch` to `worker` as one ExecuteBatch call.
+  // Sends `batch` to `worker` as one batch on its command stream (opening one if it has none).
   void Send(WorkerHandle worker, std::vector<Queued> batch);
+  // The stream the next batch to `worker` goes on: its open one, or a new one.
+  std::shared_ptr<WorkerStream> StreamTo(const WorkerHandle& worker);
+  // Takes a batch's outcome: `s` is the stream's status when it ended before the reply.
+  void Replied(const std::shared_ptr<Call>& call, const grpc::Status& s);
   // Records one worker's outcome of a post; the last one runs the post's `done` (after probing
   // the workers, without blocking, when Combine asks for it).
   void Complete(const std::shared_ptr<PostState>& post, size_t index, absl::Status status,
@@ -146,9 +174,10 @@ class Dispatcher {
   // the workers are then probed, and a gone one named instead.
   absl::Status Combine(const std::vector<WorkerHandle>& workers,
                        const std::vector<absl::Status>& statuses, bool* probe) const;
-  // Every kWatchPeriod, cancels the calls in flight to workers the registry no longer counts
-  // alive (a paused or partitioned worker), so that their commands fail once the worker is
-  // declared dead rather than at their deadline.
+  // Every kWatchPeriod (sooner for a deadline due), ends the streams with a batch in flight past
+  // its deadline (it fails DEADLINE_EXCEEDED) or to a worker the registry no longer counts alive
+  // (a paused or partitioned worker), so that their commands fail once the worker is declared dead
+  // rather than at their deadline.
   void WatchLoop();
 
   WorkerRegistry* registry_;
@@ -158,18 +187,20 @@ class Dispatcher {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // posts not yet done
   std::map<int64_t, Outbox> outboxes_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int holds_ ABSL_GUARDED_BY(mu_) = 0;  // HoldSends alive
   std::thread sender_;
   // Batches waiting for a fan-out thread.
   absl::Mutex fanout_mu_;
   std::deque<std::pair<WorkerHandle, std::vector<Queued>>> fanout_ ABSL_GUARDED_BY(fanout_mu_);
   bool fanout_stopping_ ABSL_GUARDED_BY(fanout_mu_) = false;
   std::vector<std::thread> fanout_threads_;
-  // The ExecuteBatch calls in flight: their contexts (kept alive by the calls) by worker id.
-  absl::Mutex calls_mu_;
-  std::map<grpc::ClientContext*, std::pair<int64_t, std::weak_ptr<grpc::ClientContext>>> calls_
-      ABSL_GUARDED_BY(calls_mu_);
-  bool watch_stopping_ ABSL_GUARDED_BY(calls_mu_) = false;
+  absl::Mutex watch_mu_;
+  bool watch_stopping_ ABSL_GUARDED_BY(watch_mu_) = false;
   std::thread watcher_;
+  // Command streams not yet ended (the destructor waits for them), and whether new ones may open.
+  absl::Mutex streams_mu_;
+  int open_streams_ ABSL_GUARDED_BY(streams_mu_) = 0;
+  bool streams_closing_ ABSL_GUARDED_BY(streams_mu_) = false;
   static constexpr absl::Duration kWatchPeriod = absl::Milliseconds(200);
   static constexpr int kFanOutThreads = 3;
   static constexpr size_t kFanOutBytes = 64 << 10;  // a batch at least this large is fanned out

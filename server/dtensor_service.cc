@@ -1,6 +1,7 @@
 #include "server/dtensor_service.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/redistribute_planner.h"
@@ -273,6 +274,8 @@ grpc::Status DTensorService::OpStream(
   v1::StreamResults results;
   while (stream->Read(&calls)) {
     results.Clear();
+    // The message's ops leave together, one batch per worker, once all are queued.
+    std::optional<Dispatcher::HoldSends> hold(std::in_place, tensors_->dispatcher());
     for (const v1::StreamCall& call : calls.calls()) {
       v1::StreamResult* result = results.add_results();
       result->set_id(call.id());
@@ -295,6 +298,7 @@ grpc::Status DTensorService::OpStream(
         result->set_message(std::string(status.message()));
       }
     }
+    hold.reset();
     if (!stream->Write(results)) break;  // the client went away
   }
   return grpc::Status::OK;

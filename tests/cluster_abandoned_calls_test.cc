@@ -22,12 +22,16 @@
 #include "tessera/v1/collective.grpc.pb.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
 #include "tests/cluster_fixture.h"
+#include "tests/follow_up_calls.h"
 
 namespace tessera {
 namespace {
 
 using ::tessera::client::DTensor;
 using ::tessera::client::Session;
+using ::tessera::testing::FollowUp;
+using ::tessera::testing::FollowUpName;
+using ::tessera::testing::RunFollowUp;
 using ::tessera::testing::TensorsMatch;
 
 constexpr int kWorkers = 4;
@@ -59,7 +63,6 @@ enum class Abandon {
 };
 
 // What must still work at once afterwards, on the same workers.
-enum class FollowUp { kPutThenGetLocal, kDistributeThenFullTensor };
 
 std::string AbandonName(Abandon a) {
   switch (a) {
@@ -81,10 +84,6 @@ std::string AbandonName(Abandon a) {
       return "PutLocalCancelledMidStream";
   }
   return "?";
-}
-
-std::string FollowUpName(FollowUp f) {
-  return f == FollowUp::kPutThenGetLocal ? "PutThenGetLocal" : "DistributeThenFullTensor";
 }
 
 // No status of any call may say that a worker refused a sequence it had skipped or already ran.
@@ -290,36 +289,6 @@ class ClusterCalls : public ::testing::Test {
     return absl::InternalError("unknown case");
   }
 
-  // Puts a tensor on every rank of "line" and gets each back, comparing.
-  static ::testing::AssertionResult PutThenGetLocal(uint32_t seed) {
-    for (int64_t r = 0; r < kWorkers; ++r) {
-      const HostTensor t =
-          kernels::testing::RandomTensor(DType::kFloat32, {33, 5}, seed + static_cast<uint32_t>(r));
-      absl::Status put = cluster_->client->PutLocal("line", r, "followup", t);
-      if (!put.ok() || !NotRefusedBySequence(put)) {
-        return ::testing::AssertionFailure() << "put to rank " << r << ": " << put;
-      }
-      absl::StatusOr<HostTensor> got = cluster_->client->GetLocal("line", r, "followup");
-      if (!got.ok()) {
-        return ::testing::AssertionFailure() << "get of rank " << r << ": " << got.status();
-      }
-      if (::testing::AssertionResult m = TensorsMatch(*got, t); !m) return m;
-    }
-    return ::testing::AssertionSuccess();
-  }
-
-  // Distributes a tensor over "line", reads it back whole, compares and frees it.
-  static ::testing::AssertionResult DistributeThenFullTensor(uint32_t seed) {
-    const HostTensor t = kernels::testing::RandomTensor(DType::kFloat32, {8, 6}, seed);
-    absl::StatusOr<DTensor> d = client::DistributeTensor(S(), t, *line_, {Placement::Shard(1)});
-    if (!d.ok()) return ::testing::AssertionFailure() << "distribute: " << d.status();
-    absl::StatusOr<HostTensor> got = d->FullTensor();
-    if (!got.ok()) return ::testing::AssertionFailure() << "full_tensor: " << got.status();
-    ::testing::AssertionResult m = TensorsMatch(*got, t);
-    d->Free().IgnoreError();
-    return m;
-  }
-
   static testing::TestCluster* cluster_;
   static std::shared_ptr<Session>* session_;
   static client::Mesh* line_;
@@ -367,8 +336,7 @@ TEST_P(AbandonedCallTest, TheNextPutsAndGetsCompletePromptly) {
       EXPECT_TRUE(EndedByTheClient(abandoned));
     }
     const absl::Time start = absl::Now();
-    EXPECT_TRUE(follow_up == FollowUp::kPutThenGetLocal ? PutThenGetLocal(seed)
-                                                        : DistributeThenFullTensor(seed));
+    EXPECT_TRUE(RunFollowUp(follow_up, S(), *line_, kWorkers, seed));
     const absl::Duration took = absl::Now() - start;
     EXPECT_LT(took, kPrompt) << "a worker waited for a sequence the abandoned call never used"
                              << cluster_->LogHint();
@@ -413,8 +381,7 @@ TEST_P(HeldStreamTest, DelaysTheCallsBehindItOnlyUntilItIsCancelled) {
   });
   absl::SleepFor(kHold / 4);
   const absl::Time start = absl::Now();
-  EXPECT_TRUE(follow_up == FollowUp::kPutThenGetLocal ? PutThenGetLocal(7)
-                                                      : DistributeThenFullTensor(7));
+  EXPECT_TRUE(RunFollowUp(follow_up, S(), *line_, kWorkers, 7));
   const absl::Time end = absl::Now();
   holder.join();
   EXPECT_TRUE(EndedByTheClient(abandoned));

@@ -21,12 +21,16 @@
 #include "tessera/v1/collective.grpc.pb.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
 #include "tests/cluster_fixture.h"
+#include "tests/follow_up_calls.h"
 
 namespace tessera {
 namespace {
 
 using ::tessera::client::DTensor;
 using ::tessera::client::Session;
+using ::tessera::testing::FollowUp;
+using ::tessera::testing::FollowUpName;
+using ::tessera::testing::RunFollowUp;
 using ::tessera::testing::TensorsMatch;
 
 constexpr int kWorkers = 4;
@@ -42,7 +46,6 @@ const absl::Duration kPrompt = kIdleTimeout + absl::Seconds(3);
 constexpr absl::Duration kStallAtMost = absl::Seconds(10);
 
 enum class Stalled { kDistributeTensor, kFromLocal, kPutLocal };
-enum class FollowUp { kPutThenGetLocal, kDistributeThenFullTensor };
 
 std::string StalledName(Stalled s) {
   switch (s) {
@@ -139,35 +142,6 @@ class StalledStreamTest : public ::testing::TestWithParam<std::tuple<Stalled, Fo
     return absl::InternalError("unknown case");
   }
 
-  // Puts a tensor on every rank of "line" and gets each back, comparing.
-  static ::testing::AssertionResult PutThenGetLocal(uint32_t seed) {
-    for (int64_t r = 0; r < kWorkers; ++r) {
-      const HostTensor t =
-          kernels::testing::RandomTensor(DType::kFloat32, {33, 5}, seed + static_cast<uint32_t>(r));
-      if (absl::Status put = S().PutLocal("line", r, "followup", t); !put.ok()) {
-        return ::testing::AssertionFailure() << "put to rank " << r << ": " << put;
-      }
-      absl::StatusOr<HostTensor> got = S().GetLocal("line", r, "followup");
-      if (!got.ok()) {
-        return ::testing::AssertionFailure() << "get of rank " << r << ": " << got.status();
-      }
-      if (::testing::AssertionResult m = TensorsMatch(*got, t); !m) return m;
-    }
-    return ::testing::AssertionSuccess();
-  }
-
-  // Distributes a tensor over "line", reads it back whole, compares and frees it.
-  static ::testing::AssertionResult DistributeThenFullTensor(uint32_t seed) {
-    const HostTensor t = kernels::testing::RandomTensor(DType::kFloat32, {8, 6}, seed);
-    absl::StatusOr<DTensor> d = client::DistributeTensor(S(), t, *line_, {Placement::Shard(1)});
-    if (!d.ok()) return ::testing::AssertionFailure() << "distribute: " << d.status();
-    absl::StatusOr<HostTensor> got = d->FullTensor();
-    if (!got.ok()) return ::testing::AssertionFailure() << "full_tensor: " << got.status();
-    ::testing::AssertionResult m = TensorsMatch(*got, t);
-    d->Free().IgnoreError();
-    return m;
-  }
-
   static testing::TestCluster* cluster_;
   static std::shared_ptr<Session>* session_;
   static client::Mesh* line_;
@@ -187,8 +161,7 @@ TEST_P(StalledStreamTest, EndsWithDeadlineExceededAndReleasesItsWorkersAndBytes)
       [&, stalled = stalled] { stalled_status = StallOnce(stalled, follow_up_done); });
   absl::SleepFor(absl::Milliseconds(200));  // the stream has reserved its workers
   const absl::Time start = absl::Now();
-  EXPECT_TRUE(follow_up == FollowUp::kPutThenGetLocal ? PutThenGetLocal(7)
-                                                      : DistributeThenFullTensor(7));
+  EXPECT_TRUE(RunFollowUp(follow_up, S(), *line_, kWorkers, 7));
   const absl::Duration took = absl::Now() - start;
   follow_up_done.Notify();
   holder.join();
@@ -215,9 +188,7 @@ INSTANTIATE_TEST_SUITE_P(Streams, StalledStreamTest,
                                                               FollowUp::kDistributeThenFullTensor)),
                          [](const ::testing::TestParamInfo<std::tuple<Stalled, FollowUp>>& info) {
                            return StalledName(std::get<0>(info.param)) + "_" +
-                                  (std::get<1>(info.param) == FollowUp::kPutThenGetLocal
-                                       ? "PutThenGetLocal"
-                                       : "DistributeThenFullTensor");
+                                  FollowUpName(std::get<1>(info.param));
                          });
 
 }  // namespace

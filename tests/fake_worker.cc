@@ -61,14 +61,25 @@ void FakeWorker::Stop() {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
+    // A dead worker's idle streams end at once (a server shutting down would keep them to the
+    // deadline); a busy one ends UNAVAILABLE once its batch returns.
+    for (const auto& [stream, busy] : streams_) {
+      if (!busy) stream->TryCancel();
+    }
   }
   // Held commands see stopped_ and return; streams in progress are cancelled at the deadline.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();
 }
 
+void FakeWorker::BreakStreams() {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [stream, busy] : streams_) stream->TryCancel();
+}
+
 void FakeWorker::Reset() {
   absl::MutexLock lock(&mu_);
+  streams_opened_ = 0;
   ++releases_;
   rules_.clear();
   transfer_failure_ = absl::OkStatus();
@@ -228,6 +239,49 @@ grpc::Status FakeWorker::ExecuteBatch(grpc::ServerContext* context, const v1::Co
     *reply->add_results() = Run(*context, command);
   }
   return grpc::Status::OK;
+}
+
+grpc::Status FakeWorker::CommandStream(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::CommandBatchReply, v1::CommandBatch>* stream) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the fake worker stopped");
+    streams_[context] = false;
+    ++streams_opened_;
+  }
+  const grpc::Status stopped(grpc::StatusCode::UNAVAILABLE, "the fake worker stopped");
+  v1::CommandBatch batch;
+  grpc::Status status;
+  while (stream->Read(&batch)) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopped_) {
+        status = stopped;
+        break;
+      }
+      streams_[context] = true;
+    }
+    v1::CommandBatchReply reply;
+    ExecuteBatch(context, &batch, &reply);
+    {
+      absl::MutexLock lock(&mu_);
+      streams_[context] = false;
+      if (stopped_) {
+        status = stopped;
+        break;
+      }
+    }
+    if (!stream->Write(reply)) break;
+  }
+  absl::MutexLock lock(&mu_);
+  streams_.erase(context);
+  return status;
+}
+
+int64_t FakeWorker::streams_opened() const {
+  absl::MutexLock lock(&mu_);
+  return streams_opened_;
 }
 
 grpc::Status FakeWorker::Upload(grpc::ServerContext* context,

@@ -67,10 +67,13 @@ class FakeWorker final : public v1::Worker::Service {
   // Registers with `registry` as tessera-worker does when it starts; returns the id and
   // incarnation the registry gave.
   v1::RegisterReply RegisterWith(WorkerRegistry& registry, const std::string& device = "cpu");
-  // Stops serving: calls to address() fail as calls to a dead worker do. Idempotent.
+  // Stops serving: calls to address() fail as calls to a dead worker do (a batch running on a
+  // CommandStream ends it UNAVAILABLE, unanswered). Idempotent.
   void Stop();
   // Forgets every record, tensor and rule.
   void Reset();
+  // Ends every open CommandStream from the worker's side, as a broken connection would.
+  void BreakStreams();
 
   // What a command's reply carries, so a test can tell which worker and command it came from:
   // one LocalTensorInfo named "<address> <label>".
@@ -92,7 +95,8 @@ class FakeWorker final : public v1::Worker::Service {
   // Stores `tensor` as `name`, to be downloaded (its bytes need not match its shape).
   void Put(const std::string& name, FakeTensor tensor);
 
-  // Every ExecuteBatch (and Execute, as a batch of one), in arrival order.
+  // Every batch of a CommandStream or ExecuteBatch (and Execute, as a batch of one), in arrival
+  // order.
   std::vector<std::vector<v1::Command>> batches() const;
   // The commands of batches(), in order.
   std::vector<v1::Command> commands() const;
@@ -104,6 +108,8 @@ class FakeWorker final : public v1::Worker::Service {
   std::vector<v1::ReleaseRequest> release_requests() const;
   // The cluster secret every call carried, in arrival order.
   std::vector<std::string> secrets() const;
+  // CommandStream calls opened since the last Reset.
+  int64_t streams_opened() const;
   // The tensor stored as `name`, if any.
   std::optional<FakeTensor> tensor(const std::string& name) const;
   // Waits until `n` commands have arrived (counting held ones); false if `timeout` passes first.
@@ -113,6 +119,10 @@ class FakeWorker final : public v1::Worker::Service {
                        v1::CommandReply* reply) override;
   grpc::Status ExecuteBatch(grpc::ServerContext* context, const v1::CommandBatch* batch,
                             v1::CommandBatchReply* reply) override;
+  // Runs each batch as ExecuteBatch does; once stopped, fails UNAVAILABLE as a dead worker's would.
+  grpc::Status CommandStream(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::CommandBatchReply, v1::CommandBatch>* stream) override;
   grpc::Status Upload(grpc::ServerContext* context, grpc::ServerReader<v1::TensorChunk>* reader,
                       v1::UploadReply* reply) override;
   grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
@@ -138,6 +148,9 @@ class FakeWorker final : public v1::Worker::Service {
   std::unique_ptr<grpc::Server> server_;
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // CommandStreams open now, and whether each is running a batch.
+  std::map<grpc::ServerContext*, bool> streams_ ABSL_GUARDED_BY(mu_);
+  int64_t streams_opened_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t releases_ ABSL_GUARDED_BY(mu_) = 0;  // ReleaseHeld() calls so far
   std::vector<Rule> rules_ ABSL_GUARDED_BY(mu_);
   absl::Status transfer_failure_ ABSL_GUARDED_BY(mu_);

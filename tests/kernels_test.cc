@@ -1,12 +1,17 @@
-// The kernel backends' host-side pieces (Philox, broadcasting, the device factory) and the
+// The kernel backends' host-side pieces (Philox, broadcasting, the device factory), the CPU
+// backend's oneDNN Linear products (prepared weights, threads), and the
 // conformance suite (compute, reductions, data, and the memory space's layout moves against core's
 // host versions) run on the CPU backend.
 
 #include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/broadcast.h"
+#include "kernels/cpu/blas_config.h"
 #include "kernels/philox.h"
 #include "kernels/testing/compute_conformance.h"
 #include "kernels/testing/data_conformance.h"
@@ -103,6 +108,42 @@ TEST(MakeBackendTest, CudaIsAvailableOrAFailedPreconditionSayingWhy) {
   EXPECT_FALSE(cuda.status().message().empty());
   const absl::Status far = MakeBackend("cuda:4096").status();
   EXPECT_EQ(far.code(), absl::StatusCode::kFailedPrecondition) << far;
+}
+
+// The threads this process runs, from /proc/self/status.
+int ProcessThreads() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+TEST(CpuLinearTest, PreparesFloat32WeightsOnly) {
+  std::unique_ptr<KernelBackend> cpu = MakeBackend("cpu").value();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
+    DeviceTensor w = cpu->Upload(testing::RandomTensor(dtype, {6, 4}, 1)).value();
+    absl::StatusOr<std::shared_ptr<const PreparedWeight>> prepared =
+        cpu->PrepareLinearWeight(w.View(), 3);
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    EXPECT_EQ(*prepared != nullptr, dtype == DType::kFloat32) << DTypeName(dtype);
+  }
+}
+
+// oneDNN computes on OpenMP threads; with one BLAS thread a product starts none.
+TEST(CpuLinearTest, OneBlasThreadStartsNoThreads) {
+  std::unique_ptr<KernelBackend> cpu = MakeBackend("cpu").value();
+  SetBlasThreads(1);
+  DeviceTensor x = cpu->Upload(testing::RandomTensor(DType::kFloat32, {64, 512}, 1)).value();
+  DeviceTensor w = cpu->Upload(testing::RandomTensor(DType::kFloat32, {256, 512}, 2)).value();
+  DeviceTensor y = cpu->Allocate(DType::kFloat32, {64, 256}).value();
+  const int before = ProcessThreads();
+  ASSERT_GT(before, 0);
+  std::shared_ptr<const PreparedWeight> prepared = cpu->PrepareLinearWeight(w.View(), 64).value();
+  TESSERA_ASSERT_OK(cpu->LinearProduct(x.View(), w.View(), prepared.get(), y.View()));
+  TESSERA_ASSERT_OK(cpu->LinearProduct(x.View(), w.View(), nullptr, y.View()));
+  EXPECT_EQ(ProcessThreads(), before);
 }
 
 }  // namespace

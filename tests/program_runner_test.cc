@@ -46,6 +46,7 @@ using ::tessera::testing::MomentumName;
 using ::tessera::testing::NamesFor;
 using ::tessera::testing::Ones;
 using ::tessera::testing::Outcome;
+using ::tessera::testing::Piece;
 using ::tessera::testing::Random;
 using ::tessera::testing::RandomValues;
 using ::tessera::testing::RunCommand;
@@ -557,6 +558,56 @@ TEST_P(ModelProgramTest, SgdStepsEqualTorchOptimSgd) {
     if (momentum_started)
       ExpectStored(cluster, m.program, full(buffers), MomentumName, tolerance());
   }
+}
+
+// Forward-only runs read Linear weights through a prepared copy kept between runs (oneDNN's packed
+// layout on the CPU): after SGD writes the parameters, and after new values are stored under their
+// names (as a load or a redistribute stores them), a forward computes with the new values.
+TEST_P(ModelProgramTest, ForwardsAfterTheWeightsAreWrittenReadTheNewWeights) {
+  const Model m = MakeModel();
+  if (!m.trains) GTEST_SKIP() << "no parameters";
+  Cluster cluster(Mesh({tp()}));
+  ASSERT_TRUE(LoadEverywhere(cluster, m.program, m.params, dtype()));
+  const HostTensor input = InDType(m.input, dtype());
+  std::vector<Values> params;
+  for (const HostTensor& p : m.params) params.push_back(ToValues(InDType(p, dtype())));
+  const auto full = [&] {
+    std::vector<HostTensor> out;
+    for (size_t i = 0; i < params.size(); ++i) {
+      out.push_back(Float64(m.params[i].shape(), params[i]));
+    }
+    return out;
+  };
+  const auto expect_forward = [&](absl::string_view when) {
+    SCOPED_TRACE(when);
+    for (int run = 0; run < 2; ++run) {
+      ExpectOutputs(cluster, m.program, RunEverywhere(cluster, m.program, input, {}),
+                    m.reference(full(), m.input, Ones(m.output_shape)).output, tolerance());
+    }
+  };
+  expect_forward("the loaded weights");
+
+  const SgdOptions sgd{0.25, 0, 0};
+  const Reference before = m.reference(full(), m.input, Ones(m.output_shape));
+  RunEverywhere(cluster, m.program, input, {.train = true, .sgd = sgd});
+  for (size_t i = 0; i < params.size(); ++i) {
+    Values unused;
+    kernels::testing::NaiveSgdStep(params[i], ToValues(before.grads[i]), unused, sgd.lr, 0, 0,
+                                   false);
+  }
+  expect_forward("after an SGD step");
+
+  const std::vector<ParameterTensors> names = NamesFor(m.program);
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i] = ToValues(InDType(Random(m.params[i].shape(), 300 + i), dtype()));
+    for (int r = 0; r < cluster.size(); ++r) {
+      const HostTensor piece =
+          Piece(InDType(Float64(m.params[i].shape(), params[i]), dtype()), cluster.mesh(),
+                m.program.parameters[i].placements, cluster.coordinate(r));
+      ASSERT_TRUE(cluster.store(r).PutHost(names[i].tensor, piece).ok());
+    }
+  }
+  expect_forward("after new values are stored");
 }
 
 std::vector<ModelCase> AllModels() { return Models(); }

@@ -107,7 +107,7 @@ absl::StatusOr<std::vector<DeviceTensor>> Linear(KernelBackend& k, const StepInp
   }
   ASSIGN_OR_RETURN(DeviceTensor y,
                    k.Allocate(w.dtype(), WithDimSize(x.shape(), x.rank() - 1, w.shape()[0])));
-  RETURN_IF_ERROR(k.Gemm(false, true, 1.0, Rows(x), ViewOf(w), 0.0, Rows(y)));
+  RETURN_IF_ERROR(k.LinearProduct(Rows(x), ViewOf(w), weight.prepared, Rows(y)));
   if (bias.value != nullptr) RETURN_IF_ERROR(k.BiasAdd(Rows(y), ViewOf(*bias.value)));
   std::vector<DeviceTensor> out;
   out.push_back(std::move(y));

@@ -51,6 +51,7 @@ struct ProgramRunner::RunState {
   std::vector<std::optional<kernels::DeviceTensor>> buffers;
   std::vector<std::shared_ptr<const kernels::DeviceTensor>> parameters;
   std::vector<kernels::DeviceTensor>* grads = nullptr;
+  std::vector<std::shared_ptr<const kernels::PreparedWeight>> prepared;  // kept for the run
 };
 
 ProgramRunner::ProgramRunner(WorkerProgram program, DeviceMesh mesh,
@@ -254,10 +255,25 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
         return StepParameter{state.parameters[i].get(),
                              state.grads == nullptr ? nullptr : &(*state.grads)[i], offsets_[i]};
       };
-      ASSIGN_OR_RETURN(const StepParameter weight, operand(step.weight, step.weight_buffer,
-                                                           step.weight_grad_buffer, weight_grad));
+      ASSIGN_OR_RETURN(StepParameter weight, operand(step.weight, step.weight_buffer,
+                                                     step.weight_grad_buffer, weight_grad));
       ASSIGN_OR_RETURN(const StepParameter bias,
                        operand(step.bias, step.bias_buffer, step.bias_grad_buffer, bias_grad));
+      // A forward-only Linear on a parameter whose shapes fit reads the prepared weight.
+      if (step.kind == ProgramOpKind::kLinear && !state.training && step.weight_buffer < 0 &&
+          step.weight >= 0) {
+        const kernels::DeviceTensor& x = *inputs[0].tensor;
+        const kernels::DeviceTensor& w = *weight.value;
+        const int64_t features = x.rank() == 0 ? 0 : x.shape().back();
+        const int64_t rows = features == 0 ? 0 : x.num_elements() / features;
+        if (w.rank() == 2 && w.shape()[1] == features && rows >= 1 && w.dtype() == x.dtype() &&
+            IsFloatingPoint(w.dtype())) {
+          ASSIGN_OR_RETURN(
+              state.prepared.emplace_back(),
+              PreparedParameter(state.kernels, step.weight, state.parameters[step.weight], rows));
+          weight.prepared = state.prepared.back().get();
+        }
+      }
       ASSIGN_OR_RETURN(outputs, RunComputeStep(state.kernels, step, inputs, weight, bias));
       if (weight_grad.has_value()) state.buffers[step.weight_grad_buffer] = *std::move(weight_grad);
       if (bias_grad.has_value()) state.buffers[step.bias_grad_buffer] = *std::move(bias_grad);
@@ -277,6 +293,24 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
   const auto& free_after = state.training ? uses_.free_after_training : uses_.free_after_forward;
   for (int b : free_after[position]) state.buffers[b].reset();
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const kernels::PreparedWeight>> ProgramRunner::PreparedParameter(
+    kernels::KernelBackend& kernels, int i,
+    const std::shared_ptr<const kernels::DeviceTensor>& value, int64_t rows) const {
+  {
+    absl::MutexLock lock(&prepared_mu_);
+    if (prepared_.empty()) prepared_.resize(program_.program.parameters.size());
+    const Prepared& kept = prepared_[i];
+    // The same owner: the very entry the store held (a weak_ptr keeps the owner from reuse).
+    const bool same_value = !kept.value.owner_before(value) && !value.owner_before(kept.value);
+    if (same_value) return kept.weight;
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const kernels::PreparedWeight> weight,
+                   kernels.PrepareLinearWeight(value->View(), rows));
+  absl::MutexLock lock(&prepared_mu_);
+  prepared_[i] = Prepared{value, weight};
+  return weight;
 }
 
 absl::StatusOr<std::vector<kernels::DeviceTensor>> ProgramRunner::ZeroGradients(
@@ -370,7 +404,7 @@ absl::StatusOr<ProgramRunResult> ProgramRunner::Run(
   }
   ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const kernels::DeviceTensor>> parameters,
                    FetchParameters(store));
-  RunState state{kernels, dim_groups, training.has_value(), {}, std::move(parameters), nullptr};
+  RunState state{kernels, dim_groups, training.has_value(), {}, std::move(parameters), nullptr, {}};
   state.buffers.resize(p.num_buffers);
   ASSIGN_OR_RETURN(state.buffers[0], kernels.Upload(input));
   const int forward = static_cast<int>(p.forward.size());

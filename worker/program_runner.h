@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "core/device_mesh.h"
 #include "core/host_tensor.h"
 #include "kernels/backend.h"
@@ -46,6 +47,12 @@ struct ProgramRunResult {
 // (made at its first step). Activations live in the run's buffers, each freed after its last
 // use: a forward keeps nothing, a training step what backward reads. Every failure of a step
 // names it (list, index, kind, module FQN).
+//
+// A forward-only run reads each Linear weight that is a parameter through the kernels' prepared
+// copy of it (KernelBackend::PrepareLinearWeight: oneDNN's packed layout on the CPU), made at the
+// first such run and kept, outside the store's budget, until a forward finds another value: it
+// is used only while the store holds the very value it was made from. The store never writes a
+// tensor in place (SGD, a load, a redistribute store a new one), so a new value makes a new copy.
 class ProgramRunner {
  public:
   // Installs `program` for the rank at `coordinate` of `mesh`. INVALID_ARGUMENT if it does not
@@ -104,8 +111,23 @@ class ProgramRunner {
 
   const WorkerProgram program_;
   const DeviceMesh mesh_;
+  // The prepared copy of parameter `i`: the kept one when it was made from `value` (the stored
+  // value the run reads), else one made now for `rows` rows; null where the kernels prepare none.
+  absl::StatusOr<std::shared_ptr<const kernels::PreparedWeight>> PreparedParameter(
+      kernels::KernelBackend& kernels, int i,
+      const std::shared_ptr<const kernels::DeviceTensor>& value, int64_t rows) const;
+
+  // A prepared copy of a parameter and the stored value it was made from (held weakly: a new
+  // value in the store is a new entry, never this one again).
+  struct Prepared {
+    std::weak_ptr<const kernels::DeviceTensor> value;
+    std::shared_ptr<const kernels::PreparedWeight> weight;
+  };
+
   const std::vector<int64_t> coordinate_;
-  std::vector<Shape> local_shapes_;            // per parameter
+  mutable absl::Mutex prepared_mu_;
+  mutable std::vector<Prepared> prepared_ ABSL_GUARDED_BY(prepared_mu_);  // per parameter
+  std::vector<Shape> local_shapes_;                                       // per parameter
   std::vector<std::vector<int64_t>> offsets_;  // per parameter: its shard's offset, per dim
   BufferUses uses_;
 };

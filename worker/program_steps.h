@@ -33,6 +33,8 @@ struct StepParameter {
   const kernels::DeviceTensor* value = nullptr;
   kernels::DeviceTensor* grad = nullptr;
   std::span<const int64_t> offset;
+  // The kernels' prepared copy of `value` (a Linear forward's weight), or null: read `value`.
+  const kernels::PreparedWeight* prepared = nullptr;
 
   int64_t row_offset() const { return offset.empty() ? 0 : offset[0]; }
 };

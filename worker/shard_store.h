@@ -17,7 +17,9 @@ namespace tessera {
 
 // The local tensors a worker holds, by name, within a memory budget, in its device's memory space
 // (host memory on a cpu worker, the GPU's on a cuda worker). Thread-safe; tensors are shared so
-// that a reader (a download) keeps one alive while a command replaces it.
+// that a reader (a download) keeps one alive while a command replaces it. A stored tensor is never
+// written in place: an update takes it out (TakeOrCopy) and stores it again as a new entry, which
+// caches of a stored value (ProgramRunner's prepared weights) rely on.
 class ShardStore {
  public:
   // `memory` must outlive the store.

@@ -106,7 +106,7 @@ void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
 }
 
 grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char* method,
-                                  int64_t incarnation) const {
+                                  int64_t incarnation, absl::Time deadline) const {
   const std::string peer = context.peer();
   std::string refused;
   if (!coordinator_identity_.empty()) {
@@ -133,7 +133,7 @@ grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char
     auth_failures_.Record(peer, absl::StrCat("tessera.v1.Worker/", method), refused);
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, refused);
   }
-  return ToGrpcStatus(incarnation_.Admit(incarnation, absl::FromChrono(context.deadline())));
+  return ToGrpcStatus(incarnation_.Admit(incarnation, deadline));
 }
 
 grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
@@ -170,13 +170,13 @@ grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
   return ToGrpcStatus(refused);
 }
 
-grpc::Status WorkerService::AwaitTurn(const grpc::ServerContext& context, int64_t sequence) {
-  return ToGrpcStatus(sequencer_.Acquire(sequence, absl::FromChrono(context.deadline())));
+grpc::Status WorkerService::AwaitTurn(int64_t sequence, absl::Time deadline) {
+  return ToGrpcStatus(sequencer_.Acquire(sequence, deadline));
 }
 
-grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context,
+grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context, absl::Time deadline,
                                       const v1::Command& command, v1::CommandReply* reply) {
-  grpc::Status status = AdmitAndRun(context, command, reply);
+  grpc::Status status = AdmitAndRun(context, deadline, command, reply);
   const std::string code =
       absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
   Metrics().done.With({CommandKind(command), code}).Increment();
@@ -187,12 +187,14 @@ grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context,
   return status;
 }
 
-grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context,
+grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context, absl::Time deadline,
                                         const v1::Command& command, v1::CommandReply* reply) {
-  if (grpc::Status s = Admit(context, "Execute", command.incarnation()); !s.ok()) return s;
+  if (grpc::Status s = Admit(context, "Execute", command.incarnation(), deadline); !s.ok()) {
+    return s;
+  }
   const CommandMetrics& m = Metrics();
   m.queued.Add(1);
-  grpc::Status turn = AwaitTurn(context, command.sequence());
+  grpc::Status turn = AwaitTurn(command.sequence(), deadline);
   m.queued.Add(-1);
   if (!turn.ok()) return turn;
   m.in_flight.Add(1);
@@ -215,24 +217,42 @@ grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context,
 
 grpc::Status WorkerService::Execute(grpc::ServerContext* context, const v1::Command* command,
                                     v1::CommandReply* reply) {
-  return RunInTurn(*context, *command, reply);
+  return RunInTurn(*context, absl::FromChrono(context->deadline()), *command, reply);
+}
+
+void WorkerService::RunBatch(const grpc::ServerContext& context, absl::Time deadline,
+                             const v1::CommandBatch& batch, v1::CommandBatchReply* reply) {
+  // Run in sequence order whatever order the batch lists them in; report in the batch's order.
+  std::vector<int> order(static_cast<size_t>(batch.commands_size()));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return batch.commands(a).sequence() < batch.commands(b).sequence();
+  });
+  for (size_t i = 0; i < order.size(); ++i) reply->add_results();
+  for (int i : order) {
+    v1::CommandResult* result = reply->mutable_results(i);
+    grpc::Status s = RunInTurn(context, deadline, batch.commands(i), result->mutable_reply());
+    result->set_code(static_cast<int>(s.error_code()));
+    result->set_message(s.error_message());
+  }
 }
 
 grpc::Status WorkerService::ExecuteBatch(grpc::ServerContext* context,
                                          const v1::CommandBatch* batch,
                                          v1::CommandBatchReply* reply) {
-  // Run in sequence order whatever order the batch lists them in; report in the batch's order.
-  std::vector<int> order(static_cast<size_t>(batch->commands_size()));
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return batch->commands(a).sequence() < batch->commands(b).sequence();
-  });
-  for (size_t i = 0; i < order.size(); ++i) reply->add_results();
-  for (int i : order) {
-    v1::CommandResult* result = reply->mutable_results(i);
-    grpc::Status s = RunInTurn(*context, batch->commands(i), result->mutable_reply());
-    result->set_code(static_cast<int>(s.error_code()));
-    result->set_message(s.error_message());
+  RunBatch(*context, absl::FromChrono(context->deadline()), *batch, reply);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::CommandStream(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::CommandBatchReply, v1::CommandBatch>* stream) {
+  v1::CommandBatch batch;
+  while (stream->Read(&batch)) {
+    const absl::Time deadline = absl::Now() + absl::Microseconds(batch.timeout_micros());
+    v1::CommandBatchReply reply;
+    RunBatch(*context, deadline, batch, &reply);
+    if (!stream->Write(reply)) break;  // the coordinator ended the stream (it fails the batch)
   }
   return grpc::Status::OK;
 }
@@ -253,12 +273,15 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
   if (grpc::Status s = granted ? AdmitGrant(*context, grant, /*read=*/false, matches,
                                             absl::StrCat("upload of '", chunk.tensor(),
                                                          "' at sequence ", chunk.sequence()))
-                               : Admit(*context, "Upload", chunk.incarnation());
+                               : Admit(*context, "Upload", chunk.incarnation(),
+                                       absl::FromChrono(context->deadline()));
       !s.ok()) {
     return s;
   }
   const int64_t sequence = chunk.sequence();
-  if (grpc::Status s = AwaitTurn(*context, sequence); !s.ok()) return s;
+  if (grpc::Status s = AwaitTurn(sequence, absl::FromChrono(context->deadline())); !s.ok()) {
+    return s;
+  }
   auto finish = [&](absl::Status s) {
     sequencer_.Done(sequence);
     return ToGrpcStatus(s);
@@ -299,11 +322,15 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
                            ? AdmitGrant(*context, grant, /*read=*/true, matches,
                                         absl::StrCat("download of '", request->tensor(),
                                                      "' at sequence ", request->sequence()))
-                           : Admit(*context, "Download", request->incarnation());
+                           : Admit(*context, "Download", request->incarnation(),
+                                   absl::FromChrono(context->deadline()));
       !s.ok()) {
     return s;
   }
-  if (grpc::Status s = AwaitTurn(*context, request->sequence()); !s.ok()) return s;
+  if (grpc::Status s = AwaitTurn(request->sequence(), absl::FromChrono(context->deadline()));
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> tensor =
       store_.Get(request->tensor());
   // The tensor is shared: later commands may run while the bytes stream out.
@@ -326,7 +353,11 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
 
 grpc::Status WorkerService::Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
                                     v1::ReleaseReply*) {
-  if (grpc::Status s = Admit(*context, "Release", request->incarnation()); !s.ok()) return s;
+  if (grpc::Status s =
+          Admit(*context, "Release", request->incarnation(), absl::FromChrono(context->deadline()));
+      !s.ok()) {
+    return s;
+  }
   for (int64_t sequence : request->sequences()) sequencer_.Release(sequence);
   return grpc::Status::OK;
 }

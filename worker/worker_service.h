@@ -9,6 +9,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gloo/rendezvous/store.h"
 #include "kernels/backend.h"
 #include "security/auth_failures.h"
@@ -70,6 +71,9 @@ class WorkerService final : public v1::Worker::Service {
                        v1::CommandReply* reply) override;
   grpc::Status ExecuteBatch(grpc::ServerContext* context, const v1::CommandBatch* batch,
                             v1::CommandBatchReply* reply) override;
+  grpc::Status CommandStream(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::CommandBatchReply, v1::CommandBatch>* stream) override;
   grpc::Status Upload(grpc::ServerContext* context, grpc::ServerReader<v1::TensorChunk>* reader,
                       v1::UploadReply* reply) override;
   grpc::Status Download(grpc::ServerContext* context, const v1::DownloadRequest* request,
@@ -79,22 +83,28 @@ class WorkerService final : public v1::Worker::Service {
 
  private:
   // OK if the caller is the coordinator (its certificate's identity, or the secret) and the call
-  // is for the current incarnation. A caller that fails is logged and rate-limited (AuthFailures).
-  grpc::Status Admit(const grpc::ServerContext& context, const char* method,
-                     int64_t incarnation) const;
+  // is for the current incarnation (waited for until `deadline` while a registration is under
+  // way). A caller that fails is logged and rate-limited (AuthFailures).
+  grpc::Status Admit(const grpc::ServerContext& context, const char* method, int64_t incarnation,
+                     absl::Time deadline) const;
   // OK if `grant` is valid (CheckGrant), of the kind `call` needs (`read`: a download), `matches`
   // the call (as its caller found) and has not been used; PERMISSION_DENIED otherwise (logged and
   // rate-limited as Admit's refusals). On OK the grant's sequence counts as used by this call.
   grpc::Status AdmitGrant(const grpc::ServerContext& context, const v1::DirectGrant& grant,
                           bool read, bool matches, absl::string_view call);
+  // Runs every command of `batch` in its turn (each admitted and waited for until `deadline`) and
+  // records each one's outcome in `reply`, in the batch's order.
+  void RunBatch(const grpc::ServerContext& context, absl::Time deadline,
+                const v1::CommandBatch& batch, v1::CommandBatchReply* reply);
   // AdmitAndRun, logging one line (worker, mesh, sequence, why) when the command fails.
-  grpc::Status RunInTurn(const grpc::ServerContext& context, const v1::Command& command,
-                         v1::CommandReply* reply);
-  // Admits `command`, waits for its turn and runs it.
-  grpc::Status AdmitAndRun(const grpc::ServerContext& context, const v1::Command& command,
-                           v1::CommandReply* reply);
-  // Waits for `sequence`'s turn; on OK the caller must call sequencer_.Done(sequence).
-  grpc::Status AwaitTurn(const grpc::ServerContext& context, int64_t sequence);
+  grpc::Status RunInTurn(const grpc::ServerContext& context, absl::Time deadline,
+                         const v1::Command& command, v1::CommandReply* reply);
+  // Admits `command`, waits for its turn (until `deadline`) and runs it.
+  grpc::Status AdmitAndRun(const grpc::ServerContext& context, absl::Time deadline,
+                           const v1::Command& command, v1::CommandReply* reply);
+  // Waits for `sequence`'s turn until `deadline`; on OK the caller must call
+  // sequencer_.Done(sequence).
+  grpc::Status AwaitTurn(int64_t sequence, absl::Time deadline);
 
   const std::string secret_;
   std::string coordinator_identity_;

@@ -1,23 +1,27 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "core/elementwise_reduce.h"
+#include "core/host_memory.h"
 
 namespace tessera::kernels {
 
+// Tensors of a huge page or more start on a huge page boundary, so that every 2 MiB of them can be
+// a transparent huge page (core's AdviseHugePages).
 absl::StatusOr<std::byte*> CpuBackend::AllocateBytes(size_t nbytes) {
-  void* p = ::operator new[](nbytes, std::align_val_t{64}, std::nothrow);
-  if (p == nullptr) {
+  void* p = nullptr;
+  if (posix_memalign(&p, nbytes >= kHugePageBytes ? kHugePageBytes : 64, nbytes) != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", nbytes, " bytes"));
   }
+  AdviseHugePages(static_cast<std::byte*>(p), nbytes);
   return static_cast<std::byte*>(p);
 }
 
-void CpuBackend::FreeBytes(std::byte* data) { ::operator delete[](data, std::align_val_t{64}); }
+void CpuBackend::FreeBytes(std::byte* data) { std::free(data); }
 
 // Host memory to host memory, whichever side the host is.
 absl::Status CpuBackend::DoCopyFromHost(const std::byte* src, std::byte* dst, size_t nbytes) {

@@ -5,12 +5,14 @@
 #include <string>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/onednn_linear.h"
 
 namespace tessera::kernels {
 
 // The CPU backend: host memory (core's strided copies), OpenBLAS GEMM (and attention's per-head
-// products), single-threaded loops elsewhere (one worker per core slot). BLAS threads follow
-// OPENBLAS_NUM_THREADS, read when the process starts. Reductions for collectives are core's
+// products), oneDNN matmul for float32 Linear products (onednn_linear.h), single-threaded loops
+// elsewhere (one worker per core slot). BLAS threads follow OPENBLAS_NUM_THREADS, read when the
+// process starts, or SetBlasThreads; oneDNN's follow them. Reductions for collectives are core's
 // ReduceInto and DivideInPlace. Not final: tests derive a stricter memory space from it
 // (tests/strict_memory_backend.h).
 class CpuBackend : public KernelBackend {
@@ -31,6 +33,9 @@ class CpuBackend : public KernelBackend {
                              size_t element_size) override;
   absl::Status DoSetZero(std::byte* data, size_t nbytes) override;
   absl::Status DoGemm(const GemmArgs& args) override;
+  absl::Status DoLinearProduct(const GemmArgs& args, const PreparedWeight* prepared) override;
+  absl::StatusOr<std::shared_ptr<const PreparedWeight>> DoPrepareLinearWeight(
+      const ConstTensorView& w, int64_t rows) override;
   absl::Status DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
                         std::byte* out, const BroadcastLayout& layout) override;
   absl::Status DoActivate(Activation f, DType dtype, const std::byte* x, std::byte* out,
@@ -55,6 +60,9 @@ class CpuBackend : public KernelBackend {
   absl::Status DoAttention(const AttentionArgs& args) override;
   absl::Status DoAttentionBackward(const AttentionBackwardArgs& args) override;
   absl::Status DoSgdStep(const SgdArgs& args) override;
+
+ private:
+  OnednnLinear linear_;
 };
 
 }  // namespace tessera::kernels

@@ -59,4 +59,17 @@ absl::Status CpuBackend::DoGemm(const GemmArgs& g) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::DoLinearProduct(const GemmArgs& g, const PreparedWeight* prepared) {
+  if (g.dtype != DType::kFloat32 || g.k == 0) return DoGemm(g);
+  return linear_.Product(reinterpret_cast<const float*>(g.a), reinterpret_cast<const float*>(g.b),
+                         prepared, reinterpret_cast<float*>(g.c), g.m, g.n, g.k);
+}
+
+absl::StatusOr<std::shared_ptr<const PreparedWeight>> CpuBackend::DoPrepareLinearWeight(
+    const ConstTensorView& w, int64_t rows) {
+  if (w.dtype != DType::kFloat32) return nullptr;
+  return OnednnLinear::Pack(reinterpret_cast<const float*>(w.data), static_cast<int>(rows),
+                            static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]));
+}
+
 }  // namespace tessera::kernels

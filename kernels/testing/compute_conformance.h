@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -32,16 +33,13 @@ inline void PrintTo(const GemmSize& s, std::ostream* os) {
 using GemmParam = std::tuple<DType, GemmSize, bool, bool, std::pair<double, double>>;
 class GemmTest : public KernelParamTest<GemmParam> {};
 
-TEST_P(GemmTest, MatchesNaiveLoop) {
-  const auto& [dtype, size, ta, tb, scale] = GetParam();
+// Fails where `got` differs from alpha * op(a) op(b) + beta * c, computed in double, by more than
+// the rounding a GEMM in a's dtype may make (c is not read with beta 0).
+inline void ExpectNaiveGemm(const HostTensor& a, const HostTensor& b, const HostTensor& c, bool ta,
+                            bool tb, double alpha, double beta, const GemmSize& size,
+                            const HostTensor& got) {
+  const DType dtype = a.dtype();
   const auto [m, n, k] = size;
-  const auto [alpha, beta] = scale;
-  const HostTensor a = RandomTensor(dtype, ta ? Shape{k, m} : Shape{m, k}, 1);
-  const HostTensor b = RandomTensor(dtype, tb ? Shape{n, k} : Shape{k, n}, 2);
-  const HostTensor c = RandomTensor(dtype, {m, n}, 3);
-  DeviceTensor da = Up(a), db = Up(b), dc = Up(c);
-  TESSERA_ASSERT_OK(backend().Gemm(ta, tb, alpha, da.View(), db.View(), beta, dc.View()));
-  const HostTensor got = Down(dc);
   int mismatches = 0;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
@@ -52,8 +50,9 @@ TEST_P(GemmTest, MatchesNaiveLoop) {
         dot += x * y;
         magnitude += std::abs(x * y);
       }
-      const double ref = alpha * dot + beta * GetDouble(c, i * n + j);
-      magnitude = std::abs(alpha) * magnitude + std::abs(beta * GetDouble(c, i * n + j));
+      const double cij = beta == 0 ? 0.0 : GetDouble(c, i * n + j);
+      const double ref = alpha * dot + beta * cij;
+      magnitude = std::abs(alpha) * magnitude + std::abs(beta * cij);
       const double tol =
           2 * ((k + 2) * ComputeRoundoff(dtype) * magnitude + UnitRoundoff(dtype) * std::abs(ref)) +
           1e-300;
@@ -64,6 +63,18 @@ TEST_P(GemmTest, MatchesNaiveLoop) {
       }
     }
   }
+}
+
+TEST_P(GemmTest, MatchesNaiveLoop) {
+  const auto& [dtype, size, ta, tb, scale] = GetParam();
+  const auto [m, n, k] = size;
+  const auto [alpha, beta] = scale;
+  const HostTensor a = RandomTensor(dtype, ta ? Shape{k, m} : Shape{m, k}, 1);
+  const HostTensor b = RandomTensor(dtype, tb ? Shape{n, k} : Shape{k, n}, 2);
+  const HostTensor c = RandomTensor(dtype, {m, n}, 3);
+  DeviceTensor da = Up(a), db = Up(b), dc = Up(c);
+  TESSERA_ASSERT_OK(backend().Gemm(ta, tb, alpha, da.View(), db.View(), beta, dc.View()));
+  ExpectNaiveGemm(a, b, c, ta, tb, alpha, beta, size, Down(dc));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -81,6 +92,71 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<3>(info.param) ? "T" : "N",
                           std::get<4>(info.param).second == 0 ? "_beta0" : "_beta2");
     });
+
+// How a LinearProduct test passes the weight: as it is, prepared for the product's rows, or
+// prepared for other rows (which the backend must not use).
+enum class WeightUse { kPlain, kPrepared, kPreparedForOtherRows };
+using LinearParam = std::tuple<DType, GemmSize, WeightUse>;
+class LinearProductTest : public KernelParamTest<LinearParam> {};
+
+TEST_P(LinearProductTest, MatchesNaiveLoopAndDoesNotReadY) {
+  const auto& [dtype, size, use] = GetParam();
+  const auto [m, n, k] = size;
+  const HostTensor x = RandomTensor(dtype, {m, k}, 1);
+  const HostTensor w = RandomTensor(dtype, {n, k}, 2);
+  HostTensor y = HostTensor::Zeros(dtype, {m, n}).value();
+  for (int64_t i = 0; i < y.num_elements(); ++i) SetFromDouble(y, i, std::nan(""));
+  DeviceTensor dx = Up(x), dw = Up(w), dy = Up(y);
+  std::shared_ptr<const PreparedWeight> prepared;
+  if (use != WeightUse::kPlain && n > 0 && k > 0) {
+    const int64_t rows = use == WeightUse::kPrepared ? std::max<int64_t>(m, 1) : m + 3;
+    absl::StatusOr<std::shared_ptr<const PreparedWeight>> made =
+        backend().PrepareLinearWeight(dw.View(), rows);
+    ASSERT_TRUE(made.ok()) << made.status();
+    prepared = *std::move(made);
+  }
+  TESSERA_ASSERT_OK(backend().LinearProduct(dx.View(), dw.View(), prepared.get(), dy.View()));
+  ExpectNaiveGemm(x, w, y, false, true, 1.0, 0.0, size, Down(dy));
+  // A second product with the same prepared weight gives the same result.
+  DeviceTensor again = Up(y);
+  TESSERA_ASSERT_OK(backend().LinearProduct(dx.View(), dw.View(), prepared.get(), again.View()));
+  ExpectNaiveGemm(x, w, y, false, true, 1.0, 0.0, size, Down(again));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, LinearProductTest,
+    ::testing::Combine(::testing::ValuesIn(FloatingDTypes()),
+                       ::testing::Values(GemmSize{1, 1, 1}, GemmSize{3, 5, 7}, GemmSize{17, 9, 33},
+                                         GemmSize{64, 48, 40}, GemmSize{5, 130, 260},
+                                         GemmSize{0, 4, 3}, GemmSize{4, 5, 0}, GemmSize{2, 0, 3}),
+                       ::testing::Values(WeightUse::kPlain, WeightUse::kPrepared,
+                                         WeightUse::kPreparedForOtherRows)),
+    [](const ::testing::TestParamInfo<LinearParam>& info) {
+      const GemmSize& size = std::get<1>(info.param);
+      const WeightUse use = std::get<2>(info.param);
+      return absl::StrCat(DTypeName(std::get<0>(info.param)), "_", size.m, "x", size.n, "x", size.k,
+                          use == WeightUse::kPlain      ? "_plain"
+                          : use == WeightUse::kPrepared ? "_prepared"
+                                                        : "_prepared_for_other_rows");
+    });
+
+class LinearProductArgumentTest : public KernelTest {};
+
+TEST_F(LinearProductArgumentTest, RefusesMismatchedShapesAndBadRowsNamingThem) {
+  DeviceTensor x = Up(RandomTensor(DType::kFloat32, {4, 3}, 1));
+  DeviceTensor w = Up(RandomTensor(DType::kFloat32, {5, 4}, 2));
+  DeviceTensor y = Up(RandomTensor(DType::kFloat32, {4, 5}, 3));
+  const absl::Status shapes = backend().LinearProduct(x.View(), w.View(), nullptr, y.View());
+  EXPECT_EQ(shapes.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(shapes.message().find("[5, 4]"), std::string::npos) << shapes;
+  const absl::Status rows = backend().PrepareLinearWeight(w.View(), 0).status();
+  EXPECT_EQ(rows.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rows.message().find("0 rows"), std::string::npos) << rows;
+  DeviceTensor flat = Up(RandomTensor(DType::kFloat32, {20}, 4));
+  const absl::Status rank = backend().PrepareLinearWeight(flat.View(), 4).status();
+  EXPECT_EQ(rank.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rank.message().find("[20]"), std::string::npos) << rank;
+}
 
 class GemmDTypeTest : public KernelParamTest<DType> {};
 
