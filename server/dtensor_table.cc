@@ -123,11 +123,14 @@ absl::Status DTensorTable::Explain(const DTensorEntry& tensor, const absl::Statu
   const Mesh& mesh = *tensor.mesh;
   const std::vector<int64_t>& ranks = mesh.mesh.ranks();
   WorkerRegistry& registry = dispatcher_->registry();
-  // Why the worker at mesh position `p` is gone (dead, or restarted since the mesh was made).
+  // Why the worker at mesh position `p` is gone (dead, or restarted since the mesh was made; not
+  // one that registered again after a coordinator restart with the tensor's block kept).
   auto gone = [&](int64_t p) -> absl::Status {
     absl::StatusOr<WorkerHandle> w = registry.Get(ranks[p]);
     if (!w.ok()) return w.status();
     if (w->incarnation != mesh.incarnations[p]) {
+      const std::optional<std::set<std::string>> kept = registry.KeptBy(w->id, w->incarnation);
+      if (kept.has_value() && kept->contains(WorkerName(tensor.name))) return absl::OkStatus();
       return absl::UnavailableError(absl::StrCat("worker ", w->id, " at ", w->address,
                                                  " restarted since mesh '", mesh.name,
                                                  "' was created"));

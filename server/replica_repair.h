@@ -59,6 +59,11 @@ class ReplicaRepair {
 
  private:
   void Run();
+  // Whether some worker of `mesh` registered again since the mesh was set up, and every worker of
+  // it runs now under the incarnation the registry hands out: each sent a heartbeat later than the
+  // latest of those registrations (a worker that died with a restarted one, e.g. in the same pod,
+  // sends none until it registers again, though it counts as alive until its heartbeats lapse).
+  bool ReadyToRejoin(const Mesh& mesh) const;
   // Sets `old` up again over its workers' current incarnations and repairs its tensors, under
   // the change locks of both meshes (a DeleteMesh waits for it); NOT_FOUND if `old` was deleted.
   absl::Status Rejoin(Mesh& old);

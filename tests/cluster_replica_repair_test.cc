@@ -4,8 +4,10 @@
 // read back bit-exact and ops on the mesh use them; a tensor with a block only the worker held
 // (a Shard on every mesh dim, or a Partial summand) answers DATA_LOSS naming the tensor and the
 // worker, and ListTensors lists it failed with that error. A DeleteMesh before, during (a third
-// worker paused holds the mesh's set-up) or after that rejoin deletes the mesh and its tensors for
-// good: no rejoin brings them back, and the name can be used again.
+// worker paused holds the rejoin) or after that rejoin deletes the mesh and its tensors for good:
+// no rejoin brings them back, and the name can be used again. Workers that died together come back
+// together, and a worker that registers again after a coordinator restart's recovery wait keeps its
+// shards.
 
 #include <signal.h>
 
@@ -239,8 +241,129 @@ TEST(ReplicaRepairRestartTest, RepairedTensorsSurviveACoordinatorRestart) {
   fixture.Stop();
 }
 
-// When the DeleteMesh comes: while the worker is dead, while the mesh takes it back (held up by a
-// paused third worker of the mesh), or once it took it back.
+// The worker ids by the launcher's index of their process.
+std::map<int64_t, int> IndexById(Session& client, LocalCluster& cluster) {
+  std::map<int64_t, int> out;
+  absl::StatusOr<std::vector<client::WorkerInfo>> workers = client.ListWorkers();
+  if (!workers.ok()) return out;
+  for (int i = 0; i < cluster.num_workers(); ++i) {
+    for (const client::WorkerInfo& w : *workers) {
+      if (w.pid == cluster.worker_pid(i)) out[w.worker_id] = i;
+    }
+  }
+  return out;
+}
+
+// Two workers of one dp row of the 2x2 mesh die together (as a pod's do) and come back one after
+// the other, the second well before the first's predecessor would count dead: the mesh takes both
+// back once both run again (not the first alone while the second still counts alive under its old
+// incarnation), and the tensors replicated along dp read back bit for bit.
+TEST(ReplicaRepairPodTest, WorkersThatDiedTogetherAreTakenBackTogether) {
+  TestCluster fixture;
+  LocalClusterOptions options = TestClusterOptions(kWorkers);
+  // The second worker's predecessor counts alive throughout.
+  options.dead_after = absl::Seconds(10);
+  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  const std::map<int64_t, int> index = IndexById(client, cluster);
+  ASSERT_EQ(index.size(), size_t{kWorkers});
+  // The mesh's ranks at (1, 0) and (1, 1).
+  const int first = index.at(mesh->mesh.ranks()[2]), second = index.at(mesh->mesh.ranks()[3]);
+  std::map<std::string, HostTensor> want;
+  std::vector<DTensor> tensors;
+  for (const std::string placements : {"R,R", "R,S(0)", "R,S(1)"}) {
+    const std::string name = absl::StrCat("t", tensors.size());
+    want[name] =
+        SmallIntegerTensor(DType::kFloat32, {8, 6}, static_cast<uint32_t>(7 + want.size()));
+    client::DistributeOptions distribute;
+    distribute.name = name;
+    absl::StatusOr<DTensor> t = client::DistributeTensor(client, want[name], *mesh,
+                                                         *ParsePlacements(placements), distribute);
+    ASSERT_TRUE(t.ok()) << placements << ": " << t.status();
+    tensors.push_back(*std::move(t));
+  }
+  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
+  ASSERT_TRUE(AllWritten(client, "grid"));
+
+  ASSERT_TRUE(cluster.KillWorker(first).ok());
+  ASSERT_TRUE(cluster.KillWorker(second).ok());
+  ASSERT_TRUE(cluster.RestartWorker(first).ok()) << fixture.LogHint();
+  // Several rounds of the repair's look at the meshes with the first back alone.
+  absl::SleepFor(absl::Seconds(2));
+  ASSERT_TRUE(cluster.RestartWorker(second).ok()) << fixture.LogHint();
+  ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok()) << fixture.LogHint();
+  for (const DTensor& t : tensors) {
+    absl::StatusOr<HostTensor> got = ReadOnceBack(t);
+    ASSERT_TRUE(got.ok()) << t.name() << ": " << got.status() << fixture.LogHint();
+    EXPECT_TRUE(TensorsMatch(*got, want[t.name()])) << t.name();
+  }
+  // The mesh runs again: an op over both restarted workers.
+  absl::StatusOr<DTensor> sum = client::Add(tensors[1], tensors[1]);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  absl::StatusOr<HostTensor> sum_full = sum->FullTensor();
+  ASSERT_TRUE(sum_full.ok()) << sum_full.status();
+  EXPECT_TRUE(TensorsMatch(*sum_full, Doubled(want["t1"])));
+  tensors.clear();
+  fixture.Stop();
+}
+
+// A worker that registers with a restarted coordinator only after its recovery wait (it was
+// paused meanwhile) kept its shards: once the mesh takes it back, the tensors whose only copy of a
+// block it holds read back bit for bit, not DATA_LOSS as if it had restarted empty.
+TEST(ReplicaRepairRestartTest, WorkerBackAfterTheRecoveryWaitKeepsItsShards) {
+  TestCluster fixture;
+  LocalClusterOptions options = TestClusterOptions(kWorkers);
+  options.keep_state = true;
+  options.recovery_wait = absl::Seconds(2);
+  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  std::map<std::string, HostTensor> want;
+  for (size_t i = 0; i < std::size(kLayouts); ++i) {
+    const std::string name = absl::StrCat("t", i);
+    want[name] = SmallIntegerTensor(DType::kFloat32, {8, 6}, static_cast<uint32_t>(i + 1));
+    client::DistributeOptions distribute;
+    distribute.name = name;
+    absl::StatusOr<DTensor> t = client::DistributeTensor(
+        client, want[name], *mesh, *ParsePlacements(kLayouts[i].placements), distribute);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE(t->FullTensor().ok()) << name;
+  }
+  ASSERT_TRUE(AllWritten(client, "grid"));
+
+  const pid_t late = cluster.worker_pid(kVictim);
+  ASSERT_EQ(::kill(late, SIGSTOP), 0);
+  ASSERT_TRUE(cluster.KillCoordinator().ok());
+  if (!cluster.RestartCoordinator().ok()) {
+    ::kill(late, SIGCONT);
+    FAIL() << "the coordinator did not start again" << fixture.LogHint();
+  }
+  // Past the recovery wait: the mesh is recovered without the paused worker.
+  absl::SleepFor(options.recovery_wait + absl::Seconds(2));
+  ASSERT_EQ(::kill(late, SIGCONT), 0);
+  for (const auto& [name, values] : want) {
+    absl::StatusOr<HostTensor> got = RetryUnavailable(
+        [&, name = name]() -> absl::StatusOr<HostTensor> {
+          absl::StatusOr<DTensor> t = client::GetTensor(client, name);
+          return t.ok() ? t->FullTensor() : absl::StatusOr<HostTensor>(t.status());
+        },
+        absl::Seconds(30));
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status() << fixture.LogHint();
+    EXPECT_TRUE(TensorsMatch(*got, values)) << name;
+  }
+  fixture.Stop();
+}
+
+// When the DeleteMesh comes: while the worker is dead, while the mesh waits to take it back (a
+// paused third worker of the mesh sends no heartbeat, so the rejoin waits for it), or once it took
+// it back.
 enum class DeleteWhen { kBeforeRestart, kDuringRejoin, kAfterRejoin };
 
 class DeleteDuringRepairTest : public ::testing::TestWithParam<DeleteWhen> {};
@@ -302,7 +425,8 @@ TEST_P(DeleteDuringRepairTest, DeletedMeshStaysDeleted) {
     resume.join();
     FAIL() << "the worker did not come back" << fixture.LogHint();
   }
-  // A few rounds of the repair's look at the meshes: the rejoin has begun (and, paused, waits).
+  // A few rounds of the repair's look at the meshes: the rejoin is due (and waits for the paused
+  // worker).
   absl::SleepFor(absl::Seconds(1));
   if (when == DeleteWhen::kAfterRejoin) {
     absl::StatusOr<HostTensor> got = ReadOnceBack(*t);
