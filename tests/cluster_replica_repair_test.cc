@@ -326,6 +326,7 @@ TEST(ReplicaRepairRestartTest, WorkerBackAfterTheRecoveryWaitKeepsItsShards) {
       client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   std::map<std::string, HostTensor> want;
+  std::vector<DTensor> held;  // a dropped handle frees its tensor
   for (size_t i = 0; i < std::size(kLayouts); ++i) {
     const std::string name = absl::StrCat("t", i);
     want[name] = SmallIntegerTensor(DType::kFloat32, {8, 6}, static_cast<uint32_t>(i + 1));
@@ -335,6 +336,7 @@ TEST(ReplicaRepairRestartTest, WorkerBackAfterTheRecoveryWaitKeepsItsShards) {
         client, want[name], *mesh, *ParsePlacements(kLayouts[i].placements), distribute);
     ASSERT_TRUE(t.ok()) << t.status();
     ASSERT_TRUE(t->FullTensor().ok()) << name;
+    held.push_back(*std::move(t));
   }
   ASSERT_TRUE(AllWritten(client, "grid"));
 
@@ -358,6 +360,7 @@ TEST(ReplicaRepairRestartTest, WorkerBackAfterTheRecoveryWaitKeepsItsShards) {
     ASSERT_TRUE(got.ok()) << name << ": " << got.status() << fixture.LogHint();
     EXPECT_TRUE(TensorsMatch(*got, values)) << name;
   }
+  held.clear();
   fixture.Stop();
 }
 
