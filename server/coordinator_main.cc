@@ -34,6 +34,7 @@
 #include "server/module_table.h"
 #include "server/registry_service.h"
 #include "server/rendezvous_store.h"
+#include "server/replica_repair.h"
 #include "server/served_models.h"
 #include "server/state_recovery.h"
 #include "server/state_store.h"
@@ -261,6 +262,10 @@ int main(int argc, char** argv) {
                                  ? (flags.tls.ca_file.empty() ? "TLS" : "mutual TLS")
                                  : "plaintext");
   if (recovery != nullptr) recovery->Start();
+  // Takes restarted workers back into their meshes and repairs their replicas.
+  tessera::ReplicaRepair repair(&workers, &meshes, &dispatcher, &store, &reformer, &tensors,
+                                &ledger);
+  repair.Start();
   tessera::ExportCoordinatorMetrics(&tessera::metrics::DefaultRegistry(), &workers, &dispatcher,
                                     &tensors, &modules, &served);
   absl::StatusOr<std::unique_ptr<tessera::metrics::HttpServer>> metrics =

@@ -123,11 +123,14 @@ absl::Status DTensorTable::Explain(const DTensorEntry& tensor, const absl::Statu
   const Mesh& mesh = *tensor.mesh;
   const std::vector<int64_t>& ranks = mesh.mesh.ranks();
   WorkerRegistry& registry = dispatcher_->registry();
-  // Why the worker at mesh position `p` is gone (dead, or restarted since the mesh was made).
+  // Why the worker at mesh position `p` is gone (dead, or restarted since the mesh was made; not
+  // one that registered again after a coordinator restart with the tensor's block kept).
   auto gone = [&](int64_t p) -> absl::Status {
     absl::StatusOr<WorkerHandle> w = registry.Get(ranks[p]);
     if (!w.ok()) return w.status();
     if (w->incarnation != mesh.incarnations[p]) {
+      const std::optional<std::set<std::string>> kept = registry.KeptBy(w->id, w->incarnation);
+      if (kept.has_value() && kept->contains(WorkerName(tensor.name))) return absl::OkStatus();
       return absl::UnavailableError(absl::StrCat("worker ", w->id, " at ", w->address,
                                                  " restarted since mesh '", mesh.name,
                                                  "' was created"));
@@ -289,6 +292,38 @@ absl::Status DTensorTable::Restore(const v1::TensorInfo& record, std::shared_ptr
   return absl::OkStatus();
 }
 
+std::vector<std::shared_ptr<DTensorEntry>> DTensorTable::Rehome(
+    const Mesh& old, const std::shared_ptr<Mesh>& mesh,
+    const std::function<std::optional<absl::Status>(const DTensorEntry&, const DTensorEntry&)>&
+        repair) {
+  std::vector<std::shared_ptr<DTensorEntry>> on_old, moved;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, t] : tensors_) {
+      if (t->mesh.get() == &old) on_old.push_back(t);
+    }
+  }
+  for (const std::shared_ptr<DTensorEntry>& t : on_old) {
+    // post_mu before mu_, as Release takes them.
+    absl::MutexLock post(&t->post_mu);
+    if (t->released) continue;  // freed meanwhile
+    auto entry = std::make_shared<DTensorEntry>(mesh, t->spec, t->owner);
+    entry->name = t->name;
+    if (std::optional<absl::Status> done = repair(*t, *entry); done.has_value()) {
+      entry->write->status = *done;
+      entry->write->done.Notify();
+    }
+    t->released = true;  // nothing more is posted for the old entry; its shards stay
+    t->moved_to = entry;
+    absl::MutexLock lock(&mu_);
+    auto it = tensors_.find(t->name);
+    if (it == tensors_.end() || it->second != t) continue;
+    it->second = entry;  // same workers and names: the ledger's holdings stay as they are
+    moved.push_back(entry);
+  }
+  return moved;
+}
+
 std::vector<std::string> DTensorTable::ForgetMesh(const Mesh& mesh) {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> dropped;
@@ -380,6 +415,12 @@ absl::Status DTensorTable::FinishWrite(const DTensorEntry& tensor) {
 }
 
 void DTensorTable::Release(const DTensorEntry& tensor, Durability durability) {
+  std::shared_ptr<DTensorEntry> moved;
+  {
+    absl::MutexLock lock(&tensor.post_mu);
+    moved = tensor.moved_to;
+  }
+  if (moved != nullptr) return Release(*moved, durability);
   absl::MutexLock lock(&tensor.post_mu);
   if (tensor.released) return;
   tensor.released = true;

@@ -50,6 +50,9 @@ struct DTensorEntry {
   // A relayout in place whose intent (a "relayout" record of the new spec) is in the store until
   // the new layout is written and recorded.
   bool relayout_recorded = false;
+  // The entry that took its place when its mesh was set up again (DTensorTable::Rehome): freeing
+  // this one frees that one.
+  mutable std::shared_ptr<DTensorEntry> moved_to ABSL_GUARDED_BY(post_mu);
 };
 
 // Every DTensor by name, the bytes their shards take on each worker (held in the ledger the local
@@ -92,6 +95,15 @@ class DTensorTable : public MeshUser {
   // uses fail with `lost` (DATA_LOSS) unless that is OK.
   absl::Status Restore(const v1::TensorInfo& record, std::shared_ptr<Mesh> mesh,
                        const absl::Status& lost);
+  // Moves every tensor of `old` onto `mesh` (the same ranks, re-formed after a worker came back):
+  // each gets an entry of the same name, spec and owner whose write is done with
+  // `repair(old entry, new entry)` unless that returns nullopt (then `repair` has posted the write
+  // that makes the tensor whole again, before the new entry enters the table, so that every use
+  // is ordered after it). The old entries count as released. Returns the moved entries.
+  std::vector<std::shared_ptr<DTensorEntry>> Rehome(
+      const Mesh& old, const std::shared_ptr<Mesh>& mesh,
+      const std::function<std::optional<absl::Status>(const DTensorEntry&, const DTensorEntry&)>&
+          repair);
   // Names being recovered after a coordinator restart: looking one up answers UNAVAILABLE until
   // DoneRecovering (NOT_FOUND after, if it was not recovered).
   void SetRecovering(std::set<std::string> names);

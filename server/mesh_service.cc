@@ -126,9 +126,17 @@ grpc::Status MeshService::ListMeshes(grpc::ServerContext*, const v1::ListMeshesR
 
 grpc::Status MeshService::DeleteMesh(grpc::ServerContext*, const v1::DeleteMeshRequest* request,
                                      v1::DeleteMeshReply*) {
-  absl::StatusOr<std::shared_ptr<Mesh>> removed = meshes_->Remove(request->name());
-  if (!removed.ok()) return ToGrpcStatus(removed.status());
-  Mesh& mesh = **removed;
+  // Removed under its change lock, so that a rejoin of it in progress (ReplicaRepair) finishes
+  // first and none starts after: if a rejoin put a new mesh in its place meanwhile, that one is
+  // deleted.
+  std::shared_ptr<Mesh> removed;
+  while (removed == nullptr) {
+    absl::StatusOr<std::shared_ptr<Mesh>> found = meshes_->Find(request->name());
+    if (!found.ok()) return ToGrpcStatus(found.status());
+    absl::MutexLock changing(&(*found)->change_mu);
+    if (meshes_->Remove(**found).ok()) removed = *std::move(found);
+  }
+  Mesh& mesh = *removed;
   if (state_ != nullptr) {
     if (absl::Status s = state_->Erase("mesh", mesh.name); !s.ok()) {
       spdlog::error("mesh '{}' was deleted but its record stays: {}", mesh.name, s.ToString());

@@ -51,6 +51,27 @@ absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::Remove(const std::string& name)
   return mesh;
 }
 
+absl::Status MeshTable::Remove(const Mesh& mesh) {
+  absl::MutexLock lock(&mu_);
+  auto it = meshes_.find(mesh.name);
+  if (it == meshes_.end() || it->second.get() != &mesh) {
+    return absl::NotFoundError(absl::StrCat("mesh '", mesh.name, "' was deleted or replaced"));
+  }
+  meshes_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status MeshTable::Replace(const Mesh& old, const std::shared_ptr<Mesh>& mesh) {
+  absl::MutexLock lock(&mu_);
+  auto it = meshes_.find(old.name);
+  if (it == meshes_.end() || it->second.get() != &old || mesh->name != old.name) {
+    return absl::NotFoundError(absl::StrCat("mesh '", old.name, "' was deleted meanwhile"));
+  }
+  mesh->id = next_id_++;
+  it->second = mesh;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<Mesh>> MeshTable::Find(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = meshes_.find(name);

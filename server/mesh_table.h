@@ -33,6 +33,9 @@ struct Mesh {
   // Held from accepting a command until it is posted, so that the workers run a mesh's commands in
   // the order the coordinator accepted them. Never taken by completions.
   absl::Mutex submit_mu;
+  // Held while the mesh is deleted or set up again over workers that came back (ReplicaRepair),
+  // so that the two never interleave. Taken before submit_mu and MeshTable's lock.
+  absl::Mutex change_mu;
   LocalTensorTable locals;  // what each rank holds under each name (uploads and collectives)
   MeshCommunicators comms;  // their generation, and whether a failure broke them
 
@@ -60,6 +63,11 @@ class MeshTable {
   absl::Status Add(const std::shared_ptr<Mesh>& mesh);
   // Removes and returns the named mesh; NOT_FOUND if unknown.
   absl::StatusOr<std::shared_ptr<Mesh>> Remove(const std::string& name);
+  // Removes `mesh` if it is still the mesh under its name; NOT_FOUND otherwise.
+  absl::Status Remove(const Mesh& mesh);
+  // Puts `mesh` (same name, a fresh id) in the place of `old`; NOT_FOUND if `old` is no longer the
+  // mesh under that name (deleted meanwhile).
+  absl::Status Replace(const Mesh& old, const std::shared_ptr<Mesh>& mesh);
   // Names being recovered after a coordinator restart: looking one up answers UNAVAILABLE until
   // DoneRecovering (NOT_FOUND after, if it was not recovered).
   void SetRecovering(std::set<std::string> names);

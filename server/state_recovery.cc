@@ -141,6 +141,9 @@ absl::Status StateRecovery::RestoreMesh(const v1::CreateMeshRequest& record) {
   auto mesh =
       std::make_shared<Mesh>(record.name(), std::move(dm), std::move(incarnations),
                              absl::Milliseconds(record.timeout_ms()), std::move(budgets), ledger_);
+  // A DeleteMesh of it, or a rejoin of a worker that comes back meanwhile (ReplicaRepair), waits
+  // until its tensors are restored onto it.
+  absl::MutexLock changing(&mesh->change_mu);
   RETURN_IF_ERROR(meshes_->Add(mesh));
   if (all_back) {
     if (absl::Status s = reformer_->SetUp(*mesh); !s.ok()) {

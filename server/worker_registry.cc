@@ -74,8 +74,10 @@ v1::RegisterReply WorkerRegistry::Register(const v1::RegisterRequest& request) {
                           request.memory_budget_bytes(),
                           NewGrantKey()};
   reply.set_grant_key(e.handle.grant_key);
+  if (reply.keep_tensors()) e.recovered_incarnation = e.handle.incarnation;
   e.info = request;
   e.last_heartbeat = absl::Now();
+  e.registered = e.last_heartbeat;
   e.heartbeat_since_register = false;
   e.used_bytes = 0;
   e.device_allocated_bytes = e.device_free_bytes = e.device_total_bytes = -1;
@@ -113,6 +115,29 @@ bool WorkerRegistry::BeganIncarnation(int64_t id) const {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(id);
   return it != workers_.end() && it->second.heartbeat_since_register;
+}
+
+bool WorkerRegistry::HeardFromSince(int64_t id, absl::Time t) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  return it != workers_.end() && it->second.heartbeat_since_register &&
+         it->second.last_heartbeat > t;
+}
+
+absl::Time WorkerRegistry::RegisteredAt(int64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  return it == workers_.end() ? absl::InfinitePast() : it->second.registered;
+}
+
+std::optional<std::set<std::string>> WorkerRegistry::KeptBy(int64_t id, int64_t incarnation) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.handle.incarnation != incarnation ||
+      it->second.recovered_incarnation != incarnation) {
+    return std::nullopt;
+  }
+  return it->second.held_when_recovered;
 }
 
 absl::Status WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {

@@ -63,6 +63,15 @@ class WorkerRegistry {
   // Whether worker `id` sent a heartbeat of its current incarnation since it registered: it began
   // that incarnation, so commands for it are not refused as meant for a later one.
   bool BeganIncarnation(int64_t id) const;
+  // Whether worker `id` sent a heartbeat of its current incarnation later than `t`: it runs now
+  // under the incarnation Get hands out, not as a predecessor whose heartbeats have not lapsed yet.
+  bool HeardFromSince(int64_t id, absl::Time t) const;
+  // When worker `id`'s current incarnation registered; InfinitePast if unknown or never.
+  absl::Time RegisteredAt(int64_t id) const;
+  // The tensors worker `id` kept when incarnation `incarnation` registered again after the
+  // coordinator restarted (told keep_tensors); nullopt if that incarnation did not (it started
+  // empty) or is not the worker's current one.
+  std::optional<std::set<std::string>> KeptBy(int64_t id, int64_t incarnation) const;
   // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a stale incarnation.
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
 
@@ -99,6 +108,7 @@ class WorkerRegistry {
     WorkerHandle handle;
     v1::RegisterRequest info;
     absl::Time last_heartbeat;
+    absl::Time registered = absl::InfinitePast();  // when the current incarnation registered
     int64_t used_bytes = 0;
     // The device's memory as the last heartbeat gave it; -1 unknown.
     int64_t device_allocated_bytes = -1, device_free_bytes = -1, device_total_bytes = -1;
@@ -107,6 +117,7 @@ class WorkerRegistry {
     bool awaiting_recovery = false;  // restored from the store, not registered again yet
     bool heartbeat_since_register = false;
     std::optional<std::set<std::string>> held_when_recovered;
+    int64_t recovered_incarnation = -1;  // the incarnation that registered with held_when_recovered
   };
   bool Alive(const Entry& e, absl::Time now) const {
     return e.unreachable.empty() && now - e.last_heartbeat <= dead_after_;

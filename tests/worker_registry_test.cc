@@ -126,6 +126,56 @@ TEST(WorkerRegistry, WorkersOfAnEarlierCoordinatorProcessAreRefusedAndRegisterAg
   }
 }
 
+// A worker heard from since a time: only by a heartbeat of its current incarnation sent later.
+TEST(WorkerRegistry, HeardFromSinceCountsOnlyLaterHeartbeatsOfTheCurrentIncarnation) {
+  WorkerRegistry registry(absl::Milliseconds(100), absl::Seconds(10));
+  const v1::RegisterReply a = registry.Register(Worker("127.0.0.1:1"));
+  const v1::RegisterReply b = registry.Register(Worker("127.0.0.1:2"));
+  EXPECT_FALSE(registry.HeardFromSince(a.worker_id(), absl::InfinitePast()))
+      << "registered, no heartbeat yet";
+  ASSERT_TRUE(registry.Heartbeat(HeartbeatOf(a)).ok());
+  ASSERT_TRUE(registry.Heartbeat(HeartbeatOf(b)).ok());
+  EXPECT_TRUE(registry.HeardFromSince(a.worker_id(), registry.RegisteredAt(a.worker_id())));
+  absl::SleepFor(absl::Milliseconds(5));
+  const v1::RegisterReply b2 = registry.Register(Worker("127.0.0.1:2"));
+  const absl::Time b2_registered = registry.RegisteredAt(b.worker_id());
+  EXPECT_GT(b2_registered, registry.RegisteredAt(a.worker_id()));
+  // `a`'s last heartbeat came before `b` registered again; `b`'s new incarnation sent none yet.
+  EXPECT_FALSE(registry.HeardFromSince(a.worker_id(), b2_registered));
+  EXPECT_FALSE(registry.HeardFromSince(b.worker_id(), absl::InfinitePast()));
+  EXPECT_FALSE(registry.Heartbeat(HeartbeatOf(b)).ok()) << "the stale incarnation";
+  EXPECT_FALSE(registry.HeardFromSince(b.worker_id(), absl::InfinitePast()));
+  absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(registry.Heartbeat(HeartbeatOf(a)).ok());
+  ASSERT_TRUE(registry.Heartbeat(HeartbeatOf(b2)).ok());
+  EXPECT_TRUE(registry.HeardFromSince(a.worker_id(), b2_registered));
+  EXPECT_TRUE(registry.HeardFromSince(b.worker_id(), b2_registered));
+  EXPECT_FALSE(registry.HeardFromSince(7, absl::InfinitePast())) << "unknown";
+  EXPECT_EQ(registry.RegisteredAt(7), absl::InfinitePast());
+}
+
+// The tensors a worker kept across a coordinator restart belong to the incarnation that registered
+// with them: a later registration (a restart of the worker) starts empty.
+TEST(WorkerRegistry, KeptTensorsBelongToTheIncarnationThatRegisteredWithThem) {
+  WorkerRegistry registry(absl::Milliseconds(100), absl::Seconds(10));
+  registry.Restore({{"127.0.0.1:1", 0}}, [](int64_t) { return std::set<std::string>{"dt/x"}; });
+  v1::RegisterRequest back = Worker("127.0.0.1:1");
+  back.add_held_tensors("dt/x");
+  back.add_held_tensors("dt/stale");
+  const v1::RegisterReply kept = registry.Register(back);
+  EXPECT_TRUE(kept.keep_tensors());
+  EXPECT_THAT(kept.drop_tensors(), ::testing::ElementsAre("dt/stale"));
+  EXPECT_EQ(registry.KeptBy(0, kept.incarnation()), (std::set<std::string>{"dt/x", "dt/stale"}));
+  EXPECT_EQ(registry.KeptBy(0, kept.incarnation() + 1), std::nullopt) << "not its incarnation";
+  const v1::RegisterReply restarted = registry.Register(Worker("127.0.0.1:1"));
+  EXPECT_FALSE(restarted.keep_tensors());
+  EXPECT_EQ(registry.KeptBy(0, restarted.incarnation()), std::nullopt);
+  EXPECT_EQ(registry.KeptBy(0, kept.incarnation()), std::nullopt) << "no longer current";
+  // A worker never restored never kept anything.
+  const v1::RegisterReply fresh = registry.Register(Worker("127.0.0.1:2"));
+  EXPECT_EQ(registry.KeptBy(fresh.worker_id(), fresh.incarnation()), std::nullopt);
+}
+
 // Live workers that heartbeat on time come before those that missed heartbeats but are not dead.
 TEST(WorkerRegistry, WorkersThatMissedHeartbeatsComeLast) {
   WorkerRegistry registry(absl::Milliseconds(20), absl::Seconds(10));

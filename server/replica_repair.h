@@ -1,0 +1,85 @@
+#ifndef TESSERA_SERVER_REPLICA_REPAIR_H_
+#define TESSERA_SERVER_REPLICA_REPAIR_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "core/dtensor_spec.h"
+#include "server/dispatcher.h"
+#include "server/dtensor_table.h"
+#include "server/mesh_reformer.h"
+#include "server/mesh_table.h"
+#include "server/rendezvous_store.h"
+#include "server/worker_bytes.h"
+#include "server/worker_registry.h"
+#include "tessera/v1/worker.pb.h"
+
+namespace tessera {
+
+// Takes a worker that came back (registered again under its id with a new incarnation, empty)
+// into the meshes it was part of, and repairs what it lost from replicas. Every `interval` it looks
+// for a mesh whose workers are all alive but some restarted since the mesh was set up; such a mesh
+// is set up again over the same ranks under the same name (communicators formed anew), and each of
+// its DTensors is moved onto it: one whose every block on a restarted worker is held by a live rank
+// along a Replicate mesh dim gets it back by a SpreadTensor broadcast from that rank, posted in the
+// workers' command order before anything else can use the tensor (which reads as pending until
+// then); one with a block only restarted workers held (Partial blocks are summands, never
+// replicas) answers DATA_LOSS naming the tensor, the block and the worker. A mesh whose ranks hold
+// local tensors (collectives API), which cannot be repaired, is not taken back: it stays broken
+// until deleted. Thread-safe.
+class ReplicaRepair {
+ public:
+  ReplicaRepair(WorkerRegistry* registry, MeshTable* meshes, Dispatcher* dispatcher,
+                RendezvousStore* store, MeshReformer* reformer, DTensorTable* tensors,
+                WorkerBytes* ledger, absl::Duration interval = absl::Milliseconds(200))
+      : registry_(registry),
+        meshes_(meshes),
+        dispatcher_(dispatcher),
+        store_(store),
+        reformer_(reformer),
+        tensors_(tensors),
+        ledger_(ledger),
+        interval_(interval) {}
+  ~ReplicaRepair();
+
+  // Starts looking in the background.
+  void Start();
+
+  // The SpreadTensor that gives the ranks at mesh positions `restarted` of a tensor laid out as
+  // `spec` their blocks back from live replicas: a broadcast along one Replicate mesh dim from an
+  // index no restarted rank has on it. nullopt when no such dim exists (the caller reports a loss).
+  static std::optional<v1::SpreadTensor> RepairCommand(const DTensorSpec& spec,
+                                                       const std::vector<int64_t>& restarted);
+
+ private:
+  void Run();
+  // Whether some worker of `mesh` registered again since the mesh was set up, and every worker of
+  // it runs now under the incarnation the registry hands out: each sent a heartbeat later than the
+  // latest of those registrations (a worker that died with a restarted one, e.g. in the same pod,
+  // sends none until it registers again, though it counts as alive until its heartbeats lapse).
+  bool ReadyToRejoin(const Mesh& mesh) const;
+  // Sets `old` up again over its workers' current incarnations and repairs its tensors, under
+  // the change locks of both meshes (a DeleteMesh waits for it); NOT_FOUND if `old` was deleted.
+  absl::Status Rejoin(Mesh& old);
+
+  WorkerRegistry* registry_;
+  MeshTable* meshes_;
+  Dispatcher* dispatcher_;
+  RendezvousStore* store_;
+  MeshReformer* reformer_;
+  DTensorTable* tensors_;
+  WorkerBytes* ledger_;
+  const absl::Duration interval_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_REPLICA_REPAIR_H_

@@ -1,0 +1,485 @@
+// A worker of a 2x2 mesh killed with SIGKILL and started again empty on its address (it registers
+// again under its id): the coordinator sets the mesh up again over it and copies back, worker to
+// worker, every block it held that a live rank holds too along a Replicate mesh dim. Those tensors
+// read back bit-exact and ops on the mesh use them; a tensor with a block only the worker held
+// (a Shard on every mesh dim, or a Partial summand) answers DATA_LOSS naming the tensor and the
+// worker, and ListTensors lists it failed with that error. A DeleteMesh before, during (a third
+// worker paused holds the rejoin) or after that rejoin deletes the mesh and its tensors for good:
+// no rejoin brings them back, and the name can be used again. Workers that died together come back
+// together, and a worker that registers again after a coordinator restart's recovery wait keeps its
+// shards.
+
+#include <signal.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/small_integer_tensor.h"
+#include "gtest/gtest.h"
+#include "kernels/testing/reference.h"
+#include "tessera/tessera.h"
+#include "tests/cluster_fixture.h"
+#include "tests/status_assertions.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::client::DTensor;
+using ::tessera::client::Session;
+using ::tessera::testing::RetryUnavailable;
+using ::tessera::testing::StatusIs;
+using ::tessera::testing::TensorsMatch;
+using ::tessera::testing::TestCluster;
+using ::tessera::testing::TestClusterOptions;
+
+constexpr int kWorkers = 4;
+constexpr int kVictim = 2;
+
+// A layout on the 2x2 mesh and whether every block the victim holds has a replica elsewhere.
+struct Layout {
+  std::string placements;
+  bool replicated;
+};
+const Layout kLayouts[] = {
+    {"R,S(0)", true}, {"S(0),R", true}, {"R,R", true}, {"P,R", false}, {"S(0),S(1)", false}};
+
+// `t` + `t`, element by element, in double (exact for the small integers of the tests).
+HostTensor Doubled(const HostTensor& t) {
+  HostTensor out = t.Clone();
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    kernels::testing::SetFromDouble(out, i, 2 * kernels::testing::GetDouble(t, i));
+  }
+  return out;
+}
+
+// Reads `t` until its mesh took the worker back (UNAVAILABLE until then), up to 30 s.
+absl::StatusOr<HostTensor> ReadOnceBack(const DTensor& t) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  absl::StatusOr<HostTensor> got = t.FullTensor();
+  while (!got.ok() && got.status().code() == absl::StatusCode::kUnavailable &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+    got = t.FullTensor();
+  }
+  return got;
+}
+
+// Waits until every tensor of `mesh` is written on every rank (a read may answer sooner, from one
+// replica): a write still running when a worker dies fails the tensor, which nothing repairs.
+::testing::AssertionResult AllWritten(Session& client, const std::string& mesh) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (true) {
+    absl::StatusOr<std::vector<client::DTensorInfo>> listed = client.ListTensors(mesh);
+    if (!listed.ok()) return ::testing::AssertionFailure() << listed.status();
+    const auto pending = std::find_if(listed->begin(), listed->end(), [](const auto& t) {
+      return t.state != client::TensorState::kReady;
+    });
+    if (pending == listed->end()) return ::testing::AssertionSuccess();
+    if (absl::Now() > deadline) {
+      return ::testing::AssertionFailure() << "tensor '" << pending->name << "' is not written";
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+class ReplicaRepairTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ReplicaRepairTest, ReplicasRepairedOthersLost) {
+  const DType dtype = GetParam();
+  TestCluster fixture;
+  ASSERT_TRUE(fixture.Start(TestClusterOptions(kWorkers)).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  absl::StatusOr<std::vector<client::WorkerInfo>> workers = client.ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  int64_t victim_id = -1;
+  for (const client::WorkerInfo& w : *workers) {
+    if (w.pid == cluster.worker_pid(kVictim)) victim_id = w.worker_id;
+  }
+  ASSERT_GE(victim_id, 0);
+
+  std::map<std::string, HostTensor> want;
+  std::vector<DTensor> tensors;
+  for (size_t i = 0; i < std::size(kLayouts); ++i) {
+    const std::string name = absl::StrCat("t", i);
+    want[name] = SmallIntegerTensor(dtype, {8, 6}, static_cast<uint32_t>(i + 1));
+    absl::StatusOr<std::vector<Placement>> placements = ParsePlacements(kLayouts[i].placements);
+    ASSERT_TRUE(placements.ok()) << kLayouts[i].placements;
+    client::DistributeOptions distribute;
+    distribute.name = name;
+    absl::StatusOr<DTensor> t =
+        client::DistributeTensor(client, want[name], *mesh, *placements, distribute);
+    ASSERT_TRUE(t.ok()) << t.status();
+    tensors.push_back(*std::move(t));
+  }
+  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
+  ASSERT_TRUE(AllWritten(client, "grid"));
+
+  ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
+  ASSERT_TRUE(cluster.RestartWorker(kVictim).ok());
+  ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok());
+
+  {
+    const std::string when = "after the worker came back";
+    for (size_t i = 0; i < std::size(kLayouts); ++i) {
+      const DTensor& t = tensors[i];
+      SCOPED_TRACE(absl::StrCat(when, ": ", t.name(), " (", kLayouts[i].placements, ")"));
+      absl::StatusOr<HostTensor> got = ReadOnceBack(t);
+      if (!kLayouts[i].replicated) {
+        EXPECT_TRUE(
+            StatusIs(got.status(), absl::StatusCode::kDataLoss,
+                     {absl::StrCat("'", t.name(), "'"), absl::StrCat("worker ", victim_id)}));
+        // An op on it fails the same way (on the op stream, when its output is used).
+        absl::StatusOr<DTensor> sum = client::Add(t, t);
+        const absl::Status used = sum.ok() ? sum->FullTensor().status() : sum.status();
+        EXPECT_TRUE(
+            StatusIs(used, absl::StatusCode::kDataLoss,
+                     {absl::StrCat("'", t.name(), "'"), absl::StrCat("worker ", victim_id)}));
+        continue;
+      }
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_TRUE(TensorsMatch(*got, want[t.name()]));
+      // An op on the mesh, and a redistribute whose collectives run through the worker.
+      absl::StatusOr<DTensor> sum = client::Add(t, t);
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      absl::StatusOr<HostTensor> sum_full = sum->FullTensor();
+      ASSERT_TRUE(sum_full.ok()) << sum_full.status();
+      EXPECT_TRUE(TensorsMatch(*sum_full, Doubled(want[t.name()])));
+      absl::StatusOr<DTensor> gathered =
+          t.Redistribute({Placement::Replicate(), Placement::Replicate()});
+      ASSERT_TRUE(gathered.ok()) << gathered.status();
+      absl::StatusOr<HostTensor> gathered_full = gathered->FullTensor();
+      ASSERT_TRUE(gathered_full.ok()) << gathered_full.status();
+      EXPECT_TRUE(TensorsMatch(*gathered_full, want[t.name()]));
+    }
+    absl::StatusOr<std::vector<client::DTensorInfo>> listed = client.ListTensors("grid");
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    for (size_t i = 0; i < std::size(kLayouts); ++i) {
+      const std::string name = absl::StrCat("t", i);
+      auto info = std::find_if(listed->begin(), listed->end(),
+                               [&](const client::DTensorInfo& t) { return t.name == name; });
+      ASSERT_NE(info, listed->end()) << when << ": " << name << " not listed";
+      if (kLayouts[i].replicated) {
+        EXPECT_EQ(info->state, client::TensorState::kReady) << when << ": " << name;
+      } else {
+        EXPECT_EQ(info->state, client::TensorState::kFailed) << when << ": " << name;
+        EXPECT_NE(info->error.find(absl::StrCat("worker ", victim_id)), std::string::npos)
+            << when << ": " << info->error;
+      }
+    }
+  }
+  fixture.Stop();
+}
+
+// A coordinator restarted from its --state_dir after a repair (as `tessera up` restarts it)
+// serves the repaired mesh's tensors again, bit for bit, well within its recovery wait: the
+// workers' re-registration and the mesh's set-up again do not wait for anything the repair left.
+TEST(ReplicaRepairRestartTest, RepairedTensorsSurviveACoordinatorRestart) {
+  TestCluster fixture;
+  LocalClusterOptions options = TestClusterOptions(kWorkers);
+  // `tessera up`'s liveness and recovery wait.
+  options.keep_state = true;
+  options.heartbeat_interval = LocalClusterOptions().heartbeat_interval;
+  options.dead_after = LocalClusterOptions().dead_after;
+  options.recovery_wait = LocalClusterOptions().recovery_wait;
+  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  std::map<std::string, HostTensor> want;
+  std::vector<DTensor> tensors;
+  for (size_t i = 0; i < std::size(kLayouts); ++i) {
+    if (!kLayouts[i].replicated) continue;
+    const std::string name = absl::StrCat("t", i);
+    want[name] = SmallIntegerTensor(DType::kFloat32, {8, 6}, static_cast<uint32_t>(i + 1));
+    client::DistributeOptions distribute;
+    distribute.name = name;
+    absl::StatusOr<DTensor> t = client::DistributeTensor(
+        client, want[name], *mesh, *ParsePlacements(kLayouts[i].placements), distribute);
+    ASSERT_TRUE(t.ok()) << t.status();
+    tensors.push_back(*std::move(t));
+  }
+  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
+  ASSERT_TRUE(AllWritten(client, "grid"));
+  ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
+  ASSERT_TRUE(cluster.RestartWorker(kVictim).ok());
+  ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok());
+  for (const DTensor& t : tensors) {
+    absl::StatusOr<HostTensor> got = ReadOnceBack(t);
+    ASSERT_TRUE(got.ok()) << t.name() << ": " << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, want[t.name()])) << t.name();
+  }
+
+  ASSERT_TRUE(cluster.KillCoordinator().ok());
+  ASSERT_TRUE(cluster.RestartCoordinator().ok()) << fixture.LogHint();
+  const absl::Time restarted = absl::Now();
+  for (const auto& [name, values] : want) {
+    absl::StatusOr<HostTensor> got = RetryUnavailable(
+        [&, name = name]() -> absl::StatusOr<HostTensor> {
+          absl::StatusOr<DTensor> t = client::GetTensor(client, name);
+          return t.ok() ? t->FullTensor() : absl::StatusOr<HostTensor>(t.status());
+        },
+        absl::Seconds(40));
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status() << fixture.LogHint();
+    EXPECT_TRUE(TensorsMatch(*got, values)) << name;
+  }
+  EXPECT_LT(absl::Now() - restarted, absl::Seconds(15))
+      << "the tensors came back only " << (absl::Now() - restarted) << " after the restart"
+      << fixture.LogHint();
+  tensors.clear();
+  fixture.Stop();
+}
+
+// The worker ids by the launcher's index of their process.
+std::map<int64_t, int> IndexById(Session& client, LocalCluster& cluster) {
+  std::map<int64_t, int> out;
+  absl::StatusOr<std::vector<client::WorkerInfo>> workers = client.ListWorkers();
+  if (!workers.ok()) return out;
+  for (int i = 0; i < cluster.num_workers(); ++i) {
+    for (const client::WorkerInfo& w : *workers) {
+      if (w.pid == cluster.worker_pid(i)) out[w.worker_id] = i;
+    }
+  }
+  return out;
+}
+
+// Two workers of one dp row of the 2x2 mesh die together (as a pod's do) and come back one after
+// the other, the second well before the first's predecessor would count dead: the mesh takes both
+// back once both run again (not the first alone while the second still counts alive under its old
+// incarnation), and the tensors replicated along dp read back bit for bit.
+TEST(ReplicaRepairPodTest, WorkersThatDiedTogetherAreTakenBackTogether) {
+  TestCluster fixture;
+  LocalClusterOptions options = TestClusterOptions(kWorkers);
+  // The second worker's predecessor counts alive throughout.
+  options.dead_after = absl::Seconds(10);
+  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  const std::map<int64_t, int> index = IndexById(client, cluster);
+  ASSERT_EQ(index.size(), size_t{kWorkers});
+  // The mesh's ranks at (1, 0) and (1, 1).
+  const int first = index.at(mesh->mesh.ranks()[2]), second = index.at(mesh->mesh.ranks()[3]);
+  std::map<std::string, HostTensor> want;
+  std::vector<DTensor> tensors;
+  for (const std::string placements : {"R,R", "R,S(0)", "R,S(1)"}) {
+    const std::string name = absl::StrCat("t", tensors.size());
+    want[name] =
+        SmallIntegerTensor(DType::kFloat32, {8, 6}, static_cast<uint32_t>(7 + want.size()));
+    client::DistributeOptions distribute;
+    distribute.name = name;
+    absl::StatusOr<DTensor> t = client::DistributeTensor(client, want[name], *mesh,
+                                                         *ParsePlacements(placements), distribute);
+    ASSERT_TRUE(t.ok()) << placements << ": " << t.status();
+    tensors.push_back(*std::move(t));
+  }
+  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
+  ASSERT_TRUE(AllWritten(client, "grid"));
+
+  ASSERT_TRUE(cluster.KillWorker(first).ok());
+  ASSERT_TRUE(cluster.KillWorker(second).ok());
+  ASSERT_TRUE(cluster.RestartWorker(first).ok()) << fixture.LogHint();
+  // Several rounds of the repair's look at the meshes with the first back alone.
+  absl::SleepFor(absl::Seconds(2));
+  ASSERT_TRUE(cluster.RestartWorker(second).ok()) << fixture.LogHint();
+  ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok()) << fixture.LogHint();
+  for (const DTensor& t : tensors) {
+    absl::StatusOr<HostTensor> got = ReadOnceBack(t);
+    ASSERT_TRUE(got.ok()) << t.name() << ": " << got.status() << fixture.LogHint();
+    EXPECT_TRUE(TensorsMatch(*got, want[t.name()])) << t.name();
+  }
+  // The mesh runs again: an op over both restarted workers.
+  absl::StatusOr<DTensor> sum = client::Add(tensors[1], tensors[1]);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  absl::StatusOr<HostTensor> sum_full = sum->FullTensor();
+  ASSERT_TRUE(sum_full.ok()) << sum_full.status();
+  EXPECT_TRUE(TensorsMatch(*sum_full, Doubled(want["t1"])));
+  tensors.clear();
+  fixture.Stop();
+}
+
+// A worker that registers with a restarted coordinator only after its recovery wait (it was
+// paused meanwhile) kept its shards: once the mesh takes it back, the tensors whose only copy of a
+// block it holds read back bit for bit, not DATA_LOSS as if it had restarted empty.
+TEST(ReplicaRepairRestartTest, WorkerBackAfterTheRecoveryWaitKeepsItsShards) {
+  TestCluster fixture;
+  LocalClusterOptions options = TestClusterOptions(kWorkers);
+  options.keep_state = true;
+  options.recovery_wait = absl::Seconds(2);
+  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  std::map<std::string, HostTensor> want;
+  std::vector<DTensor> held;  // a dropped handle frees its tensor
+  for (size_t i = 0; i < std::size(kLayouts); ++i) {
+    const std::string name = absl::StrCat("t", i);
+    want[name] = SmallIntegerTensor(DType::kFloat32, {8, 6}, static_cast<uint32_t>(i + 1));
+    client::DistributeOptions distribute;
+    distribute.name = name;
+    absl::StatusOr<DTensor> t = client::DistributeTensor(
+        client, want[name], *mesh, *ParsePlacements(kLayouts[i].placements), distribute);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE(t->FullTensor().ok()) << name;
+    held.push_back(*std::move(t));
+  }
+  ASSERT_TRUE(AllWritten(client, "grid"));
+
+  const pid_t late = cluster.worker_pid(kVictim);
+  ASSERT_EQ(::kill(late, SIGSTOP), 0);
+  ASSERT_TRUE(cluster.KillCoordinator().ok());
+  if (!cluster.RestartCoordinator().ok()) {
+    ::kill(late, SIGCONT);
+    FAIL() << "the coordinator did not start again" << fixture.LogHint();
+  }
+  // Past the recovery wait: the mesh is recovered without the paused worker.
+  absl::SleepFor(options.recovery_wait + absl::Seconds(2));
+  ASSERT_EQ(::kill(late, SIGCONT), 0);
+  for (const auto& [name, values] : want) {
+    absl::StatusOr<HostTensor> got = RetryUnavailable(
+        [&, name = name]() -> absl::StatusOr<HostTensor> {
+          absl::StatusOr<DTensor> t = client::GetTensor(client, name);
+          return t.ok() ? t->FullTensor() : absl::StatusOr<HostTensor>(t.status());
+        },
+        absl::Seconds(30));
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status() << fixture.LogHint();
+    EXPECT_TRUE(TensorsMatch(*got, values)) << name;
+  }
+  held.clear();
+  fixture.Stop();
+}
+
+// When the DeleteMesh comes: while the worker is dead, while the mesh waits to take it back (a
+// paused third worker of the mesh sends no heartbeat, so the rejoin waits for it), or once it took
+// it back.
+enum class DeleteWhen { kBeforeRestart, kDuringRejoin, kAfterRejoin };
+
+class DeleteDuringRepairTest : public ::testing::TestWithParam<DeleteWhen> {};
+
+TEST_P(DeleteDuringRepairTest, DeletedMeshStaysDeleted) {
+  const DeleteWhen when = GetParam();
+  constexpr int kPaused = 0;  // LocalCluster's index of the worker paused during the rejoin
+  TestCluster fixture;
+  LocalClusterOptions options = TestClusterOptions(kWorkers);
+  // The paused worker stays alive throughout.
+  if (when == DeleteWhen::kDuringRejoin) options.dead_after = absl::Seconds(10);
+  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  absl::StatusOr<client::MeshInfo> mesh =
+      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  const HostTensor values = SmallIntegerTensor(DType::kFloat32, {8, 6}, 5);
+  client::DistributeOptions named;
+  named.name = "kept";
+  // Replicated everywhere: the rejoin would repair it.
+  absl::StatusOr<DTensor> t = client::DistributeTensor(
+      client, values, *mesh, {Placement::Replicate(), Placement::Replicate()}, named);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->FullTensor().ok());
+  ASSERT_TRUE(AllWritten(client, "grid"));
+
+  const pid_t victim_pid = cluster.worker_pid(kVictim);
+  ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
+  absl::Status deleted = absl::UnknownError("not deleted");
+  if (when == DeleteWhen::kBeforeRestart) {
+    // Once the coordinator counts it dead (the teardown does not wait for it then).
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    bool dead = false;
+    while (!dead && absl::Now() < deadline) {
+      absl::StatusOr<std::vector<client::WorkerInfo>> workers = client.ListWorkers();
+      ASSERT_TRUE(workers.ok()) << workers.status();
+      for (const client::WorkerInfo& w : *workers) dead = dead || (w.pid == victim_pid && !w.alive);
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    ASSERT_TRUE(dead) << "the killed worker still counts alive";
+    deleted = client.DeleteMesh("grid");
+  }
+  if (when == DeleteWhen::kDuringRejoin) {
+    ASSERT_EQ(::kill(cluster.worker_pid(kPaused), SIGSTOP), 0);
+  }
+  // Resumes the paused worker 1 s after the DeleteMesh is sent (or at once if the test stops).
+  std::thread resume;
+  auto resume_later = [&](absl::Duration after) {
+    if (when != DeleteWhen::kDuringRejoin) return;
+    resume = std::thread([pid = cluster.worker_pid(kPaused), after] {
+      absl::SleepFor(after);
+      ::kill(pid, SIGCONT);
+    });
+  };
+  if (!cluster.RestartWorker(kVictim).ok() ||
+      !cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok()) {
+    resume_later(absl::ZeroDuration());
+    resume.join();
+    FAIL() << "the worker did not come back" << fixture.LogHint();
+  }
+  // A few rounds of the repair's look at the meshes: the rejoin is due (and waits for the paused
+  // worker).
+  absl::SleepFor(absl::Seconds(1));
+  if (when == DeleteWhen::kAfterRejoin) {
+    absl::StatusOr<HostTensor> got = ReadOnceBack(*t);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, values));
+  }
+  if (when != DeleteWhen::kBeforeRestart) {
+    resume_later(absl::Seconds(1));
+    deleted = client.DeleteMesh("grid");
+    if (resume.joinable()) resume.join();
+  }
+  ASSERT_TRUE(deleted.ok()) << deleted << fixture.LogHint();
+
+  // Gone, and no later rejoin brings the mesh or its tensor back.
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_TRUE(StatusIs(client::GetMesh(client, "grid").status(), absl::StatusCode::kNotFound));
+  EXPECT_TRUE(StatusIs(client::GetTensor(client, "kept").status(), absl::StatusCode::kNotFound));
+  absl::StatusOr<std::vector<client::DTensorInfo>> listed = client.ListTensors();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (const client::DTensorInfo& info : *listed) EXPECT_NE(info.name, "kept") << info.mesh;
+  // The names can be used again, over the same workers.
+  mesh = client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  absl::StatusOr<DTensor> again = client::DistributeTensor(
+      client, Doubled(values), *mesh, {Placement::Shard(0), Placement::Shard(1)}, named);
+  ASSERT_TRUE(again.ok()) << again.status();
+  absl::StatusOr<HostTensor> got = again->FullTensor();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(TensorsMatch(*got, Doubled(values)));
+  fixture.Stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cluster, DeleteDuringRepairTest,
+                         ::testing::Values(DeleteWhen::kBeforeRestart, DeleteWhen::kDuringRejoin,
+                                           DeleteWhen::kAfterRejoin),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case DeleteWhen::kBeforeRestart:
+                               return std::string("before_restart");
+                             case DeleteWhen::kDuringRejoin:
+                               return std::string("during_rejoin");
+                             case DeleteWhen::kAfterRejoin:
+                               return std::string("after_rejoin");
+                           }
+                           return std::string();
+                         });
+
+INSTANTIATE_TEST_SUITE_P(Cluster, ReplicaRepairTest,
+                         ::testing::Values(DType::kFloat32, DType::kInt32, DType::kFloat64),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+}  // namespace
+}  // namespace tessera
