@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/small_integer_tensor.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
@@ -88,6 +89,32 @@ absl::StatusOr<HostTensor> ReadOnceBack(const DTensor& t) {
   }
 }
 
+// Distributes one small-integer tensor "t<i>" for each layout of kLayouts (only those with
+// replicas if `replicated_only`) onto `mesh`, reads each back once and waits until every one is
+// written; `want` gets each tensor's value. The handles returned hold the tensors (a dropped
+// handle frees its tensor).
+absl::StatusOr<std::vector<DTensor>> DistributeLayouts(Session& client, const client::Mesh& mesh,
+                                                       DType dtype, bool replicated_only,
+                                                       std::map<std::string, HostTensor>& want) {
+  std::vector<DTensor> tensors;
+  for (size_t i = 0; i < std::size(kLayouts); ++i) {
+    if (replicated_only && !kLayouts[i].replicated) continue;
+    const std::string name = absl::StrCat("t", i);
+    want[name] = SmallIntegerTensor(dtype, {8, 6}, static_cast<uint32_t>(i + 1));
+    ASSIGN_OR_RETURN(std::vector<Placement> placements, ParsePlacements(kLayouts[i].placements));
+    client::DistributeOptions distribute;
+    distribute.name = name;
+    ASSIGN_OR_RETURN(DTensor t,
+                     client::DistributeTensor(client, want[name], mesh, placements, distribute));
+    RETURN_IF_ERROR(t.FullTensor().status());
+    tensors.push_back(std::move(t));
+  }
+  if (::testing::AssertionResult written = AllWritten(client, mesh.name); !written) {
+    return absl::DeadlineExceededError(written.message());
+  }
+  return tensors;
+}
+
 class ReplicaRepairTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(ReplicaRepairTest, ReplicasRepairedOthersLost) {
@@ -108,21 +135,10 @@ TEST_P(ReplicaRepairTest, ReplicasRepairedOthersLost) {
   ASSERT_GE(victim_id, 0);
 
   std::map<std::string, HostTensor> want;
-  std::vector<DTensor> tensors;
-  for (size_t i = 0; i < std::size(kLayouts); ++i) {
-    const std::string name = absl::StrCat("t", i);
-    want[name] = SmallIntegerTensor(dtype, {8, 6}, static_cast<uint32_t>(i + 1));
-    absl::StatusOr<std::vector<Placement>> placements = ParsePlacements(kLayouts[i].placements);
-    ASSERT_TRUE(placements.ok()) << kLayouts[i].placements;
-    client::DistributeOptions distribute;
-    distribute.name = name;
-    absl::StatusOr<DTensor> t =
-        client::DistributeTensor(client, want[name], *mesh, *placements, distribute);
-    ASSERT_TRUE(t.ok()) << t.status();
-    tensors.push_back(*std::move(t));
-  }
-  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
-  ASSERT_TRUE(AllWritten(client, "grid"));
+  absl::StatusOr<std::vector<DTensor>> distributed =
+      DistributeLayouts(client, *mesh, dtype, /*replicated_only=*/false, want);
+  ASSERT_TRUE(distributed.ok()) << distributed.status();
+  std::vector<DTensor>& tensors = *distributed;
 
   ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
   ASSERT_TRUE(cluster.RestartWorker(kVictim).ok());
@@ -198,20 +214,10 @@ TEST(ReplicaRepairRestartTest, RepairedTensorsSurviveACoordinatorRestart) {
       client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   std::map<std::string, HostTensor> want;
-  std::vector<DTensor> tensors;
-  for (size_t i = 0; i < std::size(kLayouts); ++i) {
-    if (!kLayouts[i].replicated) continue;
-    const std::string name = absl::StrCat("t", i);
-    want[name] = SmallIntegerTensor(DType::kFloat32, {8, 6}, static_cast<uint32_t>(i + 1));
-    client::DistributeOptions distribute;
-    distribute.name = name;
-    absl::StatusOr<DTensor> t = client::DistributeTensor(
-        client, want[name], *mesh, *ParsePlacements(kLayouts[i].placements), distribute);
-    ASSERT_TRUE(t.ok()) << t.status();
-    tensors.push_back(*std::move(t));
-  }
-  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
-  ASSERT_TRUE(AllWritten(client, "grid"));
+  absl::StatusOr<std::vector<DTensor>> distributed =
+      DistributeLayouts(client, *mesh, DType::kFloat32, /*replicated_only=*/true, want);
+  ASSERT_TRUE(distributed.ok()) << distributed.status();
+  std::vector<DTensor>& tensors = *distributed;
   ASSERT_TRUE(cluster.KillWorker(kVictim).ok());
   ASSERT_TRUE(cluster.RestartWorker(kVictim).ok());
   ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok());
@@ -326,19 +332,9 @@ TEST(ReplicaRepairRestartTest, WorkerBackAfterTheRecoveryWaitKeepsItsShards) {
       client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   std::map<std::string, HostTensor> want;
-  std::vector<DTensor> held;  // a dropped handle frees its tensor
-  for (size_t i = 0; i < std::size(kLayouts); ++i) {
-    const std::string name = absl::StrCat("t", i);
-    want[name] = SmallIntegerTensor(DType::kFloat32, {8, 6}, static_cast<uint32_t>(i + 1));
-    client::DistributeOptions distribute;
-    distribute.name = name;
-    absl::StatusOr<DTensor> t = client::DistributeTensor(
-        client, want[name], *mesh, *ParsePlacements(kLayouts[i].placements), distribute);
-    ASSERT_TRUE(t.ok()) << t.status();
-    ASSERT_TRUE(t->FullTensor().ok()) << name;
-    held.push_back(*std::move(t));
-  }
-  ASSERT_TRUE(AllWritten(client, "grid"));
+  absl::StatusOr<std::vector<DTensor>> held =  // a dropped handle frees its tensor
+      DistributeLayouts(client, *mesh, DType::kFloat32, /*replicated_only=*/false, want);
+  ASSERT_TRUE(held.ok()) << held.status();
 
   const pid_t late = cluster.worker_pid(kVictim);
   ASSERT_EQ(::kill(late, SIGSTOP), 0);
@@ -360,7 +356,7 @@ TEST(ReplicaRepairRestartTest, WorkerBackAfterTheRecoveryWaitKeepsItsShards) {
     ASSERT_TRUE(got.ok()) << name << ": " << got.status() << fixture.LogHint();
     EXPECT_TRUE(TensorsMatch(*got, values)) << name;
   }
-  held.clear();
+  held->clear();
   fixture.Stop();
 }
 
