@@ -115,6 +115,22 @@ absl::StatusOr<std::vector<DTensor>> DistributeLayouts(Session& client, const cl
   return tensors;
 }
 
+// Reads each tensor of `want` back by name, retrying up to `wait` while the coordinator is
+// unavailable, and compares it with its value; `hint` says where the logs are.
+void ExpectReadBack(Session& client, const std::map<std::string, HostTensor>& want,
+                    absl::Duration wait, const std::string& hint) {
+  for (const auto& [name, values] : want) {
+    absl::StatusOr<HostTensor> got = RetryUnavailable(
+        [&, name = name]() -> absl::StatusOr<HostTensor> {
+          absl::StatusOr<DTensor> t = client::GetTensor(client, name);
+          return t.ok() ? t->FullTensor() : absl::StatusOr<HostTensor>(t.status());
+        },
+        wait);
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status() << hint;
+    EXPECT_TRUE(TensorsMatch(*got, values)) << name;
+  }
+}
+
 class ReplicaRepairTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(ReplicaRepairTest, ReplicasRepairedOthersLost) {
@@ -230,16 +246,7 @@ TEST(ReplicaRepairRestartTest, RepairedTensorsSurviveACoordinatorRestart) {
   ASSERT_TRUE(cluster.KillCoordinator().ok());
   ASSERT_TRUE(cluster.RestartCoordinator().ok()) << fixture.LogHint();
   const absl::Time restarted = absl::Now();
-  for (const auto& [name, values] : want) {
-    absl::StatusOr<HostTensor> got = RetryUnavailable(
-        [&, name = name]() -> absl::StatusOr<HostTensor> {
-          absl::StatusOr<DTensor> t = client::GetTensor(client, name);
-          return t.ok() ? t->FullTensor() : absl::StatusOr<HostTensor>(t.status());
-        },
-        absl::Seconds(40));
-    ASSERT_TRUE(got.ok()) << name << ": " << got.status() << fixture.LogHint();
-    EXPECT_TRUE(TensorsMatch(*got, values)) << name;
-  }
+  ExpectReadBack(client, want, absl::Seconds(40), fixture.LogHint());
   EXPECT_LT(absl::Now() - restarted, absl::Seconds(15))
       << "the tensors came back only " << (absl::Now() - restarted) << " after the restart"
       << fixture.LogHint();
@@ -346,16 +353,7 @@ TEST(ReplicaRepairRestartTest, WorkerBackAfterTheRecoveryWaitKeepsItsShards) {
   // Past the recovery wait: the mesh is recovered without the paused worker.
   absl::SleepFor(options.recovery_wait + absl::Seconds(2));
   ASSERT_EQ(::kill(late, SIGCONT), 0);
-  for (const auto& [name, values] : want) {
-    absl::StatusOr<HostTensor> got = RetryUnavailable(
-        [&, name = name]() -> absl::StatusOr<HostTensor> {
-          absl::StatusOr<DTensor> t = client::GetTensor(client, name);
-          return t.ok() ? t->FullTensor() : absl::StatusOr<HostTensor>(t.status());
-        },
-        absl::Seconds(30));
-    ASSERT_TRUE(got.ok()) << name << ": " << got.status() << fixture.LogHint();
-    EXPECT_TRUE(TensorsMatch(*got, values)) << name;
-  }
+  ExpectReadBack(client, want, absl::Seconds(30), fixture.LogHint());
   held->clear();
   fixture.Stop();
 }
