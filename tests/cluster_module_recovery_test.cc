@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/small_integer_tensor.h"
+#include "core/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
@@ -256,6 +257,20 @@ TEST(ClusterModuleRecovery, ModulesPlansAndPublishedModelsSurviveACoordinatorKil
   cluster.Stop();
 }
 
+// Starts a cluster of 2 workers whose coordinator keeps its state in `dir` (emptied first; a 4 s
+// recovery wait) and makes the mesh "pair" over both.
+absl::StatusOr<client::Mesh> StartPairKeepingState(TestCluster& cluster, const std::string& dir) {
+  std::filesystem::remove_all(dir);
+  LocalClusterOptions options = TestClusterOptions(2);
+  options.state_dir = dir;
+  options.recovery_wait = absl::Seconds(4);
+  RETURN_IF_ERROR(cluster.Start(options));
+  ASSIGN_OR_RETURN(
+      client::MeshInfo info,
+      client::InitDeviceMesh(*cluster.client, testing::TestDevice(), {2}, {"tp"}, "pair", {}));
+  return client::Mesh{info.name, info.mesh};
+}
+
 // A relayout in place (parallelize_module moving a parameter) cut short by the restart leaves an
 // intent that differs from the tensor's record: the tensor and its module answer DATA_LOSS naming
 // it, after that restart and the next. An intent the record caught up with (the relayout finished
@@ -263,18 +278,12 @@ TEST(ClusterModuleRecovery, ModulesPlansAndPublishedModelsSurviveACoordinatorKil
 // coordinator, as a crash between posting the relayout and recording its end leaves them.
 TEST(ClusterModuleRecovery, ARelayoutCutShortByTheRestartAnswersDataLoss) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/relayout_state_", ::getpid());
-  std::filesystem::remove_all(dir);
   TestCluster cluster;
-  LocalClusterOptions options = TestClusterOptions(2);
-  options.state_dir = dir;
-  options.recovery_wait = absl::Seconds(4);
-  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.LogHint();
+  const absl::StatusOr<client::Mesh> started = StartPairKeepingState(cluster, dir);
+  ASSERT_TRUE(started.ok()) << started.status() << cluster.LogHint();
+  const client::Mesh& mesh = *started;
   LocalCluster& local = *cluster.cluster;
   Session& admin = *cluster.client;
-  absl::StatusOr<client::MeshInfo> info =
-      client::InitDeviceMesh(admin, testing::TestDevice(), {2}, {"tp"}, "pair", {});
-  ASSERT_TRUE(info.ok()) << info.status() << cluster.LogHint();
-  const client::Mesh mesh{info->name, info->mesh};
   absl::StatusOr<Module> m = client::LoadModule(admin, testing::kBlockDim16Float32, mesh, "cut",
                                                 {.seed = 4}, {.plan_json = testing::kMegatron});
   ASSERT_TRUE(m.ok()) << m.status() << cluster.LogHint();
@@ -345,18 +354,12 @@ TEST(ClusterModuleRecovery, ARelayoutCutShortByTheRestartAnswersDataLoss) {
 // moves finished before the crash), else keeps the plan it had; either way it runs as before.
 TEST(ClusterModuleRecovery, APendingPlanIsTakenOnlyIfTheParametersMovedToIt) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/pending_state_", ::getpid());
-  std::filesystem::remove_all(dir);
   TestCluster cluster;
-  LocalClusterOptions options = TestClusterOptions(2);
-  options.state_dir = dir;
-  options.recovery_wait = absl::Seconds(4);
-  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.LogHint();
+  const absl::StatusOr<client::Mesh> started = StartPairKeepingState(cluster, dir);
+  ASSERT_TRUE(started.ok()) << started.status() << cluster.LogHint();
+  const client::Mesh& mesh = *started;
   LocalCluster& local = *cluster.cluster;
   Session& admin = *cluster.client;
-  absl::StatusOr<client::MeshInfo> info =
-      client::InitDeviceMesh(admin, testing::TestDevice(), {2}, {"tp"}, "pair", {});
-  ASSERT_TRUE(info.ok()) << info.status() << cluster.LogHint();
-  const client::Mesh mesh{info->name, info->mesh};
   const HostTensor x = SmallIntegerTensor(DType::kFloat32, {2, 3, 16}, 5);
   // "moved": loaded without a plan, then parallelized (its parameters moved, recorded); "stayed":
   // loaded with the plan. Each gets the other's situation written as a pending plan below.
