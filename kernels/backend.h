@@ -35,6 +35,8 @@ absl::string_view DistributionName(Distribution d);
 class PreparedWeight {
  public:
   virtual ~PreparedWeight() = default;
+  // The memory the copy holds.
+  virtual int64_t nbytes() const = 0;
 };
 
 // Local compute on tensors in its memory space, the same for every device.

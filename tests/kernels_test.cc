@@ -3,11 +3,17 @@
 // conformance suite (compute, reductions, data, and the memory space's layout moves against core's
 // host versions) run on the CPU backend.
 
+#include <atomic>
 #include <cstdint>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/broadcast.h"
@@ -144,6 +150,48 @@ TEST(CpuLinearTest, OneBlasThreadStartsNoThreads) {
   TESSERA_ASSERT_OK(cpu->LinearProduct(x.View(), w.View(), prepared.get(), y.View()));
   TESSERA_ASSERT_OK(cpu->LinearProduct(x.View(), w.View(), nullptr, y.View()));
   EXPECT_EQ(ProcessThreads(), before);
+}
+
+// With T BLAS threads, each thread that runs a product gets its own OpenMP team of T - 1 helpers,
+// kept while it lives (libgomp's pool per calling thread) and ended with it: a worker's threads
+// are bounded by the threads that call (its command threads, one product at a time) times T.
+TEST(CpuLinearTest, ProductThreadsAreBoundedByTheCallersAndEndWithThem) {
+  std::unique_ptr<KernelBackend> cpu = MakeBackend("cpu").value();
+  constexpr int kThreads = 2, kCallers = 4;
+  SetBlasThreads(kThreads);
+  DeviceTensor x = cpu->Upload(testing::RandomTensor(DType::kFloat32, {64, 512}, 1)).value();
+  DeviceTensor w = cpu->Upload(testing::RandomTensor(DType::kFloat32, {256, 512}, 2)).value();
+  std::shared_ptr<const PreparedWeight> prepared = cpu->PrepareLinearWeight(w.View(), 64).value();
+  const int before = ProcessThreads();
+  ASSERT_GT(before, 0);
+  {
+    absl::Mutex one_at_a_time;  // as the worker's sequencer runs commands
+    absl::Notification computed_all, finish;
+    std::atomic<int> computed = 0;
+    std::vector<std::thread> callers;
+    for (int c = 0; c < kCallers; ++c) {
+      callers.emplace_back([&] {
+        DeviceTensor y = cpu->Allocate(DType::kFloat32, {64, 256}).value();
+        for (int run = 0; run < 3; ++run) {
+          absl::MutexLock lock(&one_at_a_time);
+          EXPECT_TRUE(cpu->LinearProduct(x.View(), w.View(), prepared.get(), y.View()).ok());
+          EXPECT_TRUE(cpu->LinearProduct(x.View(), w.View(), nullptr, y.View()).ok());
+        }
+        if (++computed == kCallers) computed_all.Notify();
+        finish.WaitForNotification();
+      });
+    }
+    computed_all.WaitForNotification();
+    const int during = ProcessThreads();
+    EXPECT_GT(during, before + kCallers) << "the products ran on one thread each";
+    EXPECT_LE(during, before + kCallers * kThreads);
+    finish.Notify();
+    for (std::thread& t : callers) t.join();
+  }
+  // The teams end with their callers (libgomp frees a team as its thread exits).
+  for (int i = 0; i < 100 && ProcessThreads() > before; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(ProcessThreads(), before);
+  SetBlasThreads(1);
 }
 
 }  // namespace

@@ -111,16 +111,16 @@ inline ::testing::AssertionResult Near(const HostTensor& got, const HostTensor& 
 // Workers: one executor and store per rank, run on threads
 
 struct Worker {
-  // A worker on TestDevice(); `kernels` is null (and the reason in `unavailable`) where the device
-  // has no rank `id` (fewer GPUs than ranks).
-  Worker(int64_t id, gloo::rendezvous::Store* rendezvous) {
+  // A worker on TestDevice() whose store has `budget` bytes; `kernels` is null (and the reason in
+  // `unavailable`) where the device has no rank `id` (fewer GPUs than ranks).
+  Worker(int64_t id, gloo::rendezvous::Store* rendezvous, int64_t budget) {
     absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> made = TestBackendForRank(id);
     if (!made.ok()) {
       unavailable = made.status();
       return;
     }
     kernels = *std::move(made);
-    store = std::make_unique<ShardStore>(int64_t{1} << 30, *kernels);
+    store = std::make_unique<ShardStore>(budget, *kernels);
     executor =
         std::make_unique<CommandExecutor>(id, kernels.get(), store.get(), rendezvous, "127.0.0.1");
   }
@@ -135,12 +135,13 @@ struct Outcome {
   v1::CommandReply reply;
 };
 
-// The workers of one mesh with its communicators set up; worker r is mesh rank r.
+// The workers of one mesh with its communicators set up; worker r is mesh rank r, its store's
+// budget `budget` bytes.
 class Cluster {
  public:
-  explicit Cluster(DeviceMesh mesh) : mesh_(std::move(mesh)) {
+  explicit Cluster(DeviceMesh mesh, int64_t budget = int64_t{1} << 30) : mesh_(std::move(mesh)) {
     for (int64_t r = 0; r < mesh_.size(); ++r) {
-      workers_.push_back(std::make_unique<Worker>(r, &rendezvous_));
+      workers_.push_back(std::make_unique<Worker>(r, &rendezvous_, budget));
       // A mesh larger than the GPUs here cannot run (scripts/run-gpu-checks.sh filters those out).
       if (unavailable_.ok() && !workers_.back()->unavailable.ok()) {
         unavailable_ = workers_.back()->unavailable;

@@ -12,6 +12,7 @@
 // data x tensor parallelism, and the refusals of malformed programs and inputs, with their codes
 // and messages, losing nothing.
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -54,6 +55,7 @@ using ::tessera::testing::RunEverywhere;
 using ::tessera::testing::RunOptions;
 using ::tessera::testing::StatusIs;
 using ::tessera::testing::Tensors;
+using ::tessera::testing::TestDevice;
 using ::tessera::testing::ValueName;
 using K = ProgramOpKind;
 
@@ -500,11 +502,11 @@ TEST_P(ModelProgramTest, ForwardAndGradientsEqualOneProcess) {
   ASSERT_TRUE(LoadEverywhere(cluster, m.program, m.params, dtype()));
   const HostTensor input = InDType(m.input, dtype());
   const Reference ref = m.reference(m.params, m.input, Ones(m.output_shape));
-  // A forward keeps nothing but the parameters.
+  // A forward stores nothing but the prepared copies of its weights (PreparedWeightBudgetTest).
   const int64_t held = cluster.store(0).used_bytes();
   ExpectOutputs(cluster, m.program, RunEverywhere(cluster, m.program, input, {}), ref.output,
                 tolerance());
-  EXPECT_EQ(cluster.store(0).used_bytes(), held);
+  EXPECT_EQ(cluster.store(0).used_bytes() - cluster.store(0).outside_bytes(), held);
   if (!m.trains) return;
 
   const HostTensor dy = Random(m.output_shape, 99);
@@ -608,6 +610,84 @@ TEST_P(ModelProgramTest, ForwardsAfterTheWeightsAreWrittenReadTheNewWeights) {
     }
   }
   expect_forward("after new values are stored");
+}
+
+// Each prepared copy counts against its worker's memory budget while it lives: a forward-only run
+// charges about the local weights' bytes once (its second run and a run after new weights charge
+// no more), dropping the program frees them, and a budget without room for the copies leaves the
+// forward reading the weights as they are, with the same output.
+TEST(PreparedWeightBudgetTest, CopiesAreChargedToTheStoreAndOptional) {
+  if (TestDevice() != "cpu") GTEST_SKIP() << "only the CPU backend prepares weights";
+  const Model m = InDType(Mlp(ActivationKind::kRelu), DType::kFloat32);
+  const HostTensor input = InDType(m.input, DType::kFloat32);
+  const Reference ref = m.reference(m.params, m.input, Ones(m.output_shape));
+  const std::vector<ParameterTensors> names = NamesFor(m.program);
+  // The bytes of rank r's local Linear weights (parameters 0 and 2).
+  const auto weight_bytes = [&](Cluster& cluster, int r) {
+    int64_t bytes = 0;
+    for (int i : {0, 2}) {
+      absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> w =
+          cluster.store(r).Get(names[i].tensor);
+      EXPECT_TRUE(w.ok()) << w.status();
+      if (w.ok()) bytes += static_cast<int64_t>((*w)->nbytes());
+    }
+    return bytes;
+  };
+
+  std::vector<int64_t> tensors_only;
+  {
+    Cluster cluster(Mesh({2}));
+    ASSERT_TRUE(LoadEverywhere(cluster, m.program, m.params, DType::kFloat32));
+    for (int r = 0; r < cluster.size(); ++r) {
+      tensors_only.push_back(cluster.store(r).used_bytes());
+      EXPECT_EQ(cluster.store(r).outside_bytes(), 0);
+    }
+    std::vector<int64_t> charged;
+    for (int run = 0; run < 2; ++run) {
+      ExpectOutputs(cluster, m.program, RunEverywhere(cluster, m.program, input, {}), ref.output,
+                    2e-4);
+      for (int r = 0; r < cluster.size(); ++r) {
+        SCOPED_TRACE(absl::StrCat("run ", run, ", rank ", r));
+        const int64_t outside = cluster.store(r).outside_bytes();
+        EXPECT_GE(outside, weight_bytes(cluster, r));
+        EXPECT_EQ(cluster.store(r).used_bytes(), tensors_only[r] + outside);
+        if (run == 0) charged.push_back(outside);
+        EXPECT_EQ(outside, charged[r]);
+      }
+    }
+    // New values of every parameter: the copies of the old ones are dropped as the new ones are
+    // made, so the charge stays the same.
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      for (int r = 0; r < cluster.size(); ++r) {
+        const HostTensor piece = Piece(InDType(m.params[i], DType::kFloat32), cluster.mesh(),
+                                       m.program.parameters[i].placements, cluster.coordinate(r));
+        ASSERT_TRUE(cluster.store(r).PutHost(names[i].tensor, piece).ok());
+      }
+    }
+    ExpectOutputs(cluster, m.program, RunEverywhere(cluster, m.program, input, {}), ref.output,
+                  2e-4);
+    for (int r = 0; r < cluster.size(); ++r)
+      EXPECT_EQ(cluster.store(r).outside_bytes(), charged[r]);
+    for (const Outcome& o : cluster.OnEveryRank([&](int) {
+           v1::Command command;
+           command.mutable_drop_program()->set_program_id(kProgramId);
+           return command;
+         })) {
+      EXPECT_TRUE(o.status.ok()) << o.status;
+    }
+    for (int r = 0; r < cluster.size(); ++r) {
+      EXPECT_EQ(cluster.store(r).outside_bytes(), 0);
+      EXPECT_EQ(cluster.store(r).used_bytes(), tensors_only[r]);
+    }
+  }
+
+  // A budget the parameters fill: no copy is made, and the forward is the same.
+  Cluster tight(Mesh({2}), *std::max_element(tensors_only.begin(), tensors_only.end()) + 8);
+  ASSERT_TRUE(LoadEverywhere(tight, m.program, m.params, DType::kFloat32));
+  for (int run = 0; run < 2; ++run) {
+    ExpectOutputs(tight, m.program, RunEverywhere(tight, m.program, input, {}), ref.output, 2e-4);
+    for (int r = 0; r < tight.size(); ++r) EXPECT_EQ(tight.store(r).outside_bytes(), 0);
+  }
 }
 
 std::vector<ModelCase> AllModels() { return Models(); }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -33,6 +34,40 @@ TEST(ShardStore, AccountsBytesAndRefusesPastTheBudget) {
   EXPECT_THAT(s.message(), HasSubstr("budget of 100"));
   EXPECT_EQ(store.used_bytes(), 40);  // nothing lost, nothing added
   EXPECT_TRUE(store.Get("a").ok());
+}
+
+TEST(ShardStore, ChargesOutsideTheTensorsShareTheBudgetUntilDropped) {
+  ShardStore store(100, Memory());
+  ASSERT_TRUE(store.Put("a", Floats(10)).ok());
+  absl::StatusOr<std::unique_ptr<ShardStore::Charge>> charge =
+      store.ChargeOutside(50, "a prepared copy");
+  ASSERT_TRUE(charge.ok()) << charge.status();
+  EXPECT_EQ((*charge)->bytes(), 50);
+  EXPECT_EQ(store.used_bytes(), 90);
+  EXPECT_EQ(store.outside_bytes(), 50);
+  // Tensors and further charges see it.
+  EXPECT_EQ(store.Put("b", Floats(4)).code(), absl::StatusCode::kResourceExhausted);
+  absl::StatusOr<std::unique_ptr<ShardStore::Charge>> refused =
+      store.ChargeOutside(11, "another copy");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("another copy of 11 bytes"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("(90 in use)"));
+  EXPECT_EQ(store.used_bytes(), 90);
+  EXPECT_TRUE(store.ChargeOutside(-1, "a copy").status().code() == absl::StatusCode::kInternal);
+  charge->reset();
+  EXPECT_EQ(store.used_bytes(), 40);
+  EXPECT_EQ(store.outside_bytes(), 0);
+  EXPECT_TRUE(store.Put("b", Floats(4)).ok());
+}
+
+TEST(ShardStore, AChargeMayOutliveItsStore) {
+  std::unique_ptr<ShardStore::Charge> charge;
+  {
+    ShardStore store(100, Memory());
+    charge = store.ChargeOutside(30, "a copy").value();
+    EXPECT_EQ(store.used_bytes(), 30);
+  }
+  charge.reset();  // nothing to release into but its own count
 }
 
 TEST(ShardStore, ReplacingATensorCountsOnlyTheDifference) {

@@ -46,6 +46,7 @@ std::string Describe(const Tensor& t) {
 // accumulates into.
 struct ProgramRunner::RunState {
   kernels::KernelBackend& kernels;
+  ShardStore& store;
   std::span<comm::Communicator* const> dim_groups;
   bool training = false;
   std::vector<std::optional<kernels::DeviceTensor>> buffers;
@@ -268,9 +269,9 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
         const int64_t rows = features == 0 ? 0 : x.num_elements() / features;
         if (w.rank() == 2 && w.shape()[1] == features && rows >= 1 && w.dtype() == x.dtype() &&
             IsFloatingPoint(w.dtype())) {
-          ASSIGN_OR_RETURN(
-              state.prepared.emplace_back(),
-              PreparedParameter(state.kernels, step.weight, state.parameters[step.weight], rows));
+          ASSIGN_OR_RETURN(state.prepared.emplace_back(),
+                           PreparedParameter(state.kernels, state.store, step.weight,
+                                             state.parameters[step.weight], rows));
           weight.prepared = state.prepared.back().get();
         }
       }
@@ -296,7 +297,7 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
 }
 
 absl::StatusOr<std::shared_ptr<const kernels::PreparedWeight>> ProgramRunner::PreparedParameter(
-    kernels::KernelBackend& kernels, int i,
+    kernels::KernelBackend& kernels, ShardStore& store, int i,
     const std::shared_ptr<const kernels::DeviceTensor>& value, int64_t rows) const {
   {
     absl::MutexLock lock(&prepared_mu_);
@@ -305,9 +306,34 @@ absl::StatusOr<std::shared_ptr<const kernels::PreparedWeight>> ProgramRunner::Pr
     // The same owner: the very entry the store held (a weak_ptr keeps the owner from reuse).
     const bool same_value = !kept.value.owner_before(value) && !value.owner_before(kept.value);
     if (same_value) return kept.weight;
+    // The copy of an older value is dropped now, before its successor is charged.
+    prepared_[i] = Prepared{};
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<const kernels::PreparedWeight> weight,
-                   kernels.PrepareLinearWeight(value->View(), rows));
+  // The copy counts against the store's budget for as long as it lives: the weight's own size
+  // while it is made (the packed layout is about that size), then what it really holds. Where the
+  // budget has no room, the run reads the weight as it is.
+  const std::string what = absl::StrCat("a prepared copy of parameter ", i, " (\"",
+                                        program_.program.parameters[i].fqn, "\")");
+  struct Held {
+    std::shared_ptr<const kernels::PreparedWeight> weight;
+    std::unique_ptr<ShardStore::Charge> charge, extra;
+  };
+  auto held = std::make_shared<Held>();
+  absl::StatusOr<std::unique_ptr<ShardStore::Charge>> charge =
+      store.ChargeOutside(static_cast<int64_t>(value->nbytes()), what);
+  if (absl::IsResourceExhausted(charge.status())) return nullptr;
+  RETURN_IF_ERROR(charge.status());
+  held->charge = *std::move(charge);
+  ASSIGN_OR_RETURN(held->weight, kernels.PrepareLinearWeight(value->View(), rows));
+  if (held->weight == nullptr) return nullptr;
+  if (const int64_t more = held->weight->nbytes() - held->charge->bytes(); more > 0) {
+    absl::StatusOr<std::unique_ptr<ShardStore::Charge>> extra = store.ChargeOutside(more, what);
+    if (absl::IsResourceExhausted(extra.status())) return nullptr;
+    RETURN_IF_ERROR(extra.status());
+    held->extra = *std::move(extra);
+  }
+  // The copy, keeping its charges alive with it.
+  std::shared_ptr<const kernels::PreparedWeight> weight(held, held->weight.get());
   absl::MutexLock lock(&prepared_mu_);
   prepared_[i] = Prepared{value, weight};
   return weight;
@@ -404,7 +430,8 @@ absl::StatusOr<ProgramRunResult> ProgramRunner::Run(
   }
   ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const kernels::DeviceTensor>> parameters,
                    FetchParameters(store));
-  RunState state{kernels, dim_groups, training.has_value(), {}, std::move(parameters), nullptr, {}};
+  RunState state{kernels, store, dim_groups, training.has_value(), {}, std::move(parameters),
+                 nullptr, {}};
   state.buffers.resize(p.num_buffers);
   ASSIGN_OR_RETURN(state.buffers[0], kernels.Upload(input));
   const int forward = static_cast<int>(p.forward.size());

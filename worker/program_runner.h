@@ -50,9 +50,11 @@ struct ProgramRunResult {
 //
 // A forward-only run reads each Linear weight that is a parameter through the kernels' prepared
 // copy of it (KernelBackend::PrepareLinearWeight: oneDNN's packed layout on the CPU), made at the
-// first such run and kept, outside the store's budget, until a forward finds another value: it
-// is used only while the store holds the very value it was made from. The store never writes a
-// tensor in place (SGD, a load, a redistribute store a new one), so a new value makes a new copy.
+// first such run and kept until a forward finds another value: it is used only while the store
+// holds the very value it was made from. Each copy is charged to the store's budget while it lives
+// (ShardStore::ChargeOutside); where the budget has no room for one, the forward reads the weight
+// as it is. The store never writes a tensor in place (SGD, a load, a redistribute store a new
+// one), so a new value makes a new copy.
 class ProgramRunner {
  public:
   // Installs `program` for the rank at `coordinate` of `mesh`. INVALID_ARGUMENT if it does not
@@ -112,9 +114,10 @@ class ProgramRunner {
   const WorkerProgram program_;
   const DeviceMesh mesh_;
   // The prepared copy of parameter `i`: the kept one when it was made from `value` (the stored
-  // value the run reads), else one made now for `rows` rows; null where the kernels prepare none.
+  // value the run reads), else one made now for `rows` rows and charged to `store`'s budget; null
+  // where the kernels prepare none or the budget has no room for it.
   absl::StatusOr<std::shared_ptr<const kernels::PreparedWeight>> PreparedParameter(
-      kernels::KernelBackend& kernels, int i,
+      kernels::KernelBackend& kernels, ShardStore& store, int i,
       const std::shared_ptr<const kernels::DeviceTensor>& value, int64_t rows) const;
 
   // A prepared copy of a parameter and the stored value it was made from (held weakly: a new

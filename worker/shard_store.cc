@@ -13,12 +13,29 @@ absl::Status ShardStore::Reserve(int64_t bytes, const std::string& replacing) co
   if (auto it = tensors_.find(replacing); !replacing.empty() && it != tensors_.end()) {
     freed = static_cast<int64_t>(it->second->nbytes());
   }
-  if (used_ - freed + bytes > budget_) {
+  const int64_t in_use = used_ + outside_->load();
+  if (in_use - freed + bytes > budget_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("holding ", bytes, " more bytes would pass the worker's memory budget of ",
-                     budget_, " bytes (", used_, " in use)"));
+                     budget_, " bytes (", in_use, " in use)"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ShardStore::Charge>> ShardStore::ChargeOutside(
+    int64_t bytes, absl::string_view what) {
+  if (bytes < 0) {
+    return absl::InternalError(absl::StrCat("a charge of ", bytes, " bytes for ", what));
+  }
+  absl::MutexLock lock(&mu_);
+  const int64_t in_use = used_ + outside_->load();
+  if (bytes > budget_ - in_use) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " of ", bytes, " bytes would pass the worker's memory budget of ",
+                     budget_, " bytes (", in_use, " in use)"));
+  }
+  outside_->fetch_add(bytes);
+  return std::unique_ptr<Charge>(new Charge(outside_, bytes));
 }
 
 absl::Status ShardStore::Put(const std::string& name, kernels::DeviceTensor tensor) {
@@ -103,7 +120,7 @@ void ShardStore::Clear() {
 
 int64_t ShardStore::used_bytes() const {
   absl::MutexLock lock(&mu_);
-  return used_;
+  return used_ + outside_->load();
 }
 
 std::vector<std::string> ShardStore::Names() const {

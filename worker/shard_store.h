@@ -1,6 +1,7 @@
 #ifndef TESSERA_WORKER_SHARD_STORE_H_
 #define TESSERA_WORKER_SHARD_STORE_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -22,6 +23,23 @@ namespace tessera {
 // caches of a stored value (ProgramRunner's prepared weights) rely on.
 class ShardStore {
  public:
+  // Bytes held on behalf of stored tensors outside them (a prepared copy of a weight), counted
+  // against the store's budget while the charge lives. It may outlive the store.
+  class Charge {
+   public:
+    ~Charge() { outside_->fetch_sub(bytes_); }
+    Charge(const Charge&) = delete;
+    Charge& operator=(const Charge&) = delete;
+    int64_t bytes() const { return bytes_; }
+
+   private:
+    friend class ShardStore;
+    Charge(std::shared_ptr<std::atomic<int64_t>> outside, int64_t bytes)
+        : outside_(std::move(outside)), bytes_(bytes) {}
+    std::shared_ptr<std::atomic<int64_t>> outside_;
+    int64_t bytes_;
+  };
+
   // `memory` must outlive the store.
   ShardStore(int64_t budget_bytes, kernels::MemorySpace& memory)
       : budget_(budget_bytes), memory_(memory) {}
@@ -49,7 +67,13 @@ class ShardStore {
                                                     size_t bytes);
   void Erase(const std::string& name);
   void Clear();
+  // `bytes` (>= 0) held outside the tensors, for `what`, from now until the charge is dropped;
+  // RESOURCE_EXHAUSTED naming `what` and the sizes, charging nothing, if the budget would pass.
+  absl::StatusOr<std::unique_ptr<Charge>> ChargeOutside(int64_t bytes, absl::string_view what);
+  // The bytes of the stored tensors and of the live charges.
   int64_t used_bytes() const;
+  // The live charges' part of used_bytes().
+  int64_t outside_bytes() const { return outside_->load(); }
   int64_t budget_bytes() const { return budget_; }
   // The names of the tensors it holds, ordered.
   std::vector<std::string> Names() const;
@@ -62,7 +86,10 @@ class ShardStore {
   mutable absl::Mutex mu_;
   // Mutable inside, so that TakeOrCopy can move a tensor out; readers get it as const.
   std::map<std::string, std::shared_ptr<kernels::DeviceTensor>> tensors_ ABSL_GUARDED_BY(mu_);
-  int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t used_ ABSL_GUARDED_BY(mu_) = 0;  // the tensors' bytes
+  // The live charges' bytes: added under mu_ (so that a check sees them), dropped by a charge
+  // without it.
+  const std::shared_ptr<std::atomic<int64_t>> outside_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace tessera

@@ -52,6 +52,7 @@ absl::Status OnednnError(absl::string_view what, int m, int n, int k, const dnnl
 
 // A weight [n, k] packed in the layout oneDNN's matmul picked for it.
 struct PackedLinearWeight : PreparedWeight {
+  int64_t nbytes() const override { return static_cast<int64_t>(weights.get_desc().get_size()); }
   int n = 0, k = 0;
   dnnl::memory weights;  // owns the packed copy
 };
