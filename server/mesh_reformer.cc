@@ -45,6 +45,12 @@ void MeshReformer::OnBroken(const WorkerHandle& worker, const v1::BrokenCommunic
   if (next.has_value()) Reform(*mesh, *next);
 }
 
+void MeshReformer::FormAgain(const std::shared_ptr<Mesh>& mesh, const absl::Status& why) {
+  const std::optional<int64_t> next =
+      mesh->comms.Broke(mesh->comms.generation(), std::string(why.message()));
+  if (next.has_value()) Reform(mesh, *next);
+}
+
 void MeshReformer::Reform(const std::shared_ptr<Mesh>& mesh, int64_t generation) {
   absl::StatusOr<std::vector<WorkerHandle>> workers = meshes_->Workers(*mesh);
   if (!workers.ok() || !meshes_->FindById(mesh->id).ok()) {

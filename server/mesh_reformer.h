@@ -31,6 +31,11 @@ class MeshReformer {
   absl::Status SetUp(const Mesh& mesh);
   // A worker reported a communicator broken: re-forms its mesh unless that is under way already.
   void OnBroken(const WorkerHandle& worker, const v1::BrokenCommunicator& broken);
+  // SetUp of `mesh` (a mesh taking restarted workers back, or one recovered after a coordinator
+  // restart) failed for `why` while the mesh is in use: forms it again as a broken generation is
+  // re-formed, up to MeshCommunicators::kMaxAttempts, its Health UNAVAILABLE meanwhile. Commands
+  // posted after this call run on the new generation.
+  void FormAgain(const std::shared_ptr<Mesh>& mesh, const absl::Status& why);
 
   // The rendezvous prefix under which every generation of `mesh`'s communicators meets.
   static std::string StorePrefix(const Mesh& mesh);

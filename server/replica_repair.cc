@@ -118,9 +118,12 @@ absl::Status ReplicaRepair::Rejoin(Mesh& old) {
                             ? " registered again after the coordinator restarted"
                             : " restarted and came back without its shards");
   };
-  // Communicators first: the repairs posted below broadcast over them.
+  // Communicators first: the repairs posted below broadcast over them. A set-up that fails with
+  // every worker alive (one busy past the connect timeout) is tried again, before the repairs.
   if (absl::Status s = reformer_->SetUp(*mesh); !s.ok()) {
-    spdlog::error("mesh '{}': communicators did not form again: {}", mesh->name, s.ToString());
+    spdlog::warn("mesh '{}': communicators did not form again ({}); forming them again", mesh->name,
+                 s.ToString());
+    reformer_->FormAgain(mesh, s);
   }
   tensors_->Rehome(
       old, mesh,

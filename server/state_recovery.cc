@@ -147,8 +147,10 @@ absl::Status StateRecovery::RestoreMesh(const v1::CreateMeshRequest& record) {
   RETURN_IF_ERROR(meshes_->Add(mesh));
   if (all_back) {
     if (absl::Status s = reformer_->SetUp(*mesh); !s.ok()) {
-      spdlog::error("mesh '{}' recovered but its communicators did not form: {}", record.name(),
-                    s.ToString());
+      spdlog::warn(
+          "mesh '{}' recovered but its communicators did not form ({}); forming them again",
+          record.name(), s.ToString());
+      reformer_->FormAgain(mesh, s);
     }
   }
   for (const auto& [name, tensor] : tensors_recorded_) {

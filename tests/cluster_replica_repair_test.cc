@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -470,6 +471,68 @@ INSTANTIATE_TEST_SUITE_P(Cluster, DeleteDuringRepairTest,
                            }
                            return std::string();
                          });
+
+// The rejoin's set-up fails with every worker alive: the survivor is busy with a long product on
+// another mesh past the connect timeout, so the restarted worker gives up waiting for it. The
+// coordinator forms the communicators again before the repairs run (not the repairs on a mesh
+// without communicators, which would lose the tensors), and the replicated tensor reads back.
+TEST(ReplicaRepairBusyTest, ASetUpThatFailsIsFormedAgainBeforeTheRepairs) {
+  constexpr int kRestarted = 0;  // LocalCluster's index; the other worker is the busy one
+  TestCluster fixture;
+  LocalClusterOptions options = TestClusterOptions(2);
+  options.dead_after = absl::Seconds(10);  // the busy worker counts alive throughout
+  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  const std::map<int64_t, int> index = IndexById(client, cluster);
+  ASSERT_EQ(index.size(), 2u);
+  int64_t restarted_id = -1, busy_id = -1;
+  for (const auto& [id, i] : index) (i == kRestarted ? restarted_id : busy_id) = id;
+  // The pair's connect timeout is 2 s; the busy worker's own mesh has all the time its product
+  // needs.
+  absl::StatusOr<client::MeshInfo> pair = client::InitDeviceMesh(
+      client, "cpu", {2}, {"tp"}, "pair",
+      {.worker_ids = {restarted_id, busy_id}, .collective_timeout = absl::Seconds(2)});
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  absl::StatusOr<client::MeshInfo> solo =
+      client::InitDeviceMesh(client, "cpu", {1}, {"x"}, "solo",
+                             {.worker_ids = {busy_id}, .collective_timeout = absl::Seconds(120)});
+  ASSERT_TRUE(solo.ok()) << solo.status();
+  const HostTensor values = SmallIntegerTensor(DType::kFloat32, {8, 6}, 3);
+  client::DistributeOptions named;
+  named.name = "kept";
+  absl::StatusOr<DTensor> kept =
+      client::DistributeTensor(client, values, *pair, {Placement::Replicate()}, named);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(kept->FullTensor().ok());
+  ASSERT_TRUE(AllWritten(client, "pair"));
+
+  // ~0.7 TFLOP on the busy worker's one thread: seconds, however fast the machine.
+  absl::StatusOr<DTensor> big = client::Ones(client, *solo, {7168, 7168}, {Placement::Replicate()});
+  ASSERT_TRUE(big.ok()) << big.status();
+  const absl::Time busy_from = absl::Now();
+  absl::StatusOr<DTensor> product = client::Matmul(*big, *big);
+  ASSERT_TRUE(product.ok()) << product.status();
+  ASSERT_TRUE(cluster.KillWorker(kRestarted).ok());
+  ASSERT_TRUE(cluster.RestartWorker(kRestarted).ok()) << fixture.LogHint();
+
+  absl::StatusOr<HostTensor> got = ReadOnceBack(*kept);
+  ASSERT_TRUE(got.ok()) << got.status() << fixture.LogHint();
+  EXPECT_TRUE(TensorsMatch(*got, values));
+  // The product ran all along (it is what kept the worker busy), and is right.
+  absl::StatusOr<HostTensor> corner = product->FullTensor();
+  ASSERT_TRUE(corner.ok()) << corner.status();
+  EXPECT_EQ(corner->data_as<float>()[0], 7168.0f);
+  std::printf("the busy worker's product and the rejoin took %.1f s\n",
+              absl::ToDoubleSeconds(absl::Now() - busy_from));
+  // The pair runs again: an op over both workers.
+  absl::StatusOr<DTensor> sum = client::Add(*kept, *kept);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  absl::StatusOr<HostTensor> sum_full = sum->FullTensor();
+  ASSERT_TRUE(sum_full.ok()) << sum_full.status();
+  EXPECT_TRUE(TensorsMatch(*sum_full, Doubled(values)));
+  fixture.Stop();
+}
 
 INSTANTIATE_TEST_SUITE_P(Cluster, ReplicaRepairTest,
                          ::testing::Values(DType::kFloat32, DType::kInt32, DType::kFloat64),
