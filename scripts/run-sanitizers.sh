@@ -33,15 +33,32 @@ if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 supp="$PWD/scripts/sanitizers"
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:strict_string_checks=1"
-export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
-# Sanitized binaries run several times slower; the collective and RPC timeouts stay as they are.
 build=build/asan
+# Every sanitized process writes its reports to a file of its own under $reports (the daemons the
+# cluster tests start too, whose stderr goes to logs a passing test deletes, and whose leaks are
+# found only as they exit): any report there fails the run, whatever ctest says.
+reports="$PWD/$build/sanitizer-reports"
+rm -rf "$reports" && mkdir -p "$reports"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:strict_string_checks=1:log_path=$reports/asan"
+export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp:log_path=$reports/ubsan"
+# Sanitized binaries run several times slower; the collective and RPC timeouts stay as they are.
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
   -DTESSERA_SANITIZE=address -DTESSERA_CUDA=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)"
 args=(--test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 1800 -LE fuzz)
 if [ -n "$filter" ]; then args+=(-R "$filter"); fi
 echo "run-sanitizers: address: ctest ${filter:+-R $filter}"
-ctest "${args[@]}"
+status=0
+ctest "${args[@]}" || status=$?
+found=("$reports"/*)
+if [ -e "${found[0]}" ]; then
+  echo "run-sanitizers: ${#found[@]} report file(s) in $reports:" >&2
+  for f in "${found[@]}"; do
+    echo "== $f" >&2
+    head -40 "$f" >&2
+  done
+  exit 1
+fi
+echo "run-sanitizers: no sanitizer report from any process"
+exit "$status"

@@ -3,7 +3,8 @@
 # public headers carry no gRPC or generated types, builds tests/install_consumer against the prefix
 # alone (find_package(Tessera), tessera::client), and runs it offline and against the installed
 # `tessera up`.
-# usage: install_consumer_test.sh BUILD_DIR CONSUMER_SOURCE WORKDIR GENERATOR CXX [LAUNCHER]
+# usage: install_consumer_test.sh BUILD_DIR CONSUMER_SOURCE WORKDIR GENERATOR CXX [LAUNCHER [FLAGS]]
+#   FLAGS: compile and link flags the consumer needs too (a sanitized build's -fsanitize=...).
 set -euo pipefail
 build="$1"
 source="$2"
@@ -11,6 +12,7 @@ work="$3"
 generator="$4"
 cxx="$5"
 launcher="${6:-}"
+flags="${7:-}"
 rm -rf "${work}" && mkdir -p "${work}"
 prefix="${work}/prefix"
 
@@ -25,6 +27,7 @@ fi
 
 cmake -S "${source}" -B "${work}/build" -G "${generator}" -DCMAKE_CXX_COMPILER="${cxx}" \
   -DCMAKE_CXX_COMPILER_LAUNCHER="${launcher}" -DCMAKE_PREFIX_PATH="${prefix}" \
+  -DCMAKE_CXX_FLAGS="${flags}" -DCMAKE_EXE_LINKER_FLAGS="${flags}" \
   -DCMAKE_BUILD_TYPE=Release > "${work}/configure.log"
 cmake --build "${work}/build" > "${work}/build.log"
 consumer="${work}/build/tessera_consumer"
