@@ -275,20 +275,27 @@ void DTensorTable::DoneRecovering(const std::string& name) {
 }
 
 absl::Status DTensorTable::Restore(const v1::TensorInfo& record, std::shared_ptr<Mesh> mesh,
-                                   const absl::Status& lost) {
+                                   const absl::Status& lost,
+                                   const std::optional<v1::Command>& repair) {
   ASSIGN_OR_RETURN(DTensorSpec spec, FromProto(record.meta()));
   auto tensor = std::make_shared<DTensorEntry>(std::move(mesh), std::move(spec), record.owner());
   tensor->name = record.name();
-  tensor->write->status = lost;
-  tensor->write->done.Notify();
-  absl::MutexLock lock(&mu_);
-  if (tensors_.contains(tensor->name)) {
-    return absl::AlreadyExistsError(absl::StrCat("a tensor named '", tensor->name, "' exists"));
+  const bool repairing = repair.has_value() && lost.ok();
+  if (!repairing) {
+    tensor->write->status = lost;
+    tensor->write->done.Notify();
   }
-  // Shards the workers hold already: counted even past a budget lowered since.
-  ledger_->Hold(Holdings(*tensor->mesh, tensor->name, tensor->spec), "a recovered tensor")
-      .IgnoreError();
-  tensors_[tensor->name] = tensor;
+  {
+    absl::MutexLock lock(&mu_);
+    if (tensors_.contains(tensor->name)) {
+      return absl::AlreadyExistsError(absl::StrCat("a tensor named '", tensor->name, "' exists"));
+    }
+    // Shards the workers hold already: counted even past a budget lowered since.
+    ledger_->Hold(Holdings(*tensor->mesh, tensor->name, tensor->spec), "a recovered tensor")
+        .IgnoreError();
+    tensors_[tensor->name] = tensor;
+  }
+  if (repairing) return PostWrite(*tensor, *repair);
   return absl::OkStatus();
 }
 

@@ -92,9 +92,12 @@ class DTensorTable : public MeshUser {
   // counts as done, and erases the record when the tensor is freed. Call before serving.
   void RecordIn(StateStore* store) { store_ = store; }
   // Enters a tensor recovered from the store after a coordinator restart, written already; its
-  // uses fail with `lost` (DATA_LOSS) unless that is OK.
+  // uses fail with `lost` (DATA_LOSS) unless that is OK. With `repair` (and `lost` OK), a command
+  // that gives a worker that came back without its shard the block from a replica: posted as the
+  // tensor's write, which its uses wait for.
   absl::Status Restore(const v1::TensorInfo& record, std::shared_ptr<Mesh> mesh,
-                       const absl::Status& lost);
+                       const absl::Status& lost,
+                       const std::optional<v1::Command>& repair = std::nullopt);
   // Moves every tensor of `old` onto `mesh` (the same ranks, re-formed after a worker came back):
   // each gets an entry of the same name, spec and owner whose write is done with
   // `repair(old entry, new entry)` unless that returns nullopt (then `repair` has posted the write

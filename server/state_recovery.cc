@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
+#include "server/replica_repair.h"
 #include "server/worker_loss.h"
 #include "spdlog/spdlog.h"
 
@@ -157,20 +158,38 @@ absl::Status StateRecovery::RestoreMesh(const v1::CreateMeshRequest& record) {
     if (tensor.mesh() != record.name()) continue;
     absl::StatusOr<DTensorSpec> spec = FromProto(tensor.meta());
     absl::Status lost = spec.status();
+    std::optional<v1::Command> repair;
     if (spec.ok()) {
       // A worker that came back without its shard lost it (it restarted during the outage).
       const std::string held_name = DTensorTable::WorkerName(name);
+      std::vector<int64_t> without;  // the positions whose worker came back without it
       lost = TensorLoss(name, *spec, ids, [&](int64_t p) -> absl::Status {
         std::optional<std::set<std::string>> held = registry_->HeldWhenRecovered(ids[p]);
         if (!held.has_value() || held->contains(held_name)) return absl::OkStatus();
+        without.push_back(p);
         return absl::UnavailableError(absl::StrCat("worker ", ids[p],
                                                    " came back from the coordinator's restart "
                                                    "without its shard"));
       });
-      if (lost.code() == absl::StatusCode::kUnavailable) lost = absl::OkStatus();
+      if (lost.code() == absl::StatusCode::kUnavailable) {
+        // Every block it lacks has a replica: copied back from one, as a rejoin repairs, once the
+        // mesh runs (else its uses wait for the mesh and answer UNAVAILABLE).
+        lost = absl::OkStatus();
+        std::optional<v1::SpreadTensor> spread = ReplicaRepair::RepairCommand(*spec, without);
+        if (!spread.has_value()) {
+          lost = absl::DataLossError(absl::StrCat(
+              "tensor '", name, "' could not be repaired from its replicas after worker ",
+              ids[without.front()], " came back from the coordinator's restart without its shard"));
+        } else if (all_back) {
+          repair.emplace();
+          *repair->mutable_spread_tensor() = *std::move(spread);
+          repair->mutable_spread_tensor()->set_mesh_id(mesh->id);
+          repair->mutable_spread_tensor()->set_tensor(held_name);
+        }
+      }
     }
     if (auto cut = cut_short_.find(name); cut != cut_short_.end() && lost.ok()) lost = cut->second;
-    if (absl::Status s = tensors_->Restore(tensor, mesh, lost); !s.ok()) {
+    if (absl::Status s = tensors_->Restore(tensor, mesh, lost, repair); !s.ok()) {
       spdlog::error("tensor '{}' was not recovered: {}", name, s.ToString());
     }
   }

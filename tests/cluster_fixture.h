@@ -99,6 +99,27 @@ auto RetryUnavailable(F call, absl::Duration wait = absl::Seconds(30)) {
   return result;
 }
 
+// Waits until every tensor of `mesh` (every mesh where empty) is written on every rank, up to 30 s:
+// a read may answer sooner, from one replica, and a Replicate distribute returns once its
+// broadcast is posted. A write still running when a worker or the coordinator dies fails the
+// tensor, or leaves it unrecorded.
+inline ::testing::AssertionResult AllWritten(client::Session& client,
+                                             const std::string& mesh = "") {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (true) {
+    absl::StatusOr<std::vector<client::DTensorInfo>> listed = client.ListTensors(mesh);
+    if (!listed.ok()) return ::testing::AssertionFailure() << listed.status();
+    const auto pending = std::find_if(listed->begin(), listed->end(), [](const auto& t) {
+      return t.state != client::TensorState::kReady;
+    });
+    if (pending == listed->end()) return ::testing::AssertionSuccess();
+    if (absl::Now() > deadline) {
+      return ::testing::AssertionFailure() << "tensor '" << pending->name << "' is not written";
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
 // Success iff dtype and shape are equal and every element pair differs by at most
 // `absolute_tolerance` + `relative_tolerance` times the larger magnitude of the pair (torch's
 // assert_close rule; both 0: bit for bit); otherwise names the first element that differs.

@@ -130,7 +130,18 @@ TEST(ClusterRecovery, CoordinatorKilledAndRestartedKeepsMeshesAndTensors) {
   absl::StatusOr<DTensor> will_be_emptied = client::DistributeTensor(
       *user, SmallIntegerTensor(DType::kFloat32, {6, 3}, 98), *reborn, {P::Shard(0)}, lost_name);
   ASSERT_TRUE(will_be_emptied.ok()) << will_be_emptied.status();
+  // Replicated on the reborn worker and worker 0: copied back to the reborn worker from worker 0.
+  const HostTensor regrown_values = SmallIntegerTensor(DType::kFloat32, {6, 3}, 97);
+  lost_name.name = "regrown";
+  absl::StatusOr<DTensor> will_be_regrown =
+      client::DistributeTensor(*user, regrown_values, *reborn, {P::Replicate()}, lost_name);
+  ASSERT_TRUE(will_be_regrown.ok()) << will_be_regrown.status();
+  ASSERT_TRUE(will_be_regrown->FullTensor().ok());
 
+  // Every write done, so recorded: a Replicate distribute returns once its broadcast is posted,
+  // and a tensor whose first write is still running when the coordinator dies is not recorded
+  // (docs/recovery.md).
+  ASSERT_TRUE(testing::AllWritten(admin));
   const std::string address = local.address();
   ASSERT_TRUE(local.KillCoordinator().ok());
   ASSERT_TRUE(local.KillWorker(doomed_index).ok());
@@ -184,11 +195,30 @@ TEST(ClusterRecovery, CoordinatorKilledAndRestartedKeepsMeshesAndTensors) {
     EXPECT_EQ(lost_status.code(), absl::StatusCode::kDataLoss) << name << ": " << lost_status;
     EXPECT_NE(lost_status.message().find(name), std::string::npos) << lost_status;
   }
+  // The replicated tensor on the reborn worker's mesh: repaired, read from the reborn worker (the
+  // mesh's rank 0) and used in an op over both.
+  {
+    absl::StatusOr<DTensor> regrown =
+        RetryUnavailable([&] { return client::GetTensor(*user, "regrown"); }, absl::Seconds(30));
+    ASSERT_TRUE(regrown.ok()) << regrown.status();
+    absl::StatusOr<HostTensor> back =
+        RetryUnavailable([&] { return regrown->FullTensor(); }, absl::Seconds(10));
+    ASSERT_TRUE(back.ok()) << back.status() << cluster.LogHint();
+    EXPECT_TRUE(TensorsMatch(*back, regrown_values));
+    absl::StatusOr<DTensor> doubled = client::Add(*regrown, *regrown);
+    ASSERT_TRUE(doubled.ok()) << doubled.status();
+    absl::StatusOr<HostTensor> got = doubled->FullTensor();
+    ASSERT_TRUE(got.ok()) << got.status() << cluster.LogHint();
+    HostTensor want = regrown_values.Clone();
+    for (int64_t i = 0; i < want.num_elements(); ++i) want.data_as<float>()[i] *= 2;
+    EXPECT_TRUE(TensorsMatch(*got, want));
+  }
   EXPECT_EQ(client::GetTensor(*user, "t0")->placements(), uploaded[0].placements)
       << "the redistribute to a new tensor changed its source";
   held.clear();
   will_be_lost = absl::CancelledError();
   will_be_emptied = absl::CancelledError();
+  will_be_regrown = absl::CancelledError();
   user.reset();
   cluster.Stop();
 }

@@ -34,6 +34,7 @@ namespace {
 
 using ::tessera::client::DTensor;
 using ::tessera::client::Session;
+using ::tessera::testing::AllWritten;
 using ::tessera::testing::RetryUnavailable;
 using ::tessera::testing::StatusIs;
 using ::tessera::testing::TensorsMatch;
@@ -70,24 +71,6 @@ absl::StatusOr<HostTensor> ReadOnceBack(const DTensor& t) {
     got = t.FullTensor();
   }
   return got;
-}
-
-// Waits until every tensor of `mesh` is written on every rank (a read may answer sooner, from one
-// replica): a write still running when a worker dies fails the tensor, which nothing repairs.
-::testing::AssertionResult AllWritten(Session& client, const std::string& mesh) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (true) {
-    absl::StatusOr<std::vector<client::DTensorInfo>> listed = client.ListTensors(mesh);
-    if (!listed.ok()) return ::testing::AssertionFailure() << listed.status();
-    const auto pending = std::find_if(listed->begin(), listed->end(), [](const auto& t) {
-      return t.state != client::TensorState::kReady;
-    });
-    if (pending == listed->end()) return ::testing::AssertionSuccess();
-    if (absl::Now() > deadline) {
-      return ::testing::AssertionFailure() << "tensor '" << pending->name << "' is not written";
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
 }
 
 // Distributes one small-integer tensor "t<i>" for each layout of kLayouts (only those with
