@@ -107,6 +107,12 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Find(const std::stri
   return it->second;
 }
 
+std::shared_ptr<DTensorEntry> DTensorTable::Entry(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : it->second;
+}
+
 absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Usable(const std::string& name) const {
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t, Find(name));
   if (absl::Status health = meshes_->Health(*t->mesh); !health.ok()) return Explain(*t, health);
@@ -401,10 +407,12 @@ absl::Status DTensorTable::PostWrite(const DTensorEntry& tensor, const v1::Comma
   // queued, and the write completes when it is durable (many writes share one commit).
   auto record = [this, name = tensor.name,
                  write = tensor.write](std::function<void(absl::Status)> done) {
-    absl::StatusOr<std::shared_ptr<DTensorEntry>> t = Find(name);
-    if (t.ok() && (*t)->write == write) {
-      absl::MutexLock lock(&(*t)->post_mu);
-      if (PersistAsync(**t, done)) return;
+    // A tensor still hidden (its direct upload waits for this write before revealing it) is
+    // recorded too.
+    std::shared_ptr<DTensorEntry> t = Entry(name);
+    if (t != nullptr && t->write == write) {
+      absl::MutexLock lock(&t->post_mu);
+      if (PersistAsync(*t, done)) return;
     }
     done(absl::OkStatus());  // freed or relaid since, or nothing to record
   };

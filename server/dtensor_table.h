@@ -199,6 +199,8 @@ class DTensorTable : public MeshUser {
   mutable absl::Mutex mu_;
   std::set<std::string> recovering_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> hidden_ ABSL_GUARDED_BY(mu_);  // added hidden, not yet revealed
+  // The named entry, hidden or not; null if none.
+  std::shared_ptr<DTensorEntry> Entry(const std::string& name) const;
   std::map<std::string, std::shared_ptr<DTensorEntry>> tensors_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };

@@ -138,9 +138,9 @@ TEST(ClusterRecovery, CoordinatorKilledAndRestartedKeepsMeshesAndTensors) {
   ASSERT_TRUE(will_be_regrown.ok()) << will_be_regrown.status();
   ASSERT_TRUE(will_be_regrown->FullTensor().ok());
 
-  // Every write done, so recorded: a Replicate distribute returns once its broadcast is posted,
-  // and a tensor whose first write is still running when the coordinator dies is not recorded
-  // (docs/recovery.md).
+  // Every write done, so recorded: a Replicate distribute returns once its broadcast is posted
+  // (`tessera tensor put --async` shows it pending), and a tensor whose first write is still
+  // running when the coordinator dies is not recorded (docs/recovery.md).
   ASSERT_TRUE(testing::AllWritten(admin));
   const std::string address = local.address();
   ASSERT_TRUE(local.KillCoordinator().ok());
