@@ -61,6 +61,15 @@ HostTensor Doubled(const HostTensor& t) {
   return out;
 }
 
+// `t` + `t` on its mesh (an op over every rank) reads back as `values` doubled.
+::testing::AssertionResult AddsUp(const DTensor& t, const HostTensor& values) {
+  absl::StatusOr<DTensor> sum = client::Add(t, t);
+  if (!sum.ok()) return ::testing::AssertionFailure() << "add: " << sum.status();
+  absl::StatusOr<HostTensor> sum_full = sum->FullTensor();
+  if (!sum_full.ok()) return ::testing::AssertionFailure() << "read: " << sum_full.status();
+  return TensorsMatch(*sum_full, Doubled(values));
+}
+
 // Reads `t` until its mesh took the worker back (UNAVAILABLE until then), up to 30 s.
 absl::StatusOr<HostTensor> ReadOnceBack(const DTensor& t) {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -165,11 +174,7 @@ TEST_P(ReplicaRepairTest, ReplicasRepairedOthersLost) {
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_TRUE(TensorsMatch(*got, want[t.name()]));
       // An op on the mesh, and a redistribute whose collectives run through the worker.
-      absl::StatusOr<DTensor> sum = client::Add(t, t);
-      ASSERT_TRUE(sum.ok()) << sum.status();
-      absl::StatusOr<HostTensor> sum_full = sum->FullTensor();
-      ASSERT_TRUE(sum_full.ok()) << sum_full.status();
-      EXPECT_TRUE(TensorsMatch(*sum_full, Doubled(want[t.name()])));
+      EXPECT_TRUE(AddsUp(t, want[t.name()]));
       absl::StatusOr<DTensor> gathered =
           t.Redistribute({Placement::Replicate(), Placement::Replicate()});
       ASSERT_TRUE(gathered.ok()) << gathered.status();
@@ -299,11 +304,7 @@ TEST(ReplicaRepairPodTest, WorkersThatDiedTogetherAreTakenBackTogether) {
     EXPECT_TRUE(TensorsMatch(*got, want[t.name()])) << t.name();
   }
   // The mesh runs again: an op over both restarted workers.
-  absl::StatusOr<DTensor> sum = client::Add(tensors[1], tensors[1]);
-  ASSERT_TRUE(sum.ok()) << sum.status();
-  absl::StatusOr<HostTensor> sum_full = sum->FullTensor();
-  ASSERT_TRUE(sum_full.ok()) << sum_full.status();
-  EXPECT_TRUE(TensorsMatch(*sum_full, Doubled(want["t1"])));
+  EXPECT_TRUE(AddsUp(tensors[1], want["t1"]));
   tensors.clear();
   fixture.Stop();
 }
@@ -509,11 +510,7 @@ TEST(ReplicaRepairBusyTest, ASetUpThatFailsIsFormedAgainBeforeTheRepairs) {
   std::printf("the busy worker's product and the rejoin took %.1f s\n",
               absl::ToDoubleSeconds(absl::Now() - busy_from));
   // The pair runs again: an op over both workers.
-  absl::StatusOr<DTensor> sum = client::Add(*kept, *kept);
-  ASSERT_TRUE(sum.ok()) << sum.status();
-  absl::StatusOr<HostTensor> sum_full = sum->FullTensor();
-  ASSERT_TRUE(sum_full.ok()) << sum_full.status();
-  EXPECT_TRUE(TensorsMatch(*sum_full, Doubled(values)));
+  EXPECT_TRUE(AddsUp(*kept, values));
   fixture.Stop();
 }
 
