@@ -61,6 +61,15 @@ HostTensor Doubled(const HostTensor& t) {
   return out;
 }
 
+// Starts `fixture` with `options` and creates mesh "grid", 2x2 (dp, tp), over its workers.
+absl::StatusOr<client::MeshInfo> StartWithGrid(TestCluster& fixture,
+                                               const LocalClusterOptions& options) {
+  if (absl::Status s = fixture.Start(options); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(s.message(), fixture.LogHint()));
+  }
+  return client::InitDeviceMesh(*fixture.client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
+}
+
 // `t` + `t` on its mesh (an op over every rank) reads back as `values` doubled.
 ::testing::AssertionResult AddsUp(const DTensor& t, const HostTensor& values) {
   absl::StatusOr<DTensor> sum = client::Add(t, t);
@@ -129,12 +138,10 @@ class ReplicaRepairTest : public ::testing::TestWithParam<DType> {};
 TEST_P(ReplicaRepairTest, ReplicasRepairedOthersLost) {
   const DType dtype = GetParam();
   TestCluster fixture;
-  ASSERT_TRUE(fixture.Start(TestClusterOptions(kWorkers)).ok()) << fixture.LogHint();
+  absl::StatusOr<client::MeshInfo> mesh = StartWithGrid(fixture, TestClusterOptions(kWorkers));
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
   LocalCluster& cluster = *fixture.cluster;
   Session& client = *fixture.client;
-  absl::StatusOr<client::MeshInfo> mesh =
-      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
-  ASSERT_TRUE(mesh.ok()) << mesh.status();
   absl::StatusOr<std::vector<client::WorkerInfo>> workers = client.ListWorkers();
   ASSERT_TRUE(workers.ok()) << workers.status();
   int64_t victim_id = -1;
@@ -212,12 +219,10 @@ TEST(ReplicaRepairRestartTest, RepairedTensorsSurviveACoordinatorRestart) {
   options.heartbeat_interval = LocalClusterOptions().heartbeat_interval;
   options.dead_after = LocalClusterOptions().dead_after;
   options.recovery_wait = LocalClusterOptions().recovery_wait;
-  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  absl::StatusOr<client::MeshInfo> mesh = StartWithGrid(fixture, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
   LocalCluster& cluster = *fixture.cluster;
   Session& client = *fixture.client;
-  absl::StatusOr<client::MeshInfo> mesh =
-      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
-  ASSERT_TRUE(mesh.ok()) << mesh.status();
   std::map<std::string, HostTensor> want;
   absl::StatusOr<std::vector<DTensor>> distributed =
       DistributeLayouts(client, *mesh, DType::kFloat32, /*replicated_only=*/true, want);
@@ -265,12 +270,10 @@ TEST(ReplicaRepairPodTest, WorkersThatDiedTogetherAreTakenBackTogether) {
   LocalClusterOptions options = TestClusterOptions(kWorkers);
   // The second worker's predecessor counts alive throughout.
   options.dead_after = absl::Seconds(10);
-  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  absl::StatusOr<client::MeshInfo> mesh = StartWithGrid(fixture, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
   LocalCluster& cluster = *fixture.cluster;
   Session& client = *fixture.client;
-  absl::StatusOr<client::MeshInfo> mesh =
-      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
-  ASSERT_TRUE(mesh.ok()) << mesh.status();
   const std::map<int64_t, int> index = IndexById(client, cluster);
   ASSERT_EQ(index.size(), size_t{kWorkers});
   // The mesh's ranks at (1, 0) and (1, 1).
@@ -317,12 +320,10 @@ TEST(ReplicaRepairRestartTest, WorkerBackAfterTheRecoveryWaitKeepsItsShards) {
   LocalClusterOptions options = TestClusterOptions(kWorkers);
   options.keep_state = true;
   options.recovery_wait = absl::Seconds(2);
-  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  absl::StatusOr<client::MeshInfo> mesh = StartWithGrid(fixture, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
   LocalCluster& cluster = *fixture.cluster;
   Session& client = *fixture.client;
-  absl::StatusOr<client::MeshInfo> mesh =
-      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
-  ASSERT_TRUE(mesh.ok()) << mesh.status();
   std::map<std::string, HostTensor> want;
   absl::StatusOr<std::vector<DTensor>> held =  // a dropped handle frees its tensor
       DistributeLayouts(client, *mesh, DType::kFloat32, /*replicated_only=*/false, want);
@@ -357,12 +358,10 @@ TEST_P(DeleteDuringRepairTest, DeletedMeshStaysDeleted) {
   LocalClusterOptions options = TestClusterOptions(kWorkers);
   // The paused worker stays alive throughout.
   if (when == DeleteWhen::kDuringRejoin) options.dead_after = absl::Seconds(10);
-  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  absl::StatusOr<client::MeshInfo> mesh = StartWithGrid(fixture, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
   LocalCluster& cluster = *fixture.cluster;
   Session& client = *fixture.client;
-  absl::StatusOr<client::MeshInfo> mesh =
-      client::InitDeviceMesh(client, "cpu", {2, 2}, {"dp", "tp"}, "grid");
-  ASSERT_TRUE(mesh.ok()) << mesh.status();
   const HostTensor values = SmallIntegerTensor(DType::kFloat32, {8, 6}, 5);
   client::DistributeOptions named;
   named.name = "kept";
