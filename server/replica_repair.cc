@@ -59,26 +59,45 @@ bool ReplicaRepair::ReadyToRejoin(const Mesh& mesh) const {
 std::optional<v1::SpreadTensor> ReplicaRepair::RepairCommand(
     const DTensorSpec& spec, const std::vector<int64_t>& restarted) {
   if (HasPartial(spec)) return std::nullopt;
-  std::vector<std::vector<int64_t>> coords;
-  for (int64_t p : restarted) coords.push_back(spec.mesh.CoordinateOfIndex(p));
-  for (int m = 0; m < spec.mesh.ndim(); ++m) {
+  const DeviceMesh& mesh = spec.mesh;
+  std::vector<bool> is_restarted(static_cast<size_t>(mesh.size()), false);
+  for (int64_t p : restarted) is_restarted[static_cast<size_t>(p)] = true;
+  // Row-major position of a coordinate.
+  const auto position = [&](const std::vector<int64_t>& c) {
+    int64_t p = 0;
+    for (int d = 0; d < mesh.ndim(); ++d) p = p * mesh.size(d) + c[d];
+    return p;
+  };
+  for (int m = 0; m < mesh.ndim(); ++m) {
     if (!spec.placements[m].is_replicate()) continue;
-    for (int64_t source = 0; source < spec.mesh.size(m); ++source) {
-      // Each restarted rank's group along m receives from its rank at `source`, which must be
-      // live: not restarted itself.
-      bool fits = true;
-      for (const std::vector<int64_t>& c : coords) {
-        std::vector<int64_t> from = c;
-        from[m] = source;
-        for (const std::vector<int64_t>& other : coords) fits = fits && other != from;
+    // Each group along m (the positions that differ only in m) broadcasts from its first rank that
+    // was not restarted: every rank of a group along a Replicate dim holds the same block.
+    std::vector<int64_t> sources(static_cast<size_t>(mesh.size()), -1);
+    bool fits = true;
+    for (int64_t p = 0; p < mesh.size() && fits; ++p) {
+      if (sources[static_cast<size_t>(p)] >= 0) continue;
+      std::vector<int64_t> c = mesh.CoordinateOfIndex(p);
+      std::vector<int64_t> members;
+      int64_t source = -1;
+      for (int64_t i = 0; i < mesh.size(m); ++i) {
+        c[m] = i;
+        members.push_back(position(c));
+        if (source < 0 && !is_restarted[static_cast<size_t>(members.back())]) source = i;
       }
-      if (!fits) continue;
-      v1::SpreadTensor s;
-      *s.mutable_spec() = ToProto(spec);
-      for (int d = 0; d < spec.mesh.ndim(); ++d) s.add_source_coordinate(d == m ? source : 0);
-      s.add_broadcast_dims(m);
-      return s;
+      fits = source >= 0;
+      for (int64_t q : members) sources[static_cast<size_t>(q)] = source;
     }
+    if (!fits) continue;
+    v1::SpreadTensor s;
+    *s.mutable_spec() = ToProto(spec);
+    const bool one_source = std::all_of(sources.begin(), sources.end(),
+                                        [&](int64_t i) { return i == sources.front(); });
+    for (int d = 0; d < mesh.ndim(); ++d) {
+      s.add_source_coordinate(d == m && one_source ? sources.front() : 0);
+    }
+    if (!one_source) s.mutable_group_sources()->Assign(sources.begin(), sources.end());
+    s.add_broadcast_dims(m);
+    return s;
   }
   return std::nullopt;
 }

@@ -52,8 +52,10 @@ class ReplicaRepair {
   void Start();
 
   // The SpreadTensor that gives the ranks at mesh positions `restarted` of a tensor laid out as
-  // `spec` their blocks back from live replicas: a broadcast along one Replicate mesh dim from an
-  // index no restarted rank has on it. nullopt when no such dim exists (the caller reports a loss).
+  // `spec` their blocks back from live replicas: a broadcast along one Replicate mesh dim, each
+  // group along it from its first rank that was not restarted (groups may differ: two diagonal
+  // ranks of a 2x2 mesh). nullopt when no dim has a live rank in every group (the caller reports
+  // a loss).
   static std::optional<v1::SpreadTensor> RepairCommand(const DTensorSpec& spec,
                                                        const std::vector<int64_t>& restarted);
 

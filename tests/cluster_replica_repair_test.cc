@@ -6,8 +6,8 @@
 // worker, and ListTensors lists it failed with that error. A DeleteMesh before, during (a third
 // worker paused holds the rejoin) or after that rejoin deletes the mesh and its tensors for good:
 // no rejoin brings them back, and the name can be used again. Workers that died together come back
-// together, and a worker that registers again after a coordinator restart's recovery wait keeps its
-// shards.
+// together (two diagonal ones repaired each from its own group), and a worker that registers again
+// after a coordinator restart's recovery wait keeps its shards.
 
 #include <signal.h>
 
@@ -308,6 +308,48 @@ TEST(ReplicaRepairPodTest, WorkersThatDiedTogetherAreTakenBackTogether) {
   }
   // The mesh runs again: an op over both restarted workers.
   EXPECT_TRUE(AddsUp(tensors[1], want["t1"]));
+  tensors.clear();
+  fixture.Stop();
+}
+
+// The two workers on a diagonal of the 2x2 mesh, (0, 0) and (1, 1), die and come back together: no
+// one index along a dim is live in every group, so each group along a Replicate dim broadcasts
+// from a rank of its own, and every tensor replicated along some dim reads back bit for bit.
+TEST(ReplicaRepairPodTest, DiagonalWorkersRepairedFromTheOtherDiagonal) {
+  TestCluster fixture;
+  absl::StatusOr<client::MeshInfo> mesh = StartWithGrid(fixture, TestClusterOptions(kWorkers));
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  const std::map<int64_t, int> index = IndexById(client, cluster);
+  ASSERT_EQ(index.size(), size_t{kWorkers});
+  const int first = index.at(mesh->mesh.ranks()[0]), second = index.at(mesh->mesh.ranks()[3]);
+  std::map<std::string, HostTensor> want;
+  std::vector<DTensor> tensors;
+  for (const std::string placements : {"R,R", "R,S(0)", "S(1),R"}) {
+    const std::string name = absl::StrCat("t", tensors.size());
+    want[name] = SmallIntegerTensor(DType::kInt32, {8, 6}, static_cast<uint32_t>(11 + want.size()));
+    client::DistributeOptions distribute;
+    distribute.name = name;
+    absl::StatusOr<DTensor> t = client::DistributeTensor(client, want[name], *mesh,
+                                                         *ParsePlacements(placements), distribute);
+    ASSERT_TRUE(t.ok()) << placements << ": " << t.status();
+    tensors.push_back(*std::move(t));
+  }
+  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
+  ASSERT_TRUE(AllWritten(client, "grid"));
+
+  ASSERT_TRUE(cluster.KillWorker(first).ok());
+  ASSERT_TRUE(cluster.KillWorker(second).ok());
+  ASSERT_TRUE(cluster.RestartWorker(first).ok()) << fixture.LogHint();
+  ASSERT_TRUE(cluster.RestartWorker(second).ok()) << fixture.LogHint();
+  ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok()) << fixture.LogHint();
+  for (const DTensor& t : tensors) {
+    absl::StatusOr<HostTensor> got = ReadOnceBack(t);
+    ASSERT_TRUE(got.ok()) << t.name() << ": " << got.status() << fixture.LogHint();
+    EXPECT_TRUE(TensorsMatch(*got, want[t.name()])) << t.name();
+    EXPECT_TRUE(AddsUp(t, want[t.name()])) << t.name();
+  }
   tensors.clear();
   fixture.Stop();
 }

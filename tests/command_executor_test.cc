@@ -276,6 +276,68 @@ INSTANTIATE_TEST_SUITE_P(
                       SpreadCase{{2, 2}, 3, SpreadFailure::kOverBudget}),
     SpreadCaseName);
 
+// A replica repair of two diagonal ranks of a 2x2 mesh, (0,0) and (1,1), which hold nothing: along
+// mesh dim 0, the group of column 0 broadcasts from index 1 and that of column 1 from index 0
+// (SpreadTensor.group_sources), and every rank ends with the value. Group sources that name two
+// roots for one group are refused by both of its ranks before any broadcast (the other group still
+// spreads), as is a list of the wrong length.
+TEST(SpreadGroupSourcesTest, EachGroupBroadcastsFromItsOwnSource) {
+  constexpr char kTensor[] = "dt/r";
+  const DeviceMesh mesh = DeviceMesh::Create(testing::TestDevice(), {2, 2}, {}).value();
+  ExecutorMesh workers;
+  ASSERT_TRUE(workers.Start(mesh, std::vector<int64_t>(4, kBudget)));
+  const DTensorSpec spec = MakeDTensorSpec(mesh, {Placement::Replicate(), Placement::Replicate()},
+                                           kShape, DType::kFloat32)
+                               .value();
+  const HostTensor value = SmallIntegerTensor(DType::kFloat32, kShape, 5);
+  const auto spread = [&](const std::vector<int64_t>& sources) {
+    for (int64_t p : {1, 2}) {
+      EXPECT_TRUE(workers.store(p).PutHost(kTensor, value.Clone()).ok());
+    }
+    for (int64_t p : {0, 3}) workers.store(p).Erase(kTensor);
+    return workers.OnEveryWorker([&](int64_t) {
+      v1::Command command;
+      v1::SpreadTensor* s = command.mutable_spread_tensor();
+      s->set_mesh_id(kMeshId);
+      s->set_tensor(kTensor);
+      *s->mutable_spec() = ToProto(spec);
+      s->add_source_coordinate(0);
+      s->add_source_coordinate(0);
+      s->add_broadcast_dims(0);
+      s->mutable_group_sources()->Assign(sources.begin(), sources.end());
+      return command;
+    });
+  };
+
+  const auto repaired = spread({1, 0, 1, 0});
+  for (int64_t p = 0; p < 4; ++p) {
+    ASSERT_TRUE(repaired[p].ok()) << "position " << p << ": " << repaired[p].status;
+    absl::StatusOr<HostTensor> held = workers.store(p).GetHost(kTensor);
+    ASSERT_TRUE(held.ok()) << "position " << p << ": " << held.status();
+    EXPECT_TRUE(SameTensor(*held, value)) << "position " << p;
+  }
+
+  // Column 0 (positions 0 and 2) names 1 and 0.
+  const auto mixed = spread({1, 0, 0, 0});
+  for (int64_t p : {0, 2}) {
+    EXPECT_EQ(mixed[p].status.code(), absl::StatusCode::kInvalidArgument) << "position " << p;
+    EXPECT_THAT(mixed[p].status.message(), HasSubstr("name 1 and 0")) << "position " << p;
+  }
+  for (int64_t p : {1, 3}) {
+    ASSERT_TRUE(mixed[p].ok()) << "position " << p << ": " << mixed[p].status;
+    EXPECT_TRUE(SameTensor(workers.store(p).GetHost(kTensor).value(), value)) << "position " << p;
+  }
+  EXPECT_FALSE(workers.store(0).Get(kTensor).ok()) << "a refused spread wrote its tensor";
+
+  const auto short_list = spread({1, 0});
+  for (int64_t p = 0; p < 4; ++p) {
+    EXPECT_EQ(short_list[p].status.code(), absl::StatusCode::kInvalidArgument) << "position " << p;
+    EXPECT_THAT(short_list[p].status.message(), HasSubstr("2 entries for a mesh of 4 ranks"))
+        << "position " << p;
+  }
+  EXPECT_TRUE(workers.AllReduceWorks());
+}
+
 // --- Collectives on local tensors ---
 
 // Rank 1 of 2 has too small a budget for the collective's output (or, where it writes none, its

@@ -40,31 +40,50 @@ TEST_P(RepairCommandTest, MatchesThePlanner) {
   });
   const bool repairable = !HasPartial(spec) && loss.code() != absl::StatusCode::kDataLoss;
   const std::optional<v1::SpreadTensor> command = ReplicaRepair::RepairCommand(spec, restarted);
-  // Two restarted ranks whose groups need different dims are beyond one broadcast: only then may
-  // a repairable tensor have no command.
   if (!repairable) {
     EXPECT_FALSE(command.has_value());
     return;
   }
-  if (!command.has_value()) {
-    ASSERT_EQ(restarted.size(), 2u) << "a single restarted rank is always repairable";
-    GTEST_SKIP() << "two restarted ranks repairable only along different dims";
-  }
+  // One or two restarted ranks of a non-Partial tensor whose blocks survive: one broadcast always
+  // reaches them, each group along its dim from a rank of its own (for two diagonal ranks of a 2x2
+  // mesh the groups' sources differ).
+  ASSERT_TRUE(command.has_value());
   ASSERT_EQ(command->broadcast_dims_size(), 1);
   const int m = command->broadcast_dims(0);
   ASSERT_TRUE(spec.placements[m].is_replicate());
   ASSERT_EQ(command->source_coordinate_size(), mesh->ndim());
-  const int64_t source = command->source_coordinate(m);
+  const bool by_group = command->group_sources_size() > 0;
+  if (by_group) {
+    ASSERT_EQ(command->group_sources_size(), mesh->size());
+  }
   for (int64_t p = 0; p < mesh->size(); ++p) {
     std::vector<int64_t> from = mesh->CoordinateOfIndex(p);
-    from[m] = source;
+    from[m] =
+        by_group ? command->group_sources(static_cast<int>(p)) : command->source_coordinate(m);
     int64_t from_index = 0;
     for (int d = 0; d < mesh->ndim(); ++d) from_index = from_index * mesh->size(d) + from[d];
     EXPECT_FALSE(is_restarted(from_index)) << "rank " << p << " receives from a restarted rank";
     EXPECT_EQ(LocalShapeAndOffsetAt(spec, from),
               LocalShapeAndOffsetAt(spec, mesh->CoordinateOfIndex(p)))
         << "rank " << p << " receives another block";
+    if (by_group) {  // every rank of p's group names the same source
+      EXPECT_EQ(command->group_sources(static_cast<int>(from_index)),
+                command->group_sources(static_cast<int>(p)))
+          << "rank " << p << "'s group names two sources";
+    }
   }
+}
+
+// Three of a 2x2 mesh's four ranks restarted, the fourth holding the only copy of an R,R tensor:
+// the copy survives, but reaching the three takes two broadcasts (along one dim, then the other),
+// which a repair does not do; the tensor is reported lost rather than repaired wrongly.
+TEST(RepairCommandBeyondOneBroadcast, ThreeOfFourRestarted) {
+  absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create("cpu", Shape{2, 2});
+  ASSERT_TRUE(mesh.ok());
+  const DTensorSpec spec{
+      *mesh, {Placement::Replicate(), Placement::Replicate()}, {4}, DType::kFloat32};
+  EXPECT_FALSE(ReplicaRepair::RepairCommand(spec, {0, 1, 3}).has_value());
+  EXPECT_TRUE(ReplicaRepair::RepairCommand(spec, {0, 3}).has_value());
 }
 
 INSTANTIATE_TEST_SUITE_P(

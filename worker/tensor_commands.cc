@@ -3,8 +3,10 @@
 // out its own part from its mesh coordinate.
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -65,6 +67,40 @@ absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> InputOrStandIn(
   return std::make_shared<const kernels::DeviceTensor>(std::move(zeros));
 }
 
+// A SpreadTensor's group_sources: the index along its one broadcast dim m that the group of the
+// rank at `coord` broadcasts from, put into source[m]. INVALID_ARGUMENT unless there is one entry
+// per rank, inside the dim, and the same for every rank of this group (a group whose ranks named
+// different roots would wait in its broadcast).
+absl::Status TakeGroupSource(const v1::SpreadTensor& s, const DeviceMesh& mesh,
+                             const std::vector<int64_t>& coord, std::vector<int64_t>& source) {
+  if (s.broadcast_dims_size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("group sources are for one broadcast dim; ",
+                                                   s.broadcast_dims_size(), " were given"));
+  }
+  if (s.group_sources_size() != mesh.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("group sources have ", s.group_sources_size(),
+                                                   " entries for a mesh of ", mesh.size(),
+                                                   " ranks"));
+  }
+  const int m = s.broadcast_dims(0);
+  if (m < 0 || m >= mesh.ndim()) return absl::OkStatus();  // reported with the broadcast dims
+  std::vector<int64_t> c = coord;
+  std::optional<int64_t> group_source;
+  for (int64_t i = 0; i < mesh.size(m); ++i) {
+    c[m] = i;
+    int64_t position = 0;
+    for (int d = 0; d < mesh.ndim(); ++d) position = position * mesh.size(d) + c[d];
+    const int64_t named = s.group_sources(static_cast<int>(position));
+    if (group_source.has_value() && named != *group_source) {
+      return absl::InvalidArgumentError(absl::StrCat("group sources name ", *group_source, " and ",
+                                                     named, " for one group along mesh dim ", m));
+    }
+    group_source = named;
+  }
+  source[m] = *group_source;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CommandExecutor::MeshComms*> CommandExecutor::FindMesh(int64_t mesh_id) {
@@ -96,12 +132,13 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::SpreadTensor(const v1::Spre
   ASSIGN_OR_RETURN(MeshComms* const mc, FindMesh(s.mesh_id()));
   ASSIGN_OR_RETURN(DTensorSpec spec, SpecOnMesh(s.spec(), *mc));
   const std::vector<int64_t>& coord = mc->coordinate;
-  const std::vector<int64_t> source(s.source_coordinate().begin(), s.source_coordinate().end());
+  std::vector<int64_t> source(s.source_coordinate().begin(), s.source_coordinate().end());
   const std::vector<int> dims(s.broadcast_dims().begin(), s.broadcast_dims().end());
   if (source.size() != coord.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "source coordinate has ", source.size(), " entries for a mesh of ", coord.size(), " dims"));
   }
+  if (!s.group_sources().empty()) RETURN_IF_ERROR(TakeGroupSource(s, spec.mesh, coord, source));
   for (int m : dims) {
     if (m < 0 || m >= spec.mesh.ndim() || source[m] < 0 || source[m] >= spec.mesh.size(m)) {
       return absl::InvalidArgumentError(absl::StrCat(
