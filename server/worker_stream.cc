@@ -86,11 +86,14 @@ void WorkerStream::OnWriteDone(bool ok) {
 
 void WorkerStream::OnReadDone(bool ok) {
   if (!ok) return;  // the stream is ending: OnDone follows
-  v1::CommandBatchReply reply = std::move(reply_);
-  reply_.Clear();
+  v1::CommandBatchReply reply;
   Replied replied;
   {
+    // gRPC orders this read after the last one's StartRead, but inside its core, where TSan does
+    // not see it; under mu_ the order is visible.
     absl::MutexLock lock(&mu_);
+    reply = std::move(reply_);
+    reply_.Clear();
     replied = std::move(replied_);
     replied_ = nullptr;
     deadline_ = absl::InfiniteFuture();

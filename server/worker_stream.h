@@ -58,7 +58,8 @@ class WorkerStream final : public grpc::ClientBidiReactor<v1::CommandBatch, v1::
   std::shared_ptr<const v1::CommandBatch> writing_batch_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const v1::CommandBatch> waiting_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  v1::CommandBatchReply reply_;  // the read under way; touched only by the reactor's callbacks
+  // The read under way: written by gRPC, taken by OnReadDone under mu_ (see there).
+  v1::CommandBatchReply reply_;
   Replied replied_ ABSL_GUARDED_BY(mu_);  // the batch in flight's, until it is answered
   absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool ending_ ABSL_GUARDED_BY(mu_) = false;              // cancelled or ended
