@@ -1,7 +1,8 @@
 // The concurrency soak: N clients (threads, each its own session and channel) each make M seeded
 // mixed calls against a local 4-worker cluster (bench/soak_client.h), in phases: steady (memory
 // back to baseline after every client freed its tensors), a worker killed and restarted mid-run,
-// and optionally the coordinator killed and restarted mid-run. Prints a report per phase; exits 1
+// and optionally the coordinator killed and restarted mid-run (from its state directory: every
+// tensor acknowledged before must read back after). Prints a report per phase; exits 1
 // on any unexpected outcome (a wrong byte, a wrong code, a failure no fault explains, memory not
 // back), 2 on a hang (a call running past --stall_timeout).
 
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +25,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -37,8 +40,8 @@ ABSL_FLAG(int64_t, calls, 1000, "calls each client makes per phase");
 ABSL_FLAG(uint64_t, seed, 1, "seed of every client's call mix (client i uses seed + i)");
 ABSL_FLAG(std::string, phases, "steady,worker",
           "phases to run, in order: steady, worker (a worker killed and restarted mid-run), "
-          "coordinator (the coordinator killed and restarted mid-run; it does not yet keep state "
-          "across a restart, so tensors acknowledged before are lost)");
+          "coordinator (the coordinator killed and restarted mid-run from its --state_dir; every "
+          "tensor acknowledged before, that is read back whole, must read back after)");
 ABSL_FLAG(absl::Duration, call_timeout, absl::Seconds(60), "deadline of every call");
 ABSL_FLAG(absl::Duration, stall_timeout, absl::Seconds(150),
           "a call still running after this long is a hang: the soak reports every client's call "
@@ -253,13 +256,24 @@ class Soak {
       std::printf("failed by the fault  %s\n", Codes(tally.fault_failures).c_str());
       std::printf("succeeded after it   %lld calls\n",
                   static_cast<long long>(tally.ok_after_fault.load()));
-      std::printf("unreadable after it  %lld tensors acknowledged before (%s)\n",
-                  static_cast<long long>(tally.lost_acknowledged.load()),
-                  fault == Fault::kWorkerLoss
-                      ? "each with a block on the lost worker: line or grid, never pair"
-                      : "the coordinator keeps no state across a restart yet");
+      if (fault == Fault::kWorkerLoss) {
+        std::printf(
+            "unreadable after it  %lld tensors acknowledged before (each with a block on "
+            "the lost worker: line or grid, never pair)\n",
+            static_cast<long long>(tally.lost_acknowledged.load()));
+      } else {
+        std::printf(
+            "acknowledged before  %lld read back after it, bit for bit; %lld lost (must "
+            "be 0)\n",
+            static_cast<long long>(tally.read_back_after_fault.load()),
+            static_cast<long long>(tally.lost_acknowledged.load()));
+      }
       std::printf("after the fault      %s\n",
-                  after_fault.empty() ? "new work on remade meshes succeeds" : after_fault.c_str());
+                  after_fault.empty()
+                      ? (fault == Fault::kCoordinator
+                             ? "new work on the recovered meshes, and on them remade, succeeds"
+                             : "new work on remade meshes succeeds")
+                      : after_fault.c_str());
     }
     std::printf("unexpected           %zu\n", tally.unexpected.size());
     for (size_t i = 0; i < tally.unexpected.size() && i < 30; ++i) {
@@ -319,28 +333,50 @@ class Soak {
       absl::SleepFor(absl::Seconds(1));
       if (s.ok()) s = cluster_.RestartCoordinator();
       if (s.ok()) s = cluster_.WaitForAliveWorkers(kWorkers, absl::Seconds(30));
-      // A worker counts as registered before it has taken its new incarnation from the reply: a
-      // command sent in between is refused and leaves its sequence unused, and the worker's
-      // order stalls for --sequence_stall_limit. Give the registrations a moment to land.
-      absl::SleepFor(absl::Seconds(1));
-      // The new coordinator knows no mesh: make them again under the same names for the clients.
-      if (s.ok()) {
-        absl::StatusOr<SoakMeshes> again = MakeMeshes(cluster_, admin_);
-        s = again.status();
-      }
+      // The new coordinator recovers the meshes from its state directory (they answer
+      // UNAVAILABLE until then): the clients go on once all three are listed again.
+      if (s.ok()) s = AwaitMeshes(absl::Seconds(60));
       signals.meshes_back = true;
-      log = absl::StrCat("coordinator killed with SIGKILL, restarted and meshes made again after ",
+      log = absl::StrCat("coordinator killed with SIGKILL, restarted, meshes recovered after ",
                          absl::FormatDuration(absl::Now() - t0), s.ok() ? "" : ": ",
                          s.ok() ? "" : s.ToString());
     }
     return log;
   }
 
-  // Deletes and makes again the meshes the fault broke, then checks new work on each; empty iff
-  // all went well.
+  // Waits until the coordinator lists line, grid and pair, up to `wait`.
+  absl::Status AwaitMeshes(absl::Duration wait) {
+    const absl::Time deadline = absl::Now() + wait;
+    absl::Status last = absl::DeadlineExceededError("the meshes were not listed");
+    while (absl::Now() < deadline) {
+      absl::StatusOr<std::vector<client::MeshInfo>> listed = admin_.ListMeshes();
+      if (listed.ok()) {
+        int found = 0;
+        for (const client::MeshInfo& m : *listed) {
+          found += m.ready && (m.name == "line" || m.name == "grid" || m.name == "pair");
+        }
+        if (found == 3) return absl::OkStatus();
+        last = absl::UnavailableError(absl::StrCat(found, " of the 3 meshes listed ready"));
+      } else {
+        last = listed.status();
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return last;
+  }
+
+  // After a coordinator restart checks new work on the meshes it recovered; then deletes and
+  // makes again the meshes the fault broke, and checks new work on each; empty iff all went well.
   std::string Recover(Fault fault) {
     if (absl::Status s = cluster_.WaitForAliveWorkers(kWorkers, absl::Seconds(30)); !s.ok()) {
       return absl::StrCat("workers not back: ", s.ToString());
+    }
+    if (fault == Fault::kCoordinator) {
+      for (const client::Mesh* m : {&meshes_.line, &meshes_.grid, &meshes_.pair}) {
+        if (absl::Status s = NewWorkSucceeds(admin_, *m); !s.ok()) {
+          return absl::StrCat("new work on the recovered ", m->name, ": ", s.ToString());
+        }
+      }
     }
     for (const char* name : {"line", "grid", "pair"}) {
       const absl::Status s = admin_.DeleteMesh(name);
@@ -356,7 +392,6 @@ class Soak {
         return absl::StrCat("new work on ", m->name, ": ", s.ToString());
       }
     }
-    (void)fault;
     return "";
   }
 
@@ -369,6 +404,16 @@ class Soak {
 int Main() {
   LocalClusterOptions options;
   options.workers = kWorkers;
+  // The coordinator phase restarts the coordinator from its state directory.
+  std::string state_dir;
+  if (absl::StrContains(absl::GetFlag(FLAGS_phases), "coordinator")) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "tessera-soak-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      std::fprintf(stderr, "making a state directory: %s\n", std::strerror(errno));
+      return 1;
+    }
+    state_dir = options.state_dir = pattern;
+  }
   options.heartbeat_interval = absl::Milliseconds(200);
   options.dead_after = absl::Seconds(2);
   const absl::Time start = absl::Now();
@@ -414,6 +459,7 @@ int Main() {
   if (ok) {
     std::error_code ignored;
     std::filesystem::remove_all((*cluster)->log_dir(), ignored);
+    if (!state_dir.empty()) std::filesystem::remove_all(state_dir, ignored);
   }
   return ok ? 0 : 1;
 }

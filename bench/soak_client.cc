@@ -55,6 +55,10 @@ struct Held {
   std::shared_ptr<const HostTensor> full;
   const Mesh* mesh = nullptr;
   double rel = 0, abs = 0;  // tolerance of the comparison (0: bit for bit)
+  // Read back whole before the phase's fault began: acknowledged. After a coordinator restart such
+  // a tensor must read back again, bit for bit (its record was durable before that first read).
+  bool acknowledged = false;
+  absl::StatusCode last_read = absl::StatusCode::kOk;
 };
 
 class Client {
@@ -82,7 +86,13 @@ class Client {
     }
     Begin("final reads and frees");
     for (Held& h : held_) {
-      if (Read(h, "final read")) Free(h);
+      bool read = Read(h, "final read");
+      // An acknowledged tensor while the restarted coordinator still recovers: read it again.
+      for (int i = 0; i < 100 && !read && KeepForLater(h); ++i) {
+        absl::SleepFor(absl::Milliseconds(100));
+        read = Read(h, "final read");
+      }
+      if (read) Free(h);
     }
     held_.clear();
     Begin("done");
@@ -100,6 +110,13 @@ class Client {
     if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDataLoss) return true;
     return o_.fault == Fault::kCoordinator &&
            (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kFailedPrecondition);
+  }
+
+  // Whether a read of `h` that failed should be tried again later instead of dropping `h`: an
+  // acknowledged tensor that answered UNAVAILABLE while the coordinator was down or recovering.
+  bool KeepForLater(const Held& h) const {
+    return o_.fault == Fault::kCoordinator && h.acknowledged &&
+           h.last_read == absl::StatusCode::kUnavailable;
   }
 
   // While the coordinator is down, waits until it is back with its meshes, as a client retrying
@@ -197,11 +214,25 @@ class Client {
   bool Read(Held& h, const char* what) {
     Begin(absl::StrCat(what, " ", h.tensor.name()));
     absl::StatusOr<HostTensor> got = h.tensor.FullTensor();
+    h.last_read = got.status().code();
+    // Nothing acknowledged is lost across a coordinator restart: such a tensor may only be
+    // unavailable for a while.
+    if (o_.fault == Fault::kCoordinator && h.acknowledged && !got.ok() &&
+        got.status().code() != absl::StatusCode::kUnavailable) {
+      tally_.calls.fetch_add(1);
+      tally_.lost_acknowledged.fetch_add(1);
+      tally_.Unexpected(absl::StrCat("client ", o_.index, " ACKNOWLEDGED TENSOR LOST ", what,
+                                     " of ", h.tensor.name(), " on ", h.mesh->name, ": ",
+                                     got.status().ToString()));
+      return false;
+    }
     if (!Valid(what, *h.mesh, got.status())) {
-      if (Faulted()) tally_.lost_acknowledged.fetch_add(1);
+      if (Faulted() && o_.fault == Fault::kWorkerLoss) tally_.lost_acknowledged.fetch_add(1);
       return false;
     }
     Check(what, *got, h);
+    if (h.acknowledged && Faulted()) tally_.read_back_after_fault.fetch_add(1);
+    if (!Faulted()) h.acknowledged = true;
     return true;
   }
 
@@ -224,7 +255,9 @@ class Client {
       Distribute(PickMesh(), dtypes[Pick(4)], PickShape(1 + Pick(3)));
     } else if (kind < 35) {
       Held& h = held_[Pick(static_cast<int>(held_.size()))];
-      if (!Read(h, "full_tensor")) held_.erase(held_.begin() + (&h - held_.data()));
+      if (!Read(h, "full_tensor") && !KeepForLater(h)) {
+        held_.erase(held_.begin() + (&h - held_.data()));
+      }
     } else if (kind < 47) {
       Redistribute();
     } else if (kind < 65) {

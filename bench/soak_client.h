@@ -31,8 +31,10 @@ enum class Fault {
   kNone,         // every valid call succeeds; every refusal has its one code
   kWorkerLoss,   // a worker of line and grid dies and comes back: calls on them may fail
                  // UNAVAILABLE or DATA_LOSS (never wrong bytes); pair is untouched
-  kCoordinator,  // the coordinator dies and comes back empty: after the kill every call may fail
-                 // UNAVAILABLE, and NOT_FOUND or FAILED_PRECONDITION on what it forgot
+  kCoordinator,  // the coordinator dies and comes back from its state directory: after the kill
+                 // a call may fail UNAVAILABLE, and NOT_FOUND or FAILED_PRECONDITION on what was
+                 // never acknowledged (a write cut short, local tensors); a tensor read back
+                 // before the kill must read back after it, bit for bit
 };
 
 // Counts shared by every client of a phase.
@@ -42,6 +44,8 @@ struct SoakTally {
   std::atomic<int64_t> ok_after_fault{0};     // of `ok`, those after the fault began
   std::atomic<int64_t> checked{0};            // results compared with the reference
   std::atomic<int64_t> lost_acknowledged{0};  // tensors acknowledged, then unreadable
+  // Tensors acknowledged before the fault and read back (checked) after it began.
+  std::atomic<int64_t> read_back_after_fault{0};
   std::mutex mu;
   std::map<std::string, int64_t> refused_as_expected;  // by code: invalid calls
   std::map<std::string, int64_t> fault_failures;       // by code: calls the fault made fail

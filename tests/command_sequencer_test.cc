@@ -176,7 +176,9 @@ TEST(CommandSequencer, TimeWithNobodyWaitingIsNotAStall) {
   EXPECT_TRUE(sequencer.broken().ok());
 }
 
-TEST(CommandSequencer, ResetStartsAgainAtOneAndAbortsTheWaiters) {
+// A waiter cut short by a new incarnation fails UNAVAILABLE (a call in flight across a coordinator
+// restart), naming its sequence.
+TEST(CommandSequencer, ResetStartsAgainAtOneAndFailsTheWaiters) {
   CommandSequencer sequencer(kNoStall);
   ASSERT_TRUE(sequencer.Acquire(1, In(absl::Seconds(1))).ok());
   sequencer.Done(1);
@@ -185,7 +187,8 @@ TEST(CommandSequencer, ResetStartsAgainAtOneAndAbortsTheWaiters) {
   absl::SleepFor(absl::Milliseconds(50));
   sequencer.Reset();
   waiter.join();
-  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_NE(status.message().find("command sequence 3"), absl::string_view::npos) << status;
   EXPECT_TRUE(sequencer.Acquire(1, In(absl::Seconds(1))).ok());
   sequencer.Done(1);
 }

@@ -11,8 +11,12 @@ absl::Status CommandSequencer::Acquire(int64_t sequence, absl::Time deadline) {
   const int64_t generation = generation_;
   while (true) {
     if (generation_ != generation) {
-      return absl::AbortedError(absl::StrCat(
-          "the worker started a new incarnation while command sequence ", sequence, " waited"));
+      // The coordinator restarted, or took the worker back after counting it dead: the command
+      // was cut short by that, and may be tried again (UNAVAILABLE, as any call in flight then).
+      return absl::UnavailableError(absl::StrCat(
+          "the worker started a new incarnation (it registered with the coordinator again) while "
+          "command sequence ",
+          sequence, " waited; try again"));
     }
     if (!broken_.ok()) return broken_;
     if (sequence < next_ || released_.count(sequence) > 0) {

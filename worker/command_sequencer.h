@@ -28,8 +28,8 @@ class CommandSequencer {
 
   // Blocks until `sequence` may run; on OK the caller must call Done(sequence). Otherwise
   // FAILED_PRECONDITION for a number already used or released, DEADLINE_EXCEEDED at `deadline`
-  // (the number then counts as released: its command has been answered), UNAVAILABLE once broken,
-  // ABORTED when Reset while waiting.
+  // (the number then counts as released: its command has been answered), UNAVAILABLE once broken
+  // or when Reset while waiting.
   absl::Status Acquire(int64_t sequence, absl::Time deadline);
   // Ends the turn of `sequence`, which Acquire admitted.
   void Done(int64_t sequence);
