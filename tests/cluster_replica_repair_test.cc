@@ -261,6 +261,42 @@ std::map<int64_t, int> IndexById(Session& client, LocalCluster& cluster) {
   return out;
 }
 
+// Distributes one small-integer tensor "t<i>" of `dtype` for each of `layouts` onto `mesh`
+// (values seeded from `seed` on), reads each back once and waits until all are written; `want`
+// gets each value. The handles returned hold the tensors.
+absl::StatusOr<std::vector<DTensor>> DistributeEach(Session& client, const client::Mesh& mesh,
+                                                    DType dtype,
+                                                    const std::vector<std::string>& layouts,
+                                                    uint32_t seed,
+                                                    std::map<std::string, HostTensor>& want) {
+  std::vector<DTensor> tensors;
+  for (const std::string& placements : layouts) {
+    const std::string name = absl::StrCat("t", tensors.size());
+    want[name] = SmallIntegerTensor(dtype, {8, 6}, seed + static_cast<uint32_t>(tensors.size()));
+    ASSIGN_OR_RETURN(std::vector<Placement> p, ParsePlacements(placements));
+    client::DistributeOptions distribute;
+    distribute.name = name;
+    ASSIGN_OR_RETURN(DTensor t, client::DistributeTensor(client, want[name], mesh, p, distribute));
+    RETURN_IF_ERROR(t.FullTensor().status());
+    tensors.push_back(std::move(t));
+  }
+  if (::testing::AssertionResult written = AllWritten(client, mesh.name); !written) {
+    return absl::DeadlineExceededError(written.message());
+  }
+  return tensors;
+}
+
+// Each of `tensors` reads back (once its mesh took the restarted workers back) as in `want`.
+void ExpectReadBackOnceBack(const std::vector<DTensor>& tensors,
+                            const std::map<std::string, HostTensor>& want,
+                            const std::string& hint) {
+  for (const DTensor& t : tensors) {
+    absl::StatusOr<HostTensor> got = ReadOnceBack(t);
+    ASSERT_TRUE(got.ok()) << t.name() << ": " << got.status() << hint;
+    EXPECT_TRUE(TensorsMatch(*got, want.at(t.name()))) << t.name();
+  }
+}
+
 // Two workers of one dp row of the 2x2 mesh die together (as a pod's do) and come back one after
 // the other, the second well before the first's predecessor would count dead: the mesh takes both
 // back once both run again (not the first alone while the second still counts alive under its old
@@ -279,20 +315,10 @@ TEST(ReplicaRepairPodTest, WorkersThatDiedTogetherAreTakenBackTogether) {
   // The mesh's ranks at (1, 0) and (1, 1).
   const int first = index.at(mesh->mesh.ranks()[2]), second = index.at(mesh->mesh.ranks()[3]);
   std::map<std::string, HostTensor> want;
-  std::vector<DTensor> tensors;
-  for (const std::string placements : {"R,R", "R,S(0)", "R,S(1)"}) {
-    const std::string name = absl::StrCat("t", tensors.size());
-    want[name] =
-        SmallIntegerTensor(DType::kFloat32, {8, 6}, static_cast<uint32_t>(7 + want.size()));
-    client::DistributeOptions distribute;
-    distribute.name = name;
-    absl::StatusOr<DTensor> t = client::DistributeTensor(client, want[name], *mesh,
-                                                         *ParsePlacements(placements), distribute);
-    ASSERT_TRUE(t.ok()) << placements << ": " << t.status();
-    tensors.push_back(*std::move(t));
-  }
-  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
-  ASSERT_TRUE(AllWritten(client, "grid"));
+  absl::StatusOr<std::vector<DTensor>> distributed =
+      DistributeEach(client, *mesh, DType::kFloat32, {"R,R", "R,S(0)", "R,S(1)"}, 7, want);
+  ASSERT_TRUE(distributed.ok()) << distributed.status();
+  std::vector<DTensor>& tensors = *distributed;
 
   ASSERT_TRUE(cluster.KillWorker(first).ok());
   ASSERT_TRUE(cluster.KillWorker(second).ok());
@@ -301,11 +327,7 @@ TEST(ReplicaRepairPodTest, WorkersThatDiedTogetherAreTakenBackTogether) {
   absl::SleepFor(absl::Seconds(2));
   ASSERT_TRUE(cluster.RestartWorker(second).ok()) << fixture.LogHint();
   ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok()) << fixture.LogHint();
-  for (const DTensor& t : tensors) {
-    absl::StatusOr<HostTensor> got = ReadOnceBack(t);
-    ASSERT_TRUE(got.ok()) << t.name() << ": " << got.status() << fixture.LogHint();
-    EXPECT_TRUE(TensorsMatch(*got, want[t.name()])) << t.name();
-  }
+  ExpectReadBackOnceBack(tensors, want, fixture.LogHint());
   // The mesh runs again: an op over both restarted workers.
   EXPECT_TRUE(AddsUp(tensors[1], want["t1"]));
   tensors.clear();
@@ -325,31 +347,18 @@ TEST(ReplicaRepairPodTest, DiagonalWorkersRepairedFromTheOtherDiagonal) {
   ASSERT_EQ(index.size(), size_t{kWorkers});
   const int first = index.at(mesh->mesh.ranks()[0]), second = index.at(mesh->mesh.ranks()[3]);
   std::map<std::string, HostTensor> want;
-  std::vector<DTensor> tensors;
-  for (const std::string placements : {"R,R", "R,S(0)", "S(1),R"}) {
-    const std::string name = absl::StrCat("t", tensors.size());
-    want[name] = SmallIntegerTensor(DType::kInt32, {8, 6}, static_cast<uint32_t>(11 + want.size()));
-    client::DistributeOptions distribute;
-    distribute.name = name;
-    absl::StatusOr<DTensor> t = client::DistributeTensor(client, want[name], *mesh,
-                                                         *ParsePlacements(placements), distribute);
-    ASSERT_TRUE(t.ok()) << placements << ": " << t.status();
-    tensors.push_back(*std::move(t));
-  }
-  for (const DTensor& t : tensors) ASSERT_TRUE(t.FullTensor().ok()) << t.name();
-  ASSERT_TRUE(AllWritten(client, "grid"));
+  absl::StatusOr<std::vector<DTensor>> distributed =
+      DistributeEach(client, *mesh, DType::kInt32, {"R,R", "R,S(0)", "S(1),R"}, 11, want);
+  ASSERT_TRUE(distributed.ok()) << distributed.status();
+  std::vector<DTensor>& tensors = *distributed;
 
   ASSERT_TRUE(cluster.KillWorker(first).ok());
   ASSERT_TRUE(cluster.KillWorker(second).ok());
   ASSERT_TRUE(cluster.RestartWorker(first).ok()) << fixture.LogHint();
   ASSERT_TRUE(cluster.RestartWorker(second).ok()) << fixture.LogHint();
   ASSERT_TRUE(cluster.WaitForAliveWorkers(kWorkers, absl::Seconds(30)).ok()) << fixture.LogHint();
-  for (const DTensor& t : tensors) {
-    absl::StatusOr<HostTensor> got = ReadOnceBack(t);
-    ASSERT_TRUE(got.ok()) << t.name() << ": " << got.status() << fixture.LogHint();
-    EXPECT_TRUE(TensorsMatch(*got, want[t.name()])) << t.name();
-    EXPECT_TRUE(AddsUp(t, want[t.name()])) << t.name();
-  }
+  ExpectReadBackOnceBack(tensors, want, fixture.LogHint());
+  for (const DTensor& t : tensors) EXPECT_TRUE(AddsUp(t, want[t.name()])) << t.name();
   tensors.clear();
   fixture.Stop();
 }
