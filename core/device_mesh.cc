@@ -114,10 +114,14 @@ std::vector<int64_t> DeviceMesh::CoordinateOfIndex(int64_t index) const {
   return c;
 }
 
-int64_t DeviceMesh::RankAt(std::span<const int64_t> coordinate) const {
+int64_t DeviceMesh::IndexOfCoordinate(std::span<const int64_t> coordinate) const {
   int64_t index = 0;
   for (size_t i = 0; i < shape_.size(); ++i) index += coordinate[i] * strides_[i];
-  return ranks_[index];
+  return index;
+}
+
+int64_t DeviceMesh::RankAt(std::span<const int64_t> coordinate) const {
+  return ranks_[IndexOfCoordinate(coordinate)];
 }
 
 std::vector<int64_t> DeviceMesh::GroupAlong(int mesh_dim,

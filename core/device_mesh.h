@@ -52,6 +52,9 @@ class DeviceMesh {
   absl::StatusOr<std::vector<int64_t>> CoordinateOf(int64_t rank) const;
   // The coordinate of the rank stored at row-major position `index`.
   std::vector<int64_t> CoordinateOfIndex(int64_t index) const;
+  // The row-major position of `coordinate` (which must be inside the mesh): CoordinateOfIndex's
+  // inverse.
+  int64_t IndexOfCoordinate(std::span<const int64_t> coordinate) const;
   // The rank at `coordinate` (which must be inside the mesh).
   int64_t RankAt(std::span<const int64_t> coordinate) const;
 

@@ -62,12 +62,6 @@ std::optional<v1::SpreadTensor> ReplicaRepair::RepairCommand(
   const DeviceMesh& mesh = spec.mesh;
   std::vector<bool> is_restarted(static_cast<size_t>(mesh.size()), false);
   for (int64_t p : restarted) is_restarted[static_cast<size_t>(p)] = true;
-  // Row-major position of a coordinate.
-  const auto position = [&](const std::vector<int64_t>& c) {
-    int64_t p = 0;
-    for (int d = 0; d < mesh.ndim(); ++d) p = p * mesh.size(d) + c[d];
-    return p;
-  };
   for (int m = 0; m < mesh.ndim(); ++m) {
     if (!spec.placements[m].is_replicate()) continue;
     // Each group along m (the positions that differ only in m) broadcasts from its first rank that
@@ -81,7 +75,7 @@ std::optional<v1::SpreadTensor> ReplicaRepair::RepairCommand(
       int64_t source = -1;
       for (int64_t i = 0; i < mesh.size(m); ++i) {
         c[m] = i;
-        members.push_back(position(c));
+        members.push_back(mesh.IndexOfCoordinate(c));
         if (source < 0 && !is_restarted[static_cast<size_t>(members.back())]) source = i;
       }
       fits = source >= 0;

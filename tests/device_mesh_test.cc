@@ -126,6 +126,7 @@ TEST_P(MeshCoordinateTest, CoordinatesAndRankAtInvertEachOther) {
   for (size_t i = 0; i < mc.ranks.size(); ++i) {
     const std::vector<int64_t> want = NaiveCoordinate(mc.shape, static_cast<int64_t>(i));
     EXPECT_EQ(mesh.CoordinateOfIndex(static_cast<int64_t>(i)), want);
+    EXPECT_EQ(mesh.IndexOfCoordinate(want), static_cast<int64_t>(i));
     absl::StatusOr<std::vector<int64_t>> c = mesh.CoordinateOf(mc.ranks[i]);
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ(*c, want) << "rank " << mc.ranks[i];

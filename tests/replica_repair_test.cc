@@ -60,8 +60,7 @@ TEST_P(RepairCommandTest, MatchesThePlanner) {
     std::vector<int64_t> from = mesh->CoordinateOfIndex(p);
     from[m] =
         by_group ? command->group_sources(static_cast<int>(p)) : command->source_coordinate(m);
-    int64_t from_index = 0;
-    for (int d = 0; d < mesh->ndim(); ++d) from_index = from_index * mesh->size(d) + from[d];
+    const int64_t from_index = mesh->IndexOfCoordinate(from);
     EXPECT_FALSE(is_restarted(from_index)) << "rank " << p << " receives from a restarted rank";
     EXPECT_EQ(LocalShapeAndOffsetAt(spec, from),
               LocalShapeAndOffsetAt(spec, mesh->CoordinateOfIndex(p)))

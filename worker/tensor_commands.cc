@@ -88,9 +88,7 @@ absl::Status TakeGroupSource(const v1::SpreadTensor& s, const DeviceMesh& mesh,
   std::optional<int64_t> group_source;
   for (int64_t i = 0; i < mesh.size(m); ++i) {
     c[m] = i;
-    int64_t position = 0;
-    for (int d = 0; d < mesh.ndim(); ++d) position = position * mesh.size(d) + c[d];
-    const int64_t named = s.group_sources(static_cast<int>(position));
+    const int64_t named = s.group_sources(static_cast<int>(mesh.IndexOfCoordinate(c)));
     if (group_source.has_value() && named != *group_source) {
       return absl::InvalidArgumentError(absl::StrCat("group sources name ", *group_source, " and ",
                                                      named, " for one group along mesh dim ", m));
