@@ -11,10 +11,13 @@
 
 #include "worker/comm/communicator.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -941,6 +944,37 @@ TEST(GlooCommunicatorTest, CreateRejectsAnUnresolvableHost) {
   auto bad_host = MakeCommunicator("cpu", Store(), "bad-host", 0, 1, options);
   EXPECT_EQ(bad_host.status().code(), absl::StatusCode::kInvalidArgument) << bad_host.status();
   EXPECT_THAT(bad_host.status().message(), HasSubstr("no-such-host.invalid"));
+}
+
+// Gloo only: a write to a peer that closed its connection raises SIGPIPE, whose default action ends
+// the process (this test binary, an embedded cluster) without a word; a Gloo communicator ignores
+// it unless the program chose its own handling. Each case runs in a fresh process (death tests in
+// the "threadsafe" style re-execute the binary), where no communicator has been made yet.
+volatile sig_atomic_t broken_pipes_seen = 0;
+void CountBrokenPipe(int) { broken_pipes_seen = broken_pipes_seen + 1; }
+
+int RaiseSigpipeAfterCreate() {
+  CommunicatorOptions options;
+  auto comm = MakeCommunicator("cpu", Store(), "sigpipe", 0, 1, options);
+  if (!comm.ok()) return 2;
+  raise(SIGPIPE);
+  return 0;
+}
+
+TEST(GlooCommunicatorDeathTest, ASigpipeDoesNotEndTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(RaiseSigpipeAfterCreate()), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(GlooCommunicatorDeathTest, AHandlerOfTheProgramsOwnIsKept) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        signal(SIGPIPE, CountBrokenPipe);
+        const int created = RaiseSigpipeAfterCreate();
+        std::exit(created != 0 ? created : broken_pipes_seen == 1 ? 0 : 3);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(MakeCommunicatorTest, ChoosesTheBackendByDeviceType) {

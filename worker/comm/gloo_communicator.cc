@@ -1,6 +1,7 @@
 #include "worker/comm/gloo_communicator.h"
 
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -133,6 +134,26 @@ int64_t Bytes(int64_t count, DType dtype) { return count * static_cast<int64_t>(
 
 void* Mutable(const void* p) { return const_cast<void*>(p); }
 
+// Gloo writes to its sockets with writev, which raises SIGPIPE when the peer has closed the
+// connection (a killed peer, or one that gave up on a collective first), and SIGPIPE's default
+// action ends the process without a word. So, once per process and only while SIGPIPE still has its
+// default action (a handler or disposition the embedding program chose is left alone), SIGPIPE is
+// ignored: the write then fails with EPIPE and the communicator reports the broken connection.
+void IgnoreBrokenPipesUnlessHandled() {
+  static const bool once = [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
+        (current.sa_flags & SA_SIGINFO) == 0) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      sigemptyset(&ignore.sa_mask);
+      sigaction(SIGPIPE, &ignore, nullptr);
+    }
+    return true;
+  }();
+  (void)once;
+}
+
 }  // namespace
 
 // Gloo's rendezvous context with a wait timeout that can change per call. Gloo's new-style
@@ -163,6 +184,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
                                                    absl::FormatDuration(options.timeout),
                                                    " must be positive and finite"));
   }
+  IgnoreBrokenPipesUnlessHandled();
   gloo::transport::tcp::attr attr;
   if (options.interface.empty()) {
     RETURN_IF_ERROR(CheckResolvable(options.hostname));

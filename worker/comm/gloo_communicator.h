@@ -42,7 +42,8 @@ class GlooCommunicator final : public Communicator {
   // (one prefix per group and incarnation, so groups can share a store). Blocks until every rank
   // has joined: DEADLINE_EXCEEDED after options.timeout, UNAVAILABLE if a peer cannot be reached,
   // INVALID_ARGUMENT for a bad rank, size, timeout, host name or interface. `store` is only used
-  // during this call.
+  // during this call. The first call in a process ignores SIGPIPE if it still has its default
+  // action, so that a write to a closed peer is an error rather than the end of the process.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
       gloo::rendezvous::Store& store, absl::string_view prefix, int rank, int size,
       const GlooCommunicatorOptions& options);
