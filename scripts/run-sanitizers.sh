@@ -9,6 +9,11 @@
 #       under the build's sanitizer-reports/, and any report there fails the run, whatever ctest
 #       says. Suppressions, each with its reason, live in scripts/sanitizers/. The fuzz targets
 #       have their own sanitized build (run-fuzz.sh).
+#   scripts/run-sanitizers.sh core [CTEST_REGEX]
+#       The core tests only (ctest label core: the sharding model, the planners, the file formats,
+#       which link tessera_core and tessera_reference alone) under ASan + UBSan, built in the fuzz
+#       targets' clang build (build/fuzz), which compiles nothing else of the service for them:
+#       a few minutes, so the test command runs it.
 #
 # TSan needs absl built with it. TSan sees a lock only where the code taking it is instrumented,
 # and every lock in the project, and gRPC's, is an absl::Mutex whose code is in Debian's absl
@@ -29,7 +34,8 @@ filter="${2:-}"
 case "$variant" in
   address) build=build/asan ;;
   thread) build=build/tsan ;;
-  *) echo "run-sanitizers: the variant is '$variant'; it takes address or thread" >&2; exit 2 ;;
+  core) build=build/fuzz ;;
+  *) echo "run-sanitizers: the variant is '$variant'; it takes address, thread or core" >&2; exit 2 ;;
 esac
 launcher=()
 if command -v ccache >/dev/null; then
@@ -101,7 +107,7 @@ supp="$PWD/scripts/sanitizers"
 reports="$PWD/$build/sanitizer-reports"
 rm -rf "$reports" && mkdir -p "$reports"
 config=(-DTESSERA_SANITIZE="$variant")
-if [ "$variant" = address ]; then
+if [ "$variant" != thread ]; then
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:strict_string_checks=1:log_path=$reports/asan"
   export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp:log_path=$reports/ubsan"
@@ -115,10 +121,18 @@ else
   tsan_options="halt_on_error=0:ignore_noninstrumented_modules=1:second_deadlock_stack=1:history_size=4:suppressions=$supp/tsan.supp:print_suppressions=0"
   export TSAN_OPTIONS="$tsan_options:log_path=$reports/tsan"
 fi
-# Sanitized binaries run several times slower; the collective and RPC timeouts stay as they are.
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
-  "${config[@]}" -DTESSERA_CUDA=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)"
+if [ "$variant" = core ]; then
+  # run-fuzz.sh's configuration of build/fuzz: clang, every file instrumented for libFuzzer with
+  # ASan and UBSan.
+  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "${launcher[@]}" -DTESSERA_FUZZ=ON -DTESSERA_CUDA=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
+  cmake --build "$build" -j"$(nproc)" --target tessera_core_tests
+else
+  # Sanitized binaries run several times slower; the collective and RPC timeouts stay as they are.
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
+    "${config[@]}" -DTESSERA_CUDA=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
+  cmake --build "$build" -j"$(nproc)"
+fi
 if [ "$variant" = thread ]; then
   # The build checks what it claims to: an unlocked counter is reported, and one under an
   # absl::Mutex (and a value handed over through Await) is not.
@@ -139,6 +153,7 @@ if [ "$variant" = thread ]; then
   echo "run-sanitizers: thread: canary: an unlocked race reported, absl::Mutex and Await seen"
 fi
 args=(--test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 1800 -LE fuzz)
+if [ "$variant" = core ]; then args+=(-L core); fi
 if [ -n "$filter" ]; then args+=(-R "$filter"); fi
 echo "run-sanitizers: $variant: ctest ${filter:+-R $filter}"
 status=0

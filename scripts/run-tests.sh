@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds every target with warnings as errors (CUDA kernels too when
 # nvcc and NCCL are found; GPU tests skip without a device), runs every test with ctest, then
-# each fuzz target for a minute.
+# each fuzz target for a minute, then the core tests under ASan and UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -21,3 +21,6 @@ ctest --test-dir build/test --output-on-failure -j"$jobs" --timeout 900
 # Every fuzz target under libFuzzer with ASan and UBSan (a clang build in build/fuzz), a short run
 # each; scripts/run-fuzz.sh SECONDS is the long run.
 ./scripts/run-fuzz.sh "${TESSERA_FUZZ_SECONDS:-60}"
+# The core tests (the sharding model, the planners, the file formats: ctest label core) under ASan
+# and UBSan in that same clang build, which compiles nothing else of the service for them.
+./scripts/run-sanitizers.sh core
