@@ -65,6 +65,7 @@ struct UpFlags {
   absl::Duration heartbeat_interval = LocalClusterOptions().heartbeat_interval;
   absl::Duration dead_after = LocalClusterOptions().dead_after;
   std::string state_dir;            // empty: <run dir>/state
+  std::string checkpoint_root;      // empty: <run dir>/checkpoints
   bool restart_coordinator = true;  // a coordinator that ends is started again
 };
 
@@ -148,6 +149,7 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   options.heartbeat_interval = f.heartbeat_interval;
   options.dead_after = f.dead_after;
   options.state_dir = f.state_dir;
+  options.checkpoint_root = f.checkpoint_root;
   options.keep_state = true;
   // A state from an earlier run names workers that are gone (the workers start afresh each run).
   if (!f.state_dir.empty() && std::filesystem::exists(f.state_dir + "/state.db")) {
@@ -197,7 +199,7 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
     if (options.workers < 4) return absl::OkStatus();
     out << "\n";
     if (absl::Status s = RunDTensorSelfcheck((*cluster)->address(), f.device,
-                                             (*cluster)->log_dir() + "/checkpoints/y", out);
+                                             (*cluster)->checkpoint_root() + "/selfcheck-y", out);
         !s.ok())
       return s;
     out << "\n";
@@ -221,7 +223,8 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
         << " TESSERA_TLS_KEY=" << options.tls_key_file << " TESSERA_TOKEN=" << token << "\n";
   }
   out << "  logs in " << (*cluster)->log_dir() << "\n"
-      << "  state in " << (*cluster)->state_dir() << "\n";
+      << "  state in " << (*cluster)->state_dir() << "\n"
+      << "  checkpoints in " << (*cluster)->checkpoint_root() << " (relative paths go there)\n";
   if (options.metrics) {
     out << "  metrics: coordinator " << (*cluster)->coordinator_metrics_url() << "\n";
     for (int i = 0; i < (*cluster)->num_workers(); ++i) {
@@ -331,16 +334,23 @@ void AddClusterCommands(CLI::App& app, Action* action) {
   up.app
       ->add_option("--workers", up.flags->workers,
                    "workers to start (default: 4 on cpu, every visible GPU on cuda)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 256));
   up.app->add_option("--port", up.flags->port, "the coordinator's port (default: a free one)")
       ->check(CLI::Range(1, 65535));
   daemon::AddDurationFlag(*up.app, "--heartbeat_interval", &up.flags->heartbeat_interval,
-                          "how often workers heartbeat");
+                          "how often workers heartbeat", absl::Milliseconds(10), absl::Minutes(1));
   daemon::AddDurationFlag(*up.app, "--dead_after", &up.flags->dead_after,
-                          "a worker silent for this long is dead and its meshes are broken");
+                          "a worker silent for this long is dead and its meshes are broken",
+                          absl::Milliseconds(20), absl::Hours(1));
   up.app->add_option("--state_dir", up.flags->state_dir,
                      "the coordinator's --state_dir: what it must not forget (meshes, tensors, "
                      "modules), kept across its restarts (default: state/ in the run directory)");
+  up.app
+      ->add_option("--checkpoint_root", up.flags->checkpoint_root,
+                   "the workers' --checkpoint_root: every checkpoint path lies inside it, a "
+                   "relative one is taken relative to it (default: checkpoints/ in the run "
+                   "directory)")
+      ->check(CLI::ExistingDirectory);
   up.app->add_flag("--restart_coordinator,!--no-restart_coordinator", up.flags->restart_coordinator,
                    "when the coordinator ends, start it again with the same flags (its state "
                    "comes back from --state_dir, the workers keep their shards) instead of "

@@ -112,7 +112,7 @@ void AddDemoCommand(CLI::App& app, Action* action) {
                    "where the files go (default: tessera-demo in the temporary directory)")
       ->type_name("DIR");
   demo.app->add_option("--size", demo.flags->size, "rows of the generated tensor")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
 }
 

@@ -56,6 +56,8 @@ BlockUpload SendBlock(grpc::Channel& channel, const v1::UploadRoute& route, absl
       v1::Worker::NewStub(std::shared_ptr<grpc::Channel>(&channel, [](grpc::Channel*) {}));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kTransferTimeout));
+  // The worker checks the grant before it reads the stream.
+  context.AddMetadata(kGrantMetadataKey, grant.SerializeAsString());
   v1::UploadReply reply;
   std::unique_ptr<grpc::ClientWriter<v1::TensorChunk>> writer = stub->Upload(&context, &reply);
   v1::TensorChunk chunk;
@@ -64,7 +66,6 @@ BlockUpload SendBlock(grpc::Channel& channel, const v1::UploadRoute& route, absl
   *chunk.mutable_shape() = grant.shape();
   chunk.set_sequence(grant.sequence());
   chunk.set_incarnation(grant.incarnation());
-  *chunk.mutable_grant() = grant;
   std::string buffer;
   bool open = true;
   // The header goes with the first chunk even for a block of no bytes.

@@ -167,6 +167,7 @@ absl::Status LocalCluster::StartWorker(int i, const std::string& listen) {
       options_.device == "cuda" ? absl::StrCat("--device=cuda:", i) : "--device=cpu",
       absl::StrCat("--listen=", listen),
       absl::StrCat("--memory_budget=", options_.memory_budget_bytes),
+      absl::StrCat("--checkpoint_root=", options_.checkpoint_root),
       absl::StrCat("--metrics_port=", options_.metrics ? 0 : -1)};
   for (const std::string& flag : options_.worker_flags) {
     args.push_back(absl::StrReplaceAll(flag, {{"{i}", absl::StrCat(i)}}));
@@ -257,6 +258,13 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
       return absl::PermissionDeniedError("cannot create a log directory");
     }
     options.log_dir = pattern;
+  }
+  if (options.checkpoint_root.empty()) options.checkpoint_root = options.log_dir + "/checkpoints";
+  std::error_code made;
+  std::filesystem::create_directories(options.checkpoint_root, made);
+  if (made) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create the checkpoint root ",
+                                                    options.checkpoint_root, ": ", made.message()));
   }
   std::filesystem::create_directories(options.log_dir);
   if (options.keep_state && options.state_dir.empty())

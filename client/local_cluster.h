@@ -45,6 +45,9 @@ struct LocalClusterOptions {
   std::string state_dir;
   bool keep_state = false;
   absl::Duration recovery_wait = absl::Seconds(30);  // --recovery_wait.
+  // Every worker's --checkpoint_root: checkpoint paths lie inside it (relative ones are taken
+  // relative to it); empty: log_dir/checkpoints.
+  std::string checkpoint_root;
 };
 
 // The CUDA devices `worker_binary` (tessera-worker) could serve: "cuda:N" names, in order.
@@ -64,6 +67,8 @@ class LocalCluster {
   // host:port of the coordinator.
   const std::string& address() const { return address_; }
   const std::string& log_dir() const { return options_.log_dir; }
+  // Where the workers read and write checkpoints (--checkpoint_root).
+  const std::string& checkpoint_root() const { return options_.checkpoint_root; }
   // The coordinator's --state_dir; empty when its state is in memory only.
   const std::string& state_dir() const { return options_.state_dir; }
   int num_workers() const { return static_cast<int>(workers_.size()); }

@@ -99,7 +99,93 @@ absl::StatusOr<CheckpointIndex> IndexOfShardedFiles(absl::string_view directory)
   return index;
 }
 
+// Whether `path`, resolved, is `root` or lies under it (both resolved, compared by component).
+bool Within(const fs::path& path, const fs::path& root) {
+  auto p = path.begin();
+  for (auto r = root.begin(); r != root.end(); ++r, ++p) {
+    if (r->empty()) continue;  // a trailing separator
+    if (p == path.end() || *p != *r) return false;
+  }
+  return true;
+}
+
+// Creates `directory`/kCheckpointMarkerFile unless it exists.
+absl::Status Mark(const fs::path& directory) {
+  const std::string marker = (directory / kCheckpointMarkerFile).string();
+  const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", marker, ": ", std::strerror(errno)));
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+// Whether `directory` is a Tessera checkpoint: marked, or holding a Tessera index.
+bool IsCheckpoint(const fs::path& directory) {
+  std::error_code ec;
+  if (fs::exists(directory / kCheckpointMarkerFile, ec)) return true;
+  const fs::path index = directory / std::string(kCheckpointIndexFile);
+  if (!fs::is_regular_file(index, ec)) return false;
+  absl::StatusOr<std::vector<std::byte>> bytes = ReadFileBytes(index.string());
+  return bytes.ok() &&
+         ParseCheckpointIndex({reinterpret_cast<const char*>(bytes->data()), bytes->size()}).ok();
+}
+
+// The data directory `directory`'s current index names ("" when it has none or a bad one).
+std::string CurrentDataDir(const fs::path& directory) {
+  absl::StatusOr<std::vector<std::byte>> bytes =
+      ReadFileBytes((directory / std::string(kCheckpointIndexFile)).string());
+  if (!bytes.ok()) return "";
+  absl::StatusOr<CheckpointIndex> index =
+      ParseCheckpointIndex({reinterpret_cast<const char*>(bytes->data()), bytes->size()});
+  return index.ok() ? index->data_dir : "";
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> ResolveCheckpointPath(absl::string_view root, absl::string_view path) {
+  if (root.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this worker takes no checkpoint paths (its --checkpoint_root is not set); cannot use '",
+        path, "'"));
+  }
+  if (path.empty()) return absl::InvalidArgumentError("the checkpoint path is empty");
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(fs::path(std::string(root)), ec);
+  if (ec || !fs::is_directory(base, ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this worker's checkpoint root ", root, " is not an existing directory"));
+  }
+  const fs::path given(std::string{path});
+  const fs::path resolved = fs::weakly_canonical(given.is_absolute() ? given : base / given, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint path '", path, "' cannot be resolved: ", ec.message()));
+  }
+  if (!Within(resolved, base) || resolved == base) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("checkpoint path '", path, "' resolves to ", resolved.string(),
+                     ", which is not inside this worker's checkpoint root ", base.string(),
+                     " (--checkpoint_root; symlinks are followed)"));
+  }
+  return resolved.string();
+}
+
+absl::Status CheckSaveDirectory(absl::string_view directory) {
+  RETURN_IF_ERROR(CheckCheckpointDirectory(directory));
+  const fs::path path{std::string(directory)};
+  std::error_code ec;
+  if (!fs::exists(path, ec) || fs::is_empty(path, ec) || IsCheckpoint(path)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "checkpoint path '", directory,
+      "' is a directory that is not a Tessera checkpoint (it is not empty and holds no ",
+      kCheckpointMarkerFile,
+      " nor a checkpoint index.json): a save writes only into a new or "
+      "empty directory or an earlier checkpoint"));
+}
 
 absl::Status CheckCheckpointDirectory(absl::string_view directory) {
   const fs::path path{std::string(directory)};
@@ -137,6 +223,8 @@ absl::Status WriteCheckpointBlock(absl::string_view directory, absl::string_view
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create ", fs::path(path).parent_path().string(), ": ", ec.message()));
   }
+  RETURN_IF_ERROR(Mark(fs::path(std::string(directory))));
+  RETURN_IF_ERROR(Mark(fs::path(Join(directory, data_dir))));
   SafetensorsFile file;
   file.metadata = SpecMetadata(spec);
   file.metadata["tessera.rank"] = absl::StrCat(rank);
@@ -176,14 +264,18 @@ absl::Status CommitCheckpointIndex(absl::string_view directory, const Checkpoint
       }
     }
   }
+  const std::string replaced = CurrentDataDir(fs::path(std::string(directory)));
   RETURN_IF_ERROR(WriteFileBytes(Join(directory, kCheckpointIndexFile),
                                  {reinterpret_cast<const std::byte*>(text.data()), text.size()}));
   // Old data goes only once the new index is in place; a failure here leaves garbage, not harm.
+  // Only what a save wrote goes: a data directory it marked, or the one the old index named.
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(std::string(directory), ec)) {
     const std::string name = entry.path().filename().string();
-    if (absl::StartsWith(name, "data-") && name != index.data_dir) {
-      std::error_code ignored;
+    if (!absl::StartsWith(name, "data-") || name == index.data_dir) continue;
+    std::error_code ignored;
+    if (entry.is_symlink(ignored) || !entry.is_directory(ignored)) continue;
+    if (name == replaced || fs::exists(entry.path() / kCheckpointMarkerFile, ignored)) {
       fs::remove_all(entry.path(), ignored);
     }
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/checked_math.h"
+#include "core/names.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -14,8 +15,8 @@ namespace tessera {
 absl::StatusOr<int64_t> DeviceMesh::CheckLayout(absl::string_view device_type, const Shape& shape,
                                                 std::span<const std::string> dim_names) {
   if (device_type != "cpu" && device_type != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown device type '", device_type, "'; expected 'cpu' or 'cuda'"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown device type ", QuotedName(device_type),
+                                                   "; expected 'cpu' or 'cuda'"));
   }
   if (shape.empty()) {
     return absl::InvalidArgumentError("a device mesh needs at least one dim");
@@ -40,13 +41,18 @@ absl::StatusOr<int64_t> DeviceMesh::CheckLayout(absl::string_view device_type, c
   }
   if (!dim_names.empty()) {
     if (dim_names.size() != shape.size()) {
+      std::vector<std::string> shown;  // the first few, each quoted and cut
+      for (size_t i = 0; i < dim_names.size() && i < 8; ++i) {
+        shown.push_back(QuotedName(dim_names[i], 32));
+      }
       return absl::InvalidArgumentError(absl::StrCat(
-          "mesh_dim_names (", absl::StrJoin(dim_names, ", "), ") has ", dim_names.size(),
-          " names but the mesh shape ", ShapeToString(shape), " has ", shape.size(), " dims"));
+          "mesh_dim_names (", absl::StrJoin(shown, ", "), dim_names.size() > 8 ? ", ..." : "",
+          ") has ", dim_names.size(), " names but the mesh shape ", ShapeToString(shape), " has ",
+          shape.size(), " dims"));
     }
     absl::flat_hash_set<absl::string_view> seen;
     for (const std::string& name : dim_names) {
-      if (name.empty()) return absl::InvalidArgumentError("mesh dim names must not be empty");
+      RETURN_IF_ERROR(CheckName(NameKind::kMeshDim, name));
       if (!seen.insert(name).second) {
         return absl::InvalidArgumentError(
             absl::StrCat("mesh_dim_names (", absl::StrJoin(dim_names, ", "), ") repeats '", name,

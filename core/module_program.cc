@@ -927,7 +927,12 @@ class Compiler {
 };
 
 absl::StatusOr<int> TpDim(const ParallelizePlan& plan, const DeviceMesh& mesh) {
-  if (!plan.mesh_dim_name.empty()) return mesh.DimIndex(plan.mesh_dim_name);
+  if (!plan.mesh_dim_name.empty()) {
+    // A dim the mesh lacks is a bad plan, as a bad index is (and as a request's is).
+    absl::StatusOr<int> dim = mesh.DimIndex(plan.mesh_dim_name);
+    if (!dim.ok()) return absl::InvalidArgumentError(dim.status().message());
+    return dim;
+  }
   if (plan.mesh_dim_index < 0 || plan.mesh_dim_index >= mesh.ndim()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("plan mesh_dim %d is not a dim of the %d-dim mesh %s", plan.mesh_dim_index,

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/json.h"
+#include "core/names.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -247,8 +248,9 @@ absl::Status ParseChildren(const json& children, const std::string& path, Module
             "module spec: ", name_path, " is missing: a Module's children need names"));
       }
       out.name = name->get<std::string>();
-      if (out.name.empty() || absl::StrContains(out.name, ".")) {
-        return BadValue(name_path, *name, "a child name must be non-empty and contain no '.'");
+      if (absl::Status s = CheckName(NameKind::kChild, out.name); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("module spec: ", name_path, ": ", s.message()));
       }
       const auto [it, inserted] = index_of_name.emplace(out.name, i);
       if (!inserted) {

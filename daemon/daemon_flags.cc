@@ -58,15 +58,22 @@ std::optional<int> ParseFlagsAndStartLogging(CLI::App& app, int argc, char** arg
 }
 
 void AddDurationFlag(CLI::App& app, const std::string& name, absl::Duration* value,
-                     const std::string& help) {
+                     const std::string& help, absl::Duration min, absl::Duration max) {
   app.add_option_function<std::string>(
          name,
-         [name, value](const std::string& text) {
-           if (!absl::ParseDuration(text, value)) {
+         [name, value, min, max](const std::string& text) {
+           absl::Duration parsed;
+           if (!absl::ParseDuration(text, &parsed)) {
              throw CLI::ValidationError(name, "'" + text + "' is not a duration like 500ms or 3s");
            }
+           if (parsed < min || parsed > max) {
+             throw CLI::ValidationError(
+                 name, absl::StrCat("'", text, "' is not in ", absl::FormatDuration(min), "..",
+                                    absl::FormatDuration(max)));
+           }
+           *value = parsed;
          },
-         help)
+         absl::StrCat(help, " (", absl::FormatDuration(min), "..", absl::FormatDuration(max), ")"))
       ->type_name("DURATION")
       ->default_str(absl::FormatDuration(*value));
 }

@@ -14,9 +14,11 @@
 namespace tessera::daemon {
 
 // Adds a duration flag such as 500ms, 3s or 1m (absl::ParseDuration) filling `*value`, whose
-// current value is its default.
+// current value is its default; a value outside min..max (infinite ones included) is refused
+// naming the bounds.
 void AddDurationFlag(CLI::App& app, const std::string& name, absl::Duration* value,
-                     const std::string& help);
+                     const std::string& help, absl::Duration min = absl::ZeroDuration(),
+                     absl::Duration max = absl::Hours(24 * 30));
 
 // Ignores SIGPIPE in this process. Gloo writes to its sockets with writev, which raises SIGPIPE
 // when the peer has closed the connection (a peer whose collective timed out while this process was

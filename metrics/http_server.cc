@@ -30,8 +30,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
       host.find(':') != std::string::npos && host.front() != '['  // a bare IPv6 address
           ? absl::StrCat("[", host, "]:", port)
           : absl::StrCat(host, ":", port);
-  const char* options[] = {"listening_ports",    address.c_str(), "num_threads", "2",
-                           "request_timeout_ms", "10000",         nullptr};
+  // A connection holds a thread from its first byte until its request is read, at most about
+  // twice request_timeout_ms (civetweb's deadline for the whole header, checked between reads):
+  // a few clients that send half a request each must not keep /ready and /metrics from
+  // answering, so the threads are many and the deadline short (it bounds a response's send too,
+  // far above what /metrics takes).
+  const char* options[] = {
+      "listening_ports", address.c_str(),    "num_threads", kThreads, "request_timeout_ms",
+      kRequestTimeoutMs, "max_request_size", "8192",        nullptr};
   std::unique_ptr<HttpServer> server(new HttpServer(registry));
   mg_callbacks callbacks = {};
   // civetweb prints its own errors (such as a port in use) to stderr without this.

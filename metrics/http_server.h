@@ -25,6 +25,11 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
+  // Threads serving connections, and civetweb's deadline for a request's header in ms: a
+  // connection that sends half a request holds one thread for at most about twice that.
+  static constexpr char kThreads[] = "32";
+  static constexpr char kRequestTimeoutMs[] = "3000";
+
   // The port it listens on.
   int port() const { return port_; }
 

@@ -102,12 +102,6 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
     method.assign(it->second.data(), it->second.size());
   }
   if (OpenMethod(method)) return grpc::Status::OK;
-  // gRPC's token hook is given the connection's auth context but not the peer's address: a
-  // caller is counted by its certificate name, or else by its connection.
-  const std::string caller = FailureKey(*context);
-  if (absl::Status s = failures_->Admit(caller); !s.ok()) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(s.message()));
-  }
   std::string reason;
   auto it = auth_metadata.find("authorization");
   if (it == auth_metadata.end()) {
@@ -128,8 +122,12 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
     }
     reason = "the bearer token sent is not one this coordinator accepts";
   }
-  failures_->Record(caller, method, reason);
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, reason);
+  // gRPC's token hook is given the connection's auth context but not the peer's address: a
+  // caller is counted by its certificate name, or else by its connection.
+  const absl::Status refused =
+      failures_->Refuse(FailureKey(*context), method, absl::UnauthenticatedError(reason));
+  return grpc::Status(static_cast<grpc::StatusCode>(refused.code()),
+                      std::string(refused.message()));
 }
 
 }  // namespace tessera

@@ -38,8 +38,8 @@ inline constexpr char kClientNameProperty[] = "tessera_client_name";
 // `tokens`, except the health service and the worker-facing Registry (which checks workers
 // itself). A call without one is refused with UNAUTHENTICATED (the message never repeats the
 // token), logged, and counted in `failures` by the caller's certificate name, or by its
-// connection for a caller without a certificate; a caller past its failures is refused with
-// RESOURCE_EXHAUSTED before its token is looked at.
+// connection for a caller without a certificate (a caller past its failures is answered
+// RESOURCE_EXHAUSTED); a valid token is always accepted, whatever failed before it.
 class BearerTokenProcessor : public grpc::AuthMetadataProcessor {
  public:
   BearerTokenProcessor(ClientTokens tokens, AuthFailures* failures)

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/names.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
@@ -85,10 +86,7 @@ absl::StatusOr<CollectiveService::Checked> CollectiveService::Check(
   if (checked.output.empty()) {
     return absl::InvalidArgumentError("a collective needs an output tensor name");
   }
-  if (checked.output.find('/') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor name '", checked.output, "' must have no '/'"));
-  }
+  RETURN_IF_ERROR(CheckName(NameKind::kTensor, checked.output));
   return checked;
 }
 
@@ -214,6 +212,9 @@ grpc::Status CollectiveService::RunCollective(grpc::ServerContext*,
 grpc::Status CollectiveService::CollectiveStream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CollectiveResult, v1::CollectiveRequest>* stream) {
+  absl::StatusOr<StreamLimits::Ticket> admitted =
+      AdmitStream(limits_, *context, "CollectiveStream");
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   // This thread reads and starts each collective as it arrives; `writer` reports them in order as
   // they finish, so a slow collective never holds up the ones behind it from starting.
   absl::Mutex mu;
@@ -366,6 +367,8 @@ absl::StatusOr<DTensorSpec> CollectiveService::RankBlock(const Mesh& mesh, int64
 grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
                                          grpc::ServerReader<v1::PutLocalChunk>* reader,
                                          v1::PutLocalReply* reply) {
+  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "PutLocal");
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "PutLocal");
   v1::PutLocalChunk chunk;
   if (!watch->Read(*reader, &chunk)) {
@@ -374,10 +377,8 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
   }
   absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Reachable(chunk.mesh());
   if (!mesh.ok()) return ToGrpcStatus(mesh.status());
-  if (chunk.tensor().empty() || chunk.tensor().find('/') != std::string::npos) {
-    return grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("tensor name '", chunk.tensor(), "' must be non-empty and have no '/'"));
+  if (absl::Status s = CheckName(NameKind::kTensor, chunk.tensor()); !s.ok()) {
+    return ToGrpcStatus(s);
   }
   const absl::StatusOr<DType> dtype = FromProto(chunk.dtype());
   if (!dtype.ok()) return ToGrpcStatus(dtype.status());
@@ -412,6 +413,9 @@ grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
 grpc::Status CollectiveService::GetLocal(grpc::ServerContext* context,
                                          const v1::GetLocalRequest* request,
                                          grpc::ServerWriter<v1::TensorChunk>* writer) {
+  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "GetLocal");
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "GetLocal");
   absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Reachable(request->mesh());
   if (!mesh.ok()) return ToGrpcStatus(mesh.status());
   const Mesh& m = **mesh;
@@ -435,7 +439,7 @@ grpc::Status CollectiveService::GetLocal(grpc::ServerContext* context,
   return ToGrpcStatus(GatherStream(*dispatcher_, *block, WorkerTensorName(m, request->tensor()),
                                    TransferDeadline(*context), [&](std::string data) {
                                      chunk.set_data(std::move(data));
-                                     const bool sent = writer->Write(chunk);
+                                     const bool sent = watch->Write(*writer, chunk);
                                      chunk.Clear();
                                      return sent;
                                    }));

@@ -10,8 +10,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "core/dtensor_spec.h"
+#include "security/idle_streams.h"
+#include "security/stream_limits.h"
 #include "server/dispatcher.h"
-#include "server/idle_streams.h"
 #include "server/local_tensor_table.h"
 #include "server/mesh_table.h"
 #include "tessera/v1/collective.grpc.pb.h"
@@ -24,10 +25,14 @@ namespace tessera {
 // groups disagree before anything runs; a mesh runs its collectives in the order accepted here.
 class CollectiveService final : public v1::CollectiveService::Service, public MeshUser {
  public:
-  // A PutLocal stream whose client sends nothing for `stream_idle_timeout` is ended (IdleStreams).
+  // A PutLocal stream whose client sends nothing, or a GetLocal stream whose client takes
+  // nothing, for `stream_idle_timeout` is ended (IdleStreams).
   CollectiveService(MeshTable* meshes, Dispatcher* dispatcher,
                     absl::Duration stream_idle_timeout = absl::Seconds(30))
       : meshes_(meshes), dispatcher_(dispatcher), idle_(stream_idle_timeout) {}
+
+  // Streams are admitted to `limits` (per peer and in all); set before serving. None: all are.
+  void LimitStreams(StreamLimits* limits) { limits_ = limits; }
 
   // Client stream.
   grpc::Status PutLocal(grpc::ServerContext* context, grpc::ServerReader<v1::PutLocalChunk>* reader,
@@ -113,6 +118,7 @@ class CollectiveService final : public v1::CollectiveService::Service, public Me
   MeshTable* meshes_;
   Dispatcher* dispatcher_;
   IdleStreams idle_;
+  StreamLimits* limits_ = nullptr;
   absl::Mutex works_mu_;
   std::map<int64_t, MeshWorks> works_ ABSL_GUARDED_BY(works_mu_);  // by mesh id
 };

@@ -21,6 +21,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "metrics/grpc_metrics.h"
 #include "security/client_tokens.h"
+#include "security/stream_limits.h"
 #include "server/collective_service.h"
 #include "server/coordinator_metrics.h"
 #include "server/dispatcher.h"
@@ -59,6 +60,8 @@ struct CoordinatorFlags {
   int64_t max_message_bytes = 64 << 20;
   int metrics_port = -1;
   int max_rpc_threads = tessera::daemon::kDefaultMaxRpcThreads;
+  tessera::daemon::StreamLimitFlags streams;
+  int64_t max_request_bytes = int64_t{1} << 30;
   std::string state_dir;
   absl::Duration recovery_wait = absl::Seconds(30);
 };
@@ -81,21 +84,28 @@ void AddFlags(CLI::App& app, CoordinatorFlags& f) {
                  "clients must send a bearer token of this file (lines 'NAME TOKEN'); needs TLS")
       ->envname("TESSERA_TOKENS_FILE");
   tessera::daemon::AddDurationFlag(app, "--heartbeat_interval", &f.heartbeat_interval,
-                                   "how often workers heartbeat");
+                                   "how often workers heartbeat", absl::Milliseconds(10),
+                                   absl::Minutes(1));
   tessera::daemon::AddDurationFlag(
       app, "--dead_after", &f.dead_after,
-      "a worker silent for this long is dead and its meshes are broken");
+      "a worker silent for this long is dead and its meshes are broken; longer than "
+      "--heartbeat_interval",
+      absl::Milliseconds(20), absl::Hours(1));
   tessera::daemon::AddDurationFlag(
       app, "--client_grace", &f.client_grace,
-      "a client holding a lease that makes no call for this long loses its tensors");
+      "a client holding a lease that makes no call for this long loses its tensors",
+      absl::Seconds(1), absl::Hours(24 * 30));
   tessera::daemon::AddDurationFlag(
       app, "--stream_idle_timeout", &f.stream_idle_timeout,
-      "an upload stream (distribute, from_local, put) whose client sends nothing for this long "
-      "is ended with DEADLINE_EXCEEDED, releasing its workers and buffers");
+      "a stream whose client sends nothing for this long (an upload: distribute, from_local, "
+      "put, module load), or takes nothing (a download), is ended with DEADLINE_EXCEEDED, "
+      "releasing its workers' turns and its buffers; 0 never ends one",
+      absl::ZeroDuration(), absl::Hours(1));
   tessera::daemon::AddDurationFlag(
       app, "--direct_grant_lifetime", &f.direct_grant_lifetime,
       "how long a grant of the direct path (a client's upload to or read from a worker) stays "
-      "valid; its sequence is released to the worker soon after");
+      "valid; its sequence is released to the worker soon after",
+      absl::Milliseconds(100), absl::Minutes(10));
   app.add_option("--max_message_bytes", f.max_message_bytes,
                  "largest gRPC message accepted or sent")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
@@ -104,13 +114,20 @@ void AddFlags(CLI::App& app, CoordinatorFlags& f) {
                  "most threads serving gRPC calls at once; a call past them is refused with "
                  "RESOURCE_EXHAUSTED")
       ->check(CLI::Range(16, 65536));
+  tessera::daemon::AddStreamLimitFlags(app, &f.streams);
+  app.add_option("--max_request_bytes", f.max_request_bytes,
+                 "most bytes of inference requests worked on at once; one past them is refused "
+                 "with RESOURCE_EXHAUSTED before it is decoded, and gRPC's buffers for messages "
+                 "being received are bounded by as much again")
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40));
   app.add_option("--state_dir", f.state_dir,
                  "directory of the durable state (workers, meshes, tensors; SQLite): a restart "
                  "with the same directory recovers them; empty keeps state in memory only");
   tessera::daemon::AddDurationFlag(
       app, "--recovery_wait", &f.recovery_wait,
       "after a restart, how long to wait for the recorded meshes' workers to register again "
-      "before recovering the meshes without those missing");
+      "before recovering the meshes without those missing",
+      absl::ZeroDuration(), absl::Hours(1));
 }
 
 }  // namespace
@@ -126,9 +143,15 @@ int main(int argc, char** argv) {
           tessera::daemon::ParseFlagsAndStartLogging(app, argc, argv, {"secret"})) {
     return *exit;
   }
-  if (flags.direct_grant_lifetime <= absl::ZeroDuration()) {
-    spdlog::critical("--direct_grant_lifetime {} is not positive",
-                     absl::FormatDuration(flags.direct_grant_lifetime));
+  if (flags.dead_after <= flags.heartbeat_interval) {
+    spdlog::critical("--dead_after {} must be longer than --heartbeat_interval {}",
+                     absl::FormatDuration(flags.dead_after),
+                     absl::FormatDuration(flags.heartbeat_interval));
+    return 2;
+  }
+  if (absl::Status s = tessera::daemon::CheckStreamLimits(flags.streams, flags.max_rpc_threads);
+      !s.ok()) {
+    spdlog::critical("{}", std::string(s.message()));
     return 2;
   }
   const std::string& secret = flags.secret;
@@ -140,7 +163,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Failed client authentications, limited and logged (the Registry and workers keep their own).
-  tessera::AuthFailures client_auth_failures;
+  tessera::AuthFailures client_auth_failures("coordinator clients");
   if (!flags.tokens_file.empty()) {
     if (!flags.tls.enabled()) {
       spdlog::critical(
@@ -195,10 +218,19 @@ int main(int argc, char** argv) {
   tessera::ModuleTable modules([&served](const tessera::v1::PublishedVersion& p) {
     served.Unpublish(p.model(), p.version()).IgnoreError();
   });
-  tessera::ModuleService module_service(&tensors, &modules, &served);
+  tessera::ModuleService module_service(&tensors, &modules, &served, flags.stream_idle_timeout);
+  // Callers' streams, bounded in all and per peer: the threads left serve unary calls and the
+  // workers' heartbeats and registrations.
+  tessera::StreamLimits stream_limits("coordinator", flags.streams.max_streams,
+                                      flags.streams.max_per_peer);
+  dtensor_service.LimitStreams(&stream_limits);
+  collective_service.LimitStreams(&stream_limits);
+  module_service.LimitStreams(&stream_limits);
   tessera::MeshService mesh_service(&meshes, &dispatcher, &store, &reformer, &ledger,
                                     {&collective_service, &tensors, &modules});
   tessera::InferenceService inference_service(&served);
+  tessera::RequestBytes request_bytes("inference", flags.max_request_bytes, "--max_request_bytes");
+  inference_service.LimitRequestBytes(&request_bytes);
 
   std::unique_ptr<tessera::StateStore> state;
   std::unique_ptr<tessera::StateRecovery> recovery;
@@ -234,7 +266,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   grpc::ServerBuilder builder;
-  tessera::daemon::ConfigureServer(builder, flags.max_rpc_threads);
+  // gRPC buffers a message whole before it can refuse it for its size: its buffers are bounded as
+  // the requests worked on are (--max_request_bytes).
+  tessera::daemon::ConfigureServer(builder, flags.max_rpc_threads, flags.max_request_bytes);
   int port = 0;
   builder.AddListeningPort(flags.listen, credentials->server, &port);
   const int max_bytes = static_cast<int>(flags.max_message_bytes);
@@ -246,10 +280,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(&dtensor_service);
   builder.RegisterService(&module_service);
   builder.RegisterService(&inference_service);
-  if (flags.metrics_port >= 0) {
-    builder.experimental().SetInterceptorCreators(
-        tessera::metrics::RpcMetricsInterceptors(&tessera::metrics::DefaultRegistry()));
-  }
+  tessera::daemon::InstallInterceptors(builder, /*metrics=*/flags.metrics_port >= 0);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     spdlog::critical("{}", tessera::daemon::CannotListenMessage(flags.listen));
@@ -265,6 +296,10 @@ int main(int argc, char** argv) {
   // Takes restarted workers back into their meshes and repairs their replicas.
   tessera::ReplicaRepair repair(&workers, &meshes, &dispatcher, &store, &reformer, &tensors,
                                 &ledger);
+  repair.OnRejoined(
+      [&module_service](const tessera::Mesh& old, const std::shared_ptr<tessera::Mesh>& now) {
+        module_service.MeshRejoined(old, now);
+      });
   repair.Start();
   tessera::ExportCoordinatorMetrics(&tessera::metrics::DefaultRegistry(), &workers, &dispatcher,
                                     &tensors, &modules, &served);

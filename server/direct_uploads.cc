@@ -1,6 +1,7 @@
 #include "server/direct_uploads.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -30,6 +31,9 @@ DirectUploads::~DirectUploads() {
   std::map<std::string, std::unique_ptr<Planned>> left;
   {
     absl::MutexLock lock(&mu_);
+    // The release calls' callbacks use this object.
+    mu_.Await(absl::Condition(
+        +[](int* n) { return *n == 0; }, &releasing_));
     left.swap(planned_);
   }
   for (auto& [id, planned] : left) Drop(*planned);
@@ -123,6 +127,16 @@ absl::StatusOr<v1::UploadPlan> DirectUploads::Plan(const v1::PlanUploadRequest& 
   for (int64_t p : positions) {
     ASSIGN_OR_RETURN(WorkerHandle w, tensors_->dispatcher().registry().Get(spec.mesh.ranks()[p]));
     workers.push_back(std::move(w));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t mine = std::count_if(planned_.begin(), planned_.end(),
+                                       [&](const auto& p) { return p.second->owner == owner; });
+    if (mine >= kMaxPlansPerClient) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "client '", owner, "' has ", mine, " direct uploads planned and not committed (at most ",
+          kMaxPlansPerClient, "); commit or abort one first"));
+    }
   }
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t,
                    tensors_->Add(layout.name, mesh, spec, owner, /*hidden=*/true));
@@ -223,12 +237,21 @@ absl::StatusOr<v1::TensorInfo> DirectUploads::Commit(const v1::CommitUploadReque
 
 void DirectUploads::ExpireDue(absl::Time now) {
   std::vector<std::pair<std::string, std::unique_ptr<Planned>>> overdue;
+  std::vector<std::pair<std::string, std::vector<std::pair<WorkerHandle, int64_t>>>> expired;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = planned_.begin(); it != planned_.end();) {
       Planned& p = *it->second;
-      if (now >= p.release_at) {
-        for (Block& b : p.blocks) b.lease.Release();  // a number the worker used is ignored
+      if (now >= p.release_at && !p.released) {
+        p.released = true;
+        std::vector<std::pair<WorkerHandle, int64_t>> blocks;
+        for (Block& b : p.blocks) {
+          if (!b.lease.held()) continue;
+          WorkerHandle worker = b.lease.worker();
+          blocks.emplace_back(std::move(worker), b.lease.TakeForRelease());
+        }
+        releasing_ += static_cast<int>(blocks.size());
+        expired.emplace_back(it->first, std::move(blocks));
       }
       if (now >= p.commit_by) {
         overdue.emplace_back(it->first, std::move(it->second));
@@ -238,7 +261,16 @@ void DirectUploads::ExpireDue(absl::Time now) {
       }
     }
   }
-  // Freeing posts commands, which may wait for room: not under the lock.
+  std::vector<std::string> unstarted;
+  {
+    absl::MutexLock lock(&mu_);
+    unstarted.swap(unstarted_);
+  }
+  // Releasing and freeing post calls and commands, which may wait for room: not under the lock.
+  for (const std::string& id : unstarted) {
+    DropPlanned(id, "an upload of it had not started when its grants expired");
+  }
+  for (auto& [id, blocks] : expired) ReleaseExpired(id, std::move(blocks));
   for (auto& [id, p] : overdue) {
     spdlog::warn(
         "direct upload {} of tensor '{}' by client '{}' was not committed in time; "
@@ -246,6 +278,42 @@ void DirectUploads::ExpireDue(absl::Time now) {
         id, p->tensor->name, p->owner);
     Drop(*p);
   }
+}
+
+void DirectUploads::ReleaseExpired(const std::string& id,
+                                   std::vector<std::pair<WorkerHandle, int64_t>> blocks) {
+  struct Outcome {
+    std::atomic<size_t> remaining;
+    std::atomic<bool> all_held{true};
+  };
+  auto outcome = std::make_shared<Outcome>();
+  outcome->remaining = blocks.size();
+  for (auto& [worker, sequence] : blocks) {
+    tensors_->dispatcher().Release(worker, {sequence},
+                                   [this, id, outcome](absl::Status s, std::vector<int64_t> held) {
+                                     if (!s.ok() || held.empty()) outcome->all_held = false;
+                                     absl::MutexLock lock(&mu_);
+                                     --releasing_;
+                                     // Dropped by the expirer: freeing posts commands, which must
+                                     // not wait on this thread.
+                                     if (outcome->remaining.fetch_sub(1) == 1 && !outcome->all_held)
+                                       unstarted_.push_back(id);
+                                   });
+  }
+}
+
+void DirectUploads::DropPlanned(const std::string& id, const std::string& why) {
+  std::unique_ptr<Planned> planned;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = planned_.find(id);
+    if (it == planned_.end()) return;  // committed or aborted meanwhile
+    planned = std::move(it->second);
+    planned_.erase(it);
+  }
+  spdlog::warn("direct upload {} of tensor '{}' by client '{}' dropped: {}", id,
+               planned->tensor->name, planned->owner, why);
+  Drop(*planned);
 }
 
 }  // namespace tessera

@@ -25,9 +25,12 @@ namespace tessera {
 // sequence on its worker (the order stays the coordinator's) and signs a grant per block. Commit
 // checks every worker's receipt, then spreads the replicas and reveals the tensor. A plan that is
 // aborted, fails its commit or is not committed by its deadline is dropped: its tensor released
-// (whatever blocks arrived are freed) and nothing becomes visible. Sequences not used are released
-// to their workers once the grants have expired (kReleaseMargin later), so a client that vanishes
-// stalls no worker for longer than that. Thread-safe.
+// (whatever blocks arrived are freed) and nothing becomes visible. Once the grants have expired
+// (kReleaseMargin later) each block's sequence is released to its worker unless an upload the
+// worker admitted by its grant holds it (that upload waits for its turn, however long commands
+// before it run): a client that vanishes stalls no worker for longer than that, and a plan one of
+// whose uploads never started is dropped then, so that the bytes it held against the workers'
+// budgets are free again. A client has at most kMaxPlansPerClient plans at once. Thread-safe.
 class DirectUploads {
  public:
   // Grants expire `grant_lifetime` after the plan: the client must open every upload by then.
@@ -48,6 +51,7 @@ class DirectUploads {
   int64_t pending() const;
 
   static constexpr absl::Duration kReleaseMargin = absl::Seconds(2);
+  static constexpr int kMaxPlansPerClient = 16;
   static constexpr absl::Duration kDefaultTransfer = absl::Minutes(10);
   static constexpr absl::Duration kMaxTransfer = absl::Hours(1);
 
@@ -79,16 +83,25 @@ class DirectUploads {
     bool partition = true;
     std::vector<Block> blocks;
     absl::Time release_at;  // grants expired: unused sequences go back to the workers
+    bool released = false;  // its sequences were released at release_at
     absl::Time commit_by;
   };
   // Releases every lease still held (the workers ignore numbers they used) and the tensor.
   void Drop(Planned& planned);
+  // Releases the sequences of plan `id` (its grants expired), then drops the plan unless its
+  // workers held every one for an admitted upload.
+  void ReleaseExpired(const std::string& id, std::vector<std::pair<WorkerHandle, int64_t>> blocks);
+  // Drops plan `id`, if it is still planned, for `why`.
+  void DropPlanned(const std::string& id, const std::string& why);
 
   DTensorTable* tensors_;
   DTensorStreams* streams_;
   const absl::Duration grant_lifetime_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Planned>> planned_ ABSL_GUARDED_BY(mu_);
+  int releasing_ ABSL_GUARDED_BY(mu_) = 0;  // release calls not yet answered
+  // Plans an upload of which had not started when their grants expired, to drop.
+  std::vector<std::string> unstarted_ ABSL_GUARDED_BY(mu_);
   absl::Notification stopping_;
   std::thread expirer_;
 };

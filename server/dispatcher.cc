@@ -246,8 +246,12 @@ std::vector<SequenceLease> Dispatcher::Reserve(const std::vector<WorkerHandle>& 
   return leases;
 }
 
-void Dispatcher::Release(const WorkerHandle& worker, std::vector<int64_t> sequences) {
-  if (sequences.empty() || worker.stub == nullptr) return;
+void Dispatcher::Release(const WorkerHandle& worker, std::vector<int64_t> sequences,
+                         Released done) {
+  if (sequences.empty() || worker.stub == nullptr) {
+    if (done) done(absl::OkStatus(), {});
+    return;
+  }
   struct Call {
     grpc::ClientContext context;
     v1::ReleaseRequest request;
@@ -261,7 +265,11 @@ void Dispatcher::Release(const WorkerHandle& worker, std::vector<int64_t> sequen
   Authorize(&call->context);
   worker.stub->async()->Release(
       &call->context, &call->request, &call->reply,
-      [call, id = worker.id, address = worker.address](grpc::Status s) {
+      [call, id = worker.id, address = worker.address, done = std::move(done)](grpc::Status s) {
+        if (done) {
+          done(FromGrpcStatus(s),
+               std::vector<int64_t>(call->reply.held().begin(), call->reply.held().end()));
+        }
         // A stale incarnation has no use for the numbers; any other failure leaves a gap.
         if (s.ok() || s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) return;
         spdlog::error("{} (releasing command sequences {}; its later commands wait for them)",
@@ -443,14 +451,16 @@ void Dispatcher::Replied(const std::shared_ptr<Call>& call, const grpc::Status& 
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     registry_->MarkUnreachable(id, worker.incarnation, s.error_message());
   }
-  // A command the worker answered has spent its sequence (one it refused for waiting past its
-  // deadline counts as released there); the rest of a failed batch may never have reached it, and
-  // are released in one call per incarnation, each under its own (the batch went with the handle
-  // of the last post queued, which may be of another incarnation). A batch is never sent again.
+  // A command the worker admitted has spent its sequence (one it refused for waiting past its
+  // deadline counts as released there); one it refused before its turn, and the rest of a failed
+  // batch, which may never have reached it, are released in one call per incarnation, each under
+  // its own (the batch went with the handle of the last post queued, which may be of another
+  // incarnation). A batch is never sent again.
   std::map<int64_t, std::pair<WorkerHandle, std::vector<int64_t>>> unused;
   for (size_t i = 0; i < call->items.size(); ++i) {
     SequenceLease& lease = call->items[i].lease;
-    if (s.ok() && i < static_cast<size_t>(call->reply.results_size())) {
+    if (s.ok() && i < static_cast<size_t>(call->reply.results_size()) &&
+        !call->reply.results(static_cast<int>(i)).not_admitted()) {
       lease.MarkUsed();
     } else if (lease.held()) {
       auto& [handle, sequences] = unused[lease.worker().incarnation];

@@ -92,8 +92,10 @@ class Dispatcher {
   std::vector<SequenceLease> Reserve(const std::vector<WorkerHandle>& workers);
   // Tells `worker` that `sequences`, reserved on it, will not be used (asynchronously, waiting for
   // the worker to be reachable up to kReleaseTimeout; a release that fails is logged, and the
-  // worker's order then stalls until it counts itself broken).
-  void Release(const WorkerHandle& worker, std::vector<int64_t> sequences);
+  // worker's order then stalls until it counts itself broken). `done`, if given, runs with the
+  // call's outcome and the numbers the worker kept because admitted direct uploads hold them.
+  using Released = std::function<void(absl::Status, std::vector<int64_t> held)>;
+  void Release(const WorkerHandle& worker, std::vector<int64_t> sequences, Released done = nullptr);
   static constexpr absl::Duration kReleaseTimeout = absl::Seconds(30);
 
   // Called with every worker's reply that reports a broken communicator, as it arrives (before

@@ -96,6 +96,9 @@ std::string DTensorService::Caller(const grpc::ServerContext& context) {
 grpc::Status DTensorService::DistributeTensor(grpc::ServerContext* context,
                                               grpc::ServerReader<v1::DistributeChunk>* reader,
                                               v1::TensorInfo* reply) {
+  absl::StatusOr<StreamLimits::Ticket> admitted =
+      AdmitStream(limits_, *context, "DistributeTensor");
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   absl::StatusOr<v1::TensorInfo> info = streams_.Distribute(*context, reader, Caller(*context));
   if (!info.ok()) return ToGrpcStatus(info.status());
   *reply = *std::move(info);
@@ -138,6 +141,8 @@ grpc::Status DTensorService::ReleaseDownload(grpc::ServerContext* context,
 grpc::Status DTensorService::FromLocal(grpc::ServerContext* context,
                                        grpc::ServerReader<v1::FromLocalChunk>* reader,
                                        v1::TensorInfo* reply) {
+  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "FromLocal");
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   absl::StatusOr<v1::TensorInfo> info = streams_.FromLocal(*context, reader, Caller(*context));
   if (!info.ok()) return ToGrpcStatus(info.status());
   *reply = *std::move(info);
@@ -147,6 +152,8 @@ grpc::Status DTensorService::FromLocal(grpc::ServerContext* context,
 grpc::Status DTensorService::ToLocal(grpc::ServerContext* context,
                                      const v1::ToLocalRequest* request,
                                      grpc::ServerWriter<v1::TensorData>* writer) {
+  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "ToLocal");
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   Caller(*context);
   return ToGrpcStatus(streams_.ToLocal(*context, *request, writer));
 }
@@ -154,6 +161,8 @@ grpc::Status DTensorService::ToLocal(grpc::ServerContext* context,
 grpc::Status DTensorService::FullTensor(grpc::ServerContext* context,
                                         const v1::FullTensorRequest* request,
                                         grpc::ServerWriter<v1::TensorData>* writer) {
+  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "FullTensor");
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   Caller(*context);
   return ToGrpcStatus(streams_.FullTensor(*context, *request, writer));
 }
@@ -204,19 +213,36 @@ grpc::Status DTensorService::ListTensors(grpc::ServerContext* context,
 grpc::Status DTensorService::FreeTensor(grpc::ServerContext* context,
                                         const v1::FreeTensorRequest* request,
                                         v1::FreeTensorReply*) {
-  absl::Status freed = FreeTensorFor(Caller(*context), request->name());
-  // Answered once the erasure of its record is durable (queued; one commit serves many).
+  std::shared_ptr<const TensorWrite> workers_freed;
+  absl::Status freed = FreeTensorFor(Caller(*context), request->name(), &workers_freed);
+  // Answered once the erasure of its record is durable (queued; one commit serves many) and the
+  // workers have freed the shards (so their memory is free when the call returns), or said why not.
   if (freed.ok()) freed = tensors_->Flush();
+  if (freed.ok() && workers_freed != nullptr) {
+    const absl::Time deadline = absl::FromChrono(context->deadline());
+    if (!workers_freed->done.WaitForNotificationWithDeadline(deadline)) {
+      freed = absl::DeadlineExceededError(absl::StrCat(
+          "tensor '", request->name(), "' is removed; its workers had not freed its shards yet"));
+    } else if (!workers_freed->status.ok()) {
+      freed = absl::Status(workers_freed->status.code(),
+                           absl::StrCat("tensor '", request->name(),
+                                        "' is removed, but its shards were not all freed: ",
+                                        workers_freed->status.message()));
+    }
+  }
   return ToGrpcStatus(freed);
 }
 
-absl::Status DTensorService::FreeTensorFor(const std::string& client, const std::string& name) {
+absl::Status DTensorService::FreeTensorFor(const std::string& client, const std::string& name,
+                                           std::shared_ptr<const TensorWrite>* workers_freed) {
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t, tensors_->Find(name));
   if (t->owner != client) {
     return absl::PermissionDeniedError(
         absl::StrCat("tensor '", name, "' belongs to client '", t->owner, "', not '", client, "'"));
   }
-  tensors_->Release(*t, Durability::kQueued);  // both callers flush before answering
+  // Both callers flush before answering.
+  std::shared_ptr<const TensorWrite> freed = tensors_->Release(*t, Durability::kQueued);
+  if (workers_freed != nullptr) *workers_freed = std::move(freed);
   return absl::OkStatus();
 }
 
@@ -273,6 +299,8 @@ grpc::Status DTensorService::RunOp(grpc::ServerContext* context, const v1::OpReq
 grpc::Status DTensorService::OpStream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream) {
+  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "OpStream");
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   const std::string client = Caller(*context);
   v1::StreamCalls calls;
   v1::StreamResults results;

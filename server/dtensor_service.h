@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "security/stream_limits.h"
 #include "server/checkpoints.h"
 #include "server/client_leases.h"
 #include "server/direct_downloads.h"
@@ -29,6 +30,9 @@ class DTensorService final : public v1::DTensorService::Service {
                  absl::Duration stream_idle_timeout,
                  absl::Duration grant_lifetime = absl::Seconds(10));
   ~DTensorService() override;
+
+  // Streams are admitted to `limits` (per peer and in all); set before serving. None: all are.
+  void LimitStreams(StreamLimits* limits) { limits_ = limits; }
 
   // Client stream.
   grpc::Status DistributeTensor(grpc::ServerContext* context,
@@ -104,7 +108,9 @@ class DTensorService final : public v1::DTensorService::Service {
   // stream's client computes the output's metadata itself).
   absl::Status RunOpFor(const std::string& client, const v1::OpRequest& request,
                         v1::OpReply* reply);
-  absl::Status FreeTensorFor(const std::string& client, const std::string& name);
+  // `workers_freed`, when given, gets the workers' free to wait for (null when none was posted).
+  absl::Status FreeTensorFor(const std::string& client, const std::string& name,
+                             std::shared_ptr<const TensorWrite>* workers_freed = nullptr);
   // Redistributes within the tensor's mesh: plans, adds the output and posts the plan's run.
   absl::Status RedistributeInMesh(const v1::RedistributeRequest& request,
                                   const std::shared_ptr<DTensorEntry>& src,
@@ -117,6 +123,7 @@ class DTensorService final : public v1::DTensorService::Service {
   DirectDownloads direct_reads_;
   Checkpoints checkpoints_;
   ClientLeases leases_;
+  StreamLimits* limits_ = nullptr;
   absl::Notification stopping_;
   std::thread reaper_;
 };

@@ -21,11 +21,12 @@ absl::StatusOr<DTensorSpec> BlockAt(const DTensorSpec& spec, int64_t position) {
 // Writes `data`'s header with each window of a gathered tensor.
 absl::Status StreamOut(DTensorTable& tensors, const DTensorSpec& spec,
                        const std::string& worker_tensor, const grpc::ServerContext& context,
-                       v1::TensorData data, grpc::ServerWriter<v1::TensorData>* writer) {
+                       IdleStreams::Watch& watch, v1::TensorData data,
+                       grpc::ServerWriter<v1::TensorData>* writer) {
   return GatherStream(tensors.dispatcher(), spec, worker_tensor, TransferDeadline(context),
                       [&](std::string window) {
                         data.set_data(std::move(window));
-                        const bool sent = writer->Write(data);
+                        const bool sent = watch.Write(*writer, data);
                         data.Clear();
                         return sent;
                       });
@@ -225,8 +226,10 @@ absl::Status DTensorStreams::ToLocal(const grpc::ServerContext& context,
   v1::TensorData data;
   data.set_dtype(ToProto(spec.dtype));
   *data.mutable_shape() = ToProto(block.shape);
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(context, "ToLocal");
   absl::Status status = StreamOut(*tensors_, block, DTensorTable::WorkerName(t->name), context,
-                                  std::move(data), writer);
+                                  *watch, std::move(data), writer);
+  if (watch->expired()) return watch->ExpiredError();
   return status.ok() || absl::IsCancelled(status) ? status : ReadFailure(*t, status);
 }
 
@@ -280,12 +283,14 @@ absl::Status DTensorStreams::FullTensor(const grpc::ServerContext& context,
   v1::TensorData data;
   data.set_dtype(ToProto(t->spec.dtype));
   *data.mutable_shape() = ToProto(t->spec.shape);
-  return ReadFull(*t, TransferDeadline(context), [&](std::string window) {
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(context, "FullTensor");
+  absl::Status status = ReadFull(*t, TransferDeadline(context), [&](std::string window) {
     data.set_data(std::move(window));
-    const bool sent = writer->Write(data);
+    const bool sent = watch->Write(*writer, data);
     data.Clear();
     return sent;
   });
+  return watch->expired() ? watch->ExpiredError() : status;
 }
 
 absl::Status DTensorStreams::MoveAcrossMeshes(const grpc::ServerContext& context,

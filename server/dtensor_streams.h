@@ -10,8 +10,8 @@
 #include "absl/time/time.h"
 #include "core/dtensor_spec.h"
 #include "grpcpp/grpcpp.h"
+#include "security/idle_streams.h"
 #include "server/dtensor_table.h"
-#include "server/idle_streams.h"
 #include "tessera/v1/tensor.pb.h"
 
 namespace tessera {

@@ -1,17 +1,13 @@
 #include "server/dtensor_table.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/names.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "server/worker_loss.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
-namespace {
-
-constexpr size_t kMaxNameLength = 200;
-
-}  // namespace
 
 int64_t DTensorTable::ShardBytes(const DTensorSpec& spec, int64_t position) {
   return NumElements(LocalShapeAndOffsetAt(spec, spec.mesh.CoordinateOfIndex(position)).shape) *
@@ -23,12 +19,7 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Add(const std::strin
                                                                 DTensorSpec spec,
                                                                 const std::string& owner,
                                                                 bool hidden) {
-  if (requested.size() > kMaxNameLength || requested.find('/') != std::string::npos ||
-      (!requested.empty() && requested[0] == '.')) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor name '", requested, "' must be at most ", kMaxNameLength,
-                     " characters, without '/' and not starting with '.'"));
-  }
+  if (!requested.empty()) RETURN_IF_ERROR(CheckName(NameKind::kTensor, requested));
   auto tensor = std::make_shared<DTensorEntry>(std::move(mesh), std::move(spec), owner);
   absl::MutexLock lock(&mu_);
   std::string name = requested;
@@ -129,19 +120,28 @@ absl::Status DTensorTable::Explain(const DTensorEntry& tensor, const absl::Statu
   const Mesh& mesh = *tensor.mesh;
   const std::vector<int64_t>& ranks = mesh.mesh.ranks();
   WorkerRegistry& registry = dispatcher_->registry();
-  // Why the worker at mesh position `p` is gone (dead, or restarted since the mesh was made; not
-  // one that registered again after a coordinator restart with the tensor's block kept).
-  auto gone = [&](int64_t p) -> absl::Status {
+  // Why the worker at mesh position `p` is gone (unreachable, or restarted since the mesh was made;
+  // not one that registered again after a coordinator restart with the tensor's block kept), or
+  // only silent: it missed its heartbeats, but may resume with its blocks intact.
+  auto gone = [&](int64_t p) -> WorkerAbsence {
+    if (std::optional<WorkerHandle> silent = registry.Silent(ranks[p]);
+        silent.has_value() && silent->incarnation == mesh.incarnations[p]) {
+      return {absl::UnavailableError(absl::StrCat(
+                  "worker ", silent->id, " at ", silent->address,
+                  " is not responding (it missed its heartbeats); its blocks are unavailable "
+                  "until it responds again, or lost if it turns out dead")),
+              /*blocks_lost=*/false};
+    }
     absl::StatusOr<WorkerHandle> w = registry.Get(ranks[p]);
-    if (!w.ok()) return w.status();
+    if (!w.ok()) return {w.status()};
     if (w->incarnation != mesh.incarnations[p]) {
       const std::optional<std::set<std::string>> kept = registry.KeptBy(w->id, w->incarnation);
-      if (kept.has_value() && kept->contains(WorkerName(tensor.name))) return absl::OkStatus();
-      return absl::UnavailableError(absl::StrCat("worker ", w->id, " at ", w->address,
-                                                 " restarted since mesh '", mesh.name,
-                                                 "' was created"));
+      if (kept.has_value() && kept->contains(WorkerName(tensor.name))) return {};
+      return {absl::UnavailableError(absl::StrCat("worker ", w->id, " at ", w->address,
+                                                  " restarted since mesh '", mesh.name,
+                                                  "' was created"))};
     }
-    return absl::OkStatus();
+    return {};
   };
   // A user's mistake is answered as it is; a failure on the workers may be a gone worker's doing.
   const absl::StatusCode code = failure.code();
@@ -151,12 +151,21 @@ absl::Status DTensorTable::Explain(const DTensorEntry& tensor, const absl::Statu
       code == absl::StatusCode::kAborted || code == absl::StatusCode::kDataLoss;
   if (!maybe_gone) return absl::Status(code, WithoutInternalNames(failure.message()));
   absl::Status loss = TensorLoss(tensor.name, tensor.spec, ranks, gone);
-  if (loss.ok()) {
-    std::vector<WorkerHandle> reachable;
-    for (int64_t id : ranks) {
-      if (absl::StatusOr<WorkerHandle> w = registry.Get(id); w.ok()) reachable.push_back(*w);
+  // Probed: the live workers when nothing explains the failure yet, and silent ones, whose
+  // address refuses a dead process's probe (its blocks are then lost) but not a paused one's
+  // (kept: it does not answer in time).
+  std::vector<WorkerHandle> probed;
+  bool silent_ones = false;
+  for (int64_t id : ranks) {
+    if (absl::StatusOr<WorkerHandle> w = registry.Get(id); w.ok()) {
+      probed.push_back(*w);
+    } else if (std::optional<WorkerHandle> silent = registry.Silent(id)) {
+      probed.push_back(*silent);
+      silent_ones = true;
     }
-    dispatcher_->Probe(reachable);
+  }
+  if (loss.ok() || silent_ones) {
+    dispatcher_->Probe(probed);
     loss = TensorLoss(tensor.name, tensor.spec, ranks, gone);
   }
   if (loss.ok()) return absl::Status(code, WithoutInternalNames(failure.message()));
@@ -429,7 +438,8 @@ absl::Status DTensorTable::FinishWrite(const DTensorEntry& tensor) {
   return recorded;
 }
 
-void DTensorTable::Release(const DTensorEntry& tensor, Durability durability) {
+std::shared_ptr<const TensorWrite> DTensorTable::Release(const DTensorEntry& tensor,
+                                                         Durability durability) {
   std::shared_ptr<DTensorEntry> moved;
   {
     absl::MutexLock lock(&tensor.post_mu);
@@ -437,21 +447,23 @@ void DTensorTable::Release(const DTensorEntry& tensor, Durability durability) {
   }
   if (moved != nullptr) return Release(*moved, durability);
   absl::MutexLock lock(&tensor.post_mu);
-  if (tensor.released) return;
+  if (tensor.released) return nullptr;
   tensor.released = true;
   Drop(tensor, durability);
   v1::Command command;
   command.mutable_delete_tensors()->add_names(WorkerName(tensor.name));
   if (meshes_->Workers(*tensor.mesh).ok()) {
-    Post(*tensor.mesh, command, std::make_shared<TensorWrite>());
-    return;
+    auto freed = std::make_shared<TensorWrite>();
+    Post(*tensor.mesh, command, freed);
+    return freed;
   }
   // A mesh that lost a worker lost the shards on it; the workers still serving the mesh free
   // theirs, which nothing would name again (the table no longer lists the tensor).
   const std::vector<WorkerHandle> live = meshes_->LiveWorkers(*tensor.mesh);
-  if (live.empty()) return;
+  if (live.empty()) return nullptr;
   dispatcher_->Post(live, command, tensor.mesh->command_timeout(),
                     [](absl::Status, std::vector<v1::CommandReply>) {});
+  return nullptr;
 }
 
 v1::TensorInfo DTensorTable::Describe(const DTensorEntry& tensor) const {

@@ -122,8 +122,10 @@ class DTensorTable : public MeshUser {
   std::vector<std::shared_ptr<DTensorEntry>> OwnedBy(const std::string& client) const;
   // Frees a tensor's shards on its workers (asynchronously) and drops it from the table; again
   // does nothing. Its record's erasure is durable on return, or only queued (the caller then
-  // calls Flush before answering).
-  void Release(const DTensorEntry& tensor, Durability durability = Durability::kBeforeReturn);
+  // calls Flush before answering). Returns the workers' free, which a caller may wait for; null
+  // when none was posted to the whole mesh.
+  std::shared_ptr<const TensorWrite> Release(const DTensorEntry& tensor,
+                                             Durability durability = Durability::kBeforeReturn);
   // Posts `command`, which writes `tensor` (with Post's `inputs`), unless the tensor was released:
   // then its write fails and NOT_FOUND says it was freed.
   absl::Status PostWrite(const DTensorEntry& tensor, const v1::Command& command,

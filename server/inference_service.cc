@@ -90,7 +90,16 @@ grpc::Status InferenceService::ModelMetadata(grpc::ServerContext*,
 grpc::Status InferenceService::ModelInfer(grpc::ServerContext*,
                                           const inference::ModelInferRequest* request,
                                           inference::ModelInferResponse* response) {
-  const absl::Status status = Infer(*models_, *request, response);
+  absl::Status status;
+  absl::StatusOr<RequestBytes::Ticket> admitted =
+      bytes_ == nullptr
+          ? RequestBytes::Ticket()
+          : bytes_->Admit(static_cast<int64_t>(request->ByteSizeLong()), "inference request");
+  if (admitted.ok()) {
+    status = Infer(*models_, *request, response);
+  } else {
+    status = admitted.status();
+  }
   // Labelled by model only for a published one, so that made-up names add no series.
   static metrics::Family<metrics::Counter>& requests = metrics::DefaultRegistry().AddCounter(
       "tessera_inference_requests_total", "ModelInfer requests by model and status code",

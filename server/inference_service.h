@@ -3,6 +3,7 @@
 
 #include "grpcpp/grpcpp.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "server/request_bytes.h"
 #include "server/served_models.h"
 
 namespace tessera {
@@ -15,6 +16,10 @@ namespace tessera {
 class InferenceService final : public inference::GRPCInferenceService::Service {
  public:
   explicit InferenceService(ServedModels* models) : models_(models) {}
+
+  // Inference requests are admitted to `bytes` (bytes of requests in flight) before they are
+  // decoded; set before serving. None: all are.
+  void LimitRequestBytes(RequestBytes* bytes) { bytes_ = bytes; }
 
   // Unary. Always live.
   grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
@@ -40,6 +45,7 @@ class InferenceService final : public inference::GRPCInferenceService::Service {
 
  private:
   ServedModels* models_;
+  RequestBytes* bytes_ = nullptr;
 };
 
 }  // namespace tessera

@@ -28,9 +28,17 @@ v1::Command MeshReformer::SetupCommand(const Mesh& mesh, int64_t generation,
   return command;
 }
 
-absl::Status MeshReformer::SetUp(const Mesh& mesh) {
-  absl::StatusOr<std::vector<v1::CommandReply>> replies = dispatcher_->Run(
-      mesh.mesh.ranks(), SetupCommand(mesh, 0, mesh.timeout), mesh.command_timeout());
+absl::Status MeshReformer::SetUp(const Mesh& mesh, absl::Time deadline) {
+  // The rendezvous ends with the call: the workers' answers need some of the time left.
+  const absl::Duration left = deadline - absl::Now() - kReplySlack;
+  if (left <= absl::ZeroDuration()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "setting up mesh '", mesh.name, "': the call's deadline leaves no time for it"));
+  }
+  const absl::Duration connect = std::min(mesh.timeout, left);
+  absl::StatusOr<std::vector<v1::CommandReply>> replies =
+      dispatcher_->Run(mesh.mesh.ranks(), SetupCommand(mesh, 0, connect),
+                       std::min(mesh.command_timeout(), connect + kReplySlack));
   if (replies.ok()) return absl::OkStatus();
   return absl::Status(
       replies.status().code(),

@@ -27,8 +27,10 @@ class MeshReformer {
   MeshReformer(MeshTable* meshes, Dispatcher* dispatcher, RendezvousStore* store)
       : meshes_(meshes), dispatcher_(dispatcher), store_(store) {}
 
-  // Forms generation 0 of a new mesh's communicators and waits for every worker.
-  absl::Status SetUp(const Mesh& mesh);
+  // Forms generation 0 of a new mesh's communicators and waits for every worker. The workers wait
+  // for each other no later than `deadline` (a caller's: a set-up never outlives the call that
+  // asked for it, holding the workers' order); DEADLINE_EXCEEDED at once if it has passed.
+  absl::Status SetUp(const Mesh& mesh, absl::Time deadline = absl::InfiniteFuture());
   // A worker reported a communicator broken: re-forms its mesh unless that is under way already.
   void OnBroken(const WorkerHandle& worker, const v1::BrokenCommunicator& broken);
   // SetUp of `mesh` (a mesh taking restarted workers back, or one recovered after a coordinator
@@ -43,6 +45,8 @@ class MeshReformer {
   // The least a re-form's rendezvous waits for the workers: the workers reach it at different
   // times, each once the commands before it have failed on the broken communicators.
   static constexpr absl::Duration kReformConnectTimeout = absl::Seconds(10);
+  // What a set-up leaves of its caller's deadline for the workers' answers to come back.
+  static constexpr absl::Duration kReplySlack = absl::Milliseconds(200);
 
  private:
   // The SetupMesh of `generation` of the mesh's communicators, connecting within `connect`.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/names.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
@@ -13,6 +14,8 @@ namespace tessera {
 namespace {
 
 constexpr absl::Duration kDefaultCollectiveTimeout = absl::Seconds(30);
+// A mesh's collective timeout at most (CreateMeshRequest.timeout_ms): an hour.
+constexpr int64_t kMaxCollectiveTimeoutMs = 3600 * 1000;
 
 }  // namespace
 
@@ -67,10 +70,15 @@ absl::Status MeshService::ChooseWorkers(const v1::CreateMeshRequest& request, in
   return absl::OkStatus();
 }
 
-grpc::Status MeshService::CreateMesh(grpc::ServerContext*, const v1::CreateMeshRequest* request,
-                                     v1::MeshInfo* reply) {
-  if (request->name().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a mesh needs a name");
+grpc::Status MeshService::CreateMesh(grpc::ServerContext* context,
+                                     const v1::CreateMeshRequest* request, v1::MeshInfo* reply) {
+  if (absl::Status s = CheckName(NameKind::kMesh, request->name()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  if (request->timeout_ms() < 0 || request->timeout_ms() > kMaxCollectiveTimeoutMs) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "mesh timeout_ms ", request->timeout_ms(), " is outside 0..", kMaxCollectiveTimeoutMs,
+        " (0: the default, ", absl::FormatDuration(kDefaultCollectiveTimeout), ")")));
   }
   const Shape shape(request->shape().begin(), request->shape().end());
   const std::vector<std::string> names(request->dim_names().begin(), request->dim_names().end());
@@ -93,7 +101,7 @@ grpc::Status MeshService::CreateMesh(grpc::ServerContext*, const v1::CreateMeshR
                              std::move(budgets), ledger_);
   // Entered first, so the name is reserved while the workers set it up; removed if that fails.
   if (absl::Status s = meshes_->Add(mesh); !s.ok()) return ToGrpcStatus(s);
-  absl::Status s = reformer_->SetUp(*mesh);
+  absl::Status s = reformer_->SetUp(*mesh, absl::FromChrono(context->deadline()));
   if (s.ok() && state_ != nullptr) {
     v1::CreateMeshRequest record = *request;
     record.clear_worker_ids();

@@ -134,7 +134,9 @@ absl::StatusOr<std::vector<WorkerHandle>> MeshTable::Workers(const Mesh& mesh) c
     if (w->incarnation != mesh.incarnations[i]) {
       return absl::UnavailableError(
           absl::StrCat("mesh '", mesh.name, "' is broken: worker ", id, " at ", w->address,
-                       " restarted since the mesh was created; delete and create the mesh again"));
+                       " restarted since the mesh was set up; the mesh takes it back once every "
+                       "one of its workers runs (a mesh holding local tensors of the collectives "
+                       "API cannot, and must be deleted and created again)"));
     }
     workers.push_back(*std::move(w));
   }

@@ -98,9 +98,8 @@ absl::Status ModuleRecovery::Restore(const v1::ModuleRecord& record) {
     absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Find(tensor);
     absl::Status why;
     if (!t.ok()) {
-      why = absl::DataLossError(absl::StrCat(
-          "its tensor '", tensor,
-          "' did not come back from the coordinator's restart: ", t.status().message()));
+      why = absl::DataLossError(
+          absl::StrCat("its tensor '", tensor, "' did not come back: ", t.status().message()));
     } else if ((*t)->spec.placements != p.placements) {
       why = absl::DataLossError(absl::StrCat(
           "its tensor '", tensor, "' is laid out ", PlacementsToString((*t)->spec.placements),

@@ -37,6 +37,11 @@ class ModuleRecovery {
   absl::Status Load(StateStore& store);
   // Recovers every module read; call once the meshes and tensors are recovered.
   void RestoreAll();
+  // Brings the module of `record` back onto its mesh as it is now (set up again after a worker
+  // came back, its tensors moved onto it), as a recovery does: its program installed anew, its
+  // versions served again, DATA_LOSS naming a parameter that could not be repaired. The module
+  // it replaces must be marked removed, its versions unpublished, by the caller.
+  absl::Status Reinstall(const v1::ModuleRecord& record) { return Restore(record); }
 
  private:
   // Whether every parameter of `module` is back laid out as `program` places it.

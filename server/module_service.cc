@@ -77,6 +77,11 @@ absl::Status CheckSgd(const v1::SgdOptions& sgd) {
   return absl::OkStatus();
 }
 
+// The largest dynamic batch a published model may take, and the longest a request may wait for
+// its batch to fill.
+constexpr int64_t kMaxBatchSize = 65536;
+constexpr int64_t kMaxQueueDelayUs = 1000 * 1000;
+
 // OK iff `version` is a version number ("1", "2", ...).
 absl::Status CheckVersion(const std::string& version) {
   bool digits = !version.empty() && version.size() <= 18 && version[0] != '0';
@@ -88,7 +93,8 @@ absl::Status CheckVersion(const std::string& version) {
 
 }  // namespace
 
-ModuleService::ModuleService(DTensorTable* tensors, ModuleTable* modules, ServedModels* served)
+ModuleService::ModuleService(DTensorTable* tensors, ModuleTable* modules, ServedModels* served,
+                             absl::Duration stream_idle_timeout)
     : tensors_(tensors),
       modules_(modules),
       served_(served),
@@ -102,13 +108,51 @@ ModuleService::ModuleService(DTensorTable* tensors, ModuleTable* modules, Served
                 [this](std::shared_ptr<ModuleEntry> module, const v1::PublishedVersion& p) {
                   if (served_ == nullptr) return absl::OkStatus();
                   return served_->Publish(Served(std::move(module), p));
-                }) {}
+                }),
+      idle_(stream_idle_timeout) {}
+
+void ModuleService::MeshRejoined(const Mesh& old, const std::shared_ptr<Mesh>& now) {
+  for (const std::shared_ptr<ModuleEntry>& module : modules_->List()) {
+    if (module->mesh.get() != &old) continue;
+    v1::ModuleRecord record;
+    {
+      absl::MutexLock lock(&module->mu);
+      if (module->removed) continue;
+      record = ModuleTable::Record(*module);
+      // The old entry serves no more: its program and momentum buffers on the workers that kept
+      // them went with the old mesh's teardown, or are dropped here.
+      module->removed = true;
+      for (const v1::PublishedVersion& p : module->published) {
+        if (served_ != nullptr) served_->Unpublish(p.model(), p.version()).IgnoreError();
+      }
+      if (module->momentum) {
+        v1::Command drop;
+        for (const ProgramParameter& p : module->program.parameters) {
+          drop.mutable_delete_tensors()->add_names(MomentumWorkerName(module->name, p.fqn));
+        }
+        tensors_->Post(*now, drop, std::make_shared<TensorWrite>());
+      }
+    }
+    if (absl::Status s = recovery_.Reinstall(record); !s.ok()) {
+      spdlog::error("module '{}' was not moved onto mesh '{}' set up again: {}", module->name,
+                    now->name, s.ToString());
+      continue;
+    }
+    spdlog::info("module '{}' moved onto mesh '{}' set up again (mesh id {})", module->name,
+                 now->name, now->id);
+  }
+}
 
 grpc::Status ModuleService::LoadModule(grpc::ServerContext* context,
                                        grpc::ServerReader<v1::LoadModuleChunk>* reader,
                                        v1::ModuleInfo* reply) {
-  absl::StatusOr<v1::ModuleInfo> info = loader_.Load(*context, reader);
-  if (!info.ok()) return ToGrpcStatus(info.status());
+  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "LoadModule");
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
+  // A client that stops sending is cut: the workers' turns its weights held are released.
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "LoadModule");
+  WatchedReader<v1::LoadModuleChunk> watched(reader, watch.get());
+  absl::StatusOr<v1::ModuleInfo> info = loader_.Load(*context, &watched);
+  if (!info.ok()) return ToGrpcStatus(watch->expired() ? watch->ExpiredError() : info.status());
   *reply = *std::move(info);
   return grpc::Status::OK;
 }
@@ -259,7 +303,8 @@ grpc::Status ModuleService::Step(grpc::ServerContext* context, const v1::StepReq
 }
 
 absl::Status ModuleService::Save(const grpc::ServerContext& context, ModuleEntry& module,
-                                 bool gradients, grpc::ServerWriter<v1::SaveModuleChunk>* writer) {
+                                 bool gradients, IdleStreams::Watch& watch,
+                                 grpc::ServerWriter<v1::SaveModuleChunk>* writer) {
   absl::ReaderMutexLock lock(&module.mu);
   if (module.removed) {
     return absl::NotFoundError(absl::StrCat("module '", module.name, "' was removed"));
@@ -287,7 +332,7 @@ absl::Status ModuleService::Save(const grpc::ServerContext& context, ModuleEntry
     *chunk.mutable_data()->mutable_shape() = ToProto(tensor->spec.shape);
     RETURN_IF_ERROR(streams_.ReadFull(*tensor, deadline, [&](std::string window) {
       chunk.mutable_data()->set_data(std::move(window));
-      const bool sent = writer->Write(chunk);
+      const bool sent = watch.Write(*writer, chunk);
       chunk.Clear();
       return sent;
     }));
@@ -298,9 +343,13 @@ absl::Status ModuleService::Save(const grpc::ServerContext& context, ModuleEntry
 grpc::Status ModuleService::SaveModule(grpc::ServerContext* context,
                                        const v1::SaveModuleRequest* request,
                                        grpc::ServerWriter<v1::SaveModuleChunk>* writer) {
+  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "SaveModule");
+  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
   if (!module.ok()) return ToGrpcStatus(module.status());
-  return ToGrpcStatus(Save(*context, **module, request->gradients(), writer));
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "SaveModule");
+  absl::Status saved = Save(*context, **module, request->gradients(), *watch, writer);
+  return ToGrpcStatus(watch->expired() ? watch->ExpiredError() : saved);
 }
 
 grpc::Status ModuleService::SaveModuleCheckpoint(grpc::ServerContext* context,
@@ -349,10 +398,13 @@ grpc::Status ModuleService::PublishModule(grpc::ServerContext*,
   published.set_max_queue_delay_us(request->max_queue_delay_us() > 0 ? request->max_queue_delay_us()
                                                                      : 500);
   if (absl::Status s = CheckVersion(published.version()); !s.ok()) return ToGrpcStatus(s);
-  if (request->max_batch_size() < 0 || request->max_queue_delay_us() < 0) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat("max_batch_size ", request->max_batch_size(), " and max_queue_delay_us ",
-                     request->max_queue_delay_us(), " must be >= 0")));
+  // Triton's bounds in kind: a batch of int32 rows, a delay of microseconds to a second (a
+  // request waits for its batch at most that long, holding its thread).
+  if (request->max_batch_size() < 0 || request->max_batch_size() > kMaxBatchSize ||
+      request->max_queue_delay_us() < 0 || request->max_queue_delay_us() > kMaxQueueDelayUs) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "max_batch_size ", request->max_batch_size(), " must be in 0..", kMaxBatchSize,
+        " and max_queue_delay_us ", request->max_queue_delay_us(), " in 0..", kMaxQueueDelayUs)));
   }
   absl::MutexLock lock(&module.mu);
   if (module.removed) {

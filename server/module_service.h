@@ -1,6 +1,8 @@
 #ifndef TESSERA_SERVER_MODULE_SERVICE_H_
 #define TESSERA_SERVER_MODULE_SERVICE_H_
 
+#include "security/idle_streams.h"
+#include "security/stream_limits.h"
 #include "server/checkpoints.h"
 #include "server/dtensor_streams.h"
 #include "server/dtensor_table.h"
@@ -21,12 +23,24 @@ namespace tessera {
 // runs until the caller's deadline at most (and at most kTransferTimeout).
 class ModuleService final : public v1::ModuleService::Service {
  public:
-  // `served` (may be null: nothing is served) receives the published modules.
-  ModuleService(DTensorTable* tensors, ModuleTable* modules, ServedModels* served);
+  // `served` (may be null: nothing is served) receives the published modules. A LoadModule
+  // stream whose client sends nothing, or a SaveModule stream whose client takes nothing, for
+  // `stream_idle_timeout` is ended (IdleStreams), and what it held released.
+  ModuleService(DTensorTable* tensors, ModuleTable* modules, ServedModels* served,
+                absl::Duration stream_idle_timeout = absl::Seconds(30));
+
+  // Streams are admitted to `limits` (per peer and in all); set before serving. None: all are.
+  void LimitStreams(StreamLimits* limits) { limits_ = limits; }
 
   // Brings back the modules a state store recorded: Load before serving, Restore once the meshes
   // and tensors are back.
   ModuleRecovery& recovery() { return recovery_; }
+
+  // Moves the modules of `old` onto `now`, the same mesh set up again after a restarted worker
+  // came back (ReplicaRepair), their parameters moved (and repaired) with the mesh's tensors: each
+  // is reinstalled as a recovery reinstalls it (ModuleRecovery::Reinstall), its published versions
+  // served again, or DATA_LOSS naming a parameter no replica held.
+  void MeshRejoined(const Mesh& old, const std::shared_ptr<Mesh>& now);
 
   // Client stream.
   grpc::Status LoadModule(grpc::ServerContext* context,
@@ -79,7 +93,7 @@ class ModuleService final : public v1::ModuleService::Service {
                          const std::string& mesh_dim, v1::ParallelizeModuleReply* reply);
   // Streams every parameter of `module` (and gradient, with `gradients`) whole, one after another.
   absl::Status Save(const grpc::ServerContext& context, ModuleEntry& module, bool gradients,
-                    grpc::ServerWriter<v1::SaveModuleChunk>* writer);
+                    IdleStreams::Watch& watch, grpc::ServerWriter<v1::SaveModuleChunk>* writer);
   // The served model of `module` as `published` publishes it; the caller holds the module's mu.
   ServedModel Served(std::shared_ptr<ModuleEntry> module, const v1::PublishedVersion& published);
   // Forgets published versions of model `model` (only `version`, when not empty) in the modules.
@@ -95,6 +109,8 @@ class ModuleService final : public v1::ModuleService::Service {
   ModulePlans plans_;
   ModuleRuns runs_;
   ModuleRecovery recovery_;
+  IdleStreams idle_;
+  StreamLimits* limits_ = nullptr;
 };
 
 }  // namespace tessera

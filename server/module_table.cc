@@ -5,13 +5,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/module_weights.h"
+#include "core/names.h"
 #include "proto/convert.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
-
-constexpr size_t kMaxNameLength = 100;
 
 v1::EdgeLayoutInfo EdgeToProto(const EdgeLayout& edge) {
   v1::EdgeLayoutInfo info;
@@ -46,11 +45,7 @@ std::string MomentumWorkerName(const std::string& module, const std::string& fqn
 std::string ModuleOwner(const std::string& module) { return absl::StrCat("module:", module); }
 
 absl::Status ModuleTable::CheckName(const std::string& name) {
-  bool ok = !name.empty() && name.size() <= kMaxNameLength;
-  for (char c : name) ok = ok && (absl::ascii_isalnum(c) || c == '_' || c == '-');
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("module name '", name, "' must be 1 to ",
-                                                 kMaxNameLength, " letters, digits, '_' or '-'"));
+  return tessera::CheckName(NameKind::kModule, name);
 }
 
 absl::Status ModuleTable::Persist(const ModuleEntry& module) const {
@@ -98,7 +93,11 @@ void ModuleTable::DoneRecovering(const std::string& name) {
 
 void ModuleTable::CommitRecovered(std::shared_ptr<ModuleEntry> module, absl::Status lost) {
   absl::MutexLock lock(&mu_);
-  if (!lost.ok()) lost_[module->name] = std::move(lost);
+  if (lost.ok()) {
+    lost_.erase(module->name);
+  } else {
+    lost_[module->name] = std::move(lost);
+  }
   modules_[module->name] = std::move(module);
 }
 

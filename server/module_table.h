@@ -89,8 +89,9 @@ class ModuleTable : public MeshUser {
   // (NOT_FOUND after, if they were not recovered).
   void SetRecovering(std::set<std::string> names);
   void DoneRecovering(const std::string& name);
-  // Enters a module recovered from its record; with `lost` not OK, Find answers `lost` for it
-  // (DATA_LOSS naming the parameter it lost) and only removing it works.
+  // Enters a module recovered from its record (in place of one of the same name: a module moved
+  // onto its mesh set up again); with `lost` not OK, Find answers `lost` for it (DATA_LOSS naming
+  // the parameter it lost) and only removing it works.
   void CommitRecovered(std::shared_ptr<ModuleEntry> module, absl::Status lost);
 
   // Holds `name` for a module being loaded; ALREADY_EXISTS if a module or a load has it.

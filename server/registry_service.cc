@@ -15,8 +15,8 @@ namespace tessera {
 
 grpc::Status RegistryService::Authenticate(const grpc::ServerContext& context, const char* method,
                                            std::string* identity) {
-  // A certificate cannot be guessed: a worker that presents one is never limited. A secret can:
-  // a host past its failures is refused before its secret is looked at.
+  // The credential is checked first: a correct one is never refused, whatever strangers on the
+  // same host have tried (AuthFailures counts and answers only the failures).
   identity->clear();
   if (!auth_.worker_identities.empty()) {
     const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
@@ -28,8 +28,6 @@ grpc::Status RegistryService::Authenticate(const grpc::ServerContext& context, c
       }
     }
   }
-  const std::string peer = context.peer();
-  if (absl::Status s = auth_failures_.Admit(peer); !s.ok()) return ToGrpcStatus(s);
   if (!auth_.secret.empty()) {
     const auto& metadata = context.client_metadata();
     auto it = metadata.find(kSecretMetadataKey);
@@ -44,8 +42,9 @@ grpc::Status RegistryService::Authenticate(const grpc::ServerContext& context, c
           : absl::StrCat("the Registry takes calls from workers only: no certificate naming '",
                          absl::StrJoin(auth_.worker_identities, "' or '"), "'",
                          auth_.secret.empty() ? "" : " and no valid cluster secret");
-  auth_failures_.Record(peer, absl::StrCat("tessera.v1.Registry/", method), reason);
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, reason);
+  return ToGrpcStatus(auth_failures_.Refuse(AuthFailures::PeerHost(context.peer()),
+                                            absl::StrCat("tessera.v1.Registry/", method),
+                                            absl::UnauthenticatedError(reason)));
 }
 
 grpc::Status RegistryService::CheckBinding(const grpc::ServerContext& context,

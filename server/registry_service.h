@@ -71,7 +71,7 @@ class RegistryService final : public v1::Registry::Service {
   RendezvousStore* store_;
   const WorkerAuth auth_;
   const std::function<bool(int64_t, int64_t)> member_of_;
-  AuthFailures auth_failures_;
+  AuthFailures auth_failures_{"coordinator registry"};
   absl::Mutex bindings_mu_;
   // Worker address -> the certificate identity that registered it.
   absl::flat_hash_map<std::string, std::string> identity_of_address_ ABSL_GUARDED_BY(bindings_mu_);

@@ -28,11 +28,15 @@ void ReplicaRepair::Run() {
       // Local tensors of the collectives API cannot be repaired: such a mesh stays broken, as it
       // says, until deleted.
       if (!mesh->locals.Names().empty() || !ReadyToRejoin(*mesh)) continue;
-      if (absl::Status s = Rejoin(*mesh); absl::IsNotFound(s)) {
+      absl::StatusOr<std::shared_ptr<Mesh>> now = Rejoin(*mesh);
+      if (absl::IsNotFound(now.status())) {
         spdlog::debug("mesh '{}' was deleted before it took its workers back", mesh->name);
-      } else if (!s.ok()) {
+      } else if (!now.ok()) {
         spdlog::error("mesh '{}' could not take its restarted workers back: {}", mesh->name,
-                      s.ToString());
+                      now.status().ToString());
+      } else if (*now != nullptr && rejoined_) {
+        // Outside the meshes' locks: what moves onto the new mesh posts commands to it.
+        rejoined_(*mesh, *now);
       }
     }
   }
@@ -96,12 +100,12 @@ std::optional<v1::SpreadTensor> ReplicaRepair::RepairCommand(
   return std::nullopt;
 }
 
-absl::Status ReplicaRepair::Rejoin(Mesh& old) {
+absl::StatusOr<std::shared_ptr<Mesh>> ReplicaRepair::Rejoin(Mesh& old) {
   // A DeleteMesh of `old` that came first took it out of the table (Replace fails below); one that
   // comes later waits for both locks, and deletes the new mesh with the tensors moved onto it.
   absl::MutexLock old_changing(&old.change_mu);
   // A state recovery that held the lock may have changed what is to do; the next look decides.
-  if (!ReadyToRejoin(old)) return absl::OkStatus();
+  if (!ReadyToRejoin(old)) return nullptr;
   const std::vector<int64_t>& ranks = old.mesh.ranks();
   std::vector<int64_t> incarnations, budgets, restarted;
   std::vector<WorkerHandle> handles;
@@ -191,7 +195,7 @@ absl::Status ReplicaRepair::Rejoin(Mesh& old) {
   dispatcher_->Post(kept, teardown, Mesh::kRpcSlack,
                     [](absl::Status, std::vector<v1::CommandReply>) {});
   store_->ErasePrefix(MeshReformer::StorePrefix(old));
-  return absl::OkStatus();
+  return mesh;
 }
 
 }  // namespace tessera

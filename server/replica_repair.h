@@ -2,12 +2,14 @@
 #define TESSERA_SERVER_REPLICA_REPAIR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/dtensor_spec.h"
@@ -48,6 +50,11 @@ class ReplicaRepair {
         interval_(interval) {}
   ~ReplicaRepair();
 
+  // Called once a mesh took its restarted workers back: `old` set up again as `now`, its tensors
+  // moved onto it. Set once, before Start.
+  using Rejoined = std::function<void(const Mesh& old, const std::shared_ptr<Mesh>& now)>;
+  void OnRejoined(Rejoined rejoined) { rejoined_ = std::move(rejoined); }
+
   // Starts looking in the background.
   void Start();
 
@@ -67,8 +74,9 @@ class ReplicaRepair {
   // sends none until it registers again, though it counts as alive until its heartbeats lapse).
   bool ReadyToRejoin(const Mesh& mesh) const;
   // Sets `old` up again over its workers' current incarnations and repairs its tensors, under
-  // the change locks of both meshes (a DeleteMesh waits for it); NOT_FOUND if `old` was deleted.
-  absl::Status Rejoin(Mesh& old);
+  // the change locks of both meshes (a DeleteMesh waits for it); returns the new mesh, or null if
+  // there was nothing to do. NOT_FOUND if `old` was deleted.
+  absl::StatusOr<std::shared_ptr<Mesh>> Rejoin(Mesh& old);
 
   WorkerRegistry* registry_;
   MeshTable* meshes_;
@@ -78,6 +86,7 @@ class ReplicaRepair {
   DTensorTable* tensors_;
   WorkerBytes* ledger_;
   const absl::Duration interval_;
+  Rejoined rejoined_;
   absl::Notification stop_;
   std::thread thread_;
 };

@@ -8,6 +8,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/names.h"
+#include "core/status_macros.h"
 #include "server/dynamic_batcher.h"
 
 namespace tessera {
@@ -44,7 +46,7 @@ bool ModelLess(const std::shared_ptr<const ServedModel>& m, const std::string& n
 }  // namespace
 
 absl::Status ServedModels::Publish(ServedModel model) {
-  if (model.name.empty()) return absl::InvalidArgumentError("a served model needs a name");
+  RETURN_IF_ERROR(CheckName(NameKind::kModel, model.name));
   if (model.version.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("model '", model.name, "' has no version"));
   }

@@ -10,12 +10,21 @@ namespace tessera {
 absl::Status TensorLoss(const std::string& tensor, const DTensorSpec& spec,
                         const std::vector<int64_t>& ranks,
                         const std::function<absl::Status(int64_t position)>& gone) {
+  return TensorLoss(tensor, spec, ranks, [&](int64_t p) {
+    return WorkerAbsence{gone(p), /*blocks_lost=*/true};
+  });
+}
+
+absl::Status TensorLoss(const std::string& tensor, const DTensorSpec& spec,
+                        const std::vector<int64_t>& ranks,
+                        const std::function<WorkerAbsence(int64_t position)>& absent) {
   const int64_t size = static_cast<int64_t>(ranks.size());
-  std::vector<absl::Status> why(static_cast<size_t>(size));
+  std::vector<absl::Status> why(static_cast<size_t>(size));  // not OK: its blocks are lost
   absl::Status first_gone;
   for (int64_t p = 0; p < size; ++p) {
-    why[p] = gone(p);
-    if (!why[p].ok() && first_gone.ok()) first_gone = why[p];
+    WorkerAbsence a = absent(p);
+    if (!a.why.ok() && first_gone.ok()) first_gone = a.why;
+    if (a.blocks_lost) why[p] = std::move(a.why);
   }
   if (first_gone.ok()) return first_gone;
   const bool partial = HasPartial(spec);

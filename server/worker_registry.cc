@@ -183,6 +183,16 @@ absl::StatusOr<WorkerHandle> WorkerRegistry::Get(int64_t id) const {
   return it->second.handle;
 }
 
+std::optional<WorkerHandle> WorkerRegistry::Silent(int64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end() || !it->second.unreachable.empty() || it->second.awaiting_recovery ||
+      Alive(it->second, absl::Now())) {
+    return std::nullopt;
+  }
+  return it->second.handle;
+}
+
 std::vector<int64_t> WorkerRegistry::LiveWorkers(const std::string& device_type) const {
   absl::MutexLock lock(&mu_);
   std::vector<int64_t> on_time, late;

@@ -83,6 +83,10 @@ class WorkerRegistry {
   // The live handle of worker `id`; UNAVAILABLE naming it (id and address) and saying why if it is
   // dead, NOT_FOUND if unknown.
   absl::StatusOr<WorkerHandle> Get(int64_t id) const;
+  // The handle of worker `id` if it is only silent: it missed its heartbeats but no call found it
+  // unreachable (a paused or overloaded process may resume with everything it held); nullopt
+  // otherwise (alive, unknown, unreachable).
+  std::optional<WorkerHandle> Silent(int64_t id) const;
   // Ids of the live workers of `device_type` ("cpu" or "cuda"): ascending, those that heartbeat on
   // time first, then those that missed heartbeats (a last one older than two intervals) but are
   // not yet dead, so that a new mesh takes a paused or overloaded worker only when it must.

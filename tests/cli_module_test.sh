@@ -45,7 +45,7 @@ done
 
 "${py}" "${mlp}" write "${work}"
 
-"${tessera}" up --workers 3 > "${work}/up.log" 2>&1 &
+"${tessera}" up --workers 3 --checkpoint_root "${work}" > "${work}/up.log" 2>&1 &
 up=$!
 trap 'kill ${up} 2>/dev/null; wait ${up} 2>/dev/null || true' EXIT
 for _ in $(seq 100); do

@@ -32,7 +32,7 @@ for want in layout plan shard reshard unshard demo up status "mesh create" "mesh
   printf '%s\n' "${helped[@]}" | grep -qx "${want}" || { echo "tessera ${want} --help not checked"; exit 1; }
 done
 
-"${tessera}" up --workers 2 > "${work}/up.log" 2>&1 &
+"${tessera}" up --workers 2 --checkpoint_root "${work}" > "${work}/up.log" 2>&1 &
 up=$!
 trap 'kill ${up} 2>/dev/null; wait ${up} 2>/dev/null || true' EXIT
 for _ in $(seq 100); do

@@ -21,6 +21,7 @@
 #include "proto/grpc_status.h"
 #include "tessera/v1/collective.grpc.pb.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
+#include "tessera/v1/mesh.grpc.pb.h"
 #include "tests/cluster_fixture.h"
 #include "tests/follow_up_calls.h"
 
@@ -401,6 +402,44 @@ INSTANTIATE_TEST_SUITE_P(
                              : "PutLocal") +
              "_" + FollowUpName(std::get<1>(info.param));
     });
+
+// A CreateMesh whose deadline passes while one of its workers is busy (its turn held by another
+// client's stream): the call fails DEADLINE_EXCEEDED, and the workers that came to its set-up give
+// up waiting for the busy one with the call, not at the mesh's collective timeout (a minute), so
+// work on them goes on at once; the mesh does not exist.
+TEST_F(ClusterCalls, ASetUpEndsWithItsCall) {
+  ASSERT_TRUE(
+      client::InitDeviceMesh(S(), "cpu", {1}, {}, "solo", client::MeshOptions{.worker_ids = {0}})
+          .ok());
+  const client::Mesh solo = client::GetMesh(S(), "solo").value();
+  // Worker 1's turn is held by a put that sends one chunk and waits (line's rank 1).
+  absl::Status held;
+  std::thread holder([&] { held = PutLocalCancelledMidStream(absl::Seconds(6)); });
+  absl::SleepFor(absl::Milliseconds(300));
+  grpc::ClientContext context;
+  context.AddMetadata("tessera-client", S().client_id());
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  v1::CreateMeshRequest request;
+  request.set_name("brief");
+  request.set_device_type("cpu");
+  request.add_shape(2);
+  request.add_worker_ids(0);
+  request.add_worker_ids(1);
+  v1::MeshInfo info;
+  const grpc::Status created =
+      v1::MeshService::NewStub(
+          grpc::CreateChannel(cluster_->cluster->address(), grpc::InsecureChannelCredentials()))
+          ->CreateMesh(&context, request, &info);
+  EXPECT_EQ(created.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << created.error_message();
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(testing::PutThenGetLocal(S(), "solo", 1, 31));
+  EXPECT_LT(absl::Now() - start, kPrompt)
+      << "worker 0 waited in the abandoned set-up's rendezvous" << cluster_->LogHint();
+  holder.join();
+  EXPECT_TRUE(EndedByTheClient(held));
+  EXPECT_EQ(client::GetMesh(S(), "brief").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(S().DeleteMesh("solo").ok());
+}
 
 }  // namespace
 }  // namespace tessera

@@ -195,7 +195,9 @@ TEST(CheckpointTest, BadInputIsRefusedAndLosesNothing) {
   ASSERT_TRUE(t->Save(path).ok());
   const size_t tensors = S().ListTensors().value().size();
 
-  EXPECT_TRUE(StatusIs(t->Save("relative/ckpt").status(), absl::StatusCode::kInvalidArgument));
+  // A relative path is taken inside the workers' checkpoint root (the test's temporary directory).
+  EXPECT_TRUE(StatusIs(t->Save("relative/ckpt").status(), absl::StatusCode::kInvalidArgument,
+                       {"not an existing directory"}));
   EXPECT_TRUE(StatusIs(t->Save(PathFor("no/such/parent")).status(),
                        absl::StatusCode::kInvalidArgument, {"not an existing directory"}));
   const std::string file = PathFor("a-file");
@@ -204,7 +206,7 @@ TEST(CheckpointTest, BadInputIsRefusedAndLosesNothing) {
       StatusIs(t->Save(file).status(), absl::StatusCode::kInvalidArgument, {"not a directory"}));
   EXPECT_TRUE(
       StatusIs(client::LoadTensor(S(), "relative", M("pair"), {Placement::Shard(0)}).status(),
-               absl::StatusCode::kInvalidArgument));
+               absl::StatusCode::kNotFound));
   EXPECT_TRUE(StatusIs(
       client::LoadTensor(S(), PathFor("missing"), M("pair"), {Placement::Shard(0)}).status(),
       absl::StatusCode::kNotFound));
@@ -221,6 +223,65 @@ TEST(CheckpointTest, BadInputIsRefusedAndLosesNothing) {
   absl::StatusOr<DTensor> loaded = client::LoadTensor(S(), path, M("trio"), {Placement::Shard(1)});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ExpectHolds(*loaded, full);
+}
+
+// Checkpoint paths are the workers' to resolve, inside their --checkpoint_root: a path outside it,
+// reached by `..` or through a symlink, is refused PERMISSION_DENIED and nothing is written there;
+// a directory inside it that is not a Tessera checkpoint is refused FAILED_PRECONDITION and keeps
+// its `data-*` directories; and a save into a checkpoint removes only the data directories saves
+// wrote. (Any client could make the workers write into any directory they could write, deleting
+// its `data-*` subdirectories and replacing its index.json.)
+TEST(CheckpointTest, PathsStayInsideTheRootAndForeignDirectoriesAreNeverCleaned) {
+  const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, {4, 4}, 9);
+  absl::StatusOr<DTensor> t =
+      client::DistributeTensor(S(), full, M("grid"), {Placement::Shard(0), Placement::Shard(1)});
+  ASSERT_TRUE(t.ok()) << t.status();
+  // A directory outside the root (/tmp): in the test's working directory, under the build tree.
+  const fs::path outside = fs::current_path() / absl::StrCat("outside-root-", ::getpid());
+  fs::remove_all(outside);
+  fs::create_directories(outside / "data-precious");
+  ASSERT_TRUE(WriteFileBytes((outside / "data-precious" / "f").string(), {}).ok());
+  fs::create_symlink(outside, PathFor("link-out"));
+  for (const std::string& path :
+       {(outside / "ckpt").string(), PathFor("../../.." + outside.string() + "/ckpt"),
+        PathFor("link-out/ckpt"), PathFor("link-out")}) {
+    EXPECT_TRUE(StatusIs(t->Save(path).status(), absl::StatusCode::kPermissionDenied,
+                         {"not inside this worker's checkpoint root"}))
+        << path;
+  }
+  EXPECT_FALSE(fs::exists(outside / "ckpt"));
+  EXPECT_FALSE(fs::exists(outside / "index.json"));
+  EXPECT_TRUE(fs::exists(outside / "data-precious" / "f"));
+
+  // Inside the root, a directory of someone else's.
+  const std::string foreign = PathFor("foreign");
+  fs::create_directories(fs::path(foreign) / "data-theirs");
+  ASSERT_TRUE(WriteFileBytes(foreign + "/notes.txt", {}).ok());
+  EXPECT_TRUE(StatusIs(t->Save(foreign).status(), absl::StatusCode::kFailedPrecondition,
+                       {"not a Tessera checkpoint"}));
+  EXPECT_TRUE(fs::exists(fs::path(foreign) / "data-theirs"));
+  EXPECT_FALSE(fs::exists(fs::path(foreign) / "index.json"));
+
+  // A checkpoint beside which someone keeps a data-* directory of their own: saves replace only
+  // their own data.
+  const std::string path = PathFor("shared-dir");
+  absl::StatusOr<client::SaveInfo> first = t->Save(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  fs::create_directories(fs::path(path) / "data-mine");
+  absl::StatusOr<client::SaveInfo> second = t->Save(path);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(fs::exists(fs::path(path) / first->data_dir));
+  EXPECT_TRUE(fs::exists(fs::path(path) / second->data_dir));
+  EXPECT_TRUE(fs::exists(fs::path(path) / "data-mine"));
+  absl::StatusOr<DTensor> back = client::LoadTensor(S(), path, M("trio"), {Placement::Shard(0)});
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectHolds(*back, full);
+  // The same checkpoint by its path relative to the root.
+  absl::StatusOr<DTensor> relative = client::LoadTensor(
+      S(), fs::relative(path, ::testing::TempDir()).string(), M("pair"), {Placement::Shard(0)});
+  ASSERT_TRUE(relative.ok()) << relative.status();
+  ExpectHolds(*relative, full);
+  fs::remove_all(outside);
 }
 
 // A float32 MLP on [batch, 16]: Linear(16, 64) -> ReLU -> Linear(64, 16).

@@ -20,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "kernels/testing/reference.h"
 #include "proto/convert.h"
+#include "proto/grpc_status.h"
 #include "tessera/tessera.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
 #include "tessera/v1/worker.grpc.pb.h"
@@ -266,6 +267,7 @@ class GrantTest : public ::testing::Test {
         v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    context.AddMetadata(kGrantMetadataKey, grant.SerializeAsString());
     v1::UploadReply reply;
     auto writer = stub->Upload(&context, &reply);
     v1::TensorChunk chunk;
@@ -274,7 +276,6 @@ class GrantTest : public ::testing::Test {
     *chunk.mutable_shape() = grant.shape();
     chunk.set_sequence(grant.sequence());
     chunk.set_incarnation(grant.incarnation());
-    *chunk.mutable_grant() = grant;
     chunk.set_data(bytes);
     writer->Write(chunk);
     writer->WritesDone();

@@ -45,6 +45,8 @@ inline LocalClusterOptions TestClusterOptions(int workers) {
   // Tests kill workers and wait for the coordinator to notice: a short liveness keeps them short.
   options.heartbeat_interval = absl::Milliseconds(200);
   options.dead_after = absl::Seconds(2);
+  // Checkpoint tests write under the test's temporary directory.
+  options.checkpoint_root = ::testing::TempDir();
   return options;
 }
 

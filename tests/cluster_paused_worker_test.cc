@@ -1,8 +1,10 @@
 // A worker paused with SIGSTOP (a hung process, a node frozen under memory pressure): the
 // coordinator declares it dead after --dead_after, a collective that needs it fails within the
 // mesh's collective timeout (its command to the paused worker is cancelled once the worker is
-// declared dead, not left to its deadline), and resumed with SIGCONT it is alive again under the
-// same worker id and a mesh over everyone runs.
+// declared dead, not left to its deadline), a DTensor with a block only it holds answers
+// UNAVAILABLE naming it as not responding (not DATA_LOSS: its blocks are intact), and resumed
+// with SIGCONT it is alive again under the same worker id, the DTensor reads back bit for bit, and
+// a mesh over everyone runs.
 
 #include <signal.h>
 
@@ -102,6 +104,13 @@ TEST_P(PausedWorker, IsDeclaredDeadFailsItsCollectivesAndRejoins) {
   ASSERT_TRUE(PutAndAllReduce(client, "all", 1).ok());
   absl::StatusOr<HostTensor> want = PutInputs(client, "all", 2);
   ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(client::InitDeviceMesh(client, "cpu", {kWorkers}, {}, "dt").ok());
+  const client::Mesh dt_mesh = client::GetMesh(client, "dt").value();
+  const HostTensor sharded_values = SmallIntegerTensor(DType::kFloat32, {6, 4}, 9);
+  absl::StatusOr<client::DTensor> sharded =
+      client::DistributeTensor(client, sharded_values, dt_mesh, {Placement::Shard(0)});
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  ASSERT_TRUE(testing::AllWritten(client));
 
   const pid_t paused = cluster.cluster->worker_pid(GetParam());
   const std::optional<WorkerInfo> before = WorkerWithPid(client, paused);
@@ -129,6 +138,10 @@ TEST_P(PausedWorker, IsDeclaredDeadFailsItsCollectivesAndRejoins) {
   EXPECT_FALSE(seen->alive) << "a worker paused for " << absl::FormatDuration(absl::Now() - start)
                             << " still counts alive";
   EXPECT_GE(absl::Now() - start, kDeadAfter);
+  // Its block is intact in the paused process: not lost, only out of reach.
+  const absl::Status unreachable = sharded->FullTensor().status();
+  EXPECT_EQ(unreachable.code(), absl::StatusCode::kUnavailable) << unreachable;
+  EXPECT_THAT(unreachable.message(), ::testing::HasSubstr("is not responding")) << unreachable;
 
   // Resumed, it is alive again under its worker id (its process lost nothing, and it keeps its
   // incarnation), and serves.
@@ -139,6 +152,11 @@ TEST_P(PausedWorker, IsDeclaredDeadFailsItsCollectivesAndRejoins) {
   ASSERT_TRUE(after.has_value());
   EXPECT_EQ(after->worker_id, before->worker_id);
   EXPECT_TRUE(after->alive);
+  absl::StatusOr<HostTensor> back = sharded->FullTensor();
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(TensorsMatch(*back, sharded_values));
+  ASSERT_TRUE(sharded->Free().ok());
+  ASSERT_TRUE(client.DeleteMesh("dt").ok());
   // The mesh whose collective failed is deleted; a mesh over everyone runs.
   ASSERT_TRUE(client.DeleteMesh("all").ok());
   ASSERT_TRUE(client::InitDeviceMesh(client, "cpu", {kWorkers}, {}, "again", mesh_options).ok())

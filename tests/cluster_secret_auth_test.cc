@@ -3,15 +3,18 @@
 // wrong secrets by the thousand against a worker, and the rendezvous store abused. Each is refused,
 // failures are logged and limited per host, and the cluster still runs a workload afterwards.
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
+#include "metrics/http_client.h"
 #include "proto/grpc_status.h"
 #include "tessera/v1/registry.grpc.pb.h"
 #include "tessera/v1/worker.grpc.pb.h"
@@ -33,6 +36,7 @@ class SecretEnvironment : public ::testing::Environment {
     cluster = new TestCluster;
     LocalClusterOptions options = TestClusterOptions(2);
     options.secret = kSecret;
+    options.metrics = true;
     const absl::Status started = cluster->Start(options);
     ASSERT_TRUE(started.ok()) << started << cluster->LogHint();
   }
@@ -127,42 +131,107 @@ TEST(SecretAuth, StoreRefusesOutsidersAndOversizedValues) {
   }
 }
 
-// 2,000 wrong secrets against a worker: a burst is checked, the rest refused unchecked, each
-// failure logged with peer and method; the cluster then runs a workload.
-TEST(SecretAuth, WrongSecretsAreLimitedAndTheClusterGoesOn) {
-  const std::vector<client::WorkerInfo> workers = Workers();
-  ASSERT_FALSE(workers.empty());
-  std::unique_ptr<v1::Worker::Stub> worker = v1::Worker::NewStub(
-      grpc::CreateChannel(workers[0].address, grpc::InsecureChannelCredentials()));
-  int denied = 0, limited = 0;
-  for (int i = 0; i < 2000; ++i) {
-    grpc::ClientContext context;
-    context.AddMetadata(kSecretMetadataKey, absl::StrCat("guess-", i));
-    v1::Command command;
-    v1::CommandReply reply;
-    const grpc::Status s = worker->Execute(&context, command, &reply);
-    if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED) ++denied;
-    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++limited;
-  }
-  EXPECT_EQ(denied + limited, 2000);
-  EXPECT_LE(denied, 40);  // a burst of 20, and one per 500 ms of the attack
-  const std::string log = ReadFile(cluster->cluster->log_dir() + "/worker-0.log");
-  EXPECT_THAT(log, HasSubstr("authentication failed: peer ipv4:127.0.0.1:"));
-  EXPECT_THAT(log, HasSubstr("tessera.v1.Worker/Execute"));
-  EXPECT_THAT(log, Not(HasSubstr("guess-1")));
-
-  absl::SleepFor(absl::Seconds(1));  // a failure refills: the coordinator's host may call again
+// Wrong secrets by the thousand from the workers' own host, at a worker's port and at the
+// coordinator's Registry, interleaved with the cluster's own traffic for longer than a worker may
+// miss heartbeats: every failure is refused (a burst with its reason, the rest RESOURCE_EXHAUSTED),
+// counted on /metrics and logged without the guess, while every heartbeat, command and client
+// call of the cluster goes on: no worker restarts, every op succeeds and every tensor reads back.
+// (The limiter used to refuse before looking at the credential, and never refilled for a host
+// calling more often than its period: the workers went dead and every tensor answered DATA_LOSS.)
+TEST(SecretAuth, WrongSecretsFromTheClustersHostNeverRefuseItsOwnCalls) {
+  const std::vector<client::WorkerInfo> before = Workers();
+  ASSERT_EQ(before.size(), 2u);
   client::Session& s = *cluster->client;
-  ASSERT_TRUE(client::InitDeviceMesh(s, TestDevice(), {2}, {"x"}, "after").ok());
-  absl::StatusOr<client::Mesh> mesh = client::GetMesh(s, "after");
+  ASSERT_TRUE(client::InitDeviceMesh(s, TestDevice(), {2}, {"x"}, "attacked").ok());
+  absl::StatusOr<client::Mesh> mesh = client::GetMesh(s, "attacked");
   ASSERT_TRUE(mesh.ok()) << mesh.status();
-  const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, {6, 3}, 11);
-  absl::StatusOr<client::DTensor> t =
-      client::DistributeTensor(s, full, *mesh, {Placement::Shard(0)});
-  ASSERT_TRUE(t.ok()) << t.status();
-  absl::StatusOr<HostTensor> got = t->FullTensor();
+  const HostTensor kept = kernels::testing::RandomTensor(DType::kFloat32, {8, 3}, 5);
+  absl::StatusOr<client::DTensor> replicated =
+      client::DistributeTensor(s, kept, *mesh, {Placement::Replicate()});
+  ASSERT_TRUE(replicated.ok()) << replicated.status();
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> refused{0}, limited{0}, other{0};
+  auto count = [&](const grpc::Status& st, grpc::StatusCode refusal) {
+    if (st.error_code() == refusal) {
+      ++refused;
+    } else if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++limited;
+    } else {
+      ++other;
+    }
+  };
+  std::thread at_worker([&] {
+    std::unique_ptr<v1::Worker::Stub> worker = v1::Worker::NewStub(
+        grpc::CreateChannel(before[0].address, grpc::InsecureChannelCredentials()));
+    for (int i = 0; !stop; ++i) {
+      grpc::ClientContext context;
+      context.AddMetadata(kSecretMetadataKey, absl::StrCat("guess-", i));
+      v1::Command command;
+      v1::CommandReply reply;
+      count(worker->Execute(&context, command, &reply), grpc::StatusCode::PERMISSION_DENIED);
+    }
+  });
+  std::thread at_registry([&] {
+    std::unique_ptr<v1::Registry::Stub> registry = Registry();
+    for (int i = 0; !stop; ++i) {
+      grpc::ClientContext context;
+      context.AddMetadata(kSecretMetadataKey, absl::StrCat("guess-", i));
+      v1::HeartbeatRequest request;
+      request.set_worker_id(before[1].worker_id);
+      request.set_incarnation(before[1].incarnation);
+      v1::HeartbeatReply reply;
+      count(registry->Heartbeat(&context, request, &reply), grpc::StatusCode::UNAUTHENTICATED);
+    }
+  });
+  // Twice the time a worker may miss heartbeats (TestClusterOptions: 2 s) of ordinary work.
+  const absl::Time end = absl::Now() + absl::Seconds(4);
+  int ops = 0;
+  for (int64_t i = 0; absl::Now() < end; ++i) {
+    const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, {6, 3}, i);
+    absl::StatusOr<client::DTensor> t =
+        client::DistributeTensor(s, full, *mesh, {Placement::Shard(0)});
+    ASSERT_TRUE(t.ok()) << "op " << i << ": " << t.status();
+    absl::StatusOr<HostTensor> got = t->FullTensor();
+    ASSERT_TRUE(got.ok()) << "op " << i << ": " << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, full));
+    ASSERT_TRUE(t->Free().ok());
+    ++ops;
+  }
+  stop = true;
+  at_worker.join();
+  at_registry.join();
+  EXPECT_GT(ops, 10);
+  EXPECT_EQ(other, 0);
+  EXPECT_GT(limited, 0);
+  EXPECT_GT(refused, 0);
+  // A burst of 20 each, then one per 500 ms of the attack.
+  EXPECT_LE(refused, 2 * (20 + 12));
+
+  const std::vector<client::WorkerInfo> after = Workers();
+  ASSERT_EQ(after.size(), 2u);
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].incarnation, before[i].incarnation) << "worker " << i;
+    EXPECT_TRUE(after[i].alive) << "worker " << i;
+  }
+  absl::StatusOr<HostTensor> got = replicated->FullTensor();
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_TRUE(TensorsMatch(*got, full));
+  EXPECT_TRUE(TensorsMatch(*got, kept));
+
+  const std::string log = ReadFile(cluster->cluster->log_dir() + "/worker-0.log");
+  EXPECT_THAT(log,
+              HasSubstr("authentication failed: peer 127.0.0.1 calling tessera.v1.Worker/Execute"));
+  EXPECT_THAT(log, Not(HasSubstr("guess-1")));
+  const std::string coordinator_log = ReadFile(cluster->cluster->log_dir() + "/coordinator.log");
+  EXPECT_THAT(coordinator_log, HasSubstr("tessera.v1.Registry/Heartbeat"));
+  for (const auto& [url, service] :
+       {std::pair(cluster->cluster->worker_metrics_url(0), "worker commands"),
+        std::pair(cluster->cluster->coordinator_metrics_url(), "coordinator registry")}) {
+    absl::StatusOr<metrics::HttpResponse> scraped = metrics::HttpGet(url);
+    ASSERT_TRUE(scraped.ok()) << scraped.status();
+    EXPECT_THAT(scraped->body, HasSubstr(absl::StrCat("tessera_auth_failures_total{service=\"",
+                                                      service, "\",peer=\"127.0.0.1\"}")));
+  }
 }
 
 }  // namespace

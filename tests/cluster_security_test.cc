@@ -20,6 +20,7 @@
 #include "grpcpp/server_builder.h"
 #include "proto/grpc_status.h"
 #include "proto/tls_files.h"
+#include "tessera/v1/dtensor.grpc.pb.h"
 #include "tessera/v1/mesh.grpc.pb.h"
 #include "tessera/v1/registry.grpc.pb.h"
 #include "tessera/v1/worker.grpc.pb.h"
@@ -141,6 +142,55 @@ TEST(Security, RightCredentialsRunAWorkload) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(TensorsMatch(*got, want));
   EXPECT_TRUE((*s)->DeleteMesh("secure").ok());
+}
+
+// A client with a valid token that opens idle op streams by the hundred takes only its own share
+// (--max_streams_per_peer, 128 by default, counted by the client's name): the streams past it are
+// refused RESOURCE_EXHAUSTED at once, and another client, from the same host and certificate but
+// with a token of its own, streams tensors and ops meanwhile as if nothing happened.
+TEST(Security, AClientsIdleStreamsTakeOnlyItsOwnShare) {
+  const std::shared_ptr<grpc::Channel> channel =
+      TlsChannel(shared->cluster->address(), "ca.pem", "client");
+  std::unique_ptr<v1::DTensorService::Stub> stub = v1::DTensorService::NewStub(channel);
+  struct Held {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::StreamCalls, v1::StreamResults>> stream;
+  };
+  std::vector<Held> held;
+  for (int i = 0; i < 200; ++i) {
+    Held h{std::make_unique<grpc::ClientContext>(), nullptr};
+    h.context->AddMetadata("authorization", "Bearer bob-token-0123456789abcdef");
+    h.context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    h.stream = stub->OpStream(h.context.get());
+    held.push_back(std::move(h));
+  }
+  absl::StatusOr<std::shared_ptr<client::Session>> alice =
+      client::Session::Connect(shared->cluster->address(), Options("ca.pem", "client", kToken));
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  ASSERT_TRUE(client::InitDeviceMesh(**alice, TestDevice(), {2}, {"x"}, "shared-host").ok());
+  const client::Mesh mesh = client::GetMesh(**alice, "shared-host").value();
+  for (int i = 0; i < 5; ++i) {
+    const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, {8, 4}, 20 + i);
+    absl::StatusOr<client::DTensor> t =
+        client::DistributeTensor(**alice, full, mesh, {Placement::Shard(0)});
+    ASSERT_TRUE(t.ok()) << t.status();
+    absl::StatusOr<client::DTensor> sum = client::Add(*t, *t);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    absl::StatusOr<HostTensor> got = t->FullTensor();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, full));
+  }
+  int refused = 0;
+  for (Held& h : held) {
+    h.context->TryCancel();
+    const grpc::Status s = h.stream->Finish();
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      EXPECT_THAT(s.error_message(), HasSubstr("client bob has 128 streams open"));
+    }
+  }
+  EXPECT_EQ(refused, 200 - 128);
+  EXPECT_TRUE((*alice)->DeleteMesh("shared-host").ok());
 }
 
 // Under mutual TLS a client on the direct path reaches the workers with its own certificate (the
@@ -367,17 +417,42 @@ TEST(Security, FailedAuthenticationsAreLimitedAndLogged) {
   EXPECT_LE(unauthenticated, 25);  // the burst (20) and what refilled meanwhile
   EXPECT_EQ(unauthenticated + limited, 200);
   EXPECT_THAT(ReadFile(Cert("logs/coordinator.log")),
-              HasSubstr("authentication failed: peer ipv4:127.0.0.1:"));
+              HasSubstr("authentication failed: peer 127.0.0.1 calling"));
   EXPECT_THAT(ReadFile(Cert("logs/coordinator.log")), HasSubstr("tessera.v1.Registry/Heartbeat"));
   EXPECT_TRUE(shared->cluster->WaitForAliveWorkers(2, absl::Seconds(5)).ok());
+}
+
+// Wrong tokens sent with the same client certificate as a client with the right one, a burst and
+// then steadily between its calls: every call with the right token is answered, none refused by
+// the limiter (which used to count the certificate's failures before looking at the token, and
+// refuse the right token once the burst was spent); the wrong ones are refused, past the burst
+// with RESOURCE_EXHAUSTED.
+TEST(Security, TheRightTokenIsNeverRefusedAfterWrongOnesOfTheSameCertificate) {
+  absl::StatusOr<std::shared_ptr<client::Session>> mallory = client::Session::Connect(
+      shared->cluster->address(), Options("ca.pem", "client", "mallory-guessed-0123456789"));
+  ASSERT_TRUE(mallory.ok()) << mallory.status();
+  absl::StatusOr<std::shared_ptr<client::Session>> alice =
+      client::Session::Connect(shared->cluster->address(), Options("ca.pem", "client", kToken));
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  int refused = 0, limited = 0;
+  for (int round = 0; round < 60; ++round) {
+    for (int i = 0; i < 5; ++i) {
+      const absl::Status s = (*mallory)->ListMeshes().status();
+      refused += s.code() == absl::StatusCode::kUnauthenticated ? 1 : 0;
+      limited += s.code() == absl::StatusCode::kResourceExhausted ? 1 : 0;
+    }
+    const absl::Status good = (*alice)->ListMeshes().status();
+    ASSERT_TRUE(good.ok()) << "round " << round << ": " << good;
+  }
+  EXPECT_EQ(refused + limited, 300);
+  EXPECT_GT(limited, 0);
 }
 
 class CertificatelessTokens : public ::testing::TestWithParam<TokenCase> {};
 
 // Over TLS without client certificates (a coordinator without --tls_ca), bad tokens are limited
-// per connection (gRPC's token hook sees no peer address): past the burst a connection is refused
-// with RESOURCE_EXHAUSTED before its token is looked at, while a client with the right token goes
-// on working.
+// per connection (gRPC's token hook sees no peer address): past the burst a connection's failures
+// are answered with RESOURCE_EXHAUSTED, while a client with the right token goes on working.
 TEST_P(CertificatelessTokens, AreLimitedPerConnection) {
   const TokenCase& c = GetParam();
   LocalClusterOptions options = TestClusterOptions(1);

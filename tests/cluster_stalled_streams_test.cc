@@ -1,8 +1,10 @@
 // Clients that stop half-way through an upload stream and keep the channel open, against a
-// coordinator with --stream_idle_timeout=1s: each stalled call ends with DEADLINE_EXCEEDED once
-// it has sent nothing for a second, its workers' sequences are released so that puts and gets on
-// the same workers complete promptly after it, and the bytes it had reserved against the workers'
-// budgets are given back (a tensor that fits only without them is accepted).
+// coordinator and workers with --stream_idle_timeout=1s: each stalled call (a relayed distribute,
+// from_local, put, a module load with its weights, a direct upload to a worker) ends with
+// DEADLINE_EXCEEDED once it has sent nothing for a second, its workers' sequences are released so
+// that puts and gets on the same workers complete promptly after it, and the bytes it had reserved
+// against the workers' budgets are given back (a tensor that fits only without them is accepted;
+// a direct upload's plan gives them back once its grants expire, kGrantLifetime).
 
 #include <chrono>
 #include <memory>
@@ -20,6 +22,8 @@
 #include "proto/grpc_status.h"
 #include "tessera/v1/collective.grpc.pb.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
+#include "tessera/v1/module.grpc.pb.h"
+#include "tessera/v1/worker.grpc.pb.h"
 #include "tests/cluster_fixture.h"
 #include "tests/follow_up_calls.h"
 
@@ -44,8 +48,16 @@ constexpr size_t kChunkBytes = 1 << 20;
 const absl::Duration kPrompt = kIdleTimeout + absl::Seconds(3);
 // How long a stalled client keeps its stream open at most before it gives up on its own.
 constexpr absl::Duration kStallAtMost = absl::Seconds(10);
+// The coordinator's --direct_grant_lifetime: a direct upload's plan gives its bytes back soon
+// after.
+constexpr absl::Duration kGrantLifetime = absl::Seconds(2);
+// A module whose one Linear weight is 12 MiB, Replicate on every worker.
+constexpr char kBigLinear[] =
+    R"js({"type": "Module", "input": {"dtype": "float32", "shape": [-1, 3072]},
+  "children": [{"name": "fc", "type": "Linear", "in_features": 3072, "out_features": 1024,
+                "bias": false}]})js";
 
-enum class Stalled { kDistributeTensor, kFromLocal, kPutLocal };
+enum class Stalled { kDistributeTensor, kFromLocal, kPutLocal, kLoadModule, kDirectUpload };
 
 std::string StalledName(Stalled s) {
   switch (s) {
@@ -55,6 +67,10 @@ std::string StalledName(Stalled s) {
       return "FromLocal";
     case Stalled::kPutLocal:
       return "PutLocal";
+    case Stalled::kLoadModule:
+      return "LoadModule";
+    case Stalled::kDirectUpload:
+      return "Upload";
   }
   return "?";
 }
@@ -66,6 +82,10 @@ class StalledStreamTest : public ::testing::TestWithParam<std::tuple<Stalled, Fo
     LocalClusterOptions options = testing::TestClusterOptions(kWorkers);
     options.memory_budget_bytes = kBudget;
     options.stream_idle_timeout = kIdleTimeout;
+    options.worker_flags.push_back(
+        absl::StrCat("--stream_idle_timeout=", absl::FormatDuration(kIdleTimeout)));
+    options.coordinator_flags.push_back(
+        absl::StrCat("--direct_grant_lifetime=", absl::FormatDuration(kGrantLifetime)));
     ASSERT_TRUE(cluster_->Start(options).ok());
     ASSERT_TRUE(client::InitDeviceMesh(*cluster_->client, "cpu", {kWorkers}, {}, "line").ok());
     session_ = new std::shared_ptr<Session>(Session::Connect(cluster_->cluster->address()).value());
@@ -125,6 +145,55 @@ class StalledStreamTest : public ::testing::TestWithParam<std::tuple<Stalled, Fo
         writer->Write(chunk);
         return stall_then_finish(writer);
       }
+      case Stalled::kLoadModule: {
+        v1::ModuleInfo info;
+        auto writer = v1::ModuleService::NewStub(*channel_)->LoadModule(&context, &info);
+        v1::LoadModuleChunk chunk;
+        v1::LoadModuleHeader* h = chunk.mutable_header();
+        h->set_name("stalled");
+        h->set_mesh("line");
+        h->set_spec_json(kBigLinear);
+        h->set_weights_follow(true);
+        v1::WeightsEntry* w = chunk.mutable_weights()->add_tensors();
+        w->set_name("fc.weight");
+        w->set_dtype(v1::FLOAT32);
+        *w->mutable_shape() = ToProto(Shape{1024, 3072});
+        chunk.set_data(data);
+        writer->Write(chunk);
+        return stall_then_finish(writer);
+      }
+      case Stalled::kDirectUpload: {
+        grpc::ClientContext plan_context;
+        plan_context.AddMetadata("tessera-client", S().client_id());
+        v1::PlanUploadRequest request;
+        v1::DistributeHeader* h = request.mutable_header();
+        h->set_name("stalled");
+        h->set_mesh("line");
+        *h->mutable_placements() = ToProto(std::vector<Placement>{Placement::Replicate()});
+        h->set_dtype(v1::FLOAT32);
+        *h->mutable_shape() = ToProto(kStalledShape);
+        v1::UploadPlan plan;
+        const grpc::Status planned =
+            v1::DTensorService::NewStub(*channel_)->PlanUpload(&plan_context, request, &plan);
+        if (!planned.ok()) return FromGrpcStatus(planned);
+        const v1::UploadRoute& route = plan.routes(0);
+        auto worker = v1::Worker::NewStub(
+            grpc::CreateChannel(route.address(), grpc::InsecureChannelCredentials()));
+        grpc::ClientContext upload_context;
+        upload_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        upload_context.AddMetadata(kGrantMetadataKey, route.grant().SerializeAsString());
+        v1::UploadReply reply;
+        auto writer = worker->Upload(&upload_context, &reply);
+        v1::TensorChunk chunk;
+        chunk.set_tensor(route.grant().tensor());
+        chunk.set_dtype(route.grant().dtype());
+        *chunk.mutable_shape() = route.grant().shape();
+        chunk.set_sequence(route.grant().sequence());
+        chunk.set_incarnation(route.grant().incarnation());
+        chunk.set_data(data);
+        writer->Write(chunk);
+        return stall_then_finish(writer);
+      }
       case Stalled::kPutLocal: {
         v1::PutLocalReply reply;
         auto writer = v1::CollectiveService::NewStub(*channel_)->PutLocal(&context, &reply);
@@ -170,8 +239,14 @@ TEST_P(StalledStreamTest, EndsWithDeadlineExceededAndReleasesItsWorkersAndBytes)
   EXPECT_TRUE(testing::StatusIs(stalled_status, absl::StatusCode::kDeadlineExceeded,
                                 {StalledName(stalled), "sent nothing for 1s"}))
       << stalled_status;
-  // Its 12 MiB per worker were given back: 8 MiB more fit in each 16 MiB budget.
+  // Its 12 MiB per worker were given back: 8 MiB more fit in each 16 MiB budget (a direct
+  // upload's plan gives them back once its grants have expired and its worker cut the upload).
+  const absl::Time expired = start + kGrantLifetime + absl::Seconds(5);
   absl::StatusOr<DTensor> big = client::Zeros(S(), *line_, {2 << 20}, {Placement::Replicate()});
+  while (!big.ok() && stalled == Stalled::kDirectUpload && absl::Now() < expired) {
+    absl::SleepFor(absl::Milliseconds(200));
+    big = client::Zeros(S(), *line_, {2 << 20}, {Placement::Replicate()});
+  }
   EXPECT_TRUE(big.ok()) << big.status();
   if (big.ok()) {
     EXPECT_TRUE(big->Free().ok());
@@ -180,16 +255,15 @@ TEST_P(StalledStreamTest, EndsWithDeadlineExceededAndReleasesItsWorkersAndBytes)
       testing::StatusIs(S().GetLocal("line", 1, "stalled").status(), absl::StatusCode::kNotFound));
 }
 
-INSTANTIATE_TEST_SUITE_P(Streams, StalledStreamTest,
-                         ::testing::Combine(::testing::Values(Stalled::kDistributeTensor,
-                                                              Stalled::kFromLocal,
-                                                              Stalled::kPutLocal),
-                                            ::testing::Values(FollowUp::kPutThenGetLocal,
-                                                              FollowUp::kDistributeThenFullTensor)),
-                         [](const ::testing::TestParamInfo<std::tuple<Stalled, FollowUp>>& info) {
-                           return StalledName(std::get<0>(info.param)) + "_" +
-                                  FollowUpName(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Streams, StalledStreamTest,
+    ::testing::Combine(
+        ::testing::Values(Stalled::kDistributeTensor, Stalled::kFromLocal, Stalled::kPutLocal,
+                          Stalled::kLoadModule, Stalled::kDirectUpload),
+        ::testing::Values(FollowUp::kPutThenGetLocal, FollowUp::kDistributeThenFullTensor)),
+    [](const ::testing::TestParamInfo<std::tuple<Stalled, FollowUp>>& info) {
+      return StalledName(std::get<0>(info.param)) + "_" + FollowUpName(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace tessera

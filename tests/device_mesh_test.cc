@@ -86,7 +86,9 @@ TEST(DeviceMeshCreateTest, NamesCountMustMatchDims) {
 TEST(DeviceMeshCreateTest, DuplicateNamesNameTheRepeatedOne) {
   ExpectInvalid(DeviceMesh::Create("cpu", {2, 2}, {"tp", "tp"}), "'tp'");
   ExpectInvalid(DeviceMesh::Create("cpu", {2, 2, 2}, {"dp", "tp", "dp"}), "repeats 'dp'");
-  ExpectInvalid(DeviceMesh::Create("cpu", {2, 2}, {"dp", ""}), "empty");
+  ExpectInvalid(DeviceMesh::Create("cpu", {2, 2}, {"dp", ""}), "mesh dim name ''");
+  ExpectInvalid(DeviceMesh::Create("cpu", {2, 2}, {"dp", "1"}), "not starting with a digit");
+  ExpectInvalid(DeviceMesh::Create("cpu", {2}, {std::string(50000, 'd')}), "(50000 bytes)");
 }
 
 TEST(DeviceMeshCreateTest, RanksCountMustMatchSlots) {

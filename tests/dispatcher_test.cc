@@ -284,6 +284,35 @@ TEST(DispatcherTest, AFailedCommandOfABatchFailsOnlyItsOwnPost) {
                        {absl::StrCat("worker 0 at ", w.address(), ": "), "no such dim"}));
 }
 
+// A worker that refuses a command before its turn (its caller or incarnation not accepted) has not
+// spent its sequence: the post fails with the worker's refusal, and the sequence is released so
+// that the worker's later commands do not wait for it. (Counted as spent, it stalled the worker's
+// order until the worker counted itself broken and dropped its shards.)
+TEST(DispatcherTest, ACommandRefusedBeforeItsTurnFailsAndItsSequenceIsReleased) {
+  FakeCluster cluster(SharedFakeWorkers(1));
+  FakeWorker& w = cluster.worker(0);
+  const WorkerHandle h = cluster.registry().Get(0).value();
+  w.RefuseCommands(HasLabel("refused"), absl::PermissionDeniedError(
+                                            "this worker accepts commands from its coordinator"));
+  Outcomes outcomes;
+  cluster.dispatcher().Post({h}, LabeledCommand("refused"), absl::Seconds(10),
+                            outcomes.For("refused"));
+  cluster.dispatcher().Post({h}, LabeledCommand("spent"), absl::Seconds(10), outcomes.For("spent"));
+  ASSERT_TRUE(outcomes.WaitFor(2));
+  EXPECT_TRUE(StatusIs(outcomes.Of("refused")->status, absl::StatusCode::kPermissionDenied,
+                       {absl::StrCat("worker 0 at ", w.address(), ": "), "coordinator"}));
+  EXPECT_TRUE(outcomes.Of("spent")->status.ok()) << outcomes.Of("spent")->status;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  std::vector<int64_t> released;
+  while (released.empty() && absl::Now() < deadline) {
+    for (const v1::ReleaseRequest& r : w.release_requests()) {
+      released.insert(released.end(), r.sequences().begin(), r.sequences().end());
+    }
+    if (released.empty()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(released, std::vector<int64_t>{1}) << "the refused command's sequence 1";
+}
+
 // Many threads post to overlapping sets of workers, some of whose commands are slow: every worker
 // gets each of its commands once, in sequence order with no gap, and every reply is its own.
 TEST(DispatcherTest, ConcurrentPostsReachEveryWorkerInSequenceOrder) {

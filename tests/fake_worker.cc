@@ -98,6 +98,11 @@ void FakeWorker::FailCommands(CommandMatcher match, absl::Status status) {
   rules_.push_back({std::move(match), Action::kFail, std::move(status), absl::ZeroDuration()});
 }
 
+void FakeWorker::RefuseCommands(CommandMatcher match, absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  rules_.push_back({std::move(match), Action::kRefuse, std::move(status), absl::ZeroDuration()});
+}
+
 void FakeWorker::DelayCommands(CommandMatcher match, absl::Duration delay) {
   absl::MutexLock lock(&mu_);
   rules_.push_back({std::move(match), Action::kDelay, absl::OkStatus(), delay});
@@ -189,9 +194,10 @@ v1::CommandResult FakeWorker::Run(const grpc::ServerContext& context, const v1::
       }
     }
   }
-  if (rule && rule->action == Action::kFail) {
+  if (rule && (rule->action == Action::kFail || rule->action == Action::kRefuse)) {
     result.set_code(static_cast<int>(rule->status.code()));
     result.set_message(std::string(rule->status.message()));
+    result.set_not_admitted(rule->action == Action::kRefuse);
     return result;
   }
   if (rule && rule->action == Action::kDelay) absl::SleepFor(rule->delay);

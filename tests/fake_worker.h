@@ -81,6 +81,9 @@ class FakeWorker final : public v1::Worker::Service {
 
   // Matching commands fail with `status`. Of all rules added, the first that matches applies.
   void FailCommands(CommandMatcher match, absl::Status status);
+  // Matching commands are refused before their turn with `status`, as a real worker refuses a
+  // caller or an incarnation it does not accept: their sequences are not spent (not_admitted).
+  void RefuseCommands(CommandMatcher match, absl::Status status);
   // Matching commands are answered `delay` after they arrive.
   void DelayCommands(CommandMatcher match, absl::Duration delay);
   // Matching commands are held until ReleaseHeld(), the call is cancelled, or the fake stops.
@@ -131,7 +134,7 @@ class FakeWorker final : public v1::Worker::Service {
                         grpc::ServerWriter<v1::TensorChunk>* writer) override;
 
  private:
-  enum class Action { kFail, kDelay, kHold };
+  enum class Action { kFail, kRefuse, kDelay, kHold };
   struct Rule {
     CommandMatcher match;
     Action action;

@@ -581,6 +581,23 @@ TEST_F(InferenceServiceTest, ConcurrentRequestsToABatchedModelShareRuns) {
   EXPECT_LE(batched_->runs(), kRequests / 4 + 2);
 }
 
+// Requests are admitted by their bytes before they are decoded: one past --max_request_bytes is
+// refused RESOURCE_EXHAUSTED and runs nothing; one that fits runs.
+TEST_F(InferenceServiceTest, ARequestPastTheBytesInFlightIsRefusedBeforeItIsDecoded) {
+  RequestBytes bytes("inference test", 64 << 10, "--max_request_bytes");
+  service_.LimitRequestBytes(&bytes);
+  inference::ModelInferRequest large;
+  large.set_model_name("affine");
+  SetInput(large, "x", {8192, 3}, InputValues(8192 * 3), Encoding::kFp32Raw);  // 96 KiB
+  inference::ModelInferResponse response;
+  EXPECT_TRUE(StatusIs(Infer(large, &response), absl::StatusCode::kResourceExhausted,
+                       {"inference request of", "--max_request_bytes"}));
+  EXPECT_EQ(AffineRuns(), 0);
+  EXPECT_TRUE(Infer(AffineRequest(), &response).ok());
+  EXPECT_EQ(bytes.in_flight(), 0);
+  service_.LimitRequestBytes(nullptr);
+}
+
 TEST_F(InferenceServiceTest, ABatchedModelRefusesMoreRowsThanItsMaximum) {
   inference::ModelInferRequest request;
   request.set_model_name("batched");

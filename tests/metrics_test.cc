@@ -1,6 +1,11 @@
 // The Prometheus text format of metrics/: values, escaping and whole families compared with text
 // written out by hand; the HTTP server compared with the registry's own rendering.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -8,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "metrics/http_client.h"
 #include "metrics/http_server.h"
@@ -193,6 +199,51 @@ TEST_P(ReadinessTest, AnswersAsTheCallbackSays) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StartingReady, ReadinessTest, ::testing::Bool());
+
+// Ten clients each send half a request and hold their connections open (a slow or hostile
+// scraper): /ready and /metrics still answer at once, not after the request timeout of each
+// (with civetweb's 2 threads and 10 s deadline they waited about 20 s and readiness probes
+// failed); the half-sent connections are closed after the header deadline.
+TEST(HttpServerTest, HalfSentRequestsDoNotHoldOffReadinessAndMetrics) {
+  Registry r;
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start("127.0.0.1", 0, &r);
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->ServeReadiness([] { return true; });
+  const int port = (*server)->port();
+  std::vector<int> held;
+  for (int i = 0; i < 10; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    const char half[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+    ASSERT_EQ(::send(fd, half, sizeof(half) - 1, MSG_NOSIGNAL),
+              static_cast<ssize_t>(sizeof(half) - 1));
+    held.push_back(fd);
+  }
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  for (const char* path : {"/ready", "/metrics"}) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<HttpResponse> response = HttpGet(base + path, absl::Seconds(30));
+    ASSERT_TRUE(response.ok()) << path << ": " << response.status();
+    EXPECT_EQ(response->status, 200) << path;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << path << " waited behind half-sent requests";
+  }
+  // Each half-sent connection is closed once its header deadline passes.
+  for (int fd : held) {
+    timeval wait{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+    char buffer[512];
+    ssize_t n;
+    while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+    }
+    EXPECT_EQ(n, 0) << "the half-sent connection was not closed";
+    ::close(fd);
+  }
+}
 
 TEST(HttpClientTest, AClosedPortIsUnavailableAndABadUrlInvalid) {
   int closed_port = 0;

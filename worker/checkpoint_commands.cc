@@ -19,7 +19,9 @@ absl::Status CommandExecutor::SaveShard(const v1::SaveShard& save) {
   ASSIGN_OR_RETURN(RedistributePlan plan, FromProto(save.plan(), spec.mesh.ndim()));
   // A rank whose tensor or directory is bad still takes part in the plan's collectives (with a
   // stand-in), so that its peers are not stranded in them; it reports the failure afterwards.
-  absl::Status failure = CheckCheckpointDirectory(save.directory());
+  const absl::StatusOr<std::string> directory =
+      ResolveCheckpointPath(checkpoint_root_, save.directory());
+  absl::Status failure = directory.ok() ? CheckSaveDirectory(*directory) : directory.status();
   absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> held = store_->Get(save.tensor());
   const Shape local = LocalShapeAndOffsetAt(spec, mc->coordinate).shape;
   if (held.ok() && ((*held)->shape() != local || (*held)->dtype() != spec.dtype)) {
@@ -45,20 +47,24 @@ absl::Status CommandExecutor::SaveShard(const v1::SaveShard& save) {
   if (!WritesBlock(saved, mc->coordinate)) return absl::OkStatus();
   // The block goes to the file from host memory (a GPU's shard is copied down first).
   ASSIGN_OR_RETURN(const HostTensor host, kernels_.Download(block->View()));
-  return WriteCheckpointBlock(save.directory(), save.data_dir(), save.param(), save.key(), saved,
+  return WriteCheckpointBlock(*directory, save.data_dir(), save.param(), save.key(), saved,
                               worker_id_, host);
 }
 
 absl::Status CommandExecutor::CommitCheckpoint(const v1::CommitCheckpoint& commit) {
-  RETURN_IF_ERROR(CheckCheckpointDirectory(commit.directory()));
+  ASSIGN_OR_RETURN(const std::string directory,
+                   ResolveCheckpointPath(checkpoint_root_, commit.directory()));
+  RETURN_IF_ERROR(CheckSaveDirectory(directory));
   ASSIGN_OR_RETURN(const CheckpointIndex index, ParseCheckpointIndex(commit.index_json()));
-  return CommitCheckpointIndex(commit.directory(), index);
+  return CommitCheckpointIndex(directory, index);
 }
 
 absl::Status CommandExecutor::ReadCheckpoint(const v1::ReadCheckpoint& read,
                                              v1::CommandReply* reply) {
-  RETURN_IF_ERROR(CheckCheckpointDirectory(read.directory()));
-  ASSIGN_OR_RETURN(const CheckpointIndex index, ReadCheckpointIndex(read.directory()));
+  ASSIGN_OR_RETURN(const std::string directory,
+                   ResolveCheckpointPath(checkpoint_root_, read.directory()));
+  RETURN_IF_ERROR(CheckCheckpointDirectory(directory));
+  ASSIGN_OR_RETURN(const CheckpointIndex index, ReadCheckpointIndex(directory));
   ASSIGN_OR_RETURN(std::string json, CheckpointIndexToJson(index));
   reply->set_checkpoint_index(std::move(json));
   return absl::OkStatus();
@@ -88,7 +94,9 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::LoadShard(const v1::LoadSha
   const LocalShard local = LocalShapeAndOffsetAt(spec, mc->coordinate);
   RETURN_IF_ERROR(store_->Reserve(
       NumElements(local.shape) * static_cast<int64_t>(DTypeSize(spec.dtype)), load.output()));
-  ASSIGN_OR_RETURN(const HostTensor read, LoadCheckpointShard(load.directory(), *tensor, local));
+  ASSIGN_OR_RETURN(const std::string directory,
+                   ResolveCheckpointPath(checkpoint_root_, load.directory()));
+  ASSIGN_OR_RETURN(const HostTensor read, LoadCheckpointShard(directory, *tensor, local));
   ASSIGN_OR_RETURN(kernels::DeviceTensor shard, kernels_.Upload(read));
   v1::LocalTensorInfo info = LocalInfo(load.output(), shard);
   RETURN_IF_ERROR(store_->Put(load.output(), std::move(shard)));

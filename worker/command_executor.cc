@@ -44,13 +44,14 @@ int64_t MeshOf(const v1::Command& command) {
 
 CommandExecutor::CommandExecutor(int64_t worker_id, kernels::KernelBackend* kernels,
                                  ShardStore* store, gloo::rendezvous::Store* rendezvous,
-                                 std::string collective_host)
+                                 std::string collective_host, std::string checkpoint_root)
     : worker_id_(worker_id),
       kernels_(*kernels),
       device_(kernels->device()),
       store_(store),
       rendezvous_(rendezvous),
-      collective_host_(std::move(collective_host)) {}
+      collective_host_(std::move(collective_host)),
+      checkpoint_root_(std::move(checkpoint_root)) {}
 
 v1::LocalTensorInfo CommandExecutor::LocalInfo(const std::string& name,
                                                const kernels::DeviceTensor& t) {
@@ -103,6 +104,10 @@ absl::Status CommandExecutor::Run(const v1::Command& command, v1::CommandReply* 
     case v1::Command::kSetupMesh:
       return SetupMesh(command.setup_mesh());
     case v1::Command::kTeardownMesh:
+      // The mesh's programs go with it (their prepared weight copies too).
+      std::erase_if(programs_, [&](const auto& entry) {
+        return entry.second.mesh_id == command.teardown_mesh().mesh_id();
+      });
       meshes_.erase(command.teardown_mesh().mesh_id());
       return absl::OkStatus();
     case v1::Command::kCollective: {

@@ -30,9 +30,11 @@ namespace tessera {
 // commands); each command's queued device work has finished when Execute returns.
 class CommandExecutor {
  public:
-  // `kernels` (whose memory `store` uses) and `store` must outlive the executor.
+  // `kernels` (whose memory `store` uses) and `store` must outlive the executor. Checkpoints are
+  // read and written only inside `checkpoint_root` (none where it is empty).
   CommandExecutor(int64_t worker_id, kernels::KernelBackend* kernels, ShardStore* store,
-                  gloo::rendezvous::Store* rendezvous, std::string collective_host);
+                  gloo::rendezvous::Store* rendezvous, std::string collective_host,
+                  std::string checkpoint_root = "");
 
   // Runs `command` and fills `reply` with what it wrote. Whether it succeeded or not, a command on
   // a mesh whose communicators one failure broke reports that in reply->broken (the coordinator
@@ -96,6 +98,7 @@ class CommandExecutor {
   ShardStore* store_;
   gloo::rendezvous::Store* rendezvous_;
   const std::string collective_host_;
+  const std::string checkpoint_root_;
   std::map<int64_t, std::unique_ptr<MeshComms>> meshes_;
   // A module program as this worker holds it: the mesh it runs on and its runner.
   struct InstalledProgram {

@@ -29,6 +29,7 @@
 #include "metrics/grpc_metrics.h"
 #include "proto/grpc_status.h"
 #include "proto/tls_files.h"
+#include "security/stream_limits.h"
 #include "spdlog/spdlog.h"
 #include "tessera/v1/registry.grpc.pb.h"
 #include "worker/rpc_store.h"
@@ -45,6 +46,7 @@ struct WorkerFlags {
   int64_t memory_limit = -1;  // unset: --memory_budget on a GPU, none on the CPU
   std::string advertise;
   std::string collective_host;
+  std::string checkpoint_root;
   int32_t threads = 1;
   std::string secret;
   tessera::TlsFiles tls;
@@ -54,6 +56,8 @@ struct WorkerFlags {
   bool list_devices = false;
   int metrics_port = -1;
   int max_rpc_threads = tessera::daemon::kDefaultMaxRpcThreads;
+  tessera::daemon::StreamLimitFlags streams;
+  absl::Duration stream_idle_timeout = absl::Seconds(30);
 };
 
 void AddFlags(CLI::App& app, WorkerFlags& f) {
@@ -61,18 +65,21 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--device", f.device, "the device served: cpu or cuda:N");
   app.add_option("--listen", f.listen, "address to serve on (port 0 picks one)");
   app.add_option("--memory_budget", f.memory_budget, "bytes of shards this worker holds at most")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   app.add_option("--memory_limit", f.memory_limit,
                  "bytes of the device's memory that shards and temporaries together may take "
                  "(RESOURCE_EXHAUSTED past it, and past the GPU's free memory); default: "
-                 "--memory_budget on cuda devices, no limit on cpu")
-      ->check(CLI::NonNegativeNumber);
+                 "--memory_budget on cuda devices, no limit on cpu; -1 for that default")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 50));
   app.add_option("--advertise", f.advertise,
                  "address the coordinator dials (host:port); default the listen address");
   app.add_option("--collective_host", f.collective_host,
                  "host or IP Gloo binds and advertises to peers; default the listen host, or "
                  "127.0.0.1 when listening on all interfaces");
-  app.add_option("--threads", f.threads, "threads for local compute")->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint_root", f.checkpoint_root,
+                 "directory inside which clients' checkpoint paths must lie (a relative path is "
+                 "taken relative to it); checkpoints are refused where it is not set");
+  app.add_option("--threads", f.threads, "threads for local compute")->check(CLI::Range(1, 1024));
   app.add_option("--secret", f.secret,
                  "shared secret of the cluster: sent to the coordinator's Registry, and required "
                  "of commands unless --coordinator_identity is set")
@@ -94,10 +101,17 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
                  "most threads serving gRPC calls at once; a call past them is refused with "
                  "RESOURCE_EXHAUSTED")
       ->check(CLI::Range(16, 65536));
+  tessera::daemon::AddStreamLimitFlags(app, &f.streams);
+  tessera::daemon::AddDurationFlag(
+      app, "--stream_idle_timeout", &f.stream_idle_timeout,
+      "a client's direct upload that sends nothing, or download that takes nothing, for this "
+      "long is ended with DEADLINE_EXCEEDED, releasing the turn it holds; 0 never ends one",
+      absl::ZeroDuration(), absl::Hours(1));
   tessera::daemon::AddDurationFlag(
       app, "--sequence_stall_limit", &f.sequence_stall_limit,
       "how long a command sequence the coordinator neither used nor released may hold later "
-      "commands up before the worker refuses commands and registers again");
+      "commands up before the worker refuses commands and registers again",
+      absl::Seconds(1), absl::Hours(1));
   tessera::daemon::AddMetricsPortFlag(app, &f.metrics_port);
 }
 
@@ -219,9 +233,20 @@ int main(int argc, char** argv) {
   spdlog::info("BLAS: OpenBLAS {} kernels ({}), {} thread(s)", blas.core, blas_core_choice,
                blas.threads);
 
+  if (absl::Status s = tessera::daemon::CheckStreamLimits(flags.streams, flags.max_rpc_threads);
+      !s.ok()) {
+    spdlog::critical("{}", std::string(s.message()));
+    return 2;
+  }
   tessera::WorkerService service(secret, *std::move(kernels), flags.memory_budget,
-                                 flags.sequence_stall_limit);
+                                 flags.sequence_stall_limit, flags.stream_idle_timeout);
+  // Clients' direct streams, bounded in all and per peer: the coordinator's commands and
+  // releases, and health checks, keep threads of their own.
+  tessera::StreamLimits stream_limits("worker", flags.streams.max_streams,
+                                      flags.streams.max_per_peer);
+  service.LimitStreams(&stream_limits);
   service.RequireCoordinatorIdentity(flags.coordinator_identity);
+  service.SetCheckpointRoot(flags.checkpoint_root);
   const std::string& listen = flags.listen;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -237,10 +262,7 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
   builder.RegisterService(&service);
-  if (flags.metrics_port >= 0) {
-    builder.experimental().SetInterceptorCreators(
-        tessera::metrics::RpcMetricsInterceptors(&tessera::metrics::DefaultRegistry()));
-  }
+  tessera::daemon::InstallInterceptors(builder, /*metrics=*/flags.metrics_port >= 0);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     spdlog::critical("{}", tessera::daemon::CannotListenMessage(listen));

@@ -49,9 +49,9 @@ const CommandMetrics& Metrics() {
 // Writes the bytes of `first` and of the chunks after it on `reader` into `tensor` through
 // `memory`, its memory space; INVALID_ARGUMENT, naming the stream as `what`, for more or fewer
 // bytes than it has.
-absl::Status ReceiveInto(grpc::ServerReader<v1::TensorChunk>& reader, v1::TensorChunk& first,
-                         const std::string& what, kernels::MemorySpace& memory,
-                         kernels::DeviceTensor& tensor) {
+absl::Status ReceiveInto(grpc::ServerReaderInterface<v1::TensorChunk>& reader,
+                         v1::TensorChunk& first, const std::string& what,
+                         kernels::MemorySpace& memory, kernels::DeviceTensor& tensor) {
   const size_t want = tensor.nbytes();
   const auto describe = [&] {
     return absl::StrCat(want, " bytes of ", DTypeName(tensor.dtype()),
@@ -79,12 +79,14 @@ absl::Status ReceiveInto(grpc::ServerReader<v1::TensorChunk>& reader, v1::Tensor
 }  // namespace
 
 WorkerService::WorkerService(std::string secret, std::unique_ptr<kernels::KernelBackend> kernels,
-                             int64_t memory_budget_bytes, absl::Duration stall_limit)
+                             int64_t memory_budget_bytes, absl::Duration stall_limit,
+                             absl::Duration stream_idle_timeout)
     : secret_(std::move(secret)),
       kernels_(std::move(kernels)),
       device_(kernels_->device()),
       store_(memory_budget_bytes, *kernels_),
-      sequencer_(stall_limit) {}
+      sequencer_(stall_limit),
+      idle_(stream_idle_timeout, "the worker's --stream_idle_timeout") {}
 
 void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
                                      std::unique_ptr<gloo::rendezvous::Store> rendezvous,
@@ -99,15 +101,20 @@ void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
   }
   sequencer_.Reset();
   rendezvous_ = std::move(rendezvous);
-  executor_ = std::make_unique<CommandExecutor>(worker_id, kernels_.get(), &store_,
-                                                rendezvous_.get(), collective_host);
+  executor_ = std::make_unique<CommandExecutor>(
+      worker_id, kernels_.get(), &store_, rendezvous_.get(), collective_host, checkpoint_root_);
   worker_id_ = worker_id;
   incarnation_.Take(incarnation);
 }
 
 grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char* method,
                                   int64_t incarnation, absl::Time deadline) const {
-  const std::string peer = context.peer();
+  if (grpc::Status s = Authenticate(context, method); !s.ok()) return s;
+  return ToGrpcStatus(incarnation_.Admit(incarnation, deadline));
+}
+
+grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context,
+                                         const char* method) const {
   std::string refused;
   if (!coordinator_identity_.empty()) {
     const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
@@ -120,8 +127,6 @@ grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char
           ", not '", coordinator_identity_, "'");
     }
   } else {
-    // A secret can be guessed: a host past its failures is refused before it is looked at.
-    if (absl::Status s = auth_failures_.Admit(peer); !s.ok()) return ToGrpcStatus(s);
     const auto& metadata = context.client_metadata();
     auto it = metadata.find(kSecretMetadataKey);
     if (it == metadata.end() || secret_.empty() ||
@@ -130,17 +135,47 @@ grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char
     }
   }
   if (!refused.empty()) {
-    auth_failures_.Record(peer, absl::StrCat("tessera.v1.Worker/", method), refused);
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, refused);
+    // Checked before it is counted: a stranger's failures never refuse the coordinator.
+    return ToGrpcStatus(auth_failures_.Refuse(AuthFailures::PeerHost(context.peer()),
+                                              absl::StrCat("tessera.v1.Worker/", method),
+                                              absl::PermissionDeniedError(refused)));
   }
-  return ToGrpcStatus(incarnation_.Admit(incarnation, deadline));
+  return grpc::Status::OK;
+}
+
+std::optional<v1::DirectGrant> WorkerService::GrantOf(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kGrantMetadataKey);
+  v1::DirectGrant grant;
+  if (it == metadata.end() ||
+      !grant.ParseFromArray(it->second.data(), static_cast<int>(it->second.size()))) {
+    return std::nullopt;
+  }
+  return grant;
+}
+
+grpc::Status WorkerService::CheckGrantSignature(const grpc::ServerContext& context,
+                                                const v1::DirectGrant& grant, bool read) {
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&grant_mu_);
+    refused = CheckGrant(grant_key_, grant, worker_id_.load(), incarnation_.current(), absl::Now());
+  }
+  if (refused.ok() && grant.read() != read) {
+    refused = absl::PermissionDeniedError(
+        absl::StrCat("the grant for sequence ", grant.sequence(), " is ",
+                     grant.read() ? "a read grant" : "an upload's grant", ", not one for ",
+                     read ? "a download" : "an upload"));
+  }
+  if (refused.ok()) return grpc::Status::OK;
+  return ToGrpcStatus(grant_failures_.Refuse(
+      AuthFailures::PeerHost(context.peer()),
+      absl::StrCat("tessera.v1.Worker/", read ? "Download" : "Upload"), std::move(refused)));
 }
 
 grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
                                        const v1::DirectGrant& grant, bool read, bool matches,
                                        absl::string_view call) {
-  const std::string peer = context.peer();
-  if (absl::Status s = grant_failures_.Admit(peer); !s.ok()) return ToGrpcStatus(s);
   absl::Status refused;
   {
     absl::MutexLock lock(&grant_mu_);
@@ -165,9 +200,9 @@ grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
     if (refused.ok()) granted_.insert(grant.sequence());
   }
   if (refused.ok()) return grpc::Status::OK;
-  grant_failures_.Record(peer, absl::StrCat("tessera.v1.Worker/", read ? "Download" : "Upload"),
-                         std::string(refused.message()));
-  return ToGrpcStatus(refused);
+  return ToGrpcStatus(grant_failures_.Refuse(
+      AuthFailures::PeerHost(context.peer()),
+      absl::StrCat("tessera.v1.Worker/", read ? "Download" : "Upload"), std::move(refused)));
 }
 
 grpc::Status WorkerService::AwaitTurn(int64_t sequence, absl::Time deadline) {
@@ -175,8 +210,9 @@ grpc::Status WorkerService::AwaitTurn(int64_t sequence, absl::Time deadline) {
 }
 
 grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context, absl::Time deadline,
-                                      const v1::Command& command, v1::CommandReply* reply) {
-  grpc::Status status = AdmitAndRun(context, deadline, command, reply);
+                                      const v1::Command& command, v1::CommandReply* reply,
+                                      bool* admitted) {
+  grpc::Status status = AdmitAndRun(context, deadline, command, reply, admitted);
   const std::string code =
       absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
   Metrics().done.With({CommandKind(command), code}).Increment();
@@ -188,10 +224,13 @@ grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context, absl::
 }
 
 grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context, absl::Time deadline,
-                                        const v1::Command& command, v1::CommandReply* reply) {
+                                        const v1::Command& command, v1::CommandReply* reply,
+                                        bool* admitted) {
+  *admitted = false;
   if (grpc::Status s = Admit(context, "Execute", command.incarnation(), deadline); !s.ok()) {
     return s;
   }
+  *admitted = true;
   const CommandMetrics& m = Metrics();
   m.queued.Add(1);
   grpc::Status turn = AwaitTurn(command.sequence(), deadline);
@@ -217,7 +256,8 @@ grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context, absl
 
 grpc::Status WorkerService::Execute(grpc::ServerContext* context, const v1::Command* command,
                                     v1::CommandReply* reply) {
-  return RunInTurn(*context, absl::FromChrono(context->deadline()), *command, reply);
+  bool admitted = false;
+  return RunInTurn(*context, absl::FromChrono(context->deadline()), *command, reply, &admitted);
 }
 
 void WorkerService::RunBatch(const grpc::ServerContext& context, absl::Time deadline,
@@ -231,7 +271,10 @@ void WorkerService::RunBatch(const grpc::ServerContext& context, absl::Time dead
   for (size_t i = 0; i < order.size(); ++i) reply->add_results();
   for (int i : order) {
     v1::CommandResult* result = reply->mutable_results(i);
-    grpc::Status s = RunInTurn(context, deadline, batch.commands(i), result->mutable_reply());
+    bool admitted = false;
+    grpc::Status s =
+        RunInTurn(context, deadline, batch.commands(i), result->mutable_reply(), &admitted);
+    result->set_not_admitted(!admitted);
     result->set_code(static_cast<int>(s.error_code()));
     result->set_message(s.error_message());
   }
@@ -247,6 +290,8 @@ grpc::Status WorkerService::ExecuteBatch(grpc::ServerContext* context,
 grpc::Status WorkerService::CommandStream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CommandBatchReply, v1::CommandBatch>* stream) {
+  // Only the coordinator's: a stranger's stream ends before a byte of it is read.
+  if (grpc::Status s = Authenticate(*context, "CommandStream"); !s.ok()) return s;
   v1::CommandBatch batch;
   while (stream->Read(&batch)) {
     const absl::Time deadline = absl::Now() + absl::Microseconds(batch.timeout_micros());
@@ -260,31 +305,57 @@ grpc::Status WorkerService::CommandStream(
 grpc::Status WorkerService::Upload(grpc::ServerContext* context,
                                    grpc::ServerReader<v1::TensorChunk>* reader,
                                    v1::UploadReply* reply) {
-  v1::TensorChunk chunk;
-  if (!reader->Read(&chunk)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload had no chunks");
-  }
-  const bool granted = chunk.has_grant();
-  const v1::DirectGrant grant = chunk.grant();  // the chunk is reused for the data
-  const bool matches = chunk.tensor() == grant.tensor() && chunk.dtype() == grant.dtype() &&
-                       chunk.shape().SerializeAsString() == grant.shape().SerializeAsString() &&
-                       chunk.sequence() == grant.sequence() &&
-                       chunk.incarnation() == grant.incarnation();
-  if (grpc::Status s = granted ? AdmitGrant(*context, grant, /*read=*/false, matches,
-                                            absl::StrCat("upload of '", chunk.tensor(),
-                                                         "' at sequence ", chunk.sequence()))
-                               : Admit(*context, "Upload", chunk.incarnation(),
-                                       absl::FromChrono(context->deadline()));
-      !s.ok()) {
+  // The caller is known before a byte is read: a client by the grant in its call's metadata (its
+  // signature, worker and expiry checked now, the rest once the header arrives), the coordinator
+  // by its secret or certificate. A client's streams count against its share (StreamLimits).
+  const std::optional<v1::DirectGrant> grant = GrantOf(*context);
+  StreamLimits::Ticket admitted;
+  if (grant.has_value()) {
+    if (grpc::Status s = CheckGrantSignature(*context, *grant, /*read=*/false); !s.ok()) return s;
+    absl::StatusOr<StreamLimits::Ticket> ticket = AdmitStream(limits_, *context, "Upload");
+    if (!ticket.ok()) return ToGrpcStatus(ticket.status());
+    admitted = *std::move(ticket);
+  } else if (grpc::Status s = Authenticate(*context, "Upload"); !s.ok()) {
     return s;
+  }
+  // A client that stops sending is cut, and the turn it holds released.
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "Upload");
+  WatchedReader<v1::TensorChunk> watched(reader, watch.get());
+  auto cut = [&](absl::Status s) {
+    return ToGrpcStatus(watch->expired() ? watch->ExpiredError() : s);
+  };
+  v1::TensorChunk chunk;
+  if (!watched.Read(&chunk)) {
+    return cut(absl::InvalidArgumentError("upload had no chunks"));
+  }
+  if (grant.has_value()) {
+    const bool matches = chunk.tensor() == grant->tensor() && chunk.dtype() == grant->dtype() &&
+                         chunk.shape().SerializeAsString() == grant->shape().SerializeAsString() &&
+                         chunk.sequence() == grant->sequence() &&
+                         chunk.incarnation() == grant->incarnation();
+    if (grpc::Status s = AdmitGrant(
+            *context, *grant, /*read=*/false, matches,
+            absl::StrCat("upload of '", chunk.tensor(), "' at sequence ", chunk.sequence()));
+        !s.ok()) {
+      return s;
+    }
+  } else if (absl::Status s =
+                 incarnation_.Admit(chunk.incarnation(), absl::FromChrono(context->deadline()));
+             !s.ok()) {
+    return ToGrpcStatus(s);
   }
   const int64_t sequence = chunk.sequence();
   if (grpc::Status s = AwaitTurn(sequence, absl::FromChrono(context->deadline())); !s.ok()) {
     return s;
   }
   auto finish = [&](absl::Status s) {
+    if (!s.ok() && grant.has_value()) {
+      // A granted upload that failed holds its sequence no more (Release then says so).
+      absl::MutexLock lock(&grant_mu_);
+      granted_.erase(sequence);
+    }
     sequencer_.Done(sequence);
-    return ToGrpcStatus(s);
+    return cut(std::move(s));
   };
   const std::string name = chunk.tensor();
   absl::StatusOr<DType> dtype = FromProto(chunk.dtype());
@@ -300,13 +371,13 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
   absl::StatusOr<kernels::DeviceTensor> received = store_.memory().Allocate(*dtype, *shape);
   if (!received.ok()) return finish(received.status());
   const std::string what = absl::StrCat("upload of '", name, "'");
-  if (absl::Status s = ReceiveInto(*reader, chunk, what, store_.memory(), *received); !s.ok())
+  if (absl::Status s = ReceiveInto(watched, chunk, what, store_.memory(), *received); !s.ok())
     return finish(s);
   if (absl::Status s = store_.Put(name, *std::move(received)); !s.ok()) return finish(s);
   reply->set_bytes(want);
-  if (granted) {
+  if (grant.has_value()) {
     absl::MutexLock lock(&grant_mu_);
-    reply->set_receipt(GrantReceipt(grant_key_, grant));
+    reply->set_receipt(GrantReceipt(grant_key_, *grant));
   }
   return finish(absl::OkStatus());
 }
@@ -327,6 +398,16 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
       !s.ok()) {
     return s;
   }
+  // A client's downloads count against its share; one that stops reading is cut.
+  StreamLimits::Ticket admitted;
+  if (request->has_grant()) {
+    absl::StatusOr<StreamLimits::Ticket> ticket = AdmitStream(limits_, *context, "Download");
+    if (!ticket.ok()) {
+      sequencer_.Release(request->sequence());  // the grant was taken: its turn goes unused
+      return ToGrpcStatus(ticket.status());
+    }
+    admitted = *std::move(ticket);
+  }
   if (grpc::Status s = AwaitTurn(request->sequence(), absl::FromChrono(context->deadline()));
       !s.ok()) {
     return s;
@@ -342,23 +423,34 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
   chunk.set_dtype(ToProto(t.dtype()));
   *chunk.mutable_shape() = ToProto(t.shape());
   // Chunk by chunk out of the device's memory (a GPU copies the next chunk while this one is sent).
-  return ToGrpcStatus(
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "Download");
+  const absl::Status sent =
       store_.memory().ReadToHost(t.View(), kChunkBytes, [&](std::span<const std::byte> piece) {
         chunk.set_data(reinterpret_cast<const char*>(piece.data()), piece.size());
-        const bool sent = writer->Write(chunk);
+        const bool written = watch->Write(*writer, chunk);
         chunk.Clear();
-        return sent;
-      }));
+        return written;
+      });
+  return ToGrpcStatus(watch->expired() ? watch->ExpiredError() : sent);
 }
 
 grpc::Status WorkerService::Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
-                                    v1::ReleaseReply*) {
+                                    v1::ReleaseReply* reply) {
   if (grpc::Status s =
           Admit(*context, "Release", request->incarnation(), absl::FromChrono(context->deadline()));
       !s.ok()) {
     return s;
   }
-  for (int64_t sequence : request->sequences()) sequencer_.Release(sequence);
+  // A number whose granted upload was admitted is that upload's: it waits for its turn (behind a
+  // long command, say) and uses it, whatever the coordinator gave up on.
+  absl::MutexLock lock(&grant_mu_);
+  for (int64_t sequence : request->sequences()) {
+    if (granted_.contains(sequence)) {
+      reply->add_held(sequence);
+    } else {
+      sequencer_.Release(sequence);
+    }
+  }
   return grpc::Status::OK;
 }
 

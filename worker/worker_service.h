@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,6 +14,8 @@
 #include "gloo/rendezvous/store.h"
 #include "kernels/backend.h"
 #include "security/auth_failures.h"
+#include "security/idle_streams.h"
+#include "security/stream_limits.h"
 #include "tessera/v1/worker.grpc.pb.h"
 #include "worker/command_executor.h"
 #include "worker/command_sequencer.h"
@@ -29,14 +32,25 @@ class WorkerService final : public v1::Worker::Service {
  public:
   // `stall_limit`: how long a gap in the command order (a sequence neither used nor released by
   // the coordinator) may hold commands up before the order counts as broken (CommandSequencer).
+  // An upload whose client sends nothing, or a download whose client takes nothing, for
+  // `stream_idle_timeout` is cut (IdleStreams), the turn it holds released.
   WorkerService(std::string secret, std::unique_ptr<kernels::KernelBackend> kernels,
-                int64_t memory_budget_bytes, absl::Duration stall_limit);
+                int64_t memory_budget_bytes, absl::Duration stall_limit,
+                absl::Duration stream_idle_timeout = absl::Seconds(30));
+
+  // Clients' direct uploads and downloads are admitted to `limits` (per peer and in all); set
+  // before serving. None: all are.
+  void LimitStreams(StreamLimits* limits) { limits_ = limits; }
 
   // Accepts commands only from a caller whose verified TLS certificate names `identity` (its
   // common name or a subject alternative name) instead of by the secret; set before serving.
   void RequireCoordinatorIdentity(std::string identity) {
     coordinator_identity_ = std::move(identity);
   }
+
+  // Checkpoints are read and written only inside `root` (ResolveCheckpointPath; none where it is
+  // empty); set before serving.
+  void SetCheckpointRoot(std::string root) { checkpoint_root_ = std::move(root); }
 
   // A registration is being sent: calls for an incarnation other than the current one wait for
   // BeginIncarnation rather than being refused (IncarnationGate).
@@ -84,11 +98,20 @@ class WorkerService final : public v1::Worker::Service {
  private:
   // OK if the caller is the coordinator (its certificate's identity, or the secret) and the call
   // is for the current incarnation (waited for until `deadline` while a registration is under
-  // way). A caller that fails is logged and rate-limited (AuthFailures).
+  // way). A caller that fails is counted and logged (AuthFailures).
   grpc::Status Admit(const grpc::ServerContext& context, const char* method, int64_t incarnation,
                      absl::Time deadline) const;
+  // OK if the caller is the coordinator (its certificate's identity, or the secret); counted and
+  // logged (AuthFailures) otherwise.
+  grpc::Status Authenticate(const grpc::ServerContext& context, const char* method) const;
+  // The grant a client's call carries in its metadata (kGrantMetadataKey), if any.
+  static std::optional<v1::DirectGrant> GrantOf(const grpc::ServerContext& context);
+  // OK if `grant` is signed for this worker's incarnation, unexpired and of the kind the call
+  // needs (`read`: a download), checked before the call's stream is read; refused as AdmitGrant's.
+  grpc::Status CheckGrantSignature(const grpc::ServerContext& context, const v1::DirectGrant& grant,
+                                   bool read);
   // OK if `grant` is valid (CheckGrant), of the kind `call` needs (`read`: a download), `matches`
-  // the call (as its caller found) and has not been used; PERMISSION_DENIED otherwise (logged and
+  // the call (as its caller found) and has not been used; PERMISSION_DENIED otherwise (counted and
   // rate-limited as Admit's refusals). On OK the grant's sequence counts as used by this call.
   grpc::Status AdmitGrant(const grpc::ServerContext& context, const v1::DirectGrant& grant,
                           bool read, bool matches, absl::string_view call);
@@ -98,23 +121,27 @@ class WorkerService final : public v1::Worker::Service {
                 const v1::CommandBatch& batch, v1::CommandBatchReply* reply);
   // AdmitAndRun, logging one line (worker, mesh, sequence, why) when the command fails.
   grpc::Status RunInTurn(const grpc::ServerContext& context, absl::Time deadline,
-                         const v1::Command& command, v1::CommandReply* reply);
-  // Admits `command`, waits for its turn (until `deadline`) and runs it.
+                         const v1::Command& command, v1::CommandReply* reply, bool* admitted);
+  // Admits `command`, waits for its turn (until `deadline`) and runs it; `*admitted` says whether
+  // it got past Admit (and so spent its sequence, run or not).
   grpc::Status AdmitAndRun(const grpc::ServerContext& context, absl::Time deadline,
-                           const v1::Command& command, v1::CommandReply* reply);
+                           const v1::Command& command, v1::CommandReply* reply, bool* admitted);
   // Waits for `sequence`'s turn until `deadline`; on OK the caller must call
   // sequencer_.Done(sequence).
   grpc::Status AwaitTurn(int64_t sequence, absl::Time deadline);
 
   const std::string secret_;
   std::string coordinator_identity_;
-  mutable AuthFailures auth_failures_;
+  std::string checkpoint_root_;
+  StreamLimits* limits_ = nullptr;
+  mutable AuthFailures auth_failures_{"worker commands"};
   // Refused grants, counted apart: a client's failures never lock its host's coordinator out.
-  AuthFailures grant_failures_;
+  AuthFailures grant_failures_{"worker grants"};
   const std::unique_ptr<kernels::KernelBackend> kernels_;
   const std::string device_;
   ShardStore store_;
   CommandSequencer sequencer_;
+  IdleStreams idle_;
   mutable absl::Mutex grant_mu_;
   std::string grant_key_ ABSL_GUARDED_BY(grant_mu_);
   // Sequences of granted uploads admitted and not yet behind the sequencer's head (a replayed

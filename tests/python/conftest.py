@@ -10,6 +10,7 @@ import pathlib
 import re
 import signal
 import subprocess
+import tempfile
 import sys
 
 import pytest
@@ -27,8 +28,10 @@ def start_cluster(workers=WORKERS):
     """`tessera up --workers N`: the process and the coordinator's address."""
     if not CLI.exists():
         pytest.skip(f"{CLI} is not built (cmake --build build --target tessera)")
-    process = subprocess.Popen([str(CLI), "up", "--workers", str(workers)], stdout=subprocess.PIPE,
-                               text=True)
+    # Checkpoint tests write under pytest's temporary directories.
+    process = subprocess.Popen([str(CLI), "up", "--workers", str(workers),
+                                "--checkpoint_root", tempfile.gettempdir()],
+                               stdout=subprocess.PIPE, text=True)
     for line in process.stdout:
         found = re.search(r"coordinator at (\S+),", line)
         if found:

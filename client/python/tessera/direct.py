@@ -28,6 +28,9 @@ __all__ = ["DIRECT_DATA_MODES", "WorkerChannels", "RelayMayHelp", "distribute_di
 DIRECT_DATA_MODES = ("auto", "on", "off")
 PARALLEL_BLOCKS = 16
 REACH_TIMEOUT = 2.0  # seconds "auto" waits for a worker's connection before it relays
+# The metadata entry that carries a direct upload's grant (a serialized DirectGrant), which the
+# worker checks before it reads the stream.
+GRANT_METADATA_KEY = "x-tessera-grant-bin"
 RETRY_AFTER = 30.0  # seconds an unreachable worker address is relayed around
 
 
@@ -119,14 +122,15 @@ def _send_block(stub: Any, route: Any, array: np.ndarray, timeout: float,
                 chunk.shape.CopyFrom(grant.shape)
                 chunk.sequence = grant.sequence
                 chunk.incarnation = grant.incarnation
-                chunk.grant.CopyFrom(grant)
                 first = False
             yield chunk
             sent(len(piece))
 
     try:
         with translate_errors():
-            return stub.Upload(requests(), timeout=timeout).receipt
+            # The worker checks the grant, carried in the call's metadata, before it reads.
+            return stub.Upload(requests(), timeout=timeout,
+                               metadata=((GRANT_METADATA_KEY, grant.SerializeToString()),)).receipt
     except TesseraError as error:
         error.message = (f"direct upload to worker {grant.worker_id} at {route.address}: "
                          f"{error.message}")

@@ -1,4 +1,4 @@
-#include "server/idle_streams.h"
+#include "security/idle_streams.h"
 
 #include <algorithm>
 
@@ -7,7 +7,8 @@
 
 namespace tessera {
 
-IdleStreams::IdleStreams(absl::Duration limit) : limit_(limit) {
+IdleStreams::IdleStreams(absl::Duration limit, std::string flag)
+    : limit_(limit), flag_(std::move(flag)) {
   if (limit_ <= absl::ZeroDuration() || limit_ == absl::InfiniteDuration()) return;
   checker_ = std::thread([this] { Run(); });
 }
@@ -18,9 +19,9 @@ IdleStreams::~IdleStreams() {
 }
 
 std::string IdleStreams::Message(const Call& call) const {
-  return absl::StrCat(call.what, " stream sent nothing for ", absl::FormatDuration(limit_),
-                      " (the coordinator's --stream_idle_timeout); the call was ended and what "
-                      "it held released");
+  return absl::StrCat(
+      call.what, call.writing ? " stream's client took nothing for " : " stream sent nothing for ",
+      absl::FormatDuration(limit_), " (", flag_, "); the call was ended and what it held released");
 }
 
 void IdleStreams::Run() {
@@ -40,13 +41,14 @@ void IdleStreams::Run() {
   }
 }
 
-std::unique_ptr<IdleStreams::Watch> IdleStreams::Start(grpc::ServerContext& context,
+std::unique_ptr<IdleStreams::Watch> IdleStreams::Start(const grpc::ServerContext& context,
                                                        std::string what) {
   absl::MutexLock lock(&mu_);
   const int64_t id = next_id_++;
   if (checker_.joinable()) {
     Call& call = calls_[id];
-    call.call = context.c_call();
+    // Only to cancel it: c_call() changes nothing, though gRPC declares it non-const.
+    call.call = const_cast<grpc::ServerContext&>(context).c_call();
     call.what = std::move(what);
   }
   return std::unique_ptr<Watch>(new Watch(this, id));
@@ -57,11 +59,12 @@ IdleStreams::Watch::~Watch() {
   owner_->calls_.erase(id_);
 }
 
-void IdleStreams::Watch::Waiting(bool waiting) {
+void IdleStreams::Watch::Waiting(bool waiting, bool writing) {
   absl::MutexLock lock(&owner_->mu_);
   auto it = owner_->calls_.find(id_);
   if (it == owner_->calls_.end()) return;
   it->second.waiting = waiting;
+  if (waiting) it->second.writing = writing;  // kept after, for the message
   it->second.since = absl::Now();
 }
 

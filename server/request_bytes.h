@@ -1,0 +1,63 @@
+#ifndef TESSERA_SERVER_REQUEST_BYTES_H_
+#define TESSERA_SERVER_REQUEST_BYTES_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace tessera {
+
+// Bounds the bytes of requests a service works on at once (KServe inference requests, which are
+// decoded, batched and copied several times over), refusing one past the bound with
+// RESOURCE_EXHAUSTED before any of that work; and gives the memory of a burst back to the system
+// (malloc_trim) once the burst is over, so that the process does not stay as large as its largest
+// burst. Counted in tessera_request_bytes_in_flight and tessera_requests_refused_total{service}.
+// Thread-safe.
+class RequestBytes {
+ public:
+  // `flag` names the bound in messages.
+  RequestBytes(std::string service, int64_t max_bytes, std::string flag);
+
+  // One admitted request's bytes; given back when it goes.
+  class Ticket {
+   public:
+    Ticket() = default;
+    Ticket(Ticket&& other) noexcept { *this = std::move(other); }
+    Ticket& operator=(Ticket&& other) noexcept;
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    ~Ticket();
+
+   private:
+    friend class RequestBytes;
+    Ticket(RequestBytes* owner, int64_t bytes) : owner_(owner), bytes_(bytes) {}
+    RequestBytes* owner_ = nullptr;
+    int64_t bytes_ = 0;
+  };
+
+  // Room for a request of `bytes`; RESOURCE_EXHAUSTED naming the bytes in flight and the bound when
+  // there is none (a request larger than the bound alone is refused too).
+  absl::StatusOr<Ticket> Admit(int64_t bytes, const std::string& what);
+
+  int64_t in_flight() const;
+
+  // A burst of at least this many bytes in flight is given back to the system once it is over.
+  static constexpr int64_t kTrimAfterBytes = int64_t{64} << 20;
+
+ private:
+  void Leave(int64_t bytes);
+
+  const std::string service_;
+  const int64_t max_bytes_;
+  const std::string flag_;
+  mutable absl::Mutex mu_;
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;  // the most in flight since the last trim
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_REQUEST_BYTES_H_
