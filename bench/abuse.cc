@@ -76,6 +76,7 @@ constexpr absl::Duration kDeadAfter = absl::Seconds(3);
 
 // A phase's figures and whether it held.
 struct Result {
+  explicit Result(std::string name) : phase(std::move(name)) {}
   std::string phase;
   bool ok = true;
   std::vector<std::pair<std::string, double>> figures;
@@ -211,12 +212,18 @@ IdleStream OpenIdle(const std::shared_ptr<grpc::Channel>& channel, int kind, boo
     if (kind % 2 == 0) {
       std::shared_ptr<grpc::ClientReaderWriter<v1::CommandBatch, v1::CommandBatchReply>> st =
           v1::Worker::NewStub(channel)->CommandStream(s.context.get());
-      s.finish = [st] { return st->Finish(); };
+      s.finish = [st] {
+        st->WritesDone();
+        return st->Finish();
+      };
     } else {
       auto reply = std::make_shared<v1::UploadReply>();
       std::shared_ptr<grpc::ClientWriter<v1::TensorChunk>> st =
           v1::Worker::NewStub(channel)->Upload(s.context.get(), reply.get());
-      s.finish = [st, reply] { return st->Finish(); };
+      s.finish = [st, reply] {
+        st->WritesDone();
+        return st->Finish();
+      };
     }
     return s;
   }
@@ -224,27 +231,39 @@ IdleStream OpenIdle(const std::shared_ptr<grpc::Channel>& channel, int kind, boo
     case 0: {
       std::shared_ptr<grpc::ClientReaderWriter<v1::StreamCalls, v1::StreamResults>> st =
           v1::DTensorService::NewStub(channel)->OpStream(s.context.get());
-      s.finish = [st] { return st->Finish(); };
+      s.finish = [st] {
+        st->WritesDone();
+        return st->Finish();
+      };
       break;
     }
     case 1: {
       std::shared_ptr<grpc::ClientReaderWriter<v1::CollectiveRequest, v1::CollectiveResult>> st =
           v1::CollectiveService::NewStub(channel)->CollectiveStream(s.context.get());
-      s.finish = [st] { return st->Finish(); };
+      s.finish = [st] {
+        st->WritesDone();
+        return st->Finish();
+      };
       break;
     }
     case 2: {
       auto reply = std::make_shared<v1::ModuleInfo>();
       std::shared_ptr<grpc::ClientWriter<v1::LoadModuleChunk>> st =
           v1::ModuleService::NewStub(channel)->LoadModule(s.context.get(), reply.get());
-      s.finish = [st, reply] { return st->Finish(); };
+      s.finish = [st, reply] {
+        st->WritesDone();
+        return st->Finish();
+      };
       break;
     }
     default: {
       auto reply = std::make_shared<v1::TensorInfo>();
       std::shared_ptr<grpc::ClientWriter<v1::DistributeChunk>> st =
           v1::DTensorService::NewStub(channel)->DistributeTensor(s.context.get(), reply.get());
-      s.finish = [st, reply] { return st->Finish(); };
+      s.finish = [st, reply] {
+        st->WritesDone();
+        return st->Finish();
+      };
       break;
     }
   }
@@ -284,11 +303,9 @@ Result StreamsPhase(LocalCluster& cluster, client::Session& s, const client::Mes
   if (!SameWorkersAlive(s, before)) r.Fail("a worker was declared dead or restarted");
   std::map<grpc::StatusCode, int> codes, worker_codes;
   for (IdleStream& st : at_coordinator) {
-    st.context->TryCancel();
     ++codes[st.finish().error_code()];
   }
   for (IdleStream& st : at_worker) {
-    st.context->TryCancel();
     ++worker_codes[st.finish().error_code()];
   }
   r.Add("coordinator_streams", n);
@@ -510,7 +527,8 @@ int Main() {
   const client::Mesh mesh{info->name, info->mesh};
 
   std::vector<Result> results;
-  for (const std::string& phase : absl::StrSplit(absl::GetFlag(FLAGS_phases), ',')) {
+  for (const std::string& phase :
+       std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_phases), ','))) {
     std::fprintf(stdout, "-- %s\n", phase.c_str());
     std::fflush(stdout);
     if (phase == "auth") results.push_back(AuthPhase(**cluster, s, mesh));

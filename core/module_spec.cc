@@ -32,9 +32,18 @@ constexpr double kRmsNormDefaultEps = std::numeric_limits<float>::epsilon();
 // The names Attention gives its projections, in forward order.
 constexpr absl::string_view kAttentionProjections[] = {"q", "k", "v", "o"};
 
-// The JSON value as text for a message; never throws (parsed text is valid UTF-8).
+// The JSON value as text for a message, cut to 200 bytes with its full length said; never throws
+// (parsed text is valid UTF-8).
 std::string ValueText(const json& value) {
-  return value.dump(/*indent=*/-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
+  std::string text =
+      value.dump(/*indent=*/-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
+  constexpr size_t kShown = 200;
+  if (text.size() <= kShown) return text;
+  const size_t size = text.size();
+  size_t keep = kShown;
+  while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) --keep;
+  text.resize(keep);
+  return absl::StrCat(text, "... (", size, " bytes)");
 }
 
 // "key" at the root, "children[1].key" below it.
@@ -248,9 +257,9 @@ absl::Status ParseChildren(const json& children, const std::string& path, Module
             "module spec: ", name_path, " is missing: a Module's children need names"));
       }
       out.name = name->get<std::string>();
-      if (absl::Status s = CheckName(NameKind::kChild, out.name); !s.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("module spec: ", name_path, ": ", s.message()));
+      if (!CheckName(NameKind::kChild, out.name).ok()) {
+        return BadValue(name_path, *name,
+                        "a child name must be 1 to 64 letters, digits, '_' and '-'");
       }
       const auto [it, inserted] = index_of_name.emplace(out.name, i);
       if (!inserted) {

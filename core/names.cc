@@ -91,8 +91,8 @@ absl::Status CheckName(NameKind kind, absl::string_view name) {
   }
   if (ok && rule.no_double_dot) ok = name.find("..") == absl::string_view::npos;
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(rule.what, " ", QuotedName(name), " (",
-                                                 name.size(), " bytes) must be ", rule.describe));
+  return absl::InvalidArgumentError(
+      absl::StrCat(rule.what, " ", QuotedName(name), " must be ", rule.describe));
 }
 
 std::string QuotedName(absl::string_view text, size_t max) {

@@ -83,7 +83,9 @@ TEST(ClusterModuleRejoin, ModulesAreReinstalledWhenTheirMeshTakesARestartedWorke
     std::string plan_json;  // parallelize_module on tp; empty: no plan (all Replicate)
     HostTensor output;
   };
-  std::vector<Case> cases = {{"megatron", testing::kMegatron, {}}, {"replicated", "", {}}};
+  std::vector<Case> cases;
+  cases.push_back({"megatron", testing::kMegatron, {}});
+  cases.push_back({"replicated", "", {}});
   for (Case& c : cases) {
     absl::StatusOr<Module> m =
         client::LoadModule(s, testing::kBlockDim16Float32, grid, c.name, {.seed = 7});

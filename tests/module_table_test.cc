@@ -91,8 +91,10 @@ TEST(ModuleTableTest, NamesAreLettersDigitsUnderscoresAndDashes) {
   }
   for (const std::string& bad : {std::string(), std::string("a.b"), std::string("a/b"),
                                  std::string("a b"), std::string(101, 'x')}) {
-    EXPECT_TRUE(StatusIs(ModuleTable::CheckName(bad), absl::StatusCode::kInvalidArgument,
-                         {absl::StrCat("'", bad, "'")}))
+    // Quoted as it was sent, cut past 64 bytes with its length.
+    EXPECT_TRUE(
+        StatusIs(ModuleTable::CheckName(bad), absl::StatusCode::kInvalidArgument,
+                 {bad.size() > 64 ? std::string("... (101 bytes)") : absl::StrCat("'", bad, "'")}))
         << bad;
   }
 }
