@@ -217,14 +217,23 @@ absl::Status WriteCheckpointBlock(absl::string_view directory, absl::string_view
         " but ", spec.ToString(), " gives it ", ShapeToString(local.shape)));
   }
   const std::string path = Join(Join(directory, data_dir), CheckpointFileName(param, rank));
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  if (ec) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create ", fs::path(path).parent_path().string(), ": ", ec.message()));
-  }
+  // The checkpoint directory is marked before anything goes into it, and each data directory
+  // before its files: a rank that checks the directory meanwhile (CheckSaveDirectory) finds it
+  // empty or marked, never holding unmarked data.
+  const auto create = [](const fs::path& dir) -> absl::Status {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(create(fs::path(std::string(directory))));
   RETURN_IF_ERROR(Mark(fs::path(std::string(directory))));
+  RETURN_IF_ERROR(create(fs::path(Join(directory, data_dir))));
   RETURN_IF_ERROR(Mark(fs::path(Join(directory, data_dir))));
+  RETURN_IF_ERROR(create(fs::path(path).parent_path()));
   SafetensorsFile file;
   file.metadata = SpecMetadata(spec);
   file.metadata["tessera.rank"] = absl::StrCat(rank);

@@ -318,8 +318,10 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
   } else if (grpc::Status s = Authenticate(*context, "Upload"); !s.ok()) {
     return s;
   }
-  // A client that stops sending is cut, and the turn it holds released.
-  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "Upload");
+  // A client that stops sending is cut, and the turn it holds released (the coordinator cuts the
+  // clients of what it relays itself).
+  const std::unique_ptr<IdleStreams::Watch> watch =
+      (grant.has_value() ? idle_ : unwatched_).Start(*context, "Upload");
   WatchedReader<v1::TensorChunk> watched(reader, watch.get());
   auto cut = [&](absl::Status s) {
     return ToGrpcStatus(watch->expired() ? watch->ExpiredError() : s);
@@ -423,7 +425,8 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
   chunk.set_dtype(ToProto(t.dtype()));
   *chunk.mutable_shape() = ToProto(t.shape());
   // Chunk by chunk out of the device's memory (a GPU copies the next chunk while this one is sent).
-  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "Download");
+  const std::unique_ptr<IdleStreams::Watch> watch =
+      (request->has_grant() ? idle_ : unwatched_).Start(*context, "Download");
   const absl::Status sent =
       store_.memory().ReadToHost(t.View(), kChunkBytes, [&](std::span<const std::byte> piece) {
         chunk.set_data(reinterpret_cast<const char*>(piece.data()), piece.size());

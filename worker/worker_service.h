@@ -141,7 +141,8 @@ class WorkerService final : public v1::Worker::Service {
   const std::string device_;
   ShardStore store_;
   CommandSequencer sequencer_;
-  IdleStreams idle_;
+  IdleStreams idle_;                             // clients' direct streams
+  IdleStreams unwatched_{absl::ZeroDuration()};  // the coordinator's: it cuts its clients
   mutable absl::Mutex grant_mu_;
   std::string grant_key_ ABSL_GUARDED_BY(grant_mu_);
   // Sequences of granted uploads admitted and not yet behind the sequencer's head (a replayed
