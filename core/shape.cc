@@ -31,11 +31,6 @@ std::vector<int64_t> ContiguousStrides(std::span<const int64_t> shape) {
 }
 
 absl::Status ValidateShape(std::span<const int64_t> shape) {
-  if (shape.size() > static_cast<size_t>(kMaxRank)) {
-    return absl::InvalidArgumentError(absl::StrCat("a shape of ", shape.size(),
-                                                   " dims has more than ", kMaxRank,
-                                                   ", the most a tensor may have"));
-  }
   int64_t n = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) {

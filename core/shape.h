@@ -24,11 +24,10 @@ std::string ShapeToString(std::span<const int64_t> shape);
 // Row-major (C order) strides in elements.
 std::vector<int64_t> ContiguousStrides(std::span<const int64_t> shape);
 
-// The most dims a tensor may have (torch allows 64 too).
+// The most dims a tensor of a request may have (torch allows 64 too).
 inline constexpr int kMaxRank = 64;
 
-// OK iff it has at most kMaxRank dims, every size is >= 0 and the element count fits in int64;
-// names the bad dim otherwise.
+// OK iff every size is >= 0 and the element count fits in int64; names the bad dim otherwise.
 absl::Status ValidateShape(std::span<const int64_t> shape);
 
 // OK iff `shape` is valid (ValidateShape) and a `dtype` tensor of it has a byte count that fits in

@@ -131,6 +131,12 @@ v1::Shape ToProto(std::span<const int64_t> shape) {
 }
 
 absl::StatusOr<Shape> FromProto(const v1::Shape& shape) {
+  // Checked before its sizes, so that a shape of a million dims is neither copied nor echoed.
+  if (shape.dims_size() > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat("a shape of ", shape.dims_size(),
+                                                   " dims has more than ", kMaxRank,
+                                                   ", the most a tensor may have"));
+  }
   Shape out = ToVector(shape.dims());
   RETURN_IF_ERROR(ValidateShape(out));
   return out;

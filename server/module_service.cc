@@ -80,7 +80,7 @@ absl::Status CheckSgd(const v1::SgdOptions& sgd) {
 // The largest dynamic batch a published model may take, and the longest a request may wait for
 // its batch to fill.
 constexpr int64_t kMaxBatchSize = 65536;
-constexpr int64_t kMaxQueueDelayUs = 1000 * 1000;
+constexpr int64_t kMaxQueueDelayUs = int64_t{60} * 1000 * 1000;
 
 // OK iff `version` is a version number ("1", "2", ...).
 absl::Status CheckVersion(const std::string& version) {
@@ -398,8 +398,8 @@ grpc::Status ModuleService::PublishModule(grpc::ServerContext*,
   published.set_max_queue_delay_us(request->max_queue_delay_us() > 0 ? request->max_queue_delay_us()
                                                                      : 500);
   if (absl::Status s = CheckVersion(published.version()); !s.ok()) return ToGrpcStatus(s);
-  // Triton's bounds in kind: a batch of int32 rows, a delay of microseconds to a second (a
-  // request waits for its batch at most that long, holding its thread).
+  // Bounded: a batch of at most 65536 rows, a delay of at most a minute (a request waits for its
+  // batch at most that long, holding its thread).
   if (request->max_batch_size() < 0 || request->max_batch_size() > kMaxBatchSize ||
       request->max_queue_delay_us() < 0 || request->max_queue_delay_us() > kMaxQueueDelayUs) {
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(

@@ -100,6 +100,12 @@ void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
     store_.Clear();
   }
   sequencer_.Reset();
+  {
+    // A new incarnation numbers its commands afresh: the old one's granted numbers mean nothing
+    // (kept, a grant of the new one for the same number would be refused as a replay).
+    absl::MutexLock grants(&grant_mu_);
+    granted_.clear();
+  }
   rendezvous_ = std::move(rendezvous);
   executor_ = std::make_unique<CommandExecutor>(
       worker_id, kernels_.get(), &store_, rendezvous_.get(), collective_host, checkpoint_root_);

@@ -20,8 +20,9 @@ With --tls it runs overlays/cpu-tls and gpu-tls (components/tls) instead, as an 
 deploy them: a CA and the coordinator's, the workers' and a client's certificates made with
 openssl at test time (the coordinator's naming tessera-coordinator, the workers' *.tessera-worker,
 both also 127.0.0.1, the address they are dialed at here) and a tokens file replace the placeholder
-Secrets, and each Secret volume becomes a directory of its keys' files, paths under its mount path
-pointing there (one more substitution). The CLI connects with the client certificate and token;
+Secrets, and each Secret volume becomes a directory of its keys' files and each emptyDir volume
+(the workers' checkpoint root) an empty directory, paths under its mount path pointing there (one
+more substitution). The CLI connects with the client certificate and token;
 readiness is then GET /ready on the metrics ports, as the probes say.
 
 Checked: workers answer grpc.health.v1 NOT_SERVING until the coordinator is up and SERVING once
@@ -148,18 +149,21 @@ class Pod:
         self.mounts = self.write_volumes(template["spec"], os.path.join(workdir, name))
 
     def write_volumes(self, spec, root):
-        """Writes each Secret volume the container mounts as a directory of its keys' files
-        under `root`: {mount path: local directory}."""
+        """Writes each Secret volume the container mounts as a directory of its keys' files,
+        and makes each emptyDir volume an empty directory, under `root`: {mount path: local
+        directory}."""
         mounts = {}
         for mount in self.container.get("volumeMounts", []):
             volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
-            secret = m.find(self.objects, "Secret", volume["secret"]["secretName"])
             local = os.path.join(root, mount["name"])
             os.makedirs(local, exist_ok=True)
-            data = dict(secret.get("stringData", {}))
-            for key, value in data.items():
-                with open(os.path.join(local, key), "w") as f:
-                    f.write(value)
+            if "secret" in volume:
+                secret = m.find(self.objects, "Secret", volume["secret"]["secretName"])
+                for key, value in dict(secret.get("stringData", {})).items():
+                    with open(os.path.join(local, key), "w") as f:
+                        f.write(value)
+            elif "emptyDir" not in volume:
+                raise ValueError(f"volume {volume['name']} is neither a Secret nor an emptyDir")
             mounts[mount["mountPath"].rstrip("/")] = local
         return mounts
 
