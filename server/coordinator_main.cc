@@ -61,7 +61,7 @@ struct CoordinatorFlags {
   int metrics_port = -1;
   int max_rpc_threads = tessera::daemon::kDefaultMaxRpcThreads;
   tessera::daemon::StreamLimitFlags streams;
-  int64_t max_request_bytes = int64_t{1} << 30;
+  int64_t max_request_bytes = int64_t{256} << 20;
   std::string state_dir;
   absl::Duration recovery_wait = absl::Seconds(30);
 };
@@ -117,8 +117,9 @@ void AddFlags(CLI::App& app, CoordinatorFlags& f) {
   tessera::daemon::AddStreamLimitFlags(app, &f.streams);
   app.add_option("--max_request_bytes", f.max_request_bytes,
                  "most bytes of inference requests worked on at once; one past them is refused "
-                 "with RESOURCE_EXHAUSTED before it is decoded, and gRPC's buffers for messages "
-                 "being received are bounded by as much again")
+                 "with RESOURCE_EXHAUSTED before it is decoded (the coordinator's memory peaks "
+                 "at several times this: a replicated model's input goes to every rank), and "
+                 "gRPC's buffers for messages being received are bounded by 4 times this")
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40));
   app.add_option("--state_dir", f.state_dir,
                  "directory of the durable state (workers, meshes, tensors; SQLite): a restart "
@@ -133,6 +134,17 @@ void AddFlags(CLI::App& app, CoordinatorFlags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The coordinator's large allocations are the 1 MiB windows of tensor streams, freed by other
+  // threads soon after. With glibc's defaults they land in per-thread arenas and its mmap threshold
+  // grows past them, so freed windows stay in the heap and the process grows with every stream; a
+  // fixed threshold maps each window on its own and returns it to the kernel when it is freed.
+  // Smaller blocks come from the heap, which keeps up to 8 MiB free at its top: a module forward
+  // copies its input and output (a few hundred KiB) several times, and mapping each copy afresh
+  // cost ~135 us of page faults per 256 KiB, more than a millisecond per forward.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  mallopt(M_TRIM_THRESHOLD, 8 << 20);
+  // Set first, before any thread (gRPC's, from the credentials on) makes an arena of its own.
+  mallopt(M_ARENA_MAX, 1);
   tessera::daemon::IgnoreBrokenPipes();
   tessera::UseReleaseMutexes();
   CLI::App app("tessera-coordinator: the control plane of a tessera cluster",
@@ -180,17 +192,6 @@ int main(int argc, char** argv) {
     credentials->server->SetAuthMetadataProcessor(
         std::make_shared<tessera::BearerTokenProcessor>(*std::move(tokens), &client_auth_failures));
   }
-
-  // The coordinator's large allocations are the 1 MiB windows of tensor streams, freed by other
-  // threads soon after. With glibc's defaults they land in per-thread arenas and its mmap threshold
-  // grows past them, so freed windows stay in the heap and the process grows with every stream; a
-  // fixed threshold maps each window on its own and returns it to the kernel when it is freed.
-  // Smaller blocks come from the heap, which keeps up to 8 MiB free at its top: a module forward
-  // copies its input and output (a few hundred KiB) several times, and mapping each copy afresh
-  // cost ~135 us of page faults per 256 KiB, more than a millisecond per forward.
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
-  mallopt(M_TRIM_THRESHOLD, 8 << 20);
-  mallopt(M_ARENA_MAX, 1);
 
   tessera::WorkerRegistry workers(flags.heartbeat_interval, flags.dead_after);
   tessera::RendezvousStore store;
@@ -268,7 +269,7 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   // gRPC buffers a message whole before it can refuse it for its size: its buffers are bounded as
   // the requests worked on are (--max_request_bytes).
-  tessera::daemon::ConfigureServer(builder, flags.max_rpc_threads, flags.max_request_bytes);
+  tessera::daemon::ConfigureServer(builder, flags.max_rpc_threads, 4 * flags.max_request_bytes);
   int port = 0;
   builder.AddListeningPort(flags.listen, credentials->server, &port);
   const int max_bytes = static_cast<int>(flags.max_message_bytes);

@@ -31,6 +31,32 @@ RequestBytes::RequestBytes(std::string service, int64_t max_bytes, std::string f
     : service_(std::move(service)), max_bytes_(max_bytes), flag_(std::move(flag)) {
   InFlightGauge().With({service_}).Set(0);
   RefusedCounter().With({service_});
+  trimmer_ = std::thread([this] { TrimLoop(); });
+}
+
+RequestBytes::~RequestBytes() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  trimmer_.join();
+}
+
+void RequestBytes::TrimLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const absl::Time at = trim_at_;
+    const auto stop_or_due = [this, at]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || trim_at_ != at;
+    };
+    if (mu_.AwaitWithDeadline(absl::Condition(&stop_or_due), at)) continue;
+    // Due: the burst's freed memory, scattered over the heap between live blocks where glibc
+    // keeps it, goes back to the system (every whole free page; safe while requests run).
+    trim_at_ = absl::InfiniteFuture();
+    mu_.Unlock();
+    malloc_trim(0);
+    mu_.Lock();
+  }
 }
 
 RequestBytes::Ticket& RequestBytes::Ticket::operator=(Ticket&& other) noexcept {
@@ -63,19 +89,14 @@ absl::StatusOr<RequestBytes::Ticket> RequestBytes::Admit(int64_t bytes, const st
 }
 
 void RequestBytes::Leave(int64_t bytes) {
-  bool trim = false;
-  {
-    absl::MutexLock lock(&mu_);
-    in_flight_ -= bytes;
-    InFlightGauge().With({service_}).Set(static_cast<double>(in_flight_));
-    if (in_flight_ == 0 && peak_ >= kTrimAfterBytes) {
-      peak_ = 0;
-      trim = true;
-    }
+  absl::MutexLock lock(&mu_);
+  in_flight_ -= bytes;
+  InFlightGauge().With({service_}).Set(static_cast<double>(in_flight_));
+  // The burst is over: once its replies have gone, its memory goes back (TrimLoop).
+  if (in_flight_ == 0 && peak_ >= kTrimAfterBytes) {
+    peak_ = 0;
+    trim_at_ = absl::Now() + kTrimDelay;
   }
-  // The burst is over: its freed memory, scattered over the heap between live blocks where glibc
-  // keeps it, goes back to the system (malloc_trim gives back every whole free page).
-  if (trim) malloc_trim(0);
 }
 
 int64_t RequestBytes::in_flight() const {

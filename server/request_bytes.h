@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -11,15 +12,18 @@
 namespace tessera {
 
 // Bounds the bytes of requests a service works on at once (KServe inference requests, which are
-// decoded, batched and copied several times over), refusing one past the bound with
-// RESOURCE_EXHAUSTED before any of that work; and gives the memory of a burst back to the system
-// (malloc_trim) once the burst is over, so that the process does not stay as large as its largest
-// burst. Counted in tessera_request_bytes_in_flight and tessera_requests_refused_total{service}.
-// Thread-safe.
+// decoded, batched and copied several times over: a replicated model's input goes to every rank),
+// refusing one past the bound with RESOURCE_EXHAUSTED before any of that work; and gives the
+// memory of a burst back to the system (malloc_trim, kTrimDelay after the burst is over, once its
+// replies are sent), so that the process does not stay as large as its largest burst. Counted in
+// tessera_request_bytes_in_flight and tessera_requests_refused_total{service}. Thread-safe.
 class RequestBytes {
  public:
   // `flag` names the bound in messages.
   RequestBytes(std::string service, int64_t max_bytes, std::string flag);
+  ~RequestBytes();
+  RequestBytes(const RequestBytes&) = delete;
+  RequestBytes& operator=(const RequestBytes&) = delete;
 
   // One admitted request's bytes; given back when it goes.
   class Ticket {
@@ -46,9 +50,12 @@ class RequestBytes {
 
   // A burst of at least this many bytes in flight is given back to the system once it is over.
   static constexpr int64_t kTrimAfterBytes = int64_t{64} << 20;
+  static constexpr absl::Duration kTrimDelay = absl::Milliseconds(500);
 
  private:
   void Leave(int64_t bytes);
+  // Gives freed memory back once a burst has been over for kTrimDelay.
+  void TrimLoop();
 
   const std::string service_;
   const int64_t max_bytes_;
@@ -56,6 +63,9 @@ class RequestBytes {
   mutable absl::Mutex mu_;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;  // the most in flight since the last trim
+  absl::Time trim_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread trimmer_;
 };
 
 }  // namespace tessera
