@@ -29,6 +29,7 @@
 #include "tessera/tessera.h"
 #include "tessera/v1/state.pb.h"
 #include "tests/cluster_fixture.h"
+#include "tests/kserve_infer.h"
 #include "tests/test_models.h"
 
 namespace tessera {
@@ -36,6 +37,7 @@ namespace {
 
 using ::tessera::client::Module;
 using ::tessera::client::Session;
+using ::tessera::testing::InferRaw;
 using ::tessera::testing::RetryUnavailable;
 using ::tessera::testing::TestCluster;
 using ::tessera::testing::TestClusterOptions;
@@ -76,30 +78,6 @@ struct Loaded {
   std::vector<std::pair<std::string, HostTensor>> state;
   HostTensor output;
 };
-
-// What the KServe endpoint answered.
-absl::StatusOr<std::string> InferRaw(inference::GRPCInferenceService::Stub& kserve,
-                                     const std::string& model, const HostTensor& x) {
-  inference::ModelInferRequest request;
-  request.set_model_name(model);
-  auto* input = request.add_inputs();
-  input->set_name("input");
-  input->set_datatype("FP32");
-  for (int64_t d : x.shape()) input->add_shape(d);
-  request.add_raw_input_contents(reinterpret_cast<const char*>(x.data()), x.nbytes());
-  inference::ModelInferResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  const grpc::Status s = kserve.ModelInfer(&context, request, &response);
-  if (!s.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-  }
-  if (response.raw_output_contents_size() != 1) {
-    return absl::InternalError(
-        absl::StrCat(response.raw_output_contents_size(), " raw outputs; want 1"));
-  }
-  return response.raw_output_contents(0);
-}
 
 TEST(ClusterModuleRecovery, ModulesPlansAndPublishedModelsSurviveACoordinatorKill) {
   TestCluster cluster;

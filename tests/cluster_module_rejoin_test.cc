@@ -18,6 +18,7 @@
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "tessera/tessera.h"
 #include "tests/cluster_fixture.h"
+#include "tests/kserve_infer.h"
 #include "tests/test_models.h"
 
 namespace tessera {
@@ -25,33 +26,11 @@ namespace {
 
 using ::tessera::client::Module;
 using ::tessera::client::Session;
+using ::tessera::testing::InferRaw;
 using ::tessera::testing::TestCluster;
 using ::tessera::testing::TestClusterOptions;
 
 constexpr int kVictim = 2;  // LocalCluster's index of the worker restarted
-
-// What KServe's ModelInfer answered for `x` on `model`: its raw output bytes.
-absl::StatusOr<std::string> Infer(inference::GRPCInferenceService::Stub& kserve,
-                                  const std::string& model, const HostTensor& x) {
-  inference::ModelInferRequest request;
-  request.set_model_name(model);
-  auto* input = request.add_inputs();
-  input->set_name("input");
-  input->set_datatype("FP32");
-  for (int64_t d : x.shape()) input->add_shape(d);
-  request.add_raw_input_contents(reinterpret_cast<const char*>(x.data()), x.nbytes());
-  inference::ModelInferResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  const grpc::Status s = kserve.ModelInfer(&context, request, &response);
-  if (!s.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-  }
-  if (response.raw_output_contents_size() != 1) {
-    return absl::InternalError(absl::StrCat(response.raw_output_contents_size(), " outputs"));
-  }
-  return response.raw_output_contents(0);
-}
 
 // Calls `call` until it succeeds or answers DATA_LOSS, up to 60 s (the mesh answers UNAVAILABLE
 // until it took the worker back, and the module moves onto it just after); its last answer.
@@ -102,7 +81,7 @@ TEST(ClusterModuleRejoin, ModulesAreReinstalledWhenTheirMeshTakesARestartedWorke
   ASSERT_TRUE(megatron->Publish({.model = "served", .version = "2", .max_batch_size = 4}).ok());
   auto kserve = inference::GRPCInferenceService::NewStub(
       grpc::CreateChannel(cluster.cluster->address(), grpc::InsecureChannelCredentials()));
-  absl::StatusOr<std::string> inferred = Infer(*kserve, "served", x);
+  absl::StatusOr<std::string> inferred = InferRaw(*kserve, "served", x);
   ASSERT_TRUE(inferred.ok()) << inferred.status();
   // net1's weight sharded on both mesh dims: one of its blocks lives on the victim alone.
   absl::StatusOr<Module> sharded =
@@ -126,7 +105,7 @@ TEST(ClusterModuleRejoin, ModulesAreReinstalledWhenTheirMeshTakesARestartedWorke
     ASSERT_TRUE(out.ok()) << c.name << ": " << out.status() << cluster.LogHint();
     EXPECT_TRUE(out->BitEqual(c.output)) << c.name << ": the forward differs from before";
   }
-  absl::StatusOr<std::string> again = UntilBack([&] { return Infer(*kserve, "served", x); });
+  absl::StatusOr<std::string> again = UntilBack([&] { return InferRaw(*kserve, "served", x); });
   ASSERT_TRUE(again.ok()) << again.status() << cluster.LogHint();
   EXPECT_EQ(*again, *inferred) << "KServe inference differs from before the restart";
   absl::StatusOr<Module> back = client::GetModule(s, "megatron");
