@@ -390,6 +390,40 @@ TEST_F(GrantTest, ForgedAlteredMismatchedAndReplayedGrantsAreRefusedAndLoseNothi
   EXPECT_TRUE(TensorsMatch(*back, Iota8()));
 }
 
+// A host that floods a worker with forged grants (far past the limiter's burst) costs other
+// clients of the same host nothing: their direct puts, with the path required on, go straight
+// through meanwhile (the limiter used to refuse every grant from the host once the forged ones
+// had used up its failures, valid ones included).
+TEST_F(GrantTest, ForgedGrantsFromAHostNeverRefuseItsValidOnes) {
+  absl::StatusOr<v1::UploadPlan> plan = Plan("forgery-source", {8});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  v1::DirectGrant forged = plan->routes(0).grant();
+  forged.mutable_mac()->at(0) ^= 1;
+  int refused = 0, limited = 0;
+  for (int i = 0; i < 200; ++i) {
+    const grpc::StatusCode code =
+        Upload(plan->routes(0).address(), forged, BlockBytes(0)).first.error_code();
+    refused += code == grpc::StatusCode::PERMISSION_DENIED ? 1 : 0;
+    limited += code == grpc::StatusCode::RESOURCE_EXHAUSTED ? 1 : 0;
+  }
+  EXPECT_EQ(refused + limited, 200);
+  EXPECT_GT(limited, 0);
+  for (int i = 0; i < 3; ++i) {
+    const HostTensor full = kernels::testing::RandomTensor(DType::kFloat32, {8, 5}, 40 + i);
+    absl::StatusOr<DTensor> t =
+        client::DistributeTensor(S(DirectData::kOn), full, M("line"), {Placement::Shard(0)});
+    ASSERT_TRUE(t.ok()) << t.status();
+    ExpectHolds(*t, full, M("line"), {Placement::Shard(0)});
+  }
+  grpc::ClientContext context;
+  Prepare(context);
+  v1::CommitUploadRequest abort;
+  abort.set_upload_id(plan->upload_id());
+  abort.set_abort(true);
+  v1::TensorInfo ignored;
+  EXPECT_TRUE(coordinator_->CommitUpload(&context, abort, &ignored).ok());
+}
+
 TEST_F(GrantTest, AWrongReceiptDropsThePlanAndNothingBecomesVisible) {
   absl::StatusOr<v1::UploadPlan> plan = Plan("unreceipted", {8});
   ASSERT_TRUE(plan.ok()) << plan.status();
