@@ -1,6 +1,7 @@
 #include "server/dtensor_streams.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "core/redistribute_planner.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
@@ -112,8 +113,16 @@ absl::StatusOr<Shape> DTensorStreams::FromLocalShape(const DeviceMesh& mesh,
   ASSIGN_OR_RETURN(const std::vector<Placement> normal,
                    NormalizePlacements(mesh, placements, static_cast<int>(global.size())));
   for (int m = 0; m < mesh.ndim(); ++m) {
-    if (normal[m].is_shard()) global[normal[m].dim] *= mesh.size(m);
+    if (!normal[m].is_shard()) continue;
+    const std::optional<int64_t> size = CheckedMul(global[normal[m].dim], mesh.size(m));
+    if (!size.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "from_local: local shape ", ShapeToString(first_local), " sharded over mesh dim ", m,
+          " of size ", mesh.size(m), " makes a global size past int64; pass the global shape"));
+    }
+    global[normal[m].dim] = *size;
   }
+  RETURN_IF_ERROR(ValidateShape(global));
   return global;
 }
 

@@ -190,6 +190,8 @@ absl::StatusOr<HostTensor> ReadModelInput(const inference::ModelInferRequest& re
           InputOf(model), " sets both contents and raw_input_contents; send one of them"));
     }
     const std::string& raw = request.raw_input_contents(0);
+    // Its byte count must fit in int64 before it is compared.
+    RETURN_IF_ERROR(ValidateTensorShape(*datatype, shape));
     const int64_t needed = NumElements(shape) * static_cast<int64_t>(DTypeSize(*datatype));
     if (static_cast<int64_t>(raw.size()) != needed) {
       return absl::InvalidArgumentError(absl::StrCat(
