@@ -43,7 +43,8 @@ struct Shared {
   testing::TestCluster cluster;
   std::shared_ptr<Session> session;
   std::map<std::string, client::Mesh> meshes;
-  std::string root;  // checkpoints go under it
+  std::string base;  // the root and a directory outside it
+  std::string root;  // checkpoints go under it (the workers' --checkpoint_root)
 };
 Shared* shared = nullptr;
 constexpr int kVictim = 3;  // the worker (by start order) the last test kills
@@ -52,8 +53,14 @@ class CheckpointEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     shared = new Shared;
+    // The workers' checkpoint root: a directory of this run's own, with a sibling outside it.
+    shared->base = (fs::path(::testing::TempDir()) / absl::StrCat("ckpt-", ::getpid())).string();
+    shared->root = shared->base + "/root";
+    fs::remove_all(shared->base);
+    fs::create_directories(shared->root);
     LocalClusterOptions options = testing::TestClusterOptions(4);
     options.memory_budget_bytes = int64_t{256} << 20;
+    options.checkpoint_root = shared->root;
     ASSERT_TRUE(shared->cluster.Start(options).ok());
     Session& c = *shared->cluster.client;
     std::vector<int64_t> ids;
@@ -81,13 +88,10 @@ class CheckpointEnvironment : public ::testing::Environment {
       ASSERT_TRUE(m.ok()) << m.status();
       shared->meshes.emplace(name, *m);
     }
-    shared->root = (fs::path(::testing::TempDir()) / absl::StrCat("ckpt-", ::getpid())).string();
-    fs::remove_all(shared->root);
-    fs::create_directories(shared->root);
   }
   void TearDown() override {
     std::error_code ignored;
-    fs::remove_all(shared->root, ignored);
+    fs::remove_all(shared->base, ignored);
     shared->session.reset();
     shared->cluster.Stop();
     delete shared;
@@ -236,15 +240,14 @@ TEST(CheckpointTest, PathsStayInsideTheRootAndForeignDirectoriesAreNeverCleaned)
   absl::StatusOr<DTensor> t =
       client::DistributeTensor(S(), full, M("grid"), {Placement::Shard(0), Placement::Shard(1)});
   ASSERT_TRUE(t.ok()) << t.status();
-  // A directory outside the root (/tmp): in the test's working directory, under the build tree.
-  const fs::path outside = fs::current_path() / absl::StrCat("outside-root-", ::getpid());
+  // A directory outside the root: beside it.
+  const fs::path outside = fs::path(shared->base) / "outside";
   fs::remove_all(outside);
   fs::create_directories(outside / "data-precious");
   ASSERT_TRUE(WriteFileBytes((outside / "data-precious" / "f").string(), {}).ok());
   fs::create_symlink(outside, PathFor("link-out"));
-  for (const std::string& path :
-       {(outside / "ckpt").string(), PathFor("../../.." + outside.string() + "/ckpt"),
-        PathFor("link-out/ckpt"), PathFor("link-out")}) {
+  for (const std::string& path : {(outside / "ckpt").string(), PathFor("../outside/ckpt"),
+                                  PathFor("link-out/ckpt"), PathFor("link-out")}) {
     EXPECT_TRUE(StatusIs(t->Save(path).status(), absl::StatusCode::kPermissionDenied,
                          {"not inside this worker's checkpoint root"}))
         << path;
@@ -278,7 +281,7 @@ TEST(CheckpointTest, PathsStayInsideTheRootAndForeignDirectoriesAreNeverCleaned)
   ExpectHolds(*back, full);
   // The same checkpoint by its path relative to the root.
   absl::StatusOr<DTensor> relative = client::LoadTensor(
-      S(), fs::relative(path, ::testing::TempDir()).string(), M("pair"), {Placement::Shard(0)});
+      S(), fs::relative(path, shared->root).string(), M("pair"), {Placement::Shard(0)});
   ASSERT_TRUE(relative.ok()) << relative.status();
   ExpectHolds(*relative, full);
   fs::remove_all(outside);
