@@ -43,23 +43,29 @@ OpStream::~OpStream() {
 
 std::shared_ptr<StreamOutcome> OpStream::Send(v1::StreamCall call) {
   absl::MutexLock lock(&mu_);
-  EnsureOpen();
   const uint64_t id = next_id_++;
   call.set_id(id);
   auto outcome = std::make_shared<StreamOutcome>(id);
-  Channel& c = *channel_;
-  absl::MutexLock channel_lock(&c.mu);
-  const auto room = [&c]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
-    return c.broken || c.unanswered.size() < kMaxUnanswered;
-  };
-  c.mu.Await(absl::Condition(&room));
-  if (c.broken) {
-    outcome->Set(c.why_broken);
+  while (true) {
+    EnsureOpen();
+    Channel& c = *channel_;
+    absl::MutexLock channel_lock(&c.mu);
+    // A channel that closed itself for idleness since EnsureOpen looked takes no more calls: the
+    // next one takes this call (the writer closes one only with nothing unanswered, so waiting for
+    // room below never meets it).
+    if (c.closing) continue;
+    const auto room = [&c]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+      return c.broken || c.unanswered.size() < kMaxUnanswered;
+    };
+    c.mu.Await(absl::Condition(&room));
+    if (c.broken) {
+      outcome->Set(c.why_broken);
+      return outcome;
+    }
+    c.outbox.push_back(std::move(call));
+    c.unanswered.push_back(outcome);
     return outcome;
   }
-  c.outbox.push_back(std::move(call));
-  c.unanswered.push_back(outcome);
-  return outcome;
 }
 
 absl::Status OpStream::Await(const std::shared_ptr<StreamOutcome>& outcome,
@@ -92,7 +98,8 @@ void OpStream::EnsureOpen() {
     bool broken;
     {
       absl::MutexLock lock(&channel_->mu);
-      broken = channel_->broken;
+      // Closed for idleness: drained already, it goes as a broken one does.
+      broken = channel_->broken || channel_->closing;
     }
     // A stream near its deadline is replaced before it expires; the old one drains first, so the
     // order of calls holds across the two.
@@ -133,7 +140,14 @@ void OpStream::WriteLoop(Channel* c) {
     std::deque<v1::StreamCall> batch;
     {
       absl::MutexLock lock(&c->mu);
-      c->mu.Await(absl::Condition(&work));
+      // Idle, with nothing sent awaiting an answer either: the client closes the stream itself
+      // rather than let the coordinator cut it (Send then opens another).
+      while (!c->mu.AwaitWithTimeout(absl::Condition(&work), kIdleClose)) {
+        if (c->unanswered.empty()) {
+          c->closing = true;
+          break;
+        }
+      }
       if (c->broken) return;
       if (c->outbox.empty()) {  // closing, everything sent
         c->stream->WritesDone();

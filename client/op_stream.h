@@ -49,6 +49,10 @@ class OpStream {
   using Prepare = std::function<void(grpc::ClientContext*, absl::Duration)>;
   // How long one gRPC stream lives before the next call opens another (after the first drained).
   static constexpr absl::Duration kLifetime = absl::Hours(1);
+  // A stream with nothing to send or await for this long is closed by the client (the next call
+  // opens another), before the coordinator's --session_stream_idle_timeout (10 min by default)
+  // cuts it: a stream the client closes itself never loses a call it sent.
+  static constexpr absl::Duration kIdleClose = absl::Minutes(4);
 
   OpStream(v1::DTensorService::Stub* stub, Prepare prepare);
   // Sends what is queued and closes the stream, waiting up to kCloseTimeout for the answers.

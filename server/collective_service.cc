@@ -245,7 +245,9 @@ grpc::Status CollectiveService::CollectiveStream(
     }
   });
   v1::CollectiveRequest request;
-  while (!context->IsCancelled() && stream->Read(&request)) {
+  const std::unique_ptr<IdleStreams::Watch> watch =
+      session_idle_.Start(*context, "CollectiveStream");
+  while (!context->IsCancelled() && watch->Read(*stream, &request)) {
     absl::StatusOr<std::shared_ptr<Work>> work =
         Start(request, /*send_here=*/false, /*work_id=*/nullptr);
     if (!work.ok()) {
@@ -266,7 +268,7 @@ grpc::Status CollectiveService::CollectiveStream(
     reading = false;
   }
   writer.join();
-  return grpc::Status::OK;
+  return watch->expired() ? ToGrpcStatus(watch->ExpiredError()) : grpc::Status::OK;
 }
 
 grpc::Status CollectiveService::WaitCollectives(grpc::ServerContext* context,

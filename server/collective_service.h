@@ -27,9 +27,14 @@ class CollectiveService final : public v1::CollectiveService::Service, public Me
  public:
   // A PutLocal stream whose client sends nothing, or a GetLocal stream whose client takes
   // nothing, for `stream_idle_timeout` is ended (IdleStreams).
+  // A CollectiveStream whose client sends nothing for `session_idle_timeout` is cut.
   CollectiveService(MeshTable* meshes, Dispatcher* dispatcher,
-                    absl::Duration stream_idle_timeout = absl::Seconds(30))
-      : meshes_(meshes), dispatcher_(dispatcher), idle_(stream_idle_timeout) {}
+                    absl::Duration stream_idle_timeout = absl::Seconds(30),
+                    absl::Duration session_idle_timeout = absl::Minutes(10))
+      : meshes_(meshes),
+        dispatcher_(dispatcher),
+        idle_(stream_idle_timeout),
+        session_idle_(session_idle_timeout, "the coordinator's --session_stream_idle_timeout") {}
 
   // Streams are admitted to `limits` (per peer and in all); set before serving. None: all are.
   void LimitStreams(StreamLimits* limits) { limits_ = limits; }
@@ -118,6 +123,7 @@ class CollectiveService final : public v1::CollectiveService::Service, public Me
   MeshTable* meshes_;
   Dispatcher* dispatcher_;
   IdleStreams idle_;
+  IdleStreams session_idle_;
   StreamLimits* limits_ = nullptr;
   absl::Mutex works_mu_;
   std::map<int64_t, MeshWorks> works_ ABSL_GUARDED_BY(works_mu_);  // by mesh id

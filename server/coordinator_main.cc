@@ -56,6 +56,7 @@ struct CoordinatorFlags {
   absl::Duration dead_after = absl::Seconds(3);
   absl::Duration client_grace = absl::Seconds(60);
   absl::Duration stream_idle_timeout = absl::Seconds(30);
+  absl::Duration session_stream_idle_timeout = absl::Minutes(10);
   absl::Duration direct_grant_lifetime = absl::Seconds(10);
   int64_t max_message_bytes = 64 << 20;
   int metrics_port = -1;
@@ -101,6 +102,12 @@ void AddFlags(CLI::App& app, CoordinatorFlags& f) {
       "put, module load), or takes nothing (a download), is ended with DEADLINE_EXCEEDED, "
       "releasing its workers' turns and its buffers; 0 never ends one",
       absl::ZeroDuration(), absl::Hours(1));
+  tessera::daemon::AddDurationFlag(
+      app, "--session_stream_idle_timeout", &f.session_stream_idle_timeout,
+      "an op or collective stream whose client sends nothing for this long is ended with "
+      "DEADLINE_EXCEEDED (the clients close their idle op streams after 4 min themselves, so "
+      "that none of their calls meets the cut); 0 never ends one",
+      absl::ZeroDuration(), absl::Hours(24));
   tessera::daemon::AddDurationFlag(
       app, "--direct_grant_lifetime", &f.direct_grant_lifetime,
       "how long a grant of the direct path (a client's upload to or read from a worker) stays "
@@ -204,10 +211,12 @@ int main(int argc, char** argv) {
         return m.ok() && (*m)->mesh.Contains(worker);
       });
   tessera::WorkerBytes ledger;  // local tensors and DTensor shards, against each worker's budget
-  tessera::CollectiveService collective_service(&meshes, &dispatcher, flags.stream_idle_timeout);
+  tessera::CollectiveService collective_service(&meshes, &dispatcher, flags.stream_idle_timeout,
+                                                flags.session_stream_idle_timeout);
   tessera::DTensorTable tensors(&meshes, &dispatcher, &ledger);
   tessera::DTensorService dtensor_service(&tensors, flags.client_grace, flags.stream_idle_timeout,
-                                          flags.direct_grant_lifetime);
+                                          flags.direct_grant_lifetime,
+                                          flags.session_stream_idle_timeout);
   tessera::MeshReformer reformer(&meshes, &dispatcher, &store);
   dispatcher.ObserveBroken([&reformer](const tessera::WorkerHandle& worker,
                                        const tessera::v1::BrokenCommunicator& broken) {

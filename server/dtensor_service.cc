@@ -53,8 +53,10 @@ absl::StatusOr<DTensorSpec> FactorySpec(const Mesh& mesh, const v1::CreateTensor
 }  // namespace
 
 DTensorService::DTensorService(DTensorTable* tensors, absl::Duration client_grace,
-                               absl::Duration stream_idle_timeout, absl::Duration grant_lifetime)
+                               absl::Duration stream_idle_timeout, absl::Duration grant_lifetime,
+                               absl::Duration session_idle_timeout)
     : tensors_(tensors),
+      session_idle_(session_idle_timeout, "the coordinator's --session_stream_idle_timeout"),
       streams_(tensors, stream_idle_timeout),
       direct_(tensors, &streams_, grant_lifetime),
       direct_reads_(tensors, &streams_, grant_lifetime),
@@ -302,9 +304,12 @@ grpc::Status DTensorService::OpStream(
   absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "OpStream");
   if (!admitted.ok()) return ToGrpcStatus(admitted.status());
   const std::string client = Caller(*context);
+  // A stream that moves nothing for the limit is cut (the clients close an idle one themselves
+  // well before, so that no call of theirs meets the cut).
+  const std::unique_ptr<IdleStreams::Watch> watch = session_idle_.Start(*context, "OpStream");
   v1::StreamCalls calls;
   v1::StreamResults results;
-  while (stream->Read(&calls)) {
+  while (watch->Read(*stream, &calls)) {
     results.Clear();
     std::vector<int> freed;  // the results of the message's frees that succeeded
     // The message's ops leave together, one batch per worker, once all are queued.
@@ -341,9 +346,9 @@ grpc::Status DTensorService::OpStream(
         results.mutable_results(i)->set_message(std::string(durable.message()));
       }
     }
-    if (!stream->Write(results)) break;  // the client went away
+    if (!watch->Write(*stream, results)) break;  // the client went away
   }
-  return grpc::Status::OK;
+  return watch->expired() ? ToGrpcStatus(watch->ExpiredError()) : grpc::Status::OK;
 }
 
 absl::Status DTensorService::RunOpFor(const std::string& client, const v1::OpRequest& request,

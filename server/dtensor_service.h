@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "security/idle_streams.h"
 #include "security/stream_limits.h"
 #include "server/checkpoints.h"
 #include "server/client_leases.h"
@@ -26,9 +27,11 @@ class DTensorService final : public v1::DTensorService::Service {
   // A client whose leases go `client_grace` without a call loses its tensors; an upload stream
   // whose client sends nothing for `stream_idle_timeout` is ended (IdleStreams).
   // Grants of the direct path last `grant_lifetime`.
+  // An op stream that moves nothing for `session_idle_timeout` is cut.
   DTensorService(DTensorTable* tensors, absl::Duration client_grace,
                  absl::Duration stream_idle_timeout,
-                 absl::Duration grant_lifetime = absl::Seconds(10));
+                 absl::Duration grant_lifetime = absl::Seconds(10),
+                 absl::Duration session_idle_timeout = absl::Minutes(10));
   ~DTensorService() override;
 
   // Streams are admitted to `limits` (per peer and in all); set before serving. None: all are.
@@ -118,6 +121,7 @@ class DTensorService final : public v1::DTensorService::Service {
                                   v1::RedistributeReply* reply);
 
   DTensorTable* tensors_;
+  IdleStreams session_idle_;
   DTensorStreams streams_;
   DirectUploads direct_;
   DirectDownloads direct_reads_;

@@ -209,6 +209,55 @@ TEST(OpStreamTest, ShapeErrorsAreImmediate) {
 
 // The stream as any client sees it (a raw stub): results in order with their ids; an op that asks
 // to be described gets RunOp's reply; a failed call fails alone, with its code and message.
+// A coordinator with --session_stream_idle_timeout=2s: an op stream that sends nothing is cut
+// with DEADLINE_EXCEEDED naming the limit (it held a server thread for as long as it stayed
+// open), and a session whose op stream was cut while idle opens another for its next op.
+TEST(OpStreamIdleTest, AnIdleStreamIsCutAndTheSessionOpensAnother) {
+  testing::TestCluster cluster;
+  LocalClusterOptions options = testing::TestClusterOptions(2);
+  options.coordinator_flags = {"--session_stream_idle_timeout=2s"};
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.LogHint();
+  ASSERT_TRUE(client::InitDeviceMesh(*cluster.client, "cpu", {2}, {"x"}, "idle").ok());
+  client::SessionOptions session_options;
+  session_options.op_stream = true;
+  session_options.timeout = absl::Seconds(30);
+  absl::StatusOr<std::shared_ptr<Session>> s =
+      Session::Connect(cluster.cluster->address(), session_options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const client::Mesh mesh = client::GetMesh(**s, "idle").value();
+  const HostTensor x = Ramp(4, 4, 1.0f, -8.0f);
+  absl::StatusOr<DTensor> a = client::DistributeTensor(**s, x, mesh, {Placement::Shard(0)});
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<DTensor> first = client::Relu(*a);
+  ASSERT_TRUE(first.ok() && first->Synchronize().ok()) << first.status();
+
+  auto stub = v1::DTensorService::NewStub(
+      grpc::CreateChannel(cluster.cluster->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(absl::Seconds(30)));
+  context.AddMetadata("tessera-client", (*s)->client_id());
+  auto raw = stub->OpStream(&context);
+  const absl::Time opened = absl::Now();
+  v1::StreamResults r;
+  EXPECT_FALSE(raw->Read(&r));
+  const grpc::Status cut = raw->Finish();
+  EXPECT_EQ(cut.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << cut.error_message();
+  EXPECT_NE(cut.error_message().find("--session_stream_idle_timeout"), std::string::npos)
+      << cut.error_message();
+  EXPECT_LT(absl::Now() - opened, absl::Seconds(10));
+
+  // The session's own stream was idle as long: cut too. Its next op goes on another.
+  absl::StatusOr<DTensor> second = client::Relu(*a);
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<HostTensor> got = second->FullTensor();
+  ASSERT_TRUE(got.ok()) << got.status();
+  absl::StatusOr<HostTensor> want = first->FullTensor();
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_TRUE(TensorsMatch(*got, *want));
+  s->reset();
+  cluster.Stop();
+}
+
 TEST(OpStreamTest, RawStreamAnswersEachCallInOrder) {
   Session& s = *shared->unary;
   absl::StatusOr<DTensor> a = client::Ones(s, *shared->unary_mesh, {4, 4}, {Placement::Shard(0)});

@@ -102,6 +102,10 @@ class OpStream:
     MAX_UNANSWERED = 4096
     LIFETIME_S = 3600.0
     CLOSE_TIMEOUT_S = 10.0
+    # A stream with nothing to send or await for this long is closed by the client (the next call
+    # opens another), before the coordinator's --session_stream_idle_timeout (10 min by default)
+    # cuts it: a stream the client closes itself never loses a call it sent.
+    IDLE_CLOSE_S = 240.0
 
     def __init__(self, open_call: Callable[[Iterator[Any], float], Any],
                  make_message: Callable[[List[Any]], Any]) -> None:
@@ -178,8 +182,11 @@ class OpStream:
         by then as one message. Ends (half-closes) once closing and drained."""
         while True:
             with self._cond:
+                idle_since = time.monotonic()
                 while not channel.queue and not channel.closing and not channel.ended:
-                    self._cond.wait()
+                    if not self._cond.wait(self.IDLE_CLOSE_S) and not channel.outcomes and \
+                            time.monotonic() - idle_since >= self.IDLE_CLOSE_S:
+                        channel.closing = True  # idle: the next call opens another stream
                 if not channel.queue:
                     return
                 calls, channel.queue = channel.queue, []
