@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/names.h"
 #include "core/redistribute_planner.h"
 #include "core/sharding_propagation.h"
 #include "core/status_macros.h"
@@ -74,11 +75,13 @@ DTensorService::~DTensorService() {
   reaper_.join();
 }
 
-std::string DTensorService::ClientId(const grpc::ServerContext& context) {
+absl::StatusOr<std::string> DTensorService::ClientId(const grpc::ServerContext& context) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("tessera-client");
   const std::string id =
       it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+  // An id names the caller's lease and tensors' owner: bounded as any name a client makes.
+  if (!id.empty()) RETURN_IF_ERROR(CheckName(NameKind::kClient, id));
   // With bearer tokens, a client's ids live under its token's name: one cannot renew or reclaim
   // another's lease.
   if (const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context()) {
@@ -89,8 +92,8 @@ std::string DTensorService::ClientId(const grpc::ServerContext& context) {
   return id;
 }
 
-std::string DTensorService::Caller(const grpc::ServerContext& context) {
-  std::string client = ClientId(context);
+absl::StatusOr<std::string> DTensorService::Caller(const grpc::ServerContext& context) {
+  ASSIGN_OR_RETURN(std::string client, ClientId(context));
   leases_.Touch(client);
   return client;
 }
@@ -101,7 +104,9 @@ grpc::Status DTensorService::DistributeTensor(grpc::ServerContext* context,
   absl::StatusOr<StreamLimits::Ticket> admitted =
       AdmitStream(limits_, *context, "DistributeTensor");
   if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  absl::StatusOr<v1::TensorInfo> info = streams_.Distribute(*context, reader, Caller(*context));
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::TensorInfo> info = streams_.Distribute(*context, reader, *caller);
   if (!info.ok()) return ToGrpcStatus(info.status());
   *reply = *std::move(info);
   return grpc::Status::OK;
@@ -110,7 +115,9 @@ grpc::Status DTensorService::DistributeTensor(grpc::ServerContext* context,
 grpc::Status DTensorService::PlanUpload(grpc::ServerContext* context,
                                         const v1::PlanUploadRequest* request,
                                         v1::UploadPlan* reply) {
-  absl::StatusOr<v1::UploadPlan> plan = direct_.Plan(*request, Caller(*context));
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::UploadPlan> plan = direct_.Plan(*request, *caller);
   if (!plan.ok()) return ToGrpcStatus(plan.status());
   *reply = *std::move(plan);
   return grpc::Status::OK;
@@ -119,7 +126,9 @@ grpc::Status DTensorService::PlanUpload(grpc::ServerContext* context,
 grpc::Status DTensorService::CommitUpload(grpc::ServerContext* context,
                                           const v1::CommitUploadRequest* request,
                                           v1::TensorInfo* reply) {
-  absl::StatusOr<v1::TensorInfo> info = direct_.Commit(*request, Caller(*context));
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::TensorInfo> info = direct_.Commit(*request, *caller);
   if (!info.ok()) return ToGrpcStatus(info.status());
   *reply = *std::move(info);
   return grpc::Status::OK;
@@ -128,7 +137,9 @@ grpc::Status DTensorService::CommitUpload(grpc::ServerContext* context,
 grpc::Status DTensorService::PlanDownload(grpc::ServerContext* context,
                                           const v1::PlanDownloadRequest* request,
                                           v1::DownloadPlan* reply) {
-  absl::StatusOr<v1::DownloadPlan> plan = direct_reads_.Plan(*request, Caller(*context));
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::DownloadPlan> plan = direct_reads_.Plan(*request, *caller);
   if (!plan.ok()) return ToGrpcStatus(plan.status());
   *reply = *std::move(plan);
   return grpc::Status::OK;
@@ -137,7 +148,9 @@ grpc::Status DTensorService::PlanDownload(grpc::ServerContext* context,
 grpc::Status DTensorService::ReleaseDownload(grpc::ServerContext* context,
                                              const v1::ReleaseDownloadRequest* request,
                                              v1::ReleaseDownloadReply*) {
-  return ToGrpcStatus(direct_reads_.Release(request->download_id(), Caller(*context)));
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  return ToGrpcStatus(direct_reads_.Release(request->download_id(), *caller));
 }
 
 grpc::Status DTensorService::FromLocal(grpc::ServerContext* context,
@@ -145,7 +158,9 @@ grpc::Status DTensorService::FromLocal(grpc::ServerContext* context,
                                        v1::TensorInfo* reply) {
   absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "FromLocal");
   if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  absl::StatusOr<v1::TensorInfo> info = streams_.FromLocal(*context, reader, Caller(*context));
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::StatusOr<v1::TensorInfo> info = streams_.FromLocal(*context, reader, *caller);
   if (!info.ok()) return ToGrpcStatus(info.status());
   *reply = *std::move(info);
   return grpc::Status::OK;
@@ -156,7 +171,7 @@ grpc::Status DTensorService::ToLocal(grpc::ServerContext* context,
                                      grpc::ServerWriter<v1::TensorData>* writer) {
   absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "ToLocal");
   if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  Caller(*context);
+  if (absl::Status s = Caller(*context).status(); !s.ok()) return ToGrpcStatus(s);
   return ToGrpcStatus(streams_.ToLocal(*context, *request, writer));
 }
 
@@ -165,14 +180,16 @@ grpc::Status DTensorService::FullTensor(grpc::ServerContext* context,
                                         grpc::ServerWriter<v1::TensorData>* writer) {
   absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "FullTensor");
   if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  Caller(*context);
+  if (absl::Status s = Caller(*context).status(); !s.ok()) return ToGrpcStatus(s);
   return ToGrpcStatus(streams_.FullTensor(*context, *request, writer));
 }
 
 grpc::Status DTensorService::CreateTensor(grpc::ServerContext* context,
                                           const v1::CreateTensorRequest* request,
                                           v1::TensorInfo* reply) {
-  const std::string client = Caller(*context);
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  const std::string& client = *caller;
   absl::StatusOr<std::shared_ptr<Mesh>> mesh = tensors_->meshes().Ready(request->mesh());
   if (!mesh.ok()) return ToGrpcStatus(mesh.status());
   absl::StatusOr<DTensorSpec> spec = FactorySpec(**mesh, *request);
@@ -195,7 +212,7 @@ grpc::Status DTensorService::CreateTensor(grpc::ServerContext* context,
 
 grpc::Status DTensorService::GetTensor(grpc::ServerContext* context,
                                        const v1::GetTensorRequest* request, v1::TensorInfo* reply) {
-  Caller(*context);
+  if (absl::Status s = Caller(*context).status(); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Find(request->name());
   if (!t.ok()) return ToGrpcStatus(t.status());
   *reply = tensors_->Describe(**t);
@@ -205,7 +222,7 @@ grpc::Status DTensorService::GetTensor(grpc::ServerContext* context,
 grpc::Status DTensorService::ListTensors(grpc::ServerContext* context,
                                          const v1::ListTensorsRequest* request,
                                          v1::ListTensorsReply* reply) {
-  Caller(*context);
+  if (absl::Status s = Caller(*context).status(); !s.ok()) return ToGrpcStatus(s);
   for (const auto& t : tensors_->OnMesh(request->mesh())) {
     *reply->add_tensors() = tensors_->Describe(*t);
   }
@@ -216,7 +233,9 @@ grpc::Status DTensorService::FreeTensor(grpc::ServerContext* context,
                                         const v1::FreeTensorRequest* request,
                                         v1::FreeTensorReply*) {
   std::shared_ptr<const TensorWrite> workers_freed;
-  absl::Status freed = FreeTensorFor(Caller(*context), request->name(), &workers_freed);
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::Status freed = FreeTensorFor(*caller, request->name(), &workers_freed);
   // Answered once the erasure of its record is durable (queued; one commit serves many) and the
   // workers have freed the shards (so their memory is free when the call returns), or said why not.
   if (freed.ok()) freed = tensors_->Flush();
@@ -278,7 +297,9 @@ absl::Status DTensorService::RedistributeInMesh(const v1::RedistributeRequest& r
 grpc::Status DTensorService::Redistribute(grpc::ServerContext* context,
                                           const v1::RedistributeRequest* request,
                                           v1::RedistributeReply* reply) {
-  const std::string client = Caller(*context);
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  const std::string& client = *caller;
   absl::StatusOr<std::shared_ptr<DTensorEntry>> src = tensors_->Usable(request->name());
   if (!src.ok()) return ToGrpcStatus(src.status());
   absl::StatusOr<std::vector<Placement>> placements = FromProto(request->placements());
@@ -295,7 +316,9 @@ grpc::Status DTensorService::Redistribute(grpc::ServerContext* context,
 
 grpc::Status DTensorService::RunOp(grpc::ServerContext* context, const v1::OpRequest* request,
                                    v1::OpReply* reply) {
-  return ToGrpcStatus(RunOpFor(Caller(*context), *request, reply));
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  return ToGrpcStatus(RunOpFor(*caller, *request, reply));
 }
 
 grpc::Status DTensorService::OpStream(
@@ -303,7 +326,9 @@ grpc::Status DTensorService::OpStream(
     grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream) {
   absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "OpStream");
   if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  const std::string client = Caller(*context);
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  const std::string& client = *caller;
   // A stream that moves nothing for the limit is cut (the clients close an idle one themselves
   // well before, so that no call of theirs meets the cut).
   const std::unique_ptr<IdleStreams::Watch> watch = session_idle_.Start(*context, "OpStream");
@@ -401,14 +426,16 @@ absl::Status DTensorService::RunOpFor(const std::string& client, const v1::OpReq
 grpc::Status DTensorService::SaveTensor(grpc::ServerContext* context,
                                         const v1::SaveTensorRequest* request,
                                         v1::SaveTensorReply* reply) {
-  Caller(*context);
+  if (absl::Status s = Caller(*context).status(); !s.ok()) return ToGrpcStatus(s);
   return ToGrpcStatus(checkpoints_.Save(*request, absl::FromChrono(context->deadline()), reply));
 }
 
 grpc::Status DTensorService::LoadTensor(grpc::ServerContext* context,
                                         const v1::LoadTensorRequest* request,
                                         v1::TensorInfo* reply) {
-  const std::string client = Caller(*context);
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  const std::string& client = *caller;
   return ToGrpcStatus(
       checkpoints_.Load(*request, client, absl::FromChrono(context->deadline()), reply));
 }
@@ -416,7 +443,9 @@ grpc::Status DTensorService::LoadTensor(grpc::ServerContext* context,
 grpc::Status DTensorService::Synchronize(grpc::ServerContext* context,
                                          const v1::SynchronizeRequest* request,
                                          v1::SynchronizeReply*) {
-  const std::string client = Caller(*context);
+  absl::StatusOr<std::string> caller = Caller(*context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  const std::string& client = *caller;
   std::vector<std::shared_ptr<DTensorEntry>> tensors;
   if (request->names().empty()) {
     tensors = tensors_->OwnedBy(client);
@@ -432,7 +461,9 @@ grpc::Status DTensorService::Synchronize(grpc::ServerContext* context,
 
 grpc::Status DTensorService::KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest*,
                                        v1::KeepAliveReply* reply) {
-  const std::string client = ClientId(*context);
+  absl::StatusOr<std::string> id = ClientId(*context);
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  const std::string& client = *id;
   if (client.empty()) {
     return Invalid("KeepAlive needs a client id in the 'tessera-client' metadata entry");
   }

@@ -102,11 +102,12 @@ class DTensorService final : public v1::DTensorService::Service {
   void ReclaimExpired();
 
   // The caller's client id (the "tessera-client" metadata entry); "" for an anonymous caller.
-  static std::string ClientId(const grpc::ServerContext& context);
+  // INVALID_ARGUMENT for an id that is not a client id's name (core/names.h).
+  static absl::StatusOr<std::string> ClientId(const grpc::ServerContext& context);
 
  private:
-  // The caller's client id, its lease renewed.
-  std::string Caller(const grpc::ServerContext& context);
+  // The caller's client id, its lease renewed; ClientId's refusal of an invalid id.
+  absl::StatusOr<std::string> Caller(const grpc::ServerContext& context);
   // RunOp and FreeTensor for `client`, on either path; a null `reply` is not filled in (the op
   // stream's client computes the output's metadata itself).
   absl::Status RunOpFor(const std::string& client, const v1::OpRequest& request,

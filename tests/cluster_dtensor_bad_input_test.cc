@@ -388,6 +388,49 @@ TEST_F(DTensorBadInputTest, NameTakenAndBadName) {
                        absl::StatusCode::kInvalidArgument, {"'a/b'"}));
 }
 
+// A client id that is no name (too long, a space, '/') is refused by every call that reads
+// it, naming it cut and escaped, before a lease is made for it or a tensor is touched.
+TEST_F(DTensorBadInputTest, ClientIdThatIsNoName) {
+  for (const std::string& id :
+       {std::string(129, 'c'), std::string("a b"), std::string("x/y"), std::string(1000, 'z')}) {
+    SCOPED_TRACE(id.substr(0, 16));
+    {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineAfter(absl::Seconds(60)));
+      context.AddMetadata("tessera-client", id);
+      v1::CreateTensorRequest request;
+      request.set_name("by_a_bad_id");
+      request.set_mesh("line");
+      *request.mutable_shape() = ToProto(Shape{4});
+      *request.mutable_placements() = ToProto(std::vector<Placement>{Placement::Shard(0)});
+      request.set_dtype(v1::FLOAT32);
+      v1::TensorInfo info;
+      const absl::Status s = FromGrpcStatus(stub_->CreateTensor(&context, request, &info));
+      EXPECT_TRUE(StatusIs(s, absl::StatusCode::kInvalidArgument, {"client id"})) << s;
+      EXPECT_LT(s.message().size(), 400u);
+    }
+    {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineAfter(absl::Seconds(60)));
+      context.AddMetadata("tessera-client", id);
+      v1::FreeTensorRequest request;
+      request.set_name(sentinel_->name());
+      v1::FreeTensorReply reply;
+      EXPECT_TRUE(StatusIs(FromGrpcStatus(stub_->FreeTensor(&context, request, &reply)),
+                           absl::StatusCode::kInvalidArgument, {"client id"}));
+    }
+    {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineAfter(absl::Seconds(60)));
+      context.AddMetadata("tessera-client", id);
+      v1::KeepAliveReply reply;
+      EXPECT_TRUE(StatusIs(FromGrpcStatus(stub_->KeepAlive(&context, {}, &reply)),
+                           absl::StatusCode::kInvalidArgument, {"client id"}));
+    }
+  }
+  EXPECT_TRUE(
+      StatusIs(client::GetTensor(S(), "by_a_bad_id").status(), absl::StatusCode::kNotFound));
+}
 TEST_F(DTensorBadInputTest, RedistributeToAnImpossibleLayout) {
   EXPECT_TRUE(StatusIs(sentinel_->Redistribute({Placement::Partial(ReduceOp::kMax)}).status(),
                        absl::StatusCode::kInvalidArgument, {"S(0)", "P(max)"}));
