@@ -33,8 +33,8 @@ DynamicBatcher::~DynamicBatcher() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::StatusOr<HostTensor> DynamicBatcher::Run(const HostTensor& input) {
-  if (options_.max_batch_size <= 0 || input.rank() == 0) return inner_->Run(input);
+absl::StatusOr<HostTensor> DynamicBatcher::Run(const HostTensor& input, absl::Time deadline) {
+  if (options_.max_batch_size <= 0 || input.rank() == 0) return inner_->Run(input, deadline);
   if (input.shape()[0] > options_.max_batch_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a request of ", input.shape()[0], " rows (shape ", ShapeToString(input.shape()),
@@ -43,12 +43,23 @@ absl::StatusOr<HostTensor> DynamicBatcher::Run(const HostTensor& input) {
   Request request;
   request.input = &input;
   request.arrival = absl::Now();
+  request.deadline = deadline;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) {
       return absl::UnavailableError(absl::StrCat("model ", model_, " is shutting down"));
     }
     queue_.push_back(&request);
+  }
+  if (!request.done.WaitForNotificationWithDeadline(deadline)) {
+    absl::MutexLock lock(&mu_);
+    if (auto it = std::find(queue_.begin(), queue_.end(), &request); it != queue_.end()) {
+      queue_.erase(it);
+      return absl::DeadlineExceededError(
+          absl::StrCat("the request waited ", absl::FormatDuration(absl::Now() - request.arrival),
+                       " in the queue of model ", model_, " and its deadline passed"));
+    }
+    // Its batch runs (until the latest deadline of its requests) and answers it.
   }
   request.done.WaitForNotification();
   return std::move(request.result);
@@ -122,8 +133,10 @@ void DynamicBatcher::RunBatch(const std::vector<Request*>& batch) {
       r->done.Notify();
     }
   };
+  absl::Time deadline = absl::InfinitePast();
+  for (const Request* r : batch) deadline = std::max(deadline, r->deadline);
   if (batch.size() == 1) {
-    batch[0]->result = inner_->Run(*batch[0]->input);
+    batch[0]->result = inner_->Run(*batch[0]->input, deadline);
     batch[0]->done.Notify();
     return;
   }
@@ -136,12 +149,12 @@ void DynamicBatcher::RunBatch(const std::vector<Request*>& batch) {
     if (absl::Status s = PlaceAlong(*r->input, 0, offset, *joined); !s.ok()) return answer_all(s);
     offset += r->input->shape()[0];
   }
-  absl::StatusOr<HostTensor> output = inner_->Run(*joined);
+  absl::StatusOr<HostTensor> output = inner_->Run(*joined, deadline);
   if (absl::IsInvalidArgument(output.status())) {
     // The model refused a value one of the requests holds (an id out of range): each runs on its
     // own, so that only those it refuses fail, each with a message about its own rows.
     for (Request* r : batch) {
-      r->result = inner_->Run(*r->input);
+      r->result = inner_->Run(*r->input, r->deadline);
       r->done.Notify();
     }
     return;

@@ -13,7 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/host_tensor.h"
-#include "server/served_models.h"
+#include "server/model_runner.h"
 
 namespace tessera {
 
@@ -22,7 +22,9 @@ namespace tessera {
 // while the oldest waits at most max_queue_delay; the inner runner runs once on the joined batch
 // and each request gets its own rows of the output back. Batches run one at a time on the
 // batcher's own thread, as on one Triton model instance. With batching off (max_batch_size 0), or
-// for a scalar input, Run calls the inner runner directly.
+// for a scalar input, Run calls the inner runner directly. A request whose deadline passes while it
+// waits in the queue leaves it with DEADLINE_EXCEEDED; a batch runs until the latest deadline of
+// its requests.
 class DynamicBatcher final : public ModelRunner {
  public:
   // `model` names the model in messages ("'mlp' version 1").
@@ -36,7 +38,7 @@ class DynamicBatcher final : public ModelRunner {
   // than max_batch_size. When the inner runner refuses a batch as INVALID_ARGUMENT, each of its
   // requests runs again alone, so a request the model refuses fails by itself; any other failure
   // of the inner runner fails every request of the batch with its status.
-  absl::StatusOr<HostTensor> Run(const HostTensor& input) override;
+  absl::StatusOr<HostTensor> Run(const HostTensor& input, absl::Time deadline) override;
 
   // Requests waiting for a batch (not those of the batch running), for metrics and tests.
   int64_t QueuedRequests() const;
@@ -46,6 +48,7 @@ class DynamicBatcher final : public ModelRunner {
   struct Request {
     const HostTensor* input = nullptr;
     absl::Time arrival;
+    absl::Time deadline;
     absl::StatusOr<HostTensor> result;
     absl::Notification done;
   };

@@ -22,14 +22,14 @@ void Describe(const ServedTensor& t, inference::ModelMetadataResponse::TensorMet
   for (int64_t size : t.shape) out->add_shape(size);
 }
 
-// ModelInfer as an absl::Status.
+// ModelInfer as an absl::Status, by `deadline` (the call's).
 absl::Status Infer(const ServedModels& models, const inference::ModelInferRequest& request,
-                   inference::ModelInferResponse* response) {
+                   absl::Time deadline, inference::ModelInferResponse* response) {
   ASSIGN_OR_RETURN(std::shared_ptr<const ServedModel> model,
                    models.Find(request.model_name(), request.model_version()));
   ASSIGN_OR_RETURN(HostTensor input, ReadModelInput(request, *model));
   RETURN_IF_ERROR(CheckRequestedOutputs(request, *model));
-  ASSIGN_OR_RETURN(HostTensor output, model->runner->Run(input));
+  ASSIGN_OR_RETURN(HostTensor output, model->runner->Run(input, deadline));
   response->set_model_name(model->name);
   response->set_model_version(model->version);
   response->set_id(request.id());
@@ -87,7 +87,7 @@ grpc::Status InferenceService::ModelMetadata(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::ModelInfer(grpc::ServerContext*,
+grpc::Status InferenceService::ModelInfer(grpc::ServerContext* context,
                                           const inference::ModelInferRequest* request,
                                           inference::ModelInferResponse* response) {
   absl::Status status;
@@ -96,7 +96,7 @@ grpc::Status InferenceService::ModelInfer(grpc::ServerContext*,
           ? RequestBytes::Ticket()
           : bytes_->Admit(static_cast<int64_t>(request->ByteSizeLong()), "inference request");
   if (admitted.ok()) {
-    status = Infer(*models_, *request, response);
+    status = Infer(*models_, *request, absl::FromChrono(context->deadline()), response);
   } else {
     status = admitted.status();
   }

@@ -18,11 +18,12 @@ class PublishedModule : public ModelRunner {
   PublishedModule(ModuleRuns* runs, std::shared_ptr<ModuleEntry> module)
       : runs_(runs), module_(std::move(module)) {}
 
-  absl::StatusOr<HostTensor> Run(const HostTensor& input) override {
+  absl::StatusOr<HostTensor> Run(const HostTensor& input, absl::Time deadline) override {
     RunInput in;
     in.full = input.Clone();
-    absl::StatusOr<RunResult> result = runs_->Forward(*module_, std::move(in), RunOutputs{},
-                                                      absl::Now() + ModuleRuns::kServedTimeout);
+    absl::StatusOr<RunResult> result =
+        runs_->Forward(*module_, std::move(in), RunOutputs{},
+                       std::min(deadline, absl::Now() + ModuleRuns::kServedTimeout));
     if (!result.ok()) return result.status();
     if (!result->full.has_value()) return absl::InternalError("the forward gave no output");
     return std::move(*result->full);

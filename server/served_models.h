@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/host_tensor.h"
 #include "core/shape.h"
+#include "server/model_runner.h"
 
 namespace tessera {
 
@@ -21,22 +22,6 @@ struct ServedTensor {
   std::string name;
   DType dtype = DType::kFloat32;
   Shape shape;
-};
-
-// Triton's dynamic batching settings of one model. Off when max_batch_size is 0.
-struct BatchingOptions {
-  int64_t max_batch_size = 0;                                // rows joined into one run at most
-  absl::Duration max_queue_delay = absl::Microseconds(500);  // the oldest request waits at most
-};
-
-// What runs a served model: one forward on a full input batch (dim 0 the batch), giving the full
-// output batch. Thread-safe; may be called concurrently.
-class ModelRunner {
- public:
-  virtual ~ModelRunner() = default;
-  // INVALID_ARGUMENT naming the shape or dtype for an input the model cannot take; other codes as
-  // the forward failed.
-  virtual absl::StatusOr<HostTensor> Run(const HostTensor& input) = 0;
 };
 
 // A model published for serving: name, version, its single input and output, its runner.

@@ -52,10 +52,11 @@ class CountingRunner final : public ModelRunner {
   absl::Duration run_time = absl::ZeroDuration();
   bool wrong_rows = false;  // answer one row fewer than asked
 
-  absl::StatusOr<HostTensor> Run(const HostTensor& input) override {
+  absl::StatusOr<HostTensor> Run(const HostTensor& input, absl::Time deadline) override {
     {
       absl::MutexLock lock(&mu_);
       batch_rows_.push_back(input.shape()[0]);
+      deadlines_.push_back(deadline);
     }
     if (run_time > absl::ZeroDuration()) absl::SleepFor(run_time);
     if (!failure.ok()) return failure;
@@ -73,10 +74,16 @@ class CountingRunner final : public ModelRunner {
     absl::MutexLock lock(&mu_);
     return batch_rows_;
   }
+  // The deadline each run was given.
+  std::vector<absl::Time> deadlines() const {
+    absl::MutexLock lock(&mu_);
+    return deadlines_;
+  }
 
  private:
   mutable absl::Mutex mu_;
   std::vector<int64_t> batch_rows_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
 };
 
 // Request `k` of `rows` rows: values unique to the request.
@@ -104,7 +111,7 @@ std::vector<absl::StatusOr<HostTensor>> RunConcurrently(DynamicBatcher& batcher,
   for (size_t k = 0; k < inputs.size(); ++k) {
     threads.emplace_back([&, k] {
       go.WaitForNotification();
-      results[k] = batcher.Run(inputs[k]);
+      results[k] = batcher.Run(inputs[k], absl::InfiniteFuture());
     });
   }
   go.Notify();
@@ -170,11 +177,11 @@ TEST(DynamicBatcherTest, RequestsOfOtherShapesRunInTheirOwnBatches) {
 TEST(DynamicBatcherTest, RefusesMoreRowsThanTheMaximumNamingBoth) {
   auto inner = std::make_shared<CountingRunner>();
   DynamicBatcher batcher("'mlp' version 3", {4, absl::Milliseconds(1)}, inner);
-  EXPECT_TRUE(StatusIs(batcher.Run(RequestInput(0, 5)).status(), absl::StatusCode::kInvalidArgument,
-                       {"5 rows", "max_batch_size 4", "mlp"}));
+  EXPECT_TRUE(StatusIs(batcher.Run(RequestInput(0, 5), absl::InfiniteFuture()).status(),
+                       absl::StatusCode::kInvalidArgument, {"5 rows", "max_batch_size 4", "mlp"}));
   EXPECT_TRUE(inner->batch_rows().empty());
   // A request of exactly the maximum runs.
-  EXPECT_TRUE(batcher.Run(RequestInput(0, 4)).ok());
+  EXPECT_TRUE(batcher.Run(RequestInput(0, 4), absl::InfiniteFuture()).ok());
 }
 
 TEST(DynamicBatcherTest, TheOldestRequestWaitsAboutTheDelay) {
@@ -182,7 +189,7 @@ TEST(DynamicBatcherTest, TheOldestRequestWaitsAboutTheDelay) {
   const absl::Duration delay = absl::Milliseconds(150);
   DynamicBatcher batcher("'m' version 1", {8, delay}, inner);
   const absl::Time start = absl::Now();
-  ASSERT_TRUE(batcher.Run(RequestInput(0, 1)).ok());
+  ASSERT_TRUE(batcher.Run(RequestInput(0, 1), absl::InfiniteFuture()).ok());
   const absl::Duration took = absl::Now() - start;
   EXPECT_GE(took, delay - absl::Milliseconds(1));
   EXPECT_LT(took, delay + absl::Seconds(2));
@@ -198,6 +205,46 @@ TEST(DynamicBatcherTest, AFullBatchDoesNotWaitForTheDelay) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(inner->batch_rows(), std::vector<int64_t>{4});
+}
+
+// A request whose deadline passes while it waits behind a long batch leaves the queue with
+// DEADLINE_EXCEEDED at its deadline, and never runs; the batch it waited for is answered.
+TEST(DynamicBatcherTest, ARequestWhoseDeadlinePassesInTheQueueLeavesIt) {
+  auto inner = std::make_shared<CountingRunner>();
+  inner->run_time = absl::Seconds(2);
+  DynamicBatcher batcher("'m' version 1", {1, absl::Milliseconds(1)}, inner);
+  absl::StatusOr<HostTensor> first = absl::UnknownError("not run");
+  std::thread running([&] { first = batcher.Run(RequestInput(0, 1), absl::InfiniteFuture()); });
+  while (inner->batch_rows().empty()) absl::SleepFor(absl::Milliseconds(1));
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<HostTensor> late =
+      batcher.Run(RequestInput(1, 1), start + absl::Milliseconds(200));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_TRUE(StatusIs(late.status(), absl::StatusCode::kDeadlineExceeded,
+                       {"in the queue of model 'm' version 1"}))
+      << late.status();
+  EXPECT_LT(took, absl::Seconds(1)) << "it waited for the batch ahead of it";
+  running.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(inner->batch_rows(), std::vector<int64_t>{1});
+  EXPECT_EQ(batcher.QueuedRequests(), 0);
+}
+
+// A batch runs until the latest deadline of its requests; a request alone, until its own.
+TEST(DynamicBatcherTest, ABatchRunsUntilTheLatestDeadlineOfItsRequests) {
+  auto inner = std::make_shared<CountingRunner>();
+  DynamicBatcher batcher("'m' version 1", {2, absl::Seconds(60)}, inner);
+  const absl::Time soon = absl::Now() + absl::Seconds(30);
+  const absl::Time later = soon + absl::Seconds(30);
+  absl::StatusOr<HostTensor> a = absl::UnknownError("not run");
+  absl::StatusOr<HostTensor> b = absl::UnknownError("not run");
+  std::thread ta([&] { a = batcher.Run(RequestInput(0, 1), soon); });
+  std::thread tb([&] { b = batcher.Run(RequestInput(1, 1), later); });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(inner->deadlines(), std::vector<absl::Time>{later});
 }
 
 TEST(DynamicBatcherTest, WithoutBatchingEachRequestRunsAlone) {
@@ -236,7 +283,7 @@ TEST(DynamicBatcherTest, ARefusedRequestFailsAloneAndItsNeighboursAreAnswered) {
   EXPECT_EQ(inner->batch_rows(), (std::vector<int64_t>{4, 1, 1, 1, 1}));
   // The batcher goes on serving.
   inner->poison = -1e9f;
-  auto again = batcher.Run(RequestInput(7, 4));
+  auto again = batcher.Run(RequestInput(7, 4), absl::InfiniteFuture());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->BitEqual(RowFunction(RequestInput(7, 4))));
 }
@@ -273,7 +320,7 @@ TEST(DynamicBatcherTest, ShutdownRunsTheQueuedRequests) {
   std::vector<absl::StatusOr<HostTensor>> results = NotRun(3);
   std::vector<std::thread> threads;
   for (int k = 0; k < 3; ++k) {
-    threads.emplace_back([&, k] { results[k] = batcher->Run(inputs[k]); });
+    threads.emplace_back([&, k] { results[k] = batcher->Run(inputs[k], absl::InfiniteFuture()); });
   }
   while (batcher->QueuedRequests() < 3) absl::SleepFor(absl::Milliseconds(1));
   const absl::Time start = absl::Now();

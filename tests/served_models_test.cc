@@ -18,7 +18,9 @@ using ::tessera::testing::StatusIs;
 // Answers its input unchanged.
 class Identity final : public ModelRunner {
  public:
-  absl::StatusOr<HostTensor> Run(const HostTensor& input) override { return input.Clone(); }
+  absl::StatusOr<HostTensor> Run(const HostTensor& input, absl::Time) override {
+    return input.Clone();
+  }
 };
 
 ServedModel Model(std::string name, std::string version, int64_t max_batch_size = 0) {
@@ -114,7 +116,7 @@ TEST(ServedModelsTest, AModelWithBatchingIsServedThroughADynamicBatcher) {
   EXPECT_NE(dynamic_cast<const DynamicBatcher*>((*batched)->runner.get()), nullptr);
   // It answers as its runner does.
   HostTensor x = HostTensor::FromValues<float>(DType::kFloat32, {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
-  auto y = (*batched)->runner->Run(x);
+  auto y = (*batched)->runner->Run(x, absl::InfiniteFuture());
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_TRUE(y->BitEqual(x));
 }

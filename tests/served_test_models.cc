@@ -23,7 +23,7 @@ absl::Status CheckInput(const HostTensor& input, DType dtype, int rank, int64_t 
 // y = 2x + 1 on bfloat16, computed in float32.
 class TwicePlusOneBf16 final : public ModelRunner {
  public:
-  absl::StatusOr<HostTensor> Run(const HostTensor& input) override {
+  absl::StatusOr<HostTensor> Run(const HostTensor& input, absl::Time) override {
     RETURN_IF_ERROR(CheckInput(input, DType::kBFloat16, 2, 4));
     HostTensor y = input.Clone();
     uint16_t* v = y.data_as<uint16_t>();
@@ -37,7 +37,7 @@ class TwicePlusOneBf16 final : public ModelRunner {
 // y[i] = (ids[i] / 2, -ids[i]) for int64 ids.
 class Ids final : public ModelRunner {
  public:
-  absl::StatusOr<HostTensor> Run(const HostTensor& input) override {
+  absl::StatusOr<HostTensor> Run(const HostTensor& input, absl::Time) override {
     RETURN_IF_ERROR(CheckInput(input, DType::kInt64, 1, 0));
     const int64_t n = input.shape()[0];
     HostTensor y = HostTensor::ZerosOfValidShape(DType::kFloat32, {n, 2});
@@ -54,7 +54,7 @@ class Ids final : public ModelRunner {
 class Failing final : public ModelRunner {
  public:
   explicit Failing(absl::Status failure) : failure_(std::move(failure)) {}
-  absl::StatusOr<HostTensor> Run(const HostTensor&) override { return failure_; }
+  absl::StatusOr<HostTensor> Run(const HostTensor&, absl::Time) override { return failure_; }
 
  private:
   const absl::Status failure_;
@@ -62,7 +62,7 @@ class Failing final : public ModelRunner {
 
 }  // namespace
 
-absl::StatusOr<HostTensor> AffineRunner::Run(const HostTensor& input) {
+absl::StatusOr<HostTensor> AffineRunner::Run(const HostTensor& input, absl::Time) {
   RETURN_IF_ERROR(CheckInput(input, DType::kFloat32, 2, 3));
   runs_.fetch_add(1);
   rows_.fetch_add(input.shape()[0]);

@@ -22,7 +22,7 @@ inline constexpr float kAffineB[2] = {0.5f, -1.0f};
 class AffineRunner final : public ModelRunner {
  public:
   explicit AffineRunner(float scale) : scale_(scale) {}
-  absl::StatusOr<HostTensor> Run(const HostTensor& input) override;
+  absl::StatusOr<HostTensor> Run(const HostTensor& input, absl::Time) override;
   int64_t runs() const { return runs_.load(); }
   int64_t rows() const { return rows_.load(); }
 
