@@ -7,6 +7,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/names.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "security/direct_grants.h"
@@ -198,8 +199,8 @@ absl::StatusOr<v1::TensorInfo> DirectUploads::Commit(const v1::CommitUploadReque
     auto it = planned_.find(request.upload_id());
     // Another client's plan is as unknown as an expired one: its id says nothing.
     if (it == planned_.end() || it->second->owner != owner) {
-      return absl::NotFoundError(absl::StrCat("no planned upload '", request.upload_id(),
-                                              "' of this client (expired, committed or aborted)"));
+      return absl::NotFoundError(absl::StrCat("no planned upload ", QuotedName(request.upload_id()),
+                                              " of this client (expired, committed or aborted)"));
     }
     planned = std::move(it->second);
     planned_.erase(it);
@@ -237,7 +238,12 @@ absl::StatusOr<v1::TensorInfo> DirectUploads::Commit(const v1::CommitUploadReque
 
 void DirectUploads::ExpireDue(absl::Time now) {
   std::vector<std::pair<std::string, std::unique_ptr<Planned>>> overdue;
-  std::vector<std::pair<std::string, std::vector<std::pair<WorkerHandle, int64_t>>>> expired;
+  struct Round {
+    std::string id;
+    std::vector<std::pair<WorkerHandle, int64_t>> blocks;
+    bool first;
+  };
+  std::vector<Round> rounds;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = planned_.begin(); it != planned_.end();) {
@@ -250,8 +256,13 @@ void DirectUploads::ExpireDue(absl::Time now) {
           WorkerHandle worker = b.lease.worker();
           blocks.emplace_back(std::move(worker), b.lease.TakeForRelease());
         }
+        p.asking = true;
         releasing_ += static_cast<int>(blocks.size());
-        expired.emplace_back(it->first, std::move(blocks));
+        rounds.push_back({it->first, std::move(blocks), true});
+      } else if (p.released && !p.asking && !p.watched.empty() && now >= p.recheck_at) {
+        p.asking = true;
+        releasing_ += static_cast<int>(p.watched.size());
+        rounds.push_back({it->first, p.watched, false});
       }
       if (now >= p.commit_by) {
         overdue.emplace_back(it->first, std::move(it->second));
@@ -261,16 +272,14 @@ void DirectUploads::ExpireDue(absl::Time now) {
       }
     }
   }
-  std::vector<std::string> unstarted;
+  std::vector<std::pair<std::string, std::string>> failed;
   {
     absl::MutexLock lock(&mu_);
-    unstarted.swap(unstarted_);
+    failed.swap(failed_);
   }
   // Releasing and freeing post calls and commands, which may wait for room: not under the lock.
-  for (const std::string& id : unstarted) {
-    DropPlanned(id, "an upload of it had not started when its grants expired");
-  }
-  for (auto& [id, blocks] : expired) ReleaseExpired(id, std::move(blocks));
+  for (const auto& [id, why] : failed) DropPlanned(id, why);
+  for (Round& r : rounds) ReleaseExpired(r.id, std::move(r.blocks), r.first);
   for (auto& [id, p] : overdue) {
     spdlog::warn(
         "direct upload {} of tensor '{}' by client '{}' was not committed in time; "
@@ -281,24 +290,70 @@ void DirectUploads::ExpireDue(absl::Time now) {
 }
 
 void DirectUploads::ReleaseExpired(const std::string& id,
-                                   std::vector<std::pair<WorkerHandle, int64_t>> blocks) {
+                                   std::vector<std::pair<WorkerHandle, int64_t>> blocks,
+                                   bool first) {
   struct Outcome {
-    std::atomic<size_t> remaining;
-    std::atomic<bool> all_held{true};
+    absl::Mutex mu;
+    size_t remaining ABSL_GUARDED_BY(mu);
+    std::vector<std::pair<WorkerHandle, int64_t>> held ABSL_GUARDED_BY(mu);
+    std::string failure ABSL_GUARDED_BY(mu);  // why the plan is dropped; empty to keep it
   };
   auto outcome = std::make_shared<Outcome>();
-  outcome->remaining = blocks.size();
+  {
+    absl::MutexLock lock(&outcome->mu);
+    outcome->remaining = blocks.size();
+  }
+  if (blocks.empty()) {
+    absl::MutexLock lock(&mu_);
+    if (auto it = planned_.find(id); it != planned_.end()) it->second->asking = false;
+    return;
+  }
   for (auto& [worker, sequence] : blocks) {
-    tensors_->dispatcher().Release(worker, {sequence},
-                                   [this, id, outcome](absl::Status s, std::vector<int64_t> held) {
-                                     if (!s.ok() || held.empty()) outcome->all_held = false;
-                                     absl::MutexLock lock(&mu_);
-                                     --releasing_;
-                                     // Dropped by the expirer: freeing posts commands, which must
-                                     // not wait on this thread.
-                                     if (outcome->remaining.fetch_sub(1) == 1 && !outcome->all_held)
-                                       unstarted_.push_back(id);
-                                   });
+    tensors_->dispatcher().Release(
+        worker, {sequence},
+        [this, id, first, outcome, worker = worker, sequence = sequence](
+            absl::Status s, const v1::ReleaseReply& reply) {
+          std::string failure;
+          bool held = false;
+          if (!reply.failed().empty()) {
+            failure = absl::StrCat("its upload to worker ", worker.id, " (sequence ", sequence,
+                                   ") failed after it started");
+          } else if (absl::IsFailedPrecondition(s)) {
+            failure = absl::StrCat("worker ", worker.id, " restarted during its upload");
+          } else if (first && !s.ok()) {
+            failure = absl::StrCat("worker ", worker.id,
+                                   " could not be asked about its upload: ", s.message());
+          } else if (first && reply.held().empty()) {
+            failure = "an upload of it had not started when its grants expired";
+          } else {
+            held = true;  // held, stored and forgotten, or a worker briefly unreachable
+          }
+          bool last = false;
+          std::vector<std::pair<WorkerHandle, int64_t>> watched;
+          {
+            absl::MutexLock lock(&outcome->mu);
+            if (held) outcome->held.emplace_back(worker, sequence);
+            if (!failure.empty() && outcome->failure.empty()) outcome->failure = failure;
+            last = --outcome->remaining == 0;
+            if (last) {
+              failure = outcome->failure;
+              watched = std::move(outcome->held);
+            }
+          }
+          absl::MutexLock lock(&mu_);
+          --releasing_;
+          if (!last) return;
+          // Dropped by the expirer: freeing posts commands, which must not wait on this thread.
+          if (!failure.empty()) {
+            failed_.emplace_back(id, std::move(failure));
+            return;
+          }
+          if (auto it = planned_.find(id); it != planned_.end()) {
+            it->second->watched = std::move(watched);
+            it->second->recheck_at = absl::Now() + grant_lifetime_;
+            it->second->asking = false;
+          }
+        });
   }
 }
 

@@ -30,7 +30,10 @@ namespace tessera {
 // worker admitted by its grant holds it (that upload waits for its turn, however long commands
 // before it run): a client that vanishes stalls no worker for longer than that, and a plan one of
 // whose uploads never started is dropped then, so that the bytes it held against the workers'
-// budgets are free again. A client has at most kMaxPlansPerClient plans at once. Thread-safe.
+// budgets are free again. The workers are asked again every grant lifetime until the commit, and a
+// plan one of whose uploads failed after it started (a client that stalls half-way is cut by its
+// worker's idle timeout) is dropped then. A client has at most kMaxPlansPerClient plans at once.
+// Thread-safe.
 class DirectUploads {
  public:
   // Grants expire `grant_lifetime` after the plan: the client must open every upload by then.
@@ -84,13 +87,19 @@ class DirectUploads {
     std::vector<Block> blocks;
     absl::Time release_at;  // grants expired: unused sequences go back to the workers
     bool released = false;  // its sequences were released at release_at
+    // The blocks whose admitted uploads hold their sequences, asked about again at recheck_at.
+    std::vector<std::pair<WorkerHandle, int64_t>> watched;
+    absl::Time recheck_at;
+    bool asking = false;  // a round of release calls is out
     absl::Time commit_by;
   };
   // Releases every lease still held (the workers ignore numbers they used) and the tensor.
   void Drop(Planned& planned);
-  // Releases the sequences of plan `id` (its grants expired), then drops the plan unless its
-  // workers held every one for an admitted upload.
-  void ReleaseExpired(const std::string& id, std::vector<std::pair<WorkerHandle, int64_t>> blocks);
+  // Releases the sequences of plan `id` (its grants expired; `first`) or asks about them again,
+  // then drops the plan if an upload of it failed, or (first) had not started; otherwise watches
+  // the blocks the workers hold.
+  void ReleaseExpired(const std::string& id, std::vector<std::pair<WorkerHandle, int64_t>> blocks,
+                      bool first);
   // Drops plan `id`, if it is still planned, for `why`.
   void DropPlanned(const std::string& id, const std::string& why);
 
@@ -100,8 +109,9 @@ class DirectUploads {
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Planned>> planned_ ABSL_GUARDED_BY(mu_);
   int releasing_ ABSL_GUARDED_BY(mu_) = 0;  // release calls not yet answered
-  // Plans an upload of which had not started when their grants expired, to drop.
-  std::vector<std::string> unstarted_ ABSL_GUARDED_BY(mu_);
+  // Plans to drop, and why: an upload of theirs had not started when their grants expired, or
+  // failed.
+  std::vector<std::pair<std::string, std::string>> failed_ ABSL_GUARDED_BY(mu_);
   absl::Notification stopping_;
   std::thread expirer_;
 };

@@ -249,7 +249,7 @@ std::vector<SequenceLease> Dispatcher::Reserve(const std::vector<WorkerHandle>& 
 void Dispatcher::Release(const WorkerHandle& worker, std::vector<int64_t> sequences,
                          Released done) {
   if (sequences.empty() || worker.stub == nullptr) {
-    if (done) done(absl::OkStatus(), {});
+    if (done) done(absl::OkStatus(), v1::ReleaseReply());
     return;
   }
   struct Call {
@@ -266,10 +266,7 @@ void Dispatcher::Release(const WorkerHandle& worker, std::vector<int64_t> sequen
   worker.stub->async()->Release(
       &call->context, &call->request, &call->reply,
       [call, id = worker.id, address = worker.address, done = std::move(done)](grpc::Status s) {
-        if (done) {
-          done(FromGrpcStatus(s),
-               std::vector<int64_t>(call->reply.held().begin(), call->reply.held().end()));
-        }
+        if (done) done(FromGrpcStatus(s), call->reply);
         // A stale incarnation has no use for the numbers; any other failure leaves a gap.
         if (s.ok() || s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) return;
         spdlog::error("{} (releasing command sequences {}; its later commands wait for them)",

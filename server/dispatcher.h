@@ -28,7 +28,7 @@ class WorkerStream;
 // batch is answered. A stream that ends fails its batch in flight as a failed call would (never
 // sent again: its unanswered sequences are released) and the next batch opens a new one.
 // Thread-safe.
-class Dispatcher {
+class Dispatcher final : public SequenceReleaser {
  public:
   Dispatcher(WorkerRegistry* registry, std::string secret);
   ~Dispatcher();
@@ -93,9 +93,14 @@ class Dispatcher {
   // Tells `worker` that `sequences`, reserved on it, will not be used (asynchronously, waiting for
   // the worker to be reachable up to kReleaseTimeout; a release that fails is logged, and the
   // worker's order then stalls until it counts itself broken). `done`, if given, runs with the
-  // call's outcome and the numbers the worker kept because admitted direct uploads hold them.
-  using Released = std::function<void(absl::Status, std::vector<int64_t> held)>;
+  // call's outcome and the worker's reply: the numbers it kept because admitted direct uploads
+  // hold them, and those whose admitted uploads failed.
+  using Released = std::function<void(absl::Status, const v1::ReleaseReply& reply)>;
   void Release(const WorkerHandle& worker, std::vector<int64_t> sequences, Released done = nullptr);
+  // Release of one number, for a SequenceLease that ends unused.
+  void ReleaseUnused(const WorkerHandle& worker, int64_t sequence) override {
+    Release(worker, {sequence});
+  }
   static constexpr absl::Duration kReleaseTimeout = absl::Seconds(30);
 
   // Called with every worker's reply that reports a broken communicator, as it arrives (before

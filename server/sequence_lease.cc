@@ -2,19 +2,17 @@
 
 #include <utility>
 
-#include "server/dispatcher.h"
-
 namespace tessera {
 
-SequenceLease::SequenceLease(Dispatcher* dispatcher, WorkerHandle worker, int64_t sequence)
-    : dispatcher_(sequence > 0 ? dispatcher : nullptr),
+SequenceLease::SequenceLease(SequenceReleaser* releaser, WorkerHandle worker, int64_t sequence)
+    : releaser_(sequence > 0 ? releaser : nullptr),
       worker_(std::move(worker)),
       sequence_(sequence) {}
 
 SequenceLease& SequenceLease::operator=(SequenceLease&& other) noexcept {
   if (this != &other) {
     Release();
-    dispatcher_ = std::exchange(other.dispatcher_, nullptr);
+    releaser_ = std::exchange(other.releaser_, nullptr);
     worker_ = std::move(other.worker_);
     sequence_ = other.sequence_;
   }
@@ -22,12 +20,12 @@ SequenceLease& SequenceLease::operator=(SequenceLease&& other) noexcept {
 }
 
 void SequenceLease::Release() {
-  if (dispatcher_ == nullptr) return;
-  std::exchange(dispatcher_, nullptr)->Release(worker_, {sequence_});
+  if (releaser_ == nullptr) return;
+  std::exchange(releaser_, nullptr)->ReleaseUnused(worker_, sequence_);
 }
 
 int64_t SequenceLease::TakeForRelease() {
-  dispatcher_ = nullptr;
+  releaser_ = nullptr;
   return sequence_;
 }
 

@@ -7,7 +7,14 @@
 
 namespace tessera {
 
-class Dispatcher;
+// Where a lease gives back a number it did not use (the Dispatcher, which tells the worker).
+class SequenceReleaser {
+ public:
+  virtual void ReleaseUnused(const WorkerHandle& worker, int64_t sequence) = 0;
+
+ protected:
+  ~SequenceReleaser() = default;
+};
 
 // A command sequence reserved on one worker for one command or stream (Dispatcher::Reserve). The
 // worker runs its commands strictly in sequence order and never skips a number, so every reserved
@@ -19,7 +26,7 @@ class SequenceLease {
  public:
   SequenceLease() = default;
   // A lease of `sequence` on `worker`; a negative sequence (a stale handle) is never sent.
-  SequenceLease(Dispatcher* dispatcher, WorkerHandle worker, int64_t sequence);
+  SequenceLease(SequenceReleaser* releaser, WorkerHandle worker, int64_t sequence);
   SequenceLease(SequenceLease&& other) noexcept { *this = std::move(other); }
   SequenceLease& operator=(SequenceLease&& other) noexcept;
   SequenceLease(const SequenceLease&) = delete;
@@ -29,10 +36,10 @@ class SequenceLease {
   int64_t sequence() const { return sequence_; }
   const WorkerHandle& worker() const { return worker_; }
   // True until it is used or released.
-  bool held() const { return dispatcher_ != nullptr; }
+  bool held() const { return releaser_ != nullptr; }
 
   // The worker has answered the command or stream: the number is spent.
-  void MarkUsed() { dispatcher_ = nullptr; }
+  void MarkUsed() { releaser_ = nullptr; }
   // Tells the worker now that the number will not be used (no-op unless held).
   void Release();
   // Ends the lease without a word to the worker, for a caller that releases the number itself
@@ -40,7 +47,7 @@ class SequenceLease {
   int64_t TakeForRelease();
 
  private:
-  Dispatcher* dispatcher_ = nullptr;  // null once used or released
+  SequenceReleaser* releaser_ = nullptr;  // null once used or released
   WorkerHandle worker_;
   int64_t sequence_ = -1;
 };

@@ -51,6 +51,9 @@ constexpr absl::Duration kStallAtMost = absl::Seconds(10);
 // The coordinator's --direct_grant_lifetime: a direct upload's plan gives its bytes back soon
 // after.
 constexpr absl::Duration kGrantLifetime = absl::Seconds(2);
+// The coordinator releases a plan's sequences this long after its grants expire
+// (DirectUploads::kReleaseMargin).
+constexpr absl::Duration kReleaseMargin = absl::Seconds(2);
 // A module whose one Linear weight is 12 MiB, Replicate on every worker.
 constexpr char kBigLinear[] =
     R"js({"type": "Module", "input": {"dtype": "float32", "shape": [-1, 3072]},
@@ -264,6 +267,74 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<std::tuple<Stalled, FollowUp>>& info) {
       return StalledName(std::get<0>(info.param)) + "_" + FollowUpName(std::get<1>(info.param));
     });
+
+// A direct upload that sends steadily past its grants' expiry (so its worker says it is held),
+// then stalls: its worker cuts it, the coordinator learns so when it asks again (every grant
+// lifetime) and drops the plan, and the bytes the plan held are free long before its commit
+// deadline (the default 10 minutes).
+class StalledAfterGrantTest : public StalledStreamTest {};
+
+TEST_F(StalledAfterGrantTest, ADirectUploadThatStallsAfterItsGrantsExpiredGivesItsBytesBack) {
+  grpc::ClientContext plan_context;
+  plan_context.AddMetadata("tessera-client", S().client_id());
+  v1::PlanUploadRequest request;
+  v1::DistributeHeader* h = request.mutable_header();
+  h->set_name("stalled_late");
+  h->set_mesh("line");
+  *h->mutable_placements() = ToProto(std::vector<Placement>{Placement::Replicate()});
+  h->set_dtype(v1::FLOAT32);
+  *h->mutable_shape() = ToProto(kStalledShape);
+  v1::UploadPlan plan;
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(
+      v1::DTensorService::NewStub(*channel_)->PlanUpload(&plan_context, request, &plan).ok());
+  const v1::UploadRoute& route = plan.routes(0);
+  auto worker =
+      v1::Worker::NewStub(grpc::CreateChannel(route.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext upload_context;
+  upload_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  upload_context.AddMetadata(kGrantMetadataKey, route.grant().SerializeAsString());
+  v1::UploadReply reply;
+  auto writer = worker->Upload(&upload_context, &reply);
+  v1::TensorChunk chunk;
+  chunk.set_tensor(route.grant().tensor());
+  chunk.set_dtype(route.grant().dtype());
+  *chunk.mutable_shape() = route.grant().shape();
+  chunk.set_sequence(route.grant().sequence());
+  chunk.set_incarnation(route.grant().incarnation());
+  // 64 KiB every 300 ms (under the 1 s idle limit) until well past the grants' release.
+  const absl::Time steady_until = start + kGrantLifetime + kReleaseMargin + absl::Seconds(1);
+  while (absl::Now() < steady_until) {
+    chunk.set_data(std::string(64 << 10, '\1'));
+    ASSERT_TRUE(writer->Write(chunk));
+    chunk.clear_tensor();
+    chunk.clear_shape();
+    absl::SleepFor(absl::Milliseconds(300));
+  }
+  // Now it stalls, the stream left open: the plan's 12 MiB per worker come back within the idle
+  // limit and two grant lifetimes.
+  absl::StatusOr<DTensor> big = client::Zeros(S(), *line_, {2 << 20}, {Placement::Replicate()});
+  EXPECT_FALSE(big.ok()) << "the plan held no bytes while its upload ran";
+  const absl::Time freed_by = absl::Now() + kIdleTimeout + 2 * kGrantLifetime + absl::Seconds(4);
+  while (!big.ok() && absl::Now() < freed_by) {
+    absl::SleepFor(absl::Milliseconds(200));
+    big = client::Zeros(S(), *line_, {2 << 20}, {Placement::Replicate()});
+  }
+  ASSERT_TRUE(big.ok()) << big.status() << cluster_->LogHint();
+  EXPECT_TRUE(big->Free().ok());
+  writer->WritesDone();
+  EXPECT_TRUE(testing::StatusIs(FromGrpcStatus(writer->Finish()),
+                                absl::StatusCode::kDeadlineExceeded, {"sent nothing for 1s"}));
+  // Its commit finds nothing.
+  grpc::ClientContext commit_context;
+  commit_context.AddMetadata("tessera-client", S().client_id());
+  v1::CommitUploadRequest commit;
+  commit.set_upload_id(plan.upload_id());
+  v1::TensorInfo info;
+  EXPECT_TRUE(testing::StatusIs(FromGrpcStatus(v1::DTensorService::NewStub(*channel_)->CommitUpload(
+                                    &commit_context, commit, &info)),
+                                absl::StatusCode::kNotFound));
+}
 
 }  // namespace
 }  // namespace tessera

@@ -105,6 +105,8 @@ void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
     // (kept, a grant of the new one for the same number would be refused as a replay).
     absl::MutexLock grants(&grant_mu_);
     granted_.clear();
+    failed_grants_.clear();
+    failed_order_.clear();
   }
   rendezvous_ = std::move(rendezvous);
   executor_ = std::make_unique<CommandExecutor>(
@@ -198,8 +200,12 @@ grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
     }
     // Numbers behind the head of the order were used or released: a grant for one is a replay.
     const int64_t head = sequencer_.next();
-    granted_.erase(granted_.begin(), granted_.lower_bound(head));
-    if (refused.ok() && (grant.sequence() < head || granted_.contains(grant.sequence()))) {
+    // Those behind the head are kept (a Release asking about a stored upload's number says it is
+    // held), the latest kGrantsKept of them.
+    while (granted_.size() > kGrantsKept && *granted_.begin() < head)
+      granted_.erase(granted_.begin());
+    if (refused.ok() && (grant.sequence() < head || granted_.contains(grant.sequence()) ||
+                         failed_grants_.contains(grant.sequence()))) {
       refused = absl::PermissionDeniedError(absl::StrCat(
           "the grant for sequence ", grant.sequence(), " was already used or released"));
     }
@@ -209,6 +215,15 @@ grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
   return ToGrpcStatus(grant_failures_.Refuse(
       AuthFailures::PeerHost(context.peer()),
       absl::StrCat("tessera.v1.Worker/", read ? "Download" : "Upload"), std::move(refused)));
+}
+
+void WorkerService::GrantFailed(int64_t sequence) {
+  granted_.erase(sequence);
+  if (failed_grants_.insert(sequence).second) failed_order_.push_back(sequence);
+  if (failed_order_.size() > kFailedGrantsKept) {
+    failed_grants_.erase(failed_order_.front());
+    failed_order_.pop_front();
+  }
 }
 
 grpc::Status WorkerService::AwaitTurn(int64_t sequence, absl::Time deadline) {
@@ -354,13 +369,18 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
   }
   const int64_t sequence = chunk.sequence();
   if (grpc::Status s = AwaitTurn(sequence, absl::FromChrono(context->deadline())); !s.ok()) {
+    if (grant.has_value()) {
+      // Its turn never came: the number is not used, and Release frees it.
+      absl::MutexLock lock(&grant_mu_);
+      GrantFailed(sequence);
+    }
     return s;
   }
   auto finish = [&](absl::Status s) {
     if (!s.ok() && grant.has_value()) {
       // A granted upload that failed holds its sequence no more (Release then says so).
       absl::MutexLock lock(&grant_mu_);
-      granted_.erase(sequence);
+      GrantFailed(sequence);
     }
     sequencer_.Done(sequence);
     return cut(std::move(s));
@@ -418,6 +438,10 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
   }
   if (grpc::Status s = AwaitTurn(request->sequence(), absl::FromChrono(context->deadline()));
       !s.ok()) {
+    if (request->has_grant()) {
+      absl::MutexLock lock(&grant_mu_);
+      GrantFailed(request->sequence());  // Release frees the number that was never used
+    }
     return s;
   }
   absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> tensor =
@@ -456,6 +480,9 @@ grpc::Status WorkerService::Release(grpc::ServerContext* context, const v1::Rele
   for (int64_t sequence : request->sequences()) {
     if (granted_.contains(sequence)) {
       reply->add_held(sequence);
+    } else if (failed_grants_.contains(sequence)) {
+      reply->add_failed(sequence);
+      sequencer_.Release(sequence);  // ignored when the failed upload had its turn
     } else {
       sequencer_.Release(sequence);
     }

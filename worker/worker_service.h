@@ -2,6 +2,7 @@
 #define TESSERA_WORKER_WORKER_SERVICE_H_
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <set>
@@ -145,9 +146,19 @@ class WorkerService final : public v1::Worker::Service {
   IdleStreams unwatched_{absl::ZeroDuration()};  // the coordinator's: it cuts its clients
   mutable absl::Mutex grant_mu_;
   std::string grant_key_ ABSL_GUARDED_BY(grant_mu_);
-  // Sequences of granted uploads admitted and not yet behind the sequencer's head (a replayed
-  // grant is refused even while its first use waits or runs).
+  // Sequences of granted calls admitted and not failed: running, waiting for their turn, or done
+  // (a replayed grant is refused even while its first use waits or runs). Of those done, behind
+  // the sequencer's head, the latest kGrantsKept are kept.
+  static constexpr size_t kGrantsKept = 4096;
   std::set<int64_t> granted_ ABSL_GUARDED_BY(grant_mu_);
+  // Sequences of granted calls that were admitted and failed, the latest kFailedGrantsKept, so
+  // that a Release asking about one says so (the coordinator then drops its plan) and frees a
+  // number that was never used.
+  static constexpr size_t kFailedGrantsKept = 4096;
+  // Moves `sequence`, admitted by a grant, from granted_ to the failed ones.
+  void GrantFailed(int64_t sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(grant_mu_);
+  std::set<int64_t> failed_grants_ ABSL_GUARDED_BY(grant_mu_);
+  std::deque<int64_t> failed_order_ ABSL_GUARDED_BY(grant_mu_);  // oldest first
   mutable absl::Mutex mu_;
   // Read without mu_ so that queued commands are admitted while another one runs.
   IncarnationGate incarnation_;
