@@ -95,8 +95,9 @@ absl::StatusOr<int> DeviceMesh::DimIndex(absl::string_view name) const {
   for (int i = 0; i < ndim(); ++i) {
     if (!dim_names_.empty() && dim_names_[i] == name) return i;
   }
-  return absl::NotFoundError(absl::StrCat("mesh has no dim named '", name, "'; its dims are (",
-                                          absl::StrJoin(dim_names_, ", "), ")"));
+  return absl::NotFoundError(absl::StrCat("mesh has no dim named ", QuotedName(name),
+                                          "; its dims are (", absl::StrJoin(dim_names_, ", "),
+                                          ")"));
 }
 
 bool DeviceMesh::Contains(int64_t rank) const {

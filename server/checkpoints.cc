@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/checkpoint.h"
+#include "core/names.h"
 #include "core/redistribute_planner.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
@@ -173,8 +174,8 @@ absl::Status Checkpoints::Load(const v1::LoadTensorRequest& request, const std::
                ? absl::InvalidArgumentError(absl::StrCat("checkpoint ", request.path(), " holds ",
                                                          index.parsed.tensors.size(),
                                                          " tensors: name the one to load"))
-               : absl::NotFoundError(absl::StrCat("checkpoint ", request.path(), " has no tensor '",
-                                                  request.tensor(), "'"));
+               : absl::NotFoundError(absl::StrCat("checkpoint ", QuotedName(request.path(), 200),
+                                                  " has no tensor ", QuotedName(request.tensor())));
   }
   ASSIGN_OR_RETURN(DTensorSpec spec, MakeDTensorSpec(mesh->mesh, std::move(placements),
                                                      tensor->shape, tensor->dtype));

@@ -5,6 +5,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/names.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "security/direct_grants.h"
@@ -115,8 +116,8 @@ absl::Status DirectDownloads::Release(const std::string& download_id, const std:
     auto it = planned_.find(download_id);
     // Another client's plan is as unknown as an expired one: its id says nothing.
     if (it == planned_.end() || it->second.owner != owner) {
-      return absl::NotFoundError(
-          absl::StrCat("no planned download '", download_id, "' of this client (expired?)"));
+      return absl::NotFoundError(absl::StrCat("no planned download ", QuotedName(download_id),
+                                              " of this client (expired?)"));
     }
     planned = std::move(it->second);
     planned_.erase(it);

@@ -93,7 +93,7 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Find(const std::stri
       return absl::UnavailableError(absl::StrCat(
           "tensor '", name, "' is being recovered after a coordinator restart; try again shortly"));
     }
-    return absl::NotFoundError(absl::StrCat("no tensor named '", name, "'"));
+    return absl::NotFoundError(absl::StrCat("no tensor named ", QuotedName(name)));
   }
   return it->second;
 }

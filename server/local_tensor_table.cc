@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/names.h"
 
 namespace tessera {
 namespace {
@@ -41,7 +42,7 @@ absl::StatusOr<RankLayouts> LocalTensorTable::OnEveryRank(const std::string& nam
   auto it = tensors_.find(name);
   if (it == tensors_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("mesh '", mesh_name_, "' has no tensor '", name, "'", cause));
+        absl::StrCat("mesh '", mesh_name_, "' has no tensor ", QuotedName(name), cause));
   }
   // Every rank takes part: one without the input would leave its peers in the collective until
   // the timeout, which breaks the mesh's communicators for good.
@@ -177,7 +178,8 @@ std::optional<LocalLayout> LocalTensorTable::LayoutOn(const std::string& name, i
 absl::Status LocalTensorTable::Erase(const std::string& name) {
   absl::MutexLock lock(&mu_);
   if (tensors_.erase(name) == 0) {
-    return absl::NotFoundError(absl::StrCat("mesh '", mesh_name_, "' has no tensor '", name, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("mesh '", mesh_name_, "' has no tensor ", QuotedName(name)));
   }
   last_writer_.erase(name);
   failed_writes_.erase(name);

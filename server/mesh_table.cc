@@ -1,6 +1,7 @@
 #include "server/mesh_table.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/names.h"
 
 namespace tessera {
 
@@ -29,7 +30,7 @@ absl::Status MeshTable::Missing(const std::string& name) const {
     return absl::UnavailableError(absl::StrCat(
         "mesh '", name, "' is being recovered after a coordinator restart; try again shortly"));
   }
-  return absl::NotFoundError(absl::StrCat("no mesh named '", name, "'"));
+  return absl::NotFoundError(absl::StrCat("no mesh named ", QuotedName(name)));
 }
 
 absl::Status MeshTable::Add(const std::shared_ptr<Mesh>& mesh) {

@@ -135,7 +135,7 @@ absl::StatusOr<std::shared_ptr<ModuleEntry>> ModuleTable::Find(const std::string
       return absl::UnavailableError(absl::StrCat(
           "module '", name, "' is being recovered after a coordinator restart; try again shortly"));
     }
-    return absl::NotFoundError(absl::StrCat("no module named '", name, "'"));
+    return absl::NotFoundError(absl::StrCat("no module named ", QuotedName(name)));
   }
   if (auto lost = lost_.find(name); lost != lost_.end()) return lost->second;
   return it->second;
@@ -145,7 +145,7 @@ absl::StatusOr<std::shared_ptr<ModuleEntry>> ModuleTable::Take(const std::string
   absl::MutexLock lock(&mu_);
   auto it = modules_.find(name);
   if (it == modules_.end()) {
-    return absl::NotFoundError(absl::StrCat("no module named '", name, "'"));
+    return absl::NotFoundError(absl::StrCat("no module named ", QuotedName(name)));
   }
   std::shared_ptr<ModuleEntry> module = std::move(it->second);
   modules_.erase(it);

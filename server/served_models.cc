@@ -20,6 +20,11 @@ bool IsNumber(const std::string& s) {
          std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(c); });
 }
 
+// A requested version in a message: as it is when it is a short number, quoted otherwise.
+std::string VersionText(const std::string& version) {
+  return IsNumber(version) && version.size() <= 20 ? version : QuotedName(version);
+}
+
 // Version order: versions that are not numbers in string order, then numbers numerically (of any
 // length; "01" just before "1"), so the highest version is the highest number when there is one.
 bool VersionLess(const std::string& a, const std::string& b) {
@@ -86,9 +91,10 @@ absl::Status ServedModels::Unpublish(const std::string& name, const std::string&
     if (gone(m)) removed.push_back(m);
   }
   if (removed.empty()) {
-    return version.empty() ? absl::NotFoundError(absl::StrCat("no model '", name, "' is published"))
-                           : absl::NotFoundError(absl::StrCat("model '", name, "' version ",
-                                                              version, " is not published"));
+    return version.empty()
+               ? absl::NotFoundError(absl::StrCat("no model ", QuotedName(name), " is published"))
+               : absl::NotFoundError(absl::StrCat("model ", QuotedName(name), " version ",
+                                                  VersionText(version), " is not published"));
   }
   models_.erase(std::remove_if(models_.begin(), models_.end(), gone), models_.end());
   return absl::OkStatus();
@@ -104,9 +110,10 @@ absl::StatusOr<std::shared_ptr<const ServedModel>> ServedModels::Find(
     versions.push_back(m->version);
     if (version.empty() || m->version == version) found = m;  // the last is the highest
   }
-  if (versions.empty()) return absl::NotFoundError(absl::StrCat("no model '", name, "'"));
+  if (versions.empty()) return absl::NotFoundError(absl::StrCat("no model ", QuotedName(name)));
   if (found == nullptr) {
-    return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version,
+    return absl::NotFoundError(absl::StrCat("model ", QuotedName(name), " has no version ",
+                                            VersionText(version),
                                             " (versions: ", absl::StrJoin(versions, ", "), ")"));
   }
   return found;
