@@ -39,20 +39,6 @@ StreamLimits::StreamLimits(std::string service, int max_streams, int max_per_pee
   RefusedCounter();
 }
 
-StreamLimits::Ticket& StreamLimits::Ticket::operator=(Ticket&& other) noexcept {
-  if (this != &other) {
-    if (owner_ != nullptr) owner_->Leave(peer_);
-    owner_ = other.owner_;
-    peer_ = std::move(other.peer_);
-    other.owner_ = nullptr;
-  }
-  return *this;
-}
-
-StreamLimits::Ticket::~Ticket() {
-  if (owner_ != nullptr) owner_->Leave(peer_);
-}
-
 std::string StreamLimits::PeerLabel(const std::string& peer) {
   if (labeled_.contains(peer)) return peer;
   if (labeled_.size() >= kMaxLabeledPeers) return "other";
@@ -84,7 +70,7 @@ absl::StatusOr<StreamLimits::Ticket> StreamLimits::Admit(const std::string& peer
   ++mine;
   ++total_;
   OpenGauge().With({service_}).Set(total_);
-  return Ticket(this, peer);
+  return Ticket([this, peer] { Leave(peer); });
 }
 
 void StreamLimits::Leave(const std::string& peer) {

@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/hold.h"
 #include "grpcpp/server_context.h"
 
 namespace tessera {
@@ -29,21 +30,7 @@ class StreamLimits {
   StreamLimits& operator=(const StreamLimits&) = delete;
 
   // One admitted stream; gives its place back when it goes.
-  class Ticket {
-   public:
-    Ticket() = default;
-    Ticket(Ticket&& other) noexcept { *this = std::move(other); }
-    Ticket& operator=(Ticket&& other) noexcept;
-    Ticket(const Ticket&) = delete;
-    Ticket& operator=(const Ticket&) = delete;
-    ~Ticket();
-
-   private:
-    friend class StreamLimits;
-    Ticket(StreamLimits* owner, std::string peer) : owner_(owner), peer_(std::move(peer)) {}
-    StreamLimits* owner_ = nullptr;
-    std::string peer_;
-  };
+  using Ticket = Hold;
 
   // A place for one more stream `what` of `peer`; RESOURCE_EXHAUSTED naming the peer, its count
   // and the limit when the peer or the daemon has no room.

@@ -19,7 +19,6 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "metrics/grpc_metrics.h"
 #include "security/client_tokens.h"
 #include "security/stream_limits.h"
 #include "server/collective_service.h"

@@ -59,20 +59,6 @@ void RequestBytes::TrimLoop() {
   }
 }
 
-RequestBytes::Ticket& RequestBytes::Ticket::operator=(Ticket&& other) noexcept {
-  if (this != &other) {
-    if (owner_ != nullptr) owner_->Leave(bytes_);
-    owner_ = other.owner_;
-    bytes_ = other.bytes_;
-    other.owner_ = nullptr;
-  }
-  return *this;
-}
-
-RequestBytes::Ticket::~Ticket() {
-  if (owner_ != nullptr) owner_->Leave(bytes_);
-}
-
 absl::StatusOr<RequestBytes::Ticket> RequestBytes::Admit(int64_t bytes, const std::string& what) {
   absl::MutexLock lock(&mu_);
   if (bytes > max_bytes_ - in_flight_) {
@@ -85,7 +71,7 @@ absl::StatusOr<RequestBytes::Ticket> RequestBytes::Admit(int64_t bytes, const st
   in_flight_ += bytes;
   peak_ = std::max(peak_, in_flight_);
   InFlightGauge().With({service_}).Set(static_cast<double>(in_flight_));
-  return Ticket(this, bytes);
+  return Ticket([this, bytes] { Leave(bytes); });
 }
 
 void RequestBytes::Leave(int64_t bytes) {

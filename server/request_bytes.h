@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/hold.h"
 
 namespace tessera {
 
@@ -26,21 +27,7 @@ class RequestBytes {
   RequestBytes& operator=(const RequestBytes&) = delete;
 
   // One admitted request's bytes; given back when it goes.
-  class Ticket {
-   public:
-    Ticket() = default;
-    Ticket(Ticket&& other) noexcept { *this = std::move(other); }
-    Ticket& operator=(Ticket&& other) noexcept;
-    Ticket(const Ticket&) = delete;
-    Ticket& operator=(const Ticket&) = delete;
-    ~Ticket();
-
-   private:
-    friend class RequestBytes;
-    Ticket(RequestBytes* owner, int64_t bytes) : owner_(owner), bytes_(bytes) {}
-    RequestBytes* owner_ = nullptr;
-    int64_t bytes_ = 0;
-  };
+  using Ticket = Hold;
 
   // Room for a request of `bytes`; RESOURCE_EXHAUSTED naming the bytes in flight and the bound when
   // there is none (a request larger than the bound alone is refused too).

@@ -26,7 +26,6 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas_config.h"
-#include "metrics/grpc_metrics.h"
 #include "proto/grpc_status.h"
 #include "proto/tls_files.h"
 #include "security/stream_limits.h"
