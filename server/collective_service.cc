@@ -10,7 +10,7 @@
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
-#include "server/shard_streams.h"
+#include "server/transfers/shard_streams.h"
 #include "transfer/tensor_stream.h"
 
 namespace tessera {

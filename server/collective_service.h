@@ -12,9 +12,9 @@
 #include "core/dtensor_spec.h"
 #include "security/idle_streams.h"
 #include "security/stream_limits.h"
-#include "server/dispatcher.h"
-#include "server/local_tensor_table.h"
-#include "server/mesh_table.h"
+#include "server/cluster/dispatcher.h"
+#include "server/tables/local_tensor_table.h"
+#include "server/tables/mesh_table.h"
 #include "tessera/v1/collective.grpc.pb.h"
 
 namespace tessera {

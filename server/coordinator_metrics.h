@@ -2,11 +2,11 @@
 #define TESSERA_SERVER_COORDINATOR_METRICS_H_
 
 #include "metrics/registry.h"
-#include "server/dispatcher.h"
-#include "server/dtensor_table.h"
-#include "server/module_table.h"
-#include "server/served_models.h"
-#include "server/worker_registry.h"
+#include "server/cluster/dispatcher.h"
+#include "server/cluster/worker_registry.h"
+#include "server/tables/dtensor_table.h"
+#include "server/tables/module_table.h"
+#include "server/tables/served_models.h"
 
 namespace tessera {
 

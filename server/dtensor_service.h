@@ -8,12 +8,12 @@
 #include "absl/time/time.h"
 #include "security/idle_streams.h"
 #include "security/stream_limits.h"
-#include "server/checkpoints.h"
-#include "server/client_leases.h"
-#include "server/direct_downloads.h"
-#include "server/direct_uploads.h"
-#include "server/dtensor_streams.h"
-#include "server/dtensor_table.h"
+#include "server/tables/client_leases.h"
+#include "server/tables/dtensor_table.h"
+#include "server/transfers/checkpoints.h"
+#include "server/transfers/direct_downloads.h"
+#include "server/transfers/direct_uploads.h"
+#include "server/transfers/dtensor_streams.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
 
 namespace tessera {

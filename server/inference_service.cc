@@ -6,7 +6,7 @@
 #include "core/status_macros.h"
 #include "metrics/registry.h"
 #include "proto/grpc_status.h"
-#include "server/infer_tensors.h"
+#include "server/modules/infer_tensors.h"
 
 #ifndef TESSERA_VERSION_STRING
 #define TESSERA_VERSION_STRING "unknown"

@@ -3,8 +3,8 @@
 
 #include "grpcpp/grpcpp.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
-#include "server/request_bytes.h"
-#include "server/served_models.h"
+#include "security/request_bytes.h"
+#include "server/tables/served_models.h"
 
 namespace tessera {
 

@@ -3,11 +3,11 @@
 
 #include <vector>
 
-#include "server/dispatcher.h"
-#include "server/mesh_reformer.h"
-#include "server/mesh_table.h"
-#include "server/rendezvous_store.h"
-#include "server/state_store.h"
+#include "server/cluster/dispatcher.h"
+#include "server/cluster/rendezvous_store.h"
+#include "server/cluster/state_store.h"
+#include "server/recovery/mesh_reformer.h"
+#include "server/tables/mesh_table.h"
 #include "tessera/v1/mesh.grpc.pb.h"
 
 namespace tessera {

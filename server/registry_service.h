@@ -8,8 +8,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "security/auth_failures.h"
-#include "server/rendezvous_store.h"
-#include "server/worker_registry.h"
+#include "server/cluster/rendezvous_store.h"
+#include "server/cluster/worker_registry.h"
 #include "tessera/v1/registry.grpc.pb.h"
 
 namespace tessera {

@@ -25,7 +25,7 @@
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "proto/convert.h"
-#include "server/state_store.h"
+#include "server/cluster/state_store.h"
 #include "tessera/tessera.h"
 #include "tessera/v1/state.pb.h"
 #include "tests/cluster_fixture.h"

@@ -19,7 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "server/dispatcher.h"
+#include "server/cluster/dispatcher.h"
 #include "tests/fake_worker.h"
 #include "tests/status_assertions.h"
 

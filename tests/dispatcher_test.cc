@@ -3,7 +3,7 @@
 // secret), replies in worker order, batching of what queues up behind a busy worker, back-pressure,
 // and which error a failed command reports, naming the worker.
 
-#include "server/dispatcher.h"
+#include "server/cluster/dispatcher.h"
 
 #include <algorithm>
 #include <atomic>
@@ -26,7 +26,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "server/worker_registry.h"
+#include "server/cluster/worker_registry.h"
 #include "tests/fake_worker.h"
 #include "tests/status_assertions.h"
 

@@ -1,4 +1,4 @@
-#include "server/dtensor_table.h"
+#include "server/tables/dtensor_table.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "server/state_store.h"
+#include "server/cluster/state_store.h"
 
 namespace tessera {
 namespace {

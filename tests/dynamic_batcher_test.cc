@@ -1,4 +1,4 @@
-#include "server/dynamic_batcher.h"
+#include "server/tables/dynamic_batcher.h"
 
 #include <algorithm>
 #include <cstdint>

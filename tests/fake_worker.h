@@ -22,8 +22,8 @@
 #include "core/dtype.h"
 #include "core/shape.h"
 #include "grpcpp/grpcpp.h"
-#include "server/dispatcher.h"
-#include "server/worker_registry.h"
+#include "server/cluster/dispatcher.h"
+#include "server/cluster/worker_registry.h"
 #include "tessera/v1/worker.grpc.pb.h"
 
 namespace tessera::testing {

@@ -1,4 +1,4 @@
-#include "server/infer_tensors.h"
+#include "server/modules/infer_tensors.h"
 
 #include <cstdint>
 #include <string>

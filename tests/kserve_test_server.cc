@@ -11,7 +11,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/inference_service.h"
-#include "server/served_models.h"
+#include "server/tables/served_models.h"
 #include "tests/served_test_models.h"
 
 int main(int argc, char** argv) {

@@ -1,4 +1,4 @@
-#include "server/local_tensor_table.h"
+#include "server/tables/local_tensor_table.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "server/mesh_communicators.h"
+#include "server/cluster/mesh_communicators.h"
 
 #include <optional>
 

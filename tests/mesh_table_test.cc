@@ -1,4 +1,4 @@
-#include "server/mesh_table.h"
+#include "server/tables/mesh_table.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"

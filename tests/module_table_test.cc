@@ -1,4 +1,4 @@
-#include "server/module_table.h"
+#include "server/tables/module_table.h"
 
 #include <set>
 #include <string>

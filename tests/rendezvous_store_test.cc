@@ -1,4 +1,4 @@
-#include "server/rendezvous_store.h"
+#include "server/cluster/rendezvous_store.h"
 
 #include <thread>
 

@@ -3,7 +3,7 @@
 // block of a non-Partial tensor survives on a live rank, and the broadcast it describes gives each
 // rank the block LocalShapeAndOffsetAt assigns it, from a rank that was not restarted.
 
-#include "server/replica_repair.h"
+#include "server/recovery/replica_repair.h"
 
 #include <string>
 #include <tuple>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "core/dtensor_spec.h"
 #include "gtest/gtest.h"
-#include "server/worker_loss.h"
+#include "server/cluster/worker_loss.h"
 
 namespace tessera {
 namespace {

@@ -1,7 +1,7 @@
 // RequestBytes: requests are admitted while their bytes fit beside those in flight, refused
 // RESOURCE_EXHAUSTED naming the bytes and the bound otherwise, and given back when they end.
 
-#include "server/request_bytes.h"
+#include "security/request_bytes.h"
 
 #include <optional>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "server/served_models.h"
+#include "server/tables/served_models.h"
 
 #include <memory>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
-#include "server/dynamic_batcher.h"
+#include "server/tables/dynamic_batcher.h"
 #include "tests/status_assertions.h"
 
 namespace tessera {

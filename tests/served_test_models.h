@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "server/served_models.h"
+#include "server/tables/served_models.h"
 
 namespace tessera::testing {
 

@@ -7,7 +7,7 @@
 // tensor: every fake receives exactly its rank's block and ShardGather gives back the full tensor
 // bit for bit. Only the streams' public API is used.
 
-#include "server/shard_streams.h"
+#include "server/transfers/shard_streams.h"
 
 #include <algorithm>
 #include <cstddef>

@@ -1,4 +1,4 @@
-#include "server/state_store.h"
+#include "server/cluster/state_store.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "server/worker_bytes.h"
+#include "server/cluster/worker_bytes.h"
 
 #include <limits>
 #include <string>

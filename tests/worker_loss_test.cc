@@ -1,7 +1,7 @@
 // TensorLoss and WithoutInternalNames against answers worked out by hand: which layouts lose a
 // block with which workers, and the messages a client sees.
 
-#include "server/worker_loss.h"
+#include "server/cluster/worker_loss.h"
 
 #include <set>
 #include <string>

@@ -1,4 +1,4 @@
-#include "server/worker_registry.h"
+#include "server/cluster/worker_registry.h"
 
 #include <set>
 #include <vector>

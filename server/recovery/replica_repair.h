@@ -1,0 +1,96 @@
+#ifndef TESSERA_SERVER_RECOVERY_REPLICA_REPAIR_H_
+#define TESSERA_SERVER_RECOVERY_REPLICA_REPAIR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "core/dtensor_spec.h"
+#include "server/cluster/dispatcher.h"
+#include "server/cluster/rendezvous_store.h"
+#include "server/cluster/worker_bytes.h"
+#include "server/cluster/worker_registry.h"
+#include "server/recovery/mesh_reformer.h"
+#include "server/tables/dtensor_table.h"
+#include "server/tables/mesh_table.h"
+#include "tessera/v1/worker.pb.h"
+
+namespace tessera {
+
+// Takes a worker that came back (registered again under its id with a new incarnation, empty)
+// into the meshes it was part of, and repairs what it lost from replicas. Every `interval` it looks
+// for a mesh whose workers are all alive but some restarted since the mesh was set up; such a mesh
+// is set up again over the same ranks under the same name (communicators formed anew), and each of
+// its DTensors is moved onto it: one whose every block on a restarted worker is held by a live rank
+// along a Replicate mesh dim gets it back by a SpreadTensor broadcast from that rank, posted in the
+// workers' command order before anything else can use the tensor (which reads as pending until
+// then); one with a block only restarted workers held (Partial blocks are summands, never
+// replicas) answers DATA_LOSS naming the tensor, the block and the worker. A mesh whose ranks hold
+// local tensors (collectives API), which cannot be repaired, is not taken back: it stays broken
+// until deleted. Thread-safe.
+class ReplicaRepair {
+ public:
+  ReplicaRepair(WorkerRegistry* registry, MeshTable* meshes, Dispatcher* dispatcher,
+                RendezvousStore* store, MeshReformer* reformer, DTensorTable* tensors,
+                WorkerBytes* ledger, absl::Duration interval = absl::Milliseconds(200))
+      : registry_(registry),
+        meshes_(meshes),
+        dispatcher_(dispatcher),
+        store_(store),
+        reformer_(reformer),
+        tensors_(tensors),
+        ledger_(ledger),
+        interval_(interval) {}
+  ~ReplicaRepair();
+
+  // Called once a mesh took its restarted workers back: `old` set up again as `now`, its tensors
+  // moved onto it. Set once, before Start.
+  using Rejoined = std::function<void(const Mesh& old, const std::shared_ptr<Mesh>& now)>;
+  void OnRejoined(Rejoined rejoined) { rejoined_ = std::move(rejoined); }
+
+  // Starts looking in the background.
+  void Start();
+
+  // The SpreadTensor that gives the ranks at mesh positions `restarted` of a tensor laid out as
+  // `spec` their blocks back from live replicas: a broadcast along one Replicate mesh dim, each
+  // group along it from its first rank that was not restarted (groups may differ: two diagonal
+  // ranks of a 2x2 mesh). nullopt when no dim has a live rank in every group (the caller reports
+  // a loss).
+  static std::optional<v1::SpreadTensor> RepairCommand(const DTensorSpec& spec,
+                                                       const std::vector<int64_t>& restarted);
+
+ private:
+  void Run();
+  // Whether some worker of `mesh` registered again since the mesh was set up, and every worker of
+  // it runs now under the incarnation the registry hands out: each sent a heartbeat later than the
+  // latest of those registrations (a worker that died with a restarted one, e.g. in the same pod,
+  // sends none until it registers again, though it counts as alive until its heartbeats lapse).
+  bool ReadyToRejoin(const Mesh& mesh) const;
+  // Sets `old` up again over its workers' current incarnations and repairs its tensors, under
+  // the change locks of both meshes (a DeleteMesh waits for it); returns the new mesh, or null if
+  // there was nothing to do. NOT_FOUND if `old` was deleted.
+  absl::StatusOr<std::shared_ptr<Mesh>> Rejoin(Mesh& old);
+
+  WorkerRegistry* registry_;
+  MeshTable* meshes_;
+  Dispatcher* dispatcher_;
+  RendezvousStore* store_;
+  MeshReformer* reformer_;
+  DTensorTable* tensors_;
+  WorkerBytes* ledger_;
+  const absl::Duration interval_;
+  Rejoined rejoined_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_RECOVERY_REPLICA_REPAIR_H_
