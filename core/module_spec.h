@@ -85,7 +85,7 @@ struct ParameterInfo {
   Shape shape;
 };
 
-// Parses a spec file (JSON; schema in the README): {"type": ..., <arguments>, "children": [...]}
+// Parses a spec file (JSON; docs/modules.md): {"type": ..., <arguments>, "children": [...]}
 // with each child carrying "name" (Sequential and ModuleList children are numbered and may omit
 // it), and an optional top-level "input": {"dtype": "float32", "shape": [-1, 10]}; without it the
 // input is inferred from the first leaf (Linear, norm, activation: [-1, features] float32;

@@ -79,7 +79,7 @@ struct PlanSpec {
   std::optional<DistributePlan> distribute;
 };
 
-// Parses a plan file (JSON; schema in the README):
+// Parses a plan file (JSON; docs/modules.md):
 //   {"mesh_dim": "tp" | 0,
 //    "plan": {"net1": {"style": "ColwiseParallel", "output_layouts": "Replicate()"},
 //             "net2": "RowwiseParallel", ...}}

@@ -3,7 +3,7 @@ local shape, offset and a grant it signed), the client streams every block strai
 (``tessera.v1.Worker/Upload`` with the grant) and commits the workers' receipts. full_tensor and
 to_local: the coordinator plans the read (each block's worker, offset and a read grant), the client
 downloads every block straight from its worker (``tessera.v1.Worker/Download``) and assembles the
-answer. The order of each worker's commands stays the coordinator's; see the README's "The direct
+answer. The order of each worker's commands stays the coordinator's; see docs/dtensors.md, "The direct
 path"."""
 
 from __future__ import annotations

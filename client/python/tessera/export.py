@@ -1,5 +1,5 @@
 """``tessera.export(torch_module, directory)``: a PyTorch module as a Tessera module spec (JSON,
-the README's schema) and its state_dict as safetensors, which ``load_module`` takes, so that a
+docs/modules.md) and its state_dict as safetensors, which ``load_module`` takes, so that a
 model moves to the service in one call.
 
 Modules map by type: Linear, Embedding, LayerNorm, RMSNorm, ReLU, SiLU, GELU, Dropout, Sequential,

@@ -1,4 +1,4 @@
-"""Modules on the service: a torch.nn module described by a JSON spec (the README's schema) is
+"""Modules on the service: a torch.nn module described by a JSON spec (docs/modules.md) is
 loaded onto a mesh from safetensors weights, a dict of tensors, or a seed; ``parallelize_module``
 / ``distribute_module`` shard it; its forward and training steps run on the workers. Parameters
 are DTensors named ``<module>.<fqn>``. A module stays on the service until ``remove()``."""

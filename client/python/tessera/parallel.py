@@ -1,6 +1,6 @@
 """``torch.distributed.tensor.parallel`` on the service: the five parallel styles, and
-``parallelize_module`` / ``distribute_module``, which send a plan file (the README's "Module
-specs and plan files") to the coordinator; it compiles the plan once, redistributes every
+``parallelize_module`` / ``distribute_module``, which send a plan file (docs/modules.md, "Plan
+files") to the coordinator; it compiles the plan once, redistributes every
 parameter to its placements and installs the program on the workers."""
 
 from __future__ import annotations
