@@ -42,7 +42,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "client/local_cluster.h"
+#include "client/local_cluster/local_cluster.h"
 #include "core/small_integer_tensor.h"
 #include "grpcpp/grpcpp.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"

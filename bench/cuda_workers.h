@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/local_cluster.h"
+#include "client/local_cluster/local_cluster.h"
 
 namespace tessera::bench {
 

@@ -57,7 +57,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_host.h"
 #include "bench/cuda_workers.h"
-#include "client/local_cluster.h"
+#include "client/local_cluster/local_cluster.h"
 #include "core/host_tensor.h"
 #include "core/release_mode.h"
 #include "core/status_macros.h"

@@ -61,7 +61,7 @@
 #include "bench/cuda_workers.h"
 #include "bench/infer_load.h"
 #include "bench/module_reference.h"
-#include "client/local_cluster.h"
+#include "client/local_cluster/local_cluster.h"
 #include "core/host_tensor.h"
 #include "core/release_mode.h"
 #include "core/status_macros.h"

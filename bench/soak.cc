@@ -31,7 +31,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/soak_client.h"
-#include "client/local_cluster.h"
+#include "client/local_cluster/local_cluster.h"
 #include "core/small_integer_tensor.h"
 #include "tessera/tessera.h"
 

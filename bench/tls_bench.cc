@@ -16,8 +16,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "bench/bench_host.h"
-#include "client/local_cluster.h"
-#include "client/throwaway_certs.h"
+#include "client/local_cluster/local_cluster.h"
+#include "client/local_cluster/throwaway_certs.h"
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
 

@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/local_cluster.h"
+#include "client/local_cluster/local_cluster.h"
 #include "core/dtype.h"
 #include "core/host_tensor.h"
 #include "core/shape.h"
