@@ -3,9 +3,10 @@
 
 1. No include cycle between units (a unit is a file pair: x.h with x.cc, x.cu): a unit that
    includes another's header may not be reached back from it.
-2. The coordinator's folders are layered: server/cluster < tables < transfers < modules <
-   recovery < server/ itself (the services, metrics, main). A file includes headers of its own
-   folder and of the folders below it only.
+2. Folders are layered, lowest first: the coordinator's server/cluster < tables < transfers <
+   modules < recovery < server/ itself (the services, metrics, main), and the client's client/
+   (the library) < client/local_cluster < client/cli. A file includes headers of its own folder
+   and of the folders below it only.
 
 Usage: include_layers_test.py REPO_ROOT
 """
@@ -16,8 +17,9 @@ import sys
 
 SOURCE_FOLDERS = ["core", "kernels", "proto", "transfer", "security", "metrics", "daemon",
                   "worker", "server", "client", "include", "reference", "bench", "fuzz"]
-SERVER_LAYERS = ["server/cluster", "server/tables", "server/transfers", "server/modules",
-                 "server/recovery", "server"]
+LAYERS = [["server/cluster", "server/tables", "server/transfers", "server/modules",
+           "server/recovery", "server"],
+          ["client", "client/local_cluster", "client/cli"]]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
@@ -26,10 +28,13 @@ def unit_of(path: str) -> str:
     return re.sub(r"\.(h|cc|cu|cuh)$", "", path)
 
 
-def layer_of(path: str) -> int:
-    """The index in SERVER_LAYERS of the folder holding `path`, or -1 outside server/."""
+def layer_of(path: str) -> tuple[int, int]:
+    """(which list of LAYERS, the index in it) of the folder holding `path`, or (-1, -1)."""
     folder = str(pathlib.PurePosixPath(path).parent)
-    return SERVER_LAYERS.index(folder) if folder in SERVER_LAYERS else -1
+    for k, layers in enumerate(LAYERS):
+        if folder in layers:
+            return k, layers.index(folder)
+    return -1, -1
 
 
 def main() -> int:
@@ -48,11 +53,12 @@ def main() -> int:
                 continue  # generated, system or third-party
             if unit_of(inc) != unit_of(rel):
                 edges.setdefault(unit_of(rel), set()).add(unit_of(inc))
-            mine, theirs = layer_of(rel), layer_of(inc)
-            if mine >= 0 and theirs > mine:
-                failures.append(f"{rel} includes {inc}: {SERVER_LAYERS[mine]}/ may include only "
-                                f"{', '.join(l + '/' for l in SERVER_LAYERS[:mine + 1])}")
-            if mine < 0 and theirs >= 0 and not rel.startswith(("tests/", "bench/", "fuzz/")):
+            (k, mine), (j, theirs) = layer_of(rel), layer_of(inc)
+            if k >= 0 and k == j and theirs > mine:
+                failures.append(f"{rel} includes {inc}: {LAYERS[k][mine]}/ may include only "
+                                f"{', '.join(f + '/' for f in LAYERS[k][:mine + 1])}")
+            if (inc.startswith("server/") and not rel.startswith("server/") and
+                    not rel.startswith(("tests/", "bench/", "fuzz/"))):
                 failures.append(f"{rel} includes {inc}: only the coordinator includes server/")
 
     # Cycles: a depth-first search over units, reporting each cycle once by its smallest unit.
@@ -82,7 +88,7 @@ def main() -> int:
         print(f)
     if not failures:
         print(f"{len(files)} files, {sum(len(v) for v in edges.values())} unit includes: "
-              "no cycle, server/ layered")
+              "no cycle, server/ and client/ layered")
     return 1 if failures else 0
 
 
