@@ -1,7 +1,8 @@
 // Uses the installed client through <tessera/tessera.h> alone. With no argument it works offline
 // on the sharding model: a layout and a redistribute plan, checked against numbers worked out by
-// hand (docs/dtensors.md, "Semantics"). With a coordinator's address it also distributes a tensor over a mesh
-// of 2 workers, redistributes it, runs an all_reduce on local tensors, and checks what comes back.
+// hand (docs/dtensors.md, "Semantics"). With a coordinator's address it also distributes a tensor
+// over a mesh of 2 workers, redistributes it, runs an all_reduce on local tensors, and checks what
+// comes back.
 //   tessera_consumer [HOST:PORT]
 
 #include <tessera/tessera.h>
