@@ -246,7 +246,10 @@ TEST(OpStreamIdleTest, AnIdleStreamIsCutAndTheSessionOpensAnother) {
       << cut.error_message();
   EXPECT_LT(absl::Now() - opened, absl::Seconds(10));
 
-  // The session's own stream was idle as long: cut too. Its next op goes on another.
+  // The session's own stream was idle as long: cut too, by the checker's next pass at the latest
+  // (waited for, so that the next op is not sent just as the cut comes: that call would fail, as
+  // docs/security.md says). Its next op goes on another.
+  absl::SleepFor(absl::Seconds(3));
   absl::StatusOr<DTensor> second = client::Relu(*a);
   ASSERT_TRUE(second.ok()) << second.status();
   absl::StatusOr<HostTensor> got = second->FullTensor();
