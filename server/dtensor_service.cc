@@ -139,7 +139,8 @@ grpc::Status DTensorService::PlanDownload(grpc::ServerContext* context,
                                           v1::DownloadPlan* reply) {
   absl::StatusOr<std::string> caller = Caller(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::DownloadPlan> plan = direct_reads_.Plan(*request, *caller);
+  absl::StatusOr<v1::DownloadPlan> plan =
+      direct_reads_.Plan(*request, *caller, absl::FromChrono(context->deadline()));
   if (!plan.ok()) return ToGrpcStatus(plan.status());
   *reply = *std::move(plan);
   return grpc::Status::OK;

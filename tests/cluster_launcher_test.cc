@@ -251,6 +251,9 @@ TEST_F(ClusterLauncherTest, RestartsAKilledCoordinatorWhichServesTheSameTensors)
     absl::StatusOr<client::DTensor> t =
         client::DistributeTensor(**session, values, *world, placements, named);
     ASSERT_TRUE(t.ok()) << t.status();
+    // Acknowledged once written: a Replicate distribute answers once its broadcast is posted, and
+    // a tensor whose first write still runs when the coordinator dies is not recorded.
+    ASSERT_TRUE(t->Synchronize(absl::Seconds(30)).ok()) << name;
     handles.push_back(*std::move(t));
     kept.emplace_back(name, std::move(values));
   }

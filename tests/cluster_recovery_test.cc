@@ -5,10 +5,13 @@
 // (and stayed dead, or came back empty) answers DATA_LOSS.
 
 #include <signal.h>
+#include <sqlite3.h>
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -220,6 +223,85 @@ TEST(ClusterRecovery, CoordinatorKilledAndRestartedKeepsMeshesAndTensors) {
   will_be_emptied = absl::CancelledError();
   will_be_regrown = absl::CancelledError();
   user.reset();
+  cluster.Stop();
+}
+
+// Holds the write lock of a coordinator's state database from another connection, as a slow disk
+// or a backup would, for `hold`: the coordinator's commits wait (it allows 5 s).
+class StateLock {
+ public:
+  StateLock(const std::string& state_dir, absl::Duration hold) {
+    const std::string path = state_dir + "/state.db";
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db_), SQLITE_OK) << path;
+    EXPECT_EQ(sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db_);
+    releaser_ = std::thread([this, hold] {
+      absl::SleepFor(hold);
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    });
+  }
+  ~StateLock() {
+    releaser_.join();
+    sqlite3_close(db_);
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+  std::thread releaser_;
+};
+
+// A tensor a client has read back is acknowledged: killed at once after the read, the coordinator
+// comes back with it, whichever way the read went (relayed whole, one rank relayed, or straight
+// from the workers). Each read is of an op's output, whose record is queued once the workers have
+// written it; its commit is held back, so a read that did not wait for it would lose the tensor.
+TEST(ClusterRecovery, WhatAClientReadSurvivesACoordinatorKilledRightAfter) {
+  TestCluster cluster;
+  LocalClusterOptions options = TestClusterOptions(2);
+  options.keep_state = true;
+  options.recovery_wait = absl::Seconds(4);
+  ASSERT_TRUE(cluster.Start(options).ok()) << cluster.LogHint();
+  LocalCluster& local = *cluster.cluster;
+  client::MeshOptions ids;
+  ids.worker_ids = {0, 1};
+  ASSERT_TRUE(
+      client::InitDeviceMesh(*cluster.client, testing::TestDevice(), {2}, {}, "pair", ids).ok());
+  enum class Read { kFullRelayed, kToLocalRelayed, kFullDirect };
+  for (Read read : {Read::kFullRelayed, Read::kToLocalRelayed, Read::kFullDirect}) {
+    SCOPED_TRACE(static_cast<int>(read));
+    client::SessionOptions session_options;
+    session_options.direct_data =
+        read == Read::kFullDirect ? client::DirectData::kOn : client::DirectData::kOff;
+    absl::StatusOr<std::shared_ptr<Session>> user =
+        Session::Connect(local.address(), session_options);
+    ASSERT_TRUE(user.ok()) << user.status();
+    absl::StatusOr<client::MeshInfo> mesh = client::GetMesh(**user, "pair");
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    const HostTensor values = SmallIntegerTensor(DType::kFloat32, {6, 4}, 5);
+    absl::StatusOr<DTensor> a =
+        client::DistributeTensor(**user, values, *mesh, {Placement::Shard(0)});
+    ASSERT_TRUE(a.ok()) << a.status();
+    HostTensor doubled = values.Clone();
+    for (int64_t i = 0; i < doubled.num_elements(); ++i) doubled.data_as<float>()[i] *= 2;
+    std::optional<DTensor> out;
+    {
+      StateLock lock(local.state_dir(), absl::Milliseconds(1500));
+      absl::StatusOr<DTensor> made = client::Add(*a, *a);
+      ASSERT_TRUE(made.ok()) << made.status();
+      absl::StatusOr<HostTensor> got =
+          read == Read::kToLocalRelayed ? made->ToLocal(1) : made->FullTensor();
+      ASSERT_TRUE(got.ok()) << got.status();
+      out = *std::move(made);
+      ASSERT_TRUE(local.KillCoordinator().ok());
+    }
+    ASSERT_TRUE(local.RestartCoordinator().ok()) << cluster.LogHint();
+    absl::StatusOr<DTensor> back =
+        RetryUnavailable([&] { return client::GetTensor(**user, out->name()); }, absl::Seconds(30));
+    ASSERT_TRUE(back.ok()) << out->name() << ": " << back.status() << cluster.LogHint();
+    absl::StatusOr<HostTensor> got =
+        RetryUnavailable([&] { return back->FullTensor(); }, absl::Seconds(10));
+    ASSERT_TRUE(got.ok()) << out->name() << ": " << got.status();
+    EXPECT_TRUE(TensorsMatch(*got, doubled)) << out->name();
+  }
   cluster.Stop();
 }
 

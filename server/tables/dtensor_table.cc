@@ -192,16 +192,19 @@ std::vector<std::shared_ptr<DTensorEntry>> DTensorTable::OwnedBy(const std::stri
 
 absl::Status DTensorTable::AwaitWrites(const std::vector<std::shared_ptr<DTensorEntry>>& tensors,
                                        absl::Time deadline) {
-  for (const auto& t : tensors) {
-    if (!t->write->done.WaitForNotificationWithDeadline(deadline)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("tensor '", t->name, "' is still being written"));
-    }
-    if (!t->write->status.ok()) {
-      return absl::Status(
-          t->write->status.code(),
-          absl::StrCat("tensor '", t->name, "' failed: ", t->write->status.message()));
-    }
+  for (const auto& t : tensors) RETURN_IF_ERROR(AwaitWrite(*t, deadline));
+  return absl::OkStatus();
+}
+
+absl::Status DTensorTable::AwaitWrite(const DTensorEntry& tensor, absl::Time deadline) {
+  if (!tensor.write->done.WaitForNotificationWithDeadline(deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("tensor '", tensor.name, "' is still being written"));
+  }
+  if (!tensor.write->status.ok()) {
+    return absl::Status(
+        tensor.write->status.code(),
+        absl::StrCat("tensor '", tensor.name, "' failed: ", tensor.write->status.message()));
   }
   return absl::OkStatus();
 }

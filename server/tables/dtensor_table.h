@@ -137,6 +137,7 @@ class DTensorTable : public MeshUser {
   // failure, naming its tensor; DEADLINE_EXCEEDED naming one still being written.
   static absl::Status AwaitWrites(const std::vector<std::shared_ptr<DTensorEntry>>& tensors,
                                   absl::Time deadline);
+  static absl::Status AwaitWrite(const DTensorEntry& tensor, absl::Time deadline);
   // A fresh worker-side name for a temporary of the workers (e.g. a reduced copy to read).
   std::string TemporaryName();
 

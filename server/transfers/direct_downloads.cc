@@ -40,8 +40,10 @@ int64_t DirectDownloads::pending() const {
 }
 
 absl::StatusOr<v1::DownloadPlan> DirectDownloads::Plan(const v1::PlanDownloadRequest& request,
-                                                       const std::string& owner) {
+                                                       const std::string& owner,
+                                                       absl::Time deadline) {
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t, tensors_->Usable(request.name()));
+  RETURN_IF_ERROR(tensors_->Explain(*t, DTensorTable::AwaitWrite(*t, deadline)));
   const DTensorSpec& spec = t->spec;
   if (!request.full() && (request.rank() < 0 || request.rank() >= spec.mesh.size())) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is not in mesh '",

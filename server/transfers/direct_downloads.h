@@ -32,8 +32,10 @@ class DirectDownloads {
   DirectDownloads(const DirectDownloads&) = delete;
   DirectDownloads& operator=(const DirectDownloads&) = delete;
 
+  // Plans once the tensor's write is done and recorded durably (so that what a client reads is
+  // never lost with the coordinator), at most until `deadline`.
   absl::StatusOr<v1::DownloadPlan> Plan(const v1::PlanDownloadRequest& request,
-                                        const std::string& owner);
+                                        const std::string& owner, absl::Time deadline);
   // Releases now the reads of `owner`'s plan `download_id` (a read made is ignored by its worker);
   // NOT_FOUND for a plan unknown, expired, or another client's.
   absl::Status Release(const std::string& download_id, const std::string& owner);

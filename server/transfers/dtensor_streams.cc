@@ -239,6 +239,7 @@ absl::Status DTensorStreams::ToLocal(const grpc::ServerContext& context,
   absl::Status status = StreamOut(*tensors_, block, DTensorTable::WorkerName(t->name), context,
                                   *watch, std::move(data), writer);
   if (watch->expired()) return watch->ExpiredError();
+  if (status.ok()) status = DTensorTable::AwaitWrite(*t, TransferDeadline(context));
   return status.ok() || absl::IsCancelled(status) ? status : ReadFailure(*t, status);
 }
 
@@ -282,6 +283,7 @@ absl::Status DTensorStreams::ReadFull(const DTensorEntry& tensor, absl::Time dea
   absl::Status status =
       GatherStream(tensors_->dispatcher(), readable.spec, readable.worker_tensor, deadline, write);
   DropReadable(tensor, readable);
+  if (status.ok()) status = DTensorTable::AwaitWrite(tensor, deadline);
   return status.ok() || absl::IsCancelled(status) ? status : ReadFailure(tensor, status);
 }
 

@@ -45,7 +45,8 @@ class DTensorStreams {
                                 v1::RedistributeReply* reply);
 
   // full_tensor() of `tensor` to `write`, window by window, until `deadline` (Partial values are
-  // reduced by the workers first); CANCELLED when `write` fails.
+  // reduced by the workers first); CANCELLED when `write` fails. OK only once the tensor's record
+  // is durable: what a client has read is not lost with the coordinator.
   absl::Status ReadFull(const DTensorEntry& tensor, absl::Time deadline,
                         absl::FunctionRef<bool(std::string)> write);
   // Completes a tensor whose blocks were uploaded to the ranks at coordinate `source` on every
