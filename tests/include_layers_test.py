@@ -15,8 +15,9 @@ import pathlib
 import re
 import sys
 
-SOURCE_FOLDERS = ["core", "kernels", "proto", "transfer", "security", "metrics", "daemon",
-                  "worker", "server", "client", "include", "reference", "bench", "fuzz"]
+SOURCE_FOLDERS = ["core", "kernels", "proto", "transfer", "security", "metrics",
+                  "daemon_support", "worker", "server", "client", "include", "reference", "bench",
+                  "fuzz"]
 LAYERS = [["server/cluster", "server/tables", "server/transfers", "server/modules",
            "server/recovery", "server"],
           ["client", "client/local_cluster", "client/cli"]]

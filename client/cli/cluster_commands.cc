@@ -18,7 +18,7 @@
 #include "client/local_cluster/local_cluster.h"
 #include "client/local_cluster/throwaway_certs.h"
 #include "core/shape.h"
-#include "daemon/daemon_flags.h"
+#include "daemon_support/daemon_flags.h"
 #include "tessera/tessera.h"
 
 namespace tessera::cli {

@@ -1,5 +1,5 @@
-#ifndef TESSERA_DAEMON_SERVER_SETUP_H_
-#define TESSERA_DAEMON_SERVER_SETUP_H_
+#ifndef TESSERA_DAEMON_SUPPORT_SERVER_SETUP_H_
+#define TESSERA_DAEMON_SUPPORT_SERVER_SETUP_H_
 
 #include <string>
 
@@ -50,4 +50,4 @@ std::string CannotListenMessage(absl::string_view listen);
 
 }  // namespace tessera::daemon
 
-#endif  // TESSERA_DAEMON_SERVER_SETUP_H_
+#endif  // TESSERA_DAEMON_SUPPORT_SERVER_SETUP_H_

@@ -1,4 +1,4 @@
-#include "daemon/daemon_flags.h"
+#include "daemon_support/daemon_flags.h"
 
 #include <unistd.h>
 

@@ -1,5 +1,5 @@
-#ifndef TESSERA_DAEMON_TLS_FLAGS_H_
-#define TESSERA_DAEMON_TLS_FLAGS_H_
+#ifndef TESSERA_SECURITY_TLS_FLAGS_H_
+#define TESSERA_SECURITY_TLS_FLAGS_H_
 
 #include <memory>
 #include <string>
@@ -33,4 +33,4 @@ absl::StatusOr<DaemonCredentials> MakeDaemonCredentials(const TlsFiles& tls,
 
 }  // namespace tessera::daemon
 
-#endif  // TESSERA_DAEMON_TLS_FLAGS_H_
+#endif  // TESSERA_SECURITY_TLS_FLAGS_H_

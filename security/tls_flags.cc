@@ -1,4 +1,4 @@
-#include "daemon/tls_flags.h"
+#include "security/tls_flags.h"
 
 #include "absl/strings/str_cat.h"
 

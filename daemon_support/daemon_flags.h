@@ -1,5 +1,5 @@
-#ifndef TESSERA_DAEMON_DAEMON_FLAGS_H_
-#define TESSERA_DAEMON_DAEMON_FLAGS_H_
+#ifndef TESSERA_DAEMON_SUPPORT_DAEMON_FLAGS_H_
+#define TESSERA_DAEMON_SUPPORT_DAEMON_FLAGS_H_
 
 #include <memory>
 #include <optional>
@@ -48,4 +48,4 @@ absl::StatusOr<std::unique_ptr<metrics::HttpServer>> ServeMetrics(const std::str
 
 }  // namespace tessera::daemon
 
-#endif  // TESSERA_DAEMON_DAEMON_FLAGS_H_
+#endif  // TESSERA_DAEMON_SUPPORT_DAEMON_FLAGS_H_

@@ -1,4 +1,4 @@
-#include "daemon/server_setup.h"
+#include "daemon_support/server_setup.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
