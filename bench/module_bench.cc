@@ -1,8 +1,8 @@
 // module_bench: modules through the service (tessera/module.h on a LocalCluster of 2 CPU workers,
 // each with one BLAS thread) next to their yardsticks in the same run: the same computation in
-// this process on one BLAS thread (bench/module_reference.h, the kernels' CPU backend) and, given a
-// Python with torch, PyTorch's parallelize_module on gloo (bench/torch_tp_peer.py, 2 processes of
-// one thread).
+// this process on one BLAS thread (bench/single_process_modules.h, the kernels' CPU backend) and,
+// given a Python with torch, PyTorch's parallelize_module on gloo (bench/torch_tp_peer.py, 2
+// processes of one thread).
 //
 //   module_bench [--iterations=20] [--rounds=5] [--block_iterations=4] [--infer_seconds=3]
 //                [--torch_python=PYTHON --torch_peer=bench/torch_tp_peer.py] [--json=out.json]
@@ -60,7 +60,7 @@
 #include "bench/bench_host.h"
 #include "bench/cuda_workers.h"
 #include "bench/infer_load.h"
-#include "bench/module_reference.h"
+#include "bench/single_process_modules.h"
 #include "client/local_cluster/local_cluster.h"
 #include "core/host_tensor.h"
 #include "core/release_mode.h"

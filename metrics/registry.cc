@@ -72,12 +72,6 @@ std::vector<double> LatencyBounds() {
           0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
 }
 
-std::vector<double> ByteBounds() {
-  std::vector<double> bounds;
-  for (double b = 1024; b <= double{1 << 30}; b *= 4) bounds.push_back(b);
-  return bounds;
-}
-
 std::vector<double> CountBounds() {
   std::vector<double> bounds;
   for (double b = 1; b <= 1024; b *= 2) bounds.push_back(b);

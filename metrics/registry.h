@@ -62,8 +62,6 @@ class Histogram {
 
 // Upper bounds for latencies in seconds: 100 us to 60 s.
 std::vector<double> LatencyBounds();
-// Upper bounds for sizes in bytes: 1 KiB to 1 GiB, each 4 times the last.
-std::vector<double> ByteBounds();
 // Upper bounds for counts such as batch sizes: 1, 2, 4, ... 1024.
 std::vector<double> CountBounds();
 

@@ -70,8 +70,6 @@ class IdleStreams {
   // Watches `context`'s call, `what` naming it in messages ("DistributeTensor").
   std::unique_ptr<Watch> Start(const grpc::ServerContext& context, std::string what);
 
-  absl::Duration limit() const { return limit_; }
-
  private:
   struct Call {
     grpc_call* call = nullptr;

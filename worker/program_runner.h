@@ -82,8 +82,6 @@ class ProgramRunner {
                                        kernels::KernelBackend& kernels, ShardStore& store,
                                        std::span<comm::Communicator* const> dim_groups) const;
 
-  const WorkerProgram& program() const { return program_; }
-
  private:
   // Where a buffer is last used: in a forward-only run, and in a training step (forward steps
   // first, then backward steps numbered on).

@@ -74,7 +74,6 @@ class ShardStore {
   int64_t used_bytes() const;
   // The live charges' part of used_bytes().
   int64_t outside_bytes() const { return outside_->load(); }
-  int64_t budget_bytes() const { return budget_; }
   // The names of the tensors it holds, ordered.
   std::vector<std::string> Names() const;
   // How many tensors it holds.

@@ -34,11 +34,6 @@ DirectDownloads::~DirectDownloads() {
   // The leases release their sequences as they go.
 }
 
-int64_t DirectDownloads::pending() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(planned_.size());
-}
-
 absl::StatusOr<v1::DownloadPlan> DirectDownloads::Plan(const v1::PlanDownloadRequest& request,
                                                        const std::string& owner,
                                                        absl::Time deadline) {

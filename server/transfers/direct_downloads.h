@@ -42,9 +42,6 @@ class DirectDownloads {
   // Releases the sequences of plans whose grants expired.
   void ExpireDue(absl::Time now);
 
-  // Plans whose sequences are still held.
-  int64_t pending() const;
-
   static constexpr absl::Duration kReleaseMargin = absl::Seconds(2);
 
  private:

@@ -40,11 +40,6 @@ DirectUploads::~DirectUploads() {
   for (auto& [id, planned] : left) Drop(*planned);
 }
 
-int64_t DirectUploads::pending() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(planned_.size());
-}
-
 void DirectUploads::Drop(Planned& planned) {
   for (Block& b : planned.blocks) b.lease.Release();
   tensors_->Release(*planned.tensor);

@@ -50,9 +50,6 @@ class DirectUploads {
   // Releases the sequences of plans whose grants expired and drops plans past their deadline.
   void ExpireDue(absl::Time now);
 
-  // Plans not yet committed or dropped.
-  int64_t pending() const;
-
   static constexpr absl::Duration kReleaseMargin = absl::Seconds(2);
   static constexpr int kMaxPlansPerClient = 16;
   static constexpr absl::Duration kDefaultTransfer = absl::Minutes(10);

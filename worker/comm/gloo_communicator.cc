@@ -37,36 +37,16 @@ namespace {
 
 // AllReduce uses Gloo's new-style gloo::allreduce: BCUBE (recursive halving/doubling generalised
 // to any group size, log(size) rounds) up to kBcubeMaxBytes, RING (bandwidth-optimal, pipelined
-// 1 MiB segments) above. Measured with bench/gloo_collectives_bench: float32 sum, ranks as threads
-// over loopback on 2 shared cores at SCHED_RR, median ms of 3 interleaved rounds (bench/RESULTS.md
-// has the full table, 2026-11-22):
-//
-//   ranks  bytes   RingChunked  HalvingDoubling  allreduce RING  allreduce BCUBE
-//   2      4 KiB        0.155        0.099            0.154            0.101
-//   4      4 KiB        0.721        0.333            0.914            0.369
-//   4      1 MiB        2.598        2.234            2.335            1.761
-//   2      4 MiB        2.818        3.081            2.187            2.141
-//   4      4 MiB        8.110        9.801            7.014            7.631
-//   2      64 MiB      98.310      131.582           44.927           88.357
-//   4      64 MiB     199.809      343.155          124.658          223.040
-//
-// The old-style classes (AllreduceRingChunked, AllreduceHalvingDoubling) lose at 64 MiB by 2-3x
-// and win nowhere by a margin; they would also register pair buffers per call, limit counts to
-// int, need a typed ReductionFunction per (op, dtype), and time out per step with a timeout fixed
-// at connection time. The first call on a fresh connection was not slower for the new style
-// (64 MiB, 2 ranks: 44.3 ms against 94.2 ms for RingChunked).
+// 1 MiB segments) above. The old-style classes (AllreduceRingChunked, AllreduceHalvingDoubling)
+// are slower at large sizes and win nowhere by a margin; they would also register pair buffers per
+// call, limit counts to int, need a typed ReductionFunction per (op, dtype), and time out per step
+// with a timeout fixed at connection time.
+// Figures: bench/RESULTS.md, "Gloo allreduce algorithms and the Gloo communicator".
 constexpr int64_t kBcubeMaxBytes = int64_t{1} << 20;
 
 // ReduceScatter is an all-to-all (each rank sends and receives (size-1)/size of its input once, in
 // one round, half the traffic of an all-reduce) and a local reduction in rank order, which also
-// makes the result deterministic. Against an all-reduce of the same input (which a reduce-scatter
-// could also be), same runs as above, median ms:
-//
-//   ranks  input    ReduceScatter  AllReduce
-//   4      1 MiB         1.210        1.886
-//   4      16 MiB       25.364       32.424
-//   2      64 MiB       48.044       45.731
-//   4      64 MiB       96.559      136.102
+// makes the result deterministic. Against an all-reduce of the same bytes: that section too.
 
 // Scratch buffers up to this size are kept for the next call: fresh pages cost a page fault each,
 // which made a 64 MiB ReduceScatter take 2-3x as long on this machine's VM.

@@ -1,4 +1,4 @@
-#include "bench/module_reference.h"
+#include "bench/single_process_modules.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,8 +3,8 @@
 // space, from the parameters the service holds (Module::StateDict): the CPU backend on however
 // many BLAS threads the process has, or one GPU's CUDA backend (cuBLAS). Work may be queued
 // (CUDA): Synchronize the backend to time it, Download a result to read it.
-#ifndef TESSERA_BENCH_MODULE_REFERENCE_H_
-#define TESSERA_BENCH_MODULE_REFERENCE_H_
+#ifndef TESSERA_BENCH_SINGLE_PROCESS_MODULES_H_
+#define TESSERA_BENCH_SINGLE_PROCESS_MODULES_H_
 
 #include <cstdint>
 #include <map>
@@ -51,4 +51,4 @@ double MaxRelativeDifference(const HostTensor& a, const HostTensor& reference);
 
 }  // namespace tessera::bench
 
-#endif  // TESSERA_BENCH_MODULE_REFERENCE_H_
+#endif  // TESSERA_BENCH_SINGLE_PROCESS_MODULES_H_
