@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/block_runs.h"
+#include "core/status_context.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 #include "tessera/v1/worker.grpc.pb.h"
@@ -95,9 +96,9 @@ BlockUpload SendBlock(grpc::Channel& channel, const v1::UploadRoute& route, absl
   writer->WritesDone();
   const grpc::Status s = writer->Finish();
   if (!s.ok()) {
-    return {absl::Status(FromGrpcStatus(s).code(),
-                         absl::StrCat("direct upload to worker ", grant.worker_id(), " at ",
-                                      route.address(), ": ", s.error_message())),
+    return {WithContext(absl::StrCat("direct upload to worker ", grant.worker_id(), " at ",
+                                     route.address()),
+                        FromGrpcStatus(s)),
             ""};
   }
   return {absl::OkStatus(), reply.receipt()};

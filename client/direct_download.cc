@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/direct_distribute.h"
 #include "core/block_runs.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
@@ -71,7 +72,7 @@ absl::Status ReceiveBlock(grpc::Channel& channel, const v1::UploadRoute& route, 
   const grpc::Status s = reader->Finish();
   if (!status.ok()) return status;
   if (!s.ok()) {
-    return absl::Status(FromGrpcStatus(s).code(), absl::StrCat(where(), ": ", s.error_message()));
+    return WithContext(where(), FromGrpcStatus(s));
   }
   if (got != want) {
     return absl::DataLossError(

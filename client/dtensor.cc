@@ -12,6 +12,7 @@
 #include "client/session_impl.h"
 #include "client/wire.h"
 #include "core/sharding_propagation.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
@@ -49,8 +50,7 @@ absl::Status DTensorAccess::AwaitCreated(const DTensor::State& state) {
   internal::SessionImpl& impl = internal_impl(*state.session);
   const absl::Status s = impl.ops.Await(state.created, impl.options.timeout);
   if (s.ok()) return s;
-  return absl::Status(
-      s.code(), absl::StrCat("the op that makes '", state.info.name, "' failed: ", s.message()));
+  return WithContext(absl::StrCat("the op that makes '", state.info.name, "' failed"), s);
 }
 
 namespace {

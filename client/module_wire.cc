@@ -3,16 +3,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 
 namespace tessera::client {
 namespace {
-
-// `status` with `what` in front of its message.
-absl::Status Named(const std::string& what, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
-}
 
 absl::StatusOr<EdgeLayoutInfo> FromWire(const v1::EdgeLayoutInfo& edge) {
   ASSIGN_OR_RETURN(Placement placement, FromProto(edge.placement()));
@@ -76,12 +72,12 @@ absl::StatusOr<ModuleOutput> FromWire(const v1::ForwardReply& reply) {
   output.tp_mesh_dim = reply.tp_mesh_dim();
   if (reply.has_output()) {
     absl::StatusOr<HostTensor> full = FromProto(reply.output());
-    if (!full.ok()) return Named("the full output", full.status());
+    if (!full.ok()) return WithContext("the full output", full.status());
     output.full = *std::move(full);
   }
   for (int r = 0; r < reply.local_outputs_size(); ++r) {
     absl::StatusOr<HostTensor> t = FromProto(reply.local_outputs(r));
-    if (!t.ok()) return Named(absl::StrCat("rank ", r, "'s output"), t.status());
+    if (!t.ok()) return WithContext(absl::StrCat("rank ", r, "'s output"), t.status());
     output.locals.push_back(*std::move(t));
   }
   return output;

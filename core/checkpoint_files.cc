@@ -15,6 +15,7 @@
 #include "core/file_bytes.h"
 #include "core/safetensors.h"
 #include "core/sharded_files.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -299,7 +300,7 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(absl::string_view directory)
   absl::StatusOr<CheckpointIndex> index =
       ParseCheckpointIndex({reinterpret_cast<const char*>(bytes.data()), bytes.size()});
   if (!index.ok()) {
-    return absl::Status(index.status().code(), absl::StrCat(path, ": ", index.status().message()));
+    return WithContext(path, index.status());
   }
   return index;
 }

@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "core/file_bytes.h"
 #include "core/shape.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -375,9 +376,7 @@ absl::StatusOr<std::vector<std::byte>> SerializeNpy(const HostTensor& tensor) {
 
 absl::StatusOr<HostTensor> ReadNpyFile(absl::string_view path) {
   // A parse error names the file.
-  const auto named = [path](const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
-  };
+  const auto named = [path](const absl::Status& s) { return WithContext(path, s); };
   const auto as_bytes = [](const std::string& s) {
     return std::span<const std::byte>(reinterpret_cast<const std::byte*>(s.data()), s.size());
   };

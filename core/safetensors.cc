@@ -13,6 +13,7 @@
 #include "core/file_bytes.h"
 #include "core/json.h"
 #include "core/shape.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -257,8 +258,7 @@ absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(absl::string_view path) 
         {reinterpret_cast<const std::byte*>(prefix.data()), prefix.size()}, size);
   }();
   if (!header.ok() && absl::IsInvalidArgument(header.status())) {
-    return absl::Status(header.status().code(),
-                        absl::StrCat(path, ": ", header.status().message()));
+    return WithContext(path, header.status());
   }
   return header;
 }
@@ -320,7 +320,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(absl::string_view path) {
   ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadFileBytes(path));
   absl::StatusOr<SafetensorsFile> file = ParseSafetensors(bytes);
   if (!file.ok()) {
-    return absl::Status(file.status().code(), absl::StrCat(path, ": ", file.status().message()));
+    return WithContext(path, file.status());
   }
   return file;
 }

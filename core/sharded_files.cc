@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/safetensors.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -48,9 +49,7 @@ absl::StatusOr<DTensorSpec> SpecFromMetadata(const std::map<std::string, std::st
     }
     return it->second;
   };
-  auto annotate = [&](const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat(file, ": ", s.message()));
-  };
+  auto annotate = [&](const absl::Status& s) { return WithContext(file, s); };
   absl::StatusOr<std::string> device = get("tessera.device"),
                               mesh_shape = get("tessera.mesh_shape"),
                               names = get("tessera.mesh_dim_names"),

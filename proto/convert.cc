@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/program_check.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -40,11 +41,6 @@ static_assert(static_cast<int>(ReduceOp::kMin) == v1::MIN);
 static_assert(static_cast<int>(ReduceOp::kProduct) == v1::PRODUCT);
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-
-// `status` with `context: ` in front of its message, keeping its code.
-absl::Status Prefixed(absl::string_view context, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
-}
 
 template <typename T>
 std::vector<int64_t> ToVector(const google::protobuf::RepeatedField<T>& field) {
@@ -167,7 +163,7 @@ absl::StatusOr<Placement> FromProto(const v1::Placement& placement) {
     case v1::Placement::kPartial: {
       if (placement.partial().op() == v1::REDUCE_OP_UNSPECIFIED) return Placement::Partial();
       absl::StatusOr<ReduceOp> op = FromProto(placement.partial().op());
-      if (!op.ok()) return Prefixed("Partial placement", op.status());
+      if (!op.ok()) return WithContext("Partial placement", op.status());
       return Placement::Partial(*op);
     }
     case v1::Placement::KIND_NOT_SET:
@@ -190,7 +186,7 @@ absl::StatusOr<std::vector<Placement>> FromProto(
   out.reserve(placements.size());
   for (int i = 0; i < placements.size(); ++i) {
     absl::StatusOr<Placement> p = FromProto(placements[i]);
-    if (!p.ok()) return Prefixed(absl::StrCat("placements[", i, "]"), p.status());
+    if (!p.ok()) return WithContext(absl::StrCat("placements[", i, "]"), p.status());
     out.push_back(*p);
   }
   return out;
@@ -237,12 +233,12 @@ absl::StatusOr<DTensorSpec> FromProto(const v1::DTensorMeta& meta) {
   }
   if (!meta.has_mesh()) return absl::InvalidArgumentError("DTensorMeta has no mesh");
   absl::StatusOr<Shape> shape = FromProto(meta.shape());
-  if (!shape.ok()) return Prefixed("DTensorMeta.shape", shape.status());
+  if (!shape.ok()) return WithContext("DTensorMeta.shape", shape.status());
   absl::StatusOr<DType> dtype = FromProto(meta.dtype());
-  if (!dtype.ok()) return Prefixed("DTensorMeta.dtype", dtype.status());
+  if (!dtype.ok()) return WithContext("DTensorMeta.dtype", dtype.status());
   RETURN_IF_ERROR(ValidateTensorShape(*dtype, *shape));
   absl::StatusOr<DeviceMesh> mesh = FromProto(meta.mesh());
-  if (!mesh.ok()) return Prefixed("DTensorMeta.mesh", mesh.status());
+  if (!mesh.ok()) return WithContext("DTensorMeta.mesh", mesh.status());
   absl::StatusOr<std::vector<Placement>> placements = FromProto(meta.placements());
   if (!placements.ok()) {
     return absl::Status(placements.status().code(),
@@ -341,9 +337,9 @@ v1::InlineTensor ToProto(const HostTensor& tensor) {
 
 absl::StatusOr<HostTensor> FromProto(const v1::InlineTensor& tensor) {
   absl::StatusOr<DType> dtype = FromProto(tensor.dtype());
-  if (!dtype.ok()) return Prefixed("dtype", dtype.status());
+  if (!dtype.ok()) return WithContext("dtype", dtype.status());
   absl::StatusOr<Shape> shape = FromProto(tensor.shape());
-  if (!shape.ok()) return Prefixed("shape", shape.status());
+  if (!shape.ok()) return WithContext("shape", shape.status());
   const std::string& data = tensor.data();
   return HostTensor::FromBytes(
       *dtype, *std::move(shape),
@@ -412,7 +408,7 @@ v1::EdgeLayout EdgeToProto(const EdgeLayout& layout) {
 
 absl::StatusOr<EdgeLayout> EdgeFromProto(absl::string_view field, const v1::EdgeLayout& layout) {
   absl::StatusOr<Placement> placement = FromProto(layout.placement());
-  if (!placement.ok()) return Prefixed(absl::StrCat(field, ".placement"), placement.status());
+  if (!placement.ok()) return WithContext(absl::StrCat(field, ".placement"), placement.status());
   return EdgeLayout{*placement, layout.is_dtensor()};
 }
 
@@ -420,7 +416,7 @@ absl::StatusOr<EdgeLayout> EdgeFromProto(absl::string_view field, const v1::Edge
 absl::StatusOr<ProgramParameter> ParameterFromProto(int index, const v1::ProgramParameter& p) {
   const std::string field = absl::StrCat("parameters[", index, "] (\"", p.fqn(), "\")");
   absl::StatusOr<Shape> shape = FromProto(p.shape());
-  if (!shape.ok()) return Prefixed(absl::StrCat(field, ".shape"), shape.status());
+  if (!shape.ok()) return WithContext(absl::StrCat(field, ".shape"), shape.status());
   absl::StatusOr<std::vector<Placement>> placements = FromProto(p.placements());
   if (!placements.ok()) {
     return absl::Status(placements.status().code(),
@@ -491,14 +487,14 @@ absl::StatusOr<WorkerProgram> FromProto(const v1::Program& program) {
     out.tensors.push_back(std::move(tensors));
   }
   absl::StatusOr<DType> input_dtype = FromProto(program.input_dtype());
-  if (!input_dtype.ok()) return Prefixed("input_dtype", input_dtype.status());
+  if (!input_dtype.ok()) return WithContext("input_dtype", input_dtype.status());
   p.input.dtype = *input_dtype;
   p.input.shape = ToVector(program.input_shape().dims());
   ASSIGN_OR_RETURN(p.input_layout, EdgeFromProto("input_layout", program.input_layout()));
   ASSIGN_OR_RETURN(p.output_layout, EdgeFromProto("output_layout", program.output_layout()));
   p.output_rank = program.output_rank();
   absl::StatusOr<DType> output_dtype = FromProto(program.output_dtype());
-  if (!output_dtype.ok()) return Prefixed("output_dtype", output_dtype.status());
+  if (!output_dtype.ok()) return WithContext("output_dtype", output_dtype.status());
   p.output_dtype = *output_dtype;
   p.output_features = program.output_features();
   p.num_buffers = program.num_buffers();

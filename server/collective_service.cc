@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/names.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
@@ -100,8 +101,7 @@ absl::StatusOr<LocalTensorTable::Reservation> CollectiveService::ReserveOutput(
       request.op(), request.input(), input, PositionGroups(mesh.mesh, checked.mesh_dim),
       request.root(), request.peer());
   if (!outputs.ok()) {
-    return absl::Status(outputs.status().code(),
-                        absl::StrCat("mesh '", mesh.name, "': ", outputs.status().message()));
+    return WithContext(absl::StrCat("mesh '", mesh.name, "'"), outputs.status());
   }
   return mesh.locals.Reserve(checked.output, *std::move(outputs));
 }

@@ -8,6 +8,7 @@
 #include "core/names.h"
 #include "core/redistribute_planner.h"
 #include "core/sharding_propagation.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
@@ -246,10 +247,9 @@ grpc::Status DTensorService::FreeTensor(grpc::ServerContext* context,
       freed = absl::DeadlineExceededError(absl::StrCat(
           "tensor '", request->name(), "' is removed; its workers had not freed its shards yet"));
     } else if (!workers_freed->status.ok()) {
-      freed = absl::Status(workers_freed->status.code(),
-                           absl::StrCat("tensor '", request->name(),
-                                        "' is removed, but its shards were not all freed: ",
-                                        workers_freed->status.message()));
+      freed = WithContext(absl::StrCat("tensor '", request->name(),
+                                       "' is removed, but its shards were not all freed"),
+                          workers_freed->status);
     }
   }
   return ToGrpcStatus(freed);

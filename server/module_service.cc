@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/program_edges.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
@@ -15,11 +16,6 @@
 namespace tessera {
 namespace {
 
-// `status` with `context` in front of its message, keeping its code.
-absl::Status Prefixed(const std::string& context, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat(context, status.message()));
-}
-
 // A run's input from its message: the full tensor or every rank's.
 absl::StatusOr<RunInput> InputFromProto(const v1::ModuleInput& input) {
   RunInput in;
@@ -28,7 +24,7 @@ absl::StatusOr<RunInput> InputFromProto(const v1::ModuleInput& input) {
       return absl::InvalidArgumentError("give the full input or local inputs, not both");
     }
     absl::StatusOr<HostTensor> full = FromProto(input.full());
-    if (!full.ok()) return Prefixed("input: ", full.status());
+    if (!full.ok()) return WithContext("input", full.status());
     in.full = *std::move(full);
     return in;
   }
@@ -37,7 +33,7 @@ absl::StatusOr<RunInput> InputFromProto(const v1::ModuleInput& input) {
   }
   for (int r = 0; r < input.locals_size(); ++r) {
     absl::StatusOr<HostTensor> t = FromProto(input.locals(r));
-    if (!t.ok()) return Prefixed(absl::StrCat("rank ", r, "'s input: "), t.status());
+    if (!t.ok()) return WithContext(absl::StrCat("rank ", r, "'s input"), t.status());
     in.locals.push_back(*std::move(t));
   }
   return in;
@@ -189,7 +185,7 @@ grpc::Status ModuleService::ParallelizeModule(grpc::ServerContext* context,
                                               const v1::ParallelizeModuleRequest* request,
                                               v1::ParallelizeModuleReply* reply) {
   absl::StatusOr<PlanSpec> plan = ParsePlanSpec(request->plan_json());
-  if (!plan.ok()) return ToGrpcStatus(Prefixed("plan: ", plan.status()));
+  if (!plan.ok()) return ToGrpcStatus(WithContext("plan", plan.status()));
   if (!plan->parallelize.has_value()) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         "the plan is a distribute_module partition; apply it with DistributeModule"));
@@ -202,7 +198,7 @@ grpc::Status ModuleService::DistributeModule(grpc::ServerContext* context,
                                              const v1::DistributeModuleRequest* request,
                                              v1::ParallelizeModuleReply* reply) {
   absl::StatusOr<PlanSpec> plan = ParsePlanSpec(request->partition_json());
-  if (!plan.ok()) return ToGrpcStatus(Prefixed("partition: ", plan.status()));
+  if (!plan.ok()) return ToGrpcStatus(WithContext("partition", plan.status()));
   if (!plan->distribute.has_value()) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         "the partition is a parallelize_module plan; apply it with ParallelizeModule"));
@@ -283,7 +279,7 @@ grpc::Status ModuleService::Step(grpc::ServerContext* context, const v1::StepReq
   } else if (request->loss().empty() && request->has_grad_output()) {
     step.loss_sum = false;
     absl::StatusOr<HostTensor> grad = FromProto(request->grad_output());
-    if (!grad.ok()) return ToGrpcStatus(Prefixed("grad_output: ", grad.status()));
+    if (!grad.ok()) return ToGrpcStatus(WithContext("grad_output", grad.status()));
     step.grad_output = *std::move(grad);
   } else {
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(

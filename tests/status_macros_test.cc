@@ -6,7 +6,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_context.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -110,6 +112,27 @@ INSTANTIATE_TEST_SUITE_P(Codes, StatusMacrosTest,
                                            absl::StatusCode::kInvalidArgument,
                                            absl::StatusCode::kNotFound,
                                            absl::StatusCode::kUnavailable));
+
+TEST(WithContextTest, PassesOkThrough) {
+  EXPECT_EQ(WithContext("ctx", absl::OkStatus()), absl::OkStatus());
+}
+
+TEST(WithContextTest, KeepsTheCodeAndPutsTheContextBeforeTheMessage) {
+  for (absl::StatusCode code : {absl::StatusCode::kInvalidArgument, absl::StatusCode::kNotFound,
+                                absl::StatusCode::kUnavailable, absl::StatusCode::kInternal}) {
+    const absl::Status status = WithContext("ctx", absl::Status(code, "msg"));
+    EXPECT_EQ(status.code(), code);
+    EXPECT_EQ(status.message(), "ctx: msg");
+  }
+}
+
+TEST(WithContextTest, KeepsPayloads) {
+  absl::Status inner = absl::NotFoundError("msg");
+  inner.SetPayload("type.example/detail", absl::Cord("data"));
+  const absl::Status status = WithContext("ctx", inner);
+  EXPECT_EQ(status.message(), "ctx: msg");
+  EXPECT_EQ(status.GetPayload("type.example/detail"), absl::Cord("data"));
+}
 
 }  // namespace
 }  // namespace tessera

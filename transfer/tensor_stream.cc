@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_context.h"
 #include "proto/grpc_status.h"
 
 namespace tessera {
@@ -52,9 +53,7 @@ absl::StatusOr<HostTensor> TensorAssembler::Finish() && {
 }
 
 absl::Status WorkerError(int64_t worker_id, absl::string_view address, const grpc::Status& status) {
-  const absl::Status s = FromGrpcStatus(status);
-  return absl::Status(s.code(),
-                      absl::StrCat("worker ", worker_id, " at ", address, ": ", s.message()));
+  return WithContext(absl::StrCat("worker ", worker_id, " at ", address), FromGrpcStatus(status));
 }
 
 }  // namespace tessera

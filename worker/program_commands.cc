@@ -6,16 +6,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "worker/command_executor.h"
 
 namespace tessera {
 namespace {
-
-absl::Status Prefixed(absl::string_view context, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
-}
 
 // The training step a RunProgram asks for, or nullopt for a forward.
 absl::StatusOr<std::optional<TrainingStep>> TrainingOf(const v1::RunProgram& run) {
@@ -34,7 +31,7 @@ absl::StatusOr<std::optional<TrainingStep>> TrainingOf(const v1::RunProgram& run
   }
   if (run.has_grad_output()) {
     absl::StatusOr<HostTensor> grad = FromProto(run.grad_output());
-    if (!grad.ok()) return Prefixed("grad_output", grad.status());
+    if (!grad.ok()) return WithContext("grad_output", grad.status());
     training.grad_output = *std::move(grad);
   }
   if (run.has_sgd()) {
@@ -59,12 +56,12 @@ absl::Status CommandExecutor::LoadProgram(const v1::LoadProgram& load) {
   if (!load.has_program()) return absl::InvalidArgumentError("LoadProgram has no program");
   absl::StatusOr<WorkerProgram> program = FromProto(load.program());
   if (!program.ok()) {
-    return Prefixed(absl::StrCat("program ", load.program_id()), program.status());
+    return WithContext(absl::StrCat("program ", load.program_id()), program.status());
   }
   absl::StatusOr<std::unique_ptr<ProgramRunner>> runner =
       ProgramRunner::Create(*std::move(program), mc->mesh, mc->coordinate, *store_);
   if (!runner.ok()) {
-    return Prefixed(absl::StrCat("program ", load.program_id()), runner.status());
+    return WithContext(absl::StrCat("program ", load.program_id()), runner.status());
   }
   programs_[load.program_id()] = InstalledProgram{load.mesh_id(), *std::move(runner)};
   return absl::OkStatus();
@@ -84,13 +81,13 @@ absl::Status CommandExecutor::RunProgram(const v1::RunProgram& run, v1::CommandR
   ASSIGN_OR_RETURN(MeshComms* const mc, FindMesh(run.mesh_id()));
   if (!run.has_input()) return absl::InvalidArgumentError("RunProgram has no input");
   absl::StatusOr<HostTensor> input = FromProto(run.input());
-  if (!input.ok()) return Prefixed("input", input.status());
+  if (!input.ok()) return WithContext("input", input.status());
   ASSIGN_OR_RETURN(std::optional<TrainingStep> training, TrainingOf(run));
   const std::vector<comm::Communicator*> groups = DimGroups(*mc);
   absl::StatusOr<ProgramRunResult> result =
       it->second.runner->Run(*std::move(input), std::move(training), kernels_, *store_, groups);
   if (!result.ok()) {
-    return Prefixed(absl::StrCat("program ", run.program_id()), result.status());
+    return WithContext(absl::StrCat("program ", run.program_id()), result.status());
   }
   if (run.return_output()) *reply->mutable_output() = ToProto(result->output);
   for (const std::string& name : result->written) {

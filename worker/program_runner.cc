@@ -8,6 +8,7 @@
 #include "core/chunk.h"
 #include "core/dtensor_spec.h"
 #include "core/program_check.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "worker/program_steps.h"
 
@@ -288,8 +289,7 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
     return absl::OkStatus();
   }();
   if (!status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrCat(ProgramStepLabel(list, index, step), ": ", status.message()));
+    return WithContext(ProgramStepLabel(list, index, step), status);
   }
   const auto& free_after = state.training ? uses_.free_after_training : uses_.free_after_forward;
   for (int b : free_after[position]) state.buffers[b].reset();
@@ -410,8 +410,7 @@ absl::Status ProgramRunner::ApplySgd(const SgdOptions& sgd, kernels::KernelBacke
     RETURN_IF_ERROR(store.Put(names.tensor, std::move(value)));
     if (buffer.has_value()) RETURN_IF_ERROR(store.Put(names.momentum, *std::move(buffer)));
     if (!updated.ok()) {
-      return absl::Status(updated.code(), absl::StrCat("SGD of ", ParameterLabel(params[i], i),
-                                                       ": ", updated.message()));
+      return WithContext(absl::StrCat("SGD of ", ParameterLabel(params[i], i)), updated);
     }
     written.push_back(names.tensor);
     if (momentum) written.push_back(names.momentum);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/chunk.h"
 #include "core/elementwise_reduce.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "kernels/layout.h"
 #include "worker/dim_collectives.h"
@@ -191,9 +192,9 @@ absl::StatusOr<kernels::DeviceTensor> RunPlan(kernels::KernelBackend& kernels,
       }
     }
     if (!s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrCat("step ", i, " (", CollectiveName(step.collective), " on mesh dim ",
-                                 step.mesh_dim, "): ", s.message()));
+      return WithContext(absl::StrCat("step ", i, " (", CollectiveName(step.collective),
+                                      " on mesh dim ", step.mesh_dim, ")"),
+                         s);
     }
     current.placements[step.mesh_dim] = step.to;
   }

@@ -9,6 +9,7 @@
 #include "core/chunk.h"
 #include "core/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
+#include "core/status_context.h"
 
 namespace tessera {
 namespace {
@@ -125,9 +126,7 @@ absl::Status RunClusterSelfcheck(client::Session& session, int workers, const st
   }
   for (const Check& check : checks) {
     absl::StatusOr<client::CollectiveResult> reply = (*stream)->Next();
-    if (!reply.ok())
-      return absl::Status(reply.status().code(),
-                          absl::StrCat(check.name, ": ", reply.status().message()));
+    if (!reply.ok()) return WithContext(check.name, reply.status());
   }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

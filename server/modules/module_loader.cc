@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/parallel_plan.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "server/transfers/shard_streams.h"
@@ -12,11 +13,6 @@
 
 namespace tessera {
 namespace {
-
-// `status` with `context` in front of its message, keeping its code.
-absl::Status Prefixed(const std::string& context, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat(context, status.message()));
-}
 
 // OK iff the program holds exactly the spec's parameters, with their shapes.
 absl::Status CheckProgramParameters(const std::vector<ParameterInfo>& expected,
@@ -62,11 +58,11 @@ absl::StatusOr<v1::ModuleInfo> ModuleLoader::Load(
   ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, tensors_->meshes().Find(header.mesh()));
   RETURN_IF_ERROR(programs_->MeshReady(*mesh));
   absl::StatusOr<ModelSpec> spec = ParseModelSpec(header.spec_json());
-  if (!spec.ok()) return Prefixed("module spec: ", spec.status());
+  if (!spec.ok()) return WithContext("module spec", spec.status());
   PlanSpec plan;
   if (!header.plan_json().empty()) {
     absl::StatusOr<PlanSpec> parsed = ParsePlanSpec(header.plan_json());
-    if (!parsed.ok()) return Prefixed("plan: ", parsed.status());
+    if (!parsed.ok()) return WithContext("plan", parsed.status());
     plan = *std::move(parsed);
   }
   ASSIGN_OR_RETURN(CompiledPlan compiled,
@@ -141,10 +137,10 @@ absl::StatusOr<std::vector<WeightsTensor>> ModuleLoader::ReadWeightsHeader(
   for (const v1::WeightsEntry& w : chunk.weights().tensors()) {
     absl::StatusOr<DType> dtype = FromProto(w.dtype());
     if (!dtype.ok())
-      return Prefixed(absl::StrCat("weights tensor '", w.name(), "': "), dtype.status());
+      return WithContext(absl::StrCat("weights tensor '", w.name(), "'"), dtype.status());
     absl::StatusOr<Shape> shape = FromProto(w.shape());
     if (!shape.ok())
-      return Prefixed(absl::StrCat("weights tensor '", w.name(), "': "), shape.status());
+      return WithContext(absl::StrCat("weights tensor '", w.name(), "'"), shape.status());
     weights.push_back({w.name(), *dtype, *std::move(shape)});
   }
   return weights;
@@ -249,7 +245,7 @@ absl::Status ModuleLoader::StreamWeights(
       const absl::Status finished = scatter->Finish();
       scatter.reset();
       if (!finished.ok())
-        return Prefixed(absl::StrCat("parameter '", order[index].name, "': "), finished);
+        return WithContext(absl::StrCat("parameter '", order[index].name, "'"), finished);
       RETURN_IF_ERROR(streams_->Spread(t, origin, ReplicaDims(t.spec), /*partition=*/true));
       ++index;
     }

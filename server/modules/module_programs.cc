@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 
@@ -90,9 +91,8 @@ absl::Status ModulePrograms::Install(const ModuleEntry& module, const Program& p
                                                     "' ran past the call's deadline"));
   }
   if (!write->status.ok()) {
-    return absl::Status(write->status.code(),
-                        absl::StrCat("installing the program of module '", module.name,
-                                     "': ", write->status.message()));
+    return WithContext(absl::StrCat("installing the program of module '", module.name, "'"),
+                       write->status);
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/program_edges.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 
@@ -228,8 +229,7 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
                      "' within the call's deadline (the workers go on with it)"));
   }
   if (!state->status.ok()) {
-    return absl::Status(state->status.code(),
-                        absl::StrCat("module '", module.name, "': ", state->status.message()));
+    return WithContext(absl::StrCat("module '", module.name, "'"), state->status);
   }
   std::vector<HostTensor> outputs;
   for (size_t r = 0; r < state->replies.size(); ++r) {

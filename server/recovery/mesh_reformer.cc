@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_context.h"
 #include "proto/convert.h"
 
 namespace tessera {
@@ -40,9 +41,7 @@ absl::Status MeshReformer::SetUp(const Mesh& mesh, absl::Time deadline) {
       dispatcher_->Run(mesh.mesh.ranks(), SetupCommand(mesh, 0, connect),
                        std::min(mesh.command_timeout(), connect + kReplySlack));
   if (replies.ok()) return absl::OkStatus();
-  return absl::Status(
-      replies.status().code(),
-      absl::StrCat("setting up mesh '", mesh.name, "' failed: ", replies.status().message()));
+  return WithContext(absl::StrCat("setting up mesh '", mesh.name, "' failed"), replies.status());
 }
 
 void MeshReformer::OnBroken(const WorkerHandle& worker, const v1::BrokenCommunicator& broken) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/placement.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -15,18 +16,13 @@ namespace {
 // How long a recovered module's program may take to install on its workers.
 constexpr absl::Duration kInstallWait = absl::Seconds(60);
 
-// `status` with `context` in front of its message, keeping its code.
-absl::Status Prefixed(const std::string& context, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat(context, status.message()));
-}
-
 // `model` compiled for `mesh` under the plan `plan_json` (empty: none) on `mesh_dim`.
 absl::StatusOr<CompiledPlan> CompileRecorded(const ModelSpec& model, const std::string& plan_json,
                                              const DeviceMesh& mesh, const std::string& mesh_dim) {
   PlanSpec plan;
   if (!plan_json.empty()) {
     absl::StatusOr<PlanSpec> parsed = ParsePlanSpec(plan_json);
-    if (!parsed.ok()) return Prefixed("plan: ", parsed.status());
+    if (!parsed.ok()) return WithContext("plan", parsed.status());
     plan = *std::move(parsed);
   }
   return ModulePrograms::Compile(model, std::move(plan), mesh, mesh_dim);
@@ -71,7 +67,7 @@ absl::Status ModuleRecovery::Restore(const v1::ModuleRecord& record) {
   const std::string& name = record.name();
   ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, tensors_->meshes().Find(record.mesh()));
   absl::StatusOr<ModelSpec> spec = ParseModelSpec(record.spec_json());
-  if (!spec.ok()) return Prefixed("module spec: ", spec.status());
+  if (!spec.ok()) return WithContext("module spec", spec.status());
   ASSIGN_OR_RETURN(CompiledPlan compiled,
                    CompileRecorded(*spec, record.plan_json(), mesh->mesh, record.mesh_dim()));
   std::string mesh_dim = record.mesh_dim();

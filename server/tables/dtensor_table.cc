@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/names.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "server/cluster/worker_loss.h"
@@ -109,8 +110,7 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Usable(const std::st
   if (absl::Status health = meshes_->Health(*t->mesh); !health.ok()) return Explain(*t, health);
   if (t->write->done.HasBeenNotified() && !t->write->status.ok()) {
     const absl::Status& s = t->write->status;
-    return Explain(
-        *t, absl::Status(s.code(), absl::StrCat("tensor '", name, "' failed: ", s.message())));
+    return Explain(*t, WithContext(absl::StrCat("tensor '", name, "' failed"), s));
   }
   return t;
 }
@@ -202,9 +202,7 @@ absl::Status DTensorTable::AwaitWrite(const DTensorEntry& tensor, absl::Time dea
         absl::StrCat("tensor '", tensor.name, "' is still being written"));
   }
   if (!tensor.write->status.ok()) {
-    return absl::Status(
-        tensor.write->status.code(),
-        absl::StrCat("tensor '", tensor.name, "' failed: ", tensor.write->status.message()));
+    return WithContext(absl::StrCat("tensor '", tensor.name, "' failed"), tensor.write->status);
   }
   return absl::OkStatus();
 }
@@ -374,31 +372,29 @@ void DTensorTable::Post(const Mesh& mesh, const v1::Command& command,
     write->done.Notify();
     return;
   }
-  dispatcher_->Post(
-      *workers, command, mesh.command_timeout(),
-      [write, inputs = std::move(inputs), on_success = std::move(on_success)](
-          absl::Status status, std::vector<v1::CommandReply>) {
-        auto finish = [write, inputs](absl::Status status) {
-          for (const auto& in : inputs) {
-            if (status.ok()) break;
-            // Its replies came first; its own callback may still be on its way.
-            if (!in->write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) ||
-                in->write->status.ok()) {
-              continue;
-            }
-            status = absl::Status(
-                in->write->status.code(),
-                absl::StrCat("input '", in->name, "' failed: ", in->write->status.message()));
-          }
-          write->status = std::move(status);
-          write->done.Notify();
-        };
-        if (status.ok() && on_success) {
-          on_success(std::move(finish));
-        } else {
-          finish(std::move(status));
-        }
-      });
+  dispatcher_->Post(*workers, command, mesh.command_timeout(),
+                    [write, inputs = std::move(inputs), on_success = std::move(on_success)](
+                        absl::Status status, std::vector<v1::CommandReply>) {
+                      auto finish = [write, inputs](absl::Status status) {
+                        for (const auto& in : inputs) {
+                          if (status.ok()) break;
+                          // Its replies came first; its own callback may still be on its way.
+                          if (!in->write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) ||
+                              in->write->status.ok()) {
+                            continue;
+                          }
+                          status = WithContext(absl::StrCat("input '", in->name, "' failed"),
+                                               in->write->status);
+                        }
+                        write->status = std::move(status);
+                        write->done.Notify();
+                      };
+                      if (status.ok() && on_success) {
+                        on_success(std::move(finish));
+                      } else {
+                        finish(std::move(status));
+                      }
+                    });
 }
 
 absl::Status DTensorTable::Freed(const DTensorEntry& tensor) {

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/redistribute_planner.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "server/transfers/shard_streams.h"
@@ -39,10 +40,8 @@ absl::Status DTensorStreams::ReadFailure(const DTensorEntry& tensor, absl::Statu
   // A read queued behind a write that then failed finds no shard; the write's error is the cause.
   if (tensor.write->done.WaitForNotificationWithTimeout(absl::Seconds(1)) &&
       !tensor.write->status.ok()) {
-    return tensors_->Explain(
-        tensor, absl::Status(tensor.write->status.code(),
-                             absl::StrCat("tensor '", tensor.name,
-                                          "' failed: ", tensor.write->status.message())));
+    return tensors_->Explain(tensor, WithContext(absl::StrCat("tensor '", tensor.name, "' failed"),
+                                                 tensor.write->status));
   }
   return tensors_->Explain(tensor, download);
 }
@@ -165,8 +164,7 @@ absl::Status DTensorStreams::ReceiveRank(const grpc::ServerContext& context,
         return true;
       });
   if (!received.ok()) {
-    return absl::Status(received.status().code(),
-                        absl::StrCat("rank ", rank, "'s shard: ", received.status().message()));
+    return WithContext(absl::StrCat("rank ", rank, "'s shard"), received.status());
   }
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/elementwise_reduce.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
@@ -187,10 +188,9 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   gloo::rendezvous::PrefixStore prefixed{std::string(prefix), store};
   absl::Status connected = CallGloo(deadline, [&] { context->connectFullMesh(prefixed, device); });
   if (!connected.ok()) {
-    return absl::Status(
-        connected.code(),
-        absl::StrFormat("Gloo communicator '%s': rank %d of %d could not connect: %s", prefix, rank,
-                        size, connected.message()));
+    return WithContext(absl::StrFormat("Gloo communicator '%s': rank %d of %d could not connect",
+                                       prefix, rank, size),
+                       connected);
   }
   return std::unique_ptr<GlooCommunicator>(
       new GlooCommunicator(std::move(context), options.timeout));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/elementwise_reduce.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/rendezvous/store.h"
@@ -200,8 +201,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     absl::Status s = CallGloo(deadline, [&] {
       prefixed.set(kUniqueIdKey, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
     });
-    if (!s.ok())
-      return absl::Status(s.code(), absl::StrCat(who, ": publishing the id: ", s.message()));
+    if (!s.ok()) return WithContext(absl::StrCat(who, ": publishing the id"), s);
   } else {
     std::vector<char> bytes;
     absl::Status s = CallGloo(deadline, [&] {
@@ -209,8 +209,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
                                         1, absl::ToInt64Milliseconds(deadline - absl::Now()))));
       bytes = prefixed.get(kUniqueIdKey);
     });
-    if (!s.ok())
-      return absl::Status(s.code(), absl::StrCat(who, ": reading the id: ", s.message()));
+    if (!s.ok()) return WithContext(absl::StrCat(who, ": reading the id"), s);
     if (bytes.size() != sizeof(id.internal)) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s: the stored NCCL id has %d bytes, not %d", who, bytes.size(), sizeof(id.internal)));
@@ -220,7 +219,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
 
   absl::StatusOr<ncclComm_t> comm = InitComm(id, rank, size, deadline);
   if (!comm.ok()) {
-    return absl::Status(comm.status().code(), absl::StrCat(who, ": ", comm.status().message()));
+    return WithContext(who, comm.status());
   }
   cudaStream_t stream = nullptr;
   cudaEvent_t compute_done = nullptr;
