@@ -14,7 +14,7 @@ namespace tessera::kernels {
 // elsewhere (one worker per core slot). BLAS threads follow OPENBLAS_NUM_THREADS, read when the
 // process starts, or SetBlasThreads; oneDNN's follow them. Reductions for collectives are core's
 // ReduceInto and DivideInPlace. Not final: tests derive a stricter memory space from it
-// (tests/strict_memory_backend.h).
+// (tests/support/strict_memory_backend.h).
 class CpuBackend : public KernelBackend {
  public:
   CpuBackend() = default;

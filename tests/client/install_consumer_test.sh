@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The installed package end to end: installs the build tree to a temporary prefix, checks that the
-# public headers carry no gRPC or generated types, builds tests/install_consumer against the prefix
+# public headers carry no gRPC or generated types, builds tests/client/install_consumer against the prefix
 # alone (find_package(Tessera), tessera::client), and runs it offline and against the installed
 # `tessera up`.
 # usage: install_consumer_test.sh BUILD_DIR CONSUMER_SOURCE WORKDIR GENERATOR CXX [LAUNCHER [FLAGS]]

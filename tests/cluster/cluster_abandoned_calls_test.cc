@@ -22,8 +22,8 @@
 #include "tessera/v1/collective.grpc.pb.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
 #include "tessera/v1/mesh.grpc.pb.h"
-#include "tests/cluster_fixture.h"
-#include "tests/follow_up_calls.h"
+#include "tests/cluster/cluster_fixture.h"
+#include "tests/cluster/follow_up_calls.h"
 
 namespace tessera {
 namespace {

@@ -25,8 +25,8 @@
 #include "core/simulated_mesh.h"
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
-#include "tests/cluster_fixture.h"
-#include "tests/test_models.h"
+#include "tests/cluster/cluster_fixture.h"
+#include "tests/support/test_models.h"
 
 namespace tessera {
 namespace {

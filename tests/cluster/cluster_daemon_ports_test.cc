@@ -8,7 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "tests/cluster_fixture.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace tessera {
 namespace {

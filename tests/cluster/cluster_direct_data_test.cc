@@ -24,8 +24,8 @@
 #include "tessera/tessera.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
 #include "tessera/v1/worker.grpc.pb.h"
-#include "tests/cluster_fixture.h"
-#include "tests/placement_product.h"
+#include "tests/cluster/cluster_fixture.h"
+#include "tests/support/placement_product.h"
 
 namespace tessera {
 namespace {

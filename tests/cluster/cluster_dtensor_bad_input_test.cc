@@ -18,7 +18,7 @@
 #include "proto/grpc_status.h"
 #include "tessera/tessera.h"
 #include "tessera/v1/dtensor.grpc.pb.h"
-#include "tests/cluster_fixture.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace tessera {
 namespace {

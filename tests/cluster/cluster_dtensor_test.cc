@@ -24,8 +24,8 @@
 #include "kernels/run_op.h"
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
-#include "tests/cluster_fixture.h"
-#include "tests/placement_product.h"
+#include "tests/cluster/cluster_fixture.h"
+#include "tests/support/placement_product.h"
 
 namespace tessera {
 namespace {

@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "proto/grpc_status.h"
 #include "tessera/v1/collective.grpc.pb.h"
-#include "tests/cluster_fixture.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace tessera {
 namespace {

@@ -26,8 +26,8 @@
 #include "gtest/gtest.h"
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
-#include "tests/status_assertions.h"
-#include "tests/test_device.h"
+#include "tests/support/status_assertions.h"
+#include "tests/support/test_device.h"
 
 namespace tessera::testing {
 

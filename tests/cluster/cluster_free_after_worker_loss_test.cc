@@ -13,7 +13,7 @@
 #include "absl/time/clock.h"
 #include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
-#include "tests/cluster_fixture.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace tessera {
 namespace {

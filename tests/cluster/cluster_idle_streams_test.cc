@@ -25,7 +25,7 @@
 #include "tessera/v1/dtensor.grpc.pb.h"
 #include "tessera/v1/module.grpc.pb.h"
 #include "tessera/v1/worker.grpc.pb.h"
-#include "tests/cluster_fixture.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace tessera {
 namespace {

@@ -18,7 +18,7 @@
 #include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
 #include "tessera/tessera.h"
-#include "tests/cluster_fixture.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace tessera {
 namespace {

@@ -27,7 +27,7 @@
 #include "absl/time/clock.h"
 #include "metrics/http_client.h"
 #include "nlohmann/json.hpp"
-#include "tests/cluster_fixture.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace tessera::testing {
 namespace {

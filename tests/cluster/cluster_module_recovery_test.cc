@@ -28,9 +28,9 @@
 #include "server/cluster/state_store.h"
 #include "tessera/tessera.h"
 #include "tessera/v1/state.pb.h"
-#include "tests/cluster_fixture.h"
-#include "tests/kserve_infer.h"
-#include "tests/test_models.h"
+#include "tests/cluster/cluster_fixture.h"
+#include "tests/cluster/kserve_infer.h"
+#include "tests/support/test_models.h"
 
 namespace tessera {
 namespace {

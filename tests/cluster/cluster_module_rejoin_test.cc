@@ -17,9 +17,9 @@
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "tessera/tessera.h"
-#include "tests/cluster_fixture.h"
-#include "tests/kserve_infer.h"
-#include "tests/test_models.h"
+#include "tests/cluster/cluster_fixture.h"
+#include "tests/cluster/kserve_infer.h"
+#include "tests/support/test_models.h"
 
 namespace tessera {
 namespace {

@@ -24,9 +24,9 @@
 #include "proto/grpc_status.h"
 #include "tessera/tessera.h"
 #include "tessera/v1/module.grpc.pb.h"
-#include "tests/cluster_fixture.h"
-#include "tests/module_cluster.h"
-#include "tests/test_models.h"
+#include "tests/cluster/cluster_fixture.h"
+#include "tests/cluster/module_cluster.h"
+#include "tests/support/test_models.h"
 
 namespace tessera {
 namespace {

@@ -19,7 +19,7 @@
 #include "core/placement.h"
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
-#include "tests/module_cluster.h"
+#include "tests/cluster/module_cluster.h"
 
 namespace tessera {
 namespace {

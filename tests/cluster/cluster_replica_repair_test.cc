@@ -26,8 +26,8 @@
 #include "gtest/gtest.h"
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
-#include "tests/cluster_fixture.h"
-#include "tests/status_assertions.h"
+#include "tests/cluster/cluster_fixture.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

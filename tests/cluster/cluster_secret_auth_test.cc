@@ -18,7 +18,7 @@
 #include "proto/grpc_status.h"
 #include "tessera/v1/registry.grpc.pb.h"
 #include "tessera/v1/worker.grpc.pb.h"
-#include "tests/cluster_fixture.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace tessera::testing {
 namespace {

@@ -37,10 +37,10 @@
 #include "proto/grpc_status.h"
 #include "reference/module_reference.h"
 #include "tessera/tessera.h"
-#include "tests/cluster_fixture.h"
-#include "tests/module_cluster.h"
-#include "tests/status_assertions.h"
-#include "tests/test_models.h"
+#include "tests/cluster/cluster_fixture.h"
+#include "tests/cluster/module_cluster.h"
+#include "tests/support/status_assertions.h"
+#include "tests/support/test_models.h"
 
 namespace tessera {
 namespace {

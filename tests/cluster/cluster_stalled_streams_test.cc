@@ -24,8 +24,8 @@
 #include "tessera/v1/dtensor.grpc.pb.h"
 #include "tessera/v1/module.grpc.pb.h"
 #include "tessera/v1/worker.grpc.pb.h"
-#include "tests/cluster_fixture.h"
-#include "tests/follow_up_calls.h"
+#include "tests/cluster/cluster_fixture.h"
+#include "tests/cluster/follow_up_calls.h"
 
 namespace tessera {
 namespace {

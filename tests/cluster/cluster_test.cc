@@ -16,7 +16,7 @@
 #include "core/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
-#include "tests/cluster_fixture.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace tessera {
 namespace {

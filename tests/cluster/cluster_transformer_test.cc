@@ -18,8 +18,8 @@
 #include "core/placement.h"
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
-#include "tests/module_cluster.h"
-#include "tests/test_models.h"
+#include "tests/cluster/module_cluster.h"
+#include "tests/support/test_models.h"
 
 namespace tessera {
 namespace {

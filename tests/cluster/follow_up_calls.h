@@ -12,7 +12,7 @@
 #include "tessera/dtensor.h"
 #include "tessera/mesh.h"
 #include "tessera/session.h"
-#include "tests/cluster_fixture.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace tessera::testing {
 

@@ -25,7 +25,7 @@
 #include "gtest/gtest.h"
 #include "reference/module_reference.h"
 #include "tessera/tessera.h"
-#include "tests/cluster_fixture.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace tessera::testing {
 

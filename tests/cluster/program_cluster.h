@@ -4,7 +4,7 @@
 // Module programs run by workers' command executors in one process, one thread per rank with real
 // Gloo communicators: the workers of a mesh, the pieces of full tensors each rank holds, the
 // commands that load and run a program on every rank, and the checks of what they return and
-// store. Workers run on TestDevice() (tests/test_device.h): on cpu each one's memory space is a
+// store. Workers run on TestDevice() (tests/support/test_device.h): on cpu each one's memory space is a
 // StrictMemoryBackend, host memory used as a GPU's is; on cuda, rank r holds cuda:r.
 
 #include <cmath>
@@ -26,7 +26,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/testing/nn_reference.h"
 #include "proto/convert.h"
-#include "tests/test_device.h"
+#include "tests/support/test_device.h"
 #include "worker/command_executor.h"
 #include "worker/shard_store.h"
 

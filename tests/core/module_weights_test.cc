@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

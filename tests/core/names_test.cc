@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "gtest/gtest.h"
-#include "tests/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

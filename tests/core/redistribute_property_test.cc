@@ -12,7 +12,7 @@
 #include "core/simulated_mesh.h"
 #include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
-#include "tests/placement_product.h"
+#include "tests/support/placement_product.h"
 
 namespace tessera {
 namespace {

@@ -20,7 +20,7 @@
 #include "kernels/backend.h"
 #include "kernels/run_op.h"
 #include "kernels/testing/reference.h"
-#include "tests/placement_product.h"
+#include "tests/support/placement_product.h"
 
 namespace tessera {
 namespace {

@@ -11,7 +11,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "tests/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

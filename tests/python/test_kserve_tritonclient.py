@@ -2,7 +2,7 @@
 
 Optional: skips with a message when tritonclient (with its grpc extra) or numpy is not
 importable, or when the test server is not built. The server is kserve_test_server
-(tests/kserve_test_server.cc), serving the models of tests/served_test_models.h; its path comes
+(tests/support/kserve_test_server.cc), serving the models of tests/support/served_test_models.h; its path comes
 from $TESSERA_KSERVE_TEST_SERVER, else build/tests/kserve_test_server under the repository.
 
     pip install "tritonclient[grpc]" pytest      # in a virtual environment
@@ -27,7 +27,7 @@ SERVER = pathlib.Path(
     os.environ.get("TESSERA_KSERVE_TEST_SERVER", REPO / "build" / "tests" / "kserve_test_server")
 )
 
-# The affine model's weights (tests/served_test_models.h): y = x @ (s * A) + s * b; version "2"
+# The affine model's weights (tests/support/served_test_models.h): y = x @ (s * A) + s * b; version "2"
 # has s = 1, version "10" (the default, the highest) s = 2.
 AFFINE_A = np.array([[1.0, -2.0], [0.5, 3.0], [-1.0, 0.25]], dtype=np.float32)
 AFFINE_B = np.array([0.5, -1.0], dtype=np.float32)

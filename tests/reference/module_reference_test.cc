@@ -15,7 +15,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

@@ -27,8 +27,8 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/cluster/worker_registry.h"
-#include "tests/fake_worker.h"
-#include "tests/status_assertions.h"
+#include "tests/support/fake_worker.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

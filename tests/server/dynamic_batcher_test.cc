@@ -15,7 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "tests/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
-#include "tests/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

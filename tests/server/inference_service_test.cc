@@ -16,8 +16,8 @@
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "proto/grpc_status.h"
-#include "tests/served_test_models.h"
-#include "tests/status_assertions.h"
+#include "tests/support/served_test_models.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

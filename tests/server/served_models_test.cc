@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "server/tables/dynamic_batcher.h"
-#include "tests/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

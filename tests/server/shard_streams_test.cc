@@ -35,9 +35,9 @@
 #include "core/shape.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "tests/fake_worker.h"
-#include "tests/placement_product.h"
-#include "tests/status_assertions.h"
+#include "tests/support/fake_worker.h"
+#include "tests/support/placement_product.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

@@ -1,4 +1,4 @@
-#include "tests/fake_worker.h"
+#include "tests/support/fake_worker.h"
 
 #include <algorithm>
 #include <utility>

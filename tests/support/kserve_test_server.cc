@@ -1,5 +1,5 @@
 // kserve_test_server: the KServe v2 inference service over the test models
-// (tests/served_test_models.h) on loopback, for client tests in other languages
+// (tests/support/served_test_models.h) on loopback, for client tests in other languages
 // (tests/python/test_kserve_tritonclient.py). Prints "listening on port N" and serves until
 // killed. Usage: kserve_test_server [host:port] (default 127.0.0.1:0, any free port).
 
@@ -12,7 +12,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/inference_service.h"
 #include "server/tables/served_models.h"
-#include "tests/served_test_models.h"
+#include "tests/support/served_test_models.h"
 
 int main(int argc, char** argv) {
   using tessera::testing::AffineModel;

@@ -1,4 +1,4 @@
-#include "tests/served_test_models.h"
+#include "tests/support/served_test_models.h"
 
 #include <utility>
 

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
-#include "tests/strict_memory_backend.h"
+#include "tests/support/strict_memory_backend.h"
 
 namespace tessera::testing {
 

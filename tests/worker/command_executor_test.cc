@@ -1,5 +1,5 @@
 // Workers' command executors (one thread each, real communicators in this process) on
-// TestDevice() (tests/test_device.h): on cpu each over a StrictMemoryBackend (host memory used as a
+// TestDevice() (tests/support/test_device.h): on cpu each over a StrictMemoryBackend (host memory used as a
 // GPU's is, every pointer checked to be its own) with Gloo, on cuda position p on cuda:p with NCCL.
 //
 // Where one rank cannot do its part: a SpreadTensor whose source shard is missing or the wrong
@@ -32,7 +32,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "tests/test_device.h"
+#include "tests/support/test_device.h"
 #include "worker/shard_store.h"
 
 namespace tessera {

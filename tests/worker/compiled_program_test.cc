@@ -16,8 +16,8 @@
 #include "core/program_check.h"
 #include "core/program_edges.h"
 #include "gtest/gtest.h"
-#include "tests/program_cluster.h"
-#include "tests/test_models.h"
+#include "tests/cluster/program_cluster.h"
+#include "tests/support/test_models.h"
 
 namespace tessera {
 namespace {

@@ -24,8 +24,8 @@
 #include "gtest/gtest.h"
 #include "kernels/testing/nn_reference.h"
 #include "proto/convert.h"
-#include "tests/program_cluster.h"
-#include "tests/status_assertions.h"
+#include "tests/cluster/program_cluster.h"
+#include "tests/support/status_assertions.h"
 
 namespace tessera {
 namespace {

@@ -25,7 +25,7 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "tests/placement_product.h"
+#include "tests/support/placement_product.h"
 #include "worker/comm/make_communicator.h"
 
 namespace tessera {

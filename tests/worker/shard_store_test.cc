@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "tests/strict_memory_backend.h"
+#include "tests/support/strict_memory_backend.h"
 
 namespace tessera {
 namespace {
