@@ -159,7 +159,7 @@ absl::StatusOr<std::shared_ptr<Mesh>> ReplicaRepair::Rejoin(Mesh& old) {
             lost_at.push_back(p);
           }
         }
-        if (lost_at.empty()) return std::nullopt;  // every block is where it was
+        if (lost_at.empty()) return absl::OkStatus();  // every block is where it was
         auto gone = [&](int64_t p) -> absl::Status {
           if (std::find(lost_at.begin(), lost_at.end(), p) == lost_at.end()) {
             return absl::OkStatus();

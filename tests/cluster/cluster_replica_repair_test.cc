@@ -392,6 +392,8 @@ TEST(ReplicaRepairRestartTest, WorkerBackAfterTheRecoveryWaitKeepsItsShards) {
   absl::SleepFor(options.recovery_wait + absl::Seconds(2));
   ASSERT_EQ(::kill(late, SIGCONT), 0);
   ExpectReadBack(client, want, absl::Seconds(30), fixture.LogHint());
+  // It kept every block: its tensors' writes on the mesh set up again are done, not pending.
+  EXPECT_TRUE(testing::AllWritten(client)) << fixture.LogHint();
   held->clear();
   fixture.Stop();
 }
