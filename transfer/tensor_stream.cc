@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_context.h"
@@ -13,14 +14,43 @@ absl::Time TransferDeadline(const grpc::ServerContext& context) {
   return std::min(absl::FromChrono(context.deadline()), absl::Now() + kTransferTimeout);
 }
 
-bool WriteChunks(absl::string_view bytes, absl::FunctionRef<bool(absl::string_view)> write) {
+bool ForEachChunk(size_t total, absl::FunctionRef<bool(size_t offset, size_t size)> chunk,
+                  size_t max_bytes) {
   size_t offset = 0;
   do {
-    const size_t n = std::min(kChunkBytes, bytes.size() - offset);
-    if (!write(bytes.substr(offset, n))) return false;
+    const size_t n = std::min(max_bytes, total - offset);
+    if (!chunk(offset, n)) return false;
     offset += n;
-  } while (offset < bytes.size());
+  } while (offset < total);
   return true;
+}
+
+bool WriteChunks(absl::string_view bytes, absl::FunctionRef<bool(absl::string_view)> write,
+                 size_t max_bytes) {
+  return ForEachChunk(
+      bytes.size(), [&](size_t offset, size_t n) { return write(bytes.substr(offset, n)); },
+      max_bytes);
+}
+
+bool ChunkWriter::Append(absl::string_view bytes) {
+  while (open_ && !bytes.empty()) {
+    if (buffer_.empty()) buffer_.reserve(kChunkBytes);
+    const size_t take = std::min(bytes.size(), kChunkBytes - buffer_.size());
+    buffer_.append(bytes.data(), take);
+    bytes.remove_prefix(take);
+    if (buffer_.size() == kChunkBytes) Send();
+  }
+  return open_;
+}
+
+bool ChunkWriter::Finish() {
+  if (open_ && (!buffer_.empty() || !sent_)) Send();
+  return open_;
+}
+
+void ChunkWriter::Send() {
+  sent_ = true;
+  open_ = write_(std::exchange(buffer_, std::string()));
 }
 
 absl::Status TensorAssembler::Start(DType dtype, const Shape& shape) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -36,9 +37,39 @@ inline absl::string_view AsBytes(const HostTensor& tensor) {
   return {reinterpret_cast<const char*>(tensor.data()), tensor.nbytes()};
 }
 
-// Calls `write` with `bytes` in order, in pieces of at most kChunkBytes, at least once (one empty
-// piece for no bytes). False as soon as a write returns false (the other side ended the stream).
-bool WriteChunks(absl::string_view bytes, absl::FunctionRef<bool(absl::string_view)> write);
+// Calls `chunk` with the windows [offset, offset + size) that `total` bytes go in, in order: each
+// of `max_bytes` (> 0) bytes but the last, at least one (one empty window for no bytes). False as
+// soon as a call returns false (the other side ended the stream).
+bool ForEachChunk(size_t total, absl::FunctionRef<bool(size_t offset, size_t size)> chunk,
+                  size_t max_bytes = kChunkBytes);
+
+// Calls `write` with `bytes` in order, in the windows of ForEachChunk: pieces of at most
+// `max_bytes`, at least one (one empty piece for no bytes). False as soon as a write returns false.
+bool WriteChunks(absl::string_view bytes, absl::FunctionRef<bool(absl::string_view)> write,
+                 size_t max_bytes = kChunkBytes);
+
+// Sends bytes that come in pieces (the runs of a block, say) as the chunks WriteChunks makes of all
+// of them together: kChunkBytes each but the last, one empty chunk for no bytes. Not thread-safe.
+class ChunkWriter {
+ public:
+  // `write` sends one chunk, whose bytes it may keep; false when the other side ended the stream.
+  explicit ChunkWriter(std::function<bool(std::string)> write) : write_(std::move(write)) {}
+
+  // The next bytes, sending each chunk they fill; false once a write returned false (nothing more
+  // is sent then).
+  bool Append(absl::string_view bytes);
+  // Sends the last chunk (the bytes left, or the one empty chunk where nothing was sent), once,
+  // after the last Append; false once a write returned false.
+  bool Finish();
+
+ private:
+  void Send();
+
+  const std::function<bool(std::string)> write_;
+  std::string buffer_;
+  bool sent_ = false;
+  bool open_ = true;
+};
 
 // Receives a tensor's bytes in pieces into one buffer: the dtype and shape come first, and
 // neither more nor fewer bytes than they give are accepted. Not thread-safe.
