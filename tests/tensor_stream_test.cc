@@ -1,6 +1,6 @@
 // The one chunk path of tensor streams (transfer/tensor_stream.h): the windows ForEachChunk and
 // WriteChunks cut a byte span into, the chunks ChunkWriter makes of bytes that come in pieces, and
-// the byte counts TensorAssembler accepts.
+// the byte counts TensorByteCount and TensorAssembler accept.
 
 #include "transfer/tensor_stream.h"
 
@@ -127,6 +127,24 @@ TEST(ChunkWriterTest, SendsNothingAfterAWriteFailed) {
   EXPECT_FALSE(writer.Append("x"));
   EXPECT_FALSE(writer.Finish());
   EXPECT_EQ(calls, 1);
+}
+
+TEST(TensorByteCountTest, CountsNeitherMoreNorFewerBytesThanTheTensorHas) {
+  TensorByteCount count("upload of 'w'", absl::StatusCode::kInvalidArgument, DType::kInt32,
+                        Shape{2, 3});
+  EXPECT_EQ(count.expected(), 24u);
+  ASSERT_TRUE(count.Add(0).ok());
+  ASSERT_TRUE(count.Add(20).ok());
+  const absl::Status over = count.Add(5);
+  EXPECT_EQ(over.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(over.message(), "upload of 'w' sent more than the 24 bytes of int32[2, 3]");
+  EXPECT_EQ(count.received(), 20u);
+  const absl::Status missing = count.CheckComplete();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(missing.message(), "upload of 'w' ended after 20 of the 24 bytes of int32[2, 3]");
+  ASSERT_TRUE(count.Add(4).ok());
+  EXPECT_TRUE(count.CheckComplete().ok());
+  EXPECT_FALSE(count.Add(1).ok());
 }
 
 TEST(TensorAssemblerTest, TakesExactlyTheTensorsBytes) {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -71,20 +72,44 @@ class ChunkWriter {
   bool open_ = true;
 };
 
+// Counts a tensor's bytes as they arrive in pieces, for a receiver that puts them where it will
+// (TensorAssembler into a host tensor, a worker into its device's memory): neither more nor fewer
+// than its dtype and shape give are accepted.
+class TensorByteCount {
+ public:
+  // `what` names the stream in errors ("upload of 'x'"); `mismatch` is the code of a wrong byte
+  // count: INVALID_ARGUMENT where a caller sent it, DATA_LOSS where a server did.
+  TensorByteCount(std::string what, absl::StatusCode mismatch, DType dtype, Shape shape);
+
+  size_t received() const { return received_; }
+  size_t expected() const { return expected_; }
+  // Counts `n` more bytes; `mismatch`, nothing counted, past the tensor's size.
+  absl::Status Add(size_t n);
+  // `mismatch` if bytes are missing.
+  absl::Status CheckComplete() const;
+
+ private:
+  const std::string what_;
+  const absl::StatusCode mismatch_;
+  const DType dtype_;
+  const Shape shape_;
+  const size_t expected_;
+  size_t received_ = 0;
+};
+
 // Receives a tensor's bytes in pieces into one buffer: the dtype and shape come first, and
 // neither more nor fewer bytes than they give are accepted. Not thread-safe.
 class TensorAssembler {
  public:
-  // `what` names the stream in errors ("upload of 'x'"); `mismatch` is the code of a wrong byte
-  // count: INVALID_ARGUMENT where a caller sent it, DATA_LOSS where a server did.
+  // `what` and `mismatch` as TensorByteCount's.
   TensorAssembler(std::string what, absl::StatusCode mismatch)
       : what_(std::move(what)), mismatch_(mismatch) {}
 
   // Starts the tensor (once, before any Append).
   absl::Status Start(DType dtype, const Shape& shape);
   bool started() const { return tensor_.ok(); }
-  size_t received() const { return offset_; }
-  size_t expected() const { return tensor_.ok() ? tensor_->nbytes() : 0; }
+  size_t received() const { return count_.has_value() ? count_->received() : 0; }
+  size_t expected() const { return count_.has_value() ? count_->expected() : 0; }
   // The next bytes; `mismatch` past the tensor's size.
   absl::Status Append(absl::string_view piece);
   // The whole tensor; `mismatch` if bytes are missing or nothing started it.
@@ -94,7 +119,7 @@ class TensorAssembler {
   const std::string what_;
   const absl::StatusCode mismatch_;
   absl::StatusOr<HostTensor> tensor_ = absl::InternalError("no tensor started");
-  size_t offset_ = 0;
+  std::optional<TensorByteCount> count_;  // once tensor_ is
 };
 
 // Reads a server stream of messages that carry a tensor (`dtype` and `shape` on the first,
