@@ -67,32 +67,22 @@ BlockUpload SendBlock(grpc::Channel& channel, const v1::UploadRoute& route, absl
   *chunk.mutable_shape() = grant.shape();
   chunk.set_sequence(grant.sequence());
   chunk.set_incarnation(grant.incarnation());
-  std::string buffer;
-  bool open = true;
   // The header goes with the first chunk even for a block of no bytes.
-  bool header_sent = false;
-  const auto flush = [&] {
-    const int64_t n = static_cast<int64_t>(buffer.size());
-    chunk.set_data(std::move(buffer));
-    buffer = std::string();
-    open = writer->Write(chunk);
+  ChunkWriter chunks([&](std::string piece) {
+    const int64_t n = static_cast<int64_t>(piece.size());
+    chunk.set_data(std::move(piece));
+    const bool open = writer->Write(chunk);
     chunk.Clear();
-    header_sent = true;
     sent(n);
-  };
+    return open;
+  });
   const int64_t run_bytes = runs.run_length() * static_cast<int64_t>(element_size);
+  bool open = true;
   for (int64_t i = 0; open && i < runs.num_runs(); ++i) {
-    absl::string_view run = bytes.substr(static_cast<size_t>(runs.RunStart(i)) * element_size,
-                                         static_cast<size_t>(run_bytes));
-    while (open && !run.empty()) {
-      if (buffer.empty()) buffer.reserve(kChunkBytes);
-      const size_t take = std::min(run.size(), kChunkBytes - buffer.size());
-      buffer.append(run.data(), take);
-      run.remove_prefix(take);
-      if (buffer.size() == kChunkBytes) flush();
-    }
+    open = chunks.Append(bytes.substr(static_cast<size_t>(runs.RunStart(i)) * element_size,
+                                      static_cast<size_t>(run_bytes)));
   }
-  if (open && (!buffer.empty() || !header_sent)) flush();
+  if (open) chunks.Finish();
   writer->WritesDone();
   const grpc::Status s = writer->Finish();
   if (!s.ok()) {

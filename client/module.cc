@@ -3,7 +3,6 @@
 
 #include "tessera/module.h"
 
-#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -51,14 +50,22 @@ absl::StatusOr<bool> SendWeights(const std::string& path, const SafetensorsHeade
   uint64_t sent = 0;
   v1::LoadModuleChunk chunk;
   for (const SafetensorsEntry& e : header.tensors) {
-    for (uint64_t at = e.begin; at < e.end; at += kChunkBytes) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, e.end - at));
-      ASSIGN_OR_RETURN(std::string bytes, ReadFileRange(path, header.data_offset + at, n));
-      chunk.set_data(std::move(bytes));
+    if (e.end <= e.begin) continue;  // a tensor of no bytes sends no chunk
+    absl::Status read;
+    const bool open = ForEachChunk(e.end - e.begin, [&](size_t at, size_t n) {
+      absl::StatusOr<std::string> bytes = ReadFileRange(path, header.data_offset + e.begin + at, n);
+      if (!bytes.ok()) {
+        read = bytes.status();
+        return false;
+      }
+      chunk.set_data(*std::move(bytes));
       if (!writer.Write(chunk)) return false;
       sent += n;
       if (progress) progress(static_cast<int64_t>(sent), static_cast<int64_t>(total));
-    }
+      return true;
+    });
+    RETURN_IF_ERROR(read);
+    if (!open) return false;
   }
   return true;
 }

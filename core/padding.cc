@@ -17,14 +17,6 @@ int64_t Outer(const Shape& shape, int dim) {
   return outer;
 }
 
-// Block q (of `block_shape`) of a [k, block...] buffer at `base`, cut to `sizes`, as a view.
-template <typename Byte>
-BasicStridedView<Byte> BlockCorner(Byte* base, DType dtype, int64_t q, const Shape& block_shape,
-                                   Shape sizes) {
-  Byte* data = base + q * NumElements(block_shape) * static_cast<int64_t>(DTypeSize(dtype));
-  return {data, dtype, std::move(sizes), ContiguousStrides(block_shape)};
-}
-
 }  // namespace
 
 absl::Status CheckChunkPiecesFit(const Shape& shape, int dim, int64_t k, const Shape& block_shape) {
@@ -60,6 +52,12 @@ absl::StatusOr<const std::byte*> ChunkBlocksData(const HostTensor& t, int dim, i
   return std::as_const(padded).data();
 }
 
+bool PadsWithTrailingZeros(const Shape& shape, int dim, int64_t k, const Shape& block_shape) {
+  const int64_t n = shape[dim];
+  return Outer(shape, dim) == 1 && (n == 0 || ChunkSize(n, k) == block_shape[dim]) &&
+         WithDimSize(shape, dim, 0) == WithDimSize(block_shape, dim, 0);
+}
+
 bool IsChunkBlocks(const Shape& shape, int dim, int64_t k, const Shape& block_shape) {
   if (dim < 0 || dim >= static_cast<int>(shape.size()) || block_shape.size() != shape.size()) {
     return false;
@@ -75,10 +73,7 @@ absl::StatusOr<HostTensor> PadToChunks(const HostTensor& t, int dim, int64_t k,
                                        const Shape& block_shape) {
   if (absl::Status s = CheckChunkPiecesFit(t.shape(), dim, k, block_shape); !s.ok()) return s;
   const DType dtype = t.dtype();
-  // Pieces adjacent in memory, each exactly a block but the last ones: t's bytes, then zeros.
-  const int64_t n = t.shape()[dim];
-  if (Outer(t.shape(), dim) == 1 && (n == 0 || ChunkSize(n, k) == block_shape[dim]) &&
-      WithDimSize(t.shape(), dim, 0) == WithDimSize(block_shape, dim, 0)) {
+  if (PadsWithTrailingZeros(t.shape(), dim, k, block_shape)) {
     absl::StatusOr<HostTensor> out = HostTensor::Uninitialized(dtype, BlocksShape(k, block_shape));
     if (!out.ok()) return out.status();
     std::memcpy(out->data(), t.data(), t.nbytes());
@@ -87,6 +82,7 @@ absl::StatusOr<HostTensor> PadToChunks(const HostTensor& t, int dim, int64_t k,
   }
   absl::StatusOr<HostTensor> out = HostTensor::Zeros(dtype, BlocksShape(k, block_shape));
   if (!out.ok()) return out.status();
+  const int64_t n = t.shape()[dim];
   for (int64_t q = 0; q < k; ++q) {
     const ChunkRange r = ChunkOf(n, k, q);
     absl::StatusOr<ConstStridedView> piece = t.Narrow(dim, r.offset, r.size);

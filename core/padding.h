@@ -2,6 +2,7 @@
 #define TESSERA_CORE_PADDING_H_
 
 #include <cstdint>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -41,6 +42,20 @@ Shape BlocksShape(int64_t k, const Shape& block_shape);
 // those of a padded copy left in `padded`. For the send buffer of a collective.
 absl::StatusOr<const std::byte*> ChunkBlocksData(const HostTensor& t, int dim, int64_t k,
                                                  const Shape& block_shape, HostTensor& padded);
+
+// True if the k blocks PadToChunks makes of a contiguous tensor of `shape` (whose pieces fit, as
+// CheckChunkPiecesFit says) are its bytes followed by zeros: the pieces are adjacent in memory and
+// each fills its block but the last ones, so one copy and one fill make them.
+bool PadsWithTrailingZeros(const Shape& shape, int dim, int64_t k, const Shape& block_shape);
+
+// Block q (of `block_shape`) of a [k, block...] buffer at `base`, cut to `sizes`, as a view: the
+// corner of the block that holds a piece of PadToChunks's.
+template <typename Byte>
+BasicStridedView<Byte> BlockCorner(Byte* base, DType dtype, int64_t q, const Shape& block_shape,
+                                   Shape sizes) {
+  Byte* data = base + q * NumElements(block_shape) * static_cast<int64_t>(DTypeSize(dtype));
+  return {data, dtype, std::move(sizes), ContiguousStrides(block_shape)};
+}
 
 // True if a contiguous tensor of `shape` already is, byte for byte, the k blocks of `block_shape`
 // that PadToChunks would make (no piece needs padding and the pieces are adjacent in memory), so a

@@ -18,21 +18,6 @@ absl::Status CheckDim(int dim, const Shape& shape) {
       absl::StrCat("dim ", dim, " is not a dim of shape ", ShapeToString(shape)));
 }
 
-// The elements before `dim` of a tensor of `shape`: 1 when the slices along `dim` are adjacent.
-int64_t Outer(const Shape& shape, int dim) {
-  int64_t outer = 1;
-  for (int d = 0; d < dim; ++d) outer *= shape[d];
-  return outer;
-}
-
-// Block q (of `block_shape`) of a [k, block...] buffer at `base`, cut to `sizes`, as a view.
-template <typename Byte>
-BasicStridedView<Byte> BlockCorner(Byte* base, DType dtype, int64_t q, const Shape& block_shape,
-                                   Shape sizes) {
-  Byte* data = base + q * NumElements(block_shape) * static_cast<int64_t>(DTypeSize(dtype));
-  return {data, dtype, std::move(sizes), ContiguousStrides(block_shape)};
-}
-
 // The piece [offset, offset + size) along `dim` of `t`, as a view.
 absl::StatusOr<ConstStridedView> Narrow(const ConstTensorView& t, int dim, int64_t offset,
                                         int64_t size) {
@@ -104,16 +89,14 @@ absl::StatusOr<DeviceTensor> PadToChunks(MemorySpace& memory, const ConstTensorV
                                          int64_t k, const Shape& block_shape) {
   RETURN_IF_ERROR(CheckChunkPiecesFit(t.shape, dim, k, block_shape));
   ASSIGN_OR_RETURN(DeviceTensor out, memory.Allocate(t.dtype, BlocksShape(k, block_shape)));
-  const int64_t n = t.shape[dim];
-  // Pieces adjacent in memory, each exactly a block but the last ones: t's bytes, then zeros.
-  if (Outer(t.shape, dim) == 1 && (n == 0 || ChunkSize(n, k) == block_shape[dim]) &&
-      WithDimSize(t.shape, dim, 0) == WithDimSize(block_shape, dim, 0)) {
+  if (PadsWithTrailingZeros(t.shape, dim, k, block_shape)) {
     RETURN_IF_ERROR(memory.Copy(t, TensorView{out.data(), t.dtype, t.shape}));
     const int64_t rest = out.num_elements() - t.num_elements();
     if (rest > 0) RETURN_IF_ERROR(memory.SetZero({out.data() + t.nbytes(), t.dtype, Shape{rest}}));
     return out;
   }
   RETURN_IF_ERROR(memory.SetZero(out.View()));
+  const int64_t n = t.shape[dim];
   for (int64_t q = 0; q < k; ++q) {
     const ChunkRange r = ChunkOf(n, k, q);
     ASSIGN_OR_RETURN(ConstStridedView piece, Narrow(t, dim, r.offset, r.size));

@@ -4,7 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -36,24 +38,78 @@ inline absl::string_view AsBytes(const HostTensor& tensor) {
   return {reinterpret_cast<const char*>(tensor.data()), tensor.nbytes()};
 }
 
-// Calls `write` with `bytes` in order, in pieces of at most kChunkBytes, at least once (one empty
-// piece for no bytes). False as soon as a write returns false (the other side ended the stream).
-bool WriteChunks(absl::string_view bytes, absl::FunctionRef<bool(absl::string_view)> write);
+// Calls `chunk` with the windows [offset, offset + size) that `total` bytes go in, in order: each
+// of `max_bytes` (> 0) bytes but the last, at least one (one empty window for no bytes). False as
+// soon as a call returns false (the other side ended the stream).
+bool ForEachChunk(size_t total, absl::FunctionRef<bool(size_t offset, size_t size)> chunk,
+                  size_t max_bytes = kChunkBytes);
+
+// Calls `write` with `bytes` in order, in the windows of ForEachChunk: pieces of at most
+// `max_bytes`, at least one (one empty piece for no bytes). False as soon as a write returns false.
+bool WriteChunks(absl::string_view bytes, absl::FunctionRef<bool(absl::string_view)> write,
+                 size_t max_bytes = kChunkBytes);
+
+// Sends bytes that come in pieces (the runs of a block, say) as the chunks WriteChunks makes of all
+// of them together: kChunkBytes each but the last, one empty chunk for no bytes. Not thread-safe.
+class ChunkWriter {
+ public:
+  // `write` sends one chunk, whose bytes it may keep; false when the other side ended the stream.
+  explicit ChunkWriter(std::function<bool(std::string)> write) : write_(std::move(write)) {}
+
+  // The next bytes, sending each chunk they fill; false once a write returned false (nothing more
+  // is sent then).
+  bool Append(absl::string_view bytes);
+  // Sends the last chunk (the bytes left, or the one empty chunk where nothing was sent), once,
+  // after the last Append; false once a write returned false.
+  bool Finish();
+
+ private:
+  void Send();
+
+  const std::function<bool(std::string)> write_;
+  std::string buffer_;
+  bool sent_ = false;
+  bool open_ = true;
+};
+
+// Counts a tensor's bytes as they arrive in pieces, for a receiver that puts them where it will
+// (TensorAssembler into a host tensor, a worker into its device's memory): neither more nor fewer
+// than its dtype and shape give are accepted.
+class TensorByteCount {
+ public:
+  // `what` names the stream in errors ("upload of 'x'"); `mismatch` is the code of a wrong byte
+  // count: INVALID_ARGUMENT where a caller sent it, DATA_LOSS where a server did.
+  TensorByteCount(std::string what, absl::StatusCode mismatch, DType dtype, Shape shape);
+
+  size_t received() const { return received_; }
+  size_t expected() const { return expected_; }
+  // Counts `n` more bytes; `mismatch`, nothing counted, past the tensor's size.
+  absl::Status Add(size_t n);
+  // `mismatch` if bytes are missing.
+  absl::Status CheckComplete() const;
+
+ private:
+  const std::string what_;
+  const absl::StatusCode mismatch_;
+  const DType dtype_;
+  const Shape shape_;
+  const size_t expected_;
+  size_t received_ = 0;
+};
 
 // Receives a tensor's bytes in pieces into one buffer: the dtype and shape come first, and
 // neither more nor fewer bytes than they give are accepted. Not thread-safe.
 class TensorAssembler {
  public:
-  // `what` names the stream in errors ("upload of 'x'"); `mismatch` is the code of a wrong byte
-  // count: INVALID_ARGUMENT where a caller sent it, DATA_LOSS where a server did.
+  // `what` and `mismatch` as TensorByteCount's.
   TensorAssembler(std::string what, absl::StatusCode mismatch)
       : what_(std::move(what)), mismatch_(mismatch) {}
 
   // Starts the tensor (once, before any Append).
   absl::Status Start(DType dtype, const Shape& shape);
   bool started() const { return tensor_.ok(); }
-  size_t received() const { return offset_; }
-  size_t expected() const { return tensor_.ok() ? tensor_->nbytes() : 0; }
+  size_t received() const { return count_.has_value() ? count_->received() : 0; }
+  size_t expected() const { return count_.has_value() ? count_->expected() : 0; }
   // The next bytes; `mismatch` past the tensor's size.
   absl::Status Append(absl::string_view piece);
   // The whole tensor; `mismatch` if bytes are missing or nothing started it.
@@ -63,7 +119,7 @@ class TensorAssembler {
   const std::string what_;
   const absl::StatusCode mismatch_;
   absl::StatusOr<HostTensor> tensor_ = absl::InternalError("no tensor started");
-  size_t offset_ = 0;
+  std::optional<TensorByteCount> count_;  // once tensor_ is
 };
 
 // Reads a server stream of messages that carry a tensor (`dtype` and `shape` on the first,

@@ -52,27 +52,16 @@ const CommandMetrics& Metrics() {
 absl::Status ReceiveInto(grpc::ServerReaderInterface<v1::TensorChunk>& reader,
                          v1::TensorChunk& first, const std::string& what,
                          kernels::MemorySpace& memory, kernels::DeviceTensor& tensor) {
-  const size_t want = tensor.nbytes();
-  const auto describe = [&] {
-    return absl::StrCat(want, " bytes of ", DTypeName(tensor.dtype()),
-                        ShapeToString(tensor.shape()));
-  };
+  TensorByteCount count(what, absl::StatusCode::kInvalidArgument, tensor.dtype(), tensor.shape());
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::HostToSpaceWriter> writer,
                    memory.WriteFromHost(tensor.View()));
-  size_t received = 0;
   v1::TensorChunk& chunk = first;
   do {
     const std::string& piece = chunk.data();
-    if (piece.size() > want - received) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " sent more than the ", describe()));
-    }
+    RETURN_IF_ERROR(count.Add(piece.size()));
     RETURN_IF_ERROR(writer->Write(std::as_bytes(std::span(piece.data(), piece.size()))));
-    received += piece.size();
   } while (reader.Read(&chunk));
-  if (received != want) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " ended after ", received, " of the ", describe()));
-  }
+  RETURN_IF_ERROR(count.CheckComplete());
   return writer->Finish();
 }
 

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
+#include "transfer/tensor_stream.h"
 
 namespace tessera::testing {
 
@@ -376,14 +377,15 @@ grpc::Status FakeWorker::Download(grpc::ServerContext* context, const v1::Downlo
   chunk.set_tensor(request->tensor());
   chunk.set_dtype(ToProto(stored->dtype));
   *chunk.mutable_shape() = ToProto(stored->shape);
-  size_t offset = 0;
-  do {
-    const size_t n = std::min(chunk_bytes, stored->bytes.size() - offset);
-    chunk.set_data(stored->bytes.substr(offset, n));
-    offset += n;
-    if (!writer->Write(chunk)) break;
-    chunk.Clear();
-  } while (offset < stored->bytes.size());
+  WriteChunks(
+      stored->bytes,
+      [&](absl::string_view piece) {
+        chunk.set_data(piece.data(), piece.size());
+        if (!writer->Write(chunk)) return false;
+        chunk.Clear();
+        return true;
+      },
+      chunk_bytes);
   return grpc::Status::OK;
 }
 
