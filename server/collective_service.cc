@@ -193,28 +193,38 @@ absl::StatusOr<std::shared_ptr<CollectiveService::Work>> CollectiveService::Star
 grpc::Status CollectiveService::RunCollective(grpc::ServerContext*,
                                               const v1::CollectiveRequest* request,
                                               v1::CollectiveReply* reply) {
+  return ToGrpcStatus(RunCollectiveImpl(*request, *reply));
+}
+
+absl::Status CollectiveService::RunCollectiveImpl(const v1::CollectiveRequest& request,
+                                                  v1::CollectiveReply& reply) {
   // A synchronous call waits anyway and saves the hand-off to the sender thread; an async one
   // answers its client first.
   int64_t work_id = 0;
-  absl::StatusOr<std::shared_ptr<Work>> work =
-      Start(*request, /*send_here=*/!request->async_op(), request->async_op() ? &work_id : nullptr);
-  if (!work.ok()) return ToGrpcStatus(work.status());
-  if (request->async_op()) {
-    reply->set_work(work_id);
-    return grpc::Status::OK;
+  ASSIGN_OR_RETURN(
+      const std::shared_ptr<Work> work,
+      Start(request, /*send_here=*/!request.async_op(), request.async_op() ? &work_id : nullptr));
+  if (request.async_op()) {
+    reply.set_work(work_id);
+    return absl::OkStatus();
   }
-  (*work)->done.WaitForNotification();
-  if (!(*work)->status.ok()) return ToGrpcStatus((*work)->status);
-  *reply = std::move((*work)->reply);
-  return grpc::Status::OK;
+  work->done.WaitForNotification();
+  RETURN_IF_ERROR(work->status);
+  reply = std::move(work->reply);
+  return absl::OkStatus();
 }
 
 grpc::Status CollectiveService::CollectiveStream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CollectiveResult, v1::CollectiveRequest>* stream) {
-  absl::StatusOr<StreamLimits::Ticket> admitted =
-      AdmitStream(limits_, *context, "CollectiveStream");
-  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
+  return ToGrpcStatus(CollectiveStreamImpl(*context, stream));
+}
+
+absl::Status CollectiveService::CollectiveStreamImpl(
+    const grpc::ServerContext& context,
+    grpc::ServerReaderWriter<v1::CollectiveResult, v1::CollectiveRequest>* stream) {
+  ASSIGN_OR_RETURN(const StreamLimits::Ticket admitted,
+                   AdmitStream(limits_, context, "CollectiveStream"));
   // This thread reads and starts each collective as it arrives; `writer` reports them in order as
   // they finish, so a slow collective never holds up the ones behind it from starting.
   absl::Mutex mu;
@@ -246,8 +256,8 @@ grpc::Status CollectiveService::CollectiveStream(
   });
   v1::CollectiveRequest request;
   const std::unique_ptr<IdleStreams::Watch> watch =
-      session_idle_.Start(*context, "CollectiveStream");
-  while (!context->IsCancelled() && watch->Read(*stream, &request)) {
+      session_idle_.Start(context, "CollectiveStream");
+  while (!context.IsCancelled() && watch->Read(*stream, &request)) {
     absl::StatusOr<std::shared_ptr<Work>> work =
         Start(request, /*send_here=*/false, /*work_id=*/nullptr);
     if (!work.ok()) {
@@ -268,83 +278,88 @@ grpc::Status CollectiveService::CollectiveStream(
     reading = false;
   }
   writer.join();
-  return watch->expired() ? ToGrpcStatus(watch->ExpiredError()) : grpc::Status::OK;
+  return watch->expired() ? watch->ExpiredError() : absl::OkStatus();
 }
 
 grpc::Status CollectiveService::WaitCollectives(grpc::ServerContext* context,
                                                 const v1::WaitCollectivesRequest* request,
                                                 v1::WaitCollectivesReply* reply) {
+  return ToGrpcStatus(WaitCollectivesImpl(*context, *request, *reply));
+}
+
+absl::Status CollectiveService::WaitCollectivesImpl(const grpc::ServerContext& context,
+                                                    const v1::WaitCollectivesRequest& request,
+                                                    v1::WaitCollectivesReply& reply) {
   // A broken mesh's works still report how they ended.
-  absl::StatusOr<std::shared_ptr<Mesh>> found = meshes_->Find(request->mesh());
-  if (!found.ok()) return ToGrpcStatus(found.status());
-  const Mesh& mesh = **found;
+  ASSIGN_OR_RETURN(const std::shared_ptr<Mesh> found, meshes_->Find(request.mesh()));
+  const Mesh& mesh = *found;
   std::vector<std::shared_ptr<Work>> works;
   {
     absl::MutexLock lock(&works_mu_);
     MeshWorks& kept = works_[mesh.id];
-    for (int64_t id : request->works()) {
+    for (int64_t id : request.works()) {
       auto it = kept.works.find(id);
       if (it == kept.works.end()) {
-        return grpc::Status(
-            grpc::StatusCode::NOT_FOUND,
+        return absl::NotFoundError(
             absl::StrCat("mesh '", mesh.name, "' has no collective work ", id,
                          " to wait on (never started with async_op, already waited on, or "
                          "forgotten after ",
                          kMaxUnwaitedWorks, " newer ones)"));
       }
       if (it->second->claimed) {
-        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                            absl::StrCat("collective work ", id, " of mesh '", mesh.name,
-                                         "' is being waited on by another call"));
+        return absl::FailedPreconditionError(absl::StrCat("collective work ", id, " of mesh '",
+                                                          mesh.name,
+                                                          "' is being waited on by another call"));
       }
       works.push_back(it->second);
     }
     for (const auto& w : works) w->claimed = true;
   }
-  const absl::Time deadline = absl::FromChrono(context->deadline());
+  const absl::Time deadline = absl::FromChrono(context.deadline());
   for (size_t i = 0; i < works.size(); ++i) {
     if (!works[i]->done.WaitForNotificationWithDeadline(deadline)) {
       absl::MutexLock lock(&works_mu_);
       for (const auto& w : works) w->claimed = false;
-      return grpc::Status(
-          grpc::StatusCode::DEADLINE_EXCEEDED,
-          absl::StrCat("collective work ", request->works(static_cast<int>(i)), " of mesh '",
+      return absl::DeadlineExceededError(
+          absl::StrCat("collective work ", request.works(static_cast<int>(i)), " of mesh '",
                        mesh.name, "' is still running; nothing was forgotten"));
     }
   }
   absl::MutexLock lock(&works_mu_);
   MeshWorks& kept = works_[mesh.id];
   for (size_t i = 0; i < works.size(); ++i) {
-    const int64_t id = request->works(static_cast<int>(i));
-    v1::CollectiveResult* result = reply->add_results();
+    const int64_t id = request.works(static_cast<int>(i));
+    v1::CollectiveResult* result = reply.add_results();
     result->set_work(id);
     result->set_code(static_cast<int>(works[i]->status.code()));
     result->set_message(std::string(works[i]->status.message()));
     if (works[i]->status.ok()) *result->mutable_reply() = works[i]->reply;
     kept.works.erase(id);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status CollectiveService::DeleteTensor(grpc::ServerContext*,
                                              const v1::DeleteTensorRequest* request,
                                              v1::DeleteTensorReply*) {
-  absl::StatusOr<std::shared_ptr<Mesh>> found = meshes_->Find(request->mesh());
-  if (!found.ok()) return ToGrpcStatus(found.status());
-  Mesh& mesh = **found;
-  absl::StatusOr<std::vector<WorkerHandle>> workers = meshes_->Workers(mesh);
-  if (!workers.ok()) return ToGrpcStatus(workers.status());
+  return ToGrpcStatus(DeleteTensorImpl(*request));
+}
+
+absl::Status CollectiveService::DeleteTensorImpl(const v1::DeleteTensorRequest& request) {
+  ASSIGN_OR_RETURN(const std::shared_ptr<Mesh> found, meshes_->Find(request.mesh()));
+  Mesh& mesh = *found;
+  ASSIGN_OR_RETURN(const std::vector<WorkerHandle> workers, meshes_->Workers(mesh));
   v1::Command command;
-  command.mutable_delete_tensors()->add_names(WorkerTensorName(mesh, request->tensor()));
+  command.mutable_delete_tensors()->add_names(WorkerTensorName(mesh, request.tensor()));
   absl::Notification done;
   absl::Status status;
   {
     // Accepted like a collective: the workers delete it after every collective accepted before
     // and before any accepted after; collectives still writing it no longer settle its entry.
     absl::MutexLock submit(&mesh.submit_mu);
-    if (absl::Status s = mesh.locals.Erase(request->tensor()); !s.ok()) return ToGrpcStatus(s);
+    RETURN_IF_ERROR(mesh.locals.Erase(request.tensor()));
     dispatcher_->Post(
-        *workers, command, Mesh::kRpcSlack,
+        workers, command, Mesh::kRpcSlack,
         [&](absl::Status s, std::vector<v1::CommandReply>) {
           status = std::move(s);
           done.Notify();
@@ -352,7 +367,7 @@ grpc::Status CollectiveService::DeleteTensor(grpc::ServerContext*,
         /*send_here=*/true);
   }
   done.WaitForNotification();
-  return ToGrpcStatus(status);
+  return status;
 }
 
 absl::StatusOr<DTensorSpec> CollectiveService::RankBlock(const Mesh& mesh, int64_t rank,
@@ -369,82 +384,80 @@ absl::StatusOr<DTensorSpec> CollectiveService::RankBlock(const Mesh& mesh, int64
 grpc::Status CollectiveService::PutLocal(grpc::ServerContext* context,
                                          grpc::ServerReader<v1::PutLocalChunk>* reader,
                                          v1::PutLocalReply* reply) {
-  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "PutLocal");
-  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "PutLocal");
+  return ToGrpcStatus(PutLocalImpl(*context, reader, *reply));
+}
+
+absl::Status CollectiveService::PutLocalImpl(const grpc::ServerContext& context,
+                                             grpc::ServerReader<v1::PutLocalChunk>* reader,
+                                             v1::PutLocalReply& reply) {
+  ASSIGN_OR_RETURN(const StreamLimits::Ticket admitted, AdmitStream(limits_, context, "PutLocal"));
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(context, "PutLocal");
   v1::PutLocalChunk chunk;
   if (!watch->Read(*reader, &chunk)) {
-    if (watch->expired()) return ToGrpcStatus(watch->ExpiredError());
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "PutLocal stream had no chunks");
+    if (watch->expired()) return watch->ExpiredError();
+    return absl::InvalidArgumentError("PutLocal stream had no chunks");
   }
-  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Reachable(chunk.mesh());
-  if (!mesh.ok()) return ToGrpcStatus(mesh.status());
-  if (absl::Status s = CheckName(NameKind::kTensor, chunk.tensor()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  const absl::StatusOr<DType> dtype = FromProto(chunk.dtype());
-  if (!dtype.ok()) return ToGrpcStatus(dtype.status());
-  absl::StatusOr<Shape> shape = FromProto(chunk.shape());
-  if (!shape.ok()) return ToGrpcStatus(shape.status());
-  if (absl::Status s = ValidateTensorShape(*dtype, *shape); !s.ok()) return ToGrpcStatus(s);
-  LocalLayout layout{*dtype, *std::move(shape)};
-  absl::StatusOr<DTensorSpec> block = RankBlock(**mesh, chunk.rank(), layout);
-  if (!block.ok()) return ToGrpcStatus(block.status());
+  ASSIGN_OR_RETURN(const std::shared_ptr<Mesh> mesh, meshes_->Reachable(chunk.mesh()));
+  RETURN_IF_ERROR(CheckName(NameKind::kTensor, chunk.tensor()));
+  ASSIGN_OR_RETURN(const DType dtype, FromProto(chunk.dtype()));
+  ASSIGN_OR_RETURN(Shape shape, FromProto(chunk.shape()));
+  RETURN_IF_ERROR(ValidateTensorShape(dtype, shape));
+  LocalLayout layout{dtype, std::move(shape)};
+  ASSIGN_OR_RETURN(const DTensorSpec block, RankBlock(*mesh, chunk.rank(), layout));
   const std::string name = chunk.tensor();
   const int64_t rank = chunk.rank();
   // Held against the worker's budget before a byte is sent; given back if the upload fails.
-  if (absl::Status s = (*mesh)->locals.ReserveUpload(name, rank, layout); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(mesh->locals.ReserveUpload(name, rank, layout));
   absl::StatusOr<uint64_t> bytes =
-      ScatterStream(*dispatcher_, *block, {0}, WorkerTensorName(**mesh, name),
-                    TransferDeadline(*context), chunk.data(), [&](std::string* data) {
+      ScatterStream(*dispatcher_, block, {0}, WorkerTensorName(*mesh, name),
+                    TransferDeadline(context), chunk.data(), [&](std::string* data) {
                       if (!watch->Read(*reader, &chunk)) return false;
                       *data = std::move(*chunk.mutable_data());
                       return true;
                     });
   if (!bytes.ok()) {
-    (*mesh)->locals.CancelUpload(name, rank);
-    return ToGrpcStatus(watch->expired() ? watch->ExpiredError() : bytes.status());
+    mesh->locals.CancelUpload(name, rank);
+    return watch->expired() ? watch->ExpiredError() : bytes.status();
   }
-  reply->set_bytes(static_cast<int64_t>(*bytes));
-  (*mesh)->locals.RecordUpload(name, rank, std::move(layout));
-  return grpc::Status::OK;
+  reply.set_bytes(static_cast<int64_t>(*bytes));
+  mesh->locals.RecordUpload(name, rank, std::move(layout));
+  return absl::OkStatus();
 }
 
 grpc::Status CollectiveService::GetLocal(grpc::ServerContext* context,
                                          const v1::GetLocalRequest* request,
                                          grpc::ServerWriter<v1::TensorChunk>* writer) {
-  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "GetLocal");
-  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "GetLocal");
-  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Reachable(request->mesh());
-  if (!mesh.ok()) return ToGrpcStatus(mesh.status());
-  const Mesh& m = **mesh;
-  if (request->rank() < 0 || request->rank() >= m.mesh.size()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("rank ", request->rank(), " is not in mesh '", m.name, "' of ",
-                                     m.mesh.size(), " ranks"));
+  return ToGrpcStatus(GetLocalImpl(*context, *request, writer));
+}
+
+absl::Status CollectiveService::GetLocalImpl(const grpc::ServerContext& context,
+                                             const v1::GetLocalRequest& request,
+                                             grpc::ServerWriter<v1::TensorChunk>* writer) {
+  ASSIGN_OR_RETURN(const StreamLimits::Ticket admitted, AdmitStream(limits_, context, "GetLocal"));
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(context, "GetLocal");
+  ASSIGN_OR_RETURN(const std::shared_ptr<Mesh> mesh, meshes_->Reachable(request.mesh()));
+  const Mesh& m = *mesh;
+  if (request.rank() < 0 || request.rank() >= m.mesh.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is not in mesh '",
+                                                   m.name, "' of ", m.mesh.size(), " ranks"));
   }
-  const std::optional<LocalLayout> layout = m.locals.LayoutOn(request->tensor(), request->rank());
+  const std::optional<LocalLayout> layout = m.locals.LayoutOn(request.tensor(), request.rank());
   if (!layout.has_value()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("mesh '", m.name, "' has no tensor '", request->tensor(),
-                                     "' on rank ", request->rank()));
+    return absl::NotFoundError(absl::StrCat("mesh '", m.name, "' has no tensor '", request.tensor(),
+                                            "' on rank ", request.rank()));
   }
-  absl::StatusOr<DTensorSpec> block = RankBlock(m, request->rank(), *layout);
-  if (!block.ok()) return ToGrpcStatus(block.status());
+  ASSIGN_OR_RETURN(const DTensorSpec block, RankBlock(m, request.rank(), *layout));
   v1::TensorChunk chunk;
-  chunk.set_tensor(request->tensor());
+  chunk.set_tensor(request.tensor());
   chunk.set_dtype(ToProto(layout->dtype));
   *chunk.mutable_shape() = ToProto(layout->shape);
-  return ToGrpcStatus(GatherStream(*dispatcher_, *block, WorkerTensorName(m, request->tensor()),
-                                   TransferDeadline(*context), [&](std::string data) {
-                                     chunk.set_data(std::move(data));
-                                     const bool sent = watch->Write(*writer, chunk);
-                                     chunk.Clear();
-                                     return sent;
-                                   }));
+  return GatherStream(*dispatcher_, block, WorkerTensorName(m, request.tensor()),
+                      TransferDeadline(context), [&](std::string data) {
+                        chunk.set_data(std::move(data));
+                        const bool sent = watch->Write(*writer, chunk);
+                        chunk.Clear();
+                        return sent;
+                      });
 }
 
 std::vector<std::string> CollectiveService::ForgetMesh(const Mesh& mesh) {

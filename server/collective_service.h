@@ -94,6 +94,20 @@ class CollectiveService final : public v1::CollectiveService::Service, public Me
   // Collectives a CollectiveStream holds accepted but not yet reported before it stops reading.
   static constexpr size_t kMaxUnreportedInStream = 1024;
 
+  // The handlers' bodies, each answered through ToGrpcStatus.
+  absl::Status RunCollectiveImpl(const v1::CollectiveRequest& request, v1::CollectiveReply& reply);
+  absl::Status CollectiveStreamImpl(
+      const grpc::ServerContext& context,
+      grpc::ServerReaderWriter<v1::CollectiveResult, v1::CollectiveRequest>* stream);
+  absl::Status WaitCollectivesImpl(const grpc::ServerContext& context,
+                                   const v1::WaitCollectivesRequest& request,
+                                   v1::WaitCollectivesReply& reply);
+  absl::Status DeleteTensorImpl(const v1::DeleteTensorRequest& request);
+  absl::Status PutLocalImpl(const grpc::ServerContext& context,
+                            grpc::ServerReader<v1::PutLocalChunk>* reader,
+                            v1::PutLocalReply& reply);
+  absl::Status GetLocalImpl(const grpc::ServerContext& context, const v1::GetLocalRequest& request,
+                            grpc::ServerWriter<v1::TensorChunk>* writer);
   // Accepts a collective and posts it to the mesh's workers (from this thread with `send_here`):
   // the work completes when they have all replied. With `work_id`, the work is also kept for
   // WaitCollectives under the id written there. Errors are for requests refused up front.

@@ -17,10 +17,6 @@
 namespace tessera {
 namespace {
 
-grpc::Status Invalid(const std::string& message) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
-}
-
 absl::StatusOr<PlannerKind> PlannerOf(v1::Planner p) {
   switch (p) {
     case v1::PLANNER_UNSPECIFIED:
@@ -102,157 +98,201 @@ absl::StatusOr<std::string> DTensorService::Caller(const grpc::ServerContext& co
 grpc::Status DTensorService::DistributeTensor(grpc::ServerContext* context,
                                               grpc::ServerReader<v1::DistributeChunk>* reader,
                                               v1::TensorInfo* reply) {
-  absl::StatusOr<StreamLimits::Ticket> admitted =
-      AdmitStream(limits_, *context, "DistributeTensor");
-  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::TensorInfo> info = streams_.Distribute(*context, reader, *caller);
-  if (!info.ok()) return ToGrpcStatus(info.status());
-  *reply = *std::move(info);
-  return grpc::Status::OK;
+  return ToGrpcStatus(DistributeTensorImpl(*context, reader, *reply));
+}
+
+absl::Status DTensorService::DistributeTensorImpl(grpc::ServerContext& context,
+                                                  grpc::ServerReader<v1::DistributeChunk>* reader,
+                                                  v1::TensorInfo& reply) {
+  ASSIGN_OR_RETURN(const StreamLimits::Ticket admitted,
+                   AdmitStream(limits_, context, "DistributeTensor"));
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  ASSIGN_OR_RETURN(reply, streams_.Distribute(context, reader, client));
+  return absl::OkStatus();
 }
 
 grpc::Status DTensorService::PlanUpload(grpc::ServerContext* context,
                                         const v1::PlanUploadRequest* request,
                                         v1::UploadPlan* reply) {
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::UploadPlan> plan = direct_.Plan(*request, *caller);
-  if (!plan.ok()) return ToGrpcStatus(plan.status());
-  *reply = *std::move(plan);
-  return grpc::Status::OK;
+  return ToGrpcStatus(PlanUploadImpl(*context, *request, *reply));
+}
+
+absl::Status DTensorService::PlanUploadImpl(const grpc::ServerContext& context,
+                                            const v1::PlanUploadRequest& request,
+                                            v1::UploadPlan& reply) {
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  ASSIGN_OR_RETURN(reply, direct_.Plan(request, client));
+  return absl::OkStatus();
 }
 
 grpc::Status DTensorService::CommitUpload(grpc::ServerContext* context,
                                           const v1::CommitUploadRequest* request,
                                           v1::TensorInfo* reply) {
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::TensorInfo> info = direct_.Commit(*request, *caller);
-  if (!info.ok()) return ToGrpcStatus(info.status());
-  *reply = *std::move(info);
-  return grpc::Status::OK;
+  return ToGrpcStatus(CommitUploadImpl(*context, *request, *reply));
+}
+
+absl::Status DTensorService::CommitUploadImpl(const grpc::ServerContext& context,
+                                              const v1::CommitUploadRequest& request,
+                                              v1::TensorInfo& reply) {
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  ASSIGN_OR_RETURN(reply, direct_.Commit(request, client));
+  return absl::OkStatus();
 }
 
 grpc::Status DTensorService::PlanDownload(grpc::ServerContext* context,
                                           const v1::PlanDownloadRequest* request,
                                           v1::DownloadPlan* reply) {
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::DownloadPlan> plan =
-      direct_reads_.Plan(*request, *caller, absl::FromChrono(context->deadline()));
-  if (!plan.ok()) return ToGrpcStatus(plan.status());
-  *reply = *std::move(plan);
-  return grpc::Status::OK;
+  return ToGrpcStatus(PlanDownloadImpl(*context, *request, *reply));
+}
+
+absl::Status DTensorService::PlanDownloadImpl(const grpc::ServerContext& context,
+                                              const v1::PlanDownloadRequest& request,
+                                              v1::DownloadPlan& reply) {
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  ASSIGN_OR_RETURN(reply,
+                   direct_reads_.Plan(request, client, absl::FromChrono(context.deadline())));
+  return absl::OkStatus();
 }
 
 grpc::Status DTensorService::ReleaseDownload(grpc::ServerContext* context,
                                              const v1::ReleaseDownloadRequest* request,
                                              v1::ReleaseDownloadReply*) {
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  return ToGrpcStatus(direct_reads_.Release(request->download_id(), *caller));
+  return ToGrpcStatus(ReleaseDownloadImpl(*context, *request));
+}
+
+absl::Status DTensorService::ReleaseDownloadImpl(const grpc::ServerContext& context,
+                                                 const v1::ReleaseDownloadRequest& request) {
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  return direct_reads_.Release(request.download_id(), client);
 }
 
 grpc::Status DTensorService::FromLocal(grpc::ServerContext* context,
                                        grpc::ServerReader<v1::FromLocalChunk>* reader,
                                        v1::TensorInfo* reply) {
-  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "FromLocal");
-  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::StatusOr<v1::TensorInfo> info = streams_.FromLocal(*context, reader, *caller);
-  if (!info.ok()) return ToGrpcStatus(info.status());
-  *reply = *std::move(info);
-  return grpc::Status::OK;
+  return ToGrpcStatus(FromLocalImpl(*context, reader, *reply));
+}
+
+absl::Status DTensorService::FromLocalImpl(grpc::ServerContext& context,
+                                           grpc::ServerReader<v1::FromLocalChunk>* reader,
+                                           v1::TensorInfo& reply) {
+  ASSIGN_OR_RETURN(const StreamLimits::Ticket admitted, AdmitStream(limits_, context, "FromLocal"));
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  ASSIGN_OR_RETURN(reply, streams_.FromLocal(context, reader, client));
+  return absl::OkStatus();
 }
 
 grpc::Status DTensorService::ToLocal(grpc::ServerContext* context,
                                      const v1::ToLocalRequest* request,
                                      grpc::ServerWriter<v1::TensorData>* writer) {
-  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "ToLocal");
-  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  if (absl::Status s = Caller(*context).status(); !s.ok()) return ToGrpcStatus(s);
-  return ToGrpcStatus(streams_.ToLocal(*context, *request, writer));
+  return ToGrpcStatus(ToLocalImpl(*context, *request, writer));
+}
+
+absl::Status DTensorService::ToLocalImpl(const grpc::ServerContext& context,
+                                         const v1::ToLocalRequest& request,
+                                         grpc::ServerWriter<v1::TensorData>* writer) {
+  ASSIGN_OR_RETURN(const StreamLimits::Ticket admitted, AdmitStream(limits_, context, "ToLocal"));
+  RETURN_IF_ERROR(Caller(context).status());
+  return streams_.ToLocal(context, request, writer);
 }
 
 grpc::Status DTensorService::FullTensor(grpc::ServerContext* context,
                                         const v1::FullTensorRequest* request,
                                         grpc::ServerWriter<v1::TensorData>* writer) {
-  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "FullTensor");
-  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  if (absl::Status s = Caller(*context).status(); !s.ok()) return ToGrpcStatus(s);
-  return ToGrpcStatus(streams_.FullTensor(*context, *request, writer));
+  return ToGrpcStatus(FullTensorImpl(*context, *request, writer));
+}
+
+absl::Status DTensorService::FullTensorImpl(const grpc::ServerContext& context,
+                                            const v1::FullTensorRequest& request,
+                                            grpc::ServerWriter<v1::TensorData>* writer) {
+  ASSIGN_OR_RETURN(const StreamLimits::Ticket admitted,
+                   AdmitStream(limits_, context, "FullTensor"));
+  RETURN_IF_ERROR(Caller(context).status());
+  return streams_.FullTensor(context, request, writer);
 }
 
 grpc::Status DTensorService::CreateTensor(grpc::ServerContext* context,
                                           const v1::CreateTensorRequest* request,
                                           v1::TensorInfo* reply) {
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  const std::string& client = *caller;
-  absl::StatusOr<std::shared_ptr<Mesh>> mesh = tensors_->meshes().Ready(request->mesh());
-  if (!mesh.ok()) return ToGrpcStatus(mesh.status());
-  absl::StatusOr<DTensorSpec> spec = FactorySpec(**mesh, *request);
-  if (!spec.ok()) return ToGrpcStatus(spec.status());
-  absl::StatusOr<std::shared_ptr<DTensorEntry>> t =
-      tensors_->Add(request->name(), *mesh, *spec, client);
-  if (!t.ok()) return ToGrpcStatus(t.status());
+  return ToGrpcStatus(CreateTensorImpl(*context, *request, *reply));
+}
+
+absl::Status DTensorService::CreateTensorImpl(const grpc::ServerContext& context,
+                                              const v1::CreateTensorRequest& request,
+                                              v1::TensorInfo& reply) {
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  ASSIGN_OR_RETURN(const std::shared_ptr<Mesh> mesh, tensors_->meshes().Ready(request.mesh()));
+  ASSIGN_OR_RETURN(const DTensorSpec spec, FactorySpec(*mesh, request));
+  ASSIGN_OR_RETURN(const std::shared_ptr<DTensorEntry> t,
+                   tensors_->Add(request.name(), mesh, spec, client));
   v1::Command command;
   v1::FillTensor* fill = command.mutable_fill_tensor();
-  fill->set_mesh_id((*mesh)->id);
-  fill->set_output(DTensorTable::WorkerName((*t)->name));
-  *fill->mutable_spec() = ToProto(*spec);
-  fill->set_factory(request->factory());
-  fill->set_value(request->value());
-  fill->set_seed(request->seed());
-  if (absl::Status s = tensors_->PostWrite(**t, command); !s.ok()) return ToGrpcStatus(s);
-  *reply = tensors_->Describe(**t);
-  return grpc::Status::OK;
+  fill->set_mesh_id(mesh->id);
+  fill->set_output(DTensorTable::WorkerName(t->name));
+  *fill->mutable_spec() = ToProto(spec);
+  fill->set_factory(request.factory());
+  fill->set_value(request.value());
+  fill->set_seed(request.seed());
+  RETURN_IF_ERROR(tensors_->PostWrite(*t, command));
+  reply = tensors_->Describe(*t);
+  return absl::OkStatus();
 }
 
 grpc::Status DTensorService::GetTensor(grpc::ServerContext* context,
                                        const v1::GetTensorRequest* request, v1::TensorInfo* reply) {
-  if (absl::Status s = Caller(*context).status(); !s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Find(request->name());
-  if (!t.ok()) return ToGrpcStatus(t.status());
-  *reply = tensors_->Describe(**t);
-  return grpc::Status::OK;
+  return ToGrpcStatus(GetTensorImpl(*context, *request, *reply));
+}
+
+absl::Status DTensorService::GetTensorImpl(const grpc::ServerContext& context,
+                                           const v1::GetTensorRequest& request,
+                                           v1::TensorInfo& reply) {
+  RETURN_IF_ERROR(Caller(context).status());
+  ASSIGN_OR_RETURN(const std::shared_ptr<DTensorEntry> t, tensors_->Find(request.name()));
+  reply = tensors_->Describe(*t);
+  return absl::OkStatus();
 }
 
 grpc::Status DTensorService::ListTensors(grpc::ServerContext* context,
                                          const v1::ListTensorsRequest* request,
                                          v1::ListTensorsReply* reply) {
-  if (absl::Status s = Caller(*context).status(); !s.ok()) return ToGrpcStatus(s);
-  for (const auto& t : tensors_->OnMesh(request->mesh())) {
-    *reply->add_tensors() = tensors_->Describe(*t);
+  return ToGrpcStatus(ListTensorsImpl(*context, *request, *reply));
+}
+
+absl::Status DTensorService::ListTensorsImpl(const grpc::ServerContext& context,
+                                             const v1::ListTensorsRequest& request,
+                                             v1::ListTensorsReply& reply) {
+  RETURN_IF_ERROR(Caller(context).status());
+  for (const auto& t : tensors_->OnMesh(request.mesh())) {
+    *reply.add_tensors() = tensors_->Describe(*t);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status DTensorService::FreeTensor(grpc::ServerContext* context,
                                         const v1::FreeTensorRequest* request,
                                         v1::FreeTensorReply*) {
+  return ToGrpcStatus(FreeTensorImpl(*context, *request));
+}
+
+absl::Status DTensorService::FreeTensorImpl(const grpc::ServerContext& context,
+                                            const v1::FreeTensorRequest& request) {
   std::shared_ptr<const TensorWrite> workers_freed;
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  absl::Status freed = FreeTensorFor(*caller, request->name(), &workers_freed);
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  RETURN_IF_ERROR(FreeTensorFor(client, request.name(), &workers_freed));
   // Answered once the erasure of its record is durable (queued; one commit serves many) and the
   // workers have freed the shards (so their memory is free when the call returns), or said why not.
-  if (freed.ok()) freed = tensors_->Flush();
-  if (freed.ok() && workers_freed != nullptr) {
-    const absl::Time deadline = absl::FromChrono(context->deadline());
-    if (!workers_freed->done.WaitForNotificationWithDeadline(deadline)) {
-      freed = absl::DeadlineExceededError(absl::StrCat(
-          "tensor '", request->name(), "' is removed; its workers had not freed its shards yet"));
-    } else if (!workers_freed->status.ok()) {
-      freed = WithContext(absl::StrCat("tensor '", request->name(),
-                                       "' is removed, but its shards were not all freed"),
-                          workers_freed->status);
-    }
+  RETURN_IF_ERROR(tensors_->Flush());
+  if (workers_freed == nullptr) return absl::OkStatus();
+  const absl::Time deadline = absl::FromChrono(context.deadline());
+  if (!workers_freed->done.WaitForNotificationWithDeadline(deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "tensor '", request.name(), "' is removed; its workers had not freed its shards yet"));
   }
-  return ToGrpcStatus(freed);
+  if (!workers_freed->status.ok()) {
+    return WithContext(
+        absl::StrCat("tensor '", request.name(), "' is removed, but its shards were not all freed"),
+        workers_freed->status);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DTensorService::FreeTensorFor(const std::string& client, const std::string& name,
@@ -298,41 +338,49 @@ absl::Status DTensorService::RedistributeInMesh(const v1::RedistributeRequest& r
 grpc::Status DTensorService::Redistribute(grpc::ServerContext* context,
                                           const v1::RedistributeRequest* request,
                                           v1::RedistributeReply* reply) {
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  const std::string& client = *caller;
-  absl::StatusOr<std::shared_ptr<DTensorEntry>> src = tensors_->Usable(request->name());
-  if (!src.ok()) return ToGrpcStatus(src.status());
-  absl::StatusOr<std::vector<Placement>> placements = FromProto(request->placements());
-  if (!placements.ok()) return ToGrpcStatus(placements.status());
-  if (absl::Status s = PlannerOf(request->planner()).status(); !s.ok()) return ToGrpcStatus(s);
-  if (request->mesh().empty() || request->mesh() == (*src)->mesh->name) {
-    return ToGrpcStatus(RedistributeInMesh(*request, *src, *std::move(placements), client, reply));
+  return ToGrpcStatus(RedistributeImpl(*context, *request, *reply));
+}
+
+absl::Status DTensorService::RedistributeImpl(const grpc::ServerContext& context,
+                                              const v1::RedistributeRequest& request,
+                                              v1::RedistributeReply& reply) {
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  ASSIGN_OR_RETURN(const std::shared_ptr<DTensorEntry> src, tensors_->Usable(request.name()));
+  ASSIGN_OR_RETURN(std::vector<Placement> placements, FromProto(request.placements()));
+  RETURN_IF_ERROR(PlannerOf(request.planner()).status());
+  if (request.mesh().empty() || request.mesh() == src->mesh->name) {
+    return RedistributeInMesh(request, src, std::move(placements), client, &reply);
   }
-  absl::StatusOr<std::shared_ptr<Mesh>> dst = tensors_->meshes().Ready(request->mesh());
-  if (!dst.ok()) return ToGrpcStatus(dst.status());
-  return ToGrpcStatus(streams_.MoveAcrossMeshes(*context, **src, *dst, *std::move(placements),
-                                                request->output(), client, reply));
+  ASSIGN_OR_RETURN(const std::shared_ptr<Mesh> dst, tensors_->meshes().Ready(request.mesh()));
+  return streams_.MoveAcrossMeshes(context, *src, dst, std::move(placements), request.output(),
+                                   client, &reply);
 }
 
 grpc::Status DTensorService::RunOp(grpc::ServerContext* context, const v1::OpRequest* request,
                                    v1::OpReply* reply) {
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  return ToGrpcStatus(RunOpFor(*caller, *request, reply));
+  return ToGrpcStatus(RunOpImpl(*context, *request, *reply));
+}
+
+absl::Status DTensorService::RunOpImpl(const grpc::ServerContext& context,
+                                       const v1::OpRequest& request, v1::OpReply& reply) {
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  return RunOpFor(client, request, &reply);
 }
 
 grpc::Status DTensorService::OpStream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream) {
-  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "OpStream");
-  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  const std::string& client = *caller;
+  return ToGrpcStatus(OpStreamImpl(*context, stream));
+}
+
+absl::Status DTensorService::OpStreamImpl(
+    const grpc::ServerContext& context,
+    grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream) {
+  ASSIGN_OR_RETURN(const StreamLimits::Ticket admitted, AdmitStream(limits_, context, "OpStream"));
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
   // A stream that moves nothing for the limit is cut (the clients close an idle one themselves
   // well before, so that no call of theirs meets the cut).
-  const std::unique_ptr<IdleStreams::Watch> watch = session_idle_.Start(*context, "OpStream");
+  const std::unique_ptr<IdleStreams::Watch> watch = session_idle_.Start(context, "OpStream");
   v1::StreamCalls calls;
   v1::StreamResults results;
   while (watch->Read(*stream, &calls)) {
@@ -374,7 +422,7 @@ grpc::Status DTensorService::OpStream(
     }
     if (!watch->Write(*stream, results)) break;  // the client went away
   }
-  return watch->expired() ? ToGrpcStatus(watch->ExpiredError()) : grpc::Status::OK;
+  return watch->expired() ? watch->ExpiredError() : absl::OkStatus();
 }
 
 absl::Status DTensorService::RunOpFor(const std::string& client, const v1::OpRequest& request,
@@ -427,50 +475,65 @@ absl::Status DTensorService::RunOpFor(const std::string& client, const v1::OpReq
 grpc::Status DTensorService::SaveTensor(grpc::ServerContext* context,
                                         const v1::SaveTensorRequest* request,
                                         v1::SaveTensorReply* reply) {
-  if (absl::Status s = Caller(*context).status(); !s.ok()) return ToGrpcStatus(s);
-  return ToGrpcStatus(checkpoints_.Save(*request, absl::FromChrono(context->deadline()), reply));
+  return ToGrpcStatus(SaveTensorImpl(*context, *request, *reply));
+}
+
+absl::Status DTensorService::SaveTensorImpl(const grpc::ServerContext& context,
+                                            const v1::SaveTensorRequest& request,
+                                            v1::SaveTensorReply& reply) {
+  RETURN_IF_ERROR(Caller(context).status());
+  return checkpoints_.Save(request, absl::FromChrono(context.deadline()), &reply);
 }
 
 grpc::Status DTensorService::LoadTensor(grpc::ServerContext* context,
                                         const v1::LoadTensorRequest* request,
                                         v1::TensorInfo* reply) {
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  const std::string& client = *caller;
-  return ToGrpcStatus(
-      checkpoints_.Load(*request, client, absl::FromChrono(context->deadline()), reply));
+  return ToGrpcStatus(LoadTensorImpl(*context, *request, *reply));
+}
+
+absl::Status DTensorService::LoadTensorImpl(const grpc::ServerContext& context,
+                                            const v1::LoadTensorRequest& request,
+                                            v1::TensorInfo& reply) {
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  return checkpoints_.Load(request, client, absl::FromChrono(context.deadline()), &reply);
 }
 
 grpc::Status DTensorService::Synchronize(grpc::ServerContext* context,
                                          const v1::SynchronizeRequest* request,
                                          v1::SynchronizeReply*) {
-  absl::StatusOr<std::string> caller = Caller(*context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  const std::string& client = *caller;
+  return ToGrpcStatus(SynchronizeImpl(*context, *request));
+}
+
+absl::Status DTensorService::SynchronizeImpl(const grpc::ServerContext& context,
+                                             const v1::SynchronizeRequest& request) {
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
   std::vector<std::shared_ptr<DTensorEntry>> tensors;
-  if (request->names().empty()) {
+  if (request.names().empty()) {
     tensors = tensors_->OwnedBy(client);
   } else {
-    for (const std::string& name : request->names()) {
-      absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Find(name);
-      if (!t.ok()) return ToGrpcStatus(t.status());
-      tensors.push_back(*std::move(t));
+    for (const std::string& name : request.names()) {
+      ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t, tensors_->Find(name));
+      tensors.push_back(std::move(t));
     }
   }
-  return ToGrpcStatus(DTensorTable::AwaitWrites(tensors, absl::FromChrono(context->deadline())));
+  return DTensorTable::AwaitWrites(tensors, absl::FromChrono(context.deadline()));
 }
 
 grpc::Status DTensorService::KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest*,
                                        v1::KeepAliveReply* reply) {
-  absl::StatusOr<std::string> id = ClientId(*context);
-  if (!id.ok()) return ToGrpcStatus(id.status());
-  const std::string& client = *id;
+  return ToGrpcStatus(KeepAliveImpl(*context, *reply));
+}
+
+absl::Status DTensorService::KeepAliveImpl(const grpc::ServerContext& context,
+                                           v1::KeepAliveReply& reply) {
+  ASSIGN_OR_RETURN(const std::string client, ClientId(context));
   if (client.empty()) {
-    return Invalid("KeepAlive needs a client id in the 'tessera-client' metadata entry");
+    return absl::InvalidArgumentError(
+        "KeepAlive needs a client id in the 'tessera-client' metadata entry");
   }
   leases_.KeepAlive(client);
-  reply->set_grace_ms(absl::ToInt64Milliseconds(leases_.grace()));
-  return grpc::Status::OK;
+  reply.set_grace_ms(absl::ToInt64Milliseconds(leases_.grace()));
+  return absl::OkStatus();
 }
 
 void DTensorService::ReclaimExpired() {

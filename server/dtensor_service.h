@@ -108,6 +108,47 @@ class DTensorService final : public v1::DTensorService::Service {
  private:
   // The caller's client id, its lease renewed; ClientId's refusal of an invalid id.
   absl::StatusOr<std::string> Caller(const grpc::ServerContext& context);
+  // The handlers' bodies, each answered through ToGrpcStatus.
+  absl::Status DistributeTensorImpl(grpc::ServerContext& context,
+                                    grpc::ServerReader<v1::DistributeChunk>* reader,
+                                    v1::TensorInfo& reply);
+  absl::Status FromLocalImpl(grpc::ServerContext& context,
+                             grpc::ServerReader<v1::FromLocalChunk>* reader, v1::TensorInfo& reply);
+  absl::Status ToLocalImpl(const grpc::ServerContext& context, const v1::ToLocalRequest& request,
+                           grpc::ServerWriter<v1::TensorData>* writer);
+  absl::Status FullTensorImpl(const grpc::ServerContext& context,
+                              const v1::FullTensorRequest& request,
+                              grpc::ServerWriter<v1::TensorData>* writer);
+  absl::Status CreateTensorImpl(const grpc::ServerContext& context,
+                                const v1::CreateTensorRequest& request, v1::TensorInfo& reply);
+  absl::Status GetTensorImpl(const grpc::ServerContext& context,
+                             const v1::GetTensorRequest& request, v1::TensorInfo& reply);
+  absl::Status ListTensorsImpl(const grpc::ServerContext& context,
+                               const v1::ListTensorsRequest& request, v1::ListTensorsReply& reply);
+  absl::Status FreeTensorImpl(const grpc::ServerContext& context,
+                              const v1::FreeTensorRequest& request);
+  absl::Status RedistributeImpl(const grpc::ServerContext& context,
+                                const v1::RedistributeRequest& request,
+                                v1::RedistributeReply& reply);
+  absl::Status RunOpImpl(const grpc::ServerContext& context, const v1::OpRequest& request,
+                         v1::OpReply& reply);
+  absl::Status OpStreamImpl(const grpc::ServerContext& context,
+                            grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream);
+  absl::Status SaveTensorImpl(const grpc::ServerContext& context,
+                              const v1::SaveTensorRequest& request, v1::SaveTensorReply& reply);
+  absl::Status LoadTensorImpl(const grpc::ServerContext& context,
+                              const v1::LoadTensorRequest& request, v1::TensorInfo& reply);
+  absl::Status SynchronizeImpl(const grpc::ServerContext& context,
+                               const v1::SynchronizeRequest& request);
+  absl::Status KeepAliveImpl(const grpc::ServerContext& context, v1::KeepAliveReply& reply);
+  absl::Status PlanUploadImpl(const grpc::ServerContext& context,
+                              const v1::PlanUploadRequest& request, v1::UploadPlan& reply);
+  absl::Status CommitUploadImpl(const grpc::ServerContext& context,
+                                const v1::CommitUploadRequest& request, v1::TensorInfo& reply);
+  absl::Status PlanDownloadImpl(const grpc::ServerContext& context,
+                                const v1::PlanDownloadRequest& request, v1::DownloadPlan& reply);
+  absl::Status ReleaseDownloadImpl(const grpc::ServerContext& context,
+                                   const v1::ReleaseDownloadRequest& request);
   // RunOp and FreeTensor for `client`, on either path; a null `reply` is not filled in (the op
   // stream's client computes the output's metadata itself).
   absl::Status RunOpFor(const std::string& client, const v1::OpRequest& request,

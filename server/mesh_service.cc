@@ -72,38 +72,39 @@ absl::Status MeshService::ChooseWorkers(const v1::CreateMeshRequest& request, in
 
 grpc::Status MeshService::CreateMesh(grpc::ServerContext* context,
                                      const v1::CreateMeshRequest* request, v1::MeshInfo* reply) {
-  if (absl::Status s = CheckName(NameKind::kMesh, request->name()); !s.ok()) {
-    return ToGrpcStatus(s);
+  return ToGrpcStatus(CreateMeshImpl(*context, *request, *reply));
+}
+
+absl::Status MeshService::CreateMeshImpl(const grpc::ServerContext& context,
+                                         const v1::CreateMeshRequest& request,
+                                         v1::MeshInfo& reply) {
+  RETURN_IF_ERROR(CheckName(NameKind::kMesh, request.name()));
+  if (request.timeout_ms() < 0 || request.timeout_ms() > kMaxCollectiveTimeoutMs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mesh timeout_ms ", request.timeout_ms(), " is outside 0..", kMaxCollectiveTimeoutMs,
+        " (0: the default, ", absl::FormatDuration(kDefaultCollectiveTimeout), ")"));
   }
-  if (request->timeout_ms() < 0 || request->timeout_ms() > kMaxCollectiveTimeoutMs) {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-        "mesh timeout_ms ", request->timeout_ms(), " is outside 0..", kMaxCollectiveTimeoutMs,
-        " (0: the default, ", absl::FormatDuration(kDefaultCollectiveTimeout), ")")));
-  }
-  const Shape shape(request->shape().begin(), request->shape().end());
-  const std::vector<std::string> names(request->dim_names().begin(), request->dim_names().end());
+  const Shape shape(request.shape().begin(), request.shape().end());
+  const std::vector<std::string> names(request.dim_names().begin(), request.dim_names().end());
   // Validate device type, shape and names, then count the workers, before allocating anything in
   // proportion to the shape.
-  absl::StatusOr<int64_t> size = DeviceMesh::CheckLayout(request->device_type(), shape, names);
-  if (!size.ok()) return ToGrpcStatus(size.status());
+  ASSIGN_OR_RETURN(const int64_t size,
+                   DeviceMesh::CheckLayout(request.device_type(), shape, names));
   std::vector<int64_t> ids;
   std::vector<int64_t> incarnations;
   std::vector<int64_t> budgets;
-  if (absl::Status s = ChooseWorkers(*request, *size, &ids, &incarnations, &budgets); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  absl::StatusOr<DeviceMesh> dm = DeviceMesh::Create(request->device_type(), shape, names, ids);
-  if (!dm.ok()) return ToGrpcStatus(dm.status());
+  RETURN_IF_ERROR(ChooseWorkers(request, size, &ids, &incarnations, &budgets));
+  ASSIGN_OR_RETURN(DeviceMesh dm, DeviceMesh::Create(request.device_type(), shape, names, ids));
   auto mesh =
-      std::make_shared<Mesh>(request->name(), *std::move(dm), std::move(incarnations),
-                             request->timeout_ms() > 0 ? absl::Milliseconds(request->timeout_ms())
-                                                       : kDefaultCollectiveTimeout,
+      std::make_shared<Mesh>(request.name(), std::move(dm), std::move(incarnations),
+                             request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms())
+                                                      : kDefaultCollectiveTimeout,
                              std::move(budgets), ledger_);
   // Entered first, so the name is reserved while the workers set it up; removed if that fails.
-  if (absl::Status s = meshes_->Add(mesh); !s.ok()) return ToGrpcStatus(s);
-  absl::Status s = reformer_->SetUp(*mesh, absl::FromChrono(context->deadline()));
+  RETURN_IF_ERROR(meshes_->Add(mesh));
+  absl::Status s = reformer_->SetUp(*mesh, absl::FromChrono(context.deadline()));
   if (s.ok() && state_ != nullptr) {
-    v1::CreateMeshRequest record = *request;
+    v1::CreateMeshRequest record = request;
     record.clear_worker_ids();
     for (int64_t id : mesh->mesh.ranks()) record.add_worker_ids(id);
     record.set_timeout_ms(absl::ToInt64Milliseconds(mesh->timeout));
@@ -112,18 +113,21 @@ grpc::Status MeshService::CreateMesh(grpc::ServerContext* context,
   if (!s.ok()) {
     meshes_->Remove(mesh->name).IgnoreError();
     store_->ErasePrefix(MeshReformer::StorePrefix(*mesh));
-    return ToGrpcStatus(s);
+    return s;
   }
-  *reply = Describe(*mesh);
-  return grpc::Status::OK;
+  reply = Describe(*mesh);
+  return absl::OkStatus();
 }
 
 grpc::Status MeshService::GetMesh(grpc::ServerContext*, const v1::GetMeshRequest* request,
                                   v1::MeshInfo* reply) {
-  absl::StatusOr<std::shared_ptr<Mesh>> mesh = meshes_->Find(request->name());
-  if (!mesh.ok()) return ToGrpcStatus(mesh.status());
-  *reply = Describe(**mesh);
-  return grpc::Status::OK;
+  return ToGrpcStatus(GetMeshImpl(*request, *reply));
+}
+
+absl::Status MeshService::GetMeshImpl(const v1::GetMeshRequest& request, v1::MeshInfo& reply) {
+  ASSIGN_OR_RETURN(const std::shared_ptr<Mesh> mesh, meshes_->Find(request.name()));
+  reply = Describe(*mesh);
+  return absl::OkStatus();
 }
 
 grpc::Status MeshService::ListMeshes(grpc::ServerContext*, const v1::ListMeshesRequest*,
@@ -134,15 +138,18 @@ grpc::Status MeshService::ListMeshes(grpc::ServerContext*, const v1::ListMeshesR
 
 grpc::Status MeshService::DeleteMesh(grpc::ServerContext*, const v1::DeleteMeshRequest* request,
                                      v1::DeleteMeshReply*) {
+  return ToGrpcStatus(DeleteMeshImpl(*request));
+}
+
+absl::Status MeshService::DeleteMeshImpl(const v1::DeleteMeshRequest& request) {
   // Removed under its change lock, so that a rejoin of it in progress (ReplicaRepair) finishes
   // first and none starts after: if a rejoin put a new mesh in its place meanwhile, that one is
   // deleted.
   std::shared_ptr<Mesh> removed;
   while (removed == nullptr) {
-    absl::StatusOr<std::shared_ptr<Mesh>> found = meshes_->Find(request->name());
-    if (!found.ok()) return ToGrpcStatus(found.status());
-    absl::MutexLock changing(&(*found)->change_mu);
-    if (meshes_->Remove(**found).ok()) removed = *std::move(found);
+    ASSIGN_OR_RETURN(std::shared_ptr<Mesh> found, meshes_->Find(request.name()));
+    absl::MutexLock changing(&found->change_mu);
+    if (meshes_->Remove(*found).ok()) removed = std::move(found);
   }
   Mesh& mesh = *removed;
   if (state_ != nullptr) {
@@ -168,7 +175,7 @@ grpc::Status MeshService::DeleteMesh(grpc::ServerContext*, const v1::DeleteMeshR
   absl::StatusOr<std::vector<v1::CommandReply>> replies =
       dispatcher_->Run(live, command, Mesh::kRpcSlack);
   store_->ErasePrefix(MeshReformer::StorePrefix(mesh));
-  return ToGrpcStatus(replies.status());
+  return replies.status();
 }
 
 }  // namespace tessera

@@ -49,6 +49,11 @@ class MeshService final : public v1::MeshService::Service {
   void RecordIn(StateStore* state) { state_ = state; }
 
  private:
+  // The handlers' bodies, each answered through ToGrpcStatus.
+  absl::Status CreateMeshImpl(const grpc::ServerContext& context,
+                              const v1::CreateMeshRequest& request, v1::MeshInfo& reply);
+  absl::Status GetMeshImpl(const v1::GetMeshRequest& request, v1::MeshInfo& reply);
+  absl::Status DeleteMeshImpl(const v1::DeleteMeshRequest& request);
   // The workers for a new mesh of `needed` ranks: those named, or the first live ones of the
   // device type; with their incarnations and memory budgets.
   absl::Status ChooseWorkers(const v1::CreateMeshRequest& request, int64_t needed,

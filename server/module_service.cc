@@ -142,15 +142,21 @@ void ModuleService::MeshRejoined(const Mesh& old, const std::shared_ptr<Mesh>& n
 grpc::Status ModuleService::LoadModule(grpc::ServerContext* context,
                                        grpc::ServerReader<v1::LoadModuleChunk>* reader,
                                        v1::ModuleInfo* reply) {
-  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "LoadModule");
-  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
+  return ToGrpcStatus(LoadModuleImpl(*context, reader, *reply));
+}
+
+absl::Status ModuleService::LoadModuleImpl(const grpc::ServerContext& context,
+                                           grpc::ServerReader<v1::LoadModuleChunk>* reader,
+                                           v1::ModuleInfo& reply) {
+  ASSIGN_OR_RETURN(const StreamLimits::Ticket admitted,
+                   AdmitStream(limits_, context, "LoadModule"));
   // A client that stops sending is cut: the workers' turns its weights held are released.
-  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "LoadModule");
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(context, "LoadModule");
   WatchedReader<v1::LoadModuleChunk> watched(reader, watch.get());
-  absl::StatusOr<v1::ModuleInfo> info = loader_.Load(*context, &watched);
-  if (!info.ok()) return ToGrpcStatus(watch->expired() ? watch->ExpiredError() : info.status());
-  *reply = *std::move(info);
-  return grpc::Status::OK;
+  absl::StatusOr<v1::ModuleInfo> info = loader_.Load(context, &watched);
+  if (!info.ok()) return watch->expired() ? watch->ExpiredError() : info.status();
+  reply = *std::move(info);
+  return absl::OkStatus();
 }
 
 absl::Status ModuleService::ApplyPlan(const grpc::ServerContext& context, const std::string& name,
@@ -184,26 +190,37 @@ absl::Status ModuleService::ApplyPlan(const grpc::ServerContext& context, const 
 grpc::Status ModuleService::ParallelizeModule(grpc::ServerContext* context,
                                               const v1::ParallelizeModuleRequest* request,
                                               v1::ParallelizeModuleReply* reply) {
-  absl::StatusOr<PlanSpec> plan = ParsePlanSpec(request->plan_json());
-  if (!plan.ok()) return ToGrpcStatus(WithContext("plan", plan.status()));
+  return ToGrpcStatus(ParallelizeModuleImpl(*context, *request, *reply));
+}
+
+absl::Status ModuleService::ParallelizeModuleImpl(const grpc::ServerContext& context,
+                                                  const v1::ParallelizeModuleRequest& request,
+                                                  v1::ParallelizeModuleReply& reply) {
+  absl::StatusOr<PlanSpec> plan = ParsePlanSpec(request.plan_json());
+  if (!plan.ok()) return WithContext("plan", plan.status());
   if (!plan->parallelize.has_value()) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
-        "the plan is a distribute_module partition; apply it with DistributeModule"));
+    return absl::InvalidArgumentError(
+        "the plan is a distribute_module partition; apply it with DistributeModule");
   }
-  return ToGrpcStatus(
-      ApplyPlan(*context, request->name(), *std::move(plan), request->mesh_dim(), reply));
+  return ApplyPlan(context, request.name(), *std::move(plan), request.mesh_dim(), &reply);
 }
 
 grpc::Status ModuleService::DistributeModule(grpc::ServerContext* context,
                                              const v1::DistributeModuleRequest* request,
                                              v1::ParallelizeModuleReply* reply) {
-  absl::StatusOr<PlanSpec> plan = ParsePlanSpec(request->partition_json());
-  if (!plan.ok()) return ToGrpcStatus(WithContext("partition", plan.status()));
+  return ToGrpcStatus(DistributeModuleImpl(*context, *request, *reply));
+}
+
+absl::Status ModuleService::DistributeModuleImpl(const grpc::ServerContext& context,
+                                                 const v1::DistributeModuleRequest& request,
+                                                 v1::ParallelizeModuleReply& reply) {
+  absl::StatusOr<PlanSpec> plan = ParsePlanSpec(request.partition_json());
+  if (!plan.ok()) return WithContext("partition", plan.status());
   if (!plan->distribute.has_value()) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
-        "the partition is a parallelize_module plan; apply it with ParallelizeModule"));
+    return absl::InvalidArgumentError(
+        "the partition is a parallelize_module plan; apply it with ParallelizeModule");
   }
-  return ToGrpcStatus(ApplyPlan(*context, request->name(), *std::move(plan), "", reply));
+  return ApplyPlan(context, request.name(), *std::move(plan), "", &reply);
 }
 
 grpc::Status ModuleService::ListModules(grpc::ServerContext*, const v1::ListModulesRequest*,
@@ -215,27 +232,38 @@ grpc::Status ModuleService::ListModules(grpc::ServerContext*, const v1::ListModu
 
 grpc::Status ModuleService::ShowModule(grpc::ServerContext*, const v1::ShowModuleRequest* request,
                                        v1::ModuleInfo* reply) {
-  absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
-  if (!module.ok()) return ToGrpcStatus(module.status());
-  *reply = ModuleTable::Describe(**module);
-  return grpc::Status::OK;
+  return ToGrpcStatus(ShowModuleImpl(*request, *reply));
+}
+
+absl::Status ModuleService::ShowModuleImpl(const v1::ShowModuleRequest& request,
+                                           v1::ModuleInfo& reply) {
+  ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> module, modules_->Find(request.name()));
+  reply = ModuleTable::Describe(*module);
+  return absl::OkStatus();
 }
 
 grpc::Status ModuleService::ExportPlan(grpc::ServerContext*, const v1::ExportPlanRequest* request,
                                        v1::ExportPlanReply* reply) {
-  absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
-  if (!module.ok()) return ToGrpcStatus(module.status());
-  absl::ReaderMutexLock lock(&(*module)->mu);
-  reply->set_plan_json((*module)->plan_json);
-  return grpc::Status::OK;
+  return ToGrpcStatus(ExportPlanImpl(*request, *reply));
+}
+
+absl::Status ModuleService::ExportPlanImpl(const v1::ExportPlanRequest& request,
+                                           v1::ExportPlanReply& reply) {
+  ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> module, modules_->Find(request.name()));
+  absl::ReaderMutexLock lock(&module->mu);
+  reply.set_plan_json(module->plan_json);
+  return absl::OkStatus();
 }
 
 grpc::Status ModuleService::RemoveModule(grpc::ServerContext*,
                                          const v1::RemoveModuleRequest* request,
                                          v1::RemoveModuleReply*) {
-  absl::StatusOr<std::shared_ptr<ModuleEntry>> taken = modules_->Take(request->name());
-  if (!taken.ok()) return ToGrpcStatus(taken.status());
-  ModuleEntry& module = **taken;
+  return ToGrpcStatus(RemoveModuleImpl(*request));
+}
+
+absl::Status ModuleService::RemoveModuleImpl(const v1::RemoveModuleRequest& request) {
+  ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> taken, modules_->Take(request.name()));
+  ModuleEntry& module = *taken;
   absl::MutexLock lock(&module.mu);
   module.removed = true;
   modules_->Unrecord(module.name);
@@ -247,55 +275,58 @@ grpc::Status ModuleService::RemoveModule(grpc::ServerContext*,
   programs_.Drop(module);
   for (const auto& p : module.parameters) tensors_->Release(*p);
   module.parameters.clear();
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status ModuleService::Forward(grpc::ServerContext* context, const v1::ForwardRequest* request,
                                     v1::ForwardReply* reply) {
-  absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
-  if (!module.ok()) return ToGrpcStatus(module.status());
-  absl::StatusOr<RunInput> input = InputFromProto(request->input());
-  if (!input.ok()) return ToGrpcStatus(input.status());
-  absl::StatusOr<RunOutputs> outputs = OutputsFromProto(request->outputs());
-  if (!outputs.ok()) return ToGrpcStatus(outputs.status());
-  absl::StatusOr<RunResult> result =
-      runs_.Forward(**module, *std::move(input), *outputs, TransferDeadline(*context));
-  if (!result.ok()) return ToGrpcStatus(result.status());
-  ResultToProto(*result, reply);
-  return grpc::Status::OK;
+  return ToGrpcStatus(ForwardImpl(*context, *request, *reply));
+}
+
+absl::Status ModuleService::ForwardImpl(const grpc::ServerContext& context,
+                                        const v1::ForwardRequest& request,
+                                        v1::ForwardReply& reply) {
+  ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> module, modules_->Find(request.name()));
+  ASSIGN_OR_RETURN(RunInput input, InputFromProto(request.input()));
+  ASSIGN_OR_RETURN(const RunOutputs outputs, OutputsFromProto(request.outputs()));
+  ASSIGN_OR_RETURN(const RunResult result,
+                   runs_.Forward(*module, std::move(input), outputs, TransferDeadline(context)));
+  ResultToProto(result, &reply);
+  return absl::OkStatus();
 }
 
 grpc::Status ModuleService::Step(grpc::ServerContext* context, const v1::StepRequest* request,
                                  v1::StepReply* reply) {
-  absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
-  if (!module.ok()) return ToGrpcStatus(module.status());
-  absl::StatusOr<RunInput> input = InputFromProto(request->input());
-  if (!input.ok()) return ToGrpcStatus(input.status());
-  absl::StatusOr<RunOutputs> outputs = OutputsFromProto(request->outputs());
-  if (!outputs.ok()) return ToGrpcStatus(outputs.status());
+  return ToGrpcStatus(StepImpl(*context, *request, *reply));
+}
+
+absl::Status ModuleService::StepImpl(const grpc::ServerContext& context,
+                                     const v1::StepRequest& request, v1::StepReply& reply) {
+  ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> module, modules_->Find(request.name()));
+  ASSIGN_OR_RETURN(RunInput input, InputFromProto(request.input()));
+  ASSIGN_OR_RETURN(const RunOutputs outputs, OutputsFromProto(request.outputs()));
   StepOptions step;
-  if (request->loss() == "sum") {
+  if (request.loss() == "sum") {
     step.loss_sum = true;
-  } else if (request->loss().empty() && request->has_grad_output()) {
+  } else if (request.loss().empty() && request.has_grad_output()) {
     step.loss_sum = false;
-    absl::StatusOr<HostTensor> grad = FromProto(request->grad_output());
-    if (!grad.ok()) return ToGrpcStatus(WithContext("grad_output", grad.status()));
+    absl::StatusOr<HostTensor> grad = FromProto(request.grad_output());
+    if (!grad.ok()) return WithContext("grad_output", grad.status());
     step.grad_output = *std::move(grad);
   } else {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-        "loss '", request->loss(), "' is not one; give \"sum\", or no loss and grad_output")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss '", request.loss(), "' is not one; give \"sum\", or no loss and grad_output"));
   }
-  if (request->has_sgd()) {
-    if (absl::Status s = CheckSgd(request->sgd()); !s.ok()) return ToGrpcStatus(s);
-    step.sgd = request->sgd();
+  if (request.has_sgd()) {
+    RETURN_IF_ERROR(CheckSgd(request.sgd()));
+    step.sgd = request.sgd();
   }
-  absl::StatusOr<RunResult> result = runs_.Step(**module, *std::move(input), std::move(step),
-                                                *outputs, TransferDeadline(*context));
-  if (!result.ok()) return ToGrpcStatus(result.status());
-  ResultToProto(*result, reply->mutable_forward());
-  v1::ModuleInfo info = ModuleTable::Describe(**module);
-  for (v1::ModuleParameter& p : *info.mutable_parameters()) *reply->add_gradients() = std::move(p);
-  return grpc::Status::OK;
+  ASSIGN_OR_RETURN(const RunResult result, runs_.Step(*module, std::move(input), std::move(step),
+                                                      outputs, TransferDeadline(context)));
+  ResultToProto(result, reply.mutable_forward());
+  v1::ModuleInfo info = ModuleTable::Describe(*module);
+  for (v1::ModuleParameter& p : *info.mutable_parameters()) *reply.add_gradients() = std::move(p);
+  return absl::OkStatus();
 }
 
 absl::Status ModuleService::Save(const grpc::ServerContext& context, ModuleEntry& module,
@@ -339,85 +370,93 @@ absl::Status ModuleService::Save(const grpc::ServerContext& context, ModuleEntry
 grpc::Status ModuleService::SaveModule(grpc::ServerContext* context,
                                        const v1::SaveModuleRequest* request,
                                        grpc::ServerWriter<v1::SaveModuleChunk>* writer) {
-  absl::StatusOr<StreamLimits::Ticket> admitted = AdmitStream(limits_, *context, "SaveModule");
-  if (!admitted.ok()) return ToGrpcStatus(admitted.status());
-  absl::StatusOr<std::shared_ptr<ModuleEntry>> module = modules_->Find(request->name());
-  if (!module.ok()) return ToGrpcStatus(module.status());
-  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(*context, "SaveModule");
-  absl::Status saved = Save(*context, **module, request->gradients(), *watch, writer);
-  return ToGrpcStatus(watch->expired() ? watch->ExpiredError() : saved);
+  return ToGrpcStatus(SaveModuleImpl(*context, *request, writer));
+}
+
+absl::Status ModuleService::SaveModuleImpl(const grpc::ServerContext& context,
+                                           const v1::SaveModuleRequest& request,
+                                           grpc::ServerWriter<v1::SaveModuleChunk>* writer) {
+  ASSIGN_OR_RETURN(const StreamLimits::Ticket admitted,
+                   AdmitStream(limits_, context, "SaveModule"));
+  ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> module, modules_->Find(request.name()));
+  const std::unique_ptr<IdleStreams::Watch> watch = idle_.Start(context, "SaveModule");
+  absl::Status saved = Save(context, *module, request.gradients(), *watch, writer);
+  return watch->expired() ? watch->ExpiredError() : saved;
 }
 
 grpc::Status ModuleService::SaveModuleCheckpoint(grpc::ServerContext* context,
                                                  const v1::SaveModuleCheckpointRequest* request,
                                                  v1::SaveTensorReply* reply) {
-  absl::StatusOr<std::shared_ptr<ModuleEntry>> found = modules_->Find(request->name());
-  if (!found.ok()) return ToGrpcStatus(found.status());
-  ModuleEntry& module = **found;
+  return ToGrpcStatus(SaveModuleCheckpointImpl(*context, *request, *reply));
+}
+
+absl::Status ModuleService::SaveModuleCheckpointImpl(const grpc::ServerContext& context,
+                                                     const v1::SaveModuleCheckpointRequest& request,
+                                                     v1::SaveTensorReply& reply) {
+  ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> found, modules_->Find(request.name()));
+  ModuleEntry& module = *found;
   absl::ReaderMutexLock lock(&module.mu);
   if (module.removed) {
-    return ToGrpcStatus(
-        absl::NotFoundError(absl::StrCat("module '", module.name, "' was removed")));
+    return absl::NotFoundError(absl::StrCat("module '", module.name, "' was removed"));
   }
-  if (request->gradients() && module.gradients.empty()) {
-    return ToGrpcStatus(absl::FailedPreconditionError(
-        absl::StrCat("module '", module.name, "' has no gradients yet; run a step first")));
+  if (request.gradients() && module.gradients.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("module '", module.name, "' has no gradients yet; run a step first"));
   }
   std::vector<Checkpoints::Saved> tensors;
   for (size_t i = 0; i < module.parameters.size(); ++i) {
     tensors.push_back({module.program.parameters[i].fqn, module.parameters[i]});
   }
-  if (request->gradients()) {
+  if (request.gradients()) {
     for (size_t i = 0; i < module.gradients.size(); ++i) {
       tensors.push_back(
           {absl::StrCat(module.program.parameters[i].fqn, ".grad"), module.gradients[i]});
     }
   }
-  return ToGrpcStatus(checkpoints_.SaveAll(
-      request->path(), tensors, TransferDeadline(*context), reply,
-      absl::StrCat("module '", module.name, "': ", tensors.size(), " tensors")));
+  return checkpoints_.SaveAll(
+      request.path(), tensors, TransferDeadline(context), &reply,
+      absl::StrCat("module '", module.name, "': ", tensors.size(), " tensors"));
 }
 
 grpc::Status ModuleService::PublishModule(grpc::ServerContext*,
                                           const v1::PublishModuleRequest* request,
                                           v1::PublishModuleReply* reply) {
-  if (served_ == nullptr) {
-    return ToGrpcStatus(absl::UnimplementedError("this coordinator serves no models"));
-  }
-  absl::StatusOr<std::shared_ptr<ModuleEntry>> found = modules_->Find(request->name());
-  if (!found.ok()) return ToGrpcStatus(found.status());
-  ModuleEntry& module = **found;
+  return ToGrpcStatus(PublishModuleImpl(*request, *reply));
+}
+
+absl::Status ModuleService::PublishModuleImpl(const v1::PublishModuleRequest& request,
+                                              v1::PublishModuleReply& reply) {
+  if (served_ == nullptr) return absl::UnimplementedError("this coordinator serves no models");
+  ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> found, modules_->Find(request.name()));
+  ModuleEntry& module = *found;
   v1::PublishedVersion published;
-  published.set_model(request->model().empty() ? request->name() : request->model());
-  published.set_version(request->version().empty() ? "1" : request->version());
-  published.set_max_batch_size(request->max_batch_size());
-  published.set_max_queue_delay_us(request->max_queue_delay_us() > 0 ? request->max_queue_delay_us()
-                                                                     : 500);
-  if (absl::Status s = CheckVersion(published.version()); !s.ok()) return ToGrpcStatus(s);
+  published.set_model(request.model().empty() ? request.name() : request.model());
+  published.set_version(request.version().empty() ? "1" : request.version());
+  published.set_max_batch_size(request.max_batch_size());
+  published.set_max_queue_delay_us(request.max_queue_delay_us() > 0 ? request.max_queue_delay_us()
+                                                                    : 500);
+  RETURN_IF_ERROR(CheckVersion(published.version()));
   // Bounded: a batch of at most 65536 rows, a delay of at most a minute (a request waits for its
   // batch at most that long, holding its thread).
-  if (request->max_batch_size() < 0 || request->max_batch_size() > kMaxBatchSize ||
-      request->max_queue_delay_us() < 0 || request->max_queue_delay_us() > kMaxQueueDelayUs) {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-        "max_batch_size ", request->max_batch_size(), " must be in 0..", kMaxBatchSize,
-        " and max_queue_delay_us ", request->max_queue_delay_us(), " in 0..", kMaxQueueDelayUs)));
+  if (request.max_batch_size() < 0 || request.max_batch_size() > kMaxBatchSize ||
+      request.max_queue_delay_us() < 0 || request.max_queue_delay_us() > kMaxQueueDelayUs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_batch_size ", request.max_batch_size(), " must be in 0..", kMaxBatchSize,
+        " and max_queue_delay_us ", request.max_queue_delay_us(), " in 0..", kMaxQueueDelayUs));
   }
   absl::MutexLock lock(&module.mu);
   if (module.removed) {
-    return ToGrpcStatus(
-        absl::NotFoundError(absl::StrCat("module '", module.name, "' was removed")));
+    return absl::NotFoundError(absl::StrCat("module '", module.name, "' was removed"));
   }
-  if (absl::Status s = served_->Publish(Served(*found, published)); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
+  RETURN_IF_ERROR(served_->Publish(Served(found, published)));
   module.published.push_back(published);
   if (absl::Status s = modules_->Persist(module); !s.ok()) {
     module.published.pop_back();
     served_->Unpublish(published.model(), published.version()).IgnoreError();
-    return ToGrpcStatus(s);
+    return s;
   }
-  *reply->mutable_published() = std::move(published);
-  return grpc::Status::OK;
+  *reply.mutable_published() = std::move(published);
+  return absl::OkStatus();
 }
 
 ServedModel ModuleService::Served(std::shared_ptr<ModuleEntry> module,
@@ -451,14 +490,14 @@ void ModuleService::ForgetPublished(const std::string& model, const std::string&
 grpc::Status ModuleService::UnpublishModule(grpc::ServerContext*,
                                             const v1::UnpublishModuleRequest* request,
                                             v1::UnpublishModuleReply*) {
-  if (served_ == nullptr) {
-    return ToGrpcStatus(absl::UnimplementedError("this coordinator serves no models"));
-  }
-  if (absl::Status s = served_->Unpublish(request->model(), request->version()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  ForgetPublished(request->model(), request->version());
-  return grpc::Status::OK;
+  return ToGrpcStatus(UnpublishModuleImpl(*request));
+}
+
+absl::Status ModuleService::UnpublishModuleImpl(const v1::UnpublishModuleRequest& request) {
+  if (served_ == nullptr) return absl::UnimplementedError("this coordinator serves no models");
+  RETURN_IF_ERROR(served_->Unpublish(request.model(), request.version()));
+  ForgetPublished(request.model(), request.version());
+  return absl::OkStatus();
 }
 
 }  // namespace tessera

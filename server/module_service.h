@@ -88,6 +88,32 @@ class ModuleService final : public v1::ModuleService::Service {
                                v1::UnpublishModuleReply* reply) override;
 
  private:
+  // The handlers' bodies, each answered through ToGrpcStatus.
+  absl::Status LoadModuleImpl(const grpc::ServerContext& context,
+                              grpc::ServerReader<v1::LoadModuleChunk>* reader,
+                              v1::ModuleInfo& reply);
+  absl::Status ParallelizeModuleImpl(const grpc::ServerContext& context,
+                                     const v1::ParallelizeModuleRequest& request,
+                                     v1::ParallelizeModuleReply& reply);
+  absl::Status DistributeModuleImpl(const grpc::ServerContext& context,
+                                    const v1::DistributeModuleRequest& request,
+                                    v1::ParallelizeModuleReply& reply);
+  absl::Status ShowModuleImpl(const v1::ShowModuleRequest& request, v1::ModuleInfo& reply);
+  absl::Status ExportPlanImpl(const v1::ExportPlanRequest& request, v1::ExportPlanReply& reply);
+  absl::Status RemoveModuleImpl(const v1::RemoveModuleRequest& request);
+  absl::Status ForwardImpl(const grpc::ServerContext& context, const v1::ForwardRequest& request,
+                           v1::ForwardReply& reply);
+  absl::Status StepImpl(const grpc::ServerContext& context, const v1::StepRequest& request,
+                        v1::StepReply& reply);
+  absl::Status SaveModuleImpl(const grpc::ServerContext& context,
+                              const v1::SaveModuleRequest& request,
+                              grpc::ServerWriter<v1::SaveModuleChunk>* writer);
+  absl::Status SaveModuleCheckpointImpl(const grpc::ServerContext& context,
+                                        const v1::SaveModuleCheckpointRequest& request,
+                                        v1::SaveTensorReply& reply);
+  absl::Status PublishModuleImpl(const v1::PublishModuleRequest& request,
+                                 v1::PublishModuleReply& reply);
+  absl::Status UnpublishModuleImpl(const v1::UnpublishModuleRequest& request);
   // Applies a parsed plan (ParallelizeModule and DistributeModule).
   absl::Status ApplyPlan(const grpc::ServerContext& context, const std::string& name, PlanSpec plan,
                          const std::string& mesh_dim, v1::ParallelizeModuleReply* reply);

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "security/auth_failures.h"
 #include "server/cluster/rendezvous_store.h"
@@ -53,18 +55,25 @@ class RegistryService final : public v1::Registry::Service {
                         v1::StoreGetReply* reply) override;
 
  private:
-  // OK when the caller authenticates as a worker (WorkerAuth); `identity` is then its admitted
-  // certificate name, or "" for a caller known by the secret.
-  grpc::Status Authenticate(const grpc::ServerContext& context, const char* method,
-                            std::string* identity);
+  // The handlers' bodies, each answered through ToGrpcStatus.
+  absl::Status RegisterImpl(const grpc::ServerContext& context, const v1::RegisterRequest& request,
+                            v1::RegisterReply& reply);
+  absl::Status HeartbeatImpl(const grpc::ServerContext& context,
+                             const v1::HeartbeatRequest& request);
+  absl::Status StoreSetImpl(const grpc::ServerContext& context, const v1::StoreSetRequest& request);
+  absl::Status StoreGetImpl(const grpc::ServerContext& context, const v1::StoreGetRequest& request,
+                            v1::StoreGetReply& reply);
+  // The caller's admitted certificate name when it authenticates as a worker (WorkerAuth), or ""
+  // for a caller known by the secret; refused (AuthFailures) otherwise.
+  absl::StatusOr<std::string> Authenticate(const grpc::ServerContext& context, const char* method);
   // OK when a caller known by `identity` ("" for the secret: any) may act for the worker at
   // `address`: its certificate names the address's host, and the address is bound to `identity`
   // (bound now when it is not yet, as after a coordinator restart).
-  grpc::Status CheckBinding(const grpc::ServerContext& context, const std::string& identity,
+  absl::Status CheckBinding(const grpc::ServerContext& context, const std::string& identity,
                             const std::string& address);
   // OK when the caller is a registered worker's current incarnation (kWorkerMetadataKey), may act
   // for it (CheckBinding), and is a rank of the mesh of every key in `keys`.
-  grpc::Status CheckScope(const grpc::ServerContext& context, const std::string& identity,
+  absl::Status CheckScope(const grpc::ServerContext& context, const std::string& identity,
                           const std::vector<std::string>& keys);
 
   WorkerRegistry* workers_;

@@ -65,6 +65,27 @@ absl::Status ReceiveInto(grpc::ServerReaderInterface<v1::TensorChunk>& reader,
   return writer->Finish();
 }
 
+// Stores in `store` the upload whose first chunk (its header) is `first` and whose other chunks
+// follow on `reader`, under the tensor name of its header; the upload's byte count.
+absl::StatusOr<int64_t> ReceiveUpload(ShardStore& store,
+                                      grpc::ServerReaderInterface<v1::TensorChunk>& reader,
+                                      v1::TensorChunk& first) {
+  const std::string name = first.tensor();
+  ASSIGN_OR_RETURN(const DType dtype, FromProto(first.dtype()));
+  ASSIGN_OR_RETURN(const Shape shape, FromProto(first.shape()));
+  // Its byte count must fit in int64 before it is counted against the budget.
+  RETURN_IF_ERROR(ValidateTensorShape(dtype, shape));
+  const int64_t want = NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype));
+  // Check the budget before taking the bytes; the old tensor of the same name is replaced.
+  RETURN_IF_ERROR(store.Reserve(want, name));
+  // The bytes go straight into the device's memory as they arrive (ReceiveInto).
+  ASSIGN_OR_RETURN(kernels::DeviceTensor received, store.memory().Allocate(dtype, shape));
+  const std::string what = absl::StrCat("upload of '", name, "'");
+  RETURN_IF_ERROR(ReceiveInto(reader, first, what, store.memory(), received));
+  RETURN_IF_ERROR(store.Put(name, std::move(received)));
+  return want;
+}
+
 }  // namespace
 
 WorkerService::WorkerService(std::string secret, std::unique_ptr<kernels::KernelBackend> kernels,
@@ -104,13 +125,13 @@ void WorkerService::BeginIncarnation(int64_t worker_id, int64_t incarnation,
   incarnation_.Take(incarnation);
 }
 
-grpc::Status WorkerService::Admit(const grpc::ServerContext& context, const char* method,
+absl::Status WorkerService::Admit(const grpc::ServerContext& context, const char* method,
                                   int64_t incarnation, absl::Time deadline) const {
-  if (grpc::Status s = Authenticate(context, method); !s.ok()) return s;
-  return ToGrpcStatus(incarnation_.Admit(incarnation, deadline));
+  RETURN_IF_ERROR(Authenticate(context, method));
+  return incarnation_.Admit(incarnation, deadline);
 }
 
-grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context,
+absl::Status WorkerService::Authenticate(const grpc::ServerContext& context,
                                          const char* method) const {
   std::string refused;
   if (!coordinator_identity_.empty()) {
@@ -133,11 +154,11 @@ grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context,
   }
   if (!refused.empty()) {
     // Checked before it is counted: a stranger's failures never refuse the coordinator.
-    return ToGrpcStatus(auth_failures_.Refuse(AuthFailures::PeerHost(context.peer()),
-                                              absl::StrCat("tessera.v1.Worker/", method),
-                                              absl::PermissionDeniedError(refused)));
+    return auth_failures_.Refuse(AuthFailures::PeerHost(context.peer()),
+                                 absl::StrCat("tessera.v1.Worker/", method),
+                                 absl::PermissionDeniedError(refused));
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 std::optional<v1::DirectGrant> WorkerService::GrantOf(const grpc::ServerContext& context) {
@@ -151,7 +172,7 @@ std::optional<v1::DirectGrant> WorkerService::GrantOf(const grpc::ServerContext&
   return grant;
 }
 
-grpc::Status WorkerService::CheckGrantSignature(const grpc::ServerContext& context,
+absl::Status WorkerService::CheckGrantSignature(const grpc::ServerContext& context,
                                                 const v1::DirectGrant& grant, bool read) {
   absl::Status refused;
   {
@@ -164,13 +185,13 @@ grpc::Status WorkerService::CheckGrantSignature(const grpc::ServerContext& conte
                      grant.read() ? "a read grant" : "an upload's grant", ", not one for ",
                      read ? "a download" : "an upload"));
   }
-  if (refused.ok()) return grpc::Status::OK;
-  return ToGrpcStatus(grant_failures_.Refuse(
-      AuthFailures::PeerHost(context.peer()),
-      absl::StrCat("tessera.v1.Worker/", read ? "Download" : "Upload"), std::move(refused)));
+  if (refused.ok()) return absl::OkStatus();
+  return grant_failures_.Refuse(AuthFailures::PeerHost(context.peer()),
+                                absl::StrCat("tessera.v1.Worker/", read ? "Download" : "Upload"),
+                                std::move(refused));
 }
 
-grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
+absl::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
                                        const v1::DirectGrant& grant, bool read, bool matches,
                                        absl::string_view call) {
   absl::Status refused;
@@ -200,10 +221,10 @@ grpc::Status WorkerService::AdmitGrant(const grpc::ServerContext& context,
     }
     if (refused.ok()) granted_.insert(grant.sequence());
   }
-  if (refused.ok()) return grpc::Status::OK;
-  return ToGrpcStatus(grant_failures_.Refuse(
-      AuthFailures::PeerHost(context.peer()),
-      absl::StrCat("tessera.v1.Worker/", read ? "Download" : "Upload"), std::move(refused)));
+  if (refused.ok()) return absl::OkStatus();
+  return grant_failures_.Refuse(AuthFailures::PeerHost(context.peer()),
+                                absl::StrCat("tessera.v1.Worker/", read ? "Download" : "Upload"),
+                                std::move(refused));
 }
 
 void WorkerService::GrantFailed(int64_t sequence) {
@@ -215,14 +236,14 @@ void WorkerService::GrantFailed(int64_t sequence) {
   }
 }
 
-grpc::Status WorkerService::AwaitTurn(int64_t sequence, absl::Time deadline) {
-  return ToGrpcStatus(sequencer_.Acquire(sequence, deadline));
+absl::Status WorkerService::AwaitTurn(int64_t sequence, absl::Time deadline) {
+  return sequencer_.Acquire(sequence, deadline);
 }
 
 grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context, absl::Time deadline,
                                       const v1::Command& command, v1::CommandReply* reply,
                                       bool* admitted) {
-  grpc::Status status = AdmitAndRun(context, deadline, command, reply, admitted);
+  grpc::Status status = ToGrpcStatus(AdmitAndRun(context, deadline, command, reply, admitted));
   const std::string code =
       absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
   Metrics().done.With({CommandKind(command), code}).Increment();
@@ -233,19 +254,17 @@ grpc::Status WorkerService::RunInTurn(const grpc::ServerContext& context, absl::
   return status;
 }
 
-grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context, absl::Time deadline,
+absl::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context, absl::Time deadline,
                                         const v1::Command& command, v1::CommandReply* reply,
                                         bool* admitted) {
   *admitted = false;
-  if (grpc::Status s = Admit(context, "Execute", command.incarnation(), deadline); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(Admit(context, "Execute", command.incarnation(), deadline));
   *admitted = true;
   const CommandMetrics& m = Metrics();
   m.queued.Add(1);
-  grpc::Status turn = AwaitTurn(command.sequence(), deadline);
+  absl::Status turn = AwaitTurn(command.sequence(), deadline);
   m.queued.Add(-1);
-  if (!turn.ok()) return turn;
+  RETURN_IF_ERROR(turn);
   m.in_flight.Add(1);
   const absl::Time start = absl::Now();
   absl::Status result;
@@ -261,7 +280,7 @@ grpc::Status WorkerService::AdmitAndRun(const grpc::ServerContext& context, absl
     spdlog::debug("command ran worker={} incarnation={} {} seconds={:.6f}", worker_id_.load(),
                   incarnation_.current(), CommandFields(command), absl::ToDoubleSeconds(took));
   }
-  return ToGrpcStatus(result);
+  return result;
 }
 
 grpc::Status WorkerService::Execute(grpc::ServerContext* context, const v1::Command* command,
@@ -300,42 +319,50 @@ grpc::Status WorkerService::ExecuteBatch(grpc::ServerContext* context,
 grpc::Status WorkerService::CommandStream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CommandBatchReply, v1::CommandBatch>* stream) {
+  return ToGrpcStatus(CommandStreamImpl(*context, stream));
+}
+
+absl::Status WorkerService::CommandStreamImpl(
+    const grpc::ServerContext& context,
+    grpc::ServerReaderWriter<v1::CommandBatchReply, v1::CommandBatch>* stream) {
   // Only the coordinator's: a stranger's stream ends before a byte of it is read.
-  if (grpc::Status s = Authenticate(*context, "CommandStream"); !s.ok()) return s;
+  RETURN_IF_ERROR(Authenticate(context, "CommandStream"));
   v1::CommandBatch batch;
   while (stream->Read(&batch)) {
     const absl::Time deadline = absl::Now() + absl::Microseconds(batch.timeout_micros());
     v1::CommandBatchReply reply;
-    RunBatch(*context, deadline, batch, &reply);
+    RunBatch(context, deadline, batch, &reply);
     if (!stream->Write(reply)) break;  // the coordinator ended the stream (it fails the batch)
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status WorkerService::Upload(grpc::ServerContext* context,
                                    grpc::ServerReader<v1::TensorChunk>* reader,
                                    v1::UploadReply* reply) {
+  return ToGrpcStatus(UploadImpl(*context, reader, *reply));
+}
+
+absl::Status WorkerService::UploadImpl(const grpc::ServerContext& context,
+                                       grpc::ServerReader<v1::TensorChunk>* reader,
+                                       v1::UploadReply& reply) {
   // The caller is known before a byte is read: a client by the grant in its call's metadata (its
   // signature, worker and expiry checked now, the rest once the header arrives), the coordinator
   // by its secret or certificate. A client's streams count against its share (StreamLimits).
-  const std::optional<v1::DirectGrant> grant = GrantOf(*context);
+  const std::optional<v1::DirectGrant> grant = GrantOf(context);
   StreamLimits::Ticket admitted;
   if (grant.has_value()) {
-    if (grpc::Status s = CheckGrantSignature(*context, *grant, /*read=*/false); !s.ok()) return s;
-    absl::StatusOr<StreamLimits::Ticket> ticket = AdmitStream(limits_, *context, "Upload");
-    if (!ticket.ok()) return ToGrpcStatus(ticket.status());
-    admitted = *std::move(ticket);
-  } else if (grpc::Status s = Authenticate(*context, "Upload"); !s.ok()) {
-    return s;
+    RETURN_IF_ERROR(CheckGrantSignature(context, *grant, /*read=*/false));
+    ASSIGN_OR_RETURN(admitted, AdmitStream(limits_, context, "Upload"));
+  } else {
+    RETURN_IF_ERROR(Authenticate(context, "Upload"));
   }
   // A client that stops sending is cut, and the turn it holds released (the coordinator cuts the
   // clients of what it relays itself).
   const std::unique_ptr<IdleStreams::Watch> watch =
-      (grant.has_value() ? idle_ : unwatched_).Start(*context, "Upload");
+      (grant.has_value() ? idle_ : unwatched_).Start(context, "Upload");
   WatchedReader<v1::TensorChunk> watched(reader, watch.get());
-  auto cut = [&](absl::Status s) {
-    return ToGrpcStatus(watch->expired() ? watch->ExpiredError() : s);
-  };
+  auto cut = [&](absl::Status s) { return watch->expired() ? watch->ExpiredError() : s; };
   v1::TensorChunk chunk;
   if (!watched.Read(&chunk)) {
     return cut(absl::InvalidArgumentError("upload had no chunks"));
@@ -345,19 +372,14 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
                          chunk.shape().SerializeAsString() == grant->shape().SerializeAsString() &&
                          chunk.sequence() == grant->sequence() &&
                          chunk.incarnation() == grant->incarnation();
-    if (grpc::Status s = AdmitGrant(
-            *context, *grant, /*read=*/false, matches,
-            absl::StrCat("upload of '", chunk.tensor(), "' at sequence ", chunk.sequence()));
-        !s.ok()) {
-      return s;
-    }
-  } else if (absl::Status s =
-                 incarnation_.Admit(chunk.incarnation(), absl::FromChrono(context->deadline()));
-             !s.ok()) {
-    return ToGrpcStatus(s);
+    RETURN_IF_ERROR(AdmitGrant(
+        context, *grant, /*read=*/false, matches,
+        absl::StrCat("upload of '", chunk.tensor(), "' at sequence ", chunk.sequence())));
+  } else {
+    RETURN_IF_ERROR(incarnation_.Admit(chunk.incarnation(), absl::FromChrono(context.deadline())));
   }
   const int64_t sequence = chunk.sequence();
-  if (grpc::Status s = AwaitTurn(sequence, absl::FromChrono(context->deadline())); !s.ok()) {
+  if (absl::Status s = AwaitTurn(sequence, absl::FromChrono(context.deadline())); !s.ok()) {
     if (grant.has_value()) {
       // Its turn never came: the number is not used, and Release frees it.
       absl::MutexLock lock(&grant_mu_);
@@ -365,87 +387,72 @@ grpc::Status WorkerService::Upload(grpc::ServerContext* context,
     }
     return s;
   }
-  auto finish = [&](absl::Status s) {
-    if (!s.ok() && grant.has_value()) {
-      // A granted upload that failed holds its sequence no more (Release then says so).
+  const absl::StatusOr<int64_t> stored = ReceiveUpload(store_, watched, chunk);
+  if (stored.ok()) {
+    reply.set_bytes(*stored);
+    if (grant.has_value()) {
       absl::MutexLock lock(&grant_mu_);
-      GrantFailed(sequence);
+      reply.set_receipt(GrantReceipt(grant_key_, *grant));
     }
-    sequencer_.Done(sequence);
-    return cut(std::move(s));
-  };
-  const std::string name = chunk.tensor();
-  absl::StatusOr<DType> dtype = FromProto(chunk.dtype());
-  if (!dtype.ok()) return finish(dtype.status());
-  absl::StatusOr<Shape> shape = FromProto(chunk.shape());
-  if (!shape.ok()) return finish(shape.status());
-  // Its byte count must fit in int64 before it is counted against the budget.
-  if (absl::Status s = ValidateTensorShape(*dtype, *shape); !s.ok()) return finish(s);
-  const int64_t want = NumElements(*shape) * static_cast<int64_t>(DTypeSize(*dtype));
-  // Check the budget before taking the bytes; the old tensor of the same name is replaced.
-  if (absl::Status s = store_.Reserve(want, name); !s.ok()) return finish(s);
-  // The bytes go straight into the device's memory as they arrive (ReceiveInto).
-  absl::StatusOr<kernels::DeviceTensor> received = store_.memory().Allocate(*dtype, *shape);
-  if (!received.ok()) return finish(received.status());
-  const std::string what = absl::StrCat("upload of '", name, "'");
-  if (absl::Status s = ReceiveInto(watched, chunk, what, store_.memory(), *received); !s.ok())
-    return finish(s);
-  if (absl::Status s = store_.Put(name, *std::move(received)); !s.ok()) return finish(s);
-  reply->set_bytes(want);
-  if (grant.has_value()) {
+  } else if (grant.has_value()) {
+    // A granted upload that failed holds its sequence no more (Release then says so).
     absl::MutexLock lock(&grant_mu_);
-    reply->set_receipt(GrantReceipt(grant_key_, *grant));
+    GrantFailed(sequence);
   }
-  return finish(absl::OkStatus());
+  sequencer_.Done(sequence);
+  return cut(stored.status());
 }
 
 grpc::Status WorkerService::Download(grpc::ServerContext* context,
                                      const v1::DownloadRequest* request,
                                      grpc::ServerWriter<v1::TensorChunk>* writer) {
-  const v1::DirectGrant& grant = request->grant();
-  const bool matches = request->tensor() == grant.tensor() &&
-                       request->sequence() == grant.sequence() &&
-                       request->incarnation() == grant.incarnation();
-  if (grpc::Status s = request->has_grant()
-                           ? AdmitGrant(*context, grant, /*read=*/true, matches,
-                                        absl::StrCat("download of '", request->tensor(),
-                                                     "' at sequence ", request->sequence()))
-                           : Admit(*context, "Download", request->incarnation(),
-                                   absl::FromChrono(context->deadline()));
-      !s.ok()) {
-    return s;
-  }
+  return ToGrpcStatus(DownloadImpl(*context, *request, writer));
+}
+
+absl::Status WorkerService::DownloadImpl(const grpc::ServerContext& context,
+                                         const v1::DownloadRequest& request,
+                                         grpc::ServerWriter<v1::TensorChunk>* writer) {
+  const v1::DirectGrant& grant = request.grant();
+  const bool matches = request.tensor() == grant.tensor() &&
+                       request.sequence() == grant.sequence() &&
+                       request.incarnation() == grant.incarnation();
+  RETURN_IF_ERROR(request.has_grant()
+                      ? AdmitGrant(context, grant, /*read=*/true, matches,
+                                   absl::StrCat("download of '", request.tensor(), "' at sequence ",
+                                                request.sequence()))
+                      : Admit(context, "Download", request.incarnation(),
+                              absl::FromChrono(context.deadline())));
   // A client's downloads count against its share; one that stops reading is cut.
   StreamLimits::Ticket admitted;
-  if (request->has_grant()) {
-    absl::StatusOr<StreamLimits::Ticket> ticket = AdmitStream(limits_, *context, "Download");
+  if (request.has_grant()) {
+    absl::StatusOr<StreamLimits::Ticket> ticket = AdmitStream(limits_, context, "Download");
     if (!ticket.ok()) {
-      sequencer_.Release(request->sequence());  // the grant was taken: its turn goes unused
-      return ToGrpcStatus(ticket.status());
+      sequencer_.Release(request.sequence());  // the grant was taken: its turn goes unused
+      return ticket.status();
     }
     admitted = *std::move(ticket);
   }
-  if (grpc::Status s = AwaitTurn(request->sequence(), absl::FromChrono(context->deadline()));
+  if (absl::Status s = AwaitTurn(request.sequence(), absl::FromChrono(context.deadline()));
       !s.ok()) {
-    if (request->has_grant()) {
+    if (request.has_grant()) {
       absl::MutexLock lock(&grant_mu_);
-      GrantFailed(request->sequence());  // Release frees the number that was never used
+      GrantFailed(request.sequence());  // Release frees the number that was never used
     }
     return s;
   }
   absl::StatusOr<std::shared_ptr<const kernels::DeviceTensor>> tensor =
-      store_.Get(request->tensor());
+      store_.Get(request.tensor());
   // The tensor is shared: later commands may run while the bytes stream out.
-  sequencer_.Done(request->sequence());
-  if (!tensor.ok()) return ToGrpcStatus(tensor.status());
-  const kernels::DeviceTensor& t = **tensor;
+  sequencer_.Done(request.sequence());
+  ASSIGN_OR_RETURN(const std::shared_ptr<const kernels::DeviceTensor> held, std::move(tensor));
+  const kernels::DeviceTensor& t = *held;
   v1::TensorChunk chunk;
-  chunk.set_tensor(request->tensor());
+  chunk.set_tensor(request.tensor());
   chunk.set_dtype(ToProto(t.dtype()));
   *chunk.mutable_shape() = ToProto(t.shape());
   // Chunk by chunk out of the device's memory (a GPU copies the next chunk while this one is sent).
   const std::unique_ptr<IdleStreams::Watch> watch =
-      (request->has_grant() ? idle_ : unwatched_).Start(*context, "Download");
+      (request.has_grant() ? idle_ : unwatched_).Start(context, "Download");
   const absl::Status sent =
       store_.memory().ReadToHost(t.View(), kChunkBytes, [&](std::span<const std::byte> piece) {
         chunk.set_data(reinterpret_cast<const char*>(piece.data()), piece.size());
@@ -453,30 +460,33 @@ grpc::Status WorkerService::Download(grpc::ServerContext* context,
         chunk.Clear();
         return written;
       });
-  return ToGrpcStatus(watch->expired() ? watch->ExpiredError() : sent);
+  return watch->expired() ? watch->ExpiredError() : sent;
 }
 
 grpc::Status WorkerService::Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
                                     v1::ReleaseReply* reply) {
-  if (grpc::Status s =
-          Admit(*context, "Release", request->incarnation(), absl::FromChrono(context->deadline()));
-      !s.ok()) {
-    return s;
-  }
+  return ToGrpcStatus(ReleaseImpl(*context, *request, *reply));
+}
+
+absl::Status WorkerService::ReleaseImpl(const grpc::ServerContext& context,
+                                        const v1::ReleaseRequest& request,
+                                        v1::ReleaseReply& reply) {
+  RETURN_IF_ERROR(
+      Admit(context, "Release", request.incarnation(), absl::FromChrono(context.deadline())));
   // A number whose granted upload was admitted is that upload's: it waits for its turn (behind a
   // long command, say) and uses it, whatever the coordinator gave up on.
   absl::MutexLock lock(&grant_mu_);
-  for (int64_t sequence : request->sequences()) {
+  for (int64_t sequence : request.sequences()) {
     if (granted_.contains(sequence)) {
-      reply->add_held(sequence);
+      reply.add_held(sequence);
     } else if (failed_grants_.contains(sequence)) {
-      reply->add_failed(sequence);
+      reply.add_failed(sequence);
       sequencer_.Release(sequence);  // ignored when the failed upload had its turn
     } else {
       sequencer_.Release(sequence);
     }
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 }  // namespace tessera

@@ -97,39 +97,50 @@ class WorkerService final : public v1::Worker::Service {
                        v1::ReleaseReply* reply) override;
 
  private:
+  // The handlers' bodies, each answered through ToGrpcStatus.
+  absl::Status CommandStreamImpl(
+      const grpc::ServerContext& context,
+      grpc::ServerReaderWriter<v1::CommandBatchReply, v1::CommandBatch>* stream);
+  absl::Status UploadImpl(const grpc::ServerContext& context,
+                          grpc::ServerReader<v1::TensorChunk>* reader, v1::UploadReply& reply);
+  absl::Status DownloadImpl(const grpc::ServerContext& context, const v1::DownloadRequest& request,
+                            grpc::ServerWriter<v1::TensorChunk>* writer);
+  absl::Status ReleaseImpl(const grpc::ServerContext& context, const v1::ReleaseRequest& request,
+                           v1::ReleaseReply& reply);
   // OK if the caller is the coordinator (its certificate's identity, or the secret) and the call
   // is for the current incarnation (waited for until `deadline` while a registration is under
   // way). A caller that fails is counted and logged (AuthFailures).
-  grpc::Status Admit(const grpc::ServerContext& context, const char* method, int64_t incarnation,
+  absl::Status Admit(const grpc::ServerContext& context, const char* method, int64_t incarnation,
                      absl::Time deadline) const;
   // OK if the caller is the coordinator (its certificate's identity, or the secret); counted and
   // logged (AuthFailures) otherwise.
-  grpc::Status Authenticate(const grpc::ServerContext& context, const char* method) const;
+  absl::Status Authenticate(const grpc::ServerContext& context, const char* method) const;
   // The grant a client's call carries in its metadata (kGrantMetadataKey), if any.
   static std::optional<v1::DirectGrant> GrantOf(const grpc::ServerContext& context);
   // OK if `grant` is signed for this worker's incarnation, unexpired and of the kind the call
   // needs (`read`: a download), checked before the call's stream is read; refused as AdmitGrant's.
-  grpc::Status CheckGrantSignature(const grpc::ServerContext& context, const v1::DirectGrant& grant,
+  absl::Status CheckGrantSignature(const grpc::ServerContext& context, const v1::DirectGrant& grant,
                                    bool read);
   // OK if `grant` is valid (CheckGrant), of the kind `call` needs (`read`: a download), `matches`
   // the call (as its caller found) and has not been used; PERMISSION_DENIED otherwise (counted and
   // rate-limited as Admit's refusals). On OK the grant's sequence counts as used by this call.
-  grpc::Status AdmitGrant(const grpc::ServerContext& context, const v1::DirectGrant& grant,
+  absl::Status AdmitGrant(const grpc::ServerContext& context, const v1::DirectGrant& grant,
                           bool read, bool matches, absl::string_view call);
   // Runs every command of `batch` in its turn (each admitted and waited for until `deadline`) and
   // records each one's outcome in `reply`, in the batch's order.
   void RunBatch(const grpc::ServerContext& context, absl::Time deadline,
                 const v1::CommandBatch& batch, v1::CommandBatchReply* reply);
-  // AdmitAndRun, logging one line (worker, mesh, sequence, why) when the command fails.
+  // AdmitAndRun as a gRPC status (ToGrpcStatus: a batch's results carry its bounded message),
+  // logging one line (worker, mesh, sequence, why) when the command fails.
   grpc::Status RunInTurn(const grpc::ServerContext& context, absl::Time deadline,
                          const v1::Command& command, v1::CommandReply* reply, bool* admitted);
   // Admits `command`, waits for its turn (until `deadline`) and runs it; `*admitted` says whether
   // it got past Admit (and so spent its sequence, run or not).
-  grpc::Status AdmitAndRun(const grpc::ServerContext& context, absl::Time deadline,
+  absl::Status AdmitAndRun(const grpc::ServerContext& context, absl::Time deadline,
                            const v1::Command& command, v1::CommandReply* reply, bool* admitted);
   // Waits for `sequence`'s turn until `deadline`; on OK the caller must call
   // sequencer_.Done(sequence).
-  grpc::Status AwaitTurn(int64_t sequence, absl::Time deadline);
+  absl::Status AwaitTurn(int64_t sequence, absl::Time deadline);
 
   const std::string secret_;
   std::string coordinator_identity_;
