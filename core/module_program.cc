@@ -802,33 +802,24 @@ class Compiler {
     return absl::OkStatus();
   }
 
+  // A new gradient for `input` laid out as `placement`, contributed to it; -1 if it needs none.
+  int InputGrad(int input, const Placement& placement) {
+    if (!RequiresGrad(input)) return -1;
+    const int g = NewGrad(placement);
+    Contribute(input, g, placement);
+    return g;
+  }
+
   absl::Status StepBackward(const ProgramStep& step) {
     const std::string& fqn = step.module;
     const int y = step.outputs[0];
     ASSIGN_OR_RETURN(int gy, Gradient(y, fqn));
     if (gy < 0) return absl::OkStatus();
     const Placement gp = GradTarget(buffers_[y].placement);
-    auto input_grad = [&](int input, const Placement& placement) {
-      if (!RequiresGrad(input)) return -1;
-      const int g = NewGrad(placement);
-      Contribute(input, g, placement);
-      return g;
-    };
     switch (step.kind) {
-      case ProgramOpKind::kLinear: {
-        const int x = step.inputs[0];
-        // Output features sharded (colwise): each rank's dx is a partial sum.
-        const bool colwise = step.weight >= 0 && ParamPlacement(step.weight).is_shard(0);
-        const int gx =
-            input_grad(x, colwise ? Placement::Partial() : GradTarget(buffers_[x].placement));
-        ProgramStep& s = Emit(ProgramOpKind::kLinearBackward, {x, gy},
-                              gx < 0 ? std::vector<int>{} : std::vector<int>{gx}, fqn);
-        TakeOperands(step, s);
-        ShardGrads(s);
-        NoteParamGrad(step.weight, gp);
-        NoteParamGrad(step.bias, gp);
+      case ProgramOpKind::kLinear:
+        LinearBackward(step, gy, gp);
         return absl::OkStatus();
-      }
       case ProgramOpKind::kBiasAdd: {
         ProgramStep& s = Emit(ProgramOpKind::kBiasAddBackward, {gy}, {}, fqn);
         TakeOperands(step, s);
@@ -845,50 +836,15 @@ class Compiler {
         return absl::OkStatus();
       }
       case ProgramOpKind::kLayerNorm:
-      case ProgramOpKind::kRmsNorm: {
-        const bool layer = step.kind == ProgramOpKind::kLayerNorm;
-        const int x = step.inputs[0];
-        const int gx = input_grad(x, gp);
-        std::vector<int> inputs = {x, step.outputs[1]};
-        if (layer) inputs.push_back(step.outputs[2]);
-        inputs.push_back(gy);
-        ProgramStep& s =
-            Emit(layer ? ProgramOpKind::kLayerNormBackward : ProgramOpKind::kRmsNormBackward,
-                 std::move(inputs), gx < 0 ? std::vector<int>{} : std::vector<int>{gx}, fqn);
-        TakeOperands(step, s);
-        s.eps = step.eps;
-        ShardGrads(s);
-        NoteParamGrad(step.weight, gp);
-        NoteParamGrad(step.bias, gp);
+      case ProgramOpKind::kRmsNorm:
+        NormBackward(step, gy, gp);
         return absl::OkStatus();
-      }
-      case ProgramOpKind::kActivation: {
-        const int x = step.inputs[0];
-        if (!RequiresGrad(x)) return absl::OkStatus();
-        if (step.activation == ActivationKind::kIdentity) {
-          Contribute(x, gy, gp);
-          return absl::OkStatus();
-        }
-        const int gx = input_grad(x, gp);
-        Emit(ProgramOpKind::kActivationBackward, {x, gy}, {gx}, fqn).activation = step.activation;
+      case ProgramOpKind::kActivation:
+        ActivationBackward(step, gy, gp);
         return absl::OkStatus();
-      }
-      case ProgramOpKind::kAttention: {
-        std::vector<int> grads;
-        for (int input : step.inputs) {
-          const int g = NewGrad(gp);
-          Contribute(input, g, gp);
-          grads.push_back(g);
-        }
-        std::vector<int> inputs = step.inputs;
-        inputs.push_back(step.outputs[1]);
-        inputs.push_back(gy);
-        ProgramStep& s =
-            Emit(ProgramOpKind::kAttentionBackward, std::move(inputs), std::move(grads), fqn);
-        s.heads = step.heads;
-        s.causal = step.causal;
+      case ProgramOpKind::kAttention:
+        AttentionBackward(step, gy, gp);
         return absl::OkStatus();
-      }
       case ProgramOpKind::kAdd:
         Contribute(step.inputs[0], gy, gp);
         Contribute(step.inputs[1], gy, gp);
@@ -907,6 +863,68 @@ class Compiler {
         return absl::InternalError(
             absl::StrCat("no backward for forward step ", ProgramOpKindName(step.kind)));
     }
+  }
+
+  // The backward of linear `step`, its output's gradient `gy` laid out as `gp`.
+  void LinearBackward(const ProgramStep& step, int gy, const Placement& gp) {
+    const int x = step.inputs[0];
+    // Output features sharded (colwise): each rank's dx is a partial sum.
+    const bool colwise = step.weight >= 0 && ParamPlacement(step.weight).is_shard(0);
+    const int gx = InputGrad(x, colwise ? Placement::Partial() : GradTarget(buffers_[x].placement));
+    ProgramStep& s = Emit(ProgramOpKind::kLinearBackward, {x, gy},
+                          gx < 0 ? std::vector<int>{} : std::vector<int>{gx}, step.module);
+    TakeOperands(step, s);
+    ShardGrads(s);
+    NoteParamGrad(step.weight, gp);
+    NoteParamGrad(step.bias, gp);
+  }
+
+  // The backward of layer_norm or rms_norm `step`.
+  void NormBackward(const ProgramStep& step, int gy, const Placement& gp) {
+    const bool layer = step.kind == ProgramOpKind::kLayerNorm;
+    const int x = step.inputs[0];
+    const int gx = InputGrad(x, gp);
+    std::vector<int> inputs = {x, step.outputs[1]};
+    if (layer) inputs.push_back(step.outputs[2]);
+    inputs.push_back(gy);
+    ProgramStep& s =
+        Emit(layer ? ProgramOpKind::kLayerNormBackward : ProgramOpKind::kRmsNormBackward,
+             std::move(inputs), gx < 0 ? std::vector<int>{} : std::vector<int>{gx}, step.module);
+    TakeOperands(step, s);
+    s.eps = step.eps;
+    ShardGrads(s);
+    NoteParamGrad(step.weight, gp);
+    NoteParamGrad(step.bias, gp);
+  }
+
+  // The backward of activation `step`; an identity passes `gy` on as it is.
+  void ActivationBackward(const ProgramStep& step, int gy, const Placement& gp) {
+    const int x = step.inputs[0];
+    if (!RequiresGrad(x)) return;
+    if (step.activation == ActivationKind::kIdentity) {
+      Contribute(x, gy, gp);
+      return;
+    }
+    const int gx = InputGrad(x, gp);
+    Emit(ProgramOpKind::kActivationBackward, {x, gy}, {gx}, step.module).activation =
+        step.activation;
+  }
+
+  // The backward of attention `step`: a gradient for every input.
+  void AttentionBackward(const ProgramStep& step, int gy, const Placement& gp) {
+    std::vector<int> grads;
+    for (int input : step.inputs) {
+      const int g = NewGrad(gp);
+      Contribute(input, g, gp);
+      grads.push_back(g);
+    }
+    std::vector<int> inputs = step.inputs;
+    inputs.push_back(step.outputs[1]);
+    inputs.push_back(gy);
+    ProgramStep& s =
+        Emit(ProgramOpKind::kAttentionBackward, std::move(inputs), std::move(grads), step.module);
+    s.heads = step.heads;
+    s.causal = step.causal;
   }
 
   const ModelSpec& model_;

@@ -94,6 +94,57 @@ absl::StatusOr<OpOutput> ReductionOutput(const OpCall& op, const Shape& shape, D
   return out;
 }
 
+// The number of inputs `op` takes, each shape valid, and one dtype for all.
+absl::Status ValidateInputs(const OpCall& op, absl::Span<const Shape> shapes,
+                            absl::Span<const DType> dtypes) {
+  const absl::string_view name = OpKindName(op.kind);
+  if (static_cast<int>(shapes.size()) != op.num_inputs() || dtypes.size() != shapes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " takes ", op.num_inputs(),
+                                                   " inputs; got ", shapes.size(), " shapes and ",
+                                                   dtypes.size(), " dtypes"));
+  }
+  for (const Shape& shape : shapes) {
+    RETURN_IF_ERROR(ValidateShape(shape));
+  }
+  for (size_t i = 1; i < dtypes.size(); ++i) {
+    if (dtypes[i] != dtypes[0]) {
+      std::vector<absl::string_view> names;
+      for (DType d : dtypes) names.push_back(DTypeName(d));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " of ", ShapesToString(shapes), ": inputs have different dtypes (",
+                       absl::StrJoin(names, ", "), "); cast them to one dtype first"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The product's shape of addmm(bias, a, b), which `bias` must broadcast to.
+absl::StatusOr<Shape> AddmmShape(const Shape& bias, const Shape& a, const Shape& b) {
+  ASSIGN_OR_RETURN(Shape shape, MatmulShape(OpKind::kAddmm, a, b, 2, 2));
+  absl::StatusOr<Shape> with_bias = Broadcast(OpKind::kAddmm, bias, shape);
+  if (bias.size() > 2 || !with_bias.ok() || *with_bias != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "addmm: bias ", ShapeToString(bias), " does not broadcast to the product's shape ",
+        ShapeToString(shape), " (of ", ShapeToString(a), " and ", ShapeToString(b), ")"));
+  }
+  return shape;
+}
+
+// `x` with dims op.dim0 and op.dim1 swapped.
+absl::StatusOr<Shape> TransposeShape(const OpCall& op, const Shape& x) {
+  const int rank = static_cast<int>(x.size());
+  absl::StatusOr<int> d0 = NormalizeDim(op.dim0, rank);
+  absl::StatusOr<int> d1 = NormalizeDim(op.dim1, rank);
+  if (!d0.ok() || !d1.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("transpose of ", ShapeToString(x), ": dims ",
+                                                   op.dim0, " and ", op.dim1, " must be in [",
+                                                   -rank, ", ", rank - 1, "]"));
+  }
+  Shape shape = x;
+  std::swap(shape[*d0], shape[*d1]);
+  return shape;
+}
+
 }  // namespace
 
 absl::string_view OpKindName(OpKind kind) {
@@ -168,24 +219,7 @@ absl::StatusOr<std::vector<int>> ReducedDims(const OpCall& op, int rank) {
 
 absl::StatusOr<OpOutput> InferOpOutput(const OpCall& op, absl::Span<const Shape> shapes,
                                        absl::Span<const DType> dtypes) {
-  const absl::string_view name = OpKindName(op.kind);
-  if (static_cast<int>(shapes.size()) != op.num_inputs() || dtypes.size() != shapes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " takes ", op.num_inputs(),
-                                                   " inputs; got ", shapes.size(), " shapes and ",
-                                                   dtypes.size(), " dtypes"));
-  }
-  for (const Shape& shape : shapes) {
-    RETURN_IF_ERROR(ValidateShape(shape));
-  }
-  for (size_t i = 1; i < dtypes.size(); ++i) {
-    if (dtypes[i] != dtypes[0]) {
-      std::vector<absl::string_view> names;
-      for (DType d : dtypes) names.push_back(DTypeName(d));
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " of ", ShapesToString(shapes), ": inputs have different dtypes (",
-                       absl::StrJoin(names, ", "), "); cast them to one dtype first"));
-    }
-  }
+  RETURN_IF_ERROR(ValidateInputs(op, shapes, dtypes));
   const DType dtype = dtypes[0];
   const Shape& x = shapes[0];
   OpOutput out{{}, dtype};
@@ -200,15 +234,7 @@ absl::StatusOr<OpOutput> InferOpOutput(const OpCall& op, absl::Span<const Shape>
     }
     case OpKind::kAddmm: {
       RETURN_IF_ERROR(NeedFloating(op.kind, dtype));
-      ASSIGN_OR_RETURN(Shape shape, MatmulShape(op.kind, shapes[1], shapes[2], 2, 2));
-      absl::StatusOr<Shape> with_bias = Broadcast(op.kind, x, shape);
-      if (x.size() > 2 || !with_bias.ok() || *with_bias != shape) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "addmm: bias ", ShapeToString(x), " does not broadcast to the product's shape ",
-            ShapeToString(shape), " (of ", ShapeToString(shapes[1]), " and ",
-            ShapeToString(shapes[2]), ")"));
-      }
-      out.shape = std::move(shape);
+      ASSIGN_OR_RETURN(out.shape, AddmmShape(x, shapes[1], shapes[2]));
       return out;
     }
     case OpKind::kAdd:
@@ -240,16 +266,7 @@ absl::StatusOr<OpOutput> InferOpOutput(const OpCall& op, absl::Span<const Shape>
     case OpKind::kMax:
       return ReductionOutput(op, x, dtype);
     case OpKind::kTranspose: {
-      const int rank = static_cast<int>(x.size());
-      absl::StatusOr<int> d0 = NormalizeDim(op.dim0, rank);
-      absl::StatusOr<int> d1 = NormalizeDim(op.dim1, rank);
-      if (!d0.ok() || !d1.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("transpose of ", ShapeToString(x), ": dims ",
-                                                       op.dim0, " and ", op.dim1, " must be in [",
-                                                       -rank, ", ", rank - 1, "]"));
-      }
-      out.shape = x;
-      std::swap(out.shape[*d0], out.shape[*d1]);
+      ASSIGN_OR_RETURN(out.shape, TransposeShape(op, x));
       return out;
     }
     case OpKind::kCast:

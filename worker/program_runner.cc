@@ -210,89 +210,108 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
                                     int position) const {
   const Program& p = program_.program;
   const ProgramStep& step = list == "forward" ? p.forward[index] : p.backward[index];
-  const std::vector<int>& last = state.training ? uses_.last_training_use : uses_.last_forward_use;
-  absl::Status status = [&]() -> absl::Status {
-    comm::Communicator* group = IsCollective(step.kind) ? state.dim_groups[step.mesh_dim] : nullptr;
-    if (IsCollective(step.kind) && group == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("no communicator for mesh dim ", step.mesh_dim));
-    }
-    if (step.kind == ProgramOpKind::kGradAllReduce) {
-      kernels::DeviceTensor& grad = (*state.grads)[step.weight];
-      return group->AllReduce(grad.data(), grad.num_elements(), grad.dtype(), step.reduce_op);
-    }
-    const std::vector<int> reads = StepReads(step);
-    for (int b : reads) {
-      if (!state.buffers[b].has_value()) {
-        return absl::InternalError(absl::StrCat("buffer ", b, " is not held"));
-      }
-    }
-    std::vector<StepInput> inputs;
-    for (int b : step.inputs) {
-      const bool once = std::count(reads.begin(), reads.end(), b) == 1;
-      inputs.push_back({&*state.buffers[b], once && last[b] == position});
-    }
-    std::vector<kernels::DeviceTensor> outputs;
-    if (step.kind == ProgramOpKind::kGatherParameter) {
-      ASSIGN_OR_RETURN(
-          outputs.emplace_back(),
-          GatherParameter(state.kernels, p.parameters[step.weight], *state.parameters[step.weight],
-                          mesh_, coordinate_, state.dim_groups));
-    } else if (IsCollective(step.kind)) {
-      ASSIGN_OR_RETURN(outputs.emplace_back(),
-                       RunCollectiveStep(state.kernels, step, *group, inputs[0]));
-    } else {
-      // A weight or bias from a buffer has its whole gradient, zeroed, in a buffer of its own.
-      std::optional<kernels::DeviceTensor> weight_grad, bias_grad;
-      const auto operand =
-          [&](int i, int buffer, int grad_buffer,
-              std::optional<kernels::DeviceTensor>& grad) -> absl::StatusOr<StepParameter> {
-        if (buffer >= 0) {
-          const kernels::DeviceTensor& value = *state.buffers[buffer];
-          if (grad_buffer < 0) return StepParameter{&value, nullptr, {}};
-          ASSIGN_OR_RETURN(grad.emplace(), state.kernels.Zeros(value.dtype(), value.shape()));
-          return StepParameter{&value, &*grad, {}};
-        }
-        if (i < 0) return StepParameter{};
-        return StepParameter{state.parameters[i].get(),
-                             state.grads == nullptr ? nullptr : &(*state.grads)[i], offsets_[i]};
-      };
-      ASSIGN_OR_RETURN(StepParameter weight, operand(step.weight, step.weight_buffer,
-                                                     step.weight_grad_buffer, weight_grad));
-      ASSIGN_OR_RETURN(const StepParameter bias,
-                       operand(step.bias, step.bias_buffer, step.bias_grad_buffer, bias_grad));
-      // A forward-only Linear on a parameter whose shapes fit reads the prepared weight.
-      if (step.kind == ProgramOpKind::kLinear && !state.training && step.weight_buffer < 0 &&
-          step.weight >= 0) {
-        const kernels::DeviceTensor& x = *inputs[0].tensor;
-        const kernels::DeviceTensor& w = *weight.value;
-        const int64_t features = x.rank() == 0 ? 0 : x.shape().back();
-        const int64_t rows = features == 0 ? 0 : x.num_elements() / features;
-        if (w.rank() == 2 && w.shape()[1] == features && rows >= 1 && w.dtype() == x.dtype() &&
-            IsFloatingPoint(w.dtype())) {
-          ASSIGN_OR_RETURN(state.prepared.emplace_back(),
-                           PreparedParameter(state.kernels, state.store, step.weight,
-                                             state.parameters[step.weight], rows));
-          weight.prepared = state.prepared.back().get();
-        }
-      }
-      ASSIGN_OR_RETURN(outputs, RunComputeStep(state.kernels, step, inputs, weight, bias));
-      if (weight_grad.has_value()) state.buffers[step.weight_grad_buffer] = *std::move(weight_grad);
-      if (bias_grad.has_value()) state.buffers[step.bias_grad_buffer] = *std::move(bias_grad);
-    }
-    if (outputs.size() != step.outputs.size()) {
-      return absl::InternalError(absl::StrCat("the step made ", outputs.size(), " outputs"));
-    }
-    for (size_t j = 0; j < step.outputs.size(); ++j) {
-      state.buffers[step.outputs[j]] = std::move(outputs[j]);
-    }
-    return absl::OkStatus();
-  }();
+  absl::Status status = ExecuteStep(state, step, position);
   if (!status.ok()) {
     return WithContext(ProgramStepLabel(list, index, step), status);
   }
   const auto& free_after = state.training ? uses_.free_after_training : uses_.free_after_forward;
   for (int b : free_after[position]) state.buffers[b].reset();
+  return absl::OkStatus();
+}
+
+absl::Status ProgramRunner::ExecuteStep(RunState& state, const ProgramStep& step,
+                                        int position) const {
+  const Program& p = program_.program;
+  const std::vector<int>& last = state.training ? uses_.last_training_use : uses_.last_forward_use;
+  comm::Communicator* group = IsCollective(step.kind) ? state.dim_groups[step.mesh_dim] : nullptr;
+  if (IsCollective(step.kind) && group == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no communicator for mesh dim ", step.mesh_dim));
+  }
+  if (step.kind == ProgramOpKind::kGradAllReduce) {
+    kernels::DeviceTensor& grad = (*state.grads)[step.weight];
+    return group->AllReduce(grad.data(), grad.num_elements(), grad.dtype(), step.reduce_op);
+  }
+  const std::vector<int> reads = StepReads(step);
+  for (int b : reads) {
+    if (!state.buffers[b].has_value()) {
+      return absl::InternalError(absl::StrCat("buffer ", b, " is not held"));
+    }
+  }
+  std::vector<StepInput> inputs;
+  for (int b : step.inputs) {
+    const bool once = std::count(reads.begin(), reads.end(), b) == 1;
+    inputs.push_back({&*state.buffers[b], once && last[b] == position});
+  }
+  std::vector<kernels::DeviceTensor> outputs;
+  if (step.kind == ProgramOpKind::kGatherParameter) {
+    ASSIGN_OR_RETURN(
+        outputs.emplace_back(),
+        GatherParameter(state.kernels, p.parameters[step.weight], *state.parameters[step.weight],
+                        mesh_, coordinate_, state.dim_groups));
+  } else if (IsCollective(step.kind)) {
+    ASSIGN_OR_RETURN(outputs.emplace_back(),
+                     RunCollectiveStep(state.kernels, step, *group, inputs[0]));
+  } else {
+    ASSIGN_OR_RETURN(outputs, RunCompute(state, step, inputs));
+  }
+  if (outputs.size() != step.outputs.size()) {
+    return absl::InternalError(absl::StrCat("the step made ", outputs.size(), " outputs"));
+  }
+  for (size_t j = 0; j < step.outputs.size(); ++j) {
+    state.buffers[step.outputs[j]] = std::move(outputs[j]);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<kernels::DeviceTensor>> ProgramRunner::RunCompute(
+    RunState& state, const ProgramStep& step, std::span<const StepInput> inputs) const {
+  // A weight or bias from a buffer has its whole gradient, zeroed, in a buffer of its own.
+  std::optional<kernels::DeviceTensor> weight_grad, bias_grad;
+  const auto operand =
+      [&](int i, int buffer, int grad_buffer,
+          std::optional<kernels::DeviceTensor>& grad) -> absl::StatusOr<StepParameter> {
+    if (buffer >= 0) {
+      const kernels::DeviceTensor& value = *state.buffers[buffer];
+      if (grad_buffer < 0) return StepParameter{&value, nullptr, {}};
+      ASSIGN_OR_RETURN(grad.emplace(), state.kernels.Zeros(value.dtype(), value.shape()));
+      return StepParameter{&value, &*grad, {}};
+    }
+    if (i < 0) return StepParameter{};
+    return StepParameter{state.parameters[i].get(),
+                         state.grads == nullptr ? nullptr : &(*state.grads)[i], offsets_[i]};
+  };
+  ASSIGN_OR_RETURN(StepParameter weight,
+                   operand(step.weight, step.weight_buffer, step.weight_grad_buffer, weight_grad));
+  ASSIGN_OR_RETURN(const StepParameter bias,
+                   operand(step.bias, step.bias_buffer, step.bias_grad_buffer, bias_grad));
+  RETURN_IF_ERROR(PrepareLinearWeight(state, step, inputs, weight));
+  ASSIGN_OR_RETURN(std::vector<kernels::DeviceTensor> outputs,
+                   RunComputeStep(state.kernels, step, inputs, weight, bias));
+  if (weight_grad.has_value()) state.buffers[step.weight_grad_buffer] = *std::move(weight_grad);
+  if (bias_grad.has_value()) state.buffers[step.bias_grad_buffer] = *std::move(bias_grad);
+  return outputs;
+}
+
+absl::Status ProgramRunner::PrepareLinearWeight(RunState& state, const ProgramStep& step,
+                                                std::span<const StepInput> inputs,
+                                                StepParameter& weight) const {
+  // A forward-only Linear on a parameter whose shapes fit reads the prepared weight.
+  if (step.kind != ProgramOpKind::kLinear || state.training || step.weight_buffer >= 0 ||
+      step.weight < 0) {
+    return absl::OkStatus();
+  }
+  const kernels::DeviceTensor& x = *inputs[0].tensor;
+  const kernels::DeviceTensor& w = *weight.value;
+  const int64_t features = x.rank() == 0 ? 0 : x.shape().back();
+  const int64_t rows = features == 0 ? 0 : x.num_elements() / features;
+  if (w.rank() == 2 && w.shape()[1] == features && rows >= 1 && w.dtype() == x.dtype() &&
+      IsFloatingPoint(w.dtype())) {
+    ASSIGN_OR_RETURN(state.prepared.emplace_back(),
+                     PreparedParameter(state.kernels, state.store, step.weight,
+                                       state.parameters[step.weight], rows));
+    weight.prepared = state.prepared.back().get();
+  }
   return absl::OkStatus();
 }
 

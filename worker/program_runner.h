@@ -15,6 +15,7 @@
 #include "kernels/backend.h"
 #include "proto/convert.h"
 #include "worker/comm/communicator.h"
+#include "worker/program_steps.h"
 #include "worker/shard_store.h"
 
 namespace tessera {
@@ -102,6 +103,15 @@ class ProgramRunner {
       const ShardStore& store) const;
   // Runs step `index` of `list` (position `position` among the run's steps).
   absl::Status RunStep(RunState& state, absl::string_view list, int index, int position) const;
+  // RunStep's work on `step`: its collective or compute, its outputs into their buffers.
+  absl::Status ExecuteStep(RunState& state, const ProgramStep& step, int position) const;
+  // A compute step on `inputs` with its weight and bias; a whole one from a buffer gets a zeroed
+  // gradient buffer of its own, stored once the step ran. Returns the step's outputs.
+  absl::StatusOr<std::vector<kernels::DeviceTensor>> RunCompute(
+      RunState& state, const ProgramStep& step, std::span<const StepInput> inputs) const;
+  // Points a forward-only Linear's `weight` at the parameter's prepared copy where shapes fit.
+  absl::Status PrepareLinearWeight(RunState& state, const ProgramStep& step,
+                                   std::span<const StepInput> inputs, StepParameter& weight) const;
   // Zeroed gradients of every parameter, reusing the memory of the stored ones.
   absl::StatusOr<std::vector<kernels::DeviceTensor>> ZeroGradients(kernels::KernelBackend& kernels,
                                                                    ShardStore& store) const;

@@ -140,7 +140,8 @@ absl::Status UseThrowawayTls(LocalClusterOptions& options, std::string* token) {
   return absl::OkStatus();
 }
 
-absl::Status RunUp(const UpFlags& f, std::ostream& out) {
+// The local cluster's options as `f` gives them; an error for flags that cannot start one.
+absl::StatusOr<LocalClusterOptions> UpOptions(const UpFlags& f) {
   LocalClusterOptions options;
   options.device = f.device;
   options.workers = f.workers > 0 ? f.workers : (f.device == "cpu" ? 4 : 0);
@@ -164,6 +165,77 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
                      " must be longer than --heartbeat_interval ",
                      absl::FormatDuration(options.heartbeat_interval)));
   }
+  return options;
+}
+
+// A session on `cluster` with the TLS files and token of `options`.
+absl::StatusOr<std::shared_ptr<client::Session>> ConnectToLocal(
+    const LocalCluster& cluster, const LocalClusterOptions& options) {
+  client::SessionOptions session_options;
+  session_options.keep_alive = false;
+  session_options.timeout = absl::Seconds(60);
+  session_options.tls_ca_file = options.tls_ca_file;
+  session_options.tls_cert_file = options.tls_cert_file;
+  session_options.tls_key_file = options.tls_key_file;
+  session_options.token = options.token;
+  return client::Session::Connect(cluster.address(), session_options);
+}
+
+// `up --selfcheck`: the cluster, DTensor and module self-checks (the last two on 4 or more
+// workers), then the metrics summary.
+absl::Status RunUpSelfchecks(const LocalCluster& cluster, client::Session& session,
+                             const LocalClusterOptions& options, const UpFlags& f,
+                             std::ostream& out) {
+  out << "tessera up: coordinator at " << cluster.address() << " with " << options.workers << " "
+      << f.device << " workers; running the self-check workload\n";
+  if (absl::Status s = RunClusterSelfcheck(session, options.workers, f.device, out); !s.ok())
+    return s;
+  if (options.workers < 4) return absl::OkStatus();
+  out << "\n";
+  if (absl::Status s = RunDTensorSelfcheck(cluster.address(), f.device,
+                                           cluster.checkpoint_root() + "/selfcheck-y", out);
+      !s.ok())
+    return s;
+  out << "\n";
+  if (absl::Status s =
+          RunModuleSelfcheck(cluster.address(), cluster.log_dir() + "/selfcheck", f.device, out);
+      !s.ok())
+    return s;
+  if (!options.metrics) return absl::OkStatus();
+  out << "\n";
+  return PrintMetricsSummary(cluster, out);
+}
+
+// Where the served cluster is: its address and exports, logs, state, checkpoints and metrics.
+void PrintServing(const LocalCluster& cluster, const LocalClusterOptions& options, const UpFlags& f,
+                  const std::string& token, std::ostream& out) {
+  out << "tessera up: coordinator at " << cluster.address() << ", " << options.workers << " "
+      << f.device << " workers, mesh 'world' ready\n"
+      << "  export TESSERA_COORDINATOR=" << cluster.address() << "\n";
+  if (f.tls) {
+    out << "  export TESSERA_TLS_CA=" << options.tls_ca_file
+        << " TESSERA_TLS_CERT=" << options.tls_cert_file
+        << " TESSERA_TLS_KEY=" << options.tls_key_file << " TESSERA_TOKEN=" << token << "\n";
+  }
+  out << "  logs in " << cluster.log_dir() << "\n"
+      << "  state in " << cluster.state_dir() << "\n"
+      << "  checkpoints in " << cluster.checkpoint_root() << " (relative paths go there)\n";
+  if (options.metrics) {
+    out << "  metrics: coordinator " << cluster.coordinator_metrics_url() << "\n";
+    for (int i = 0; i < cluster.num_workers(); ++i) {
+      out << "           worker " << i << " " << cluster.worker_metrics_url(i) << "\n";
+    }
+  }
+  out << "Ctrl-C stops everything"
+      << (f.restart_coordinator ? "; a coordinator that ends is restarted."
+                                : "; so does the coordinator's end.")
+      << std::endl;
+}
+
+absl::Status RunUp(const UpFlags& f, std::ostream& out) {
+  absl::StatusOr<LocalClusterOptions> up_options = UpOptions(f);
+  if (!up_options.ok()) return up_options.status();
+  LocalClusterOptions options = *std::move(up_options);
   std::string token;
   if (f.tls) {
     if (f.selfcheck) {
@@ -181,60 +253,13 @@ absl::Status RunUp(const UpFlags& f, std::ostream& out) {
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
   if (!cluster.ok()) return cluster.status();
   options.workers = (*cluster)->num_workers();
-  client::SessionOptions session_options;
-  session_options.keep_alive = false;
-  session_options.timeout = absl::Seconds(60);
-  session_options.tls_ca_file = options.tls_ca_file;
-  session_options.tls_cert_file = options.tls_cert_file;
-  session_options.tls_key_file = options.tls_key_file;
-  session_options.token = options.token;
-  absl::StatusOr<std::shared_ptr<client::Session>> session =
-      client::Session::Connect((*cluster)->address(), session_options);
+  absl::StatusOr<std::shared_ptr<client::Session>> session = ConnectToLocal(**cluster, options);
   if (!session.ok()) return session.status();
-  if (f.selfcheck) {
-    out << "tessera up: coordinator at " << (*cluster)->address() << " with " << options.workers
-        << " " << f.device << " workers; running the self-check workload\n";
-    if (absl::Status s = RunClusterSelfcheck(**session, options.workers, f.device, out); !s.ok())
-      return s;
-    if (options.workers < 4) return absl::OkStatus();
-    out << "\n";
-    if (absl::Status s = RunDTensorSelfcheck((*cluster)->address(), f.device,
-                                             (*cluster)->checkpoint_root() + "/selfcheck-y", out);
-        !s.ok())
-      return s;
-    out << "\n";
-    if (absl::Status s = RunModuleSelfcheck((*cluster)->address(),
-                                            (*cluster)->log_dir() + "/selfcheck", f.device, out);
-        !s.ok())
-      return s;
-    if (!options.metrics) return absl::OkStatus();
-    out << "\n";
-    return PrintMetricsSummary(**cluster, out);
-  }
+  if (f.selfcheck) return RunUpSelfchecks(**cluster, **session, options, f, out);
   absl::StatusOr<client::MeshInfo> world =
       client::InitDeviceMesh(**session, f.device, {options.workers}, {"world"}, "world");
   if (!world.ok()) return world.status();
-  out << "tessera up: coordinator at " << (*cluster)->address() << ", " << options.workers << " "
-      << f.device << " workers, mesh 'world' ready\n"
-      << "  export TESSERA_COORDINATOR=" << (*cluster)->address() << "\n";
-  if (f.tls) {
-    out << "  export TESSERA_TLS_CA=" << options.tls_ca_file
-        << " TESSERA_TLS_CERT=" << options.tls_cert_file
-        << " TESSERA_TLS_KEY=" << options.tls_key_file << " TESSERA_TOKEN=" << token << "\n";
-  }
-  out << "  logs in " << (*cluster)->log_dir() << "\n"
-      << "  state in " << (*cluster)->state_dir() << "\n"
-      << "  checkpoints in " << (*cluster)->checkpoint_root() << " (relative paths go there)\n";
-  if (options.metrics) {
-    out << "  metrics: coordinator " << (*cluster)->coordinator_metrics_url() << "\n";
-    for (int i = 0; i < (*cluster)->num_workers(); ++i) {
-      out << "           worker " << i << " " << (*cluster)->worker_metrics_url(i) << "\n";
-    }
-  }
-  out << "Ctrl-C stops everything"
-      << (f.restart_coordinator ? "; a coordinator that ends is restarted."
-                                : "; so does the coordinator's end.")
-      << std::endl;
+  PrintServing(**cluster, options, f, token, out);
   absl::Status served = ServeUntilStopped(**cluster, stop, f.restart_coordinator, out);
   if (!served.ok()) {
     out << "tessera up: " << served.message() << "; stopping the workers" << std::endl;

@@ -52,24 +52,9 @@ struct Check {
   std::function<HostTensor(const std::vector<HostTensor>&, int64_t)> expect;
 };
 
-}  // namespace
-
-absl::Status RunClusterSelfcheck(client::Session& session, int workers, const std::string& device,
-                                 std::ostream& out) {
-  const std::string mesh = "selfcheck";
-  (void)session.DeleteMesh(mesh);  // left over from an interrupted run, if any
-  absl::StatusOr<client::MeshInfo> info =
-      client::InitDeviceMesh(session, device, {workers}, {}, mesh);
-  if (!info.ok()) return info.status();
-  out << "created mesh '" << mesh << "' over " << workers << " workers\n";
-  const int64_t k = workers;
-  const Shape shape = {2 * k + 1, 257};  // uneven over k ranks on purpose
-  std::vector<HostTensor> inputs;
-  for (int64_t r = 0; r < k; ++r) {
-    inputs.push_back(SmallIntegerTensor(DType::kFloat32, shape, static_cast<uint32_t>(100 + r)));
-    if (absl::Status s = session.PutLocal(mesh, r, "x", inputs.back()); !s.ok()) return s;
-  }
-  const std::vector<Check> checks = {
+// The collectives checked, each with its reference result on a group of `k` ranks.
+std::vector<Check> CollectiveChecks(int64_t k) {
+  return {
       {"all_reduce(sum)", client::CollectiveOp::kAllReduce, 0,
        [](const std::vector<HostTensor>& in, int64_t) { return Sum(in); }},
       {"all_gather", client::CollectiveOp::kAllGather, 0,
@@ -89,11 +74,23 @@ absl::Status RunClusterSelfcheck(client::Session& session, int workers, const st
          return Concat(parts);
        }},
   };
-  // `check` as a request writing `output`, and the check of every rank's `output` afterwards.
-  auto request_for = [&](const Check& check, const std::string& output) {
+}
+
+// The checks run on mesh `mesh` of `k` ranks, each rank holding its `inputs` entry as "x".
+struct CollectiveRuns {
+  client::Session& session;
+  const std::string& mesh;
+  int64_t k;
+  const std::vector<HostTensor>& inputs;
+  const std::vector<Check>& checks;
+
+  // `check` as a request writing `output`.
+  client::CollectiveRequest RequestFor(const Check& check, const std::string& output) const {
     return client::CollectiveRequest{check.op, {mesh, ""}, "x", output, ReduceOp::kSum, check.root};
-  };
-  auto verify = [&](const Check& check, const std::string& output) -> absl::Status {
+  }
+
+  // The check of every rank's `output` after `check` wrote it.
+  absl::Status Verify(const Check& check, const std::string& output) const {
     for (int64_t r = 0; r < k; ++r) {
       absl::StatusOr<HostTensor> got = session.GetLocal(mesh, r, output);
       if (!got.ok()) return got.status();
@@ -103,40 +100,74 @@ absl::Status RunClusterSelfcheck(client::Session& session, int workers, const st
       }
     }
     return absl::OkStatus();
-  };
-  for (const Check& check : checks) {
+  }
+
+  // Each collective on its own into "y", timed and checked.
+  absl::Status OneByOne(const Shape& shape, std::ostream& out) const {
+    for (const Check& check : checks) {
+      const auto start = std::chrono::steady_clock::now();
+      absl::StatusOr<client::CollectiveResult> reply =
+          session.RunCollective(RequestFor(check, "y"));
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      if (!reply.ok()) return reply.status();
+      if (absl::Status s = Verify(check, "y"); !s.ok()) return s;
+      out << absl::StrFormat("  %-20s on %d ranks of float32%s: %7.2f ms, every rank matches\n",
+                             check.name, k, ShapeToString(shape), ms);
+    }
+    return absl::OkStatus();
+  }
+
+  // The same collectives again, sent back to back on `stream` (no round trip each), each into
+  // its own output; then every output checked.
+  absl::Status OnStream(client::CollectiveStream& stream, std::ostream& out) const {
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<client::CollectiveResult> reply = session.RunCollective(request_for(check, "y"));
+    for (size_t i = 0; i < checks.size(); ++i) {
+      if (absl::Status s = stream.Submit(RequestFor(checks[i], absl::StrCat("s", i))); !s.ok()) {
+        return s;
+      }
+    }
+    for (const Check& check : checks) {
+      absl::StatusOr<client::CollectiveResult> reply = stream.Next();
+      if (!reply.ok()) return WithContext(check.name, reply.status());
+    }
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!reply.ok()) return reply.status();
-    if (absl::Status s = verify(check, "y"); !s.ok()) return s;
-    out << absl::StrFormat("  %-20s on %d ranks of float32%s: %7.2f ms, every rank matches\n",
-                           check.name, k, ShapeToString(shape), ms);
+    for (size_t i = 0; i < checks.size(); ++i) {
+      if (absl::Status s = Verify(checks[i], absl::StrCat("s", i)); !s.ok()) return s;
+    }
+    out << absl::StrFormat(
+        "  the same %d on one collective stream, back to back: %7.2f ms in all, "
+        "every rank matches\n",
+        static_cast<int>(checks.size()), ms);
+    return absl::OkStatus();
   }
-  // The same collectives again, sent back to back on one stream (no round trip each), each into
-  // its own output; then every output checked.
+};
+
+}  // namespace
+
+absl::Status RunClusterSelfcheck(client::Session& session, int workers, const std::string& device,
+                                 std::ostream& out) {
+  const std::string mesh = "selfcheck";
+  (void)session.DeleteMesh(mesh);  // left over from an interrupted run, if any
+  absl::StatusOr<client::MeshInfo> info =
+      client::InitDeviceMesh(session, device, {workers}, {}, mesh);
+  if (!info.ok()) return info.status();
+  out << "created mesh '" << mesh << "' over " << workers << " workers\n";
+  const int64_t k = workers;
+  const Shape shape = {2 * k + 1, 257};  // uneven over k ranks on purpose
+  std::vector<HostTensor> inputs;
+  for (int64_t r = 0; r < k; ++r) {
+    inputs.push_back(SmallIntegerTensor(DType::kFloat32, shape, static_cast<uint32_t>(100 + r)));
+    if (absl::Status s = session.PutLocal(mesh, r, "x", inputs.back()); !s.ok()) return s;
+  }
+  const std::vector<Check> checks = CollectiveChecks(k);
+  const CollectiveRuns runs{session, mesh, k, inputs, checks};
+  if (absl::Status s = runs.OneByOne(shape, out); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<client::CollectiveStream>> stream = session.OpenCollectiveStream();
   if (!stream.ok()) return stream.status();
-  const auto start = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < checks.size(); ++i) {
-    if (absl::Status s = (*stream)->Submit(request_for(checks[i], absl::StrCat("s", i))); !s.ok()) {
-      return s;
-    }
-  }
-  for (const Check& check : checks) {
-    absl::StatusOr<client::CollectiveResult> reply = (*stream)->Next();
-    if (!reply.ok()) return WithContext(check.name, reply.status());
-  }
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  for (size_t i = 0; i < checks.size(); ++i) {
-    if (absl::Status s = verify(checks[i], absl::StrCat("s", i)); !s.ok()) return s;
-  }
-  out << absl::StrFormat(
-      "  the same %d on one collective stream, back to back: %7.2f ms in all, "
-      "every rank matches\n",
-      static_cast<int>(checks.size()), ms);
+  if (absl::Status s = runs.OnStream(**stream, out); !s.ok()) return s;
   if (absl::Status s = session.DeleteMesh(mesh); !s.ok()) return s;
   return absl::OkStatus();
 }

@@ -242,10 +242,7 @@ void AddFileTensorNameFlag(CLI::App& cmd, std::string& name) {
       ->capture_default_str();
 }
 
-}  // namespace
-
-void AddLocalCommands(CLI::App& app, Action* action) {
-  const std::string group = "Commands that run the sharding model on this machine (no cluster)";
+void AddLayoutCommand(CLI::App& app, const std::string& group, Action* action) {
   auto layout = AddCommand(app, "layout", "how each rank holds a tensor (visualize_sharding)",
                            RunLayout, action);
   layout.app->group(group);
@@ -257,7 +254,9 @@ void AddLocalCommands(CLI::App& app, Action* action) {
       ->required()
       ->type_name("PLACEMENTS");
   AddDTypeFlag(*layout.app, layout.flags->dtype);
+}
 
+void AddPlanCommand(CLI::App& app, const std::string& group, Action* action) {
   auto plan = AddCommand(app, "plan",
                          "the collectives, mesh dims and bytes of a redistribute, checked on a "
                          "simulated mesh",
@@ -275,7 +274,9 @@ void AddLocalCommands(CLI::App& app, Action* action) {
       ->type_name("PLACEMENTS");
   AddDTypeFlag(*plan.app, plan.flags->dtype);
   AddPlannerFlag(*plan.app, plan.flags->planner);
+}
 
+void AddShardCommand(CLI::App& app, const std::string& group, Action* action) {
   auto shard = AddCommand(app, "shard",
                           "split a tensor file into one safetensors file per rank (see reshard, "
                           "unshard)",
@@ -296,7 +297,9 @@ void AddLocalCommands(CLI::App& app, Action* action) {
                    "which tensor of a .safetensors file (default: its only one)")
       ->type_name("KEY");
   AddFileTensorNameFlag(*shard.app, shard.flags->name);
+}
 
+void AddReshardCommand(CLI::App& app, const std::string& group, Action* action) {
   auto reshard = AddCommand(app, "reshard", "redistribute per-rank files to new placements",
                             RunReshard, action);
   reshard.app->group(group);
@@ -311,7 +314,9 @@ void AddLocalCommands(CLI::App& app, Action* action) {
       ->type_name("DIR2");
   AddFileTensorNameFlag(*reshard.app, reshard.flags->name);
   AddPlannerFlag(*reshard.app, reshard.flags->planner);
+}
 
+void AddUnshardCommand(CLI::App& app, const std::string& group, Action* action) {
   auto unshard =
       AddCommand(app, "unshard", "join per-rank files or a checkpoint back into one tensor file",
                  RunUnshard, action);
@@ -325,6 +330,17 @@ void AddLocalCommands(CLI::App& app, Action* action) {
       ->required()
       ->type_name("FILE");
   AddFileTensorNameFlag(*unshard.app, unshard.flags->name);
+}
+
+}  // namespace
+
+void AddLocalCommands(CLI::App& app, Action* action) {
+  const std::string group = "Commands that run the sharding model on this machine (no cluster)";
+  AddLayoutCommand(app, group, action);
+  AddPlanCommand(app, group, action);
+  AddShardCommand(app, group, action);
+  AddReshardCommand(app, group, action);
+  AddUnshardCommand(app, group, action);
 }
 
 }  // namespace tessera::cli

@@ -451,16 +451,8 @@ absl::Status Unpublish(const UnpublishFlags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-void AddModuleCommands(CLI::App& app, Action* action) {
-  CLI::App* module = app.add_subcommand(
-      "module",
-      "torch.nn modules on the cluster: load a JSON spec with weights, parallelize it by a plan, "
-      "run forwards and training steps on the workers, save, serve");
-  module->require_subcommand(1);
-
-  auto load = AddCommand(*module, "load",
+void AddLoadCommand(CLI::App& module, Action* action) {
+  auto load = AddCommand(module, "load",
                          "load a module spec onto a mesh, its parameters from a safetensors file "
                          "(state_dict names), a checkpoint, or initialized as torch does from a "
                          "seed",
@@ -494,9 +486,11 @@ void AddModuleCommands(CLI::App& app, Action* action) {
       ->add_option("--plan", load.flags->plan,
                    "a plan file applied as it loads (default: every parameter Replicate)")
       ->type_name("PLAN.json");
+}
 
+void AddParallelizeCommand(CLI::App& module, Action* action) {
   auto parallelize =
-      AddCommand(*module, "parallelize",
+      AddCommand(module, "parallelize",
                  "parallelize_module: shard the module by a plan file (on the plan's "
                  "mesh_dim) and show it",
                  Parallelize, action);
@@ -507,8 +501,10 @@ void AddModuleCommands(CLI::App& app, Action* action) {
                    "{\"mesh_dim\": ..., \"plan\": {pattern: style}}")
       ->required()
       ->type_name("PLAN.json");
+}
 
-  auto distribute = AddCommand(*module, "distribute",
+void AddDistributeCommand(CLI::App& module, Action* action) {
+  auto distribute = AddCommand(module, "distribute",
                                "distribute_module: place the module's parameters by a partition "
                                "file and show it",
                                Distribute, action);
@@ -519,20 +515,26 @@ void AddModuleCommands(CLI::App& app, Action* action) {
                    "{\"distribute\": {parameter pattern: placements}}")
       ->required()
       ->type_name("PART.json");
+}
 
+void AddShowCommand(CLI::App& module, Action* action) {
   auto show =
-      AddCommand(*module, "show",
+      AddCommand(module, "show",
                  "a module: every parameter's placements and each rank's local shape and "
                  "offset, the input and output layouts, the plan and its unmatched patterns",
                  Show, action);
   AddClusterFlags(*show.app, show.flags->cluster, /*with_client=*/true);
   AddModuleArgument(*show.app, show.flags->name);
+}
 
-  auto list = AddCommand(*module, "list",
-                         "every module: mesh, parameters, plan, published versions", List, action);
+void AddListCommand(CLI::App& module, Action* action) {
+  auto list = AddCommand(module, "list", "every module: mesh, parameters, plan, published versions",
+                         List, action);
   AddClusterFlags(*list.app, list.flags->cluster, /*with_client=*/true);
+}
 
-  auto rm = AddCommand(*module, "rm",
+void AddRemoveCommand(CLI::App& module, Action* action) {
+  auto rm = AddCommand(module, "rm",
                        "remove modules: their programs, parameters, gradients and published "
                        "versions",
                        Remove, action);
@@ -540,16 +542,20 @@ void AddModuleCommands(CLI::App& app, Action* action) {
   rm.app->add_option("names", rm.flags->names, "the modules' names")
       ->required()
       ->type_name("NAME...");
+}
 
-  auto export_plan = AddCommand(*module, "export-plan",
+void AddExportPlanCommand(CLI::App& module, Action* action) {
+  auto export_plan = AddCommand(module, "export-plan",
                                 "the module's plan as a plan file (every argument written out)",
                                 ExportPlan, action);
   AddClusterFlags(*export_plan.app, export_plan.flags->cluster, /*with_client=*/true);
   AddModuleArgument(*export_plan.app, export_plan.flags->name);
   export_plan.app->add_option("--out", export_plan.flags->out, "write it here (default: stdout)")
       ->type_name("plan.json");
+}
 
-  auto forward = AddCommand(*module, "forward",
+void AddForwardCommand(CLI::App& module, Action* action) {
+  auto forward = AddCommand(module, "forward",
                             "module(input) on the workers: the full input in, the full output out",
                             Forward, action);
   AddClusterFlags(*forward.app, forward.flags->cluster, /*with_client=*/true);
@@ -562,8 +568,10 @@ void AddModuleCommands(CLI::App& app, Action* action) {
       ->type_name("y.npy");
   forward.app->add_flag("--local", forward.flags->local,
                         "also write each rank's local output, as y.rank0.npy, y.rank1.npy, ...");
+}
 
-  auto step = AddCommand(*module, "step",
+void AddStepCommand(CLI::App& module, Action* action) {
+  auto step = AddCommand(module, "step",
                          "a training step on the workers: forward, backward from the loss, and "
                          "with --lr torch.optim.SGD's update",
                          Step, action);
@@ -601,8 +609,10 @@ void AddModuleCommands(CLI::App& app, Action* action) {
       ->type_name("g.safetensors");
   step.app->add_option("--out", step.flags->out, "write the forward's full output")
       ->type_name("y.npy");
+}
 
-  auto save = AddCommand(*module, "save",
+void AddSaveCommand(CLI::App& module, Action* action) {
+  auto save = AddCommand(module, "save",
                          "write the module's state_dict to a safetensors file (--out) or a "
                          "sharded checkpoint (--checkpoint)",
                          Save, action);
@@ -621,8 +631,10 @@ void AddModuleCommands(CLI::App& app, Action* action) {
   save_out->excludes(save_checkpoint);
   save.app->add_flag("--grads", save.flags->grads,
                      "also every gradient of the last step, named <fqn>.grad");
+}
 
-  auto publish = AddCommand(*module, "publish",
+void AddPublishCommand(CLI::App& module, Action* action) {
+  auto publish = AddCommand(module, "publish",
                             "serve the module's forward over KServe v2 gRPC (the coordinator's "
                             "port) as model NAME (or --model), with dynamic batching",
                             Publish, action);
@@ -645,8 +657,10 @@ void AddModuleCommands(CLI::App& app, Action* action) {
                    "the oldest request of a batch waits at most this long")
       ->type_name("U")
       ->capture_default_str();
+}
 
-  auto unpublish = AddCommand(*module, "unpublish", "stop serving a model, or one version of it",
+void AddUnpublishCommand(CLI::App& module, Action* action) {
+  auto unpublish = AddCommand(module, "unpublish", "stop serving a model, or one version of it",
                               Unpublish, action);
   AddClusterFlags(*unpublish.app, unpublish.flags->cluster, /*with_client=*/true);
   unpublish.app->add_option("model", unpublish.flags->model, "the served model's name")
@@ -655,6 +669,28 @@ void AddModuleCommands(CLI::App& app, Action* action) {
   unpublish.app
       ->add_option("--version", unpublish.flags->version, "only this version (default: every one)")
       ->type_name("V");
+}
+
+}  // namespace
+
+void AddModuleCommands(CLI::App& app, Action* action) {
+  CLI::App* module = app.add_subcommand(
+      "module",
+      "torch.nn modules on the cluster: load a JSON spec with weights, parallelize it by a plan, "
+      "run forwards and training steps on the workers, save, serve");
+  module->require_subcommand(1);
+  AddLoadCommand(*module, action);
+  AddParallelizeCommand(*module, action);
+  AddDistributeCommand(*module, action);
+  AddShowCommand(*module, action);
+  AddListCommand(*module, action);
+  AddRemoveCommand(*module, action);
+  AddExportPlanCommand(*module, action);
+  AddForwardCommand(*module, action);
+  AddStepCommand(*module, action);
+  AddSaveCommand(*module, action);
+  AddPublishCommand(*module, action);
+  AddUnpublishCommand(*module, action);
   // Set last: subcommands take their group from their parent when they are added.
   module->group(
       "Commands that run or talk to a cluster (--coordinator HOST:PORT, default "

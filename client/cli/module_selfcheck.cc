@@ -138,18 +138,11 @@ absl::StatusOr<HostTensor> InferOverKServe(const std::string& address, const std
   return y;
 }
 
-}  // namespace
-
-absl::Status RunModuleSelfcheck(const std::string& address, const std::string& workdir,
-                                const std::string& device, std::ostream& out) {
-  const auto start = std::chrono::steady_clock::now();
-  const std::filesystem::path dir(workdir);
-  std::filesystem::create_directories(dir);
-  const std::filesystem::path spec_path = dir / "block.json";
-  const std::filesystem::path plan_path = dir / "block_plan.json";
-  const std::filesystem::path weights_path = dir / "block.safetensors";
-
-  // The files a user brings: a spec, a plan, and weights under torch's state_dict names.
+// The files a user brings: a spec, a plan, and weights under torch's state_dict names; returns
+// the reference model with those weights.
+absl::StatusOr<ReferenceModel> WriteBlockFiles(const std::filesystem::path& spec_path,
+                                               const std::filesystem::path& plan_path,
+                                               const std::filesystem::path& weights_path) {
   RETURN_IF_ERROR(WriteText(spec_path, kBlockSpec));
   RETURN_IF_ERROR(WriteText(plan_path, kBlockPlan));
   ASSIGN_OR_RETURN(ModelSpec spec, ParseModelSpec(kBlockSpec));
@@ -157,10 +150,16 @@ absl::Status RunModuleSelfcheck(const std::string& address, const std::string& w
   SafetensorsFile weights;
   for (auto& [name, tensor] : params) weights.tensors.emplace(name, tensor.Clone());
   RETURN_IF_ERROR(WriteSafetensorsFile(weights_path.string(), weights));
-  ReferenceModel reference{spec, std::move(params)};
+  return ReferenceModel{spec, std::move(params)};
+}
 
-  ASSIGN_OR_RETURN(std::shared_ptr<client::Session> session, client::Session::Connect(address));
-  client::Session& s = *session;
+// The block loaded from the files onto a new 4-worker mesh 'serve' and parallelized by the plan,
+// with the parameters the plan shards shown.
+absl::StatusOr<client::Module> LoadBlock(client::Session& s, const std::string& device,
+                                         const std::filesystem::path& spec_path,
+                                         const std::filesystem::path& plan_path,
+                                         const std::filesystem::path& weights_path,
+                                         std::ostream& out) {
   (void)client::RemoveModule(s, "block");  // left over from an interrupted run, if any
   (void)s.DeleteMesh("serve");
   ASSIGN_OR_RETURN(client::MeshInfo mesh, client::InitDeviceMesh(s, device, {4}, {"tp"}, "serve"));
@@ -185,26 +184,35 @@ absl::Status RunModuleSelfcheck(const std::string& address, const std::string& w
   }
   out << absl::StrFormat("    compiled forward: %d steps per rank, one command per worker\n",
                          block.info().program_steps);
+  return block;
+}
 
-  std::vector<std::string> failures;
-  auto check = [&](const std::string& what, const HostTensor& got, const HostTensor& want) {
-    const double err = MaxRelativeError(got, want);
-    out << absl::StrFormat("  %-44s %-12s max rel err %.1e\n", what, ShapeToString(got.shape()),
-                           err);
-    if (!(err <= kTolerance)) failures.push_back(absl::StrCat(what, ": max rel err ", err));
-  };
+// Prints how far `got` is from `want`; a failure in `failures` past kTolerance.
+void Check(const std::string& what, const HostTensor& got, const HostTensor& want,
+           std::vector<std::string>& failures, std::ostream& out) {
+  const double err = MaxRelativeError(got, want);
+  out << absl::StrFormat("  %-44s %-12s max rel err %.1e\n", what, ShapeToString(got.shape()), err);
+  if (!(err <= kTolerance)) failures.push_back(absl::StrCat(what, ": max rel err ", err));
+}
 
-  // Forward through the client.
-  const HostTensor x = Uniform({4, 16, 64}, 11);
+// Forward through the client.
+absl::Status CheckForward(const client::Module& block, const ReferenceModel& reference,
+                          const HostTensor& x, std::vector<std::string>& failures,
+                          std::ostream& out) {
   ASSIGN_OR_RETURN(HostTensor want, ReferenceForward(reference, x));
   const auto forward_start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(client::ModuleOutput y, block.Forward(x));
   const double forward_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - forward_start)
           .count();
-  check(absl::StrFormat("forward, batch 4 (%.1f ms)", forward_ms), *y.full, want);
+  Check(absl::StrFormat("forward, batch 4 (%.1f ms)", forward_ms), *y.full, want, failures, out);
+  return absl::OkStatus();
+}
 
-  // Served: the KServe v2 endpoint on the coordinator's port, with dynamic batching.
+// Served: the KServe v2 endpoint on the coordinator's port, with dynamic batching.
+absl::Status CheckServed(const client::Module& block, const ReferenceModel& reference,
+                         const std::string& address, std::vector<std::string>& failures,
+                         std::ostream& out) {
   out << "  tessera module publish block --max-batch-size 8\n";
   ASSIGN_OR_RETURN(
       client::PublishedVersion published,
@@ -212,9 +220,14 @@ absl::Status RunModuleSelfcheck(const std::string& address, const std::string& w
   const HostTensor one = Uniform({1, 16, 64}, 12);
   ASSIGN_OR_RETURN(HostTensor want_one, ReferenceForward(reference, one));
   ASSIGN_OR_RETURN(HostTensor served, InferOverKServe(address, published.model, one, out));
-  check("ModelInfer over KServe v2, batch 1", served, want_one);
+  Check("ModelInfer over KServe v2, batch 1", served, want_one, failures, out);
+  return absl::OkStatus();
+}
 
-  // One training step: loss = output.sum(), SGD lr 0.25; every parameter after it.
+// One training step: loss = output.sum(), SGD lr 0.25; every parameter after it.
+absl::Status CheckSgdStep(const client::Module& block, ReferenceModel& reference,
+                          const HostTensor& x, std::vector<std::string>& failures,
+                          std::ostream& out) {
   ASSIGN_OR_RETURN(ReferenceStep ref_step, ReferenceBackward(reference, x, nullptr));
   std::map<std::string, HostTensor> momentum;
   RETURN_IF_ERROR(ReferenceSgd(reference, ref_step.grads, {.lr = 0.25}, momentum));
@@ -228,6 +241,31 @@ absl::Status RunModuleSelfcheck(const std::string& address, const std::string& w
   out << absl::StrFormat("  %-44s %-12s max rel err %.1e\n", "SGD step (lr 0.25), every parameter",
                          absl::StrCat(state.size(), " tensors"), worst);
   if (!(worst <= kTolerance)) failures.push_back(absl::StrCat("SGD step: max rel err ", worst));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunModuleSelfcheck(const std::string& address, const std::string& workdir,
+                                const std::string& device, std::ostream& out) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::filesystem::path dir(workdir);
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path spec_path = dir / "block.json";
+  const std::filesystem::path plan_path = dir / "block_plan.json";
+  const std::filesystem::path weights_path = dir / "block.safetensors";
+  ASSIGN_OR_RETURN(ReferenceModel reference, WriteBlockFiles(spec_path, plan_path, weights_path));
+
+  ASSIGN_OR_RETURN(std::shared_ptr<client::Session> session, client::Session::Connect(address));
+  client::Session& s = *session;
+  ASSIGN_OR_RETURN(client::Module block,
+                   LoadBlock(s, device, spec_path, plan_path, weights_path, out));
+
+  std::vector<std::string> failures;
+  const HostTensor x = Uniform({4, 16, 64}, 11);
+  RETURN_IF_ERROR(CheckForward(block, reference, x, failures, out));
+  RETURN_IF_ERROR(CheckServed(block, reference, address, failures, out));
+  RETURN_IF_ERROR(CheckSgdStep(block, reference, x, failures, out));
 
   (void)block.Remove();
   (void)s.DeleteMesh("serve");

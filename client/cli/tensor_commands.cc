@@ -202,16 +202,8 @@ void AddNameArgument(CLI::App& cmd, std::string& name) {
   cmd.add_option("name", name, "the tensor's name")->required()->type_name("NAME");
 }
 
-}  // namespace
-
-void AddTensorCommands(CLI::App& app, Action* action) {
-  CLI::App* tensor = app.add_subcommand(
-      "tensor",
-      "DTensors on the cluster: distribute a file, read it back whole or one rank's shard, "
-      "redistribute it (or print the plan), draw its layout per rank");
-  tensor->require_subcommand(1);
-
-  auto put = AddCommand(*tensor, "put",
+void AddPutCommand(CLI::App& tensor, Action* action) {
+  auto put = AddCommand(tensor, "put",
                         "distribute a .npy or .safetensors file over a mesh and wait until the "
                         "workers hold it",
                         Put, action);
@@ -235,9 +227,11 @@ void AddTensorCommands(CLI::App& app, Action* action) {
       ->type_name("R")
       ->capture_default_str();
   AddAsyncFlag(*put.app, put.flags->async);
+}
 
+void AddGetCommand(CLI::App& tensor, Action* action) {
   auto get =
-      AddCommand(*tensor, "get", "write a tensor, or one rank's shard, to a file", Get, action);
+      AddCommand(tensor, "get", "write a tensor, or one rank's shard, to a file", Get, action);
   AddClusterFlags(*get.app, get.flags->cluster, /*with_client=*/true);
   AddNameArgument(*get.app, get.flags->name);
   get.app->add_option("--out", get.flags->out, "FILE.npy or FILE.safetensors")
@@ -249,8 +243,10 @@ void AddTensorCommands(CLI::App& app, Action* action) {
           "--rank", [get_flags](const int64_t& rank) { get_flags->rank = rank; },
           "write only this rank's shard (to_local) instead of the whole tensor")
       ->type_name("R");
+}
 
-  auto redistribute = AddCommand(*tensor, "redistribute",
+void AddRedistributeCommand(CLI::App& tensor, Action* action) {
+  auto redistribute = AddCommand(tensor, "redistribute",
                                  "redistribute a tensor to new placements (or another mesh) as a "
                                  "new tensor, and wait until the workers hold it",
                                  Redistribute, action);
@@ -271,23 +267,45 @@ void AddTensorCommands(CLI::App& app, Action* action) {
                              "print the plan without running it");
   AddPlannerFlag(*redistribute.app, redistribute.flags->planner);
   AddAsyncFlag(*redistribute.app, redistribute.flags->async);
+}
 
+void AddShowCommand(CLI::App& tensor, Action* action) {
   auto show =
-      AddCommand(*tensor, "show", "a tensor's metadata and its layout per rank", Show, action);
+      AddCommand(tensor, "show", "a tensor's metadata and its layout per rank", Show, action);
   AddClusterFlags(*show.app, show.flags->cluster, /*with_client=*/true);
   AddNameArgument(*show.app, show.flags->name);
+}
 
-  auto list = AddCommand(*tensor, "list", "every tensor: mesh, dtype, shape, placements, state",
+void AddListCommand(CLI::App& tensor, Action* action) {
+  auto list = AddCommand(tensor, "list", "every tensor: mesh, dtype, shape, placements, state",
                          List, action);
   AddClusterFlags(*list.app, list.flags->cluster, /*with_client=*/true);
   list.app->add_option("--mesh", list.flags->mesh, "only the tensors of this mesh")
       ->type_name("NAME");
+}
 
-  auto rm = AddCommand(*tensor, "rm", "free tensors on every rank", Remove, action);
+void AddRemoveCommand(CLI::App& tensor, Action* action) {
+  auto rm = AddCommand(tensor, "rm", "free tensors on every rank", Remove, action);
   AddClusterFlags(*rm.app, rm.flags->cluster, /*with_client=*/true);
   rm.app->add_option("names", rm.flags->names, "the tensors' names")
       ->required()
       ->type_name("NAME...");
+}
+
+}  // namespace
+
+void AddTensorCommands(CLI::App& app, Action* action) {
+  CLI::App* tensor = app.add_subcommand(
+      "tensor",
+      "DTensors on the cluster: distribute a file, read it back whole or one rank's shard, "
+      "redistribute it (or print the plan), draw its layout per rank");
+  tensor->require_subcommand(1);
+  AddPutCommand(*tensor, action);
+  AddGetCommand(*tensor, action);
+  AddRedistributeCommand(*tensor, action);
+  AddShowCommand(*tensor, action);
+  AddListCommand(*tensor, action);
+  AddRemoveCommand(*tensor, action);
   // Set last: subcommands take their group from their parent when they are added.
   tensor->group(
       "Commands that run or talk to a cluster (--coordinator HOST:PORT, default "

@@ -63,6 +63,70 @@ void ModuleRecovery::RestoreAll() {
   if (!recorded_.empty()) spdlog::info("{} modules recovered", recorded_.size());
 }
 
+absl::Status ModuleRecovery::FindParameters(ModuleEntry& module) {
+  absl::Status lost;
+  for (const ProgramParameter& p : module.program.parameters) {
+    const std::string tensor = ParameterTensorName(module.name, p.fqn);
+    absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Find(tensor);
+    absl::Status why;
+    if (!t.ok()) {
+      why = absl::DataLossError(
+          absl::StrCat("its tensor '", tensor, "' did not come back: ", t.status().message()));
+    } else if ((*t)->spec.placements != p.placements) {
+      why = absl::DataLossError(absl::StrCat(
+          "its tensor '", tensor, "' is laid out ", PlacementsToString((*t)->spec.placements),
+          ", not ", PlacementsToString(p.placements), " as the module's plan places it"));
+    } else if (absl::Status usable = tensors_->Usable(tensor).status();
+               usable.code() == absl::StatusCode::kDataLoss) {
+      // A block lost with its worker (dead during the outage, or back without it).
+      why = usable;
+    }
+    if (t.ok()) module.parameters.push_back(*t);
+    if (lost.ok() && !why.ok()) {
+      lost = absl::DataLossError(absl::StrCat("module '", module.name, "' lost its parameter '",
+                                              p.fqn, "': ", why.message()));
+    }
+  }
+  return lost;
+}
+
+void ModuleRecovery::FindGradients(ModuleEntry& module, bool parameters_whole) {
+  std::vector<std::shared_ptr<DTensorEntry>> gradients;
+  for (size_t i = 0; i < module.program.parameters.size(); ++i) {
+    const ProgramParameter& p = module.program.parameters[i];
+    absl::StatusOr<std::shared_ptr<DTensorEntry>> g =
+        tensors_->Find(GradientTensorName(module.name, p.fqn));
+    if (g.ok()) gradients.push_back(*g);
+  }
+  bool whole = parameters_whole && gradients.size() == module.parameters.size();
+  for (size_t i = 0; whole && i < gradients.size(); ++i) {
+    whole =
+        gradients[i]->name == GradientTensorName(module.name, module.program.parameters[i].fqn) &&
+        gradients[i]->spec.placements == module.parameters[i]->spec.placements &&
+        gradients[i]->write->status.ok();
+  }
+  if (whole) {
+    module.gradients = std::move(gradients);
+  } else {
+    for (const auto& g : gradients) tensors_->Release(*g);
+  }
+}
+
+void ModuleRecovery::ServeAgain(const std::shared_ptr<ModuleEntry>& module,
+                                const v1::ModuleRecord& record, bool usable) {
+  for (const v1::PublishedVersion& p : record.published()) {
+    // A module that cannot run keeps its versions in its record but serves none of them.
+    if (usable) {
+      if (absl::Status s = publish_(module, p); !s.ok()) {
+        spdlog::error("module '{}': version {} of model '{}' is not served again: {}",
+                      record.name(), p.version(), p.model(), s.ToString());
+        continue;
+      }
+    }
+    module->published.push_back(p);
+  }
+}
+
 absl::Status ModuleRecovery::Restore(const v1::ModuleRecord& record) {
   const std::string& name = record.name();
   ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, tensors_->meshes().Find(record.mesh()));
@@ -83,70 +147,21 @@ absl::Status ModuleRecovery::Restore(const v1::ModuleRecord& record) {
   }
   auto module = std::make_shared<ModuleEntry>(name, mesh, *std::move(spec), record.spec_json(),
                                               modules_->NextProgramId());
-  absl::Status lost;
   absl::MutexLock lock(&module->mu);
   module->plan_json = std::move(compiled.plan_json);
   module->mesh_dim = mesh_dim;
   module->program = std::move(compiled.program);
   // Each parameter must be back with the layout the plan gives it and every block held.
-  for (const ProgramParameter& p : module->program.parameters) {
-    const std::string tensor = ParameterTensorName(name, p.fqn);
-    absl::StatusOr<std::shared_ptr<DTensorEntry>> t = tensors_->Find(tensor);
-    absl::Status why;
-    if (!t.ok()) {
-      why = absl::DataLossError(
-          absl::StrCat("its tensor '", tensor, "' did not come back: ", t.status().message()));
-    } else if ((*t)->spec.placements != p.placements) {
-      why = absl::DataLossError(absl::StrCat(
-          "its tensor '", tensor, "' is laid out ", PlacementsToString((*t)->spec.placements),
-          ", not ", PlacementsToString(p.placements), " as the module's plan places it"));
-    } else if (absl::Status usable = tensors_->Usable(tensor).status();
-               usable.code() == absl::StatusCode::kDataLoss) {
-      // A block lost with its worker (dead during the outage, or back without it).
-      why = usable;
-    }
-    if (t.ok()) module->parameters.push_back(*t);
-    if (lost.ok() && !why.ok()) {
-      lost = absl::DataLossError(
-          absl::StrCat("module '", name, "' lost its parameter '", p.fqn, "': ", why.message()));
-    }
-  }
+  absl::Status lost = FindParameters(*module);
   // Gradients come back only whole: a step cut short by the restart leaves none.
-  std::vector<std::shared_ptr<DTensorEntry>> gradients;
-  for (size_t i = 0; i < module->program.parameters.size(); ++i) {
-    const ProgramParameter& p = module->program.parameters[i];
-    absl::StatusOr<std::shared_ptr<DTensorEntry>> g =
-        tensors_->Find(GradientTensorName(name, p.fqn));
-    if (g.ok()) gradients.push_back(*g);
-  }
-  bool whole = lost.ok() && gradients.size() == module->parameters.size();
-  for (size_t i = 0; whole && i < gradients.size(); ++i) {
-    whole = gradients[i]->name == GradientTensorName(name, module->program.parameters[i].fqn) &&
-            gradients[i]->spec.placements == module->parameters[i]->spec.placements &&
-            gradients[i]->write->status.ok();
-  }
-  if (whole) {
-    module->gradients = std::move(gradients);
-  } else {
-    for (const auto& g : gradients) tensors_->Release(*g);
-  }
+  FindGradients(*module, lost.ok());
   // SGD momentum buffers are worker-side tensors no record names: the workers dropped them.
   module->momentum = false;
   if (lost.ok()) lost = programs_->MeshReady(*mesh);
   if (lost.ok()) {
     lost = programs_->Install(*module, module->program, absl::Now() + kInstallWait);
   }
-  for (const v1::PublishedVersion& p : record.published()) {
-    // A module that cannot run keeps its versions in its record but serves none of them.
-    if (lost.ok()) {
-      if (absl::Status s = publish_(module, p); !s.ok()) {
-        spdlog::error("module '{}': version {} of model '{}' is not served again: {}", name,
-                      p.version(), p.model(), s.ToString());
-        continue;
-      }
-    }
-    module->published.push_back(p);
-  }
+  ServeAgain(module, record, lost.ok());
   if (!lost.ok()) spdlog::error("module '{}' recovered unusable: {}", name, lost.ToString());
   // The plan it took, no longer pending.
   if (record.has_pending_plan()) RETURN_IF_ERROR(modules_->Persist(*module));

@@ -48,6 +48,17 @@ class ModuleRecovery {
   bool Follows(const std::string& module, const Program& program) const;
   // Recovers the module of `record`; an error if it could not be entered at all.
   absl::Status Restore(const v1::ModuleRecord& record);
+  // Restore's parts, each called under the module's mu.
+  // Finds the parameters of `module`'s program by name; DATA_LOSS naming the first that is not
+  // back whole, laid out as the program places it.
+  absl::Status FindParameters(ModuleEntry& module) ABSL_EXCLUSIVE_LOCKS_REQUIRED(module.mu);
+  // Finds `module`'s gradients, kept only if they and (`parameters_whole`) its parameters are all
+  // back whole and laid out alike; else released.
+  void FindGradients(ModuleEntry& module, bool parameters_whole)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(module.mu);
+  // Serves `record`'s published versions of `module` again if it is `usable`; lists them in it.
+  void ServeAgain(const std::shared_ptr<ModuleEntry>& module, const v1::ModuleRecord& record,
+                  bool usable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(module->mu);
 
   DTensorTable* tensors_;
   ModuleTable* modules_;

@@ -100,6 +100,95 @@ std::optional<v1::SpreadTensor> ReplicaRepair::RepairCommand(
   return std::nullopt;
 }
 
+// The workers of a mesh to set up again as they came back, by mesh position.
+struct ReplicaRepair::Returned {
+  std::vector<int64_t> incarnations, budgets, restarted;
+  std::vector<WorkerHandle> handles;
+  // What each worker that registered again kept: a worker that came back from a coordinator
+  // restart after its recovery wait holds its shards still (nullopt: it restarted empty).
+  std::vector<std::optional<std::set<std::string>>> kept_tensors;
+
+  // How the worker at position `p` came back, naming it.
+  std::string CameBack(int64_t p) const {
+    return absl::StrCat("worker ", handles[p].id, " at ", handles[p].address,
+                        kept_tensors[p].has_value()
+                            ? " registered again after the coordinator restarted"
+                            : " restarted and came back without its shards");
+  }
+};
+
+absl::StatusOr<ReplicaRepair::Returned> ReplicaRepair::GatherReturned(const Mesh& old) const {
+  const std::vector<int64_t>& ranks = old.mesh.ranks();
+  Returned back;
+  for (size_t p = 0; p < ranks.size(); ++p) {
+    ASSIGN_OR_RETURN(WorkerHandle w, registry_->Get(ranks[p]));
+    if (w.incarnation != old.incarnations[p]) back.restarted.push_back(static_cast<int64_t>(p));
+    back.kept_tensors.push_back(registry_->KeptBy(w.id, w.incarnation));
+    back.incarnations.push_back(w.incarnation);
+    back.budgets.push_back(w.memory_budget_bytes);
+    back.handles.push_back(std::move(w));
+  }
+  return back;
+}
+
+std::optional<absl::Status> ReplicaRepair::RepairMoved(const Returned& back,
+                                                       const std::vector<int64_t>& ranks,
+                                                       const Mesh& mesh, const DTensorEntry& t,
+                                                       const DTensorEntry& entry) {
+  // A write in flight on the old mesh cannot succeed; one that failed stays failed.
+  if (!t.write->done.HasBeenNotified()) {
+    return absl::UnavailableError(absl::StrCat("tensor '", t.name, "' was being written when ",
+                                               back.CameBack(back.restarted.front())));
+  }
+  if (!t.write->status.ok()) return t.write->status;
+  // The positions whose worker came back without this tensor's block.
+  const std::string held_name = DTensorTable::WorkerName(t.name);
+  std::vector<int64_t> lost_at;
+  for (int64_t p : back.restarted) {
+    if (!back.kept_tensors[p].has_value() || !back.kept_tensors[p]->contains(held_name)) {
+      lost_at.push_back(p);
+    }
+  }
+  if (lost_at.empty()) return absl::OkStatus();  // every block is where it was
+  auto gone = [&](int64_t p) -> absl::Status {
+    if (std::find(lost_at.begin(), lost_at.end(), p) == lost_at.end()) {
+      return absl::OkStatus();
+    }
+    return absl::UnavailableError(back.CameBack(p));
+  };
+  absl::Status loss = TensorLoss(t.name, t.spec, ranks, gone);
+  if (loss.code() == absl::StatusCode::kDataLoss) return loss;
+  std::optional<v1::SpreadTensor> spread = RepairCommand(t.spec, lost_at);
+  if (!spread.has_value()) {
+    return absl::DataLossError(absl::StrCat("tensor '", t.name,
+                                            "' could not be repaired from its replicas after ",
+                                            back.CameBack(lost_at.front())));
+  }
+  v1::Command command;
+  *command.mutable_spread_tensor() = *std::move(spread);
+  command.mutable_spread_tensor()->set_mesh_id(mesh.id);
+  command.mutable_spread_tensor()->set_tensor(held_name);
+  if (absl::Status st = tensors_->PostWrite(entry, command); !st.ok()) return st;
+  spdlog::info("tensor '{}': repairing worker {}'s block from a replica", t.name,
+               back.handles[lost_at.front()].id);
+  return std::nullopt;
+}
+
+void ReplicaRepair::TearDownOld(const Mesh& old, const Returned& back) {
+  std::vector<WorkerHandle> kept;
+  for (size_t p = 0; p < back.handles.size(); ++p) {
+    if (std::find(back.restarted.begin(), back.restarted.end(), static_cast<int64_t>(p)) ==
+        back.restarted.end()) {
+      kept.push_back(back.handles[p]);
+    }
+  }
+  v1::Command teardown;
+  teardown.mutable_teardown_mesh()->set_mesh_id(old.id);
+  dispatcher_->Post(kept, teardown, Mesh::kRpcSlack,
+                    [](absl::Status, std::vector<v1::CommandReply>) {});
+  store_->ErasePrefix(MeshReformer::StorePrefix(old));
+}
+
 absl::StatusOr<std::shared_ptr<Mesh>> ReplicaRepair::Rejoin(Mesh& old) {
   // A DeleteMesh of `old` that came first took it out of the table (Replace fails below); one that
   // comes later waits for both locks, and deletes the new mesh with the tensors moved onto it.
@@ -107,34 +196,15 @@ absl::StatusOr<std::shared_ptr<Mesh>> ReplicaRepair::Rejoin(Mesh& old) {
   // A state recovery that held the lock may have changed what is to do; the next look decides.
   if (!ReadyToRejoin(old)) return nullptr;
   const std::vector<int64_t>& ranks = old.mesh.ranks();
-  std::vector<int64_t> incarnations, budgets, restarted;
-  std::vector<WorkerHandle> handles;
-  // What each worker that registered again kept: a worker that came back from a coordinator
-  // restart after its recovery wait holds its shards still (nullopt: it restarted empty).
-  std::vector<std::optional<std::set<std::string>>> kept_tensors;
-  for (size_t p = 0; p < ranks.size(); ++p) {
-    ASSIGN_OR_RETURN(WorkerHandle w, registry_->Get(ranks[p]));
-    if (w.incarnation != old.incarnations[p]) restarted.push_back(static_cast<int64_t>(p));
-    kept_tensors.push_back(registry_->KeptBy(w.id, w.incarnation));
-    incarnations.push_back(w.incarnation);
-    budgets.push_back(w.memory_budget_bytes);
-    handles.push_back(std::move(w));
-  }
-  auto mesh = std::make_shared<Mesh>(old.name, old.mesh, std::move(incarnations), old.timeout,
-                                     std::move(budgets), ledger_);
+  ASSIGN_OR_RETURN(Returned back, GatherReturned(old));
+  auto mesh = std::make_shared<Mesh>(old.name, old.mesh, std::move(back.incarnations), old.timeout,
+                                     std::move(back.budgets), ledger_);
   absl::MutexLock changing(&mesh->change_mu);
   // Nothing is posted on the new mesh until its tensors' repairs are: they come first.
   absl::MutexLock submit(&mesh->submit_mu);
   RETURN_IF_ERROR(meshes_->Replace(old, mesh));
   spdlog::info("mesh '{}': worker(s) at position(s) {} came back; set up again as mesh id {}",
-               old.name, absl::StrJoin(restarted, ", "), mesh->id);
-  // How the worker at position `p` came back, naming it.
-  auto came_back = [&](int64_t p) {
-    return absl::StrCat("worker ", handles[p].id, " at ", handles[p].address,
-                        kept_tensors[p].has_value()
-                            ? " registered again after the coordinator restarted"
-                            : " restarted and came back without its shards");
-  };
+               old.name, absl::StrJoin(back.restarted, ", "), mesh->id);
   // Communicators first: the repairs posted below broadcast over them. A set-up that fails with
   // every worker alive (one busy past the connect timeout) is tried again, before the repairs.
   if (absl::Status s = reformer_->SetUp(*mesh); !s.ok()) {
@@ -145,56 +215,10 @@ absl::StatusOr<std::shared_ptr<Mesh>> ReplicaRepair::Rejoin(Mesh& old) {
   tensors_->Rehome(
       old, mesh,
       [&](const DTensorEntry& t, const DTensorEntry& entry) -> std::optional<absl::Status> {
-        // A write in flight on the old mesh cannot succeed; one that failed stays failed.
-        if (!t.write->done.HasBeenNotified()) {
-          return absl::UnavailableError(absl::StrCat(
-              "tensor '", t.name, "' was being written when ", came_back(restarted.front())));
-        }
-        if (!t.write->status.ok()) return t.write->status;
-        // The positions whose worker came back without this tensor's block.
-        const std::string held_name = DTensorTable::WorkerName(t.name);
-        std::vector<int64_t> lost_at;
-        for (int64_t p : restarted) {
-          if (!kept_tensors[p].has_value() || !kept_tensors[p]->contains(held_name)) {
-            lost_at.push_back(p);
-          }
-        }
-        if (lost_at.empty()) return absl::OkStatus();  // every block is where it was
-        auto gone = [&](int64_t p) -> absl::Status {
-          if (std::find(lost_at.begin(), lost_at.end(), p) == lost_at.end()) {
-            return absl::OkStatus();
-          }
-          return absl::UnavailableError(came_back(p));
-        };
-        absl::Status loss = TensorLoss(t.name, t.spec, ranks, gone);
-        if (loss.code() == absl::StatusCode::kDataLoss) return loss;
-        std::optional<v1::SpreadTensor> spread = RepairCommand(t.spec, lost_at);
-        if (!spread.has_value()) {
-          return absl::DataLossError(
-              absl::StrCat("tensor '", t.name, "' could not be repaired from its replicas after ",
-                           came_back(lost_at.front())));
-        }
-        v1::Command command;
-        *command.mutable_spread_tensor() = *std::move(spread);
-        command.mutable_spread_tensor()->set_mesh_id(mesh->id);
-        command.mutable_spread_tensor()->set_tensor(held_name);
-        if (absl::Status st = tensors_->PostWrite(entry, command); !st.ok()) return st;
-        spdlog::info("tensor '{}': repairing worker {}'s block from a replica", t.name,
-                     handles[lost_at.front()].id);
-        return std::nullopt;
+        return RepairMoved(back, ranks, *mesh, t, entry);
       });
   // The old mesh's communicators on the workers that kept them are of no use any more.
-  std::vector<WorkerHandle> kept;
-  for (size_t p = 0; p < handles.size(); ++p) {
-    if (std::find(restarted.begin(), restarted.end(), static_cast<int64_t>(p)) == restarted.end()) {
-      kept.push_back(handles[p]);
-    }
-  }
-  v1::Command teardown;
-  teardown.mutable_teardown_mesh()->set_mesh_id(old.id);
-  dispatcher_->Post(kept, teardown, Mesh::kRpcSlack,
-                    [](absl::Status, std::vector<v1::CommandReply>) {});
-  store_->ErasePrefix(MeshReformer::StorePrefix(old));
+  TearDownOld(old, back);
   return mesh;
 }
 

@@ -77,6 +77,17 @@ class ReplicaRepair {
   // the change locks of both meshes (a DeleteMesh waits for it); returns the new mesh, or null if
   // there was nothing to do. NOT_FOUND if `old` was deleted.
   absl::StatusOr<std::shared_ptr<Mesh>> Rejoin(Mesh& old);
+  // Rejoin's parts, each called under its locks.
+  struct Returned;
+  // How the workers of `old` came back, by mesh position.
+  absl::StatusOr<Returned> GatherReturned(const Mesh& old) const;
+  // The write of `entry`, tensor `t` moved onto `mesh` (over `ranks`), as Rehome's repair wants it:
+  // its status, or nullopt once the SpreadTensor giving restarted workers their blocks is posted.
+  std::optional<absl::Status> RepairMoved(const Returned& back, const std::vector<int64_t>& ranks,
+                                          const Mesh& mesh, const DTensorEntry& t,
+                                          const DTensorEntry& entry);
+  // Tears down the communicators of `old` on the workers that kept them and erases its store keys.
+  void TearDownOld(const Mesh& old, const Returned& back);
 
   WorkerRegistry* registry_;
   MeshTable* meshes_;
