@@ -28,7 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_host.h"
 #include "core/dtype.h"
-#include "core/placement.h"
+#include "core/sharding/placement.h"
 #include "gloo/allreduce.h"
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/allreduce_ring_chunked.h"

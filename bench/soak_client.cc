@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/elementwise_reduce.h"
+#include "core/sharding/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
 #include "kernels/backend.h"
 #include "kernels/run_op.h"

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "core/block_runs.h"
+#include "core/sharding/block_runs.h"
 #include "core/status_context.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/direct_distribute.h"
-#include "core/block_runs.h"
+#include "core/sharding/block_runs.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"

@@ -11,7 +11,7 @@
 #include "client/op_stream.h"
 #include "client/session_impl.h"
 #include "client/wire.h"
-#include "core/sharding_propagation.h"
+#include "core/sharding/sharding_propagation.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
@@ -401,8 +401,9 @@ absl::StatusOr<std::vector<DTensorInfo>> Session::ListTensors(const std::string&
 namespace {
 
 // RunOp on the op stream: the output's metadata and the inputs' redistributions come from the
-// planner the coordinator runs (core/sharding_propagation), so the handle returns at once; what
-// only the coordinator can refuse (an input freed meanwhile, a name taken) shows on the output.
+// planner the coordinator runs (core/sharding/sharding_propagation), so the handle returns at once;
+// what only the coordinator can refuse (an input freed meanwhile, a name taken) shows on the
+// output.
 absl::StatusOr<DTensor> RunOpOnStream(const OpCall& op, absl::Span<const DTensor> inputs,
                                       v1::OpRequest request) {
   const std::shared_ptr<Session>& session = DTensorAccess::StateOf(inputs[0])->session;

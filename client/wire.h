@@ -6,7 +6,7 @@
 // value. Internal to the client library.
 
 #include "absl/status/statusor.h"
-#include "core/redistribute_planner.h"
+#include "core/sharding/redistribute_planner.h"
 #include "tessera/collectives.h"
 #include "tessera/dtensor.h"
 #include "tessera/mesh.h"

@@ -19,14 +19,18 @@ install(TARGETS tessera_client tessera_core tessera_proto tessera_transfer EXPOR
 # Headers: the source tree includes core as "core/x.h"; installed, core lives under tessera/, so
 # the copies include "tessera/core/x.h" and a consumer needs only include/ on its path.
 file(GLOB TESSERA_PUBLIC_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/include/tessera/*.h)
-file(GLOB TESSERA_CORE_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*.h)
+file(GLOB TESSERA_CORE_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*.h
+  ${PROJECT_SOURCE_DIR}/core/*/*.h)
 foreach(set PUBLIC CORE)
   if(set STREQUAL "PUBLIC")
     set(destination ${CMAKE_INSTALL_INCLUDEDIR}/tessera)
+    set(base ${PROJECT_SOURCE_DIR}/include/tessera)
   else()
     set(destination ${CMAKE_INSTALL_INCLUDEDIR}/tessera/core)
+    set(base ${PROJECT_SOURCE_DIR}/core)
   endif()
   install(CODE "set(TESSERA_HEADERS \"${TESSERA_${set}_HEADERS}\")
+set(TESSERA_HEADER_BASE \"${base}\")
 set(TESSERA_HEADER_DESTINATION \"${destination}\")" COMPONENT Development)
   install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/TesseraInstallHeaders.cmake COMPONENT Development)
 endforeach()

@@ -1,6 +1,6 @@
 // Fuzzes the module spec parser: any text gives a spec or an error, and an accepted spec printed
 // by ModelSpecToJson parses again to the same JSON.
-#include "core/module_spec.h"
+#include "core/modules/module_spec.h"
 #include "fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

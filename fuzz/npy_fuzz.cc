@@ -2,7 +2,7 @@
 // SerializeNpy and a second ParseNpy byte for byte.
 #include <cstring>
 
-#include "core/npy.h"
+#include "core/files/npy.h"
 #include "fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "core/device_mesh.h"
-#include "core/dtensor_spec.h"
-#include "core/placement.h"
 #include "core/shape.h"
+#include "core/sharding/device_mesh.h"
+#include "core/sharding/dtensor_spec.h"
+#include "core/sharding/placement.h"
 #include "fuzz/fuzz_check.h"
 
 namespace {

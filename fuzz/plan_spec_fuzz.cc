@@ -1,6 +1,6 @@
 // Fuzzes the parallelize plan parser: any text gives a plan or an error, and an accepted plan
 // printed by PlanSpecToJson parses again to the same JSON.
-#include "core/parallel_plan.h"
+#include "core/modules/parallel_plan.h"
 #include "fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -2,7 +2,7 @@
 // they accept, and an accepted file survives SerializeSafetensors and a second parse.
 #include <cstring>
 
-#include "core/safetensors.h"
+#include "core/files/safetensors.h"
 #include "fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

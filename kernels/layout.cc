@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
 #include "core/host_tensor.h"
-#include "core/padding.h"
+#include "core/sharding/chunk.h"
+#include "core/sharding/padding.h"
 #include "core/status_macros.h"
 
 namespace tessera::kernels {

@@ -3,8 +3,8 @@
 
 // The layout moves of shards (blocks, slices along a dim, torch.chunk pieces padded for a
 // collective and cut after it) on tensors of any memory space: core's host versions
-// (core/host_tensor.h, core/padding.h) with the same rules and errors, every copy made by the
-// space's strided copy. The worker's shards live in its device's memory and move with these.
+// (core/host_tensor.h, core/sharding/padding.h) with the same rules and errors, every copy made by
+// the space's strided copy. The worker's shards live in its device's memory and move with these.
 
 #include <cstdint>
 #include <span>

@@ -4,8 +4,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/host_tensor.h"
-#include "core/op_call.h"
 #include "core/shape.h"
+#include "core/sharding/op_call.h"
 #include "kernels/backend.h"
 
 namespace tessera::kernels {

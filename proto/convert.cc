@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/program_check.h"
+#include "core/modules/program_check.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
 #include "core/host_tensor.h"
-#include "core/module_spec.h"
+#include "core/modules/module_spec.h"
 #include "core/shape.h"
 
 namespace tessera {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/module_spec.h"
+#include "core/modules/module_spec.h"
 
 namespace tessera::reference {
 

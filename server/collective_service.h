@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "core/dtensor_spec.h"
+#include "core/sharding/dtensor_spec.h"
 #include "security/idle_streams.h"
 #include "security/stream_limits.h"
 #include "server/cluster/dispatcher.h"

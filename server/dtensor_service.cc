@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/names.h"
-#include "core/redistribute_planner.h"
-#include "core/sharding_propagation.h"
+#include "core/sharding/redistribute_planner.h"
+#include "core/sharding/sharding_propagation.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"

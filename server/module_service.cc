@@ -5,7 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "core/program_edges.h"
+#include "core/modules/program_edges.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint_files.h"
+#include "core/files/checkpoint_files.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "worker/command_executor.h"

@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
-#include "core/padding.h"
+#include "core/sharding/chunk.h"
+#include "core/sharding/padding.h"
 #include "kernels/layout.h"
 #include "proto/convert.h"
 

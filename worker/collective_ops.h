@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
-#include "core/placement.h"
+#include "core/sharding/placement.h"
 #include "kernels/device_tensor.h"
 #include "tessera/v1/worker.pb.h"
 #include "worker/collective_outputs.h"
@@ -26,8 +26,9 @@ absl::StatusOr<CollectiveResult> RunCollectiveOp(const v1::RunCollective& c,
                                                  CollectiveOutputs& outputs);
 
 // The collectives, one each, as torch.distributed runs them on a process group. `root` and `peer`
-// are group ranks; uneven dim-0 splits are padded to the chunk size on the wire (core/padding.h).
-// Those that split along dim 0 (gather, scatter, all_to_all) need an input of rank >= 1.
+// are group ranks; uneven dim-0 splits are padded to the chunk size on the wire
+// (core/sharding/padding.h). Those that split along dim 0 (gather, scatter, all_to_all) need an
+// input of rank >= 1.
 
 // root's `in` on every rank.
 absl::StatusOr<CollectiveResult> RunBroadcast(comm::Communicator& group,

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
+#include "core/sharding/chunk.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "worker/collective_ops.h"

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/device_mesh.h"
-#include "core/dtensor_spec.h"
+#include "core/sharding/device_mesh.h"
+#include "core/sharding/dtensor_spec.h"
 #include "gloo/rendezvous/store.h"
 #include "kernels/backend.h"
 #include "tessera/v1/worker.pb.h"

@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "core/chunk.h"
-#include "core/padding.h"
+#include "core/sharding/chunk.h"
+#include "core/sharding/padding.h"
 #include "kernels/layout.h"
 
 namespace tessera {

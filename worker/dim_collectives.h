@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "core/placement.h"
+#include "core/sharding/placement.h"
 #include "kernels/device_tensor.h"
 #include "kernels/memory_space.h"
 #include "worker/comm/communicator.h"
@@ -13,9 +13,10 @@ namespace tessera {
 
 // The collectives that move a tensor between layouts along one tensor dim of a process group, as
 // DTensor runs them: pieces are torch.chunk pieces (uneven ones zero-padded to the chunk size on
-// the wire, core/padding.h). Every rank of `group` calls with the same dims and shapes (its own
-// piece's size along the sharded dim); the communicator's error if the collective fails. Tensors
-// and the buffers made for the collective live in `memory`, the communicator's memory space.
+// the wire, core/sharding/padding.h). Every rank of `group` calls with the same dims and shapes
+// (its own piece's size along the sharded dim); the communicator's error if the collective fails.
+// Tensors and the buffers made for the collective live in `memory`, the communicator's memory
+// space.
 
 // Shard(d) -> Replicate: every rank's piece of `full_shape` (the gathered shape) along d, joined.
 absl::StatusOr<kernels::DeviceTensor> AllGatherAlong(kernels::MemorySpace& memory,

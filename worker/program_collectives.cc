@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/chunk.h"
-#include "core/dtensor_spec.h"
+#include "core/sharding/chunk.h"
+#include "core/sharding/dtensor_spec.h"
 #include "core/status_macros.h"
 #include "kernels/layout.h"
 #include "worker/dim_collectives.h"

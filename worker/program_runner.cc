@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
-#include "core/dtensor_spec.h"
-#include "core/program_check.h"
+#include "core/modules/program_check.h"
+#include "core/sharding/chunk.h"
+#include "core/sharding/dtensor_spec.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 #include "worker/program_steps.h"

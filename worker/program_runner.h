@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/device_mesh.h"
 #include "core/host_tensor.h"
+#include "core/sharding/device_mesh.h"
 #include "kernels/backend.h"
 #include "proto/convert.h"
 #include "worker/comm/communicator.h"

@@ -6,14 +6,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/device_mesh.h"
-#include "core/module_program.h"
+#include "core/modules/module_program.h"
+#include "core/sharding/device_mesh.h"
 #include "kernels/backend.h"
 #include "worker/comm/communicator.h"
 
 namespace tessera {
 
-// The steps of a module program (core/module_program.h) as one rank runs them on its local
+// The steps of a module program (core/modules/module_program.h) as one rank runs them on its local
 // tensors, held in the memory space of the rank's kernels (host or device memory alike). Steps are
 // checked by CheckProgram before they run; what only the tensors tell (shapes, dtypes) is checked
 // here, INVALID_ARGUMENT naming the shapes.

@@ -6,8 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
-#include "core/elementwise_reduce.h"
+#include "core/sharding/chunk.h"
+#include "core/sharding/elementwise_reduce.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 #include "kernels/layout.h"

@@ -5,8 +5,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/dtensor_spec.h"
-#include "core/redistribute_planner.h"
+#include "core/sharding/dtensor_spec.h"
+#include "core/sharding/redistribute_planner.h"
 #include "kernels/backend.h"
 #include "worker/comm/communicator.h"
 

@@ -13,8 +13,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
-#include "core/device_mesh.h"
-#include "core/redistribute_planner.h"
+#include "core/sharding/device_mesh.h"
+#include "core/sharding/redistribute_planner.h"
 #include "core/status_macros.h"
 
 namespace tessera::cli {

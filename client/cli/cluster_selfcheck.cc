@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/chunk.h"
-#include "core/elementwise_reduce.h"
+#include "core/sharding/chunk.h"
+#include "core/sharding/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
 #include "core/status_context.h"
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/local_commands.h"
-#include "core/npy.h"
+#include "core/files/npy.h"
 #include "core/small_integer_tensor.h"
 
 namespace tessera::cli {

@@ -14,15 +14,15 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/tensor_files.h"
 #include "core/checked_math.h"
-#include "core/checkpoint.h"
-#include "core/checkpoint_files.h"
-#include "core/npy.h"
-#include "core/redistribute_planner.h"
-#include "core/safetensors.h"
-#include "core/sharded_files.h"
-#include "core/simulated_mesh.h"
+#include "core/files/checkpoint.h"
+#include "core/files/checkpoint_files.h"
+#include "core/files/npy.h"
+#include "core/files/safetensors.h"
+#include "core/files/sharded_files.h"
+#include "core/sharding/redistribute_planner.h"
+#include "core/sharding/simulated_mesh.h"
+#include "core/sharding/visualize_sharding.h"
 #include "core/small_integer_tensor.h"
-#include "core/visualize_sharding.h"
 
 namespace tessera::cli {
 namespace {

@@ -12,9 +12,9 @@
 #include "client/cli/cli_session.h"
 #include "client/cli/progress_bar.h"
 #include "client/cli/tensor_files.h"
-#include "core/file_bytes.h"
+#include "core/files/file_bytes.h"
+#include "core/files/safetensors.h"
 #include "core/json.h"
-#include "core/safetensors.h"
 #include "core/status_macros.h"
 #include "tessera/tessera.h"
 

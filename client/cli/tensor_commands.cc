@@ -8,9 +8,9 @@
 #include "client/cli/cli_session.h"
 #include "client/cli/progress_bar.h"
 #include "client/cli/tensor_files.h"
-#include "core/redistribute_planner.h"
+#include "core/sharding/redistribute_planner.h"
+#include "core/sharding/visualize_sharding.h"
 #include "core/status_macros.h"
-#include "core/visualize_sharding.h"
 #include "tessera/tessera.h"
 
 namespace tessera::cli {

@@ -2,8 +2,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/npy.h"
-#include "core/safetensors.h"
+#include "core/files/npy.h"
+#include "core/files/safetensors.h"
 #include "core/status_macros.h"
 
 namespace tessera::cli {

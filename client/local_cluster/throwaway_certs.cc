@@ -8,7 +8,8 @@
 namespace tessera {
 namespace {
 
-// The shell commands that write the set (tests/cluster/cluster_security_test.cc relies on its names).
+// The shell commands that write the set (tests/cluster/cluster_security_test.cc relies on its
+// names).
 constexpr char kScript[] = R"(set -eu
 ca() {
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \

@@ -1,4 +1,4 @@
-#include "core/checkpoint.h"
+#include "core/files/checkpoint.h"
 
 #include <algorithm>
 #include <filesystem>

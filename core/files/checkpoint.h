@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_CHECKPOINT_H_
-#define TESSERA_CORE_CHECKPOINT_H_
+#ifndef TESSERA_CORE_FILES_CHECKPOINT_H_
+#define TESSERA_CORE_FILES_CHECKPOINT_H_
 
 #include <cstdint>
 #include <string>
@@ -8,16 +8,17 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/dtensor_spec.h"
 #include "core/dtype.h"
 #include "core/shape.h"
+#include "core/sharding/dtensor_spec.h"
 
 namespace tessera {
 
 // A checkpoint directory (docs/checkpoints.md):
 //   <dir>/index.json                  which data directory is current and which file holds which
 //                                     block of which tensor; replaced atomically, written last
-//   <dir>/<data>/rank-<r>.safetensors one file per writing rank, as core/sharded_files.h writes
+//   <dir>/<data>/rank-<r>.safetensors one file per writing rank, as core/files/sharded_files.h
+//   writes
 //                                     them (the block under the tensor's name, the spec in
 //                                     "__metadata__"); a module's parameter p under <data>/<p>/
 // A reader follows index.json only, so a save killed half-way leaves the previous checkpoint whole.
@@ -98,4 +99,4 @@ std::vector<ByteCopy> PlanShardReads(const std::vector<CheckpointBlock>& blocks,
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_CHECKPOINT_H_
+#endif  // TESSERA_CORE_FILES_CHECKPOINT_H_

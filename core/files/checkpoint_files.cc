@@ -1,4 +1,4 @@
-#include "core/checkpoint_files.h"
+#include "core/files/checkpoint_files.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -12,9 +12,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/file_bytes.h"
-#include "core/safetensors.h"
-#include "core/sharded_files.h"
+#include "core/files/file_bytes.h"
+#include "core/files/safetensors.h"
+#include "core/files/sharded_files.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 

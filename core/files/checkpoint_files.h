@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_CHECKPOINT_FILES_H_
-#define TESSERA_CORE_CHECKPOINT_FILES_H_
+#ifndef TESSERA_CORE_FILES_CHECKPOINT_FILES_H_
+#define TESSERA_CORE_FILES_CHECKPOINT_FILES_H_
 
 #include <cstdint>
 #include <string>
@@ -7,14 +7,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/checkpoint.h"
-#include "core/dtensor_spec.h"
+#include "core/files/checkpoint.h"
 #include "core/host_tensor.h"
+#include "core/sharding/dtensor_spec.h"
 
 namespace tessera {
 
-// The file side of checkpoints (core/checkpoint.h has the format): what one rank does on its own
-// filesystem when it saves or loads its part.
+// The file side of checkpoints (core/files/checkpoint.h has the format): what one rank does on its
+// own filesystem when it saves or loads its part.
 
 // The checkpoint directory a call names, as a worker with checkpoint root `root` resolves it:
 // `path` absolute, or relative to `root`, with the symlinks of its existing part followed and
@@ -40,7 +40,7 @@ inline constexpr char kCheckpointMarkerFile[] = ".tessera-checkpoint";
 
 // Writes the block of rank `rank` of a tensor laid out as `spec` (no Partial) to
 // <directory>/<data_dir>/CheckpointFileName(param, rank) under `key`, with the spec in its
-// metadata as core/sharded_files.h writes it (creating the directories, and marking both
+// metadata as core/files/sharded_files.h writes it (creating the directories, and marking both
 // <directory> and its data directory with kCheckpointMarkerFile).
 absl::Status WriteCheckpointBlock(absl::string_view directory, absl::string_view data_dir,
                                   absl::string_view param, absl::string_view key,
@@ -68,4 +68,4 @@ absl::StatusOr<HostTensor> LoadCheckpointShard(absl::string_view directory,
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_CHECKPOINT_FILES_H_
+#endif  // TESSERA_CORE_FILES_CHECKPOINT_FILES_H_

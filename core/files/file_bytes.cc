@@ -1,4 +1,4 @@
-#include "core/file_bytes.h"
+#include "core/files/file_bytes.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

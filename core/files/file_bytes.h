@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_FILE_BYTES_H_
-#define TESSERA_CORE_FILE_BYTES_H_
+#ifndef TESSERA_CORE_FILES_FILE_BYTES_H_
+#define TESSERA_CORE_FILES_FILE_BYTES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -34,4 +34,4 @@ absl::Status WriteFileBytes(absl::string_view path, std::span<const std::byte> b
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_FILE_BYTES_H_
+#endif  // TESSERA_CORE_FILES_FILE_BYTES_H_

@@ -1,4 +1,4 @@
-#include "core/npy.h"
+#include "core/files/npy.h"
 
 #include <algorithm>
 #include <bit>
@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "core/file_bytes.h"
+#include "core/files/file_bytes.h"
 #include "core/shape.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"

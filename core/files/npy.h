@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_NPY_H_
-#define TESSERA_CORE_NPY_H_
+#ifndef TESSERA_CORE_FILES_NPY_H_
+#define TESSERA_CORE_FILES_NPY_H_
 
 #include <cstddef>
 #include <span>
@@ -36,4 +36,4 @@ absl::Status WriteNpyFile(absl::string_view path, const HostTensor& tensor);
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_NPY_H_
+#endif  // TESSERA_CORE_FILES_NPY_H_

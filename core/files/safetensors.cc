@@ -1,4 +1,4 @@
-#include "core/safetensors.h"
+#include "core/files/safetensors.h"
 
 #include <algorithm>
 #include <bit>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/file_bytes.h"
+#include "core/files/file_bytes.h"
 #include "core/json.h"
 #include "core/shape.h"
 #include "core/status_context.h"

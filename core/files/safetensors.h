@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_SAFETENSORS_H_
-#define TESSERA_CORE_SAFETENSORS_H_
+#ifndef TESSERA_CORE_FILES_SAFETENSORS_H_
+#define TESSERA_CORE_FILES_SAFETENSORS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -76,4 +76,4 @@ absl::Status WriteSafetensorsFile(absl::string_view path, const SafetensorsFile&
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_SAFETENSORS_H_
+#endif  // TESSERA_CORE_FILES_SAFETENSORS_H_

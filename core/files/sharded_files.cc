@@ -1,4 +1,4 @@
-#include "core/sharded_files.h"
+#include "core/files/sharded_files.h"
 
 #include <filesystem>
 #include <map>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/safetensors.h"
+#include "core/files/safetensors.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 

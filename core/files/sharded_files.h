@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_SHARDED_FILES_H_
-#define TESSERA_CORE_SHARDED_FILES_H_
+#ifndef TESSERA_CORE_FILES_SHARDED_FILES_H_
+#define TESSERA_CORE_FILES_SHARDED_FILES_H_
 
 #include <map>
 #include <string>
@@ -8,8 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/dtensor_spec.h"
 #include "core/host_tensor.h"
+#include "core/sharding/dtensor_spec.h"
 
 namespace tessera {
 
@@ -41,4 +41,4 @@ absl::StatusOr<ShardedTensor> ReadShardedTensor(absl::string_view dir, absl::str
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_SHARDED_FILES_H_
+#endif  // TESSERA_CORE_FILES_SHARDED_FILES_H_

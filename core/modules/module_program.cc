@@ -1,4 +1,4 @@
-#include "core/module_program.h"
+#include "core/modules/module_program.h"
 
 #include <map>
 #include <optional>

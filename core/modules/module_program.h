@@ -1,15 +1,15 @@
-#ifndef TESSERA_CORE_MODULE_PROGRAM_H_
-#define TESSERA_CORE_MODULE_PROGRAM_H_
+#ifndef TESSERA_CORE_MODULES_MODULE_PROGRAM_H_
+#define TESSERA_CORE_MODULES_MODULE_PROGRAM_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/device_mesh.h"
-#include "core/module_spec.h"
-#include "core/parallel_plan.h"
-#include "core/placement.h"
+#include "core/modules/module_spec.h"
+#include "core/modules/parallel_plan.h"
+#include "core/sharding/device_mesh.h"
+#include "core/sharding/placement.h"
 
 namespace tessera {
 
@@ -166,4 +166,4 @@ void AddDataParallel(Program& program, int dp_mesh_dim);
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_MODULE_PROGRAM_H_
+#endif  // TESSERA_CORE_MODULES_MODULE_PROGRAM_H_

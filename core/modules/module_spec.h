@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_MODULE_SPEC_H_
-#define TESSERA_CORE_MODULE_SPEC_H_
+#ifndef TESSERA_CORE_MODULES_MODULE_SPEC_H_
+#define TESSERA_CORE_MODULES_MODULE_SPEC_H_
 
 #include <cstdint>
 #include <optional>
@@ -111,4 +111,4 @@ std::vector<ParameterInfo> OwnParameters(const ModuleSpec& module);
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_MODULE_SPEC_H_
+#endif  // TESSERA_CORE_MODULES_MODULE_SPEC_H_

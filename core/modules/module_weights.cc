@@ -1,4 +1,4 @@
-#include "core/module_weights.h"
+#include "core/modules/module_weights.h"
 
 #include <cmath>
 #include <map>

@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_MODULE_WEIGHTS_H_
-#define TESSERA_CORE_MODULE_WEIGHTS_H_
+#ifndef TESSERA_CORE_MODULES_MODULE_WEIGHTS_H_
+#define TESSERA_CORE_MODULES_MODULE_WEIGHTS_H_
 
 #include <string>
 #include <vector>
@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "core/dtype.h"
-#include "core/module_spec.h"
+#include "core/modules/module_spec.h"
 #include "core/shape.h"
 
 namespace tessera {
@@ -47,4 +47,4 @@ ParameterInit InitOf(const ModuleSpec& owner, absl::string_view local_name);
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_MODULE_WEIGHTS_H_
+#endif  // TESSERA_CORE_MODULES_MODULE_WEIGHTS_H_

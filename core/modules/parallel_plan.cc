@@ -1,4 +1,4 @@
-#include "core/parallel_plan.h"
+#include "core/modules/parallel_plan.h"
 
 #include <algorithm>
 #include <string>

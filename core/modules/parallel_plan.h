@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_PARALLEL_PLAN_H_
-#define TESSERA_CORE_PARALLEL_PLAN_H_
+#ifndef TESSERA_CORE_MODULES_PARALLEL_PLAN_H_
+#define TESSERA_CORE_MODULES_PARALLEL_PLAN_H_
 
 #include <optional>
 #include <string>
@@ -8,8 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/module_spec.h"
-#include "core/placement.h"
+#include "core/modules/module_spec.h"
+#include "core/sharding/placement.h"
 
 namespace tessera {
 
@@ -118,4 +118,4 @@ absl::StatusOr<std::vector<std::pair<std::string, std::vector<Placement>>>> Dist
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_PARALLEL_PLAN_H_
+#endif  // TESSERA_CORE_MODULES_PARALLEL_PLAN_H_

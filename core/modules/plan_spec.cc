@@ -1,4 +1,4 @@
-// ParsePlanSpec and PlanSpecToJson of core/parallel_plan.h: plan files as JSON.
+// ParsePlanSpec and PlanSpecToJson of core/modules/parallel_plan.h: plan files as JSON.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/json.h"
-#include "core/parallel_plan.h"
+#include "core/modules/parallel_plan.h"
 #include "core/status_macros.h"
 
 namespace tessera {

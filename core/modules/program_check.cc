@@ -1,4 +1,4 @@
-#include "core/program_check.h"
+#include "core/modules/program_check.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,16 +1,16 @@
-#ifndef TESSERA_CORE_PROGRAM_CHECK_H_
-#define TESSERA_CORE_PROGRAM_CHECK_H_
+#ifndef TESSERA_CORE_MODULES_PROGRAM_CHECK_H_
+#define TESSERA_CORE_MODULES_PROGRAM_CHECK_H_
 
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "core/module_program.h"
+#include "core/modules/module_program.h"
 
 namespace tessera {
 
-// What a step of one kind takes, as core/module_program.h describes each kind.
+// What a step of one kind takes, as core/modules/module_program.h describes each kind.
 struct StepSignature {
   enum class Parameter { kNone, kOptional, kRequired };
   int inputs = 0;  // buffers read, exactly
@@ -46,4 +46,4 @@ absl::Status CheckProgram(const Program& program);
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_PROGRAM_CHECK_H_
+#endif  // TESSERA_CORE_MODULES_PROGRAM_CHECK_H_

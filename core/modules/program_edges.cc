@@ -1,11 +1,11 @@
-#include "core/program_edges.h"
+#include "core/modules/program_edges.h"
 
 #include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/dtensor_spec.h"
-#include "core/elementwise_reduce.h"
+#include "core/sharding/dtensor_spec.h"
+#include "core/sharding/elementwise_reduce.h"
 #include "core/status_macros.h"
 
 namespace tessera {

@@ -1,18 +1,18 @@
-#ifndef TESSERA_CORE_PROGRAM_EDGES_H_
-#define TESSERA_CORE_PROGRAM_EDGES_H_
+#ifndef TESSERA_CORE_MODULES_PROGRAM_EDGES_H_
+#define TESSERA_CORE_MODULES_PROGRAM_EDGES_H_
 
 #include <span>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/device_mesh.h"
 #include "core/dtype.h"
 #include "core/host_tensor.h"
-#include "core/module_program.h"
-#include "core/module_spec.h"
-#include "core/placement.h"
+#include "core/modules/module_program.h"
+#include "core/modules/module_spec.h"
 #include "core/shape.h"
+#include "core/sharding/device_mesh.h"
+#include "core/sharding/placement.h"
 
 namespace tessera {
 
@@ -61,4 +61,4 @@ absl::StatusOr<HostTensor> AssembleEdge(std::vector<HostTensor> locals, const De
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_PROGRAM_EDGES_H_
+#endif  // TESSERA_CORE_MODULES_PROGRAM_EDGES_H_

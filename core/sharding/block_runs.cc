@@ -1,4 +1,4 @@
-#include "core/block_runs.h"
+#include "core/sharding/block_runs.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_BLOCK_RUNS_H_
-#define TESSERA_CORE_BLOCK_RUNS_H_
+#ifndef TESSERA_CORE_SHARDING_BLOCK_RUNS_H_
+#define TESSERA_CORE_SHARDING_BLOCK_RUNS_H_
 
 #include <cstdint>
 #include <span>
@@ -61,4 +61,4 @@ class BlockCursor {
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_BLOCK_RUNS_H_
+#endif  // TESSERA_CORE_SHARDING_BLOCK_RUNS_H_

@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_CHUNK_H_
-#define TESSERA_CORE_CHUNK_H_
+#ifndef TESSERA_CORE_SHARDING_CHUNK_H_
+#define TESSERA_CORE_SHARDING_CHUNK_H_
 
 #include <cstdint>
 
@@ -25,4 +25,4 @@ inline ChunkRange ChunkOf(int64_t n, int64_t k, int64_t r) {
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_CHUNK_H_
+#endif  // TESSERA_CORE_SHARDING_CHUNK_H_

@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_DEVICE_MESH_H_
-#define TESSERA_CORE_DEVICE_MESH_H_
+#ifndef TESSERA_CORE_SHARDING_DEVICE_MESH_H_
+#define TESSERA_CORE_SHARDING_DEVICE_MESH_H_
 
 #include <cstdint>
 #include <span>
@@ -94,4 +94,4 @@ class DeviceMesh {
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_DEVICE_MESH_H_
+#endif  // TESSERA_CORE_SHARDING_DEVICE_MESH_H_

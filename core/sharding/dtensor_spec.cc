@@ -1,7 +1,7 @@
-#include "core/dtensor_spec.h"
+#include "core/sharding/dtensor_spec.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
+#include "core/sharding/chunk.h"
 #include "core/status_macros.h"
 
 namespace tessera {

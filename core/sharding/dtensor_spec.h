@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_DTENSOR_SPEC_H_
-#define TESSERA_CORE_DTENSOR_SPEC_H_
+#ifndef TESSERA_CORE_SHARDING_DTENSOR_SPEC_H_
+#define TESSERA_CORE_SHARDING_DTENSOR_SPEC_H_
 
 #include <cstdint>
 #include <span>
@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/device_mesh.h"
 #include "core/dtype.h"
-#include "core/placement.h"
 #include "core/shape.h"
+#include "core/sharding/device_mesh.h"
+#include "core/sharding/placement.h"
 
 namespace tessera {
 
@@ -55,4 +55,4 @@ bool HasPartial(const DTensorSpec& spec);
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_DTENSOR_SPEC_H_
+#endif  // TESSERA_CORE_SHARDING_DTENSOR_SPEC_H_

@@ -1,4 +1,4 @@
-#include "core/elementwise_reduce.h"
+#include "core/sharding/elementwise_reduce.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,10 +1,10 @@
-#ifndef TESSERA_CORE_ELEMENTWISE_REDUCE_H_
-#define TESSERA_CORE_ELEMENTWISE_REDUCE_H_
+#ifndef TESSERA_CORE_SHARDING_ELEMENTWISE_REDUCE_H_
+#define TESSERA_CORE_SHARDING_ELEMENTWISE_REDUCE_H_
 
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "core/placement.h"
+#include "core/sharding/placement.h"
 
 namespace tessera {
 
@@ -36,4 +36,4 @@ void PartitionValue(ReduceOp op, int64_t coordinate, DType dtype, void* data, in
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_ELEMENTWISE_REDUCE_H_
+#endif  // TESSERA_CORE_SHARDING_ELEMENTWISE_REDUCE_H_

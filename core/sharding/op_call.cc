@@ -1,4 +1,4 @@
-#include "core/op_call.h"
+#include "core/sharding/op_call.h"
 
 #include <algorithm>
 

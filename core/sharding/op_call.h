@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_OP_CALL_H_
-#define TESSERA_CORE_OP_CALL_H_
+#ifndef TESSERA_CORE_SHARDING_OP_CALL_H_
+#define TESSERA_CORE_SHARDING_OP_CALL_H_
 
 #include <cstdint>
 #include <optional>
@@ -73,4 +73,4 @@ absl::StatusOr<std::vector<int>> ReducedDims(const OpCall& op, int rank);
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_OP_CALL_H_
+#endif  // TESSERA_CORE_SHARDING_OP_CALL_H_

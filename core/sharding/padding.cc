@@ -1,11 +1,11 @@
-#include "core/padding.h"
+#include "core/sharding/padding.h"
 
 #include <cstring>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
+#include "core/sharding/chunk.h"
 
 namespace tessera {
 namespace {

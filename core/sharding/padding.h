@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_PADDING_H_
-#define TESSERA_CORE_PADDING_H_
+#ifndef TESSERA_CORE_SHARDING_PADDING_H_
+#define TESSERA_CORE_SHARDING_PADDING_H_
 
 #include <cstdint>
 #include <utility>
@@ -64,4 +64,4 @@ bool IsChunkBlocks(const Shape& shape, int dim, int64_t k, const Shape& block_sh
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_PADDING_H_
+#endif  // TESSERA_CORE_SHARDING_PADDING_H_

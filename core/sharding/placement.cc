@@ -1,4 +1,4 @@
-#include "core/placement.h"
+#include "core/sharding/placement.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"

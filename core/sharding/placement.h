@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_PLACEMENT_H_
-#define TESSERA_CORE_PLACEMENT_H_
+#ifndef TESSERA_CORE_SHARDING_PLACEMENT_H_
+#define TESSERA_CORE_SHARDING_PLACEMENT_H_
 
 #include <span>
 #include <string>
@@ -62,4 +62,4 @@ absl::StatusOr<std::vector<Placement>> ParsePlacements(absl::string_view text);
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_PLACEMENT_H_
+#endif  // TESSERA_CORE_SHARDING_PLACEMENT_H_

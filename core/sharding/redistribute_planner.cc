@@ -1,4 +1,4 @@
-#include "core/redistribute_planner.h"
+#include "core/sharding/redistribute_planner.h"
 
 #include <algorithm>
 #include <map>
@@ -8,7 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/chunk.h"
+#include "core/sharding/chunk.h"
 #include "core/status_macros.h"
 
 namespace tessera {

@@ -1,5 +1,5 @@
-#ifndef TESSERA_CORE_REDISTRIBUTE_PLANNER_H_
-#define TESSERA_CORE_REDISTRIBUTE_PLANNER_H_
+#ifndef TESSERA_CORE_SHARDING_REDISTRIBUTE_PLANNER_H_
+#define TESSERA_CORE_SHARDING_REDISTRIBUTE_PLANNER_H_
 
 #include <cstdint>
 #include <span>
@@ -9,8 +9,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "core/dtensor_spec.h"
-#include "core/placement.h"
+#include "core/sharding/dtensor_spec.h"
+#include "core/sharding/placement.h"
 
 namespace tessera {
 
@@ -80,4 +80,4 @@ absl::StatusOr<RedistributeStep> PlanStep(const DTensorSpec& spec, int mesh_dim,
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_REDISTRIBUTE_PLANNER_H_
+#endif  // TESSERA_CORE_SHARDING_REDISTRIBUTE_PLANNER_H_

@@ -1,4 +1,4 @@
-#include "core/sharding_propagation.h"
+#include "core/sharding/sharding_propagation.h"
 
 #include <algorithm>
 #include <map>

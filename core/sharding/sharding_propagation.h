@@ -1,15 +1,15 @@
-#ifndef TESSERA_CORE_SHARDING_PROPAGATION_H_
-#define TESSERA_CORE_SHARDING_PROPAGATION_H_
+#ifndef TESSERA_CORE_SHARDING_SHARDING_PROPAGATION_H_
+#define TESSERA_CORE_SHARDING_SHARDING_PROPAGATION_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/dtensor_spec.h"
-#include "core/op_call.h"
-#include "core/placement.h"
-#include "core/redistribute_planner.h"
+#include "core/sharding/dtensor_spec.h"
+#include "core/sharding/op_call.h"
+#include "core/sharding/placement.h"
+#include "core/sharding/redistribute_planner.h"
 
 namespace tessera {
 
@@ -42,4 +42,4 @@ absl::StatusOr<OpSharding> PropagateSharding(const OpCall& op,
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_SHARDING_PROPAGATION_H_
+#endif  // TESSERA_CORE_SHARDING_SHARDING_PROPAGATION_H_

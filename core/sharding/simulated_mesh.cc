@@ -1,12 +1,12 @@
-#include "core/simulated_mesh.h"
+#include "core/sharding/simulated_mesh.h"
 
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
-#include "core/elementwise_reduce.h"
-#include "core/padding.h"
+#include "core/sharding/chunk.h"
+#include "core/sharding/elementwise_reduce.h"
+#include "core/sharding/padding.h"
 #include "core/status_macros.h"
 
 namespace tessera {

@@ -1,13 +1,13 @@
-#ifndef TESSERA_CORE_SIMULATED_MESH_H_
-#define TESSERA_CORE_SIMULATED_MESH_H_
+#ifndef TESSERA_CORE_SHARDING_SIMULATED_MESH_H_
+#define TESSERA_CORE_SHARDING_SIMULATED_MESH_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/dtensor_spec.h"
 #include "core/host_tensor.h"
-#include "core/redistribute_planner.h"
+#include "core/sharding/dtensor_spec.h"
+#include "core/sharding/redistribute_planner.h"
 
 namespace tessera {
 
@@ -50,7 +50,7 @@ class SimulatedMesh {
                           const Group& group, std::vector<HostTensor>& shards);
 
   // The steps, one per collective, each on one group's shards. Uneven shards are padded to the
-  // chunk size on the wire (core/padding.h), and the bytes each rank moves are counted.
+  // chunk size on the wire (core/sharding/padding.h), and the bytes each rank moves are counted.
   absl::Status LocalChunk(const Group& group, int d, std::vector<HostTensor>& shards);
   void LocalPartition(const Group& group, ReduceOp op, std::vector<HostTensor>& shards);
   // Shard(d) → Partial(sum): each shard written into zeros of `after_shape` at its chunk's offset.
@@ -76,4 +76,4 @@ absl::StatusOr<HostTensor> AssembleShards(const DTensorSpec& spec,
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_SIMULATED_MESH_H_
+#endif  // TESSERA_CORE_SHARDING_SIMULATED_MESH_H_

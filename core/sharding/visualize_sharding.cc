@@ -1,4 +1,4 @@
-#include "core/visualize_sharding.h"
+#include "core/sharding/visualize_sharding.h"
 
 #include <algorithm>
 #include <set>

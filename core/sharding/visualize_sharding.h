@@ -1,9 +1,9 @@
-#ifndef TESSERA_CORE_VISUALIZE_SHARDING_H_
-#define TESSERA_CORE_VISUALIZE_SHARDING_H_
+#ifndef TESSERA_CORE_SHARDING_VISUALIZE_SHARDING_H_
+#define TESSERA_CORE_SHARDING_VISUALIZE_SHARDING_H_
 
 #include <string>
 
-#include "core/dtensor_spec.h"
+#include "core/sharding/dtensor_spec.h"
 
 namespace tessera {
 
@@ -14,4 +14,4 @@ std::string VisualizeSharding(const DTensorSpec& spec);
 
 }  // namespace tessera
 
-#endif  // TESSERA_CORE_VISUALIZE_SHARDING_H_
+#endif  // TESSERA_CORE_SHARDING_VISUALIZE_SHARDING_H_

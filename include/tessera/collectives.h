@@ -15,8 +15,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/dtype.h"
-#include "core/placement.h"
 #include "core/shape.h"
+#include "core/sharding/placement.h"
 #include "tessera/mesh.h"
 
 namespace tessera::client {

@@ -14,13 +14,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/dtensor_spec.h"
 #include "core/dtype.h"
 #include "core/host_tensor.h"
-#include "core/op_call.h"
-#include "core/placement.h"
-#include "core/redistribute_planner.h"
 #include "core/shape.h"
+#include "core/sharding/dtensor_spec.h"
+#include "core/sharding/op_call.h"
+#include "core/sharding/placement.h"
+#include "core/sharding/redistribute_planner.h"
 #include "tessera/mesh.h"
 
 namespace tessera::client {

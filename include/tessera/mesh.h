@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/device_mesh.h"
 #include "core/shape.h"
+#include "core/sharding/device_mesh.h"
 
 namespace tessera::client {
 

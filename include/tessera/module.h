@@ -18,11 +18,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/dtensor_spec.h"
 #include "core/dtype.h"
 #include "core/host_tensor.h"
-#include "core/placement.h"
 #include "core/shape.h"
+#include "core/sharding/dtensor_spec.h"
+#include "core/sharding/placement.h"
 #include "tessera/dtensor.h"
 #include "tessera/mesh.h"
 

@@ -6,8 +6,8 @@
 
 #include "core/dtype.h"
 #include "core/host_tensor.h"
-#include "core/placement.h"
 #include "core/shape.h"
+#include "core/sharding/placement.h"
 
 namespace tessera::client {
 

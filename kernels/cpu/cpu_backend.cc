@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/elementwise_reduce.h"
 #include "core/host_memory.h"
+#include "core/sharding/elementwise_reduce.h"
 
 namespace tessera::kernels {
 

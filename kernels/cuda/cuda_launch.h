@@ -17,7 +17,7 @@ namespace tessera::kernels::cuda {
 // Largest rank a kernel indexes (after size-1 dims are dropped and contiguous dims merged).
 inline constexpr int kMaxRank = 8;
 
-// ReduceOp of core/placement.h, which device code (C++17) cannot include.
+// ReduceOp of core/sharding/placement.h, which device code (C++17) cannot include.
 enum class DeviceReduceOp : int { kSum, kAvg, kMax, kMin, kProduct };
 
 // A broadcast walk (kernels/broadcast.h) over the output's elements.

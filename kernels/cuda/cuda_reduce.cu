@@ -1,5 +1,6 @@
 // Reduction kernels of the CUDA backend: along a dim (as kernels/cpu/cpu_reduce.cc) and the
-// elementwise steps of collectives (as core/elementwise_reduce.cc, which the CPU backend calls).
+// elementwise steps of collectives (as core/sharding/elementwise_reduce.cc, which the CPU backend
+// calls).
 
 #include "kernels/cuda/cuda_launch.h"
 #include "kernels/cuda/device_element.cuh"

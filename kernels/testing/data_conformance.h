@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/chunk.h"
+#include "core/sharding/chunk.h"
 #include "gtest/gtest.h"
 #include "kernels/philox.h"
 #include "kernels/testing/conformance_fixture.h"

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
-#include "core/padding.h"
+#include "core/sharding/chunk.h"
+#include "core/sharding/padding.h"
 #include "gtest/gtest.h"
 #include "kernels/layout.h"
 #include "kernels/testing/conformance_fixture.h"

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "core/placement.h"
+#include "core/sharding/placement.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/conformance_fixture.h"
 

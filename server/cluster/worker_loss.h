@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "core/dtensor_spec.h"
+#include "core/sharding/dtensor_spec.h"
 
 namespace tessera {
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/parallel_plan.h"
+#include "core/modules/parallel_plan.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"

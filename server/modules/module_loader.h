@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/module_weights.h"
+#include "core/modules/module_weights.h"
 #include "grpcpp/grpcpp.h"
 #include "server/modules/module_programs.h"
 #include "server/tables/dtensor_table.h"

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/redistribute_planner.h"
+#include "core/sharding/redistribute_planner.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 

@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/parallel_plan.h"
+#include "core/modules/parallel_plan.h"
 #include "server/modules/module_programs.h"
 #include "server/tables/dtensor_table.h"
 #include "server/tables/module_table.h"

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/host_tensor.h"
-#include "core/module_program.h"
+#include "core/modules/module_program.h"
 #include "server/modules/module_programs.h"
 #include "server/tables/dtensor_table.h"
 #include "server/tables/module_table.h"

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/placement.h"
+#include "core/sharding/placement.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 #include "spdlog/spdlog.h"

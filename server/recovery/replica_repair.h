@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "core/dtensor_spec.h"
+#include "core/sharding/dtensor_spec.h"
 #include "server/cluster/dispatcher.h"
 #include "server/cluster/rendezvous_store.h"
 #include "server/cluster/worker_bytes.h"

@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
+#include "core/sharding/chunk.h"
 
 namespace tessera {
 namespace {

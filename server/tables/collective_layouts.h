@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/device_mesh.h"
 #include "core/dtype.h"
 #include "core/shape.h"
+#include "core/sharding/device_mesh.h"
 #include "tessera/v1/worker.pb.h"
 
 namespace tessera {

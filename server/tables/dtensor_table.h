@@ -13,7 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "core/dtensor_spec.h"
+#include "core/sharding/dtensor_spec.h"
 #include "server/cluster/dispatcher.h"
 #include "server/cluster/state_store.h"
 #include "server/cluster/worker_bytes.h"

@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/device_mesh.h"
+#include "core/sharding/device_mesh.h"
 #include "server/cluster/mesh_communicators.h"
 #include "server/cluster/worker_bytes.h"
 #include "server/cluster/worker_registry.h"

@@ -4,7 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "core/module_weights.h"
+#include "core/modules/module_weights.h"
 #include "core/names.h"
 #include "proto/convert.h"
 #include "spdlog/spdlog.h"

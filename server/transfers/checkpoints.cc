@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "core/checkpoint.h"
+#include "core/files/checkpoint.h"
 #include "core/names.h"
-#include "core/redistribute_planner.h"
+#include "core/sharding/redistribute_planner.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "core/checkpoint.h"
+#include "core/files/checkpoint.h"
 #include "server/tables/dtensor_table.h"
 #include "tessera/v1/tensor.pb.h"
 

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
-#include "core/redistribute_planner.h"
+#include "core/sharding/redistribute_planner.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"

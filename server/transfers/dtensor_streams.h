@@ -8,7 +8,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/dtensor_spec.h"
+#include "core/sharding/dtensor_spec.h"
 #include "grpcpp/grpcpp.h"
 #include "security/idle_streams.h"
 #include "server/tables/dtensor_table.h"

@@ -9,8 +9,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "core/block_runs.h"
-#include "core/dtensor_spec.h"
+#include "core/sharding/block_runs.h"
+#include "core/sharding/dtensor_spec.h"
 #include "server/cluster/dispatcher.h"
 
 namespace tessera {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/elementwise_reduce.h"
+#include "core/sharding/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/session_impl.h"
-#include "core/simulated_mesh.h"
+#include "core/sharding/simulated_mesh.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/testing/reference.h"
 #include "proto/convert.h"

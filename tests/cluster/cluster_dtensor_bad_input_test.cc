@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "core/elementwise_reduce.h"
+#include "core/sharding/elementwise_reduce.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/testing/reference.h"
 #include "proto/convert.h"

@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/elementwise_reduce.h"
+#include "core/sharding/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
 #include "tests/cluster/cluster_fixture.h"

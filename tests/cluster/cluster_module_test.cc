@@ -16,8 +16,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/module_spec.h"
-#include "core/safetensors.h"
+#include "core/files/safetensors.h"
+#include "core/modules/module_spec.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/testing/reference.h"
 #include "proto/convert.h"

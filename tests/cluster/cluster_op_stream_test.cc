@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/op_call.h"
+#include "core/sharding/op_call.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
 #include "core/host_tensor.h"
-#include "core/placement.h"
+#include "core/sharding/chunk.h"
+#include "core/sharding/placement.h"
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
 #include "tests/cluster/module_cluster.h"

@@ -28,7 +28,7 @@
 #include "absl/time/time.h"
 #include "core/dtype.h"
 #include "core/host_tensor.h"
-#include "core/module_spec.h"
+#include "core/modules/module_spec.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
 #include "grpcpp/grpcpp.h"

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/chunk.h"
-#include "core/elementwise_reduce.h"
+#include "core/sharding/chunk.h"
+#include "core/sharding/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
 #include "tests/cluster/cluster_fixture.h"

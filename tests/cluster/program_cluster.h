@@ -4,8 +4,8 @@
 // Module programs run by workers' command executors in one process, one thread per rank with real
 // Gloo communicators: the workers of a mesh, the pieces of full tensors each rank holds, the
 // commands that load and run a program on every rank, and the checks of what they return and
-// store. Workers run on TestDevice() (tests/support/test_device.h): on cpu each one's memory space is a
-// StrictMemoryBackend, host memory used as a GPU's is; on cuda, rank r holds cuda:r.
+// store. Workers run on TestDevice() (tests/support/test_device.h): on cpu each one's memory space
+// is a StrictMemoryBackend, host memory used as a GPU's is; on cuda, rank r holds cuda:r.
 
 #include <cmath>
 #include <cstdint>
@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "core/dtensor_spec.h"
-#include "core/program_edges.h"
+#include "core/modules/program_edges.h"
+#include "core/sharding/dtensor_spec.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"

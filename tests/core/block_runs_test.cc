@@ -1,15 +1,15 @@
 // BlockRuns and BlockCursor against PackBlock / UnpackBlock: splitting a whole tensor's flat byte
 // stream, window by window, gives each block's bytes; joining the blocks' streams gives the tensor.
 
-#include "core/block_runs.h"
+#include "core/sharding/block_runs.h"
 
 #include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "core/chunk.h"
 #include "core/host_tensor.h"
+#include "core/sharding/chunk.h"
 #include "gtest/gtest.h"
 
 namespace tessera {

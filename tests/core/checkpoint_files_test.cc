@@ -1,4 +1,4 @@
-#include "core/checkpoint_files.h"
+#include "core/files/checkpoint_files.h"
 
 #include <cstring>
 #include <filesystem>
@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/sharded_files.h"
-#include "core/simulated_mesh.h"
+#include "core/files/sharded_files.h"
+#include "core/sharding/simulated_mesh.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "core/checkpoint.h"
+#include "core/files/checkpoint.h"
 
 #include <cstring>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/simulated_mesh.h"
+#include "core/sharding/simulated_mesh.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

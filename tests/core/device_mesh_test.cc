@@ -1,4 +1,4 @@
-#include "core/device_mesh.h"
+#include "core/sharding/device_mesh.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "core/dtensor_spec.h"
+#include "core/sharding/dtensor_spec.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -2,7 +2,7 @@
 // INVALID_ARGUMENT naming the path (a FIFO with no writer is not waited on, /dev/zero is not read
 // until memory runs out), and regular files still read back byte for byte.
 
-#include "core/file_bytes.h"
+#include "core/files/file_bytes.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/files/npy.h"
+#include "core/files/safetensors.h"
 #include "core/host_tensor.h"
-#include "core/npy.h"
-#include "core/safetensors.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/reference.h"
 

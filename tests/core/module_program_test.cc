@@ -1,7 +1,7 @@
 // CompileParallelize against programs worked out by hand from torch's styles: which parameters are
 // sharded how, which collectives run where, and the backward's gradient layouts; and
 // CompileDistribute: which parameters are gathered where, and their gradients cut back to shards.
-#include "core/module_program.h"
+#include "core/modules/module_program.h"
 
 #include <string>
 #include <vector>

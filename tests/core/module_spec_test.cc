@@ -1,4 +1,4 @@
-#include "core/module_spec.h"
+#include "core/modules/module_spec.h"
 
 #include <cstdio>
 #include <limits>

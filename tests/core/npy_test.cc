@@ -1,4 +1,4 @@
-#include "core/npy.h"
+#include "core/files/npy.h"
 
 #include <stdlib.h>
 

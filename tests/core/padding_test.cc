@@ -1,7 +1,7 @@
 // PadToChunks / UnpadFromChunks against blocks built from slices (SliceAlong + UnpackBlock), over
 // shapes × dims × block counts × extra padding × dtypes, and against numbers worked out by hand.
 
-#include "core/padding.h"
+#include "core/sharding/padding.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/chunk.h"
+#include "core/sharding/chunk.h"
 #include "core/small_integer_tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

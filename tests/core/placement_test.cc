@@ -1,4 +1,4 @@
-#include "core/placement.h"
+#include "core/sharding/placement.h"
 
 #include <string>
 #include <tuple>

@@ -1,4 +1,4 @@
-#include "core/program_edges.h"
+#include "core/modules/program_edges.h"
 
 #include <cctype>
 #include <numeric>

@@ -1,6 +1,6 @@
 // Hand-worked plans: which collectives, on which mesh dims, and how many bytes.
 
-#include "core/redistribute_planner.h"
+#include "core/sharding/redistribute_planner.h"
 
 #include <vector>
 

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/elementwise_reduce.h"
-#include "core/redistribute_planner.h"
-#include "core/simulated_mesh.h"
+#include "core/sharding/elementwise_reduce.h"
+#include "core/sharding/redistribute_planner.h"
+#include "core/sharding/simulated_mesh.h"
 #include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
 #include "tests/support/placement_product.h"

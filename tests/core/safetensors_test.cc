@@ -1,4 +1,4 @@
-#include "core/safetensors.h"
+#include "core/files/safetensors.h"
 
 #include <stdlib.h>
 
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/file_bytes.h"
+#include "core/files/file_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -1,9 +1,9 @@
-#include "core/sharded_files.h"
+#include "core/files/sharded_files.h"
 
 #include <filesystem>
 
-#include "core/safetensors.h"
-#include "core/simulated_mesh.h"
+#include "core/files/safetensors.h"
+#include "core/sharding/simulated_mesh.h"
 #include "core/small_integer_tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

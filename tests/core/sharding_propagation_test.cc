@@ -2,7 +2,7 @@
 // placements × shape × dtype, the chosen strategy's redistributions and per-rank kernels must give
 // the single-process result.
 
-#include "core/sharding_propagation.h"
+#include "core/sharding/sharding_propagation.h"
 
 #include <cmath>
 #include <memory>
@@ -12,8 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/op_call.h"
-#include "core/simulated_mesh.h"
+#include "core/sharding/op_call.h"
+#include "core/sharding/simulated_mesh.h"
 #include "core/small_integer_tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

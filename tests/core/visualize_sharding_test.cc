@@ -1,4 +1,4 @@
-#include "core/visualize_sharding.h"
+#include "core/sharding/visualize_sharding.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

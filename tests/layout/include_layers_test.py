@@ -4,8 +4,9 @@
 1. No include cycle between units (a unit is a file pair: x.h with x.cc, x.cu): a unit that
    includes another's header may not be reached back from it.
 2. Folders are layered, lowest first: the coordinator's server/cluster < tables < transfers <
-   modules < recovery < server/ itself (the services, metrics, main), and the client's client/
-   (the library) < client/local_cluster < client/cli. A file includes headers of its own folder
+   modules < recovery < server/ itself (the services, metrics, main), the client's client/
+   (the library) < client/local_cluster < client/cli, and core/ (the basic types) <
+   core/sharding < core/files < core/modules. A file includes headers of its own folder
    and of the folders below it only.
 
 Usage: include_layers_test.py REPO_ROOT
@@ -20,7 +21,8 @@ SOURCE_FOLDERS = ["core", "kernels", "proto", "transfer", "security", "metrics",
                   "fuzz"]
 LAYERS = [["server/cluster", "server/tables", "server/transfers", "server/modules",
            "server/recovery", "server"],
-          ["client", "client/local_cluster", "client/cli"]]
+          ["client", "client/local_cluster", "client/cli"],
+          ["core", "core/sharding", "core/files", "core/modules"]]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
@@ -89,7 +91,7 @@ def main() -> int:
         print(f)
     if not failures:
         print(f"{len(files)} files, {sum(len(v) for v in edges.values())} unit includes: "
-              "no cycle, server/ and client/ layered")
+              "no cycle, server/, client/ and core/ layered")
     return 1 if failures else 0
 
 

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/dtensor_spec.h"
+#include "core/sharding/dtensor_spec.h"
 #include "gtest/gtest.h"
 #include "server/cluster/worker_loss.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/device_mesh.h"
+#include "core/sharding/device_mesh.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

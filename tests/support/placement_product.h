@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "core/placement.h"
+#include "core/sharding/placement.h"
 
 namespace tessera::testing {
 

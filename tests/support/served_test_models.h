@@ -1,5 +1,5 @@
-// Models with known functions for the inference tests (tests/server/inference_service_test.cc) and the
-// test server the Python client test calls (tests/support/kserve_test_server.cc).
+// Models with known functions for the inference tests (tests/server/inference_service_test.cc) and
+// the test server the Python client test calls (tests/support/kserve_test_server.cc).
 #ifndef TESSERA_TESTS_SERVED_TEST_MODELS_H_
 #define TESSERA_TESTS_SERVED_TEST_MODELS_H_
 

@@ -1,6 +1,7 @@
 // Workers' command executors (one thread each, real communicators in this process) on
-// TestDevice() (tests/support/test_device.h): on cpu each over a StrictMemoryBackend (host memory used as a
-// GPU's is, every pointer checked to be its own) with Gloo, on cuda position p on cuda:p with NCCL.
+// TestDevice() (tests/support/test_device.h): on cpu each over a StrictMemoryBackend (host memory
+// used as a GPU's is, every pointer checked to be its own) with Gloo, on cuda position p on cuda:p
+// with NCCL.
 //
 // Where one rank cannot do its part: a SpreadTensor whose source shard is missing or the wrong
 // shape, or whose shard is over the rank's budget, and a collective on local tensors whose output
@@ -25,8 +26,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/dtensor_spec.h"
-#include "core/elementwise_reduce.h"
+#include "core/sharding/dtensor_spec.h"
+#include "core/sharding/elementwise_reduce.h"
 #include "core/small_integer_tensor.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gmock/gmock.h"

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/module_program.h"
-#include "core/program_check.h"
-#include "core/program_edges.h"
+#include "core/modules/module_program.h"
+#include "core/modules/program_check.h"
+#include "core/modules/program_edges.h"
 #include "gtest/gtest.h"
 #include "tests/cluster/program_cluster.h"
 #include "tests/support/test_models.h"

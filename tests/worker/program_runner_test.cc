@@ -1,7 +1,7 @@
-// Module programs (core/module_program.h) installed and run by the workers' command executors
-// (LoadProgram, RunProgram), one thread per rank with real Gloo communicators in this process, on
-// hand-built programs as the compiler emits them: a colwise Linear -> activation -> rowwise
-// Linear MLP, a colwise Linear whose output is gathered, a rowwise Linear whose output is
+// Module programs (core/modules/module_program.h) installed and run by the workers' command
+// executors (LoadProgram, RunProgram), one thread per rank with real Gloo communicators in this
+// process, on hand-built programs as the compiler emits them: a colwise Linear -> activation ->
+// rowwise Linear MLP, a colwise Linear whose output is gathered, a rowwise Linear whose output is
 // reduce-scattered by rows, a vocab-parallel Embedding, sequence-parallel LayerNorm and RMSNorm,
 // a Megatron attention block, and a round trip through every collective; uneven torch.chunk
 // shards where the sizes do not divide (10 features over 3 and 4 ranks, 5 rows over 4).
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/program_check.h"
+#include "core/modules/program_check.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/nn_reference.h"
 #include "proto/convert.h"

@@ -12,7 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/dtype.h"
-#include "core/placement.h"
+#include "core/sharding/placement.h"
 
 namespace tessera::comm {
 

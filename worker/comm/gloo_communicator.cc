@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/elementwise_reduce.h"
+#include "core/sharding/elementwise_reduce.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 #include "gloo/allgather.h"
