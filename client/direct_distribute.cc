@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/sharding/block_runs.h"
 #include "core/status_context.h"
+#include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 #include "tessera/v1/worker.grpc.pb.h"
@@ -94,24 +95,25 @@ BlockUpload SendBlock(grpc::Channel& channel, const v1::UploadRoute& route, absl
   return {absl::OkStatus(), reply.receipt()};
 }
 
-}  // namespace
-
-absl::StatusOr<v1::TensorInfo> UploadDirect(internal::SessionImpl& impl,
-                                            const v1::PlanUploadRequest& request,
-                                            absl::Span<const HostTensor> sources,
-                                            const Progress& progress, absl::Duration reach_timeout,
-                                            bool& may_relay) {
-  may_relay = false;
+// Asks the coordinator for the plan of `request`; `may_relay` when it offers no direct path.
+absl::StatusOr<v1::UploadPlan> RequestPlan(const internal::SessionImpl& impl,
+                                           const v1::PlanUploadRequest& request, bool& may_relay) {
   v1::UploadPlan plan;
-  {
-    grpc::ClientContext context;
-    impl.Prepare(&context);
-    const grpc::Status s = impl.dtensors->PlanUpload(&context, request, &plan);
-    if (!s.ok()) {
-      may_relay = s.error_code() == grpc::StatusCode::UNIMPLEMENTED;
-      return FromGrpcStatus(s);
-    }
+  grpc::ClientContext context;
+  impl.Prepare(&context);
+  const grpc::Status s = impl.dtensors->PlanUpload(&context, request, &plan);
+  if (!s.ok()) {
+    may_relay = s.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+    return FromGrpcStatus(s);
   }
+  return plan;
+}
+
+// A channel to each route's worker, in the order of `plan`'s routes; the plan is aborted, and
+// `may_relay` set, when one cannot be reached within `reach_timeout`.
+absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> ConnectRoutes(
+    internal::SessionImpl& impl, const v1::UploadPlan& plan, absl::Duration reach_timeout,
+    bool& may_relay) {
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (const v1::UploadRoute& route : plan.routes()) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
@@ -123,8 +125,15 @@ absl::StatusOr<v1::TensorInfo> UploadDirect(internal::SessionImpl& impl,
     }
     channels.push_back(*std::move(channel));
   }
+  return channels;
+}
 
-  const bool whole_locals = request.has_from_local();
+// Sends each of `plan`'s blocks on its route's channel, at most kParallelBlocks at once, out of
+// `sources` (route i's tensor is sources[route.position()] for `whole_locals`, else sources[0]).
+std::vector<BlockUpload> SendBlocks(const v1::UploadPlan& plan,
+                                    const std::vector<std::shared_ptr<grpc::Channel>>& channels,
+                                    absl::Span<const HostTensor> sources, bool whole_locals,
+                                    const Progress& progress) {
   int64_t total_bytes = 0;
   for (const HostTensor& t : sources) total_bytes += static_cast<int64_t>(t.nbytes());
   std::vector<BlockUpload> results(static_cast<size_t>(plan.routes_size()));
@@ -155,7 +164,14 @@ absl::StatusOr<v1::TensorInfo> UploadDirect(internal::SessionImpl& impl,
   for (size_t t = 1; t < parallel; ++t) threads.emplace_back(work);
   work();
   for (std::thread& t : threads) t.join();
+  return results;
+}
 
+// Commits `plan` with its blocks' receipts; at the first failed block the plan is aborted instead
+// (its worker marked unreachable when UNAVAILABLE) and `may_relay` says whether the relay may help.
+absl::StatusOr<v1::TensorInfo> CommitBlocks(internal::SessionImpl& impl, const v1::UploadPlan& plan,
+                                            const std::vector<BlockUpload>& results,
+                                            bool& may_relay) {
   v1::CommitUploadRequest commit;
   commit.set_upload_id(plan.upload_id());
   for (size_t i = 0; i < results.size(); ++i) {
@@ -178,6 +194,23 @@ absl::StatusOr<v1::TensorInfo> UploadDirect(internal::SessionImpl& impl,
   v1::TensorInfo info;
   RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->CommitUpload(&context, commit, &info)));
   return info;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::TensorInfo> UploadDirect(internal::SessionImpl& impl,
+                                            const v1::PlanUploadRequest& request,
+                                            absl::Span<const HostTensor> sources,
+                                            const Progress& progress, absl::Duration reach_timeout,
+                                            bool& may_relay) {
+  may_relay = false;
+  ASSIGN_OR_RETURN(const v1::UploadPlan plan, RequestPlan(impl, request, may_relay));
+  // The channels are held until the plan is committed or aborted.
+  ASSIGN_OR_RETURN(const std::vector<std::shared_ptr<grpc::Channel>> channels,
+                   ConnectRoutes(impl, plan, reach_timeout, may_relay));
+  const std::vector<BlockUpload> results =
+      SendBlocks(plan, channels, sources, request.has_from_local(), progress);
+  return CommitBlocks(impl, plan, results, may_relay);
 }
 
 }  // namespace tessera::client

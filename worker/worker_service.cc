@@ -367,17 +367,7 @@ absl::Status WorkerService::UploadImpl(const grpc::ServerContext& context,
   if (!watched.Read(&chunk)) {
     return cut(absl::InvalidArgumentError("upload had no chunks"));
   }
-  if (grant.has_value()) {
-    const bool matches = chunk.tensor() == grant->tensor() && chunk.dtype() == grant->dtype() &&
-                         chunk.shape().SerializeAsString() == grant->shape().SerializeAsString() &&
-                         chunk.sequence() == grant->sequence() &&
-                         chunk.incarnation() == grant->incarnation();
-    RETURN_IF_ERROR(AdmitGrant(
-        context, *grant, /*read=*/false, matches,
-        absl::StrCat("upload of '", chunk.tensor(), "' at sequence ", chunk.sequence())));
-  } else {
-    RETURN_IF_ERROR(incarnation_.Admit(chunk.incarnation(), absl::FromChrono(context.deadline())));
-  }
+  RETURN_IF_ERROR(AdmitUploadHeader(context, grant, chunk));
   const int64_t sequence = chunk.sequence();
   if (absl::Status s = AwaitTurn(sequence, absl::FromChrono(context.deadline())); !s.ok()) {
     if (grant.has_value()) {
@@ -387,7 +377,31 @@ absl::Status WorkerService::UploadImpl(const grpc::ServerContext& context,
     }
     return s;
   }
-  const absl::StatusOr<int64_t> stored = ReceiveUpload(store_, watched, chunk);
+  const absl::Status stored = StoreUpload(watched, chunk, grant, sequence, reply);
+  sequencer_.Done(sequence);
+  return cut(stored);
+}
+
+absl::Status WorkerService::AdmitUploadHeader(const grpc::ServerContext& context,
+                                              const std::optional<v1::DirectGrant>& grant,
+                                              const v1::TensorChunk& header) {
+  if (!grant.has_value()) {
+    return incarnation_.Admit(header.incarnation(), absl::FromChrono(context.deadline()));
+  }
+  const bool matches = header.tensor() == grant->tensor() && header.dtype() == grant->dtype() &&
+                       header.shape().SerializeAsString() == grant->shape().SerializeAsString() &&
+                       header.sequence() == grant->sequence() &&
+                       header.incarnation() == grant->incarnation();
+  return AdmitGrant(
+      context, *grant, /*read=*/false, matches,
+      absl::StrCat("upload of '", header.tensor(), "' at sequence ", header.sequence()));
+}
+
+absl::Status WorkerService::StoreUpload(grpc::ServerReaderInterface<v1::TensorChunk>& reader,
+                                        v1::TensorChunk& header,
+                                        const std::optional<v1::DirectGrant>& grant,
+                                        int64_t sequence, v1::UploadReply& reply) {
+  const absl::StatusOr<int64_t> stored = ReceiveUpload(store_, reader, header);
   if (stored.ok()) {
     reply.set_bytes(*stored);
     if (grant.has_value()) {
@@ -399,8 +413,7 @@ absl::Status WorkerService::UploadImpl(const grpc::ServerContext& context,
     absl::MutexLock lock(&grant_mu_);
     GrantFailed(sequence);
   }
-  sequencer_.Done(sequence);
-  return cut(stored.status());
+  return stored.status();
 }
 
 grpc::Status WorkerService::Download(grpc::ServerContext* context,

@@ -107,6 +107,17 @@ class WorkerService final : public v1::Worker::Service {
                             grpc::ServerWriter<v1::TensorChunk>* writer);
   absl::Status ReleaseImpl(const grpc::ServerContext& context, const v1::ReleaseRequest& request,
                            v1::ReleaseReply& reply);
+  // Admits the upload whose first chunk is `header`: by `grant` when the call carries one (the
+  // header must match it), else as the coordinator's for the header's incarnation.
+  absl::Status AdmitUploadHeader(const grpc::ServerContext& context,
+                                 const std::optional<v1::DirectGrant>& grant,
+                                 const v1::TensorChunk& header);
+  // Stores the upload whose first chunk is `header` and the rest on `reader`, in its turn
+  // `sequence`, and answers `reply` (bytes, and `grant`'s receipt); a granted one that fails is
+  // moved to the failed grants.
+  absl::Status StoreUpload(grpc::ServerReaderInterface<v1::TensorChunk>& reader,
+                           v1::TensorChunk& header, const std::optional<v1::DirectGrant>& grant,
+                           int64_t sequence, v1::UploadReply& reply);
   // OK if the caller is the coordinator (its certificate's identity, or the secret) and the call
   // is for the current incarnation (waited for until `deadline` while a registration is under
   // way). A caller that fails is counted and logged (AuthFailures).
