@@ -6,7 +6,6 @@
 #include "core/status_macros.h"
 #include "proto/convert.h"
 #include "server/cluster/worker_loss.h"
-#include "spdlog/spdlog.h"
 
 namespace tessera {
 
@@ -66,19 +65,13 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Relayout(
   auto relaid = std::make_shared<DTensorEntry>(tensor.mesh, std::move(spec), tensor.owner);
   relaid->name = tensor.name;
   const bool undo = write != nullptr;
-  if (!undo && store_ != nullptr) {
-    v1::TensorInfo intent;
-    intent.set_name(relaid->name);
-    intent.set_mesh(relaid->mesh->name);
-    *intent.mutable_meta() = ToProto(relaid->spec);
-    intent.set_owner(relaid->owner);
-    RETURN_IF_ERROR(store_->Put("relayout", relaid->name, intent.SerializeAsString()));
-    relaid->relayout_recorded = true;
+  if (!undo) {
+    ASSIGN_OR_RETURN(relaid->relayout_recorded, records_.RecordRelayout(*relaid));
   }
   // Each holding replaces what the tensor's name held on its worker.
   absl::Status held = ledger_->Hold(Holdings(*tensor.mesh, tensor.name, relaid->spec),
                                     absl::StrCat("tensor ", relaid->spec.ToString()));
-  if (!held.ok() || undo) EraseRelayout(relaid->name, Durability::kBeforeReturn);
+  if (!held.ok() || undo) records_.EraseRelayout(relaid->name, Durability::kBeforeReturn);
   RETURN_IF_ERROR(held);
   if (undo) relaid->write = std::move(write);
   it->second = relaid;
@@ -222,62 +215,9 @@ void DTensorTable::Drop(const DTensorEntry& tensor, Durability durability) {
   auto it = tensors_.find(tensor.name);
   if (it == tensors_.end() || it->second.get() != &tensor) return;
   ReleaseBytes(tensor);
-  Unrecord(tensor.name, durability);
+  records_.Unrecord(tensor.name, durability);
   hidden_.erase(tensor.name);
   tensors_.erase(it);
-}
-
-std::optional<std::string> DTensorTable::RecordOf(const DTensorEntry& tensor) const {
-  if (store_ == nullptr || tensor.released) return std::nullopt;
-  v1::TensorInfo record;
-  record.set_name(tensor.name);
-  record.set_mesh(tensor.mesh->name);
-  *record.mutable_meta() = ToProto(tensor.spec);
-  record.set_owner(tensor.owner);
-  return record.SerializeAsString();
-}
-
-absl::Status DTensorTable::Persist(const DTensorEntry& tensor) const {
-  std::optional<std::string> record = RecordOf(tensor);
-  if (!record.has_value()) return absl::OkStatus();
-  RETURN_IF_ERROR(store_->Put("tensor", tensor.name, *record));
-  if (tensor.relayout_recorded) EraseRelayout(tensor.name, Durability::kBeforeReturn);
-  return absl::OkStatus();
-}
-
-bool DTensorTable::PersistAsync(const DTensorEntry& tensor, StateStore::Done done) const {
-  std::optional<std::string> record = RecordOf(tensor);
-  if (!record.has_value()) return false;
-  store_->PutAsync("tensor", tensor.name, *std::move(record), std::move(done));
-  // Queued after the record, so an intent is never gone while the record is not there.
-  if (tensor.relayout_recorded) EraseRelayout(tensor.name, Durability::kQueued);
-  return true;
-}
-
-absl::Status DTensorTable::Flush() const {
-  return store_ == nullptr ? absl::OkStatus() : store_->Flush();
-}
-
-void DTensorTable::EraseRelayout(const std::string& name, Durability durability) const {
-  // An intent left behind marks the tensor lost at the next restart if its record then differs.
-  EraseRecord("relayout", name, durability, "its relayout intent stays recorded");
-}
-
-void DTensorTable::Unrecord(const std::string& name, Durability durability) const {
-  EraseRecord("tensor", name, durability, "freed, but its record stays");
-}
-
-void DTensorTable::EraseRecord(const char* kind, const std::string& name, Durability durability,
-                               const char* what_stays) const {
-  if (store_ == nullptr) return;
-  auto log = [name, what_stays](const absl::Status& s) {
-    if (!s.ok()) spdlog::error("tensor '{}': {}: {}", name, what_stays, s.ToString());
-  };
-  if (durability == Durability::kQueued) {
-    store_->EraseAsync(kind, name, log);
-  } else {
-    log(store_->Erase(kind, name));
-  }
 }
 
 void DTensorTable::SetRecovering(std::set<std::string> names) {
@@ -356,7 +296,7 @@ std::vector<std::string> DTensorTable::ForgetMesh(const Mesh& mesh) {
       continue;
     }
     ReleaseBytes(*t->second);
-    Unrecord(t->first, Durability::kBeforeReturn);
+    records_.Unrecord(t->first, Durability::kBeforeReturn);
     dropped.push_back(WorkerName(t->first));
     t = tensors_.erase(t);
   }
@@ -420,7 +360,7 @@ absl::Status DTensorTable::PostWrite(const DTensorEntry& tensor, const v1::Comma
     std::shared_ptr<DTensorEntry> t = Entry(name);
     if (t != nullptr && t->write == write) {
       absl::MutexLock lock(&t->post_mu);
-      if (PersistAsync(*t, done)) return;
+      if (records_.PersistAsync(*t, done)) return;
     }
     done(absl::OkStatus());  // freed or relaid since, or nothing to record
   };
@@ -431,7 +371,7 @@ absl::Status DTensorTable::PostWrite(const DTensorEntry& tensor, const v1::Comma
 absl::Status DTensorTable::FinishWrite(const DTensorEntry& tensor) {
   absl::MutexLock lock(&tensor.post_mu);
   if (tensor.released) return Freed(tensor);
-  absl::Status recorded = Persist(tensor);
+  absl::Status recorded = records_.Persist(tensor);
   tensor.write->status = recorded;
   tensor.write->done.Notify();
   return recorded;

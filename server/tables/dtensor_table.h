@@ -18,17 +18,14 @@
 #include "server/cluster/worker_bytes.h"
 #include "server/tables/dtensor_entry.h"
 #include "server/tables/mesh_table.h"
+#include "server/tables/tensor_records.h"
 #include "tessera/v1/tensor.pb.h"
 
 namespace tessera {
 
 // Every DTensor by name, the bytes their shards take on each worker (held in the ledger the local
 // tensors share, against the workers' budgets), and the posting of the commands that write and
-// free them. Thread-safe.
-// When a change to the store's records is durable: before the call returns, or queued (durable
-// once a later Flush returns).
-enum class Durability { kBeforeReturn, kQueued };
-
+// free them (their records in the state store are kept by TensorRecords). Thread-safe.
 class DTensorTable : public MeshUser {
  public:
   DTensorTable(MeshTable* meshes, Dispatcher* dispatcher, WorkerBytes* ledger)
@@ -57,7 +54,7 @@ class DTensorTable : public MeshUser {
       const DTensorEntry& tensor, DTensorSpec spec, std::shared_ptr<TensorWrite> write = nullptr);
   // Records every written tensor (its name, mesh, spec and owner) in `store` before its write
   // counts as done, and erases the record when the tensor is freed. Call before serving.
-  void RecordIn(StateStore* store) { store_ = store; }
+  void RecordIn(StateStore* store) { records_.RecordIn(store); }
   // Enters a tensor recovered from the store after a coordinator restart, written already; its
   // uses fail with `lost` (DATA_LOSS) unless that is OK. With `repair` (and `lost` OK), a command
   // that gives a worker that came back without its shard the block from a replica: posted as the
@@ -116,7 +113,7 @@ class DTensorTable : public MeshUser {
   void Post(const Mesh& mesh, const v1::Command& command, std::shared_ptr<TensorWrite> write,
             std::vector<std::shared_ptr<DTensorEntry>> inputs = {}, OnSuccess on_success = nullptr);
   // Returns once every record change queued so far is durable (OK without a store).
-  absl::Status Flush() const;
+  absl::Status Flush() const { return records_.Flush(); }
   // Drops the mesh's tensors from the table; returns their worker-side names.
   std::vector<std::string> ForgetMesh(const Mesh& mesh) override;
 
@@ -138,21 +135,6 @@ class DTensorTable : public MeshUser {
   // The ledger's holdings of a tensor named `name` laid out as `spec` on `mesh`.
   static std::vector<WorkerBytes::Holding> Holdings(const Mesh& mesh, const std::string& name,
                                                     const DTensorSpec& spec);
-  // The store record of `tensor`; none without a store or once it was released.
-  std::optional<std::string> RecordOf(const DTensorEntry& tensor) const;
-  // Records `tensor` in the store unless it was released; the caller holds its post_mu. A failure
-  // fails its write.
-  absl::Status Persist(const DTensorEntry& tensor) const;
-  // Queues the record of `tensor` (its post_mu held) and calls `done` once it is durable, from the
-  // store's commit thread; false (and `done` not called) when there is nothing to record.
-  bool PersistAsync(const DTensorEntry& tensor, StateStore::Done done) const;
-  // Erases the "relayout" intent of the tensor named `name` from the store, logging a failure.
-  void EraseRelayout(const std::string& name, Durability durability) const;
-  // Erases the record of the tensor named `name` from the store, logging a failure.
-  void Unrecord(const std::string& name, Durability durability) const;
-  // Erases (`kind`, `name`) from the store; a failure is logged as "`name`: `what_stays`".
-  void EraseRecord(const char* kind, const std::string& name, Durability durability,
-                   const char* what_stays) const;
   // Drops `tensor` from the table (not from the workers) if the table still holds it.
   void Drop(const DTensorEntry& tensor, Durability durability);
   // Gives back the bytes of `tensor`'s shards in the ledger.
@@ -165,7 +147,7 @@ class DTensorTable : public MeshUser {
   MeshTable* meshes_;
   Dispatcher* dispatcher_;
   WorkerBytes* ledger_;
-  StateStore* store_ = nullptr;
+  TensorRecords records_;  // the tensors' records and relayout intents in the state store
   mutable absl::Mutex mu_;
   std::set<std::string> recovering_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> hidden_ ABSL_GUARDED_BY(mu_);  // added hidden, not yet revealed
