@@ -12,6 +12,7 @@
 #include "core/sharding/simulated_mesh.h"
 #include "core/small_integer_tensor.h"
 #include "gtest/gtest.h"
+#include "tests/support/placement_product.h"
 
 namespace tessera {
 namespace {
@@ -138,18 +139,7 @@ TEST(PropagateViewTest, KeepsAShardOnlyWhereEveryBlockStaysABlock) {
 std::vector<std::vector<Placement>> AllPlacements(int mesh_ndim, int rank) {
   std::vector<Placement> one = {P::Replicate(), P::Partial()};
   for (int d = 0; d < rank; ++d) one.push_back(P::Shard(d));
-  std::vector<std::vector<Placement>> all = {{}};
-  for (int m = 0; m < mesh_ndim; ++m) {
-    std::vector<std::vector<Placement>> next;
-    for (const auto& prefix : all) {
-      for (const Placement& p : one) {
-        next.push_back(prefix);
-        next.back().push_back(p);
-      }
-    }
-    all = std::move(next);
-  }
-  return all;
+  return testing::PlacementProduct(one, mesh_ndim);
 }
 
 TEST(PropagateViewTest, EveryLocalViewIsItsBlockOfTheGlobalView) {
