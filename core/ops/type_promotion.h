@@ -25,16 +25,16 @@ struct PromotionOperand {
 // as the default dtype, float32), then combined from the highest rank down, a lower rank mattering
 // only where it is of a higher category (bool < integer < floating): an int32 tensor + 2 stays
 // int32, + 2.5 gives float32, a float16 tensor + a float64 0-dim tensor stays float16, a bool
-// tensor + 1 gives int64.
+// tensor + 1 gives int64. No operands give the default dtype, float32.
 DType ResultType(std::span<const PromotionOperand> operands);
 
 // torch's ELEMENTWISE_TYPE_PROMOTION_KIND: what an elementwise op does with the result type.
 enum class PromotionKind {
-  kDefault,       // the result type (add, mul, where, maximum, ...)
-  kIntToFloat,    // an integer or bool result type becomes float32 (div, exp, sqrt, sigmoid, ...)
-  kAlwaysBool,    // the output is bool, computed in the result type (eq, lt, logical_and, isnan)
-  kBoolToLong,    // bool becomes int64 (sum, cumsum, prod)
-  kNoOpmath,      // the result type, computed as it is (abs, neg, copies)
+  kDefault,     // the result type (add, mul, where, maximum, ...)
+  kIntToFloat,  // an integer or bool result type becomes float32 (div, exp, sqrt, sigmoid, ...)
+  kAlwaysBool,  // the output is bool, computed in the result type (eq, lt, logical_and, isnan)
+  kBoolToLong,  // bool becomes int64 (sum, cumsum, prod)
+  kNoOpmath,    // the result type, computed as it is (abs, neg, copies)
 };
 
 // The dtype an elementwise op computes in and the dtype of its output, for `kind` and operands.
