@@ -14,7 +14,8 @@
 namespace tessera::ops {
 
 // The argument types of ATen schemas that the op set takes. SymInt is int. kOther stands for the
-// types a call may only leave at None (Layout, Device, MemoryFormat, Generator).
+// types a call may only leave at None or at their default (Layout, Device, MemoryFormat,
+// Generator).
 enum class ArgType {
   kTensor,      // Tensor
   kTensorList,  // Tensor[] (or Tensor?[] when the argument is `optional_elements`)
@@ -28,18 +29,21 @@ enum class ArgType {
   kOther,       // Layout, Device, MemoryFormat, Generator
 };
 
-// "Tensor", "int[]", "ScalarType", ...
+// "Tensor", "int[]", "ScalarType", ...; "Layout/Device/MemoryFormat/Generator" for kOther.
 absl::string_view ArgTypeName(ArgType type);
 
 // One argument of a schema: `int[1]? dim=None` is {name "dim", kIntList, optional, fixed size 1,
-// default None}.
+// default None}. A default is kept as written, except that an int default of an `int[N]` is N of
+// it (`int[2] padding=0` is [0, 0]), a dtype name is the DType, and a bare name of a kOther type
+// (`memory_format=contiguous_format`) is that string; an int default of a float stays an int,
+// which Bind widens.
 struct ArgSchema {
   std::string name;
   ArgType type = ArgType::kTensor;
-  bool optional = false;             // `T?`: None is accepted
-  bool optional_elements = false;    // `Tensor?[]`
-  bool kwarg_only = false;           // after `*`
-  int fixed_size = 0;                // `int[2]`: a single int given is repeated to this size
+  bool optional = false;           // `T?`: None is accepted
+  bool optional_elements = false;  // `Tensor?[]`
+  bool kwarg_only = false;         // after `*`
+  int fixed_size = 0;              // `int[2]`: a single int given is repeated to this size
   std::optional<OpValue> default_value;
 };
 
@@ -49,8 +53,8 @@ struct OpSchema {
   std::string name;      // "softmax"
   std::string overload;  // "int"; empty for the default overload
   std::vector<ArgSchema> args;
-  int num_returns = 1;   // Tensor[] returns count as one
-  std::string text;      // the text it was parsed from
+  int num_returns = 1;  // Tensor[] returns count as one
+  std::string text;     // the text it was parsed from
 
   // "aten::softmax.int", or "aten::softmax" without an overload.
   std::string QualifiedName() const;
@@ -64,8 +68,9 @@ struct OpSchema {
 // `ScalarType?`, `str`, `str?`, `Layout?`, `Device?`, `MemoryFormat?`, `Generator?`), names,
 // defaults (None, True, False, integers, floats, `[]`, `[0, 1]`, `"tanh"`, `'none'`, `long` and
 // other dtype names for ScalarType), the `*` that starts keyword-only arguments, and the returns
-// after `->` (one type or a parenthesized list). INVALID_ARGUMENT naming the position and the text
-// it could not read.
+// after `->` (one type or a parenthesized list, names allowed). A namespace, if written, must be
+// `aten::`. INVALID_ARGUMENT naming the position (a 0-based offset) and the text it could not
+// read: "schema 'f(int x=) -> Tensor' at position 8: expected a default value, found ')'".
 absl::StatusOr<OpSchema> ParseSchema(absl::string_view text);
 
 // One argument of a call as a client gives it: positional (empty name) or by keyword.
@@ -85,17 +90,18 @@ class BoundArgs {
   const OpSchema& schema() const { return *schema_; }
   const std::vector<OpValue>& values() const { return values_; }
   // The value of the argument named `name` (which the schema must have; checked in debug builds).
+  // The typed accessors below expect a value of their type (checked in debug builds).
   const OpValue& Get(absl::string_view name) const;
   bool IsNone(absl::string_view name) const;
-  int64_t Int(absl::string_view name) const;
+  int64_t Int(absl::string_view name) const;   // an int, or a bool as 0 or 1
   double Float(absl::string_view name) const;  // a float, or an int or bool widened
   bool Bool(absl::string_view name) const;
-  const std::vector<int64_t>& Ints(absl::string_view name) const;
+  const std::vector<int64_t>& Ints(absl::string_view name) const;  // empty for None
   DType Dtype(absl::string_view name) const;
   const std::string& String(absl::string_view name) const;
   // The input index a Tensor argument refers to, or -1 when it is None or a wrapped number.
   int Tensor(absl::string_view name) const;
-  const std::vector<int>& Tensors(absl::string_view name) const;
+  const std::vector<int>& Tensors(absl::string_view name) const;  // empty for None
 
   // "softmax.int(self=%0, dim=-1, dtype=None)".
   std::string ToString() const;
@@ -107,13 +113,19 @@ class BoundArgs {
 
 // Binds `args` (positional first, then keywords) to `schema`, as torch's argument parser does:
 // a keyword names an argument, a keyword-only argument cannot be given by position, every
-// argument without a default must be given, an int is accepted for a float or Scalar, a bool for
-// an int only where torch accepts it (never), an int for an `int[N]`, a scalar for a Tensor (a
-// wrapped number), None only for an optional argument. `num_tensors` is the number of input
-// tensors the call has; every TensorRef must be below it. INVALID_ARGUMENT naming the op, the
-// argument and the value: "aten::softmax.int: argument 'dim' must be int, not float (1.5)",
-// "aten::softmax.int: missing argument 'dim'", "aten::softmax.int: unknown argument 'axis'",
-// "aten::softmax.int takes 3 positional arguments, got 4".
+// argument without a default must be given, an int is accepted for a float (kept as a double) or
+// Scalar (kept as an int), a bool for an int only where torch accepts it (never), an int for an
+// `int[N]` (repeated N times), a scalar for a Tensor (a wrapped number), None only for an optional
+// argument, and a kOther argument only left at None or its default. `num_tensors` is the number of
+// input tensors the call has; every TensorRef and Tensor[] element must be in [0, num_tensors),
+// a Tensor?[] element may also be -1 (None). INVALID_ARGUMENT naming the op, the argument and the
+// value: "aten::softmax.int: argument 'dim' must be int, not float (1.5)",
+// "aten::softmax.int: argument 'dim' must be int, not None", "aten::softmax.int: missing argument
+// 'dim'", "aten::softmax.int: unknown argument 'axis'", "aten::softmax.int: got multiple values
+// for argument 'dim'", "aten::softmax.int: positional argument 2 follows keyword argument 'dim'",
+// "aten::softmax.int takes 3 positional arguments, got 4", "aten::cat: argument 'tensors'
+// ([%0, %3]) refers to input tensor 3, but the call has 2 input tensors", "aten::cat: argument
+// 'tensors' ([%0, None]) holds None, which only a Tensor?[] list may".
 absl::StatusOr<BoundArgs> Bind(const OpSchema& schema, std::span<const NamedValue> args,
                                int num_tensors);
 

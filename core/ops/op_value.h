@@ -32,13 +32,15 @@ struct TensorList {
 using OpValue = std::variant<NoneValue, bool, int64_t, double, std::vector<int64_t>, DType,
                              std::string, TensorRef, TensorList>;
 
-// The value as torch's schema printer writes it: "None", "True", "3", "1.5", "[0, 1]",
-// "torch.float32", "'tanh'", "%1", "[%0, %2]".
+// The value as torch's schema printer writes it: "None", "True", "3", "1.5", "2." (an integral
+// float), "[0, 1]", "torch.float32", "'tanh'", "%1", "[%0, %2]", "[None, %1]"; a float that is not
+// integral in the shortest text that reads back ("1e-05", where torch prints 17 digits).
 std::string OpValueToString(const OpValue& value);
 
 // Whether the value is a Python number (bool, int or float).
 bool IsScalar(const OpValue& value);
-// The value of a scalar as a double (bool as 0 or 1).
+// The value of a scalar as a double (bool as 0 or 1); 0 for any other value (checked in debug
+// builds).
 double ScalarAsDouble(const OpValue& value);
 
 }  // namespace tessera::ops
