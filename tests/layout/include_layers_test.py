@@ -6,7 +6,7 @@
 2. Folders are layered, lowest first: the coordinator's server/cluster < tables < transfers <
    modules < recovery < server/ itself (the services, metrics, main), the client's client/
    (the library) < client/local_cluster < client/cli, and core/ (the basic types) <
-   core/sharding < core/files < core/modules. A file includes headers of its own folder
+   core/sharding < core/ops < core/files < core/modules. A file includes headers of its own folder
    and of the folders below it only.
 
 Usage: include_layers_test.py REPO_ROOT
@@ -22,7 +22,7 @@ SOURCE_FOLDERS = ["core", "kernels", "proto", "transfer", "security", "metrics",
 LAYERS = [["server/cluster", "server/tables", "server/transfers", "server/modules",
            "server/recovery", "server"],
           ["client", "client/local_cluster", "client/cli"],
-          ["core", "core/sharding", "core/files", "core/modules"]]
+          ["core", "core/sharding", "core/ops", "core/files", "core/modules"]]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 

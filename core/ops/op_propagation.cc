@@ -1,0 +1,225 @@
+#include "core/ops/op_propagation.h"
+
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+
+namespace tessera::ops {
+namespace {
+
+// Renumbers the tensors of `values` by occurrence, recording where each came from.
+void Renumber(std::vector<OpValue>& values, std::vector<int>& input_of) {
+  for (OpValue& v : values) {
+    if (auto* t = std::get_if<TensorRef>(&v)) {
+      input_of.push_back(t->index);
+      t->index = static_cast<int>(input_of.size()) - 1;
+    } else if (auto* list = std::get_if<TensorList>(&v)) {
+      for (int& i : list->indices) {
+        if (i < 0) continue;
+        input_of.push_back(i);
+        i = static_cast<int>(input_of.size()) - 1;
+      }
+    }
+  }
+}
+
+// A strategy together with the plans that bring each input to it.
+struct Planned {
+  Strategy strategy;
+  std::vector<RedistributePlan> plans;
+};
+
+// The whole strategies of the candidates: per-dim choices as their product over the mesh dims
+// (mesh dim 0 varying slowest), keeping those whose output placements are valid.
+std::vector<Strategy> Expand(const StrategyCandidates& c, const DeviceMesh& mesh, int inputs,
+                             int out_rank) {
+  if (!c.whole.empty()) return c.whole;
+  std::vector<Strategy> out;
+  const int ndim = mesh.ndim();
+  const size_t n = c.per_dim.size();
+  if (n == 0) return out;
+  std::vector<size_t> choice(ndim, 0);
+  while (true) {
+    Strategy s;
+    s.inputs.resize(inputs);
+    for (int m = 0; m < ndim; ++m) {
+      const DimChoice& d = c.per_dim[choice[m]];
+      for (int i = 0; i < inputs; ++i) s.inputs[i].push_back(d.inputs[i]);
+      s.output.push_back(d.output);
+    }
+    if (NormalizePlacements(mesh, s.output, out_rank).ok()) out.push_back(std::move(s));
+    int m = ndim - 1;
+    while (m >= 0 && ++choice[m] == n) choice[m--] = 0;
+    if (m < 0) break;
+  }
+  return out;
+}
+
+absl::Status CheckMeshes(const BoundCall& call, std::span<const DTensorSpec> specs) {
+  if (specs.size() != call.inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(call.op->name(), ": ", call.inputs.size(),
+                                                   " inputs but ", specs.size(), " specs"));
+  }
+  for (const DTensorSpec& s : specs) {
+    if (!(s.mesh == specs[0].mesh)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          call.op->name(), ": inputs are on different meshes, ", specs[0].mesh.ToString(), " and ",
+          s.mesh.ToString(), "; redistribute them onto one mesh first"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Strategy>> Candidates(const BoundCall& call,
+                                                 std::span<const DTensorSpec> specs) {
+  RETURN_IF_ERROR(CheckMeshes(call, specs));
+  const CallContext context{*call.op, call.args, call.inputs};
+  ASSIGN_OR_RETURN(const StrategyCandidates c, call.op->strategies(context, specs, call.output));
+  if (specs.empty()) return std::vector<Strategy>{};
+  return Expand(c, specs[0].mesh, static_cast<int>(specs.size()),
+                static_cast<int>(call.output.shape.size()));
+}
+
+// The strategies each input can reach, with their plans; with `free_only`, the first that needs
+// no redistribution (none if none does).
+std::vector<Planned> PlanAll(const std::vector<Strategy>& strategies,
+                             std::span<const DTensorSpec> specs, bool free_only) {
+  std::vector<Planned> out;
+  std::map<std::pair<size_t, std::string>, absl::StatusOr<RedistributePlan>> memo;
+  for (const Strategy& s : strategies) {
+    if (free_only) {
+      bool free = true;
+      for (size_t i = 0; free && i < specs.size(); ++i) free = s.inputs[i] == specs[i].placements;
+      if (free) {
+        out.push_back({s, std::vector<RedistributePlan>(specs.size())});
+        return out;
+      }
+      continue;
+    }
+    Planned p{s, {}};
+    bool valid = true;
+    for (size_t i = 0; valid && i < specs.size(); ++i) {
+      auto key = std::make_pair(i, PlacementsToString(s.inputs[i]));
+      auto it = memo.find(key);
+      if (it == memo.end()) {
+        it =
+            memo.emplace(key, PlanRedistribute(specs[i], s.inputs[i], PlannerKind::kMinCost)).first;
+      }
+      valid = it->second.ok();
+      if (valid) p.plans.push_back(*it->second);
+    }
+    if (valid) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string SpecsText(std::span<const DTensorSpec> specs) {
+  std::vector<std::string> texts;
+  for (const DTensorSpec& s : specs) texts.push_back(s.ToString());
+  return absl::StrJoin(texts, ", ");
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedCall> PrepareCall(const OpDef& op, std::span<const NamedValue> args,
+                                         std::span<const TensorMeta> inputs) {
+  ASSIGN_OR_RETURN(BoundArgs bound, Bind(op.schema, args, static_cast<int>(inputs.size())));
+  std::vector<OpValue> values = bound.values();
+  PreparedCall p;
+  Renumber(values, p.input_of);
+  p.call.op = &op;
+  p.call.args = BoundArgs(&op.schema, std::move(values));
+  for (int i : p.input_of) p.call.inputs.push_back(inputs[i]);
+  const CallContext context{op, p.call.args, p.call.inputs};
+  ASSIGN_OR_RETURN(p.call.output, op.meta(context));
+  RETURN_IF_ERROR(ValidateTensorShape(p.call.output.dtype, p.call.output.shape));
+  return p;
+}
+
+absl::StatusOr<std::vector<Strategy>> CallStrategies(const BoundCall& call,
+                                                     std::span<const DTensorSpec> specs) {
+  ASSIGN_OR_RETURN(const std::vector<Strategy> all, Candidates(call, specs));
+  std::vector<Strategy> out;
+  for (Planned& p : PlanAll(all, specs, false)) out.push_back(std::move(p.strategy));
+  return out;
+}
+
+absl::StatusOr<OpPlan> PlanCall(const BoundCall& call, std::span<const DTensorSpec> specs) {
+  if (specs.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat(call.op->name(), " with no tensor input has no mesh to run on"));
+  }
+  ASSIGN_OR_RETURN(const std::vector<Strategy> all, Candidates(call, specs));
+  std::vector<Planned> planned = PlanAll(all, specs, /*free_only=*/true);
+  if (planned.empty()) planned = PlanAll(all, specs, false);
+  using Cost = std::tuple<int64_t, bool>;
+  Planned* best = nullptr;
+  Cost best_cost;
+  for (Planned& p : planned) {
+    int64_t bytes = 0;
+    bool moves = false;
+    for (const RedistributePlan& plan : p.plans) {
+      bytes += plan.total_recv_bytes();
+      moves |= !plan.steps.empty();
+    }
+    const Cost cost{bytes, moves};
+    if (best == nullptr || cost < best_cost) {
+      best = &p;
+      best_cost = cost;
+    }
+  }
+  if (best == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("no sharding strategy of ", call.op->name(),
+                                                 " fits inputs ", SpecsText(specs)));
+  }
+  ASSIGN_OR_RETURN(DTensorSpec out, MakeDTensorSpec(specs[0].mesh, best->strategy.output,
+                                                    call.output.shape, call.output.dtype));
+  return OpPlan{std::move(best->strategy), std::move(best->plans), std::move(out),
+                std::get<0>(best_cost)};
+}
+
+std::string CallKey(const BoundCall& call, std::span<const DTensorSpec> specs) {
+  std::string key = call.op->name();
+  for (const OpValue& v : call.args.values()) absl::StrAppend(&key, "|", OpValueToString(v));
+  for (const DTensorSpec& s : specs) {
+    absl::StrAppend(&key, "|", static_cast<int>(s.dtype), ":", absl::StrJoin(s.shape, ","), ":",
+                    PlacementsToString(s.placements), "@", s.mesh.device_type(), ":",
+                    absl::StrJoin(s.mesh.shape(), ","), ":", absl::StrJoin(s.mesh.ranks(), ","));
+  }
+  return key;
+}
+
+absl::StatusOr<std::shared_ptr<const OpPlan>> ShardingCache::Plan(
+    const BoundCall& call, std::span<const DTensorSpec> specs) {
+  const std::string key = CallKey(call, specs);
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = plans_.find(key); it != plans_.end()) {
+      ++hits_;
+      return it->second;
+    }
+    ++misses_;
+  }
+  ASSIGN_OR_RETURN(OpPlan plan, PlanCall(call, specs));
+  auto shared = std::make_shared<const OpPlan>(std::move(plan));
+  absl::MutexLock lock(&mu_);
+  if (plans_.size() >= capacity_) plans_.clear();
+  plans_.emplace(key, shared);
+  return shared;
+}
+
+int64_t ShardingCache::hits() const {
+  absl::MutexLock lock(&mu_);
+  return hits_;
+}
+
+int64_t ShardingCache::misses() const {
+  absl::MutexLock lock(&mu_);
+  return misses_;
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,398 @@
+// The tensor ops: joining, slicing, selecting, masking, copies and fills. Each keeps the shards
+// of the dims it does not touch and needs whole (Replicate) the dims it does, as DTensor's
+// tensor-op strategies.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/op_meta.h"
+#include "core/ops/op_registry.h"
+#include "core/status_macros.h"
+
+namespace tessera::ops {
+namespace {
+
+enum class Kind {
+  kCat,
+  kStack,
+  kSlice,
+  kSelect,
+  kNarrow,
+  kIndexSelect,
+  kTril,
+  kWhere,
+  kMaskedFill,
+  kCopyTo,
+  kFillLike,
+  kEmbedding
+};
+
+struct TensorEntry {
+  const char* schema;
+  Kind kind;
+  const char* implementation;
+  const char* derivative;
+};
+
+const std::vector<TensorEntry>& Entries() {
+  static const auto* const entries = new std::vector<TensorEntry>{
+      {"cat(Tensor[] tensors, int dim=0) -> Tensor", Kind::kCat, "kernel copy (strided)",
+       "slice.Tensor(grad, dim, offset, offset + size) for each"},
+      {"stack(Tensor[] tensors, int dim=0) -> Tensor", Kind::kStack, "kernel copy (strided)",
+       "select.int(grad, dim, i) for each"},
+      {"slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt "
+       "step=1) -> Tensor(a)",
+       Kind::kSlice, "kernel copy (strided)",
+       "slice_backward(grad, self.shape, dim, start, end, step)"},
+      {"select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)", Kind::kSelect,
+       "kernel copy (strided)", "select_backward(grad, self.shape, dim, index)"},
+      {"narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)", Kind::kNarrow,
+       "decomposition: slice.Tensor(self, dim, start, start + length)",
+       "slice_backward(grad, self.shape, dim, start, start + length, 1)"},
+      {"index_select(Tensor self, int dim, Tensor index) -> Tensor", Kind::kIndexSelect,
+       "kernel copy (rows)", "index_add(zeros_like(self), dim, index, grad)"},
+      {"tril(Tensor self, int diagonal=0) -> Tensor", Kind::kTril, "kernel where (mask)",
+       "tril(grad, diagonal)"},
+      {"triu(Tensor self, int diagonal=0) -> Tensor", Kind::kTril, "kernel where (mask)",
+       "triu(grad, diagonal)"},
+      {"where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", Kind::kWhere,
+       "kernel where", "where.self(condition, grad, 0); where.self(condition, 0, grad)"},
+      {"masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", Kind::kMaskedFill,
+       "decomposition: where.self(mask, value, self)", "where.self(mask, 0, grad)"},
+      {"_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? "
+       "device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? "
+       "memory_format=None) -> Tensor",
+       Kind::kCopyTo, "kernel cast", "_to_copy(grad, self.dtype)"},
+      {"to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
+       "MemoryFormat? memory_format=None) -> Tensor(a)",
+       Kind::kCopyTo, "kernel cast", "_to_copy(grad, self.dtype)"},
+      {"zeros_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? "
+       "device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor",
+       Kind::kFillLike, "kernel fill", ""},
+      {"ones_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? "
+       "device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor",
+       Kind::kFillLike, "kernel fill", ""},
+      {"full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, "
+       "Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor",
+       Kind::kFillLike, "kernel fill", ""},
+      {"embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool "
+       "scale_grad_by_freq=False, bool sparse=False) -> Tensor",
+       Kind::kEmbedding, "kernel embedding (rows outside the shard give 0)",
+       "embedding_dense_backward(grad, indices, num_weights, padding_idx, False)"},
+  };
+  return *entries;
+}
+
+Kind KindOf(const CallContext& call) { return Entries()[call.op.entry].kind; }
+
+// The bounds of a slice.Tensor / narrow call along its (normalized) dim.
+struct SliceBounds {
+  int dim = 0;
+  int64_t start = 0, length = 0, step = 1;
+};
+
+absl::StatusOr<SliceBounds> SliceOf(const CallContext& call, const Shape& shape) {
+  SliceBounds b;
+  const int rank = static_cast<int>(shape.size());
+  ASSIGN_OR_RETURN(b.dim, CallDim(call, "dim", call.args.Int("dim"), rank));
+  if (rank == 0) return ArgError(call, "self", "must have at least one dim");
+  const int64_t size = shape[b.dim];
+  if (KindOf(call) == Kind::kNarrow) {
+    int64_t start = call.args.Int("start");
+    const int64_t length = call.args.Int("length");
+    if (start < -size || start > size) {
+      return ArgError(call, "start", absl::StrCat("is ", start, ", out of range for size ", size));
+    }
+    if (start < 0) start += size;
+    if (length < 0 || start + length > size) {
+      return ArgError(
+          call, "length",
+          absl::StrCat("is ", length, ": start (", start, ") + length exceeds size ", size));
+    }
+    b.start = start;
+    b.length = length;
+    return b;
+  }
+  b.step = call.args.Int("step");
+  if (b.step <= 0) return ArgError(call, "step", absl::StrCat("must be positive, not ", b.step));
+  auto clamp = [size](int64_t v) {
+    if (v < 0) v += size;
+    return std::clamp<int64_t>(v, 0, size);
+  };
+  const int64_t start = call.args.IsNone("start") ? 0 : clamp(call.args.Int("start"));
+  const int64_t end = call.args.IsNone("end") ? size : clamp(call.args.Int("end"));
+  b.start = start;
+  b.length = end > start ? (end - start + b.step - 1) / b.step : 0;
+  return b;
+}
+
+absl::StatusOr<std::vector<TensorMeta>> ListOf(const CallContext& call) {
+  std::vector<TensorMeta> out;
+  for (int i : call.args.Tensors("tensors")) out.push_back(call.inputs[i]);
+  if (out.empty()) return ArgError(call, "tensors", "must not be empty");
+  return out;
+}
+
+absl::StatusOr<OutputMeta> JoinMeta(const CallContext& call) {
+  ASSIGN_OR_RETURN(const std::vector<TensorMeta> in, ListOf(call));
+  const bool stack = KindOf(call) == Kind::kStack;
+  const int rank = static_cast<int>(in[0].shape.size());
+  ASSIGN_OR_RETURN(const int dim, CallDim(call, "dim", call.args.Int("dim"), rank + stack));
+  std::vector<PromotionOperand> promotion;
+  Shape out = in[0].shape;
+  if (stack) out.insert(out.begin() + dim, 0);
+  for (size_t i = 0; i < in.size(); ++i) {
+    promotion.push_back({in[i].dtype, OperandKind::kDimTensor});
+    bool fits = static_cast<int>(in[i].shape.size()) == rank;
+    for (int d = 0; fits && d < rank; ++d) {
+      fits = d == dim && !stack ? true : in[i].shape[d] == in[0].shape[d];
+    }
+    if (!fits || (rank == 0 && !stack)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          call.op.name(), ": tensor ", i, " of shape ", ShapeToString(in[i].shape),
+          " does not fit tensor 0 of shape ", ShapeToString(in[0].shape), " along dim ", dim));
+    }
+    out[dim] += stack ? 1 : (i == 0 ? 0 : in[i].shape[dim]);
+  }
+  return OutputMeta{out, ResultType(promotion)};
+}
+
+absl::Status CheckIndex(const CallContext& call, absl::string_view arg, const TensorMeta& t,
+                        bool bool_mask) {
+  const bool ok =
+      bool_mask ? t.dtype == DType::kBool : t.dtype == DType::kInt64 || t.dtype == DType::kInt32;
+  if (!ok) {
+    return ArgError(call, arg,
+                    absl::StrCat("must be ", bool_mask ? "bool" : "int64 or int32", ", not ",
+                                 DTypeName(t.dtype)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<OutputMeta> SelectLikeMeta(const CallContext& call, const TensorMeta& x) {
+  const int rank = static_cast<int>(x.shape.size());
+  Shape out = x.shape;
+  switch (KindOf(call)) {
+    case Kind::kSlice:
+    case Kind::kNarrow: {
+      ASSIGN_OR_RETURN(const SliceBounds b, SliceOf(call, x.shape));
+      out[b.dim] = b.length;
+      return OutputMeta{out, x.dtype};
+    }
+    case Kind::kSelect: {
+      if (rank == 0) return ArgError(call, "self", "must have at least one dim");
+      ASSIGN_OR_RETURN(const int dim, CallDim(call, "dim", call.args.Int("dim"), rank));
+      const int64_t index = call.args.Int("index");
+      if (index < -x.shape[dim] || index >= x.shape[dim]) {
+        return ArgError(
+            call, "index",
+            absl::StrCat("is ", index, ", out of range for dim ", dim, " of size ", x.shape[dim]));
+      }
+      out.erase(out.begin() + dim);
+      return OutputMeta{out, x.dtype};
+    }
+    case Kind::kIndexSelect: {
+      ASSIGN_OR_RETURN(const int dim, CallDim(call, "dim", call.args.Int("dim"), rank));
+      ASSIGN_OR_RETURN(const TensorMeta index, InputTensor(call, "index"));
+      RETURN_IF_ERROR(CheckIndex(call, "index", index, false));
+      if (index.shape.size() > 1) return ArgError(call, "index", "must be 0-D or 1-D");
+      if (rank > 0) out[dim] = NumElements(index.shape);
+      return OutputMeta{out, x.dtype};
+    }
+    default:
+      if (rank < 2) return ArgError(call, "self", "must have at least 2 dims");
+      return OutputMeta{out, x.dtype};
+  }
+}
+
+absl::StatusOr<DType> TargetDType(const CallContext& call, const TensorMeta& x) {
+  if (call.op.schema.ArgIndex("dtype") < 0 || call.args.IsNone("dtype")) return x.dtype;
+  return call.args.Dtype("dtype");
+}
+
+absl::StatusOr<OutputMeta> MaskMeta(const CallContext& call) {
+  if (KindOf(call) == Kind::kMaskedFill) {
+    ASSIGN_OR_RETURN(const TensorMeta x, InputTensor(call, "self"));
+    ASSIGN_OR_RETURN(const TensorMeta mask, InputTensor(call, "mask"));
+    RETURN_IF_ERROR(CheckIndex(call, "mask", mask, true));
+    std::vector<Shape> shapes = {x.shape, mask.shape};
+    ASSIGN_OR_RETURN(const Shape b, BroadcastShapes(call.op.name(), shapes));
+    if (b != x.shape) {
+      return ArgError(call, "mask",
+                      absl::StrCat("of shape ", ShapeToString(mask.shape),
+                                   " does not broadcast to self's ", ShapeToString(x.shape)));
+    }
+    return OutputMeta{x.shape, x.dtype};
+  }
+  ASSIGN_OR_RETURN(const TensorMeta cond, InputTensor(call, "condition"));
+  RETURN_IF_ERROR(CheckIndex(call, "condition", cond, true));
+  const std::vector<Operand> values = Operands(call, SplitNames("self,other"));
+  std::vector<Shape> shapes = {cond.shape};
+  std::vector<PromotionOperand> promotion;
+  for (const Operand& o : values) {
+    shapes.push_back(o.shape);
+    promotion.push_back(o.promotion);
+  }
+  ASSIGN_OR_RETURN(const Shape shape, BroadcastShapes(call.op.name(), shapes));
+  return OutputMeta{shape, ResultType(promotion)};
+}
+
+absl::StatusOr<OutputMeta> TensorMetaFn(const CallContext& call) {
+  switch (KindOf(call)) {
+    case Kind::kCat:
+    case Kind::kStack:
+      return JoinMeta(call);
+    case Kind::kWhere:
+    case Kind::kMaskedFill:
+      return MaskMeta(call);
+    case Kind::kEmbedding: {
+      ASSIGN_OR_RETURN(const TensorMeta w, InputTensor(call, "weight"));
+      ASSIGN_OR_RETURN(const TensorMeta ids, InputTensor(call, "indices"));
+      RETURN_IF_ERROR(CheckIndex(call, "indices", ids, false));
+      if (w.shape.size() != 2) return ArgError(call, "weight", "must be 2-D");
+      Shape out = ids.shape;
+      out.push_back(w.shape[1]);
+      return OutputMeta{out, w.dtype};
+    }
+    default:
+      break;
+  }
+  ASSIGN_OR_RETURN(const TensorMeta x, InputTensor(call, "self"));
+  if (KindOf(call) == Kind::kCopyTo || KindOf(call) == Kind::kFillLike) {
+    ASSIGN_OR_RETURN(const DType dtype, TargetDType(call, x));
+    return OutputMeta{x.shape, dtype};
+  }
+  return SelectLikeMeta(call, x);
+}
+
+// The per-dim choices of an op on one input (plus Replicate extra inputs) that keeps every dim but
+// `touched`, moving dim d to `moved(d)`; with `partials`, every Partial passes.
+template <typename Moved>
+std::vector<DimChoice> KeepUntouched(int rank, int num_inputs, std::vector<int> touched,
+                                     Moved moved, bool partials) {
+  std::vector<DimChoice> out;
+  for (int d = 0; d < rank; ++d) {
+    if (std::find(touched.begin(), touched.end(), d) != touched.end()) continue;
+    std::vector<Placement> in(num_inputs, Placement::Replicate());
+    in[0] = Placement::Shard(d);
+    out.push_back({in, Placement::Shard(moved(d))});
+  }
+  out.push_back(
+      {std::vector<Placement>(num_inputs, Placement::Replicate()), Placement::Replicate()});
+  if (partials) {
+    for (ReduceOp op : kAllReduceOps) {
+      std::vector<Placement> in(num_inputs, Placement::Replicate());
+      in[0] = Placement::Partial(op);
+      out.push_back({in, Placement::Partial(op)});
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<StrategyCandidates> JoinStrategies(const CallContext& call) {
+  const int n = static_cast<int>(call.inputs.size());
+  const int rank = static_cast<int>(call.inputs[0].shape.size());
+  const bool stack = KindOf(call) == Kind::kStack;
+  ASSIGN_OR_RETURN(const int dim, CallDim(call, "dim", call.args.Int("dim"), rank + stack));
+  StrategyCandidates c;
+  for (int d = 0; d < rank; ++d) {
+    if (d == dim && !stack) continue;
+    c.per_dim.push_back({std::vector<Placement>(n, Placement::Shard(d)),
+                         Placement::Shard(stack && d >= dim ? d + 1 : d)});
+  }
+  c.per_dim.push_back({std::vector<Placement>(n, Placement::Replicate()), Placement::Replicate()});
+  for (ReduceOp op : kAllReduceOps) {
+    c.per_dim.push_back(
+        {std::vector<Placement>(n, Placement::Partial(op)), Placement::Partial(op)});
+  }
+  return c;
+}
+
+absl::StatusOr<StrategyCandidates> EmbeddingStrategies(const CallContext& call) {
+  const int w = call.args.Tensor("weight");
+  const int ids = call.args.Tensor("indices");
+  const int id_rank = static_cast<int>(call.inputs[ids].shape.size());
+  StrategyCandidates c;
+  auto choice = [&](Placement pw, Placement pi, Placement out) {
+    std::vector<Placement> in(call.inputs.size(), Placement::Replicate());
+    in[w] = pw;
+    in[ids] = pi;
+    c.per_dim.push_back({in, out});
+  };
+  choice(Placement::Shard(0), Placement::Replicate(), Placement::Partial(ReduceOp::kSum));
+  choice(Placement::Shard(1), Placement::Replicate(), Placement::Shard(id_rank));
+  for (int d = 0; d < id_rank; ++d)
+    choice(Placement::Replicate(), Placement::Shard(d), Placement::Shard(d));
+  choice(Placement::Replicate(), Placement::Replicate(), Placement::Replicate());
+  return c;
+}
+
+absl::StatusOr<StrategyCandidates> TensorStrategies(const CallContext& call,
+                                                    std::span<const DTensorSpec> specs,
+                                                    const OutputMeta& out) {
+  const Kind kind = KindOf(call);
+  const int n = static_cast<int>(call.inputs.size());
+  const int rank = call.inputs.empty() ? 0 : static_cast<int>(call.inputs[0].shape.size());
+  auto same = [](int d) { return d; };
+  StrategyCandidates c;
+  switch (kind) {
+    case Kind::kCat:
+    case Kind::kStack:
+      return JoinStrategies(call);
+    case Kind::kEmbedding:
+      return EmbeddingStrategies(call);
+    case Kind::kWhere:
+    case Kind::kMaskedFill: {
+      const char* names = kind == Kind::kWhere ? "condition,self,other" : "self,mask";
+      c.per_dim = ShardAlignedChoices(Operands(call, SplitNames(names)), out.shape, n);
+      return c;
+    }
+    case Kind::kCopyTo: {
+      ASSIGN_OR_RETURN(StrategyCandidates p, PointwiseStrategies(call, specs, out));
+      if (out.dtype == DType::kBool) {
+        std::erase_if(p.per_dim, [](const DimChoice& d) { return d.output.is_partial(); });
+      }
+      return p;
+    }
+    case Kind::kFillLike:
+      c.per_dim = KeepUntouched(rank, n, {}, same, false);
+      return c;
+    case Kind::kTril:
+      c.per_dim = KeepUntouched(rank, n, {rank - 2, rank - 1}, same, true);
+      return c;
+    case Kind::kSelect: {
+      ASSIGN_OR_RETURN(const int dim, CallDim(call, "dim", call.args.Int("dim"), rank));
+      c.per_dim = KeepUntouched(
+          rank, n, {dim}, [dim](int d) { return d > dim ? d - 1 : d; }, true);
+      return c;
+    }
+    default: {
+      ASSIGN_OR_RETURN(const int dim, CallDim(call, "dim", call.args.Int("dim"), rank));
+      c.per_dim = KeepUntouched(rank, n, {dim}, same, true);
+      return c;
+    }
+  }
+}
+
+}  // namespace
+
+void RegisterTensorOps(OpRegistry& registry) {
+  for (size_t i = 0; i < Entries().size(); ++i) {
+    const TensorEntry& e = Entries()[i];
+    OpDef& op = DefineOp(registry, e.schema, OpFamily::kTensor);
+    op.entry = static_cast<int>(i);
+    op.meta = TensorMetaFn;
+    op.strategies = TensorStrategies;
+    op.implementation = e.implementation;
+    op.derivative = e.derivative;
+    op.strategy_text = "S(d) kept on the dims it does not touch; the dims it touches whole (R)";
+    if (e.kind == Kind::kCopyTo) {
+      op.pointwise.operands = {"self"};
+      op.pointwise.partial = PartialRule::kMonotonic;
+      op.strategy_text = "S(d) and R kept; P(max|min) kept unless the target is bool";
+    }
+  }
+}
+
+}  // namespace tessera::ops

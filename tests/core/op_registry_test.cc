@@ -1,0 +1,278 @@
+// The op registry by hand: what it holds, what meta functions answer and how they fail, and the
+// strategies DTensor would choose, worked out case by case.
+
+#include "core/ops/op_registry.h"
+
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/ops/op_propagation.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::ops {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+NamedValue T(int i) { return {"", TensorRef{i}}; }
+NamedValue P(OpValue v) { return {"", std::move(v)}; }
+NamedValue A(std::string name, OpValue v) { return {std::move(name), std::move(v)}; }
+
+absl::StatusOr<PreparedCall> Prepare(absl::string_view op, std::vector<NamedValue> args,
+                                     std::vector<TensorMeta> inputs) {
+  absl::StatusOr<const OpDef*> def = Registry().Find(op);
+  if (!def.ok()) return def.status();
+  return PrepareCall(**def, args, inputs);
+}
+
+TEST(OpRegistryTest, EveryOpIsComplete) {
+  EXPECT_GE(Registry().ops().size(), 140u);
+  for (const OpDef* op : Registry().ops()) {
+    EXPECT_NE(op->meta, nullptr) << op->name();
+    EXPECT_NE(op->strategies, nullptr) << op->name();
+    EXPECT_FALSE(op->implementation.empty()) << op->name();
+    EXPECT_FALSE(op->strategy_text.empty()) << op->name();
+    EXPECT_EQ(op->name(), op->schema.QualifiedName());
+  }
+}
+
+// The ops a derivative names that the registry does not hold yet (the backward ops of the
+// indexing, scan and variance ops), each checked to be missing, so the list shrinks as they come.
+const std::set<std::string>& NotYetRegistered() {
+  static const auto* names = new std::set<std::string>{
+      "cumprod_backward", "embedding_dense_backward", "flip",   "index_add",   "inverse",
+      "select_backward",  "slice_backward",           "square", "var_backward"};
+  return *names;
+}
+
+TEST(OpRegistryTest, DerivativesAreWrittenInRegisteredOps) {
+  const std::regex call(R"(([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_]+)?)\()");
+  for (const OpDef* op : Registry().ops()) {
+    for (std::sregex_iterator it(op->derivative.begin(), op->derivative.end(), call), end;
+         it != end; ++it) {
+      const std::string name = (*it)[1];
+      if (NotYetRegistered().contains(name)) continue;
+      // A name without its overload ("mul") stands for the op's overloads.
+      EXPECT_NE(Registry().Find(name).status().code(), absl::StatusCode::kUnimplemented)
+          << op->name() << "'s derivative names " << name << ", which is not registered";
+    }
+  }
+  for (const std::string& name : NotYetRegistered()) {
+    EXPECT_FALSE(Registry().Find(name).ok()) << name << " is registered now: drop it from the list";
+  }
+}
+
+TEST(OpRegistryTest, FindsByQualifiedNameShortNameAndOnlyOverload) {
+  EXPECT_EQ(Registry().Find("aten::softmax.int").value()->name(), "aten::softmax.int");
+  EXPECT_EQ(Registry().Find("softmax.int").value()->name(), "aten::softmax.int");
+  EXPECT_EQ(Registry().Find("softmax").value()->name(), "aten::softmax.int");
+  EXPECT_EQ(Registry().Find("exp").value()->name(), "aten::exp");
+  absl::StatusOr<const OpDef*> unknown = Registry().Find("aten::fft_fft");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("aten::fft_fft"));
+  absl::StatusOr<const OpDef*> several = Registry().Find("add");
+  EXPECT_EQ(several.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(several.status().message(), AllOf(HasSubstr("add.Tensor"), HasSubstr("add.Scalar")));
+}
+
+TEST(OpMetaTest, TypePromotionAsTorch) {
+  const TensorMeta i32{{4}, DType::kInt32};
+  const TensorMeta f16{{4}, DType::kFloat16};
+  const TensorMeta f64_0d{{}, DType::kFloat64};
+  EXPECT_EQ(Prepare("add.Tensor", {T(0), P(int64_t{2})}, {i32})->call.output.dtype, DType::kInt32);
+  EXPECT_EQ(Prepare("add.Tensor", {T(0), P(2.5)}, {i32})->call.output.dtype, DType::kFloat32);
+  EXPECT_EQ(Prepare("mul.Tensor", {T(0), T(1)}, {f16, f64_0d})->call.output.dtype, DType::kFloat16);
+  EXPECT_EQ(Prepare("div.Tensor", {T(0), T(0)}, {i32})->call.output.dtype, DType::kFloat32);
+  EXPECT_EQ(Prepare("exp", {T(0)}, {i32})->call.output.dtype, DType::kFloat32);
+  EXPECT_EQ(Prepare("eq.Scalar", {T(0), P(1.0)}, {f16})->call.output.dtype, DType::kBool);
+  EXPECT_EQ(Prepare("sum", {T(0)}, {i32})->call.output.dtype, DType::kInt64);
+  EXPECT_EQ(Prepare("sum", {T(0), A("dtype", DType::kFloat64)}, {i32})->call.output.dtype,
+            DType::kFloat64);
+  EXPECT_EQ(Prepare("argmax", {T(0)}, {f16})->call.output.dtype, DType::kInt64);
+  EXPECT_EQ(
+      Prepare("where.self", {T(0), T(1), P(0.5)}, {{{4}, DType::kBool}, i32})->call.output.dtype,
+      DType::kFloat32);
+  EXPECT_EQ(Prepare("_softmax", {T(0), P(int64_t{0}), P(true)}, {f16})->call.output.dtype,
+            DType::kFloat32);
+}
+
+TEST(OpMetaTest, ShapesAsTorch) {
+  const TensorMeta x{{2, 3, 4}, DType::kFloat32};
+  auto shape = [](absl::StatusOr<PreparedCall> p) {
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? p->call.output.shape : Shape{-1};
+  };
+  EXPECT_EQ(shape(Prepare("sum.dim_IntList", {T(0), P(std::vector<int64_t>{-1, 0})}, {x})),
+            (Shape{3}));
+  EXPECT_EQ(shape(Prepare("mean.dim", {T(0), P(int64_t{1}), P(true)}, {x})), (Shape{2, 1, 4}));
+  EXPECT_EQ(shape(Prepare("argmax", {T(0), A("keepdim", true)}, {x})), (Shape{1, 1, 1}));
+  EXPECT_EQ(shape(Prepare("view", {T(0), P(std::vector<int64_t>{-1, 4})}, {x})), (Shape{6, 4}));
+  EXPECT_EQ(shape(Prepare("matmul", {T(0), T(1)}, {x, {{5, 1, 4, 2}, DType::kFloat32}})),
+            (Shape{5, 2, 3, 2}));
+  EXPECT_EQ(shape(Prepare("matmul", {T(0), T(1)}, {{{3}, DType::kFloat32}, x})), (Shape{2, 4}));
+  EXPECT_EQ(
+      shape(Prepare("slice.Tensor",
+                    {T(0), P(int64_t{2}), P(int64_t{1}), P(int64_t{100}), P(int64_t{2})}, {x})),
+      (Shape{2, 3, 2}));
+  EXPECT_EQ(
+      shape(Prepare("slice.Tensor", {T(0), P(int64_t{1}), P(int64_t{-1}), P(int64_t{-3})}, {x})),
+      (Shape{2, 0, 4}));
+  EXPECT_EQ(shape(Prepare("select.int", {T(0), P(int64_t{-1}), P(int64_t{-4})}, {x})),
+            (Shape{2, 3}));
+  EXPECT_EQ(shape(Prepare("cat", {P(TensorList{{0, 1}}), P(int64_t{1})},
+                          {x, {{2, 5, 4}, DType::kFloat32}})),
+            (Shape{2, 8, 4}));
+  EXPECT_EQ(shape(Prepare("stack", {P(TensorList{{0, 0}}), P(int64_t{-1})}, {x})),
+            (Shape{2, 3, 4, 2}));
+  EXPECT_EQ(shape(Prepare("embedding", {T(0), T(1)},
+                          {{{10, 4}, DType::kFloat32}, {{2, 3}, DType::kInt64}})),
+            (Shape{2, 3, 4}));
+  EXPECT_EQ(shape(Prepare("linear", {T(0), T(1)}, {x, {{7, 4}, DType::kFloat32}})),
+            (Shape{2, 3, 7}));
+}
+
+TEST(OpMetaTest, ErrorsNameTheOpArgumentAndValue) {
+  const TensorMeta x{{2, 3}, DType::kFloat32};
+  absl::Status s = Prepare("softmax.int", {T(0), P(int64_t{2})}, {x}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("aten::softmax.int"), HasSubstr("'dim'"), HasSubstr("2")));
+  s = Prepare("softmax.int", {T(0), P(1.5)}, {x}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'dim'"), HasSubstr("1.5")));
+  s = Prepare("mm", {T(0), T(0)}, {x}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("aten::mm"), HasSubstr("[2, 3]")));
+  s = Prepare("add.Tensor", {T(0), T(1)}, {x, {{4}, DType::kFloat32}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("[2, 3]"), HasSubstr("[4]")));
+  s = Prepare("mean", {T(0)}, {{{2}, DType::kInt32}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("aten::mean"), HasSubstr("int32")));
+  s = Prepare("bitwise_and.Tensor", {T(0), T(0)}, {x}).status();
+  EXPECT_THAT(s.message(), HasSubstr("float32"));
+  s = Prepare("amax", {T(0), P(std::vector<int64_t>{0})}, {{{0, 3}, DType::kFloat32}}).status();
+  EXPECT_THAT(s.message(), HasSubstr("empty"));
+  s = Prepare("gelu", {T(0), A("approximate", std::string("fast"))}, {x}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'approximate'"), HasSubstr("fast")));
+  s = Prepare("select.int", {T(0), P(int64_t{0}), P(int64_t{2})}, {x}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'index'"), HasSubstr("2")));
+  s = Prepare("view", {T(0), P(std::vector<int64_t>{4, 2})}, {x}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  s = Prepare("index_select", {T(0), P(int64_t{0}), T(0)}, {x}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'index'"), HasSubstr("float32")));
+}
+
+class StrategyTest : public ::testing::Test {
+ protected:
+  DTensorSpec Spec(absl::string_view placements, Shape shape, DType dtype = DType::kFloat32) {
+    return MakeDTensorSpec(mesh_, ParsePlacements(placements).value(), std::move(shape), dtype)
+        .value();
+  }
+  // "(S(0)) x (R) -> (S(0))" of the plan for `op` on `specs`.
+  std::string Chosen(absl::string_view op, std::vector<NamedValue> args,
+                     std::vector<DTensorSpec> specs) {
+    std::vector<TensorMeta> metas;
+    for (const DTensorSpec& s : specs) metas.push_back({s.shape, s.dtype});
+    absl::StatusOr<PreparedCall> p = Prepare(op, args, metas);
+    if (!p.ok()) return p.status().ToString();
+    std::vector<DTensorSpec> ordered;
+    for (int i : p->input_of) ordered.push_back(specs[i]);
+    absl::StatusOr<OpPlan> plan = PlanCall(p->call, ordered);
+    if (!plan.ok()) return plan.status().ToString();
+    std::vector<std::string> parts;
+    for (const auto& in : plan->strategy.inputs) parts.push_back(PlacementsToString(in));
+    return absl::StrCat(absl::StrJoin(parts, " x "), " -> ",
+                        PlacementsToString(plan->strategy.output));
+  }
+  DeviceMesh mesh_ = DeviceMesh::Create("cpu", {2}).value();
+};
+
+TEST_F(StrategyTest, PointwiseKeepsShardsAndLinearPartials) {
+  EXPECT_EQ(Chosen("add.Tensor", {T(0), T(1)}, {Spec("S(0)", {4, 6}), Spec("R", {6})}),
+            "(S(0)) x (R) -> (S(0))");
+  EXPECT_EQ(Chosen("add.Tensor", {T(0), T(1)}, {Spec("S(1)", {4, 6}), Spec("S(0)", {6})}),
+            "(S(1)) x (S(0)) -> (S(1))");
+  EXPECT_EQ(Chosen("add.Tensor", {T(0), T(1)}, {Spec("P(sum)", {4}), Spec("P(sum)", {4})}),
+            "(P(sum)) x (P(sum)) -> (P(sum))");
+  // x + 2 is not linear in a partial x: it is reduced first.
+  EXPECT_NE(Chosen("add.Tensor", {T(0), P(2.0)}, {Spec("P(sum)", {4})}), "(P(sum)) -> (P(sum))");
+  EXPECT_EQ(Chosen("mul.Tensor", {T(0), P(2.0)}, {Spec("P(sum)", {4})}), "(P(sum)) -> (P(sum))");
+  EXPECT_EQ(Chosen("mul.Tensor", {T(0), T(1)}, {Spec("R", {4}), Spec("P(avg)", {4})}),
+            "(R) x (P(avg)) -> (P(avg))");
+  EXPECT_EQ(Chosen("neg", {T(0)}, {Spec("P(sum)", {4})}), "(P(sum)) -> (P(sum))");
+  EXPECT_EQ(Chosen("clone", {T(0)}, {Spec("P(max)", {4})}), "(P(max)) -> (P(max))");
+  EXPECT_EQ(Chosen("exp", {T(0)}, {Spec("P(sum)", {4, 6})}), "(S(0)) -> (S(0))");
+}
+
+TEST_F(StrategyTest, ReductionsGivePartialsOrNeedTheirDimWhole) {
+  EXPECT_EQ(Chosen("sum.dim_IntList", {T(0), P(std::vector<int64_t>{1})}, {Spec("S(1)", {4, 6})}),
+            "(S(1)) -> (P(sum))");
+  EXPECT_EQ(Chosen("amax", {T(0), P(std::vector<int64_t>{0})}, {Spec("S(0)", {4, 6})}),
+            "(S(0)) -> (P(max))");
+  EXPECT_EQ(Chosen("mean.dim", {T(0), P(std::vector<int64_t>{0})}, {Spec("S(1)", {4, 6})}),
+            "(S(1)) -> (S(0))");
+  EXPECT_EQ(Chosen("softmax.int", {T(0), P(int64_t{-1})}, {Spec("S(0)", {4, 6})}),
+            "(S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("softmax.int", {T(0), P(int64_t{-1})}, {Spec("S(1)", {4, 6})}),
+            "(S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("argmax", {T(0), P(int64_t{1})}, {Spec("S(1)", {4, 6})}), "(S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("cumsum", {T(0), P(int64_t{0})}, {Spec("P(sum)", {4, 6})}),
+            "(P(sum)) -> (P(sum))");
+}
+
+TEST_F(StrategyTest, MatmulByEinsumRules) {
+  EXPECT_EQ(Chosen("mm", {T(0), T(1)}, {Spec("S(1)", {4, 6}), Spec("S(0)", {6, 8})}),
+            "(S(1)) x (S(0)) -> (P(sum))");
+  EXPECT_EQ(Chosen("bmm", {T(0), T(1)}, {Spec("S(0)", {2, 4, 6}), Spec("S(0)", {2, 6, 8})}),
+            "(S(0)) x (S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("linear", {T(0), T(1), T(2)},
+                   {Spec("R", {3, 4}), Spec("S(0)", {8, 4}), Spec("S(0)", {8})}),
+            "(R) x (S(0)) x (S(0)) -> (S(1))");
+  EXPECT_EQ(Chosen("linear", {T(0), T(1), T(2)},
+                   {Spec("S(1)", {3, 4}), Spec("S(1)", {8, 4}), Spec("R", {8})}),
+            "(S(1)) x (S(1)) x (P(sum)) -> (P(sum))");
+}
+
+TEST_F(StrategyTest, ViewsKeepOnlyShardsTheyCanKeep) {
+  EXPECT_EQ(Chosen("view", {T(0), P(std::vector<int64_t>{24})}, {Spec("S(0)", {4, 6})}),
+            "(S(0)) -> (S(0))");
+  // Rows of 3 on 2 ranks: the merged dim cannot stay sharded, and is gathered first.
+  EXPECT_EQ(Chosen("view", {T(0), P(std::vector<int64_t>{18})}, {Spec("S(0)", {3, 6})}),
+            "(R) -> (R)");
+  EXPECT_EQ(Chosen("transpose.int", {T(0), P(int64_t{0}), P(int64_t{1})}, {Spec("S(0)", {4, 6})}),
+            "(S(0)) -> (S(1))");
+}
+
+TEST_F(StrategyTest, TensorOpsKeepUntouchedDims) {
+  EXPECT_EQ(Chosen("cat", {P(TensorList{{0, 1}}), P(int64_t{1})},
+                   {Spec("S(0)", {4, 6}), Spec("S(0)", {4, 2})}),
+            "(S(0)) x (S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("slice.Tensor", {T(0), P(int64_t{1}), P(int64_t{1})}, {Spec("S(0)", {4, 6})}),
+            "(S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("select.int", {T(0), P(int64_t{0}), P(int64_t{1})}, {Spec("S(1)", {4, 6})}),
+            "(S(1)) -> (S(0))");
+  EXPECT_EQ(
+      Chosen("embedding", {T(0), T(1)}, {Spec("S(0)", {10, 4}), Spec("R", {3}, DType::kInt64)}),
+      "(S(0)) x (R) -> (P(sum))");
+}
+
+TEST(ShardingCacheTest, ARepeatedCallIsAHit) {
+  const DeviceMesh mesh = DeviceMesh::Create("cpu", {2}).value();
+  const DTensorSpec x =
+      MakeDTensorSpec(mesh, {Placement::Shard(0)}, {4, 6}, DType::kFloat32).value();
+  const PreparedCall p = Prepare("exp", {T(0)}, {{x.shape, x.dtype}}).value();
+  ShardingCache cache;
+  const std::vector<DTensorSpec> specs = {x};
+  auto first = cache.Plan(p.call, specs);
+  auto second = cache.Plan(p.call, specs);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->get(), second->get());
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_EQ(cache.misses(), 1);
+}
+
+}  // namespace
+}  // namespace tessera::ops
