@@ -76,6 +76,8 @@ class DType:
     def __eq__(self, other: object) -> builtins.bool:
         if isinstance(other, DType):
             return other.number == self.number
+        if other is None:  # np.dtype(None) would be float64
+            return False
         try:
             return as_dtype(other).number == self.number
         except (TypeError, ValueError):
