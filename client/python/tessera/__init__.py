@@ -8,19 +8,22 @@
     x = tessera.distribute_tensor(np.ones((8, 6), np.float32), mesh, [Shard(0), Replicate()])
     w = tessera.randn(6, 4, device_mesh=mesh, placements=[Replicate(), Shard(1)], seed=1)
     y = (x @ w).relu()                 # runs on the workers; returns at once
-    print(y.placements, y.full_tensor())
+    z = tessera.softmax(y[:, :2], -1)  # torch's names: tessera.ops.aten.<name> calls any op
+    print(y.placements, z.full_tensor())
 
-Names follow ``torch.distributed.tensor`` (DTensor, distribute_tensor, the factories, ops),
+Names follow ``torch.distributed.tensor`` (DTensor, distribute_tensor, the factories), torch's
+functions and Tensor methods (``tessera.cat``, ``x.view``, ``x[1:, None]``; ``torch.*`` on a
+DTensor too, by ``__torch_function__``), ``tessera.ops.aten`` (every op of the service's
+registry by its ATen name), ``tessera.nn.functional``,
 ``torch.distributed.device_mesh`` (init_device_mesh), ``torch.distributed.tensor.parallel``
 (parallelize_module and the styles) and ``torch.distributed`` (``tessera.distributed``'s
 collectives). Every call has a deadline and raises a :class:`TesseraError` subclass carrying the
 gRPC code and the service's message."""
 
-from . import distributed
-from .dtensor import (DTensor, InputRedistribution, RedistributePlan, RedistributeStep, add,
-                      addmm, amax, distribute_tensor, div, empty, full, gelu, get_tensor,
-                      load, manual_seed, matmul, max, mean, mm, mul, ones, rand, randn, relu, save,
-                      sub, sum, t, tanh, transpose, zeros)
+from . import distributed, functions, nn, ops
+from .dtensor import (DTensor, InputRedistribution, RedistributePlan, RedistributeStep,
+                      distribute_tensor, empty, full, get_tensor, load, manual_seed, ones, rand,
+                      randn, save, zeros)
 from .dtypes import (DType, all_dtypes, bfloat16, bool, float16, float32, float64, int8, int32,
                      int64, uint8)
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
@@ -28,6 +31,7 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
                      PermissionDenied, ResourceExhausted, TesseraError, Unauthenticated,
                      Unavailable, Unimplemented, Unknown, UnsupportedOp)
 from .export import Exported, export
+from .functions import *  # noqa: F401,F403 - torch's functions (functions.__all__)
 from .kserve import InferenceClient
 from .mesh import DeviceMesh, get_device_mesh, init_device_mesh
 from .module import Module, ModuleOutput, StepResult, get_module, list_modules, load_module
@@ -44,9 +48,7 @@ __all__ = [
     "Placement", "Shard", "Replicate", "Partial",
     "DTensor", "distribute_tensor", "get_tensor", "zeros", "ones", "full", "empty", "rand",
     "randn", "manual_seed", "save", "load", "RedistributePlan", "RedistributeStep", "InputRedistribution",
-    "mm", "matmul", "addmm", "add", "sub", "mul", "div", "relu", "gelu", "tanh", "sum", "mean",
-    "max", "amax", "transpose", "t",
-    "distributed",
+    "ops", "nn", "distributed",
     "Module", "ModuleOutput", "StepResult", "load_module", "get_module", "list_modules",
     "ParallelStyle", "ColwiseParallel", "RowwiseParallel", "SequenceParallel",
     "PrepareModuleInput", "PrepareModuleOutput", "parallelize_module", "distribute_module",
@@ -57,7 +59,7 @@ __all__ = [
     "FailedPrecondition", "Unavailable", "DeadlineExceeded", "ResourceExhausted", "Unimplemented",
     "Internal", "DataLoss", "Cancelled", "Aborted", "OutOfRange", "Unknown", "Unauthenticated",
     "UnsupportedOp",
-]
+] + functions.__all__
 
 
 def __getattr__(name: str):

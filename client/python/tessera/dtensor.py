@@ -29,38 +29,43 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import InvalidArgument, TesseraError, Unimplemented, UnsupportedOp
-from .interop import HostBuffer, as_buffer, is_torch_tensor, wrap_output
+from .interop import HostBuffer, as_buffer, wrap_output
 from .mesh import DeviceMesh
+from .op_args import encode_call
 from .placements import Placement, Replicate, as_placements, from_proto, to_proto
 from .progress import ProgressArg
 from .session import Session
 from .op_stream import Outcome
+from .tensor_math import TensorMath
+from .tensor_shape import TensorShape, size_arg
 from .transport import pb
 
 __all__ = [
     "DTensor", "RedistributeStep", "RedistributePlan", "InputRedistribution", "distribute_tensor",
-    "zeros", "ones", "full", "empty", "rand", "randn", "manual_seed", "get_tensor",
-    "mm", "matmul", "addmm", "add", "sub", "mul", "div", "relu", "gelu", "tanh", "sum", "mean",
-    "max", "amax", "transpose", "t",
+    "zeros", "ones", "full", "empty", "rand", "randn", "manual_seed", "get_tensor", "call",
 ]
 
 _ShapeArg = Union[int, Sequence[int]]
 
-#: torch names (functions and Tensor methods) that the service's RunOp has no op for: using
-#: them raises UnsupportedOp, naming what it runs.
+#: torch names (functions and Tensor methods) that neither the service's op registry nor this
+#: client's decompositions run: using them raises UnsupportedOp, naming what runs.
 TORCH_ONLY = frozenset("""
-    softmax log_softmax exp log log2 sqrt rsqrt pow abs sigmoid silu softplus erf floor ceil
-    round sign clamp clip where masked_fill cat concat stack reshape view flatten squeeze
-    unsqueeze permute expand repeat split chunk narrow index_select gather scatter sort topk
-    cumsum argmax argmin min amin prod std var norm bmm einsum linear layer_norm dropout
-    embedding maximum minimum eq ne lt gt le ge logical_and logical_or backward
-    requires_grad_ cuda item tolist
+    softplus repeat tile flip roll gather scatter scatter_add take masked_select nonzero unique
+    sort argsort topk kthvalue median mode norm dist einsum outer kron cross diag diagonal trace
+    baddbmm addcmul addcdiv lerp log10 exp2 tan asin acos atan atan2 sinh cosh fmod hypot
+    layer_norm dropout embedding backward requires_grad_ cuda item tolist
 """.split())
-SUPPORTED_OPS = ("mm, matmul, addmm, add, sub, mul, div (with scalars), relu, gelu, tanh, sum, "
-                 "mean, max/amax, transpose, t and casts (to)")
+SUPPORTED_OPS = ("the ops of its registry (tessera.ops.list_ops(); tessera.ops.aten.<name> calls "
+                 "any of them): pointwise math, comparisons and logic, reductions (sum, mean, "
+                 "amax/amin, prod, any/all, argmax/argmin, var/std, logsumexp, cumsum/cumprod), "
+                 "softmax and log_softmax, mm/matmul/addmm/bmm/linear, views (view, reshape, "
+                 "flatten, unflatten, squeeze, unsqueeze, permute, transpose, expand), cat, stack, "
+                 "basic indexing, chunk/split/unbind, narrow, index_select, tril/triu, casts (to) "
+                 "and the *_like factories")
 
 
 def unsupported(name: str) -> UnsupportedOp:
+    """The error of torch name ``name`` ("tessera.sort", "DTensor.sort") that nothing runs."""
     return UnsupportedOp(f"'{name}' is not an op of the service: it runs {SUPPORTED_OPS}; "
                          "for others, full_tensor() or to_local(rank) and compute locally")
 
@@ -120,16 +125,6 @@ def _plan_from_proto(p: Any) -> RedistributePlan:
     return RedistributePlan(steps, p.total_send_bytes, p.total_recv_bytes)
 
 
-def _shape_arg(size: Tuple[Any, ...]) -> Tuple[int, ...]:
-    """torch's ``*size``: zeros(2, 3), zeros((2, 3)) or zeros(torch.Size([2, 3]))."""
-    if len(size) == 1 and hasattr(size[0], "__iter__"):
-        size = tuple(size[0])
-    try:
-        return tuple(int(s) for s in size)
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"a size is integers, not {size!r}") from None
-
-
 def _layout(device_mesh: Optional[DeviceMesh], placements: Any) -> Tuple[DeviceMesh, List[Any]]:
     """The whole mesh and one placement message per its dims: ``placements`` on a view go to the
     view's dims, Replicate on the others."""
@@ -146,8 +141,9 @@ def _layout(device_mesh: Optional[DeviceMesh], placements: Any) -> Tuple[DeviceM
     return root, [to_proto(p, pb.types) for p in full]
 
 
-class DTensor:
-    """A handle to a DTensor held by the service (see the module's docstring)."""
+class DTensor(TensorMath, TensorShape):
+    """A handle to a DTensor held by the service (see the module's docstring), with
+    torch.Tensor's methods (tensor_math.py, tensor_shape.py)."""
 
     __slots__ = ("_session", "_name", "_mesh", "_shape", "_dtype", "_placements", "_shards",
                  "_nbytes", "_owner", "_state", "_error", "_kind", "_finalizer", "_made",
@@ -414,137 +410,23 @@ class DTensor:
             self._finalizer = None
         return self
 
-    # -- ops -------------------------------------------------------------------------------------
+    # -- ops (tensor_math.py and tensor_shape.py hold torch's methods) ------------------------
 
-    def __add__(self, other: Any) -> "DTensor":
-        return add(self, other)
+    def _op(self, op: str, /, *args: Any, **kwargs: Any) -> "DTensor":
+        return call(op, *args, **kwargs)
 
-    def __radd__(self, other: Any) -> "DTensor":
-        return add(other, self)
+    def _dtype_if_known(self) -> Optional[_dt.DType]:
+        return None if self._made is not None else self._dtype
 
-    def __sub__(self, other: Any) -> "DTensor":
-        return sub(self, other)
+    def _replicated(self, array: np.ndarray) -> "DTensor":
+        return distribute_tensor(array, self._mesh, [Replicate()] * self._mesh.ndim)
 
-    def __rsub__(self, other: Any) -> "DTensor":
-        return sub(other, self)
-
-    def __mul__(self, other: Any) -> "DTensor":
-        return mul(self, other)
-
-    def __rmul__(self, other: Any) -> "DTensor":
-        return mul(other, self)
-
-    def __truediv__(self, other: Any) -> "DTensor":
-        return div(self, other)
-
-    def __rtruediv__(self, other: Any) -> "DTensor":
-        return div(other, self)
-
-    def __neg__(self) -> "DTensor":
-        return mul(self, -1)
-
-    def __matmul__(self, other: "DTensor") -> "DTensor":
-        return matmul(self, other)
-
-    def mm(self, other: "DTensor") -> "DTensor":
-        return mm(self, other)
-
-    def matmul(self, other: "DTensor") -> "DTensor":
-        return matmul(self, other)
-
-    def add(self, other: Any, *, alpha: float = 1) -> "DTensor":
-        return add(self, other, alpha=alpha)
-
-    def sub(self, other: Any, *, alpha: float = 1) -> "DTensor":
-        return sub(self, other, alpha=alpha)
-
-    def mul(self, other: Any) -> "DTensor":
-        return mul(self, other)
-
-    def div(self, other: Any) -> "DTensor":
-        return div(self, other)
-
-    def relu(self) -> "DTensor":
-        return relu(self)
-
-    def gelu(self, approximate: str = "none") -> "DTensor":
-        return gelu(self, approximate=approximate)
-
-    def tanh(self) -> "DTensor":
-        return tanh(self)
-
-    def sum(self, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
-            ) -> "DTensor":
-        return sum(self, dim, keepdim)
-
-    def mean(self, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
-             ) -> "DTensor":
-        return mean(self, dim, keepdim)
-
-    def max(self, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
-            ) -> "DTensor":
-        return max(self, dim, keepdim)
-
-    def amax(self, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
-             ) -> "DTensor":
-        return amax(self, dim, keepdim)
-
-    def transpose(self, dim0: int, dim1: int) -> "DTensor":
-        return transpose(self, dim0, dim1)
-
-    def t(self) -> "DTensor":
-        return t(self)
-
-    @property
-    def T(self) -> "DTensor":  # noqa: N802 - torch's name
-        if self.ndim != 2:
-            raise Unimplemented(f".T of a {self.ndim}-D DTensor: use transpose(dim0, dim1)")
-        return t(self)
-
-    def to(self, dtype: Any) -> "DTensor":
-        """x.to(dtype): a cast on the workers. Devices are the mesh's: ``to("cuda")`` is
-        unsupported."""
-        try:
-            d = _dt.as_dtype(dtype)
-        except ValueError:
-            raise Unimplemented(f"DTensor.to({dtype!r}): only a dtype is supported (a DTensor "
-                                "stays on its mesh's devices)") from None
-        if d == self.dtype:
-            return self
-        return _run(pb.tensor.OP_CAST, [self], dtype=d.number)
-
-    def float(self) -> "DTensor":
-        return self.to(_dt.float32)
-
-    def double(self) -> "DTensor":
-        return self.to(_dt.float64)
-
-    def half(self) -> "DTensor":
-        return self.to(_dt.float16)
-
-    def bfloat16(self) -> "DTensor":
-        return self.to(_dt.bfloat16)
-
-    def int(self) -> "DTensor":
-        return self.to(_dt.int32)
-
-    def long(self) -> "DTensor":
-        return self.to(_dt.int64)
-
-    def bool(self) -> "DTensor":
-        return self.to(_dt.bool)
+    __array_ufunc__ = None  # numpy's operators defer to DTensor's: np.float32(2) * x is x's
 
     def __getattr__(self, name: str) -> Any:
         if name in TORCH_ONLY:
             raise unsupported(f"DTensor.{name}")
         raise AttributeError(f"'DTensor' object has no attribute '{name}'")
-
-    def __getitem__(self, index: Any) -> Any:
-        raise Unimplemented("indexing a DTensor is not supported by the service; redistribute "
-                            "and use full_tensor() or to_local(rank)")
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        raise Unimplemented("DTensors on the service are not assigned in place")
 
     def __bool__(self) -> bool:
         raise Unimplemented("the truth value of a DTensor needs its data: use full_tensor()")
@@ -654,7 +536,7 @@ def _factory(kind: int, size: Tuple[Any, ...], device_mesh: Optional[DeviceMesh]
              ) -> DTensor:
     root, wire = _layout(device_mesh, placements)
     d = _dt.float32 if dtype is None else _dt.as_dtype(dtype)
-    info = device_mesh.session.transport.create_tensor(kind, root.name, _shape_arg(size), wire, d,
+    info = device_mesh.session.transport.create_tensor(kind, root.name, size_arg(size), wire, d,
                                                         value, seed, name)
     return DTensor._adopt(device_mesh.session, info, root)
 
@@ -710,18 +592,25 @@ def randn(*size: Any, device_mesh: Optional[DeviceMesh] = None,
 # -- ops -----------------------------------------------------------------------------------------
 
 
-def _run(kind: int, inputs: Sequence[DTensor], **attributes: Any) -> DTensor:
-    """Runs an op on the service with sharding propagation; the output's ``redistributions``
-    list the implicit redistributions the chosen strategy needed."""
+def call(name: str, /, *args: Any, **kwargs: Any) -> DTensor:
+    """Runs op ``name`` of the service's registry ("softmax.int", "aten::softmax.int", or
+    "softmax" for its default overload) on ``args`` and ``kwargs`` as its schema names them
+    (op_args.py encodes them), with sharding propagation: the output's ``redistributions`` list
+    the implicit redistributions the chosen strategy needed. On the op stream it returns at
+    once, what the service refuses raising on the output's first touch."""
+    op, inputs = encode_call(name, args, kwargs, DTensor)
+    return _run(op, inputs)
+
+
+def _run(op: Any, inputs: Sequence[DTensor]) -> DTensor:
+    """Runs an OpCall on its input DTensors: one RunOp, or on the op stream without waiting."""
+    if not inputs:
+        raise InvalidArgument(f"{op.name} takes a DTensor argument (numbers alone have no mesh)")
     first = inputs[0]
-    for x in inputs:
-        if not isinstance(x, DTensor):
-            raise InvalidArgument(f"{pb.tensor.OpKind.Name(kind).lower()[3:]} takes DTensors, "
-                                  f"not {type(x).__name__}")
-        if x.session is not first.session:
-            raise InvalidArgument("an op's DTensors must come from one session")
-    op = pb.tensor.OpCall(kind=kind, **attributes)
     session = first.session
+    for x in inputs:
+        if x.session is not session:
+            raise InvalidArgument(f"{op.name}: an op's DTensors must come from one session")
     transport = session.transport
     if transport.op_stream is None:
         reply = transport.run_op(op, [x.name for x in inputs])
@@ -748,128 +637,3 @@ def _redistributions_from_proto(reply: Any) -> Tuple[InputRedistribution, ...]:
                             tuple(from_proto(p) for p in r.to_placements),
                             _plan_from_proto(r.plan))
         for r in reply.redistributions)
-
-
-def _operands(a: Any, b: Any) -> Tuple[DTensor, DTensor]:
-    """Two DTensors for a binary op: a Python scalar becomes a 0-d Replicate DTensor of the
-    other's dtype (a float scalar with an integer tensor casts the tensor to float32, as torch's
-    promotion does)."""
-    if isinstance(a, DTensor) and isinstance(b, DTensor):
-        return a, b
-    tensor = a if isinstance(a, DTensor) else b
-    scalar = b if tensor is a else a
-    if isinstance(tensor, DTensor) and isinstance(scalar, (int, float, np.number, np.bool_)) \
-            and not is_torch_tensor(scalar):
-        if isinstance(scalar, (float, np.floating)) and not tensor.dtype.is_floating:
-            tensor = tensor.to(_dt.float32)
-        mesh = tensor.device_mesh
-        s = full((), float(scalar), device_mesh=mesh, placements=[Replicate()] * mesh.ndim,
-                 dtype=tensor.dtype)
-        return (tensor, s) if a is not scalar else (s, tensor)
-    raise Unimplemented(f"ops between a DTensor and {type(scalar).__name__} are not supported: "
-                        "distribute the other operand too")
-
-
-def add(input: Any, other: Any, *, alpha: float = 1) -> DTensor:
-    """input + alpha * other (broadcasting; scalars allowed)."""
-    a, b = _operands(input, other)
-    if alpha != 1:
-        b = mul(b, alpha)
-    return _run(pb.tensor.OP_ADD, [a, b])
-
-
-def sub(input: Any, other: Any, *, alpha: float = 1) -> DTensor:
-    """input - alpha * other."""
-    a, b = _operands(input, other)
-    if alpha != 1:
-        b = mul(b, alpha)
-    return _run(pb.tensor.OP_SUB, [a, b])
-
-
-def mul(input: Any, other: Any) -> DTensor:
-    """input * other (broadcasting)."""
-    return _run(pb.tensor.OP_MUL, list(_operands(input, other)))
-
-
-def div(input: Any, other: Any, *, rounding_mode: Optional[str] = None) -> DTensor:
-    """input / other (true division; floating dtypes)."""
-    if rounding_mode is not None:
-        raise Unimplemented(f"div(rounding_mode={rounding_mode!r}) is not supported by the service")
-    return _run(pb.tensor.OP_DIV, list(_operands(input, other)))
-
-
-def mm(input: DTensor, mat2: DTensor) -> DTensor:
-    """torch.mm: 2-D by 2-D, with DTensor's matmul strategies (S(0)xR->S(0), RxS(1)->S(1),
-    S(1)xS(0)->Partial(sum), RxR->R)."""
-    return _run(pb.tensor.OP_MM, [input, mat2])
-
-
-def matmul(input: DTensor, other: DTensor) -> DTensor:
-    """torch.matmul with a 2-D ``other``."""
-    return _run(pb.tensor.OP_MATMUL, [input, other])
-
-
-def addmm(input: DTensor, mat1: DTensor, mat2: DTensor, *, beta: float = 1, alpha: float = 1
-          ) -> DTensor:
-    """beta * input + alpha * (mat1 @ mat2)."""
-    extra = {} if beta == 1 and alpha == 1 else dict(alpha=alpha, beta=beta, has_alpha_beta=True)
-    return _run(pb.tensor.OP_ADDMM, [input, mat1, mat2], **extra)
-
-
-def relu(input: DTensor) -> DTensor:
-    return _run(pb.tensor.OP_RELU, [input])
-
-
-def gelu(input: DTensor, approximate: str = "none") -> DTensor:
-    """gelu with the exact erf (torch's default); approximate="tanh" is not supported."""
-    if approximate != "none":
-        raise Unimplemented(f"gelu(approximate={approximate!r}): the service's gelu is the exact "
-                            "erf form")
-    return _run(pb.tensor.OP_GELU, [input])
-
-
-def tanh(input: DTensor) -> DTensor:
-    return _run(pb.tensor.OP_TANH, [input])
-
-
-def _dims(dim: Optional[Union[int, Sequence[int]]]) -> List[int]:
-    if dim is None:
-        return []
-    return [int(dim)] if isinstance(dim, (int, np.integer)) else [int(d) for d in dim]
-
-
-def sum(input: DTensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
-        ) -> DTensor:  # noqa: A001 - torch's name
-    """Sum over ``dim`` (int or ints; None: every dim)."""
-    return _run(pb.tensor.OP_SUM, [input], dims=_dims(dim), keepdim=keepdim)
-
-
-def mean(input: DTensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
-         ) -> DTensor:
-    """Mean over ``dim``; exact over uneven shards (the local sums divided by the global count)."""
-    return _run(pb.tensor.OP_MEAN, [input], dims=_dims(dim), keepdim=keepdim)
-
-
-def amax(input: DTensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
-         ) -> DTensor:
-    """Maximum over ``dim``."""
-    return _run(pb.tensor.OP_MAX, [input], dims=_dims(dim), keepdim=keepdim)
-
-
-def max(input: DTensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False
-        ) -> DTensor:  # noqa: A001 - torch's name
-    """torch.max(x) (the maximum) or, with ``dim``, the values of torch.max(x, dim) (as amax;
-    the service computes no indices)."""
-    return amax(input, dim, keepdim)
-
-
-def transpose(input: DTensor, dim0: int, dim1: int) -> DTensor:
-    """Swaps two dims (placements follow: Shard(dim0) becomes Shard(dim1))."""
-    return _run(pb.tensor.OP_TRANSPOSE, [input], dim0=dim0, dim1=dim1)
-
-
-def t(input: DTensor) -> DTensor:
-    """transpose(0, 1) of a 2-D tensor."""
-    if input.ndim != 2:
-        raise InvalidArgument(f"t() takes a 2-D DTensor, not {input.ndim}-D {input.shape}")
-    return transpose(input, 0, 1)

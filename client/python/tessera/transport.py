@@ -421,6 +421,11 @@ class Transport:
         return self.unary(self.dtensors.RunOp,
                           tensor_pb2.OpRequest(op=op, inputs=list(inputs), output=output))
 
+    def list_ops(self, filter: str = "") -> Sequence[Any]:  # noqa: A002 - ListOps's name
+        """The op registry (OpInfo messages) whose names contain ``filter``."""
+        return self.unary(self.dtensors.ListOps, tensor_pb2.ListOpsRequest(filter=filter),
+                          settle=False).ops
+
     def synchronize(self, names: Sequence[str], timeout: Optional[float] = None) -> None:
         self.unary(self.dtensors.Synchronize, tensor_pb2.SynchronizeRequest(names=list(names)),
                    timeout or self.transfer_timeout)
