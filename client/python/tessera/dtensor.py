@@ -423,6 +423,16 @@ class DTensor(TensorMath, TensorShape):
 
     __array_ufunc__ = None  # numpy's operators defer to DTensor's: np.float32(2) * x is x's
 
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (),
+                           kwargs: Optional[dict] = None) -> Any:
+        """torch's protocol: ``torch.softmax(x, -1)``, ``torch.cat([x, y])``,
+        ``torch.nn.functional.relu(x)``... on DTensors run their op on the service
+        (torch_function.py)."""
+        from .torch_function import torch_function
+
+        return torch_function(cls, func, types, args, kwargs or {})
+
     def __getattr__(self, name: str) -> Any:
         if name in TORCH_ONLY:
             raise unsupported(f"DTensor.{name}")
