@@ -206,7 +206,8 @@ BASIC = [0, -1, (1, 2), slice(1, 3), (slice(None, None, 2), 1), None, (None, 0, 
 TENSOR = [[0, 2], (slice(None), [1, 3]), ([0, 1], [2, 3]), (E, [0, 5]), (0, [1, 2]),
           [[0, 1], [2, 3]], np.array([True, False, True, False]), (E, [1, 0], slice(None)),
           (None, [3, 0]), ([0, 1], slice(None), [1, 2]), (slice(1, 3), E, [2]),
-          (np.array([[True, False, True, False, True]] * 4), E)]
+          (np.array([[True, False, True, False, True]] * 4), E), (slice(None), (1, 3)),
+          (range(1, 3), 0)]
 
 
 @pytest.mark.parametrize("index", BASIC + TENSOR,
@@ -227,7 +228,7 @@ def test_index_plans_match_numpy(index):
     got = run_on_numpy(a, steps)
     np.testing.assert_array_equal(got, a[index])
     items = index if isinstance(index, tuple) else (index,)
-    has_tensor = any(isinstance(i, (list, np.ndarray)) for i in items)
+    has_tensor = any(isinstance(i, (list, tuple, range, np.ndarray)) for i in items)
     assert not asked or (any(i is E for i in items) and has_tensor)  # needed only then
     assert (steps[-1].op == "index.Tensor") == has_tensor
 

@@ -33,9 +33,10 @@ class Step:
 
 
 def is_tensor_index(item: Any) -> bool:
-    """Whether an index item is a tensor index: a list, a numpy array of one dim or more, or a
-    tensor (anything with a ``shape`` that is not an integer)."""
-    if isinstance(item, list):
+    """Whether an index item is a tensor index: a list (or, inside an index tuple, a tuple or
+    range), a numpy array of one dim or more, or a tensor (anything with a ``shape`` that is not
+    an integer)."""
+    if isinstance(item, (list, tuple, range)):
         return True
     if isinstance(item, np.ndarray):
         return item.ndim > 0

@@ -202,16 +202,14 @@ class TensorShape:
         return self._op("index.Tensor", tensor, indices)
 
     def _index_tensor(self, item: Any) -> Any:
-        """A tensor index as a DTensor: a list or numpy array distributed Replicate on this
-        tensor's mesh."""
+        """A tensor index as a DTensor: a list, tuple, range or numpy array of integers (as
+        int64) or bools, distributed Replicate on this tensor's mesh."""
         if isinstance(item, TensorShape):
             return item
         array = np.asarray(item)
-        if array.dtype == np.bool_:
-            pass
-        elif np.issubdtype(array.dtype, np.integer):
+        if np.issubdtype(array.dtype, np.integer):
             array = array.astype(np.int64)
-        else:
+        elif array.dtype != np.bool_:
             raise InvalidArgument(f"indexing: an index is ints, slices, None, Ellipsis, bools or "
                                   f"integer or bool tensors, not {item!r}")
         return self._replicated(array)
