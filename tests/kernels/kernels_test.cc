@@ -93,6 +93,21 @@ TEST(BroadcastTest, LayoutMergesContiguousDims) {
   EXPECT_EQ(bias.b_strides, (std::vector<int64_t>{0, 1}));
 }
 
+TEST(BroadcastTest, ThreeInputLayoutMergesWhereEveryInputAllows) {
+  const BroadcastLayout3 same =
+      MakeBroadcastLayout3(Shape{2, 3, 4}, Shape{2, 3, 4}, Shape{2, 3, 4}, Shape{2, 3, 4});
+  EXPECT_EQ(same.shape, (Shape{24}));
+  // The condition repeats over the last dim, b over the first two: nothing merges.
+  const BroadcastLayout3 mixed =
+      MakeBroadcastLayout3(Shape{2, 3, 1}, Shape{2, 3, 4}, Shape{4}, Shape{2, 3, 4});
+  EXPECT_EQ(mixed.shape, (Shape{6, 4}));
+  EXPECT_EQ(mixed.strides[0], (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(mixed.strides[1], (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(mixed.strides[2], (std::vector<int64_t>{0, 1}));
+  const BroadcastLayout3 scalar = MakeBroadcastLayout3(Shape{}, Shape{1}, Shape{}, Shape{1});
+  EXPECT_TRUE(scalar.shape.empty());
+}
+
 TEST(MakeBackendTest, ParsesDeviceNames) {
   absl::StatusOr<std::unique_ptr<KernelBackend>> cpu = MakeBackend("cpu");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
