@@ -38,8 +38,10 @@ class CpuBackend : public KernelBackend {
       const ConstTensorView& w, int64_t rows) override;
   absl::Status DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
                         std::byte* out, const BroadcastLayout& layout) override;
-  absl::Status DoActivate(Activation f, DType dtype, const std::byte* x, std::byte* out,
-                          int64_t n) override;
+  absl::Status DoUnary(UnaryOp op, DType dtype, const std::byte* x, std::byte* out,
+                       int64_t n) override;
+  absl::Status DoWhere(DType dtype, const std::byte* cond, const std::byte* a, const std::byte* b,
+                       std::byte* out, const BroadcastLayout3& layout) override;
   absl::Status DoReduceAlongDim(const ReduceDimArgs& args) override;
   absl::Status DoReduceInto(ReduceOp op, DType dtype, std::byte* acc, const std::byte* in,
                             int64_t n) override;

@@ -339,12 +339,29 @@ absl::Status CudaBackend::DoBinary(BinaryOp op, DType dtype, const std::byte* a,
       absl::StrCat(device(), ": ", BinaryOpName(op), " ", DTypeName(dtype), " launch"));
 }
 
-absl::Status CudaBackend::DoActivate(Activation f, DType dtype, const std::byte* x, std::byte* out,
-                                     int64_t n) {
+absl::Status CudaBackend::DoUnary(UnaryOp op, DType dtype, const std::byte* x, std::byte* out,
+                                  int64_t n) {
   RETURN_IF_ERROR(UseDevice());
   return CudaStatus(
-      cuda::LaunchActivate(f, dtype, x, out, n, stream_),
-      absl::StrCat(device(), ": ", ActivationName(f), " ", DTypeName(dtype), " launch"));
+      cuda::LaunchUnary(op, dtype, x, out, n, stream_),
+      absl::StrCat(device(), ": ", UnaryOpName(op), " ", DTypeName(dtype), " launch"));
+}
+
+absl::Status CudaBackend::DoWhere(DType dtype, const std::byte* cond, const std::byte* a,
+                                  const std::byte* b, std::byte* out,
+                                  const BroadcastLayout3& layout) {
+  RETURN_IF_ERROR(RankLimit("where", layout.shape.size()));
+  RETURN_IF_ERROR(UseDevice());
+  cuda::BroadcastIndexer3 ix;
+  ix.rank = static_cast<int>(layout.shape.size());
+  for (int d = 0; d < ix.rank; ++d) {
+    ix.shape[d] = layout.shape[d];
+    for (int k = 0; k < 3; ++k) ix.strides[k][d] = layout.strides[k][d];
+  }
+  return CudaStatus(
+      cuda::LaunchWhere(reinterpret_cast<const bool*>(cond), a, b, out, NumElements(layout.shape),
+                        ix, static_cast<int>(DTypeSize(dtype)), stream_),
+      absl::StrCat(device(), ": where ", DTypeName(dtype), " launch"));
 }
 
 absl::Status CudaBackend::DoReduceAlongDim(const ReduceDimArgs& r) {

@@ -28,6 +28,13 @@ struct BroadcastIndexer {
   int64_t b_strides[kMaxRank] = {};
 };
 
+// A three-input broadcast walk (kernels/broadcast.h's BroadcastLayout3): strides[k] are input k's.
+struct BroadcastIndexer3 {
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t strides[3][kMaxRank] = {};
+};
+
 // A shard of a tensor: its shape and the global strides and index of its first element.
 struct ShardIndexer {
   int rank = 0;
@@ -47,10 +54,14 @@ struct StridedCopyIndexer {
 // dst[walk] = src[walk] for the n elements of `element_size` bytes the indexer walks.
 cudaError_t LaunchCopyStrided(const void* src, void* dst, int64_t n, const StridedCopyIndexer& ix,
                               int element_size, cudaStream_t stream);
+// `out` has `dtype`, or bool where GivesBool(op); so has LaunchUnary's.
 cudaError_t LaunchBinary(BinaryOp op, DType dtype, const void* a, const void* b, void* out,
                          int64_t n, const BroadcastIndexer& indexer, cudaStream_t stream);
-cudaError_t LaunchActivate(Activation f, DType dtype, const void* x, void* out, int64_t n,
-                           cudaStream_t stream);
+cudaError_t LaunchUnary(UnaryOp op, DType dtype, const void* x, void* out, int64_t n,
+                        cudaStream_t stream);
+// out = cond ? a : b for the n elements the indexer walks (cond, a, b), of `element_size` bytes.
+cudaError_t LaunchWhere(const bool* cond, const void* a, const void* b, void* out, int64_t n,
+                        const BroadcastIndexer3& indexer, int element_size, cudaStream_t stream);
 // x viewed as [outer, size, inner] reduced into out [outer, inner]; size >= 1.
 cudaError_t LaunchReduceAlongDim(DeviceReduceOp op, DType dtype, const void* x, void* out,
                                  int64_t outer, int64_t size, int64_t inner, cudaStream_t stream);

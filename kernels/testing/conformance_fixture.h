@@ -5,6 +5,8 @@
 // KernelBackend must pass the same checks against naive host loops. A test binary includes the
 // suite once and defines GetDeviceUnderTest().
 
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,6 +85,17 @@ inline std::vector<DType> FloatingDTypes() {
 
 // Failures reported per test before the rest are dropped, so one bad kernel stays readable.
 inline constexpr int kMaxReportedMismatches = 5;
+
+// Fails where got's element i is not want's: bit for bit (NaN matching NaN) with tol 0, else
+// within tol; counts failures in *mismatches and reports the first few.
+inline void ExpectElement(const HostTensor& got, const HostTensor& want, int64_t i, double tol,
+                          const std::string& what, int* mismatches) {
+  const double g = GetDouble(got, i), w = GetDouble(want, i);
+  const bool ok = SameElement(got, want, i) || (tol > 0 && std::abs(g - w) <= tol);
+  if (!ok && (*mismatches)++ < kMaxReportedMismatches) {
+    ADD_FAILURE() << what << " element " << i << ": got " << g << ", expected " << w;
+  }
+}
 
 }  // namespace tessera::kernels::testing
 

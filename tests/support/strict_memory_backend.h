@@ -75,10 +75,15 @@ class StrictMemoryBackend final : public kernels::CpuBackend {
     RETURN_IF_ERROR(Mine("binary", a, b, out));
     return CpuBackend::DoBinary(op, dtype, a, b, out, layout);
   }
-  absl::Status DoActivate(kernels::Activation f, DType dtype, const std::byte* x, std::byte* out,
-                          int64_t n) override {
-    RETURN_IF_ERROR(Mine("activation", x, out));
-    return CpuBackend::DoActivate(f, dtype, x, out, n);
+  absl::Status DoUnary(kernels::UnaryOp op, DType dtype, const std::byte* x, std::byte* out,
+                       int64_t n) override {
+    RETURN_IF_ERROR(Mine("unary", x, out));
+    return CpuBackend::DoUnary(op, dtype, x, out, n);
+  }
+  absl::Status DoWhere(DType dtype, const std::byte* cond, const std::byte* a, const std::byte* b,
+                       std::byte* out, const kernels::BroadcastLayout3& layout) override {
+    RETURN_IF_ERROR(Mine("where", cond, a, b, out));
+    return CpuBackend::DoWhere(dtype, cond, a, b, out, layout);
   }
   absl::Status DoReduceAlongDim(const ReduceDimArgs& r) override {
     RETURN_IF_ERROR(Mine("reduce along a dim", r.x, r.out));
