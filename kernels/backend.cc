@@ -160,6 +160,42 @@ absl::Status CheckUnarySupported(UnaryOp op, DType dtype) {
   }
 }
 
+// x's shape split at dim d: the sizes before it, of it, and after it.
+struct DimSplit {
+  int64_t outer = 1, size = 0, inner = 1;
+};
+DimSplit SplitAtDim(const Shape& shape, int d) {
+  DimSplit split;
+  split.size = shape[d];
+  for (int i = 0; i < d; ++i) split.outer *= shape[i];
+  for (int i = d + 1; i < static_cast<int>(shape.size()); ++i) split.inner *= shape[i];
+  return split;
+}
+
+// OK iff `out` is x's shape with dim d removed or kept as size 1.
+absl::Status CheckReducedShape(absl::string_view op, const Shape& x, int d, const Shape& out) {
+  Shape removed = x;
+  removed.erase(removed.begin() + d);
+  Shape kept = x;
+  kept[d] = 1;
+  if (out == removed || out == kept) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, " along dim ", d, " of shape ", ShapeToString(x), " gives ", ShapeToString(removed),
+      " (or ", ShapeToString(kept), " keeping the dim), but out has shape ", ShapeToString(out)));
+}
+
+absl::string_view SoftmaxKindName(SoftmaxKind kind) {
+  switch (kind) {
+    case SoftmaxKind::kSoftmax:
+      return "softmax";
+    case SoftmaxKind::kLogSoftmax:
+      return "log_softmax";
+    case SoftmaxKind::kSafeSoftmax:
+      return "_safe_softmax";
+  }
+  return "invalid";
+}
+
 }  // namespace
 
 absl::string_view BinaryOpName(BinaryOp op) {
@@ -371,21 +407,10 @@ absl::Status KernelBackend::ReduceAlongDim(ReduceOp op, const ConstTensorView& x
     RETURN_IF_ERROR(CheckFloating("mean", x.dtype));
   }
   ASSIGN_OR_RETURN(int d, NormalizeDim(dim, x.rank()));
-  Shape removed = x.shape;
-  removed.erase(removed.begin() + d);
-  Shape kept = x.shape;
-  kept[d] = 1;
-  if (out.shape != removed && out.shape != kept) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " along dim ", d, " of shape ", ShapeToString(x.shape), " gives ",
-                     ShapeToString(removed), " (or ", ShapeToString(kept),
-                     " keeping the dim), but out has shape ", ShapeToString(out.shape)));
-  }
-  ReduceDimArgs args{op, x.dtype, 1, x.shape[d], 1, x.data, out.data};
-  for (int i = 0; i < d; ++i) args.outer *= x.shape[i];
-  for (int i = d + 1; i < x.rank(); ++i) args.inner *= x.shape[i];
+  RETURN_IF_ERROR(CheckReducedShape(name, x.shape, d, out.shape));
+  const DimSplit split = SplitAtDim(x.shape, d);
   if (out.num_elements() == 0) return absl::OkStatus();
-  if (args.size == 0) {
+  if (split.size == 0) {
     switch (op) {
       case ReduceOp::kSum:
         return Fill(out, 0.0);
@@ -400,7 +425,77 @@ absl::Status KernelBackend::ReduceAlongDim(ReduceOp op, const ConstTensorView& x
                                                        ": the dim is empty and has no identity"));
     }
   }
-  return DoReduceAlongDim(args);
+  return DoReduceAlongDim(
+      ReduceDimArgs{op, x.dtype, split.outer, split.size, split.inner, x.data, out.data});
+}
+
+absl::Status KernelBackend::ArgReduceAlongDim(bool is_max, const ConstTensorView& x, int64_t dim,
+                                              const TensorView& out) {
+  const absl::string_view name = is_max ? "argmax" : "argmin";
+  RETURN_IF_ERROR(CheckView(name, "input", x));
+  RETURN_IF_ERROR(CheckView(name, "output", out));
+  if (out.dtype != DType::kInt64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " output must be int64; got ", DTypeName(out.dtype)));
+  }
+  ASSIGN_OR_RETURN(int d, NormalizeDim(dim, x.rank()));
+  RETURN_IF_ERROR(CheckReducedShape(name, x.shape, d, out.shape));
+  const DimSplit split = SplitAtDim(x.shape, d);
+  if (split.size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " along dim ", d, " of shape ",
+                                                   ShapeToString(x.shape), ": the dim is empty"));
+  }
+  if (out.num_elements() == 0) return absl::OkStatus();
+  return DoArgReduceAlongDim(ReduceDimArgs{is_max ? ReduceOp::kMax : ReduceOp::kMin, x.dtype,
+                                           split.outer, split.size, split.inner, x.data, out.data});
+}
+
+absl::Status KernelBackend::ScanAlongDim(ReduceOp op, const ConstTensorView& x, int64_t dim,
+                                         const TensorView& out) {
+  if (op != ReduceOp::kSum && op != ReduceOp::kProduct) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a scan along a dim is a cumulative sum or product; got ", ReduceOpName(op)));
+  }
+  const absl::string_view name = op == ReduceOp::kSum ? "cumsum" : "cumprod";
+  RETURN_IF_ERROR(CheckView(name, "input", x));
+  if (x.dtype == DType::kBool) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " of a bool tensor: cast it to int64 first (torch promotes bool)"));
+  }
+  RETURN_IF_ERROR(CheckOperand(name, "output", out, x.dtype, x.shape));
+  ASSIGN_OR_RETURN(int d, NormalizeDim(dim, x.rank()));
+  const DimSplit split = SplitAtDim(x.shape, d);
+  if (x.num_elements() == 0) return absl::OkStatus();
+  return DoScanAlongDim(
+      ReduceDimArgs{op, x.dtype, split.outer, split.size, split.inner, x.data, out.data});
+}
+
+absl::Status KernelBackend::SoftmaxAlongDim(SoftmaxKind kind, const ConstTensorView& x, int64_t dim,
+                                            const TensorView& out) {
+  const absl::string_view name = SoftmaxKindName(kind);
+  RETURN_IF_ERROR(CheckView(name, "input", x));
+  RETURN_IF_ERROR(CheckFloating(name, x.dtype));
+  RETURN_IF_ERROR(CheckOperand(name, "output", out, x.dtype, x.shape));
+  ASSIGN_OR_RETURN(int d, NormalizeDim(dim, x.rank()));
+  const DimSplit split = SplitAtDim(x.shape, d);
+  if (x.num_elements() == 0) return absl::OkStatus();
+  return DoSoftmaxAlongDim(SoftmaxDimArgs{kind, x.dtype, split.outer, split.size, split.inner,
+                                          x.data, nullptr, out.data});
+}
+
+absl::Status KernelBackend::SoftmaxBackward(SoftmaxKind kind, const ConstTensorView& y,
+                                            const ConstTensorView& dy, int64_t dim,
+                                            const TensorView& dx) {
+  const std::string name = absl::StrCat(SoftmaxKindName(kind), " backward");
+  RETURN_IF_ERROR(CheckView(name, "y", y));
+  RETURN_IF_ERROR(CheckFloating(name, y.dtype));
+  RETURN_IF_ERROR(CheckOperand(name, "dy", dy, y.dtype, y.shape));
+  RETURN_IF_ERROR(CheckOperand(name, "dx", dx, y.dtype, y.shape));
+  ASSIGN_OR_RETURN(int d, NormalizeDim(dim, y.rank()));
+  const DimSplit split = SplitAtDim(y.shape, d);
+  if (y.num_elements() == 0) return absl::OkStatus();
+  return DoSoftmaxBackward(SoftmaxDimArgs{kind, y.dtype, split.outer, split.size, split.inner,
+                                          y.data, dy.data, dx.data});
 }
 
 absl::Status KernelBackend::ReduceInto(ReduceOp op, const TensorView& acc,

@@ -119,6 +119,34 @@ class KernelBackend : public MemorySpace {
   absl::Status ReduceAlongDim(ReduceOp op, const ConstTensorView& x, int64_t dim,
                               const TensorView& out);
 
+  // out = the index (int64) of the first maximum (is_max) or minimum of x along `dim` (negative
+  // counts from the end), NaN counting as the extreme, as torch.argmax / argmin; bool orders false
+  // before true. `out` has x's shape with `dim` removed or kept as size 1. Any dtype; an empty dim
+  // is INVALID_ARGUMENT.
+  absl::Status ArgReduceAlongDim(bool is_max, const ConstTensorView& x, int64_t dim,
+                                 const TensorView& out);
+
+  // out = the inclusive cumulative sum (kSum, torch.cumsum) or product (kProduct, torch.cumprod)
+  // of x along `dim`, same shape and dtype; `out` may be `x`. Floating values accumulate in
+  // float64, integers in 64 bits (wrapping when stored); bool is INVALID_ARGUMENT (callers cast to
+  // int64 first, as torch promotes).
+  absl::Status ScanAlongDim(ReduceOp op, const ConstTensorView& x, int64_t dim,
+                            const TensorView& out);
+
+  // out = softmax, log_softmax or _safe_softmax of x along `dim`, same shape and floating dtype:
+  // the max is subtracted, exp computed in float32 (float16, bfloat16, float32) or float64 and the
+  // sum of exps accumulated in float64. A line that is all -inf gives NaN for softmax and
+  // log_softmax (as torch) and 0 for kSafeSoftmax (torch's _safe_softmax); a NaN gives NaN along
+  // its line.
+  absl::Status SoftmaxAlongDim(SoftmaxKind kind, const ConstTensorView& x, int64_t dim,
+                               const TensorView& out);
+
+  // The gradient of SoftmaxAlongDim from its output y and dy: softmax (and _safe_softmax)
+  // dx = y * (dy - sum(dy * y)), log_softmax dx = dy - exp(y) * sum(dy), the sums along `dim` in
+  // float64. y, dy and dx of one floating dtype and shape.
+  absl::Status SoftmaxBackward(SoftmaxKind kind, const ConstTensorView& y,
+                               const ConstTensorView& dy, int64_t dim, const TensorView& dx);
+
   // acc[i] = op(acc[i], in[i]), the step of a reducing collective; kAvg accumulates a sum, finish
   // it with DivideInPlace. Same semantics as core's ReduceInto, which the CPU backend calls.
   absl::Status ReduceInto(ReduceOp op, const TensorView& acc, const ConstTensorView& in);
@@ -210,12 +238,24 @@ class KernelBackend : public MemorySpace {
     std::byte* c;
     DType dtype;
   };
-  // A checked reduction of x viewed as [outer, size, inner] into out viewed as [outer, inner].
+  // A checked reduction of x viewed as [outer, size, inner] into out viewed as [outer, inner] (an
+  // arg-reduction's int64; a scan's out is [outer, size, inner] of x's dtype).
   struct ReduceDimArgs {
     ReduceOp op;
     DType dtype;
     int64_t outer, size, inner;
     const std::byte* x;
+    std::byte* out;
+  };
+  // A checked softmax along a dim of tensors viewed as [outer, size, inner], size >= 1, floating:
+  // the forward reads x (`in`) and writes y (`out`); the backward reads y (`in`) and dy and writes
+  // dx (`out`).
+  struct SoftmaxDimArgs {
+    SoftmaxKind kind;
+    DType dtype;
+    int64_t outer, size, inner;
+    const std::byte* in;
+    const std::byte* dy;  // null in the forward
     std::byte* out;
   };
   // A checked random fill: `out` is the block at `offset` of a tensor with `global_strides`.
@@ -333,6 +373,12 @@ class KernelBackend : public MemorySpace {
                                const std::byte* b, std::byte* out,
                                const BroadcastLayout3& layout) = 0;
   virtual absl::Status DoReduceAlongDim(const ReduceDimArgs& args) = 0;
+  // args.op is kMax (argmax) or kMin (argmin); out is int64.
+  virtual absl::Status DoArgReduceAlongDim(const ReduceDimArgs& args) = 0;
+  // args.op is kSum or kProduct; the dtype is not bool.
+  virtual absl::Status DoScanAlongDim(const ReduceDimArgs& args) = 0;
+  virtual absl::Status DoSoftmaxAlongDim(const SoftmaxDimArgs& args) = 0;
+  virtual absl::Status DoSoftmaxBackward(const SoftmaxDimArgs& args) = 0;
   virtual absl::Status DoReduceInto(ReduceOp op, DType dtype, std::byte* acc, const std::byte* in,
                                     int64_t n) = 0;
   virtual absl::Status DoDivideInPlace(DType dtype, std::byte* data, int64_t n,

@@ -72,6 +72,9 @@ enum class UnaryOp : int {
 };
 inline constexpr int kNumUnaryOps = static_cast<int>(UnaryOp::kBitwiseNot) + 1;
 
+// softmax, log_softmax and torch's _safe_softmax (0 where a whole row is -inf) along a dim.
+enum class SoftmaxKind : int { kSoftmax, kLogSoftmax, kSafeSoftmax };
+
 // Elementwise activations of module programs, each the UnaryOp of its name. kGelu is PyTorch's
 // default, x * Phi(x) with the exact erf; kGeluTanh is gelu(approximate="tanh"); kSilu is
 // x * sigmoid(x). kRelu takes any non-bool dtype, the others floating ones.

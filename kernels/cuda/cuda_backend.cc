@@ -371,6 +371,37 @@ absl::Status CudaBackend::DoReduceAlongDim(const ReduceDimArgs& r) {
                     absl::StrCat(device(), ": ", ReduceOpName(r.op), " along a dim launch"));
 }
 
+absl::Status CudaBackend::DoArgReduceAlongDim(const ReduceDimArgs& r) {
+  RETURN_IF_ERROR(UseDevice());
+  const bool is_max = r.op == ReduceOp::kMax;
+  return CudaStatus(
+      cuda::LaunchArgReduceAlongDim(is_max, r.dtype, r.x, reinterpret_cast<int64_t*>(r.out),
+                                    r.outer, r.size, r.inner, stream_),
+      absl::StrCat(device(), ": ", is_max ? "argmax" : "argmin", " launch"));
+}
+
+absl::Status CudaBackend::DoScanAlongDim(const ReduceDimArgs& r) {
+  RETURN_IF_ERROR(UseDevice());
+  const bool is_product = r.op == ReduceOp::kProduct;
+  return CudaStatus(
+      cuda::LaunchScanAlongDim(is_product, r.dtype, r.x, r.out, r.outer, r.size, r.inner, stream_),
+      absl::StrCat(device(), ": ", is_product ? "cumprod" : "cumsum", " launch"));
+}
+
+absl::Status CudaBackend::DoSoftmaxAlongDim(const SoftmaxDimArgs& a) {
+  RETURN_IF_ERROR(UseDevice());
+  return CudaStatus(
+      cuda::LaunchSoftmaxAlongDim(a.kind, a.dtype, a.in, a.out, a.outer, a.size, a.inner, stream_),
+      absl::StrCat(device(), ": softmax launch"));
+}
+
+absl::Status CudaBackend::DoSoftmaxBackward(const SoftmaxDimArgs& a) {
+  RETURN_IF_ERROR(UseDevice());
+  return CudaStatus(cuda::LaunchSoftmaxBackward(a.kind, a.dtype, a.in, a.dy, a.out, a.outer, a.size,
+                                                a.inner, stream_),
+                    absl::StrCat(device(), ": softmax backward launch"));
+}
+
 absl::Status CudaBackend::DoReduceInto(ReduceOp op, DType dtype, std::byte* acc,
                                        const std::byte* in, int64_t n) {
   RETURN_IF_ERROR(UseDevice());

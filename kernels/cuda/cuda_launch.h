@@ -65,6 +65,22 @@ cudaError_t LaunchWhere(const bool* cond, const void* a, const void* b, void* ou
 // x viewed as [outer, size, inner] reduced into out [outer, inner]; size >= 1.
 cudaError_t LaunchReduceAlongDim(DeviceReduceOp op, DType dtype, const void* x, void* out,
                                  int64_t outer, int64_t size, int64_t inner, cudaStream_t stream);
+// The int64 index of the first maximum (is_max) or minimum of x [outer, size, inner] along the
+// dim into out [outer, inner]; size >= 1.
+cudaError_t LaunchArgReduceAlongDim(bool is_max, DType dtype, const void* x, int64_t* out,
+                                    int64_t outer, int64_t size, int64_t inner,
+                                    cudaStream_t stream);
+// The inclusive cumulative sum or product (is_product) of x [outer, size, inner] along the dim
+// into out, same shape; dtype is not bool.
+cudaError_t LaunchScanAlongDim(bool is_product, DType dtype, const void* x, void* out,
+                               int64_t outer, int64_t size, int64_t inner, cudaStream_t stream);
+// softmax (as `kind`) of each line along the dim of x [outer, size >= 1, inner] into y, floating.
+cudaError_t LaunchSoftmaxAlongDim(SoftmaxKind kind, DType dtype, const void* x, void* y,
+                                  int64_t outer, int64_t size, int64_t inner, cudaStream_t stream);
+// Its gradient dx from y and dy, same shape.
+cudaError_t LaunchSoftmaxBackward(SoftmaxKind kind, DType dtype, const void* y, const void* dy,
+                                  void* dx, int64_t outer, int64_t size, int64_t inner,
+                                  cudaStream_t stream);
 cudaError_t LaunchReduceInto(DeviceReduceOp op, DType dtype, void* acc, const void* in, int64_t n,
                              cudaStream_t stream);
 cudaError_t LaunchDivideInPlace(DType dtype, void* data, int64_t n, int64_t divisor,

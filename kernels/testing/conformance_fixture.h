@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,15 @@ inline std::string ShapeName(const Shape& shape) {
 // The dtypes GEMM and random fills take.
 inline std::vector<DType> FloatingDTypes() {
   return {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
+}
+
+// A tensor shape and a dim of it (negative counts from the end), for the kernels along a dim.
+struct DimCase {
+  Shape shape;
+  int64_t dim;
+};
+inline void PrintTo(const DimCase& c, std::ostream* os) {
+  *os << ShapeToString(c.shape) << " dim " << c.dim;
 }
 
 // Failures reported per test before the rest are dropped, so one bad kernel stays readable.

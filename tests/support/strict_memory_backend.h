@@ -89,6 +89,22 @@ class StrictMemoryBackend final : public kernels::CpuBackend {
     RETURN_IF_ERROR(Mine("reduce along a dim", r.x, r.out));
     return CpuBackend::DoReduceAlongDim(r);
   }
+  absl::Status DoArgReduceAlongDim(const ReduceDimArgs& r) override {
+    RETURN_IF_ERROR(Mine("arg-reduce along a dim", r.x, r.out));
+    return CpuBackend::DoArgReduceAlongDim(r);
+  }
+  absl::Status DoScanAlongDim(const ReduceDimArgs& r) override {
+    RETURN_IF_ERROR(Mine("scan along a dim", r.x, r.out));
+    return CpuBackend::DoScanAlongDim(r);
+  }
+  absl::Status DoSoftmaxAlongDim(const SoftmaxDimArgs& a) override {
+    RETURN_IF_ERROR(Mine("softmax", a.in, a.out));
+    return CpuBackend::DoSoftmaxAlongDim(a);
+  }
+  absl::Status DoSoftmaxBackward(const SoftmaxDimArgs& a) override {
+    RETURN_IF_ERROR(Mine("softmax backward", a.in, a.dy, a.out));
+    return CpuBackend::DoSoftmaxBackward(a);
+  }
   absl::Status DoReduceInto(ReduceOp op, DType dtype, std::byte* acc, const std::byte* in,
                             int64_t n) override {
     RETURN_IF_ERROR(Mine("reduce", acc, in));
