@@ -43,27 +43,30 @@ int64_t LineStride(const std::vector<int64_t>& strides) {
   return strides.empty() ? 0 : strides.back();
 }
 
-// out = f(a, b) over a broadcast layout; the innermost dim runs as a plain loop.
+// dst[i] = f(a[i * sa], b[i * sb]) for i < n, with the strides' common cases as plain loops.
+template <typename T, typename O, typename F>
+void BinaryLine(O* dst, const T* a, const T* b, int64_t n, int64_t sa, int64_t sb, F f) {
+  if (sa == 1 && sb == 1) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = f(a[i], b[i]);
+  } else if (sa == 1 && sb == 0) {
+    const T vb = b[0];
+    for (int64_t i = 0; i < n; ++i) dst[i] = f(a[i], vb);
+  } else if (sa == 0 && sb == 1) {
+    const T va = a[0];
+    for (int64_t i = 0; i < n; ++i) dst[i] = f(va, b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = f(a[i * sa], b[i * sb]);
+  }
+}
+
+// out = f(a, b) over a broadcast layout, line by line.
 template <typename T, typename O, typename F>
 void ForEachBroadcast(const BroadcastLayout& layout, const T* a, const T* b, O* out, F f) {
   const int64_t inner = LineSize(layout.shape);
   const int64_t sa = LineStride(layout.a_strides), sb = LineStride(layout.b_strides);
   ForEachLine<2>(layout.shape, {&layout.a_strides, &layout.b_strides},
                  [&](int64_t o, const std::array<int64_t, 2>& offsets) {
-                   O* dst = out + o * inner;
-                   const T* pa = a + offsets[0];
-                   const T* pb = b + offsets[1];
-                   if (sa == 1 && sb == 1) {
-                     for (int64_t i = 0; i < inner; ++i) dst[i] = f(pa[i], pb[i]);
-                   } else if (sa == 1 && sb == 0) {
-                     const T vb = pb[0];
-                     for (int64_t i = 0; i < inner; ++i) dst[i] = f(pa[i], vb);
-                   } else if (sa == 0 && sb == 1) {
-                     const T va = pa[0];
-                     for (int64_t i = 0; i < inner; ++i) dst[i] = f(va, pb[i]);
-                   } else {
-                     for (int64_t i = 0; i < inner; ++i) dst[i] = f(pa[i * sa], pb[i * sb]);
-                   }
+                   BinaryLine(out + o * inner, a + offsets[0], b + offsets[1], inner, sa, sb, f);
                  });
 }
 
@@ -84,6 +87,13 @@ void UnaryTyped(const std::byte* x, std::byte* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Store<O>(ApplyUnary<HostMath, kOp>(Load(in[i])));
 }
 
+// dst[i] = cond[i * sc] ? a[i * sa] : b[i * sb] for i < n.
+template <typename Word>
+void WhereLine(Word* dst, const bool* cond, const Word* a, const Word* b, int64_t n, int64_t sc,
+               int64_t sa, int64_t sb) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = cond[i * sc] ? a[i * sa] : b[i * sb];
+}
+
 // out = cond ? a : b over a three-input layout, moving `Word`s (elements of its size).
 template <typename Word>
 void WhereTyped(const BroadcastLayout3& layout, const bool* cond, const Word* a, const Word* b,
@@ -93,12 +103,8 @@ void WhereTyped(const BroadcastLayout3& layout, const bool* cond, const Word* a,
                 sb = LineStride(layout.strides[2]);
   ForEachLine<3>(layout.shape, {&layout.strides[0], &layout.strides[1], &layout.strides[2]},
                  [&](int64_t o, const std::array<int64_t, 3>& offsets) {
-                   Word* dst = out + o * inner;
-                   const bool* pc = cond + offsets[0];
-                   const Word* pa = a + offsets[1];
-                   const Word* pb = b + offsets[2];
-                   for (int64_t i = 0; i < inner; ++i)
-                     dst[i] = pc[i * sc] ? pa[i * sa] : pb[i * sb];
+                   WhereLine(out + o * inner, cond + offsets[0], a + offsets[1], b + offsets[2],
+                             inner, sc, sa, sb);
                  });
 }
 
