@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -27,7 +28,7 @@ absl::Status CheckSameShape(absl::string_view op, const Shape& a, const Shape& b
                                                  ShapeToString(a), " and ", ShapeToString(b)));
 }
 
-absl::Status NeedsFloating(absl::string_view op, DType dtype) {
+absl::Status CheckFloating(absl::string_view op, DType dtype) {
   if (IsFloatingPoint(dtype)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       op, " needs a floating dtype (float32, float64, float16, bfloat16); got ", DTypeName(dtype)));
@@ -107,45 +108,119 @@ absl::Status CheckAttentionQuery(absl::string_view op, const ConstTensorView& q,
   return absl::OkStatus();
 }
 
+// The error of an op that bool tensors do not take.
+absl::Status NotOnBool(absl::string_view op) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, " is not defined on bool tensors (as in PyTorch)"));
+}
+
+// The bitwise ops take integers and bool.
+absl::Status CheckIntegerOrBool(absl::string_view op, DType dtype) {
+  if (!IsFloatingPoint(dtype)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, " needs an integer or bool dtype; got ", DTypeName(dtype)));
+}
+
 absl::Status CheckBinarySupported(BinaryOp op, DType dtype) {
-  if (op == BinaryOp::kDiv) return NeedsFloating("div (true division, as torch.div)", dtype);
-  if (op == BinaryOp::kSub && dtype == DType::kBool) {
-    return absl::InvalidArgumentError("sub is not defined on bool tensors (as in PyTorch)");
+  const absl::string_view name = BinaryOpName(op);
+  switch (op) {
+    case BinaryOp::kDiv:
+      return CheckFloating("div (true division, as torch.div)", dtype);
+    case BinaryOp::kSub:
+    case BinaryOp::kPow:
+    case BinaryOp::kRemainder:
+    case BinaryOp::kFloorDivide:
+      return dtype == DType::kBool ? NotOnBool(name) : absl::OkStatus();
+    case BinaryOp::kBitwiseAnd:
+    case BinaryOp::kBitwiseOr:
+    case BinaryOp::kBitwiseXor:
+      return CheckIntegerOrBool(name, dtype);
+    default:
+      return absl::OkStatus();
   }
-  return absl::OkStatus();
+}
+
+absl::Status CheckUnarySupported(UnaryOp op, DType dtype) {
+  const absl::string_view name = UnaryOpName(op);
+  if (NeedsFloating(op)) return CheckFloating(name, dtype);
+  switch (op) {
+    case UnaryOp::kNeg:
+    case UnaryOp::kSign:
+    case UnaryOp::kRelu:
+    case UnaryOp::kSquare:
+    case UnaryOp::kFloor:
+    case UnaryOp::kCeil:
+    case UnaryOp::kRound:
+    case UnaryOp::kTrunc:
+      return dtype == DType::kBool ? NotOnBool(name) : absl::OkStatus();
+    case UnaryOp::kBitwiseNot:
+      return CheckIntegerOrBool(name, dtype);
+    default:
+      return absl::OkStatus();
+  }
+}
+
+// x's shape split at dim d: the sizes before it, of it, and after it.
+struct DimSplit {
+  int64_t outer = 1, size = 0, inner = 1;
+};
+DimSplit SplitAtDim(const Shape& shape, int d) {
+  DimSplit split;
+  split.size = shape[d];
+  for (int i = 0; i < d; ++i) split.outer *= shape[i];
+  for (int i = d + 1; i < static_cast<int>(shape.size()); ++i) split.inner *= shape[i];
+  return split;
+}
+
+// OK iff `out` is x's shape with dim d removed or kept as size 1.
+absl::Status CheckReducedShape(absl::string_view op, const Shape& x, int d, const Shape& out) {
+  Shape removed = x;
+  removed.erase(removed.begin() + d);
+  Shape kept = x;
+  kept[d] = 1;
+  if (out == removed || out == kept) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, " along dim ", d, " of shape ", ShapeToString(x), " gives ", ShapeToString(removed),
+      " (or ", ShapeToString(kept), " keeping the dim), but out has shape ", ShapeToString(out)));
+}
+
+absl::string_view SoftmaxKindName(SoftmaxKind kind) {
+  switch (kind) {
+    case SoftmaxKind::kSoftmax:
+      return "softmax";
+    case SoftmaxKind::kLogSoftmax:
+      return "log_softmax";
+    case SoftmaxKind::kSafeSoftmax:
+      return "_safe_softmax";
+  }
+  return "invalid";
 }
 
 }  // namespace
 
 absl::string_view BinaryOpName(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return "add";
-    case BinaryOp::kSub:
-      return "sub";
-    case BinaryOp::kMul:
-      return "mul";
-    case BinaryOp::kDiv:
-      return "div";
-  }
-  return "invalid";
+  static constexpr absl::string_view kNames[] = {
+      "add",         "sub",        "mul",          "div",         "pow",        "maximum",
+      "minimum",     "remainder",  "floor_divide", "eq",          "ne",         "lt",
+      "le",          "gt",         "ge",           "logical_and", "logical_or", "logical_xor",
+      "bitwise_and", "bitwise_or", "bitwise_xor"};
+  static_assert(std::size(kNames) == kNumBinaryOps);
+  const int i = static_cast<int>(op);
+  return i >= 0 && i < kNumBinaryOps ? kNames[i] : "invalid";
 }
 
-absl::string_view ActivationName(Activation f) {
-  switch (f) {
-    case Activation::kRelu:
-      return "relu";
-    case Activation::kGelu:
-      return "gelu";
-    case Activation::kGeluTanh:
-      return "gelu_tanh";
-    case Activation::kTanh:
-      return "tanh";
-    case Activation::kSilu:
-      return "silu";
-  }
-  return "invalid";
+absl::string_view UnaryOpName(UnaryOp op) {
+  static constexpr absl::string_view kNames[] = {
+      "neg",    "abs",         "sign",       "exp",   "expm1",    "log",        "log1p",   "log2",
+      "sqrt",   "rsqrt",       "reciprocal", "sin",   "cos",      "tanh",       "sigmoid", "silu",
+      "relu",   "gelu",        "gelu_tanh",  "erf",   "floor",    "ceil",       "round",   "trunc",
+      "square", "logical_not", "isnan",      "isinf", "isfinite", "bitwise_not"};
+  static_assert(std::size(kNames) == kNumUnaryOps);
+  const int i = static_cast<int>(op);
+  return i >= 0 && i < kNumUnaryOps ? kNames[i] : "invalid";
 }
+
+absl::string_view ActivationName(Activation f) { return UnaryOpName(UnaryOpOf(f)); }
 
 absl::string_view DistributionName(Distribution d) {
   switch (d) {
@@ -180,7 +255,7 @@ absl::StatusOr<std::shared_ptr<const PreparedWeight>> KernelBackend::PrepareLine
     return absl::InvalidArgumentError(
         absl::StrCat("a Linear weight is 2-D; got ", ShapeToString(w.shape)));
   }
-  RETURN_IF_ERROR(NeedsFloating("prepare linear weight", w.dtype));
+  RETURN_IF_ERROR(CheckFloating("prepare linear weight", w.dtype));
   if (rows < 1 || rows > INT_MAX || w.shape[0] > INT_MAX || w.shape[1] > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("prepare linear weight for ", rows,
                                                    " rows of a weight ", ShapeToString(w.shape),
@@ -206,7 +281,7 @@ absl::StatusOr<std::optional<KernelBackend::GemmArgs>> KernelBackend::CheckGemm(
                                                    DTypeName(a.dtype), ", b ", DTypeName(b.dtype),
                                                    ", c ", DTypeName(c.dtype)));
   }
-  RETURN_IF_ERROR(NeedsFloating("gemm", a.dtype));
+  RETURN_IF_ERROR(CheckFloating("gemm", a.dtype));
   const int64_t m = transpose_a ? a.shape[1] : a.shape[0];
   const int64_t k = transpose_a ? a.shape[0] : a.shape[1];
   const int64_t kb = transpose_b ? b.shape[1] : b.shape[0];
@@ -259,10 +334,12 @@ absl::Status KernelBackend::Binary(BinaryOp op, const ConstTensorView& a, const 
   RETURN_IF_ERROR(CheckView(name, "a", a));
   RETURN_IF_ERROR(CheckView(name, "b", b));
   RETURN_IF_ERROR(CheckView(name, "out", out));
-  if (a.dtype != b.dtype || a.dtype != out.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " needs operands of one dtype; got a ",
-                                                   DTypeName(a.dtype), ", b ", DTypeName(b.dtype),
-                                                   ", out ", DTypeName(out.dtype)));
+  const DType out_dtype = GivesBool(op) ? DType::kBool : a.dtype;
+  if (a.dtype != b.dtype || out.dtype != out_dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " needs a and b of one dtype and out of ",
+                     GivesBool(op) ? "bool" : "that dtype", "; got a ", DTypeName(a.dtype), ", b ",
+                     DTypeName(b.dtype), ", out ", DTypeName(out.dtype)));
   }
   RETURN_IF_ERROR(CheckBinarySupported(op, a.dtype));
   ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(a.shape, b.shape));
@@ -276,22 +353,48 @@ absl::Status KernelBackend::Binary(BinaryOp op, const ConstTensorView& a, const 
                   MakeBroadcastLayout(a.shape, b.shape, out.shape));
 }
 
+absl::Status KernelBackend::Unary(UnaryOp op, const ConstTensorView& x, const TensorView& out) {
+  const absl::string_view name = UnaryOpName(op);
+  RETURN_IF_ERROR(CheckView(name, "input", x));
+  RETURN_IF_ERROR(CheckUnarySupported(op, x.dtype));
+  RETURN_IF_ERROR(
+      CheckOperand(name, "output", out, GivesBool(op) ? DType::kBool : x.dtype, x.shape));
+  if (x.num_elements() == 0) return absl::OkStatus();
+  return DoUnary(op, x.dtype, x.data, out.data, x.num_elements());
+}
+
 absl::Status KernelBackend::Activate(Activation f, const ConstTensorView& x,
                                      const TensorView& out) {
-  const absl::string_view name = ActivationName(f);
-  RETURN_IF_ERROR(CheckView(name, "input", x));
-  RETURN_IF_ERROR(CheckView(name, "output", out));
-  RETURN_IF_ERROR(CheckSameDType(name, x.dtype, out.dtype));
-  RETURN_IF_ERROR(CheckSameShape(name, x.shape, out.shape));
-  if (f == Activation::kRelu) {
-    if (x.dtype == DType::kBool) {
-      return absl::InvalidArgumentError("relu is not defined on bool tensors");
-    }
-  } else {
-    RETURN_IF_ERROR(NeedsFloating(name, x.dtype));
+  return Unary(UnaryOpOf(f), x, out);
+}
+
+absl::Status KernelBackend::Where(const ConstTensorView& cond, const ConstTensorView& a,
+                                  const ConstTensorView& b, const TensorView& out) {
+  constexpr absl::string_view kOp = "where";
+  RETURN_IF_ERROR(CheckView(kOp, "condition", cond));
+  RETURN_IF_ERROR(CheckView(kOp, "a", a));
+  RETURN_IF_ERROR(CheckView(kOp, "b", b));
+  RETURN_IF_ERROR(CheckView(kOp, "out", out));
+  if (cond.dtype != DType::kBool) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("where needs a bool condition; got ", DTypeName(cond.dtype)));
   }
-  if (x.num_elements() == 0) return absl::OkStatus();
-  return DoActivate(f, x.dtype, x.data, out.data, x.num_elements());
+  if (a.dtype != b.dtype || a.dtype != out.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("where needs a, b and out of one dtype; got a ",
+                                                   DTypeName(a.dtype), ", b ", DTypeName(b.dtype),
+                                                   ", out ", DTypeName(out.dtype)));
+  }
+  ASSIGN_OR_RETURN(const Shape values, BroadcastShapes(a.shape, b.shape));
+  ASSIGN_OR_RETURN(const Shape shape, BroadcastShapes(cond.shape, values));
+  if (shape != out.shape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("where of condition ", ShapeToString(cond.shape), ", a ",
+                     ShapeToString(a.shape), " and b ", ShapeToString(b.shape), " gives ",
+                     ShapeToString(shape), ", but out has shape ", ShapeToString(out.shape)));
+  }
+  if (out.num_elements() == 0) return absl::OkStatus();
+  return DoWhere(a.dtype, cond.data, a.data, b.data, out.data,
+                 MakeBroadcastLayout3(cond.shape, a.shape, b.shape, out.shape));
 }
 
 absl::Status KernelBackend::ReduceAlongDim(ReduceOp op, const ConstTensorView& x, int64_t dim,
@@ -301,24 +404,13 @@ absl::Status KernelBackend::ReduceAlongDim(ReduceOp op, const ConstTensorView& x
   RETURN_IF_ERROR(CheckView(name, "output", out));
   RETURN_IF_ERROR(CheckSameDType(name, x.dtype, out.dtype));
   if (op == ReduceOp::kAvg) {
-    RETURN_IF_ERROR(NeedsFloating("mean", x.dtype));
+    RETURN_IF_ERROR(CheckFloating("mean", x.dtype));
   }
   ASSIGN_OR_RETURN(int d, NormalizeDim(dim, x.rank()));
-  Shape removed = x.shape;
-  removed.erase(removed.begin() + d);
-  Shape kept = x.shape;
-  kept[d] = 1;
-  if (out.shape != removed && out.shape != kept) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " along dim ", d, " of shape ", ShapeToString(x.shape), " gives ",
-                     ShapeToString(removed), " (or ", ShapeToString(kept),
-                     " keeping the dim), but out has shape ", ShapeToString(out.shape)));
-  }
-  ReduceDimArgs args{op, x.dtype, 1, x.shape[d], 1, x.data, out.data};
-  for (int i = 0; i < d; ++i) args.outer *= x.shape[i];
-  for (int i = d + 1; i < x.rank(); ++i) args.inner *= x.shape[i];
+  RETURN_IF_ERROR(CheckReducedShape(name, x.shape, d, out.shape));
+  const DimSplit split = SplitAtDim(x.shape, d);
   if (out.num_elements() == 0) return absl::OkStatus();
-  if (args.size == 0) {
+  if (split.size == 0) {
     switch (op) {
       case ReduceOp::kSum:
         return Fill(out, 0.0);
@@ -333,7 +425,77 @@ absl::Status KernelBackend::ReduceAlongDim(ReduceOp op, const ConstTensorView& x
                                                        ": the dim is empty and has no identity"));
     }
   }
-  return DoReduceAlongDim(args);
+  return DoReduceAlongDim(
+      ReduceDimArgs{op, x.dtype, split.outer, split.size, split.inner, x.data, out.data});
+}
+
+absl::Status KernelBackend::ArgReduceAlongDim(bool is_max, const ConstTensorView& x, int64_t dim,
+                                              const TensorView& out) {
+  const absl::string_view name = is_max ? "argmax" : "argmin";
+  RETURN_IF_ERROR(CheckView(name, "input", x));
+  RETURN_IF_ERROR(CheckView(name, "output", out));
+  if (out.dtype != DType::kInt64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " output must be int64; got ", DTypeName(out.dtype)));
+  }
+  ASSIGN_OR_RETURN(int d, NormalizeDim(dim, x.rank()));
+  RETURN_IF_ERROR(CheckReducedShape(name, x.shape, d, out.shape));
+  const DimSplit split = SplitAtDim(x.shape, d);
+  if (split.size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " along dim ", d, " of shape ",
+                                                   ShapeToString(x.shape), ": the dim is empty"));
+  }
+  if (out.num_elements() == 0) return absl::OkStatus();
+  return DoArgReduceAlongDim(ReduceDimArgs{is_max ? ReduceOp::kMax : ReduceOp::kMin, x.dtype,
+                                           split.outer, split.size, split.inner, x.data, out.data});
+}
+
+absl::Status KernelBackend::ScanAlongDim(ReduceOp op, const ConstTensorView& x, int64_t dim,
+                                         const TensorView& out) {
+  if (op != ReduceOp::kSum && op != ReduceOp::kProduct) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a scan along a dim is a cumulative sum or product; got ", ReduceOpName(op)));
+  }
+  const absl::string_view name = op == ReduceOp::kSum ? "cumsum" : "cumprod";
+  RETURN_IF_ERROR(CheckView(name, "input", x));
+  if (x.dtype == DType::kBool) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " of a bool tensor: cast it to int64 first (torch promotes bool)"));
+  }
+  RETURN_IF_ERROR(CheckOperand(name, "output", out, x.dtype, x.shape));
+  ASSIGN_OR_RETURN(int d, NormalizeDim(dim, x.rank()));
+  const DimSplit split = SplitAtDim(x.shape, d);
+  if (x.num_elements() == 0) return absl::OkStatus();
+  return DoScanAlongDim(
+      ReduceDimArgs{op, x.dtype, split.outer, split.size, split.inner, x.data, out.data});
+}
+
+absl::Status KernelBackend::SoftmaxAlongDim(SoftmaxKind kind, const ConstTensorView& x, int64_t dim,
+                                            const TensorView& out) {
+  const absl::string_view name = SoftmaxKindName(kind);
+  RETURN_IF_ERROR(CheckView(name, "input", x));
+  RETURN_IF_ERROR(CheckFloating(name, x.dtype));
+  RETURN_IF_ERROR(CheckOperand(name, "output", out, x.dtype, x.shape));
+  ASSIGN_OR_RETURN(int d, NormalizeDim(dim, x.rank()));
+  const DimSplit split = SplitAtDim(x.shape, d);
+  if (x.num_elements() == 0) return absl::OkStatus();
+  return DoSoftmaxAlongDim(SoftmaxDimArgs{kind, x.dtype, split.outer, split.size, split.inner,
+                                          x.data, nullptr, out.data});
+}
+
+absl::Status KernelBackend::SoftmaxBackward(SoftmaxKind kind, const ConstTensorView& y,
+                                            const ConstTensorView& dy, int64_t dim,
+                                            const TensorView& dx) {
+  const std::string name = absl::StrCat(SoftmaxKindName(kind), " backward");
+  RETURN_IF_ERROR(CheckView(name, "y", y));
+  RETURN_IF_ERROR(CheckFloating(name, y.dtype));
+  RETURN_IF_ERROR(CheckOperand(name, "dy", dy, y.dtype, y.shape));
+  RETURN_IF_ERROR(CheckOperand(name, "dx", dx, y.dtype, y.shape));
+  ASSIGN_OR_RETURN(int d, NormalizeDim(dim, y.rank()));
+  const DimSplit split = SplitAtDim(y.shape, d);
+  if (y.num_elements() == 0) return absl::OkStatus();
+  return DoSoftmaxBackward(SoftmaxDimArgs{kind, y.dtype, split.outer, split.size, split.inner,
+                                          y.data, dy.data, dx.data});
 }
 
 absl::Status KernelBackend::ReduceInto(ReduceOp op, const TensorView& acc,
@@ -382,7 +544,7 @@ absl::Status KernelBackend::RandomFill(Distribution dist, uint64_t seed,
                                        std::span<const int64_t> global_shape,
                                        std::span<const int64_t> offset, const TensorView& out) {
   RETURN_IF_ERROR(CheckView("random fill", "output", out));
-  RETURN_IF_ERROR(NeedsFloating(absl::StrCat(DistributionName(dist), " random fill"), out.dtype));
+  RETURN_IF_ERROR(CheckFloating(absl::StrCat(DistributionName(dist), " random fill"), out.dtype));
   RETURN_IF_ERROR(ValidateShape(global_shape));
   if (global_shape.size() != out.shape.size() || offset.size() != out.shape.size()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -24,8 +24,10 @@
 
 namespace tessera::kernels {
 
-// "add", "relu", "uniform", ...
+// "add", "floor_divide", "relu", "gelu_tanh", "uniform", ... (torch's names). What each op takes
+// and gives: GivesBool, NeedsFloating and UnaryOpOf (kernels/ops.h).
 absl::string_view BinaryOpName(BinaryOp op);
+absl::string_view UnaryOpName(UnaryOp op);
 absl::string_view ActivationName(Activation f);
 absl::string_view DistributionName(Distribution d);
 
@@ -82,13 +84,31 @@ class KernelBackend : public MemorySpace {
   // x[..., n] += bias[n]: `bias` is 1-D with x's last size and dtype.
   absl::Status BiasAdd(const TensorView& x, const ConstTensorView& bias);
 
-  // out = a op b with numpy broadcasting: all three of one dtype, out of the broadcast shape.
-  // `out` may be `a` or `b` when that input has out's shape.
+  // out = a op b with numpy broadcasting: a and b of one dtype, out of the broadcast shape and of
+  // that dtype, or bool where GivesBool(op). `out` may be `a` or `b` when that input has out's
+  // shape and dtype. div takes floating dtypes (callers promote integers first), sub, pow,
+  // remainder and floor_divide non-bool ones, the bitwise ops integers and bool; the rest any.
+  // pow on integers is integer power (a negative exponent gives 0 unless the base is 1 or -1, as
+  // torch's kernel); maximum and minimum propagate NaN; remainder has the sign of the divisor
+  // (Python's %), floor_divide is floor(a / b); on integers both give 0 for a zero divisor (a
+  // device cannot report it cheaply; torch raises). Logical ops treat nonzero as true.
   absl::Status Binary(BinaryOp op, const ConstTensorView& a, const ConstTensorView& b,
                       const TensorView& out);
 
-  // out = f(x), same dtype and shape; `out` may be `x`.
+  // out = op(x): out has x's shape and dtype, or bool where GivesBool(op); `out` may be `x`.
+  // NeedsFloating ops take floating dtypes only; neg, sign, relu, square, floor, ceil, round and
+  // trunc any but bool; bitwise_not integers and bool; abs, logical_not, isnan, isinf and isfinite
+  // any. floor, ceil, round and trunc are the identity on integers; round is half to even
+  // (torch.round); sign(NaN) is 0, as torch.sign.
+  absl::Status Unary(UnaryOp op, const ConstTensorView& x, const TensorView& out);
+
+  // out = f(x), same dtype and shape; `out` may be `x`. Unary(UnaryOpOf(f), x, out).
   absl::Status Activate(Activation f, const ConstTensorView& x, const TensorView& out);
+
+  // out = cond ? a : b elementwise, with numpy broadcasting of all three to out's shape: cond is
+  // bool, a, b and out of one dtype (any). `out` may be `a` or `b` when that input has out's shape.
+  absl::Status Where(const ConstTensorView& cond, const ConstTensorView& a,
+                     const ConstTensorView& b, const TensorView& out);
 
   // out = reduction of x along `dim` (negative counts from the end): kSum, kAvg (mean, floating
   // dtypes only), kMax, kMin, kProduct. `out` has x's shape with `dim` removed or kept as size 1,
@@ -98,6 +118,34 @@ class KernelBackend : public MemorySpace {
   // and max and min are INVALID_ARGUMENT.
   absl::Status ReduceAlongDim(ReduceOp op, const ConstTensorView& x, int64_t dim,
                               const TensorView& out);
+
+  // out = the index (int64) of the first maximum (is_max) or minimum of x along `dim` (negative
+  // counts from the end), NaN counting as the extreme, as torch.argmax / argmin; bool orders false
+  // before true. `out` has x's shape with `dim` removed or kept as size 1. Any dtype; an empty dim
+  // is INVALID_ARGUMENT.
+  absl::Status ArgReduceAlongDim(bool is_max, const ConstTensorView& x, int64_t dim,
+                                 const TensorView& out);
+
+  // out = the inclusive cumulative sum (kSum, torch.cumsum) or product (kProduct, torch.cumprod)
+  // of x along `dim`, same shape and dtype; `out` may be `x`. Floating values accumulate in
+  // float64, integers in 64 bits (wrapping when stored); bool is INVALID_ARGUMENT (callers cast to
+  // int64 first, as torch promotes).
+  absl::Status ScanAlongDim(ReduceOp op, const ConstTensorView& x, int64_t dim,
+                            const TensorView& out);
+
+  // out = softmax, log_softmax or _safe_softmax of x along `dim`, same shape and floating dtype:
+  // the max is subtracted, exp computed in float32 (float16, bfloat16, float32) or float64 and the
+  // sum of exps accumulated in float64. A line that is all -inf gives NaN for softmax and
+  // log_softmax (as torch) and 0 for kSafeSoftmax (torch's _safe_softmax); a NaN gives NaN along
+  // its line.
+  absl::Status SoftmaxAlongDim(SoftmaxKind kind, const ConstTensorView& x, int64_t dim,
+                               const TensorView& out);
+
+  // The gradient of SoftmaxAlongDim from its output y and dy: softmax (and _safe_softmax)
+  // dx = y * (dy - sum(dy * y)), log_softmax dx = dy - exp(y) * sum(dy), the sums along `dim` in
+  // float64. y, dy and dx of one floating dtype and shape.
+  absl::Status SoftmaxBackward(SoftmaxKind kind, const ConstTensorView& y,
+                               const ConstTensorView& dy, int64_t dim, const TensorView& dx);
 
   // acc[i] = op(acc[i], in[i]), the step of a reducing collective; kAvg accumulates a sum, finish
   // it with DivideInPlace. Same semantics as core's ReduceInto, which the CPU backend calls.
@@ -190,12 +238,24 @@ class KernelBackend : public MemorySpace {
     std::byte* c;
     DType dtype;
   };
-  // A checked reduction of x viewed as [outer, size, inner] into out viewed as [outer, inner].
+  // A checked reduction of x viewed as [outer, size, inner] into out viewed as [outer, inner] (an
+  // arg-reduction's int64; a scan's out is [outer, size, inner] of x's dtype).
   struct ReduceDimArgs {
     ReduceOp op;
     DType dtype;
     int64_t outer, size, inner;
     const std::byte* x;
+    std::byte* out;
+  };
+  // A checked softmax along a dim of tensors viewed as [outer, size, inner], size >= 1, floating:
+  // the forward reads x (`in`) and writes y (`out`); the backward reads y (`in`) and dy and writes
+  // dx (`out`).
+  struct SoftmaxDimArgs {
+    SoftmaxKind kind;
+    DType dtype;
+    int64_t outer, size, inner;
+    const std::byte* in;
+    const std::byte* dy;  // null in the forward
     std::byte* out;
   };
   // A checked random fill: `out` is the block at `offset` of a tensor with `global_strides`.
@@ -301,12 +361,24 @@ class KernelBackend : public MemorySpace {
     (void)rows;
     return nullptr;
   }
-  // `out` and both inputs have the dtype; `layout` walks them (kernels/broadcast.h).
+  // Both inputs have `dtype`, out has it or bool where GivesBool(op); `layout` walks them
+  // (kernels/broadcast.h). The op takes the dtype.
   virtual absl::Status DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
                                 std::byte* out, const BroadcastLayout& layout) = 0;
-  virtual absl::Status DoActivate(Activation f, DType dtype, const std::byte* x, std::byte* out,
-                                  int64_t n) = 0;
+  // `n` elements of x (`dtype`, which the op takes) into out (x's dtype or bool, as Unary).
+  virtual absl::Status DoUnary(UnaryOp op, DType dtype, const std::byte* x, std::byte* out,
+                               int64_t n) = 0;
+  // cond is bool, a, b and out have `dtype`; layout.strides are cond's, a's and b's.
+  virtual absl::Status DoWhere(DType dtype, const std::byte* cond, const std::byte* a,
+                               const std::byte* b, std::byte* out,
+                               const BroadcastLayout3& layout) = 0;
   virtual absl::Status DoReduceAlongDim(const ReduceDimArgs& args) = 0;
+  // args.op is kMax (argmax) or kMin (argmin); out is int64.
+  virtual absl::Status DoArgReduceAlongDim(const ReduceDimArgs& args) = 0;
+  // args.op is kSum or kProduct; the dtype is not bool.
+  virtual absl::Status DoScanAlongDim(const ReduceDimArgs& args) = 0;
+  virtual absl::Status DoSoftmaxAlongDim(const SoftmaxDimArgs& args) = 0;
+  virtual absl::Status DoSoftmaxBackward(const SoftmaxDimArgs& args) = 0;
   virtual absl::Status DoReduceInto(ReduceOp op, DType dtype, std::byte* acc, const std::byte* in,
                                     int64_t n) = 0;
   virtual absl::Status DoDivideInPlace(DType dtype, std::byte* data, int64_t n,

@@ -1,6 +1,8 @@
 #include "kernels/broadcast.h"
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -16,6 +18,29 @@ std::vector<int64_t> StridesAlignedTo(std::span<const int64_t> in, std::span<con
     strides[lead + i] = in[i] == 1 ? 0 : own[i];
   }
   return strides;
+}
+
+// The walk of N inputs of shapes `in` broadcast to `out`: size-1 dims of out dropped, and a dim
+// merged into the one before it where every input's strides allow.
+template <size_t N>
+void MergeDims(const std::array<std::span<const int64_t>, N>& in, std::span<const int64_t> out,
+               Shape* shape, std::array<std::vector<int64_t>, N>* strides) {
+  std::array<std::vector<int64_t>, N> aligned;
+  for (size_t k = 0; k < N; ++k) aligned[k] = StridesAlignedTo(in[k], out);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == 1) continue;
+    bool merges = !shape->empty();
+    for (size_t k = 0; k < N && merges; ++k) {
+      merges = (*strides)[k].back() == aligned[k][i] * out[i];
+    }
+    if (merges) {
+      shape->back() *= out[i];
+      for (size_t k = 0; k < N; ++k) (*strides)[k].back() = aligned[k][i];
+      continue;
+    }
+    shape->push_back(out[i]);
+    for (size_t k = 0; k < N; ++k) (*strides)[k].push_back(aligned[k][i]);
+  }
 }
 
 }  // namespace
@@ -38,22 +63,18 @@ absl::StatusOr<Shape> BroadcastShapes(std::span<const int64_t> a, std::span<cons
 
 BroadcastLayout MakeBroadcastLayout(std::span<const int64_t> a, std::span<const int64_t> b,
                                     std::span<const int64_t> out) {
-  const std::vector<int64_t> sa = StridesAlignedTo(a, out);
-  const std::vector<int64_t> sb = StridesAlignedTo(b, out);
   BroadcastLayout layout;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == 1) continue;
-    if (!layout.shape.empty() && layout.a_strides.back() == sa[i] * out[i] &&
-        layout.b_strides.back() == sb[i] * out[i]) {
-      layout.shape.back() *= out[i];
-      layout.a_strides.back() = sa[i];
-      layout.b_strides.back() = sb[i];
-      continue;
-    }
-    layout.shape.push_back(out[i]);
-    layout.a_strides.push_back(sa[i]);
-    layout.b_strides.push_back(sb[i]);
-  }
+  std::array<std::vector<int64_t>, 2> strides;
+  MergeDims<2>({a, b}, out, &layout.shape, &strides);
+  layout.a_strides = std::move(strides[0]);
+  layout.b_strides = std::move(strides[1]);
+  return layout;
+}
+
+BroadcastLayout3 MakeBroadcastLayout3(std::span<const int64_t> a, std::span<const int64_t> b,
+                                      std::span<const int64_t> c, std::span<const int64_t> out) {
+  BroadcastLayout3 layout;
+  MergeDims<3>({a, b, c}, out, &layout.shape, &layout.strides);
   return layout;
 }
 

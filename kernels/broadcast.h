@@ -1,6 +1,7 @@
 #ifndef TESSERA_KERNELS_BROADCAST_H_
 #define TESSERA_KERNELS_BROADCAST_H_
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -25,6 +26,16 @@ struct BroadcastLayout {
 // The layout for inputs of shapes `a` and `b` that broadcast to `out` (checked by the caller).
 BroadcastLayout MakeBroadcastLayout(std::span<const int64_t> a, std::span<const int64_t> b,
                                     std::span<const int64_t> out);
+
+// BroadcastLayout for three inputs (where's condition and values): strides[k] are input k's.
+struct BroadcastLayout3 {
+  Shape shape;
+  std::array<std::vector<int64_t>, 3> strides;
+};
+
+// The layout for inputs of shapes `a`, `b` and `c` that broadcast to `out` (checked by the caller).
+BroadcastLayout3 MakeBroadcastLayout3(std::span<const int64_t> a, std::span<const int64_t> b,
+                                      std::span<const int64_t> c, std::span<const int64_t> out);
 
 }  // namespace tessera::kernels
 

@@ -1,34 +1,15 @@
+// The CPU backend's kernels along a dim other than softmax: reductions, arg-reductions and scans,
+// slab by slab ([size, inner] at a time, the inner dim as the vector loop).
+
 #include <memory>
 #include <type_traits>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/dim_ops.h"
 #include "kernels/host_element.h"
 
 namespace tessera::kernels {
 namespace {
-
-// Accumulator of a sum or product: double for floating types, uint64 (wrapping) for integers.
-template <typename C>
-using AccType = std::conditional_t<std::is_floating_point_v<C>, double,
-                                   std::conditional_t<std::is_same_v<C, bool>, bool, uint64_t>>;
-
-template <typename C>
-AccType<C> ToAcc(C v) {
-  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
-    return static_cast<uint64_t>(static_cast<int64_t>(v));
-  } else {
-    return v;
-  }
-}
-
-template <typename A>
-bool IsNaN(A v) {
-  if constexpr (std::is_floating_point_v<A>) {
-    return v != v;
-  } else {
-    return false;
-  }
-}
 
 template <ReduceOp kOp, typename A>
 A Combine(A acc, A v) {
@@ -39,9 +20,9 @@ A Combine(A acc, A v) {
   } else if constexpr (kOp == ReduceOp::kProduct) {
     return acc * v;
   } else if constexpr (kOp == ReduceOp::kMax) {
-    return (v > acc || IsNaN(v)) ? v : acc;  // NaN propagates
+    return (v > acc || IsNaNValue(v)) ? v : acc;  // NaN propagates
   } else {
-    return (v < acc || IsNaN(v)) ? v : acc;
+    return (v < acc || IsNaNValue(v)) ? v : acc;
   }
 }
 
@@ -77,6 +58,50 @@ void ReduceDimTyped(int64_t outer, int64_t size, int64_t inner, const T* x, T* o
   }
 }
 
+// The index of the first maximum (kMax) or minimum along the dim of each [outer, inner] position.
+template <typename T, bool kMax>
+void ArgReduceDimTyped(int64_t outer, int64_t size, int64_t inner, const T* x, int64_t* out) {
+  using C = ComputeType<T>;
+  auto best = std::make_unique<C[]>(static_cast<size_t>(inner));  // not vector<bool>
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* slab = x + o * size * inner;
+    int64_t* index = out + o * inner;
+    for (int64_t j = 0; j < inner; ++j) {
+      best[j] = Load(slab[j]);
+      index[j] = 0;
+    }
+    for (int64_t i = 1; i < size; ++i) {
+      const T* row = slab + i * inner;
+      for (int64_t j = 0; j < inner; ++j) {
+        const C v = Load(row[j]);
+        if (ArgReplaces<kMax>(best[j], v)) {
+          best[j] = v;
+          index[j] = i;
+        }
+      }
+    }
+  }
+}
+
+// The inclusive cumulative sum or product (kProduct) along the dim, in the accumulator type.
+template <typename T, bool kProduct>
+void ScanDimTyped(int64_t outer, int64_t size, int64_t inner, const T* x, T* out) {
+  using C = ComputeType<T>;
+  using A = AccType<C>;
+  auto acc = std::make_unique<A[]>(static_cast<size_t>(inner));
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* src = x + o * size * inner;
+    T* dst = out + o * size * inner;
+    for (int64_t j = 0; j < inner; ++j) acc[j] = kProduct ? A(1) : A(0);
+    for (int64_t i = 0; i < size; ++i) {
+      for (int64_t j = 0; j < inner; ++j) {
+        acc[j] = ScanStep<kProduct>(acc[j], ToAcc(Load(src[i * inner + j])));
+        dst[i * inner + j] = Store<T>(static_cast<C>(acc[j]));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status CpuBackend::DoReduceAlongDim(const ReduceDimArgs& r) {
@@ -95,6 +120,36 @@ absl::Status CpuBackend::DoReduceAlongDim(const ReduceDimArgs& r) {
         return ReduceDimTyped<T, ReduceOp::kMin>(r.outer, r.size, r.inner, x, out);
       case ReduceOp::kProduct:
         return ReduceDimTyped<T, ReduceOp::kProduct>(r.outer, r.size, r.inner, x, out);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoArgReduceAlongDim(const ReduceDimArgs& r) {
+  VisitDType(r.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = reinterpret_cast<const T*>(r.x);
+    int64_t* out = reinterpret_cast<int64_t*>(r.out);
+    if (r.op == ReduceOp::kMax) {
+      ArgReduceDimTyped<T, true>(r.outer, r.size, r.inner, x, out);
+    } else {
+      ArgReduceDimTyped<T, false>(r.outer, r.size, r.inner, x, out);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoScanAlongDim(const ReduceDimArgs& r) {
+  VisitDType(r.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, bool>) {
+      const T* x = reinterpret_cast<const T*>(r.x);
+      T* out = reinterpret_cast<T*>(r.out);
+      if (r.op == ReduceOp::kProduct) {
+        ScanDimTyped<T, true>(r.outer, r.size, r.inner, x, out);
+      } else {
+        ScanDimTyped<T, false>(r.outer, r.size, r.inner, x, out);
+      }
     }
   });
   return absl::OkStatus();

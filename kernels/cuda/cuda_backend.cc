@@ -339,12 +339,29 @@ absl::Status CudaBackend::DoBinary(BinaryOp op, DType dtype, const std::byte* a,
       absl::StrCat(device(), ": ", BinaryOpName(op), " ", DTypeName(dtype), " launch"));
 }
 
-absl::Status CudaBackend::DoActivate(Activation f, DType dtype, const std::byte* x, std::byte* out,
-                                     int64_t n) {
+absl::Status CudaBackend::DoUnary(UnaryOp op, DType dtype, const std::byte* x, std::byte* out,
+                                  int64_t n) {
   RETURN_IF_ERROR(UseDevice());
   return CudaStatus(
-      cuda::LaunchActivate(f, dtype, x, out, n, stream_),
-      absl::StrCat(device(), ": ", ActivationName(f), " ", DTypeName(dtype), " launch"));
+      cuda::LaunchUnary(op, dtype, x, out, n, stream_),
+      absl::StrCat(device(), ": ", UnaryOpName(op), " ", DTypeName(dtype), " launch"));
+}
+
+absl::Status CudaBackend::DoWhere(DType dtype, const std::byte* cond, const std::byte* a,
+                                  const std::byte* b, std::byte* out,
+                                  const BroadcastLayout3& layout) {
+  RETURN_IF_ERROR(RankLimit("where", layout.shape.size()));
+  RETURN_IF_ERROR(UseDevice());
+  cuda::BroadcastIndexer3 ix;
+  ix.rank = static_cast<int>(layout.shape.size());
+  for (int d = 0; d < ix.rank; ++d) {
+    ix.shape[d] = layout.shape[d];
+    for (int k = 0; k < 3; ++k) ix.strides[k][d] = layout.strides[k][d];
+  }
+  return CudaStatus(
+      cuda::LaunchWhere(reinterpret_cast<const bool*>(cond), a, b, out, NumElements(layout.shape),
+                        ix, static_cast<int>(DTypeSize(dtype)), stream_),
+      absl::StrCat(device(), ": where ", DTypeName(dtype), " launch"));
 }
 
 absl::Status CudaBackend::DoReduceAlongDim(const ReduceDimArgs& r) {
@@ -352,6 +369,37 @@ absl::Status CudaBackend::DoReduceAlongDim(const ReduceDimArgs& r) {
   return CudaStatus(cuda::LaunchReduceAlongDim(ToDevice(r.op), r.dtype, r.x, r.out, r.outer, r.size,
                                                r.inner, stream_),
                     absl::StrCat(device(), ": ", ReduceOpName(r.op), " along a dim launch"));
+}
+
+absl::Status CudaBackend::DoArgReduceAlongDim(const ReduceDimArgs& r) {
+  RETURN_IF_ERROR(UseDevice());
+  const bool is_max = r.op == ReduceOp::kMax;
+  return CudaStatus(
+      cuda::LaunchArgReduceAlongDim(is_max, r.dtype, r.x, reinterpret_cast<int64_t*>(r.out),
+                                    r.outer, r.size, r.inner, stream_),
+      absl::StrCat(device(), ": ", is_max ? "argmax" : "argmin", " launch"));
+}
+
+absl::Status CudaBackend::DoScanAlongDim(const ReduceDimArgs& r) {
+  RETURN_IF_ERROR(UseDevice());
+  const bool is_product = r.op == ReduceOp::kProduct;
+  return CudaStatus(
+      cuda::LaunchScanAlongDim(is_product, r.dtype, r.x, r.out, r.outer, r.size, r.inner, stream_),
+      absl::StrCat(device(), ": ", is_product ? "cumprod" : "cumsum", " launch"));
+}
+
+absl::Status CudaBackend::DoSoftmaxAlongDim(const SoftmaxDimArgs& a) {
+  RETURN_IF_ERROR(UseDevice());
+  return CudaStatus(
+      cuda::LaunchSoftmaxAlongDim(a.kind, a.dtype, a.in, a.out, a.outer, a.size, a.inner, stream_),
+      absl::StrCat(device(), ": softmax launch"));
+}
+
+absl::Status CudaBackend::DoSoftmaxBackward(const SoftmaxDimArgs& a) {
+  RETURN_IF_ERROR(UseDevice());
+  return CudaStatus(cuda::LaunchSoftmaxBackward(a.kind, a.dtype, a.in, a.dy, a.out, a.outer, a.size,
+                                                a.inner, stream_),
+                    absl::StrCat(device(), ": softmax backward launch"));
 }
 
 absl::Status CudaBackend::DoReduceInto(ReduceOp op, DType dtype, std::byte* acc,

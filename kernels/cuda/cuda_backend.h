@@ -64,9 +64,15 @@ class CudaBackend final : public KernelBackend {
   absl::Status DoGemm(const GemmArgs& args) override;
   absl::Status DoBinary(BinaryOp op, DType dtype, const std::byte* a, const std::byte* b,
                         std::byte* out, const BroadcastLayout& layout) override;
-  absl::Status DoActivate(Activation f, DType dtype, const std::byte* x, std::byte* out,
-                          int64_t n) override;
+  absl::Status DoUnary(UnaryOp op, DType dtype, const std::byte* x, std::byte* out,
+                       int64_t n) override;
+  absl::Status DoWhere(DType dtype, const std::byte* cond, const std::byte* a, const std::byte* b,
+                       std::byte* out, const BroadcastLayout3& layout) override;
   absl::Status DoReduceAlongDim(const ReduceDimArgs& args) override;
+  absl::Status DoArgReduceAlongDim(const ReduceDimArgs& args) override;
+  absl::Status DoScanAlongDim(const ReduceDimArgs& args) override;
+  absl::Status DoSoftmaxAlongDim(const SoftmaxDimArgs& args) override;
+  absl::Status DoSoftmaxBackward(const SoftmaxDimArgs& args) override;
   absl::Status DoReduceInto(ReduceOp op, DType dtype, std::byte* acc, const std::byte* in,
                             int64_t n) override;
   absl::Status DoDivideInPlace(DType dtype, std::byte* data, int64_t n, int64_t divisor) override;

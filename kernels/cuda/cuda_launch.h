@@ -28,6 +28,13 @@ struct BroadcastIndexer {
   int64_t b_strides[kMaxRank] = {};
 };
 
+// A three-input broadcast walk (kernels/broadcast.h's BroadcastLayout3): strides[k] are input k's.
+struct BroadcastIndexer3 {
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t strides[3][kMaxRank] = {};
+};
+
 // A shard of a tensor: its shape and the global strides and index of its first element.
 struct ShardIndexer {
   int rank = 0;
@@ -47,13 +54,33 @@ struct StridedCopyIndexer {
 // dst[walk] = src[walk] for the n elements of `element_size` bytes the indexer walks.
 cudaError_t LaunchCopyStrided(const void* src, void* dst, int64_t n, const StridedCopyIndexer& ix,
                               int element_size, cudaStream_t stream);
+// `out` has `dtype`, or bool where GivesBool(op); so has LaunchUnary's.
 cudaError_t LaunchBinary(BinaryOp op, DType dtype, const void* a, const void* b, void* out,
                          int64_t n, const BroadcastIndexer& indexer, cudaStream_t stream);
-cudaError_t LaunchActivate(Activation f, DType dtype, const void* x, void* out, int64_t n,
-                           cudaStream_t stream);
+cudaError_t LaunchUnary(UnaryOp op, DType dtype, const void* x, void* out, int64_t n,
+                        cudaStream_t stream);
+// out = cond ? a : b for the n elements the indexer walks (cond, a, b), of `element_size` bytes.
+cudaError_t LaunchWhere(const bool* cond, const void* a, const void* b, void* out, int64_t n,
+                        const BroadcastIndexer3& indexer, int element_size, cudaStream_t stream);
 // x viewed as [outer, size, inner] reduced into out [outer, inner]; size >= 1.
 cudaError_t LaunchReduceAlongDim(DeviceReduceOp op, DType dtype, const void* x, void* out,
                                  int64_t outer, int64_t size, int64_t inner, cudaStream_t stream);
+// The int64 index of the first maximum (is_max) or minimum of x [outer, size, inner] along the
+// dim into out [outer, inner]; size >= 1.
+cudaError_t LaunchArgReduceAlongDim(bool is_max, DType dtype, const void* x, int64_t* out,
+                                    int64_t outer, int64_t size, int64_t inner,
+                                    cudaStream_t stream);
+// The inclusive cumulative sum or product (is_product) of x [outer, size, inner] along the dim
+// into out, same shape; dtype is not bool.
+cudaError_t LaunchScanAlongDim(bool is_product, DType dtype, const void* x, void* out,
+                               int64_t outer, int64_t size, int64_t inner, cudaStream_t stream);
+// softmax (as `kind`) of each line along the dim of x [outer, size >= 1, inner] into y, floating.
+cudaError_t LaunchSoftmaxAlongDim(SoftmaxKind kind, DType dtype, const void* x, void* y,
+                                  int64_t outer, int64_t size, int64_t inner, cudaStream_t stream);
+// Its gradient dx from y and dy, same shape.
+cudaError_t LaunchSoftmaxBackward(SoftmaxKind kind, DType dtype, const void* y, const void* dy,
+                                  void* dx, int64_t outer, int64_t size, int64_t inner,
+                                  cudaStream_t stream);
 cudaError_t LaunchReduceInto(DeviceReduceOp op, DType dtype, void* acc, const void* in, int64_t n,
                              cudaStream_t stream);
 cudaError_t LaunchDivideInPlace(DType dtype, void* data, int64_t n, int64_t divisor,

@@ -1,27 +1,13 @@
-// Reduction kernels of the CUDA backend: along a dim (as kernels/cpu/cpu_reduce.cc) and the
-// elementwise steps of collectives (as core/sharding/elementwise_reduce.cc, which the CPU backend
-// calls).
+// Reduction kernels of the CUDA backend: along a dim (reductions, arg-reductions and scans, as
+// kernels/cpu/cpu_reduce.cc, on kernels/dim_ops.h's rules) and the elementwise steps of
+// collectives (as core/sharding/elementwise_reduce.cc, which the CPU backend calls).
 
 #include "kernels/cuda/cuda_launch.h"
 #include "kernels/cuda/device_element.cuh"
+#include "kernels/dim_ops.h"
 
 namespace tessera::kernels::cuda {
 namespace {
-
-template <typename C>
-__device__ bool IsNaN(C v) {
-  if constexpr (std::is_floating_point_v<C>) {
-    return v != v;
-  } else {
-    return false;
-  }
-}
-
-// Accumulator of a sum or product along a dim: double for floating types, uint64 (wrapping) for
-// integers, bool for bool; the same as the CPU backend, so both sum in the same order and type.
-template <typename C>
-using AccType = std::conditional_t<std::is_floating_point_v<C>, double,
-                                   std::conditional_t<std::is_same_v<C, bool>, bool, uint64_t>>;
 
 template <DeviceReduceOp kOp, typename A>
 __device__ A CombineAlongDim(A acc, A v) {
@@ -33,9 +19,9 @@ __device__ A CombineAlongDim(A acc, A v) {
   } else if constexpr (kOp == DeviceReduceOp::kProduct) {
     return acc * v;
   } else if constexpr (kOp == DeviceReduceOp::kMax) {
-    return (v > acc || IsNaN(v)) ? v : acc;  // NaN propagates
+    return (v > acc || IsNaNValue(v)) ? v : acc;  // NaN propagates
   } else {
-    return (v < acc || IsNaN(v)) ? v : acc;
+    return (v < acc || IsNaNValue(v)) ? v : acc;
   }
 }
 
@@ -53,10 +39,10 @@ __global__ void ReduceAlongDimKernel(const T* x, T* out, int64_t outer, int64_t 
     const int64_t o = i / inner, j = i % inner;
     const T* p = x + o * size * inner + j;
     auto widen = [](T v) -> A {
-      if constexpr (kAccumulates && std::is_integral_v<C> && !std::is_same_v<C, bool>) {
-        return static_cast<uint64_t>(static_cast<int64_t>(Load(v)));
+      if constexpr (kAccumulates) {
+        return ToAcc(Load(v));
       } else {
-        return static_cast<A>(Load(v));
+        return Load(v);
       }
     };
     A acc = widen(p[0]);
@@ -65,6 +51,45 @@ __global__ void ReduceAlongDimKernel(const T* x, T* out, int64_t outer, int64_t 
       acc /= static_cast<A>(size);
     }
     out[i] = Store<T>(static_cast<C>(acc));
+  }
+}
+
+// One thread per output position: the first extreme along the dim, as the CPU backend.
+template <typename T, bool kMax>
+__global__ void ArgReduceAlongDimKernel(const T* x, int64_t* out, int64_t outer, int64_t size,
+                                        int64_t inner) {
+  using C = ComputeType<T>;
+  const int64_t n = outer * inner;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const T* p = x + (i / inner) * size * inner + i % inner;
+    C best = Load(p[0]);
+    int64_t index = 0;
+    for (int64_t k = 1; k < size; ++k) {
+      const C v = Load(p[k * inner]);
+      if (ArgReplaces<kMax>(best, v)) {
+        best = v;
+        index = k;
+      }
+    }
+    out[i] = index;
+  }
+}
+
+// One thread per line along the dim, accumulating in order as the CPU backend.
+template <typename T, bool kProduct>
+__global__ void ScanAlongDimKernel(const T* x, T* out, int64_t outer, int64_t size, int64_t inner) {
+  using C = ComputeType<T>;
+  using A = AccType<C>;
+  const int64_t n = outer * inner;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t start = (i / inner) * size * inner + i % inner;
+    A acc = kProduct ? A(1) : A(0);
+    for (int64_t k = 0; k < size; ++k) {
+      acc = ScanStep<kProduct>(acc, ToAcc(Load(x[start + k * inner])));
+      out[start + k * inner] = Store<T>(static_cast<C>(acc));
+    }
   }
 }
 
@@ -134,6 +159,44 @@ cudaError_t LaunchReduceAlongDim(DeviceReduceOp op, DType dtype, const void* x, 
       ReduceAlongDimKernel<T, decltype(kop)::value><<<BlocksFor(n), kThreads, 0, stream>>>(
           static_cast<const T*>(x), static_cast<T*>(out), outer, size, inner);
     });
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchArgReduceAlongDim(bool is_max, DType dtype, const void* x, int64_t* out,
+                                    int64_t outer, int64_t size, int64_t inner,
+                                    cudaStream_t stream) {
+  const int64_t n = outer * inner;
+  VisitDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(x);
+    if (is_max) {
+      ArgReduceAlongDimKernel<T, true>
+          <<<BlocksFor(n), kThreads, 0, stream>>>(in, out, outer, size, inner);
+    } else {
+      ArgReduceAlongDimKernel<T, false>
+          <<<BlocksFor(n), kThreads, 0, stream>>>(in, out, outer, size, inner);
+    }
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScanAlongDim(bool is_product, DType dtype, const void* x, void* out,
+                               int64_t outer, int64_t size, int64_t inner, cudaStream_t stream) {
+  const int64_t n = outer * inner;
+  VisitDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, bool>) {
+      const T* in = static_cast<const T*>(x);
+      T* dst = static_cast<T*>(out);
+      if (is_product) {
+        ScanAlongDimKernel<T, true>
+            <<<BlocksFor(n), kThreads, 0, stream>>>(in, dst, outer, size, inner);
+      } else {
+        ScanAlongDimKernel<T, false>
+            <<<BlocksFor(n), kThreads, 0, stream>>>(in, dst, outer, size, inner);
+      }
+    }
   });
   return cudaGetLastError();
 }

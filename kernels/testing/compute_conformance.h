@@ -200,34 +200,6 @@ TEST_F(KernelTest, GemmRejectsBadArgumentsNamingThem) {
 // ---------------------------------------------------------------------------------------------
 // Elementwise binary operations with broadcasting
 
-// The numpy broadcast of two shapes, written out plainly; empty if they do not broadcast.
-inline bool NaiveBroadcast(const Shape& a, const Shape& b, Shape* out) {
-  const size_t rank = std::max(a.size(), b.size());
-  out->assign(rank, 1);
-  for (size_t i = 0; i < rank; ++i) {
-    const int64_t da = i + a.size() >= rank ? a[i + a.size() - rank] : 1;
-    const int64_t db = i + b.size() >= rank ? b[i + b.size() - rank] : 1;
-    if (da != db && da != 1 && db != 1) return false;
-    (*out)[i] = da == 1 ? db : da;
-  }
-  return true;
-}
-
-// Linear index into a tensor of shape `in` for the element at linear index `i` of its broadcast
-// to shape `out`.
-inline int64_t BroadcastSource(const Shape& in, const Shape& out, int64_t i) {
-  int64_t index = 0, stride = 1;
-  for (int d = static_cast<int>(out.size()) - 1; d >= 0; --d) {
-    const int64_t coord = i % out[d];
-    i /= out[d];
-    const int din = d - static_cast<int>(out.size() - in.size());
-    if (din < 0) continue;
-    if (in[din] != 1) index += coord * stride;
-    stride *= in[din];
-  }
-  return index;
-}
-
 inline bool BinarySupported(BinaryOp op, DType dtype) {
   if (op == BinaryOp::kDiv) return IsFloatingPoint(dtype);
   if (op == BinaryOp::kSub) return dtype != DType::kBool;

@@ -5,7 +5,10 @@
 // KernelBackend must pass the same checks against naive host loops. A test binary includes the
 // suite once and defines GetDeviceUnderTest().
 
+#include <cmath>
+#include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -81,8 +84,28 @@ inline std::vector<DType> FloatingDTypes() {
   return {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
 }
 
+// A tensor shape and a dim of it (negative counts from the end), for the kernels along a dim.
+struct DimCase {
+  Shape shape;
+  int64_t dim;
+};
+inline void PrintTo(const DimCase& c, std::ostream* os) {
+  *os << ShapeToString(c.shape) << " dim " << c.dim;
+}
+
 // Failures reported per test before the rest are dropped, so one bad kernel stays readable.
 inline constexpr int kMaxReportedMismatches = 5;
+
+// Fails where got's element i is not want's: bit for bit (NaN matching NaN) with tol 0, else
+// within tol; counts failures in *mismatches and reports the first few.
+inline void ExpectElement(const HostTensor& got, const HostTensor& want, int64_t i, double tol,
+                          const std::string& what, int* mismatches) {
+  const double g = GetDouble(got, i), w = GetDouble(want, i);
+  const bool ok = SameElement(got, want, i) || (tol > 0 && std::abs(g - w) <= tol);
+  if (!ok && (*mismatches)++ < kMaxReportedMismatches) {
+    ADD_FAILURE() << what << " element " << i << ": got " << g << ", expected " << w;
+  }
+}
 
 }  // namespace tessera::kernels::testing
 

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <ostream>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -22,13 +21,6 @@ namespace tessera::kernels::testing {
 // ---------------------------------------------------------------------------------------------
 // Reductions along a dim
 
-struct DimCase {
-  Shape shape;
-  int64_t dim;
-};
-inline void PrintTo(const DimCase& c, std::ostream* os) {
-  *os << ShapeToString(c.shape) << " dim " << c.dim;
-}
 using ReduceDimParam = std::tuple<DType, ReduceOp, DimCase, bool>;
 class ReduceAlongDimTest : public KernelParamTest<ReduceDimParam> {};
 

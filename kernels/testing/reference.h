@@ -5,6 +5,7 @@
 // elements of any dtype by the documented rules, random host tensors, and per-dtype rounding.
 // Written independently of the kernels so that a test compares two implementations.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/host_tensor.h"
 #include "core/integer_element.h"
+#include "core/shape.h"
 
 namespace tessera::kernels::testing {
 
@@ -146,6 +148,40 @@ inline double UnitRoundoff(DType dtype) {
 // The unit roundoff of the type a dtype is computed in (float32 for the 16-bit types).
 inline double ComputeRoundoff(DType dtype) {
   return dtype == DType::kFloat64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+}
+
+// The numpy broadcast of two shapes, written out plainly; empty if they do not broadcast.
+inline bool NaiveBroadcast(const Shape& a, const Shape& b, Shape* out) {
+  const size_t rank = std::max(a.size(), b.size());
+  out->assign(rank, 1);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i + a.size() >= rank ? a[i + a.size() - rank] : 1;
+    const int64_t db = i + b.size() >= rank ? b[i + b.size() - rank] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    (*out)[i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+// Linear index into a tensor of shape `in` for the element at linear index `i` of its broadcast
+// to shape `out`.
+inline int64_t BroadcastSource(const Shape& in, const Shape& out, int64_t i) {
+  int64_t index = 0, stride = 1;
+  for (int d = static_cast<int>(out.size()) - 1; d >= 0; --d) {
+    const int64_t coord = i % out[d];
+    i /= out[d];
+    const int din = d - static_cast<int>(out.size() - in.size());
+    if (din < 0) continue;
+    if (in[din] != 1) index += coord * stride;
+    stride *= in[din];
+  }
+  return index;
+}
+
+// -x and a * b modulo 2^64 (stored with SetFromInt64, they wrap to the dtype's width).
+inline int64_t WrappedNeg(int64_t x) { return static_cast<int64_t>(0 - static_cast<uint64_t>(x)); }
+inline int64_t WrappedMul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
 }
 
 // True iff elements i of a and b have the same bytes, or are both NaN.

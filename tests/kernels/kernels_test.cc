@@ -1,7 +1,7 @@
 // The kernel backends' host-side pieces (Philox, broadcasting, the device factory), the CPU
 // backend's oneDNN Linear products (prepared weights, threads), and the
-// conformance suite (compute, reductions, data, and the memory space's layout moves against core's
-// host versions) run on the CPU backend.
+// conformance suite (compute, elementwise ops, reductions and the other kernels along a dim, data,
+// and the memory space's layout moves against core's host versions) run on the CPU backend.
 
 #include <atomic>
 #include <cstdint>
@@ -21,6 +21,8 @@
 #include "kernels/philox.h"
 #include "kernels/testing/compute_conformance.h"
 #include "kernels/testing/data_conformance.h"
+#include "kernels/testing/dim_conformance.h"
+#include "kernels/testing/elementwise_conformance.h"
 #include "kernels/testing/layout_conformance.h"
 #include "kernels/testing/reduce_conformance.h"
 
@@ -91,6 +93,21 @@ TEST(BroadcastTest, LayoutMergesContiguousDims) {
   EXPECT_EQ(bias.shape, (Shape{6, 4}));
   EXPECT_EQ(bias.a_strides, (std::vector<int64_t>{4, 1}));
   EXPECT_EQ(bias.b_strides, (std::vector<int64_t>{0, 1}));
+}
+
+TEST(BroadcastTest, ThreeInputLayoutMergesWhereEveryInputAllows) {
+  const BroadcastLayout3 same =
+      MakeBroadcastLayout3(Shape{2, 3, 4}, Shape{2, 3, 4}, Shape{2, 3, 4}, Shape{2, 3, 4});
+  EXPECT_EQ(same.shape, (Shape{24}));
+  // The condition repeats over the last dim, b over the first two: nothing merges.
+  const BroadcastLayout3 mixed =
+      MakeBroadcastLayout3(Shape{2, 3, 1}, Shape{2, 3, 4}, Shape{4}, Shape{2, 3, 4});
+  EXPECT_EQ(mixed.shape, (Shape{6, 4}));
+  EXPECT_EQ(mixed.strides[0], (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(mixed.strides[1], (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(mixed.strides[2], (std::vector<int64_t>{0, 1}));
+  const BroadcastLayout3 scalar = MakeBroadcastLayout3(Shape{}, Shape{1}, Shape{}, Shape{1});
+  EXPECT_TRUE(scalar.shape.empty());
 }
 
 TEST(MakeBackendTest, ParsesDeviceNames) {

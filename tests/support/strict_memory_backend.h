@@ -75,14 +75,35 @@ class StrictMemoryBackend final : public kernels::CpuBackend {
     RETURN_IF_ERROR(Mine("binary", a, b, out));
     return CpuBackend::DoBinary(op, dtype, a, b, out, layout);
   }
-  absl::Status DoActivate(kernels::Activation f, DType dtype, const std::byte* x, std::byte* out,
-                          int64_t n) override {
-    RETURN_IF_ERROR(Mine("activation", x, out));
-    return CpuBackend::DoActivate(f, dtype, x, out, n);
+  absl::Status DoUnary(kernels::UnaryOp op, DType dtype, const std::byte* x, std::byte* out,
+                       int64_t n) override {
+    RETURN_IF_ERROR(Mine("unary", x, out));
+    return CpuBackend::DoUnary(op, dtype, x, out, n);
+  }
+  absl::Status DoWhere(DType dtype, const std::byte* cond, const std::byte* a, const std::byte* b,
+                       std::byte* out, const kernels::BroadcastLayout3& layout) override {
+    RETURN_IF_ERROR(Mine("where", cond, a, b, out));
+    return CpuBackend::DoWhere(dtype, cond, a, b, out, layout);
   }
   absl::Status DoReduceAlongDim(const ReduceDimArgs& r) override {
     RETURN_IF_ERROR(Mine("reduce along a dim", r.x, r.out));
     return CpuBackend::DoReduceAlongDim(r);
+  }
+  absl::Status DoArgReduceAlongDim(const ReduceDimArgs& r) override {
+    RETURN_IF_ERROR(Mine("arg-reduce along a dim", r.x, r.out));
+    return CpuBackend::DoArgReduceAlongDim(r);
+  }
+  absl::Status DoScanAlongDim(const ReduceDimArgs& r) override {
+    RETURN_IF_ERROR(Mine("scan along a dim", r.x, r.out));
+    return CpuBackend::DoScanAlongDim(r);
+  }
+  absl::Status DoSoftmaxAlongDim(const SoftmaxDimArgs& a) override {
+    RETURN_IF_ERROR(Mine("softmax", a.in, a.out));
+    return CpuBackend::DoSoftmaxAlongDim(a);
+  }
+  absl::Status DoSoftmaxBackward(const SoftmaxDimArgs& a) override {
+    RETURN_IF_ERROR(Mine("softmax backward", a.in, a.dy, a.out));
+    return CpuBackend::DoSoftmaxBackward(a);
   }
   absl::Status DoReduceInto(ReduceOp op, DType dtype, std::byte* acc, const std::byte* in,
                             int64_t n) override {
