@@ -1,0 +1,63 @@
+// What the local implementations of the op families share: the call being computed, its inputs,
+// and temporaries it owns.
+#ifndef TESSERA_KERNELS_ATEN_ATEN_CONTEXT_H_
+#define TESSERA_KERNELS_ATEN_ATEN_CONTEXT_H_
+
+#include <deque>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "core/ops/op_meta.h"
+#include "core/ops/op_propagation.h"
+#include "kernels/aten/local_call.h"
+#include "kernels/backend.h"
+
+namespace tessera::kernels::aten {
+
+// One rank's call in progress.
+struct Context {
+  KernelBackend& backend;
+  const LocalCall& local;
+  std::span<const ConstTensorView> inputs;
+  Shape out_shape;  // the output's local shape
+  DType out_dtype;
+  std::deque<DeviceTensor> temporaries;
+
+  const ops::BoundCall& call() const { return *local.call; }
+  const ops::BoundArgs& args() const { return local.call->args; }
+  const std::string& name() const { return local.call->op->qualified_name; }
+  // The local view of the Tensor argument `arg` (which holds a tensor).
+  ConstTensorView Input(absl::string_view arg) const;
+  // The global spec of the input behind `arg`.
+  const DTensorSpec& InputSpec(absl::string_view arg) const;
+  // A temporary kept until the call ends.
+  absl::StatusOr<TensorView> Temporary(DType dtype, Shape shape);
+  // `view` converted to `dtype` (itself where it has that dtype).
+  absl::StatusOr<ConstTensorView> As(const ConstTensorView& view, DType dtype);
+  // A 0-dim tensor holding `value` (a number) in `dtype`.
+  absl::StatusOr<ConstTensorView> Number(double value, DType dtype);
+  // The value of the Tensor or Scalar argument `arg` as a view in `dtype`: the tensor converted,
+  // or the number as a 0-dim tensor.
+  absl::StatusOr<ConstTensorView> Operand(absl::string_view arg, DType dtype);
+  // `view` broadcast to `shape` (numpy's rule, checked by the meta function), as a new tensor
+  // (itself where it has that shape).
+  absl::StatusOr<ConstTensorView> Broadcast(const ConstTensorView& view, const Shape& shape);
+  // The output, allocated.
+  absl::StatusOr<DeviceTensor> Output() { return backend.Allocate(out_dtype, out_shape); }
+};
+
+using LocalFn = absl::StatusOr<DeviceTensor> (*)(Context& ctx);
+using LocalTable = absl::flat_hash_map<std::string, LocalFn>;
+
+void AddPointwiseKernels(LocalTable& table);
+void AddReductionKernels(LocalTable& table);
+void AddMatmulKernels(LocalTable& table);
+void AddViewKernels(LocalTable& table);
+void AddTensorKernels(LocalTable& table);
+
+}  // namespace tessera::kernels::aten
+
+#endif  // TESSERA_KERNELS_ATEN_ATEN_CONTEXT_H_

@@ -1,0 +1,189 @@
+// The tensor ops on local shards: the dims they touch are whole on every rank (the strategy saw
+// to it), so each rank slices, joins, selects and masks its block as a single process would.
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "kernels/aten/aten_context.h"
+#include "kernels/layout.h"
+
+namespace tessera::kernels::aten {
+namespace {
+
+absl::StatusOr<int> Dim(const Context& ctx, absl::string_view arg, int rank) {
+  const ops::CallContext call{*ctx.call().op, ctx.args(), ctx.call().inputs};
+  return ops::CallDim(call, arg, ctx.args().Int(arg), rank);
+}
+
+// out = the elements [start, start + length * step) step `step` of x along dim, as a new tensor.
+absl::StatusOr<DeviceTensor> Sliced(Context& ctx, const ConstTensorView& x, int dim, int64_t start,
+                                    int64_t length, int64_t step, Shape out_shape) {
+  ConstStridedView src = StridedOf(x);
+  src.data += start * src.strides[dim] * static_cast<int64_t>(DTypeSize(x.dtype));
+  src.shape[dim] = length;
+  src.strides[dim] *= step;
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  StridedView dst = StridedOf(out.View());
+  dst.shape = src.shape;
+  dst.strides = ContiguousStrides(src.shape);
+  (void)out_shape;
+  RETURN_IF_ERROR(ctx.backend.CopyStrided(src, dst));
+  return out;
+}
+
+absl::StatusOr<DeviceTensor> SliceKernel(Context& ctx) {
+  const ConstTensorView x = ctx.Input("self");
+  ASSIGN_OR_RETURN(const int dim, Dim(ctx, "dim", x.rank()));
+  const int64_t size = x.shape[dim];
+  const int64_t length = ctx.out_shape[dim];
+  if (ctx.call().op->schema.name == "narrow") {
+    int64_t start = ctx.args().Int("start");
+    if (start < 0) start += size;
+    return Sliced(ctx, x, dim, start, length, 1, ctx.out_shape);
+  }
+  int64_t start = ctx.args().IsNone("start") ? 0 : ctx.args().Int("start");
+  if (start < 0) start += size;
+  start = std::clamp<int64_t>(start, 0, size);
+  return Sliced(ctx, x, dim, length == 0 ? 0 : start, length, ctx.args().Int("step"),
+                ctx.out_shape);
+}
+
+absl::StatusOr<DeviceTensor> SelectKernel(Context& ctx) {
+  const ConstTensorView x = ctx.Input("self");
+  ASSIGN_OR_RETURN(const int dim, Dim(ctx, "dim", x.rank()));
+  int64_t index = ctx.args().Int("index");
+  if (index < 0) index += x.shape[dim];
+  return Sliced(ctx, x, dim, index, 1, 1, ctx.out_shape);
+}
+
+// cat and stack: each input (converted to the output's dtype) written at its offset along dim.
+absl::StatusOr<DeviceTensor> JoinKernel(Context& ctx) {
+  const bool stack = ctx.call().op->schema.name == "stack";
+  const int out_rank = static_cast<int>(ctx.out_shape.size());
+  ASSIGN_OR_RETURN(const int dim, Dim(ctx, "dim", out_rank));
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  std::vector<int64_t> offsets(out_rank, 0);
+  for (int i : ctx.args().Tensors("tensors")) {
+    ASSIGN_OR_RETURN(ConstTensorView part, ctx.As(ctx.inputs[i], ctx.out_dtype));
+    if (stack) {
+      Shape s = part.shape;
+      s.insert(s.begin() + dim, 1);
+      part = Reshaped(part, s);
+    }
+    RETURN_IF_ERROR(UnpackBlock(ctx.backend, part, offsets, out.View()));
+    offsets[dim] += part.shape[dim];
+  }
+  return out;
+}
+
+// The int64 values of a small index tensor, on the host.
+absl::StatusOr<std::vector<int64_t>> IndexValues(Context& ctx, const ConstTensorView& index) {
+  ASSIGN_OR_RETURN(const ConstTensorView ids, ctx.As(index, DType::kInt64));
+  std::vector<int64_t> values(ids.num_elements());
+  RETURN_IF_ERROR(ctx.backend.CopyToHost(
+      ids, std::span<std::byte>(reinterpret_cast<std::byte*>(values.data()), ids.nbytes())));
+  return values;
+}
+
+absl::StatusOr<DeviceTensor> IndexSelectKernel(Context& ctx) {
+  const ConstTensorView x = ctx.Input("self");
+  const int rank = std::max(x.rank(), 1);
+  const ConstTensorView xs = x.rank() == 0 ? Reshaped(x, {1}) : x;
+  ASSIGN_OR_RETURN(const int dim, Dim(ctx, "dim", rank));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> ids, IndexValues(ctx, ctx.Input("index")));
+  const int64_t size = xs.shape[dim];
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  const TensorView o = x.rank() == 0 ? Reshaped(out.View(), {out.num_elements()}) : out.View();
+  std::vector<int64_t> offsets(rank, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = ids[i] < 0 ? ids[i] + size : ids[i];
+    if (id < 0 || id >= size) {
+      return absl::InvalidArgumentError(absl::StrCat(ctx.name(), ": index ", ids[i], " at ", i,
+                                                     " is out of range for dim ", dim, " of size ",
+                                                     size));
+    }
+    ASSIGN_OR_RETURN(DeviceTensor row, SliceAlong(ctx.backend, xs, dim, id, 1));
+    offsets[dim] = static_cast<int64_t>(i);
+    RETURN_IF_ERROR(UnpackBlock(ctx.backend, std::as_const(row).View(), offsets, o));
+  }
+  return out;
+}
+
+// tril/triu: x where the mask of the last two dims keeps it, 0 elsewhere.
+absl::StatusOr<DeviceTensor> TriangleKernel(Context& ctx) {
+  const ConstTensorView x = ctx.Input("self");
+  const bool lower = ctx.call().op->schema.name == "tril";
+  const int64_t diagonal = ctx.args().Int("diagonal");
+  const int64_t rows = x.shape[x.rank() - 2], cols = x.shape.back();
+  ASSIGN_OR_RETURN(HostTensor mask, HostTensor::Zeros(DType::kBool, {rows, cols}));
+  auto* m = reinterpret_cast<bool*>(mask.data());
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j)
+      m[i * cols + j] = lower ? j - i <= diagonal : j - i >= diagonal;
+  }
+  ASSIGN_OR_RETURN(DeviceTensor device_mask, ctx.backend.Upload(mask));
+  ASSIGN_OR_RETURN(const ConstTensorView zero, ctx.Number(0.0, x.dtype));
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  RETURN_IF_ERROR(ctx.backend.Where(std::as_const(device_mask).View(), x, zero, out.View()));
+  return out;
+}
+
+absl::StatusOr<DeviceTensor> WhereKernel(Context& ctx) {
+  ASSIGN_OR_RETURN(const ConstTensorView a, ctx.Operand("self", ctx.out_dtype));
+  ASSIGN_OR_RETURN(const ConstTensorView b, ctx.Operand("other", ctx.out_dtype));
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  RETURN_IF_ERROR(ctx.backend.Where(ctx.Input("condition"), a, b, out.View()));
+  return out;
+}
+
+absl::StatusOr<DeviceTensor> MaskedFillKernel(Context& ctx) {
+  ASSIGN_OR_RETURN(const ConstTensorView value,
+                   ctx.Number(ctx.args().Float("value"), ctx.out_dtype));
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  RETURN_IF_ERROR(ctx.backend.Where(ctx.Input("mask"), value, ctx.Input("self"), out.View()));
+  return out;
+}
+
+absl::StatusOr<DeviceTensor> CastKernel(Context& ctx) {
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  RETURN_IF_ERROR(ctx.backend.Cast(ctx.Input("self"), out.View()));
+  return out;
+}
+
+absl::StatusOr<DeviceTensor> FillLikeKernel(Context& ctx) {
+  const std::string& name = ctx.call().op->schema.name;
+  const double value = name == "zeros_like"  ? 0.0
+                       : name == "ones_like" ? 1.0
+                                             : ctx.args().Float("fill_value");
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  RETURN_IF_ERROR(ctx.backend.Fill(out.View(), value));
+  return out;
+}
+
+absl::StatusOr<DeviceTensor> EmbeddingKernel(Context& ctx) {
+  const DTensorSpec& wspec = ctx.InputSpec("weight");
+  const int64_t row_offset = LocalShapeAndOffsetAt(wspec, ctx.local.coordinate).offset[0];
+  ASSIGN_OR_RETURN(const ConstTensorView ids, ctx.As(ctx.Input("indices"), DType::kInt64));
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  RETURN_IF_ERROR(
+      ctx.backend.Embedding(ids, ctx.Input("weight"), row_offset, wspec.shape[0], out.View()));
+  return out;
+}
+
+}  // namespace
+
+void AddTensorKernels(LocalTable& t) {
+  t["aten::cat"] = t["aten::stack"] = JoinKernel;
+  t["aten::slice.Tensor"] = t["aten::narrow"] = SliceKernel;
+  t["aten::select.int"] = SelectKernel;
+  t["aten::index_select"] = IndexSelectKernel;
+  t["aten::tril"] = t["aten::triu"] = TriangleKernel;
+  t["aten::where.self"] = WhereKernel;
+  t["aten::masked_fill.Scalar"] = MaskedFillKernel;
+  t["aten::_to_copy"] = t["aten::to.dtype"] = CastKernel;
+  t["aten::zeros_like"] = t["aten::ones_like"] = t["aten::full_like"] = FillLikeKernel;
+  t["aten::embedding"] = EmbeddingKernel;
+}
+
+}  // namespace tessera::kernels::aten

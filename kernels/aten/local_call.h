@@ -1,0 +1,41 @@
+// How one rank computes its part of a registered op (core/ops/op_registry.h) on its local
+// shards, already laid out as the op's chosen strategy requires (implemented in aten_context.cc,
+// with the table of the families' implementations).
+#ifndef TESSERA_KERNELS_ATEN_LOCAL_CALL_H_
+#define TESSERA_KERNELS_ATEN_LOCAL_CALL_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/ops/op_propagation.h"
+#include "core/sharding/dtensor_spec.h"
+#include "kernels/backend.h"
+
+namespace tessera::kernels {
+
+// One rank's part of a call: the bound call, every input's spec in the strategy's layout, the
+// output's spec, and the rank's mesh coordinate.
+struct LocalCall {
+  const ops::BoundCall* call = nullptr;
+  std::span<const DTensorSpec> inputs;
+  const DTensorSpec* output = nullptr;
+  std::span<const int64_t> coordinate;
+};
+
+// Computes the rank's block of the output from its blocks of the inputs (in `call.inputs`'
+// layouts, in the backend's memory) as a new tensor there, of the output spec's local shape.
+// UNIMPLEMENTED naming the op where no local implementation exists; INVALID_ARGUMENT for data
+// the op rejects (an index out of range, naming it).
+absl::StatusOr<DeviceTensor> RunLocalCall(KernelBackend& backend, const LocalCall& call,
+                                          std::span<const ConstTensorView> inputs);
+
+// The qualified names of the ops with a local implementation, sorted.
+std::vector<std::string> LocalImplementations();
+
+}  // namespace tessera::kernels
+
+#endif  // TESSERA_KERNELS_ATEN_LOCAL_CALL_H_

@@ -1,0 +1,527 @@
+// The op registry checked end to end on the simulated mesh: for every registered op × mesh ×
+// input placements (Shard on each dim, Replicate, Partial) × even, uneven and empty shards ×
+// dtypes, the chosen strategy's redistributions and each rank's local call must give the
+// single-process result (the same call on one rank).
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/ops/op_propagation.h"
+#include "core/ops/op_registry.h"
+#include "core/sharding/simulated_mesh.h"
+#include "core/small_integer_tensor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/aten/local_call.h"
+#include "kernels/backend.h"
+#include "kernels/testing/reference.h"
+#include "tests/support/placement_product.h"
+
+namespace tessera {
+namespace {
+
+using ops::NamedValue;
+using ops::OpValue;
+using ops::TensorList;
+using ops::TensorRef;
+
+// What an input holds: values, indices in [0, bound), or a bool mask.
+enum class InputKind { kValues, kPositive, kIndex, kMask };
+
+struct Input {
+  InputKind kind = InputKind::kValues;
+  int64_t bound = 0;  // kIndex
+};
+
+// One call of a registered op: its arguments (tensors by input index) and the inputs' shapes, an
+// even set and an uneven one (dims smaller than the mesh, and an empty one).
+struct OpCase {
+  std::string name;  // a unique label
+  std::string op;
+  std::vector<NamedValue> args;
+  std::vector<Shape> even;
+  std::vector<Shape> uneven;
+  std::vector<DType> dtypes;
+  std::vector<Input> inputs = {};
+};
+
+NamedValue T(int i) { return {"", TensorRef{i}}; }
+NamedValue A(std::string name, OpValue v) { return {std::move(name), std::move(v)}; }
+NamedValue P(OpValue v) { return {"", std::move(v)}; }
+std::vector<int64_t> L(std::initializer_list<int64_t> v) { return v; }
+
+constexpr DType f32 = DType::kFloat32, f64 = DType::kFloat64, i32 = DType::kInt32,
+                i64 = DType::kInt64, b8 = DType::kBool;
+
+const std::vector<OpCase>& OpCases() {
+  const Shape m{4, 6}, u{5, 3}, e{0, 3};
+  static auto* cases = new std::vector<OpCase>{
+      // Pointwise, unary and binary, with broadcasting, numbers and promotion.
+      {"neg", "neg", {T(0)}, {m}, {u}, {f32, i32}},
+      {"abs", "abs", {T(0)}, {m}, {e}, {f32, i32}},
+      {"exp", "exp", {T(0)}, {m}, {u}, {f32, i32}},
+      {"log1p", "log1p", {T(0)}, {m}, {u}, {f64}, {{InputKind::kPositive}}},
+      {"rsqrt", "rsqrt", {T(0)}, {m}, {u}, {f32}, {{InputKind::kPositive}}},
+      {"sigmoid", "sigmoid", {T(0)}, {m}, {e}, {f32}},
+      {"silu", "silu", {T(0)}, {m}, {u}, {f32}},
+      {"gelu_tanh", "gelu", {T(0), A("approximate", std::string("tanh"))}, {m}, {u}, {f32}},
+      {"round", "round", {T(0)}, {m}, {u}, {f32, i32}},
+      {"isnan", "isnan", {T(0)}, {m}, {u}, {f32}},
+      {"logical_not", "logical_not", {T(0)}, {m}, {u}, {i32, b8}},
+      {"add", "add.Tensor", {T(0), T(1)}, {m, m}, {u, u}, {f32, i32}},
+      {"add_alpha",
+       "add.Tensor",
+       {T(0), T(1), A("alpha", int64_t{3})},
+       {m, {6}},
+       {u, {1, 3}},
+       {f32, i32}},
+      {"add_number", "add.Tensor", {T(0), P(2.5)}, {m}, {e}, {i32, f32}},
+      {"sub_bcast", "sub.Tensor", {T(0), T(1)}, {m, {4, 1}}, {u, {3}}, {f32, i32}},
+      {"rsub", "rsub.Scalar", {T(0), P(int64_t{7})}, {m}, {u}, {f32, i32}},
+      {"mul", "mul.Tensor", {T(0), T(1)}, {{6}, m}, {u, {5, 1}}, {f32, i32}},
+      {"mul_scalar", "mul.Scalar", {T(0), P(-2.0)}, {m}, {u}, {f32, i32}},
+      {"div",
+       "div.Tensor",
+       {T(0), T(1)},
+       {m, m},
+       {u, {3}},
+       {f32, i32},
+       {{}, {InputKind::kPositive}}},
+      {"div_floor",
+       "div.Tensor_mode",
+       {T(0), T(1), A("rounding_mode", std::string("floor"))},
+       {m, m},
+       {u, u},
+       {f32, i32},
+       {{}, {InputKind::kPositive}}},
+      {"pow", "pow.Tensor_Scalar", {T(0), P(int64_t{2})}, {m}, {u}, {f32, i32}},
+      {"maximum", "maximum", {T(0), T(1)}, {m, m}, {u, {1, 3}}, {f32, i32}},
+      {"eq", "eq.Tensor", {T(0), T(1)}, {m, m}, {u, u}, {f32, i32}},
+      {"lt_scalar", "lt.Scalar", {T(0), P(1.5)}, {m}, {u}, {f32, i32}},
+      {"logical_and", "logical_and", {T(0), T(1)}, {m, m}, {u, u}, {i32, b8}},
+      {"bitwise_xor", "bitwise_xor.Tensor", {T(0), T(1)}, {m, m}, {u, u}, {i32, b8}},
+      {"clamp", "clamp", {T(0), A("min", int64_t{-1}), A("max", 2.0)}, {m}, {u}, {f32, i32}},
+      {"where",
+       "where.self",
+       {T(0), T(1), T(2)},
+       {m, m, {6}},
+       {u, u, {1}},
+       {f32, i32},
+       {{InputKind::kMask}, {}, {}}},
+      {"masked_fill",
+       "masked_fill.Scalar",
+       {T(0), T(1), P(-5.0)},
+       {m, {6}},
+       {u, {5, 1}},
+       {f32, i32},
+       {{}, {InputKind::kMask}}},
+      {"tanh_backward", "tanh_backward", {T(0), T(1)}, {m, m}, {u, u}, {f32}},
+      {"threshold_backward",
+       "threshold_backward",
+       {T(0), T(1), P(int64_t{0})},
+       {m, m},
+       {u, u},
+       {f32}},
+      {"to_copy", "_to_copy", {T(0), A("dtype", f64)}, {m}, {u}, {f32, i32}},
+      {"clone", "clone", {T(0)}, {m}, {e}, {f32, i32}},
+      {"full_like", "full_like", {T(0), P(3.0)}, {m}, {u}, {f32}},
+      // Reductions, scans and softmax.
+      {"sum", "sum", {T(0)}, {m}, {u}, {f32, i32}},
+      {"sum_dim", "sum.dim_IntList", {T(0), P(L({1})), P(true)}, {m}, {e}, {f32, i32}},
+      {"mean_dim", "mean.dim", {T(0), P(L({0}))}, {{2, 4, 6}}, {{3, 5, 3}}, {f32, f64}},
+      {"amax", "amax", {T(0), P(L({-1}))}, {m}, {u}, {f32, i32}},
+      {"amin_all", "amin", {T(0)}, {m}, {u}, {f32, i32}},
+      {"prod_dim", "prod.dim_int", {T(0), P(int64_t{0})}, {m}, {u}, {f32, i32}},
+      {"any_dim", "any.dim", {T(0), P(int64_t{1})}, {m}, {u}, {i32, b8}},
+      {"all", "all", {T(0)}, {m}, {u}, {b8}},
+      {"argmax", "argmax", {T(0), A("dim", int64_t{1})}, {m}, {u}, {f32, i32}},
+      {"argmin_flat", "argmin", {T(0)}, {m}, {u}, {f32}},
+      {"var", "var.correction", {T(0), P(L({1}))}, {m}, {u}, {f32, f64}},
+      {"std_all", "std.correction", {T(0), A("correction", int64_t{0})}, {m}, {u}, {f64}},
+      {"logsumexp", "logsumexp", {T(0), P(L({1}))}, {m}, {u}, {f32}},
+      {"cumsum", "cumsum", {T(0), P(int64_t{1})}, {m}, {e}, {f32, i32}},
+      {"softmax", "softmax.int", {T(0), P(int64_t{-1})}, {m}, {u}, {f32, f64}},
+      {"log_softmax", "_log_softmax", {T(0), P(int64_t{0}), P(false)}, {m}, {u}, {f32}},
+      {"softmax_backward",
+       "_softmax_backward_data",
+       {T(0), T(1), P(int64_t{1}), P(f32)},
+       {m, m},
+       {u, u},
+       {f32}},
+      // Matmul family.
+      {"mm", "mm", {T(0), T(1)}, {{4, 6}, {6, 8}}, {{5, 3}, {3, 2}}, {f32, f64}},
+      {"bmm", "bmm", {T(0), T(1)}, {{2, 4, 6}, {2, 6, 4}}, {{3, 5, 3}, {3, 3, 2}}, {f32}},
+      {"matmul_batched",
+       "matmul",
+       {T(0), T(1)},
+       {{2, 4, 6}, {6, 4}},
+       {{3, 1, 5, 3}, {2, 3, 2}},
+       {f32}},
+      {"matmul_vec", "matmul", {T(0), T(1)}, {{6}, {2, 6, 4}}, {{3}, {3, 2}}, {f32}},
+      {"addmm",
+       "addmm",
+       {T(0), T(1), T(2), A("beta", 0.5), A("alpha", int64_t{2})},
+       {{8}, {4, 6}, {6, 8}},
+       {{5, 1}, {5, 3}, {3, 2}},
+       {f32}},
+      {"linear",
+       "linear",
+       {T(0), T(1), T(2)},
+       {{2, 4, 6}, {8, 6}, {8}},
+       {{5, 3}, {2, 3}, {2}},
+       {f32}},
+      // Views.
+      {"view_merge", "view", {T(0), P(L({24}))}, {m}, {{3, 8}}, {f32, i32}},
+      {"view_split", "view", {T(0), P(L({2, -1, 3}))}, {m}, {{6, 5}}, {f32}},
+      {"reshape", "reshape", {T(0), P(L({6, 4}))}, {m}, {{3, 8}}, {f32}},
+      {"flatten", "flatten.using_ints", {T(0), P(int64_t{1})}, {{2, 4, 6}}, {{3, 5, 0}}, {f32}},
+      {"unflatten", "unflatten.int", {T(0), P(int64_t{1}), P(L({2, 3}))}, {m}, {{5, 6}}, {f32}},
+      {"unsqueeze", "unsqueeze", {T(0), P(int64_t{1})}, {m}, {u}, {f32, i32}},
+      {"squeeze_dim", "squeeze.dim", {T(0), P(int64_t{1})}, {{4, 1, 6}}, {{5, 1, 3}}, {f32}},
+      {"permute", "permute", {T(0), P(L({2, 0, 1}))}, {{2, 4, 6}}, {{3, 5, 1}}, {f32, i32}},
+      {"transpose", "transpose.int", {T(0), P(int64_t{0}), P(int64_t{-1})}, {m}, {u}, {f32}},
+      {"t", "t", {T(0)}, {m}, {e}, {f32}},
+      {"expand", "expand", {T(0), P(L({3, -1, 6}))}, {{4, 1}}, {{5, 1}}, {f32, i32}},
+      // Tensor ops.
+      {"cat", "cat", {P(TensorList{{0, 1}}), P(int64_t{1})}, {m, {4, 2}}, {u, {5, 0}}, {f32, i32}},
+      {"stack", "stack", {P(TensorList{{0, 1}}), P(int64_t{0})}, {m, m}, {u, u}, {f32}},
+      {"slice",
+       "slice.Tensor",
+       {T(0), P(int64_t{1}), P(int64_t{1}), P(int64_t{6}), P(int64_t{2})},
+       {m},
+       {u},
+       {f32, i32}},
+      {"slice_neg", "slice.Tensor", {T(0), P(int64_t{0}), P(int64_t{-3})}, {m}, {u}, {f32}},
+      {"select", "select.int", {T(0), P(int64_t{1}), P(int64_t{-1})}, {m}, {u}, {f32, i32}},
+      {"narrow", "narrow", {T(0), P(int64_t{0}), P(int64_t{1}), P(int64_t{2})}, {m}, {u}, {f32}},
+      {"index_select",
+       "index_select",
+       {T(0), P(int64_t{0}), T(1)},
+       {m, {5}},
+       {u, {2}},
+       {f32, i32},
+       {{}, {InputKind::kIndex, 4}}},
+      {"tril", "tril", {T(0), P(int64_t{1})}, {{2, 4, 6}}, {{3, 5, 3}}, {f32}},
+      {"triu", "triu", {T(0), P(int64_t{-1})}, {m}, {u}, {f32, i32}},
+      {"embedding",
+       "embedding",
+       {T(0), T(1)},
+       {{8, 6}, {4, 3}},
+       {{5, 3}, {2}},
+       {f32},
+       {{}, {InputKind::kIndex, 5}}},
+  };
+  static const bool added = [] {
+    const Shape m{4, 6}, u{5, 3};
+    // The other unary ops, on one input.
+    for (const char* op :
+         {"sign",  "expm1", "log",      "log2",  "sqrt",         "reciprocal", "sin",
+          "cos",   "tanh",  "relu",     "gelu",  "erf",          "floor",      "ceil",
+          "trunc", "isinf", "isfinite", "alias", "detach",       "zeros_like", "ones_like",
+          "mean",  "max",   "min",      "prod",  "_unsafe_view", "squeeze"}) {
+      const bool floating = std::string(op) == "mean";
+      const bool view = std::string(op) == "_unsafe_view";
+      cases->push_back(
+          {op,
+           op,
+           view ? std::vector<NamedValue>{T(0), P(L({3, 8}))} : std::vector<NamedValue>{T(0)},
+           {m},
+           {view ? Shape{6, 4} : u},
+           {floating ? f64 : i32, f32}});
+      if (view) cases->back().uneven = {{2, 12}};
+    }
+    cases->back().even = {{4, 1, 6}};
+    cases->back().uneven = {{1, 3}};
+    for (const char* op : {"bitwise_not", "any"}) {
+      cases->push_back({op, op, {T(0)}, {m}, {u}, {i32, b8}});
+    }
+    // The other binary ops, on two inputs or an input and a number.
+    for (const char* op :
+         {"sub.Tensor", "rsub.Tensor", "minimum", "remainder.Tensor", "floor_divide", "logical_or",
+          "logical_xor", "pow.Tensor_Tensor", "sigmoid_backward", "silu_backward", "gelu_backward",
+          "_log_softmax_backward_data"}) {
+      const bool positive = std::string(op) == "remainder.Tensor" ||
+                            std::string(op) == "floor_divide" ||
+                            std::string(op) == "pow.Tensor_Tensor";
+      const bool softmax = std::string(op) == "_log_softmax_backward_data";
+      std::vector<NamedValue> args = {T(0), T(1)};
+      if (softmax) args = {T(0), T(1), P(int64_t{0}), P(f32)};
+      const bool floating = std::string(op).find("backward") != std::string::npos;
+      cases->push_back({op, op, args, {m, m}, {u, {1, 3}}, {f32}, {{}, {}}});
+      if (!floating) cases->back().dtypes = {f32, i32};
+      if (softmax) cases->back().uneven = {u, u};
+      if (positive) cases->back().inputs = {{InputKind::kPositive}, {InputKind::kPositive}};
+    }
+    for (const char* op :
+         {"add.Scalar", "sub.Scalar", "div.Scalar", "remainder.Scalar", "eq.Scalar", "ne.Scalar",
+          "le.Scalar", "gt.Scalar", "ge.Scalar", "clamp_min", "clamp_max", "pow.Scalar"}) {
+      const bool reversed = std::string(op) == "pow.Scalar";
+      cases->push_back({op,
+                        op,
+                        reversed ? std::vector<NamedValue>{P(2.0), T(0)}
+                                 : std::vector<NamedValue>{T(0), P(int64_t{3})},
+                        {m},
+                        {u},
+                        {f32, i32}});
+    }
+    for (const char* op : {"ne.Tensor", "lt.Tensor", "le.Tensor", "gt.Tensor", "ge.Tensor",
+                           "bitwise_and.Tensor", "bitwise_or.Tensor"}) {
+      const bool bits = std::string(op).find("bitwise") != std::string::npos;
+      cases->push_back({op, op, {T(0), T(1)}, {m, m}, {u, u}, {bits ? b8 : f32, i32}});
+    }
+    for (const char* op : {"bitwise_and.Scalar", "bitwise_or.Scalar", "bitwise_xor.Scalar"}) {
+      cases->push_back({op, op, {T(0), P(int64_t{5})}, {m}, {u}, {i32}});
+    }
+    cases->push_back({"to_dtype", "to.dtype", {T(0), P(i32)}, {m}, {u}, {f32}});
+    cases->push_back({"all_dim", "all.dim", {T(0), P(int64_t{0})}, {m}, {u}, {b8, i32}});
+    cases->push_back({"cumprod", "cumprod", {T(0), P(int64_t{0})}, {m}, {u}, {f32, i32}});
+    cases->push_back({"_softmax", "_softmax", {T(0), P(int64_t{1}), P(false)}, {m}, {u}, {f32}});
+    cases->push_back(
+        {"log_softmax_int", "log_softmax.int", {T(0), P(int64_t{1})}, {m}, {u}, {f64}});
+    cases->push_back({"safe_softmax", "_safe_softmax", {T(0), P(int64_t{0})}, {m}, {u}, {f32}});
+    return true;
+  }();
+  (void)added;
+  return *cases;
+}
+
+struct Param {
+  int op_case;
+  Shape mesh;
+  bool uneven;
+  DType dtype;
+};
+
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << OpCases()[p.op_case].name << " on mesh " << ShapeToString(p.mesh)
+      << (p.uneven ? ", uneven " : ", even ") << DTypeName(p.dtype);
+}
+
+std::vector<Param> Params() {
+  std::vector<Param> out;
+  for (int i = 0; i < static_cast<int>(OpCases().size()); ++i) {
+    for (const Shape& mesh : {Shape{2}, Shape{4}, Shape{2, 2}}) {
+      for (bool uneven : {false, true}) {
+        for (DType dtype : OpCases()[i].dtypes) out.push_back({i, mesh, uneven, dtype});
+      }
+    }
+  }
+  return out;
+}
+
+std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
+  const Param& p = info.param;
+  std::string label = OpCases()[p.op_case].name;
+  std::replace(label.begin(), label.end(), '.', '_');
+  return absl::StrCat(label, "_mesh", absl::StrJoin(p.mesh, "x"), p.uneven ? "_uneven_" : "_even_",
+                      DTypeName(p.dtype));
+}
+
+std::vector<std::vector<Placement>> AllPlacements(int ndim, int rank) {
+  std::vector<Placement> options = {Placement::Replicate(), Placement::Partial()};
+  for (int d = 0; d < rank; ++d) options.push_back(Placement::Shard(d));
+  return testing::PlacementProduct(options, ndim);
+}
+
+HostTensor MakeInput(const Input& in, DType dtype, const Shape& shape, uint32_t seed) {
+  switch (in.kind) {
+    case InputKind::kMask: {
+      HostTensor t = SmallIntegerTensor(DType::kInt32, shape, seed);
+      HostTensor b = HostTensor::ZerosOfValidShape(DType::kBool, shape);
+      for (int64_t i = 0; i < t.num_elements(); ++i) {
+        kernels::testing::SetFromDouble(b, i, kernels::testing::GetDouble(t, i) > 0);
+      }
+      return b;
+    }
+    case InputKind::kIndex: {
+      HostTensor t = HostTensor::ZerosOfValidShape(DType::kInt64, shape);
+      for (int64_t i = 0; i < t.num_elements(); ++i) {
+        kernels::testing::SetFromDouble(t, i, static_cast<double>((i * 7 + seed) % in.bound));
+      }
+      return t;
+    }
+    case InputKind::kPositive: {
+      HostTensor t = SmallIntegerTensor(dtype, shape, seed);
+      for (int64_t i = 0; i < t.num_elements(); ++i) {
+        const double v = std::abs(kernels::testing::GetDouble(t, i));
+        kernels::testing::SetFromDouble(t, i, v == 0 ? 3 : v);
+      }
+      return t;
+    }
+    case InputKind::kValues:
+      break;
+  }
+  return SmallIntegerTensor(dtype, shape, seed);
+}
+
+void ExpectClose(const HostTensor& got, const HostTensor& want, const std::string& what) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const bool floating = IsFloatingPoint(want.dtype());
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    const double g = kernels::testing::GetDouble(got, i);
+    const double w = kernels::testing::GetDouble(want, i);
+    if (!floating || std::isnan(w) || std::isinf(w)) {
+      ASSERT_TRUE(kernels::testing::SameElement(got, want, i))
+          << what << ": element " << i << " is " << g << ", expected " << w;
+    } else {
+      ASSERT_NEAR(g, w, 1e-4 * std::max(1.0, std::abs(w))) << what << ": element " << i;
+    }
+  }
+}
+
+// The call bound on these inputs (shapes and dtypes from `fulls`).
+absl::StatusOr<ops::PreparedCall> Prepare(const OpCase& c, const std::vector<HostTensor>& fulls) {
+  const ops::OpDef* op = ops::Registry().Find(c.op).value();
+  std::vector<ops::TensorMeta> metas;
+  for (const HostTensor& t : fulls) metas.push_back({t.shape(), t.dtype()});
+  return ops::PrepareCall(*op, c.args, metas);
+}
+
+// Each rank's local call on its shards (laid out as `specs`), gathered into the full output.
+absl::StatusOr<HostTensor> RunOnRanks(kernels::KernelBackend& backend, const ops::BoundCall& call,
+                                      const DeviceMesh& mesh, const std::vector<DTensorSpec>& specs,
+                                      const std::vector<std::vector<HostTensor>>& shards,
+                                      const DTensorSpec& output, SimulatedMesh& sim) {
+  std::vector<HostTensor> out_shards;
+  for (int64_t pos = 0; pos < mesh.size(); ++pos) {
+    const std::vector<int64_t> coordinate = mesh.CoordinateOfIndex(pos);
+    std::vector<kernels::DeviceTensor> uploaded;
+    std::vector<kernels::ConstTensorView> views;
+    for (const auto& s : shards) {
+      uploaded.push_back(backend.Upload(s[pos]).value());
+      views.push_back(std::as_const(uploaded.back()).View());
+    }
+    const kernels::LocalCall local{&call, specs, &output, coordinate};
+    absl::StatusOr<kernels::DeviceTensor> out = kernels::RunLocalCall(backend, local, views);
+    if (!out.ok()) return out.status();
+    out_shards.push_back(backend.Download(std::as_const(*out).View()).value());
+  }
+  return sim.FullTensor(output, std::move(out_shards));
+}
+
+// The single-process result: the call on a mesh of one rank.
+HostTensor Reference(kernels::KernelBackend& backend, const ops::PreparedCall& p,
+                     const std::vector<HostTensor>& fulls) {
+  const DeviceMesh one = DeviceMesh::Create("cpu", {1}).value();
+  std::vector<DTensorSpec> specs;
+  std::vector<std::vector<HostTensor>> shards;
+  for (int i : p.input_of) {
+    specs.push_back(
+        MakeDTensorSpec(one, {Placement::Replicate()}, fulls[i].shape(), fulls[i].dtype()).value());
+    std::vector<HostTensor> s;
+    s.push_back(fulls[i].Clone());
+    shards.push_back(std::move(s));
+  }
+  const DTensorSpec out =
+      MakeDTensorSpec(one, {Placement::Replicate()}, p.call.output.shape, p.call.output.dtype)
+          .value();
+  SimulatedMesh sim(one);
+  absl::StatusOr<HostTensor> r = RunOnRanks(backend, p.call, one, specs, shards, out, sim);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *std::move(r) : HostTensor();
+}
+
+void CheckOneLayout(kernels::KernelBackend& backend, const OpCase& c, const ops::PreparedCall& p,
+                    const DeviceMesh& mesh, const std::vector<HostTensor>& fulls,
+                    const std::vector<std::vector<Placement>>& placements, const HostTensor& want) {
+  std::vector<DTensorSpec> specs;
+  std::string what = absl::StrCat(c.name, " on");
+  for (size_t k = 0; k < p.input_of.size(); ++k) {
+    const HostTensor& full = fulls[p.input_of[k]];
+    specs.push_back(MakeDTensorSpec(mesh, placements[k], full.shape(), full.dtype()).value());
+    absl::StrAppend(&what, " ", specs.back().ToString());
+  }
+  absl::StatusOr<ops::OpPlan> plan = ops::PlanCall(p.call, specs);
+  ASSERT_TRUE(plan.ok()) << what << ": " << plan.status();
+  absl::StrAppend(&what, " -> ", PlacementsToString(plan->strategy.output));
+  SimulatedMesh sim(mesh);
+  std::vector<std::vector<HostTensor>> shards;
+  std::vector<DTensorSpec> laid_out;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    absl::StatusOr<std::vector<HostTensor>> moved = sim.Redistribute(
+        specs[k], plan->input_plans[k], sim.Distribute(fulls[p.input_of[k]], specs[k]).value());
+    ASSERT_TRUE(moved.ok()) << what << ": input " << k << ": " << moved.status();
+    shards.push_back(*std::move(moved));
+    DTensorSpec after = specs[k];
+    after.placements = plan->strategy.inputs[k];
+    laid_out.push_back(after);
+  }
+  absl::StatusOr<HostTensor> got =
+      RunOnRanks(backend, p.call, mesh, laid_out, shards, plan->output, sim);
+  ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+  ExpectClose(*got, want, what);
+}
+
+class AtenOpsTest : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override { backend_ = kernels::MakeBackend("cpu").value(); }
+  std::unique_ptr<kernels::KernelBackend> backend_;
+};
+
+TEST_P(AtenOpsTest, ShardedResultMatchesSingleProcess) {
+  const Param& param = GetParam();
+  const OpCase& c = OpCases()[param.op_case];
+  const DeviceMesh mesh = DeviceMesh::Create("cpu", param.mesh).value();
+  const std::vector<Shape>& shapes = param.uneven ? c.uneven : c.even;
+  std::vector<HostTensor> fulls;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Input in = i < c.inputs.size() ? c.inputs[i] : Input{};
+    fulls.push_back(MakeInput(in, param.dtype, shapes[i], 17 + static_cast<uint32_t>(i)));
+  }
+  absl::StatusOr<ops::PreparedCall> prepared = Prepare(c, fulls);
+  ASSERT_TRUE(prepared.ok()) << c.name << ": " << prepared.status();
+  const ops::PreparedCall& p = *prepared;
+  ASSERT_FALSE(p.input_of.empty());
+  const HostTensor want = Reference(*backend_, p, fulls);
+  ASSERT_EQ(want.shape(), p.call.output.shape);
+
+  std::vector<std::vector<std::vector<Placement>>> per_input;
+  size_t total = 1;
+  for (int i : p.input_of) {
+    per_input.push_back(AllPlacements(mesh.ndim(), static_cast<int>(shapes[i].size())));
+    total *= per_input.back().size();
+  }
+  const size_t stride = total > 120 ? total / 60 + 1 : 1;
+  for (size_t index = 0; index < total; index += stride) {
+    std::vector<std::vector<Placement>> placements;
+    size_t rest = index;
+    for (const auto& options : per_input) {
+      placements.push_back(options[rest % options.size()]);
+      rest /= options.size();
+    }
+    ASSERT_NO_FATAL_FAILURE(CheckOneLayout(*backend_, c, p, mesh, fulls, placements, want));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Product, AtenOpsTest, ::testing::ValuesIn(Params()), ParamName);
+
+// Every registered op has a local implementation, and every local implementation an op.
+TEST(AtenOpsRegistryTest, EveryOpHasALocalImplementation) {
+  std::set<std::string> local;
+  for (const std::string& name : kernels::LocalImplementations()) local.insert(name);
+  std::set<std::string> registered;
+  for (const ops::OpDef* op : ops::Registry().ops()) registered.insert(op->name());
+  EXPECT_EQ(local, registered);
+}
+
+// Every registered op is exercised by a case here, but for those listed.
+TEST(AtenOpsRegistryTest, EveryOpHasACase) {
+  std::set<std::string> covered;
+  for (const OpCase& c : OpCases()) covered.insert(ops::Registry().Find(c.op).value()->name());
+  std::vector<std::string> missing;
+  for (const ops::OpDef* op : ops::Registry().ops()) {
+    if (!covered.contains(op->name())) missing.push_back(op->name());
+  }
+  EXPECT_THAT(missing, ::testing::IsEmpty()) << absl::StrJoin(missing, ", ");
+}
+
+}  // namespace
+}  // namespace tessera
