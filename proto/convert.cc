@@ -3,7 +3,9 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -504,6 +506,79 @@ absl::StatusOr<WorkerProgram> FromProto(const v1::Program& program) {
   for (const v1::ProgramStep& step : program.backward()) p.backward.push_back(StepFromProto(step));
   RETURN_IF_ERROR(CheckProgram(p));
   return out;
+}
+
+absl::StatusOr<std::vector<ops::NamedValue>> ArgsFromProto(const v1::OpCall& op) {
+  std::vector<ops::NamedValue> out;
+  for (const v1::OpArgument& a : op.args()) {
+    ops::NamedValue v{a.name(), ops::NoneValue{}};
+    switch (a.value_case()) {
+      case v1::OpArgument::kNone:
+        break;
+      case v1::OpArgument::kBoolValue:
+        v.value = a.bool_value();
+        break;
+      case v1::OpArgument::kIntValue:
+        v.value = a.int_value();
+        break;
+      case v1::OpArgument::kFloatValue:
+        v.value = a.float_value();
+        break;
+      case v1::OpArgument::kInts:
+        v.value = std::vector<int64_t>(a.ints().values().begin(), a.ints().values().end());
+        break;
+      case v1::OpArgument::kDtype: {
+        ASSIGN_OR_RETURN(const DType d, FromProto(a.dtype()));
+        v.value = d;
+        break;
+      }
+      case v1::OpArgument::kStringValue:
+        v.value = a.string_value();
+        break;
+      case v1::OpArgument::kTensor:
+        v.value = ops::TensorRef{a.tensor()};
+        break;
+      case v1::OpArgument::kTensors:
+        v.value = ops::TensorList{{a.tensors().indices().begin(), a.tensors().indices().end()}};
+        break;
+      case v1::OpArgument::VALUE_NOT_SET:
+        return absl::InvalidArgumentError(
+            absl::StrCat(op.name(), ": argument ", out.size(),
+                         a.name().empty() ? "" : " '" + a.name() + "'", " has no value"));
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+void ArgsToProto(std::span<const ops::OpValue> values, v1::OpCall& op) {
+  for (const ops::OpValue& value : values) {
+    v1::OpArgument* a = op.add_args();
+    std::visit(
+        [a](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, ops::NoneValue>) {
+            a->set_none(true);
+          } else if constexpr (std::is_same_v<T, bool>) {
+            a->set_bool_value(v);
+          } else if constexpr (std::is_same_v<T, int64_t>) {
+            a->set_int_value(v);
+          } else if constexpr (std::is_same_v<T, double>) {
+            a->set_float_value(v);
+          } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            a->mutable_ints()->mutable_values()->Add(v.begin(), v.end());
+          } else if constexpr (std::is_same_v<T, DType>) {
+            a->set_dtype(ToProto(v));
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            a->set_string_value(v);
+          } else if constexpr (std::is_same_v<T, ops::TensorRef>) {
+            a->set_tensor(v.index);
+          } else {
+            a->mutable_tensors()->mutable_indices()->Add(v.indices.begin(), v.indices.end());
+          }
+        },
+        value);
+  }
 }
 
 }  // namespace tessera

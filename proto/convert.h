@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/host_tensor.h"
 #include "core/modules/module_program.h"
+#include "core/ops/op_schema.h"
 #include "core/shape.h"
 #include "core/sharding/device_mesh.h"
 #include "core/sharding/dtensor_spec.h"
@@ -71,6 +72,12 @@ absl::StatusOr<RedistributePlan> FromProto(const v1::RedistributePlan& plan, int
 v1::OpCall ToProto(const OpCall& op);
 // Validates the kind and the cast dtype; attribute values are checked by InferOpOutput.
 absl::StatusOr<OpCall> FromProto(const v1::OpCall& op);
+
+// The arguments of a registry op call (OpCall.name set): positional, then by keyword.
+// INVALID_ARGUMENT naming the argument whose value is unset or of an unknown dtype.
+absl::StatusOr<std::vector<ops::NamedValue>> ArgsFromProto(const v1::OpCall& op);
+// `values` as positional arguments of `op` (a bound call's, for a worker).
+void ArgsToProto(std::span<const ops::OpValue> values, v1::OpCall& op);
 
 // A tensor's bytes inline (RunProgram's input and output).
 v1::InlineTensor ToProto(const HostTensor& tensor);

@@ -59,6 +59,7 @@ DTensorService::DTensorService(DTensorTable* tensors, absl::Duration client_grac
       direct_(tensors, &streams_, grant_lifetime),
       direct_reads_(tensors, &streams_, grant_lifetime),
       checkpoints_(tensors),
+      eager_ops_(tensors),
       leases_(client_grace) {
   reaper_ = std::thread([this] {
     const absl::Duration period =
@@ -367,6 +368,19 @@ absl::Status DTensorService::RunOpImpl(const grpc::ServerContext& context,
   return RunOpFor(client, request, &reply);
 }
 
+grpc::Status DTensorService::ListOps(grpc::ServerContext* context,
+                                     const v1::ListOpsRequest* request, v1::ListOpsReply* reply) {
+  return ToGrpcStatus(ListOpsImpl(*context, *request, *reply));
+}
+
+absl::Status DTensorService::ListOpsImpl(const grpc::ServerContext& context,
+                                         const v1::ListOpsRequest& request,
+                                         v1::ListOpsReply& reply) {
+  RETURN_IF_ERROR(Caller(context).status());
+  reply = EagerOps::List(request.filter());
+  return absl::OkStatus();
+}
+
 grpc::Status DTensorService::OpStream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream) {
@@ -427,6 +441,7 @@ absl::Status DTensorService::OpStreamImpl(
 
 absl::Status DTensorService::RunOpFor(const std::string& client, const v1::OpRequest& request,
                                       v1::OpReply* reply) {
+  if (!request.op().name().empty()) return eager_ops_.Run(client, request, reply);
   ASSIGN_OR_RETURN(OpCall op, FromProto(request.op()));
   if (request.inputs_size() != op.num_inputs()) {
     return absl::InvalidArgumentError(absl::StrCat(OpKindName(op.kind), " takes ", op.num_inputs(),

@@ -10,6 +10,7 @@
 #include "security/stream_limits.h"
 #include "server/tables/client_leases.h"
 #include "server/tables/dtensor_table.h"
+#include "server/tables/eager_ops.h"
 #include "server/transfers/checkpoints.h"
 #include "server/transfers/direct_downloads.h"
 #include "server/transfers/direct_uploads.h"
@@ -69,6 +70,9 @@ class DTensorService final : public v1::DTensorService::Service {
   // Unary.
   grpc::Status RunOp(grpc::ServerContext* context, const v1::OpRequest* request,
                      v1::OpReply* reply) override;
+  // Unary.
+  grpc::Status ListOps(grpc::ServerContext* context, const v1::ListOpsRequest* request,
+                       v1::ListOpsReply* reply) override;
   // Bidirectional stream: ops and frees in order, one result each.
   grpc::Status OpStream(
       grpc::ServerContext* context,
@@ -132,6 +136,8 @@ class DTensorService final : public v1::DTensorService::Service {
                                 v1::RedistributeReply& reply);
   absl::Status RunOpImpl(const grpc::ServerContext& context, const v1::OpRequest& request,
                          v1::OpReply& reply);
+  absl::Status ListOpsImpl(const grpc::ServerContext& context, const v1::ListOpsRequest& request,
+                           v1::ListOpsReply& reply);
   absl::Status OpStreamImpl(const grpc::ServerContext& context,
                             grpc::ServerReaderWriter<v1::StreamResults, v1::StreamCalls>* stream);
   absl::Status SaveTensorImpl(const grpc::ServerContext& context,
@@ -168,6 +174,7 @@ class DTensorService final : public v1::DTensorService::Service {
   DirectUploads direct_;
   DirectDownloads direct_reads_;
   Checkpoints checkpoints_;
+  EagerOps eager_ops_;
   ClientLeases leases_;
   StreamLimits* limits_ = nullptr;
   absl::Notification stopping_;

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,10 @@ class CommandExecutor {
   absl::StatusOr<v1::LocalTensorInfo> Redistribute(const v1::RedistributeTensor& r);
   absl::StatusOr<v1::LocalTensorInfo> FillTensor(const v1::FillTensor& f);
   absl::StatusOr<v1::LocalTensorInfo> RunOp(const v1::RunOp& r);
+  // A registry op (OpCall.name) on inputs already in its strategy's layout (`laid_out`).
+  absl::StatusOr<kernels::DeviceTensor> RunRegistryOp(
+      const v1::RunOp& r, const MeshComms& mc, std::span<const DTensorSpec> laid_out,
+      std::span<const kernels::ConstTensorView> inputs);
   absl::StatusOr<std::vector<v1::LocalTensorInfo>> RunCollective(const v1::RunCollective& c);
   // Installs a program (replacing one of its id only once the new one is checked).
   absl::Status LoadProgram(const v1::LoadProgram& load);

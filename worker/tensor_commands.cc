@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/op_propagation.h"
 #include "core/status_macros.h"
+#include "kernels/aten/local_call.h"
 #include "kernels/run_op.h"
 #include "proto/convert.h"
 #include "worker/command_executor.h"
@@ -245,7 +247,11 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::FillTensor(const v1::FillTe
 
 absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
   ASSIGN_OR_RETURN(MeshComms* const mc, FindMesh(r.mesh_id()));
-  ASSIGN_OR_RETURN(OpCall op, FromProto(r.op()));
+  const bool registry = !r.op().name().empty();
+  OpCall op;
+  if (!registry) {
+    ASSIGN_OR_RETURN(op, FromProto(r.op()));
+  }
   const std::vector<comm::Communicator*> groups = DimGroups(*mc);
   // Inputs that need a new layout are redistributed into temporaries; the others are read as held.
   std::vector<std::shared_ptr<const kernels::DeviceTensor>> held;
@@ -253,13 +259,17 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
   moved.reserve(r.inputs_size());
   std::vector<kernels::ConstTensorView> inputs;
   std::vector<Shape> global_shapes;
-  absl::Status failure;  // reported after the collectives (see InputOrStandIn)
+  std::vector<DTensorSpec> laid_out;  // each input's spec in the strategy's layout
+  absl::Status failure;               // reported after the collectives (see InputOrStandIn)
   for (const v1::OpInput& in : r.inputs()) {
     ASSIGN_OR_RETURN(DTensorSpec spec, SpecOnMesh(in.spec(), *mc));
     ASSIGN_OR_RETURN(RedistributePlan plan, FromProto(in.plan(), spec.mesh.ndim()));
     ASSIGN_OR_RETURN(std::shared_ptr<const kernels::DeviceTensor> t,
                      InputOrStandIn(*store_, in.tensor(), spec, mc->coordinate, failure));
     global_shapes.push_back(spec.shape);
+    DTensorSpec after = spec;
+    for (const RedistributeStep& step : plan.steps) after.placements[step.mesh_dim] = step.to;
+    laid_out.push_back(std::move(after));
     if (plan.steps.empty()) {
       held.push_back(t);
       inputs.push_back(t->View());
@@ -271,11 +281,33 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
     inputs.push_back(std::as_const(moved.back()).View());
   }
   if (!failure.ok()) return failure;
-  ASSIGN_OR_RETURN(kernels::DeviceTensor result,
-                   kernels::RunLocalOp(kernels_, op, inputs, global_shapes));
+  kernels::DeviceTensor result;
+  if (registry) {
+    ASSIGN_OR_RETURN(result, RunRegistryOp(r, *mc, laid_out, inputs));
+  } else {
+    ASSIGN_OR_RETURN(result, kernels::RunLocalOp(kernels_, op, inputs, global_shapes));
+  }
   v1::LocalTensorInfo info = LocalInfo(r.output(), result);
   RETURN_IF_ERROR(store_->Put(r.output(), std::move(result)));
   return info;
+}
+
+absl::StatusOr<kernels::DeviceTensor> CommandExecutor::RunRegistryOp(
+    const v1::RunOp& r, const MeshComms& mc, std::span<const DTensorSpec> laid_out,
+    std::span<const kernels::ConstTensorView> inputs) {
+  ASSIGN_OR_RETURN(const ops::OpDef* op, ops::Registry().Find(r.op().name()));
+  ASSIGN_OR_RETURN(const std::vector<ops::NamedValue> args, ArgsFromProto(r.op()));
+  std::vector<ops::TensorMeta> metas;
+  for (const DTensorSpec& s : laid_out) metas.push_back({s.shape, s.dtype});
+  ASSIGN_OR_RETURN(const ops::PreparedCall prepared, ops::PrepareCall(*op, args, metas));
+  ASSIGN_OR_RETURN(const DTensorSpec output, SpecOnMesh(r.output_spec(), mc));
+  if (output.shape != prepared.call.output.shape || output.dtype != prepared.call.output.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op->name(), ": the output spec ", output.ToString(), " is not the op's output, ",
+        DTypeName(prepared.call.output.dtype), ShapeToString(prepared.call.output.shape)));
+  }
+  const kernels::LocalCall local{&prepared.call, laid_out, &output, mc.coordinate};
+  return kernels::RunLocalCall(kernels_, local, inputs);
 }
 
 }  // namespace tessera

@@ -15,6 +15,7 @@
 #include "client/cli/demo.h"
 #include "client/cli/local_commands.h"
 #include "client/cli/module_commands.h"
+#include "client/cli/ops_commands.h"
 #include "client/cli/tensor_commands.h"
 #include "core/release_mode.h"
 
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
   tessera::cli::AddTensorCommands(app, &action);
   tessera::cli::AddCheckpointCommands(app, &action);
   tessera::cli::AddModuleCommands(app, &action);
+  tessera::cli::AddOpsCommands(app, &action);
 
   if (argc < 2 || std::string(argv[1]) == "help") {
     std::cout << app.help();

@@ -1,0 +1,86 @@
+#include "server/tables/eager_ops.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "proto/convert.h"
+
+namespace tessera {
+
+absl::Status EagerOps::Run(const std::string& client, const v1::OpRequest& request,
+                           v1::OpReply* reply) {
+  ASSIGN_OR_RETURN(const ops::OpDef* op, ops::Registry().Find(request.op().name()));
+  std::vector<std::shared_ptr<DTensorEntry>> given;
+  std::vector<ops::TensorMeta> metas;
+  for (const std::string& name : request.inputs()) {
+    ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t, tensors_->Usable(name));
+    if (!given.empty() && t->mesh != given[0]->mesh) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op->name(), ": inputs '", given[0]->name, "' and '", name, "' are on different meshes ('",
+          given[0]->mesh->name, "', '", t->mesh->name, "'); redistribute one to the other's mesh"));
+    }
+    metas.push_back({t->spec.shape, t->spec.dtype});
+    given.push_back(std::move(t));
+  }
+  ASSIGN_OR_RETURN(const std::vector<ops::NamedValue> args, ArgsFromProto(request.op()));
+  ASSIGN_OR_RETURN(const ops::PreparedCall prepared, ops::PrepareCall(*op, args, metas));
+  if (prepared.input_of.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat(op->name(),
+                     " takes no DTensor here, so it has no mesh to run on; use the factories "
+                     "(tessera.full, zeros, rand, ...) with a mesh"));
+  }
+  std::vector<std::shared_ptr<DTensorEntry>> inputs;
+  std::vector<DTensorSpec> specs;
+  for (int i : prepared.input_of) {
+    inputs.push_back(given[i]);
+    specs.push_back(given[i]->spec);
+  }
+  ASSIGN_OR_RETURN(const std::shared_ptr<const ops::OpPlan> plan,
+                   cache_.Plan(prepared.call, specs));
+  ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> out,
+                   tensors_->Add(request.output(), inputs[0]->mesh, plan->output, client));
+  v1::Command command;
+  v1::RunOp* run = command.mutable_run_op();
+  run->set_mesh_id(inputs[0]->mesh->id);
+  run->mutable_op()->set_name(op->name());
+  ArgsToProto(prepared.call.args.values(), *run->mutable_op());
+  run->set_output(DTensorTable::WorkerName(out->name));
+  *run->mutable_output_spec() = ToProto(plan->output);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    v1::OpInput* in = run->add_inputs();
+    in->set_tensor(DTensorTable::WorkerName(inputs[i]->name));
+    *in->mutable_spec() = ToProto(specs[i]);
+    *in->mutable_plan() = ToProto(plan->input_plans[i]);
+    if (reply != nullptr && !plan->input_plans[i].steps.empty()) {
+      v1::InputRedistribution* r = reply->add_redistributions();
+      r->set_input(inputs[i]->name);
+      *r->mutable_from_placements() = ToProto(specs[i].placements);
+      *r->mutable_to_placements() = ToProto(plan->strategy.inputs[i]);
+      *r->mutable_plan() = in->plan();
+    }
+  }
+  RETURN_IF_ERROR(tensors_->PostWrite(*out, command, inputs));
+  if (reply != nullptr) *reply->mutable_output() = tensors_->Describe(*out);
+  return absl::OkStatus();
+}
+
+v1::ListOpsReply EagerOps::List(const std::string& filter) {
+  v1::ListOpsReply reply;
+  for (const ops::OpDef* op : ops::Registry().ops()) {
+    if (!filter.empty() && !absl::StrContains(op->name(), filter)) continue;
+    v1::OpInfo* info = reply.add_ops();
+    info->set_name(op->name());
+    info->set_schema(op->schema.text);
+    info->set_family(std::string(ops::OpFamilyName(op->family)));
+    info->set_strategies(op->strategy_text);
+    info->set_implementation(op->implementation);
+    info->set_derivative(op->derivative);
+  }
+  return reply;
+}
+
+}  // namespace tessera
