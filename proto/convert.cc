@@ -551,9 +551,14 @@ absl::StatusOr<std::vector<ops::NamedValue>> ArgsFromProto(const v1::OpCall& op)
   return out;
 }
 
-void ArgsToProto(std::span<const ops::OpValue> values, v1::OpCall& op) {
-  for (const ops::OpValue& value : values) {
+void ArgsToProto(const ops::BoundArgs& args, v1::OpCall& op) {
+  for (size_t i = 0; i < args.values().size(); ++i) {
+    const ops::OpValue& value = args.values()[i];
+    const ops::ArgSchema& arg = args.schema().args[i];
+    // A keyword-only argument at its default is left out; the worker's binding fills it in.
+    if (arg.kwarg_only && arg.default_value.has_value() && *arg.default_value == value) continue;
     v1::OpArgument* a = op.add_args();
+    if (arg.kwarg_only) a->set_name(arg.name);
     std::visit(
         [a](const auto& v) {
           using T = std::decay_t<decltype(v)>;

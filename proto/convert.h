@@ -76,8 +76,9 @@ absl::StatusOr<OpCall> FromProto(const v1::OpCall& op);
 // The arguments of a registry op call (OpCall.name set): positional, then by keyword.
 // INVALID_ARGUMENT naming the argument whose value is unset or of an unknown dtype.
 absl::StatusOr<std::vector<ops::NamedValue>> ArgsFromProto(const v1::OpCall& op);
-// `values` as positional arguments of `op` (a bound call's, for a worker).
-void ArgsToProto(std::span<const ops::OpValue> values, v1::OpCall& op);
+// A bound call's arguments for a worker: positional, keyword-only ones by name (left out at
+// their defaults).
+void ArgsToProto(const ops::BoundArgs& args, v1::OpCall& op);
 
 // A tensor's bytes inline (RunProgram's input and output).
 v1::InlineTensor ToProto(const HostTensor& tensor);

@@ -35,10 +35,16 @@ std::vector<DimChoice> EinsumChoices(const std::vector<Labeled>& operands, const
     }
   }
   auto shard_on = [&](char l, DimChoice& c) {
+    // A size-1 dim broadcasts where another operand's is larger.
+    int64_t largest = 0;
+    for (const Labeled& o : operands) {
+      const size_t d = o.labels.find(l);
+      if (d != std::string::npos) largest = std::max(largest, o.shape[d]);
+    }
     bool any = false;
     for (const Labeled& o : operands) {
       const size_t d = o.labels.find(l);
-      if (d == std::string::npos || o.shape[d] == 1) continue;
+      if (d == std::string::npos || (o.shape[d] == 1 && largest > 1)) continue;
       c.inputs[o.input] = Placement::Shard(static_cast<int>(d));
       any = true;
     }
@@ -74,7 +80,7 @@ void AddBias(std::vector<DimChoice>& choices, int bias, const Shape& bias_shape,
       p = c.output;
     } else if (c.output.is_shard()) {
       const int d = c.output.dim - offset;
-      if (d >= 0 && bias_shape[d] != 1) p = Placement::Shard(d);
+      if (d >= 0 && (bias_shape[d] != 1 || out_shape[c.output.dim] == 1)) p = Placement::Shard(d);
     }
     c.inputs[bias] = p;
   }

@@ -132,7 +132,8 @@ std::vector<DimChoice> ShardAlignedChoices(std::span<const Operand> operands,
     for (const Operand& op : operands) {
       if (op.input < 0) continue;
       const int d = o - (out_rank - static_cast<int>(op.shape.size()));
-      if (d >= 0 && op.shape[d] != 1) {
+      // A size-1 dim broadcasts unless the output's is 1 too (then it may be sharded as is).
+      if (d >= 0 && (op.shape[d] != 1 || out_shape[o] == 1)) {
         c.inputs[op.input] = Placement::Shard(d);
         any_sharded = true;
       }

@@ -1,5 +1,6 @@
 // The pointwise ops: elementwise math, comparisons and logic with numpy broadcasting and torch's
 // type promotion; Partial inputs only where the op is linear in them, as DTensor decides.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,8 @@ const std::vector<PointwiseEntry>& UnaryEntries() {
        "unary.bitwise_not", ""},
       {"clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", "self", P::kNoOpmath,
        R::kCopy, DTypes::kAll, "copy", "grad"},
+      {"contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a)",
+       "self", P::kNoOpmath, R::kCopy, DTypes::kAll, "copy", "grad"},
       {"alias(Tensor(a) self) -> Tensor(a)", "self", P::kNoOpmath, R::kCopy, DTypes::kAll, "copy",
        "grad"},
       {"detach(Tensor(a) self) -> Tensor(a)", "self", P::kNoOpmath, R::kCopy, DTypes::kAll, "copy",
@@ -298,6 +301,18 @@ absl::StatusOr<OutputMeta> PointwiseMeta(const CallContext& call) {
 
 namespace {
 
+// Whether every number operand of the call is finite, and nonzero where it divides.
+bool NumbersScaleFinitely(const CallContext& call) {
+  const bool divides = call.op.schema.name == "div";
+  for (size_t i = 0; i < call.op.pointwise.operands.size(); ++i) {
+    const OpValue& v = call.args.Get(call.op.pointwise.operands[i]);
+    if (!IsScalar(v)) continue;
+    const double c = ScalarAsDouble(v);
+    if (!std::isfinite(c) || (divides && i == 1 && c == 0)) return false;
+  }
+  return true;
+}
+
 // The Partial choices of `rule` on one mesh dim.
 void AddPartialChoices(const CallContext& call, const std::vector<Operand>& operands,
                        std::vector<DimChoice>& choices) {
@@ -318,6 +333,9 @@ void AddPartialChoices(const CallContext& call, const std::vector<Operand>& oper
       }
       return;
     case PartialRule::kScaled:
+      // x * c and x / c of a partial x are partial only for a finite c (and c != 0 for div):
+      // the ranks' zero parts would give NaN (0 * inf, 0 / 0) where the whole gives inf.
+      if (!NumbersScaleFinitely(call)) return;
       for (int k : traits.partial_operands) {
         if (k >= static_cast<int>(operands.size()) || operands[k].input < 0) continue;
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {

@@ -238,6 +238,7 @@ void AddPointwiseKernels(LocalTable& t) {
   t["aten::bitwise_not"] = UnaryKernel<UnaryOp::kBitwiseNot>;
   t["aten::clone"] = CopyKernel;
   t["aten::alias"] = CopyKernel;
+  t["aten::contiguous"] = CopyKernel;
   t["aten::detach"] = CopyKernel;
   t["aten::add.Tensor"] = t["aten::add.Scalar"] = BinaryKernel<BinaryOp::kAdd>;
   t["aten::sub.Tensor"] = t["aten::sub.Scalar"] = BinaryKernel<BinaryOp::kSub>;

@@ -47,7 +47,7 @@ absl::Status EagerOps::Run(const std::string& client, const v1::OpRequest& reque
   v1::RunOp* run = command.mutable_run_op();
   run->set_mesh_id(inputs[0]->mesh->id);
   run->mutable_op()->set_name(op->name());
-  ArgsToProto(prepared.call.args.values(), *run->mutable_op());
+  ArgsToProto(prepared.call.args, *run->mutable_op());
   run->set_output(DTensorTable::WorkerName(out->name));
   *run->mutable_output_spec() = ToProto(plan->output);
   for (size_t i = 0; i < inputs.size(); ++i) {

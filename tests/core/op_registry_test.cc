@@ -205,6 +205,11 @@ TEST_F(StrategyTest, PointwiseKeepsShardsAndLinearPartials) {
   EXPECT_EQ(Chosen("neg", {T(0)}, {Spec("P(sum)", {4})}), "(P(sum)) -> (P(sum))");
   EXPECT_EQ(Chosen("clone", {T(0)}, {Spec("P(max)", {4})}), "(P(max)) -> (P(max))");
   EXPECT_EQ(Chosen("exp", {T(0)}, {Spec("P(sum)", {4, 6})}), "(S(0)) -> (S(0))");
+  // A size-1 dim that does not broadcast stays sharded (one rank holds it, the others nothing).
+  EXPECT_EQ(Chosen("div.Tensor", {T(0), P(int64_t{0})}, {Spec("S(0)", {1, 6})}),
+            "(S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("mul.Tensor", {T(0), T(1)}, {Spec("S(0)", {1, 6}), Spec("S(0)", {1, 6})}),
+            "(S(0)) x (S(0)) -> (S(0))");
 }
 
 TEST_F(StrategyTest, ReductionsGivePartialsOrNeedTheirDimWhole) {

@@ -94,6 +94,7 @@ const std::vector<OpCase>& OpCases() {
        {u, {3}},
        {f32, i32},
        {{}, {InputKind::kPositive}}},
+      {"div_by_zero", "div.Tensor", {T(0), P(int64_t{0})}, {m}, {{1, 6}}, {f32, i32}},
       {"div_floor",
        "div.Tensor_mode",
        {T(0), T(1), A("rounding_mode", std::string("floor"))},
@@ -222,10 +223,10 @@ const std::vector<OpCase>& OpCases() {
     const Shape m{4, 6}, u{5, 3};
     // The other unary ops, on one input.
     for (const char* op :
-         {"sign",  "expm1", "log",      "log2",  "sqrt",         "reciprocal", "sin",
-          "cos",   "tanh",  "relu",     "gelu",  "erf",          "floor",      "ceil",
-          "trunc", "isinf", "isfinite", "alias", "detach",       "zeros_like", "ones_like",
-          "mean",  "max",   "min",      "prod",  "_unsafe_view", "squeeze"}) {
+         {"sign",      "expm1", "log",      "log2",  "sqrt",       "reciprocal",   "sin",
+          "cos",       "tanh",  "relu",     "gelu",  "erf",        "floor",        "ceil",
+          "trunc",     "isinf", "isfinite", "alias", "contiguous", "detach",       "zeros_like",
+          "ones_like", "mean",  "max",      "min",   "prod",       "_unsafe_view", "squeeze"}) {
       const bool floating = std::string(op) == "mean";
       const bool view = std::string(op) == "_unsafe_view";
       cases->push_back(
