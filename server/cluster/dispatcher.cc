@@ -527,12 +527,17 @@ absl::Status Dispatcher::Combine(const std::vector<WorkerHandle>& workers,
                                  const std::vector<absl::Status>& statuses, bool* probe) const {
   *probe = false;
   absl::Status worst;
+  absl::Status cause;  // the worst failure that is not an I/O error
   for (size_t i = 0; i < statuses.size(); ++i) {
     if (statuses[i].ok()) continue;
     absl::Status s(statuses[i].code(),
                    absl::StrCat("worker ", workers[i].id, " at ", workers[i].address, ": ",
                                 statuses[i].message()));
     if (worst.ok() || Severity(s.code()) < Severity(worst.code())) worst = s;
+    if (s.code() != absl::StatusCode::kUnavailable &&
+        (cause.ok() || Severity(s.code()) < Severity(cause.code()))) {
+      cause = s;
+    }
   }
   if (worst.ok()) return worst;
   // A peer's death surfaces on the survivors as I/O errors (or as missing inputs, when it ended a
@@ -540,7 +545,9 @@ absl::Status Dispatcher::Combine(const std::vector<WorkerHandle>& workers,
   // I/O error with no worker known to be gone yet: ask them all whether they are there.
   if (absl::Status gone = registry_->CheckAlive(Ids(workers)); !gone.ok()) return gone;
   *probe = worst.code() == absl::StatusCode::kUnavailable;
-  return worst;
+  // A rank that failed on its own (bad data, its budget) stops its peers by breaking their
+  // collectives: their I/O errors follow from it, and it is the answer whichever came first.
+  return cause.ok() ? worst : cause;
 }
 
 void Dispatcher::Probe(const std::vector<WorkerHandle>& workers) const {

@@ -435,14 +435,16 @@ TEST(DispatcherTest, APostFromADoneNeverBlocks) {
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-// What the fake workers answer, most telling first, as the dispatcher ranks them: a worker that is
-// gone, then out of memory, then bad input, then missing and refused state, then any other
-// failure; a timeout last, as it is usually a peer's failure seen from the waiting side.
+// What the fake workers answer, most telling first, as the dispatcher ranks them: out of memory,
+// then bad input, then missing and refused state, then any other failure, a timeout (usually a
+// peer's failure seen from the waiting side); last an I/O error from a worker that is still there
+// (a peer's failure that broke its collectives: the failure that caused it is the answer). A
+// worker that is gone wins over all (AFailureWhileAPeerDiedNamesTheDeadPeer).
 constexpr absl::StatusCode kMostTellingFirst[] = {
-    absl::StatusCode::kUnavailable,        absl::StatusCode::kResourceExhausted,
-    absl::StatusCode::kInvalidArgument,    absl::StatusCode::kNotFound,
-    absl::StatusCode::kFailedPrecondition, absl::StatusCode::kInternal,
-    absl::StatusCode::kDeadlineExceeded};
+    absl::StatusCode::kResourceExhausted,  absl::StatusCode::kInvalidArgument,
+    absl::StatusCode::kNotFound,           absl::StatusCode::kFailedPrecondition,
+    absl::StatusCode::kInternal,           absl::StatusCode::kDeadlineExceeded,
+    absl::StatusCode::kUnavailable};
 
 int Rank(absl::StatusCode code) {
   return static_cast<int>(
