@@ -75,8 +75,8 @@ void CommandExecutor::StopPeers(MeshComms& mc, const absl::Status& failed) {
   // The peers may be waiting for this rank in the program's next collective: break the mesh's
   // communicators so that they fail at once rather than at the collective's timeout; the
   // coordinator re-forms them (the reply reports them broken) before the mesh's next command.
-  const absl::Status cause = absl::AbortedError(absl::StrCat(
-      "worker ", worker_id_, " stopped the program: ", failed.message()));
+  const absl::Status cause = absl::AbortedError(
+      absl::StrCat("worker ", worker_id_, " stopped the program: ", failed.message()));
   mc.world->Break(cause);
   for (const std::unique_ptr<comm::Communicator>& dim : mc.dims) dim->Break(cause);
 }
@@ -101,8 +101,8 @@ absl::Status CommandExecutor::RunProgram(const v1::RunProgram& run, v1::CommandR
   absl::StatusOr<ProgramRunResult> result =
       it->second.runner->Run(*std::move(input), std::move(training), kernels_, *store_, groups);
   if (!result.ok()) {
-    const absl::Status failed = WithContext(absl::StrCat("program ", run.program_id()),
-                                            result.status());
+    const absl::Status failed =
+        WithContext(absl::StrCat("program ", run.program_id()), result.status());
     StopPeers(*mc, failed);
     return failed;
   }

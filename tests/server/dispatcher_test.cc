@@ -441,9 +441,9 @@ TEST(DispatcherTest, APostFromADoneNeverBlocks) {
 // (a peer's failure that broke its collectives: the failure that caused it is the answer). A
 // worker that is gone wins over all (AFailureWhileAPeerDiedNamesTheDeadPeer).
 constexpr absl::StatusCode kMostTellingFirst[] = {
-    absl::StatusCode::kResourceExhausted,  absl::StatusCode::kInvalidArgument,
-    absl::StatusCode::kNotFound,           absl::StatusCode::kFailedPrecondition,
-    absl::StatusCode::kInternal,           absl::StatusCode::kDeadlineExceeded,
+    absl::StatusCode::kResourceExhausted, absl::StatusCode::kInvalidArgument,
+    absl::StatusCode::kNotFound,          absl::StatusCode::kFailedPrecondition,
+    absl::StatusCode::kInternal,          absl::StatusCode::kDeadlineExceeded,
     absl::StatusCode::kUnavailable};
 
 int Rank(absl::StatusCode code) {
