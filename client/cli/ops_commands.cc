@@ -44,7 +44,7 @@ void AddOpsCommands(CLI::App& app, Action* action) {
   list.app->add_option("filter", list.flags->filter, "only ops whose name contains this")
       ->type_name("TEXT");
   list.app->add_option("--family", list.flags->family,
-                       "pointwise, reduction, matmul, view or tensor");
+                       "pointwise, reduction, matmul, view, tensor or nn");
   list.app->add_flag("--schemas", list.flags->schemas, "print each op's torch schema too");
   ops->group("Commands that need no cluster");
 }

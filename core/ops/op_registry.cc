@@ -24,6 +24,8 @@ absl::string_view OpFamilyName(OpFamily family) {
       return "tensor";
     case OpFamily::kFactory:
       return "factory";
+    case OpFamily::kNn:
+      return "nn";
   }
   return "unknown";
 }
@@ -72,6 +74,7 @@ const OpRegistry& Registry() {
     RegisterMatmulOps(*r);
     RegisterViewOps(*r);
     RegisterTensorOps(*r);
+    RegisterNormOps(*r);
     r->Finish();
     return r;
   }();

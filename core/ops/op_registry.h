@@ -22,8 +22,9 @@
 
 namespace tessera::ops {
 
-// The families of ops, by how their sharding is decided.
-enum class OpFamily { kPointwise, kReduction, kMatmul, kView, kTensor, kFactory };
+// The families of ops, by how their sharding is decided. kNn: normalization layers and
+// attention (the dims they normalize or attend over whole, the others keep their shards).
+enum class OpFamily { kPointwise, kReduction, kMatmul, kView, kTensor, kFactory, kNn };
 absl::string_view OpFamilyName(OpFamily family);
 
 // The shape and dtype of one input tensor of a call.
@@ -144,6 +145,7 @@ void RegisterReductionOps(OpRegistry& registry);
 void RegisterMatmulOps(OpRegistry& registry);
 void RegisterViewOps(OpRegistry& registry);
 void RegisterTensorOps(OpRegistry& registry);
+void RegisterNormOps(OpRegistry& registry);
 
 }  // namespace tessera::ops
 

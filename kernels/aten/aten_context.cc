@@ -62,6 +62,7 @@ const LocalTable& Table() {
     AddMatmulKernels(*t);
     AddViewKernels(*t);
     AddTensorKernels(*t);
+    AddNormKernels(*t);
     return t;
   }();
   return *table;

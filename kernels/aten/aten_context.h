@@ -3,6 +3,7 @@
 #ifndef TESSERA_KERNELS_ATEN_ATEN_CONTEXT_H_
 #define TESSERA_KERNELS_ATEN_ATEN_CONTEXT_H_
 
+#include <cstdint>
 #include <deque>
 #include <span>
 #include <string>
@@ -49,6 +50,24 @@ struct Context {
   absl::StatusOr<DeviceTensor> Output() { return backend.Allocate(out_dtype, out_shape); }
 };
 
+// `view`'s elements from `elements` on, seen as `shape`.
+inline ConstTensorView At(const ConstTensorView& view, int64_t elements, Shape shape) {
+  return {view.data + elements * static_cast<int64_t>(DTypeSize(view.dtype)), view.dtype,
+          std::move(shape)};
+}
+inline TensorView At(const TensorView& view, int64_t elements, Shape shape) {
+  return {view.data + elements * static_cast<int64_t>(DTypeSize(view.dtype)), view.dtype,
+          std::move(shape)};
+}
+
+// The int64 values of a small index tensor, on the host.
+absl::StatusOr<std::vector<int64_t>> IndexValues(Context& ctx, const ConstTensorView& index);
+
+// x reduced by `op` over `dims` (kept as size 1), in x's dtype; a max or min over a dim that is
+// empty here is the op's identity (this rank's part of a Partial).
+absl::StatusOr<ConstTensorView> ReduceKept(Context& ctx, ReduceOp op, const ConstTensorView& x,
+                                           const std::vector<int>& dims);
+
 using LocalFn = absl::StatusOr<DeviceTensor> (*)(Context& ctx);
 using LocalTable = absl::flat_hash_map<std::string, LocalFn>;
 
@@ -57,6 +76,7 @@ void AddReductionKernels(LocalTable& table);
 void AddMatmulKernels(LocalTable& table);
 void AddViewKernels(LocalTable& table);
 void AddTensorKernels(LocalTable& table);
+void AddNormKernels(LocalTable& table);
 
 }  // namespace tessera::kernels::aten
 

@@ -9,16 +9,6 @@
 namespace tessera::kernels::aten {
 namespace {
 
-// `view` shifted by `elements` elements.
-ConstTensorView At(const ConstTensorView& view, int64_t elements, Shape shape) {
-  return {view.data + elements * static_cast<int64_t>(DTypeSize(view.dtype)), view.dtype,
-          std::move(shape)};
-}
-TensorView At(const TensorView& view, int64_t elements, Shape shape) {
-  return {view.data + elements * static_cast<int64_t>(DTypeSize(view.dtype)), view.dtype,
-          std::move(shape)};
-}
-
 // out = a @ b (torch.matmul on local blocks): a [..., M, K] or [K], b [..., K, N] or [K].
 absl::Status Matmul(Context& ctx, const ConstTensorView& a_in, const ConstTensorView& b_in,
                     const TensorView& out) {

@@ -27,7 +27,8 @@ double Identity(ReduceOp op, DType dtype) {
   return dtype == DType::kBool ? 1.0 : inf;
 }
 
-// x reduced by `op` over `dims` (kept as size 1), in x's dtype.
+}  // namespace
+
 absl::StatusOr<ConstTensorView> ReduceKept(Context& ctx, ReduceOp op, const ConstTensorView& x,
                                            const std::vector<int>& dims) {
   Shape kept = x.shape;
@@ -50,6 +51,8 @@ absl::StatusOr<ConstTensorView> ReduceKept(Context& ctx, ReduceOp op, const Cons
   }
   return current;
 }
+
+namespace {
 
 // The number of elements a reduction over `dims` of the global `shape` counts.
 int64_t Count(const Shape& shape, const std::vector<int>& dims) {

@@ -77,15 +77,6 @@ absl::StatusOr<DeviceTensor> JoinKernel(Context& ctx) {
   return out;
 }
 
-// The int64 values of a small index tensor, on the host.
-absl::StatusOr<std::vector<int64_t>> IndexValues(Context& ctx, const ConstTensorView& index) {
-  ASSIGN_OR_RETURN(const ConstTensorView ids, ctx.As(index, DType::kInt64));
-  std::vector<int64_t> values(ids.num_elements());
-  RETURN_IF_ERROR(ctx.backend.CopyToHost(
-      ids, std::span<std::byte>(reinterpret_cast<std::byte*>(values.data()), ids.nbytes())));
-  return values;
-}
-
 absl::StatusOr<DeviceTensor> IndexSelectKernel(Context& ctx) {
   const ConstTensorView x = ctx.Input("self");
   const int rank = std::max(x.rank(), 1);
@@ -172,6 +163,14 @@ absl::StatusOr<DeviceTensor> EmbeddingKernel(Context& ctx) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<int64_t>> IndexValues(Context& ctx, const ConstTensorView& index) {
+  ASSIGN_OR_RETURN(const ConstTensorView ids, ctx.As(index, DType::kInt64));
+  std::vector<int64_t> values(ids.num_elements());
+  RETURN_IF_ERROR(ctx.backend.CopyToHost(
+      ids, std::span<std::byte>(reinterpret_cast<std::byte*>(values.data()), ids.nbytes())));
+  return values;
+}
 
 void AddTensorKernels(LocalTable& t) {
   t["aten::cat"] = t["aten::stack"] = JoinKernel;

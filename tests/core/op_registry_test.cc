@@ -3,6 +3,7 @@
 
 #include "core/ops/op_registry.h"
 
+#include <limits>
 #include <regex>
 #include <set>
 #include <string>
@@ -46,8 +47,8 @@ TEST(OpRegistryTest, EveryOpIsComplete) {
 // indexing, scan and variance ops), each checked to be missing, so the list shrinks as they come.
 const std::set<std::string>& NotYetRegistered() {
   static const auto* names = new std::set<std::string>{
-      "cumprod_backward", "embedding_dense_backward", "flip",   "index_add",   "inverse",
-      "select_backward",  "slice_backward",           "square", "var_backward"};
+      "_fused_rms_norm_backward",   "cumprod_backward", "flip",        "index_add", "inverse",
+      "native_layer_norm_backward", "square",           "var_backward"};
   return *names;
 }
 
@@ -262,6 +263,136 @@ TEST_F(StrategyTest, TensorOpsKeepUntouchedDims) {
   EXPECT_EQ(
       Chosen("embedding", {T(0), T(1)}, {Spec("S(0)", {10, 4}), Spec("R", {3}, DType::kInt64)}),
       "(S(0)) x (R) -> (P(sum))");
+}
+
+TEST(OpMetaTest, NormsAttentionAndBackwardOpsAsTorch) {
+  const TensorMeta x{{2, 3, 4}, DType::kFloat32};
+  const TensorMeta w{{3, 4}, DType::kFloat32};
+  auto meta = [](absl::StatusOr<PreparedCall> p) {
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? p->call.output : OutputMeta{{-1}, DType::kBool};
+  };
+  EXPECT_EQ(
+      meta(Prepare("layer_norm", {T(0), P(std::vector<int64_t>{3, 4}), T(1), T(1)}, {x, w})).shape,
+      (Shape{2, 3, 4}));
+  EXPECT_EQ(meta(Prepare("rms_norm", {T(0), P(std::vector<int64_t>{4})}, {x})).shape,
+            (Shape{2, 3, 4}));
+  const TensorMeta q{{2, 4, 3, 8}, DType::kFloat16};
+  const TensorMeta kv{{2, 2, 5, 8}, DType::kFloat16};
+  const TensorMeta v{{2, 2, 5, 6}, DType::kFloat16};
+  const OutputMeta attention = meta(Prepare("scaled_dot_product_attention",
+                                            {T(0), T(1), T(2), A("enable_gqa", true)}, {q, kv, v}));
+  EXPECT_EQ(attention.shape, (Shape{2, 4, 3, 6}));
+  EXPECT_EQ(attention.dtype, DType::kFloat16);
+  EXPECT_EQ(meta(Prepare("linalg_vector_norm",
+                         {T(0), P(int64_t{2}), P(std::vector<int64_t>{-1}), P(true)}, {x}))
+                .shape,
+            (Shape{2, 3, 1}));
+  EXPECT_EQ(meta(Prepare("linalg_vector_norm", {T(0), A("dtype", DType::kFloat64)}, {x})).dtype,
+            DType::kFloat64);
+  EXPECT_EQ(meta(Prepare("slice_backward",
+                         {T(0), P(std::vector<int64_t>{2, 9, 4}), P(int64_t{1}), P(int64_t{-8}),
+                          P(int64_t{1000}), P(int64_t{3})},
+                         {x}))
+                .shape,
+            (Shape{2, 9, 4}));
+  EXPECT_EQ(
+      meta(Prepare("select_backward",
+                   {T(0), P(std::vector<int64_t>{2, 3, 5, 4}), P(int64_t{2}), P(int64_t{-1})}, {x}))
+          .shape,
+      (Shape{2, 3, 5, 4}));
+  EXPECT_EQ(meta(Prepare("embedding_dense_backward",
+                         {T(0), T(1), P(int64_t{10}), P(int64_t{-1}), P(false)},
+                         {x, {{2, 3}, DType::kInt64}}))
+                .shape,
+            (Shape{10, 4}));
+}
+
+TEST(OpMetaTest, NormsAttentionAndBackwardOpsNameTheirBadArguments) {
+  const TensorMeta x{{2, 3, 4}, DType::kFloat32};
+  absl::Status s = Prepare("layer_norm", {T(0), P(std::vector<int64_t>{3})}, {x}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("aten::layer_norm"), HasSubstr("'normalized_shape'"),
+                                 HasSubstr("[3]"), HasSubstr("[2, 3, 4]")));
+  s = Prepare("layer_norm", {T(0), P(std::vector<int64_t>{4}), T(1)}, {x, {{4}, DType::kFloat64}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'weight'"), HasSubstr("float64")));
+  s = Prepare("rms_norm", {T(0), P(std::vector<int64_t>{4})}, {{{4}, DType::kInt32}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'input'"), HasSubstr("int32")));
+  s = Prepare("scaled_dot_product_attention", {T(0), T(0), T(0), A("dropout_p", 0.1)}, {x})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'dropout_p'"), HasSubstr("0.1")));
+  s = Prepare("scaled_dot_product_attention", {T(0), T(0), T(0), T(1)},
+              {x, {{3, 3}, DType::kFloat64}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'attn_mask'"), HasSubstr("float64")));
+  s = Prepare("scaled_dot_product_attention", {T(0), T(1), T(1)}, {x, {{1, 3, 4}, DType::kFloat32}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'key'"), HasSubstr("[1, 3, 4]")));
+  s = Prepare("embedding_dense_backward", {T(0), T(1), P(int64_t{10}), P(int64_t{-1}), P(true)},
+              {x, {{2, 3}, DType::kInt64}})
+          .status();
+  EXPECT_THAT(s.message(), HasSubstr("'scale_grad_by_freq'"));
+  s = Prepare("linalg_vector_norm",
+              {T(0), P(std::numeric_limits<double>::infinity()), P(std::vector<int64_t>{0})},
+              {{{0, 3}, DType::kFloat32}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'ord'"), HasSubstr("inf"), HasSubstr("empty")));
+  s = Prepare("slice_backward",
+              {T(0), P(std::vector<int64_t>{2, 3, 4}), P(int64_t{1}), P(int64_t{0}), P(int64_t{2}),
+               P(int64_t{1})},
+              {x})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'grad_output'"), HasSubstr("[2, 2, 4]")));
+}
+
+TEST_F(StrategyTest, NormsAttentionAndBackwardOpsKeepTheDimsTheyDoNotTouch) {
+  const std::vector<int64_t> last = {6};
+  EXPECT_EQ(Chosen("layer_norm", {T(0), P(last), T(1), T(2)},
+                   {Spec("S(0)", {4, 6}), Spec("S(0)", {6}), Spec("R", {6})}),
+            "(S(0)) x (R) x (R) -> (S(0))");
+  EXPECT_EQ(Chosen("rms_norm", {T(0), P(last)}, {Spec("S(1)", {4, 6})}), "(S(0)) -> (S(0))");
+  // A Partial is reduced first (here reduce-scattered onto the leading dim).
+  EXPECT_EQ(Chosen("rms_norm", {T(0), P(last)}, {Spec("P(sum)", {4, 6})}), "(S(0)) -> (S(0))");
+  // Heads sharded on query, key and value stay sharded, grouped heads too.
+  EXPECT_EQ(
+      Chosen("scaled_dot_product_attention", {T(0), T(1), T(2), A("enable_gqa", true)},
+             {Spec("S(1)", {2, 4, 3, 8}), Spec("S(1)", {2, 2, 5, 8}), Spec("S(1)", {2, 2, 5, 8})}),
+      "(S(1)) x (S(1)) x (S(1)) -> (S(1))");
+  // A mask broadcast over the batch stays Replicate.
+  EXPECT_EQ(Chosen("scaled_dot_product_attention", {T(0), T(1), T(2), T(3)},
+                   {Spec("S(0)", {2, 4, 3, 8}), Spec("S(0)", {2, 4, 5, 8}),
+                    Spec("S(0)", {2, 4, 5, 8}), Spec("R", {3, 5})}),
+            "(S(0)) x (S(0)) x (S(0)) x (R) -> (S(0))");
+  const std::vector<int64_t> rows = {0};
+  EXPECT_EQ(
+      Chosen("linalg_vector_norm", {T(0), P(std::numeric_limits<double>::infinity()), P(rows)},
+             {Spec("S(0)", {4, 6})}),
+      "(S(0)) -> (P(max))");
+  EXPECT_EQ(Chosen("linalg_vector_norm", {T(0), P(int64_t{1}), P(rows)}, {Spec("S(0)", {4, 6})}),
+            "(S(0)) -> (P(sum))");
+  EXPECT_EQ(Chosen("linalg_vector_norm", {T(0), P(int64_t{2}), P(rows)}, {Spec("S(0)", {4, 6})}),
+            "(S(1)) -> (S(0))");
+  EXPECT_EQ(Chosen("linalg_vector_norm", {T(0)}, {Spec("P(sum)", {4, 6})}), "(R) -> (R)");
+  const std::vector<int64_t> sizes = {4, 6};
+  EXPECT_EQ(Chosen("slice_backward",
+                   {T(0), P(sizes), P(int64_t{1}), P(int64_t{0}), P(int64_t{3}), P(int64_t{1})},
+                   {Spec("S(0)", {4, 3})}),
+            "(S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("slice_backward",
+                   {T(0), P(sizes), P(int64_t{1}), P(int64_t{0}), P(int64_t{3}), P(int64_t{1})},
+                   {Spec("P(max)", {4, 3})}),
+            "(P(max)) -> (P(max))");
+  EXPECT_EQ(Chosen("select_backward", {T(0), P(sizes), P(int64_t{0}), P(int64_t{2})},
+                   {Spec("S(0)", {6})}),
+            "(S(0)) -> (S(1))");
+  EXPECT_EQ(
+      Chosen("embedding_dense_backward", {T(0), T(1), P(int64_t{10}), P(int64_t{-1}), P(false)},
+             {Spec("S(0)", {4, 6}), Spec("S(0)", {4}, DType::kInt64)}),
+      "(S(0)) x (S(0)) -> (P(sum))");
+  EXPECT_EQ(
+      Chosen("embedding_dense_backward", {T(0), T(1), P(int64_t{10}), P(int64_t{-1}), P(false)},
+             {Spec("S(1)", {4, 6}), Spec("R", {4}, DType::kInt64)}),
+      "(S(1)) x (R) -> (S(1))");
 }
 
 TEST(ShardingCacheTest, ARepeatedCallIsAHit) {
