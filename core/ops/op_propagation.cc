@@ -1,6 +1,7 @@
 #include "core/ops/op_propagation.h"
 
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -74,14 +75,52 @@ absl::Status CheckMeshes(const BoundCall& call, std::span<const DTensorSpec> spe
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Strategy>> Candidates(const BoundCall& call,
-                                                 std::span<const DTensorSpec> specs) {
+absl::StatusOr<StrategyCandidates> CandidateSet(const BoundCall& call,
+                                                std::span<const DTensorSpec> specs) {
   RETURN_IF_ERROR(CheckMeshes(call, specs));
   const CallContext context{*call.op, call.args, call.inputs};
-  ASSIGN_OR_RETURN(const StrategyCandidates c, call.op->strategies(context, specs, call.output));
+  return call.op->strategies(context, specs, call.output);
+}
+
+absl::StatusOr<std::vector<Strategy>> Candidates(const BoundCall& call,
+                                                 std::span<const DTensorSpec> specs) {
+  ASSIGN_OR_RETURN(const StrategyCandidates c, CandidateSet(call, specs));
   if (specs.empty()) return std::vector<Strategy>{};
   return Expand(c, specs[0].mesh, static_cast<int>(specs.size()),
                 static_cast<int>(call.output.shape.size()));
+}
+
+// The first strategy of the product (mesh dim 0 varying slowest) that takes every input as it is,
+// found from the per-dim choices that match on each mesh dim without expanding the product.
+std::optional<Strategy> FreeStrategy(const StrategyCandidates& c,
+                                     std::span<const DTensorSpec> specs, int out_rank) {
+  const DeviceMesh& mesh = specs[0].mesh;
+  const int ndim = mesh.ndim();
+  std::vector<std::vector<size_t>> matching(ndim);
+  for (int m = 0; m < ndim; ++m) {
+    for (size_t j = 0; j < c.per_dim.size(); ++j) {
+      bool match = true;
+      for (size_t i = 0; match && i < specs.size(); ++i) {
+        match = c.per_dim[j].inputs[i] == specs[i].placements[m];
+      }
+      if (match) matching[m].push_back(j);
+    }
+    if (matching[m].empty()) return std::nullopt;
+  }
+  std::vector<size_t> choice(ndim, 0);
+  while (true) {
+    Strategy s;
+    s.inputs.resize(specs.size());
+    for (int m = 0; m < ndim; ++m) {
+      const DimChoice& d = c.per_dim[matching[m][choice[m]]];
+      for (size_t i = 0; i < specs.size(); ++i) s.inputs[i].push_back(d.inputs[i]);
+      s.output.push_back(d.output);
+    }
+    if (NormalizePlacements(mesh, s.output, out_rank).ok()) return s;
+    int m = ndim - 1;
+    while (m >= 0 && ++choice[m] == matching[m].size()) choice[m--] = 0;
+    if (m < 0) return std::nullopt;
+  }
 }
 
 // The strategies each input can reach, with their plans; with `free_only`, the first that needs
@@ -153,9 +192,20 @@ absl::StatusOr<OpPlan> PlanCall(const BoundCall& call, std::span<const DTensorSp
     return absl::UnimplementedError(
         absl::StrCat(call.op->name(), " with no tensor input has no mesh to run on"));
   }
-  ASSIGN_OR_RETURN(const std::vector<Strategy> all, Candidates(call, specs));
-  std::vector<Planned> planned = PlanAll(all, specs, /*free_only=*/true);
-  if (planned.empty()) planned = PlanAll(all, specs, false);
+  ASSIGN_OR_RETURN(const StrategyCandidates candidates, CandidateSet(call, specs));
+  const int out_rank = static_cast<int>(call.output.shape.size());
+  std::vector<Planned> planned;
+  if (candidates.whole.empty()) {
+    if (std::optional<Strategy> free = FreeStrategy(candidates, specs, out_rank)) {
+      planned.push_back({*std::move(free), std::vector<RedistributePlan>(specs.size())});
+    }
+  }
+  if (planned.empty()) {
+    const std::vector<Strategy> all =
+        Expand(candidates, specs[0].mesh, static_cast<int>(specs.size()), out_rank);
+    planned = PlanAll(all, specs, /*free_only=*/true);
+    if (planned.empty()) planned = PlanAll(all, specs, false);
+  }
   using Cost = std::tuple<int64_t, bool>;
   Planned* best = nullptr;
   Cost best_cost;
