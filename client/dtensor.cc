@@ -8,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "client/direct_distribute.h"
 #include "client/direct_download.h"
+#include "client/dtensor_access.h"
 #include "client/op_stream.h"
+#include "client/op_submit.h"
 #include "client/session_impl.h"
 #include "client/wire.h"
 #include "core/sharding/sharding_propagation.h"
@@ -20,22 +22,6 @@
 #include "transfer/tensor_stream.h"
 
 namespace tessera::client {
-
-// Makes handles from replies; the one friend of DTensor's state.
-struct DTensorAccess {
-  static absl::StatusOr<DTensor> Adopt(std::shared_ptr<Session> session,
-                                       const v1::TensorInfo& tensor, bool owned) {
-    ASSIGN_OR_RETURN(DTensorInfo info, FromWire(tensor));
-    DTensor t;
-    t.state_ = std::make_shared<DTensor::State>(std::move(session), std::move(info), owned);
-    return t;
-  }
-  static DTensor::State& StateOf(DTensor& t) { return *t.state_; }
-  // Waits until the coordinator accepted the op that makes `state`'s tensor, when one on the op
-  // stream does; its failure, naming the tensor, otherwise.
-  static absl::Status AwaitCreated(const DTensor::State& state);
-  static const std::shared_ptr<DTensor::State>& StateOf(const DTensor& t) { return t.state_; }
-};
 
 namespace {
 
@@ -398,87 +384,34 @@ absl::StatusOr<std::vector<DTensorInfo>> Session::ListTensors(const std::string&
   return tensors;
 }
 
-namespace {
-
-// RunOp on the op stream: the output's metadata and the inputs' redistributions come from the
-// planner the coordinator runs (core/sharding/sharding_propagation), so the handle returns at once;
-// what only the coordinator can refuse (an input freed meanwhile, a name taken) shows on the
-// output.
-absl::StatusOr<DTensor> RunOpOnStream(const OpCall& op, absl::Span<const DTensor> inputs,
-                                      v1::OpRequest request) {
-  const std::shared_ptr<Session>& session = DTensorAccess::StateOf(inputs[0])->session;
-  internal::SessionImpl& impl = ImplOf(session);
-  if (request.inputs_size() != op.num_inputs()) {
-    return absl::InvalidArgumentError(absl::StrCat(OpKindName(op.kind), " takes ", op.num_inputs(),
-                                                   " inputs, not ", request.inputs_size()));
-  }
-  std::vector<DTensorSpec> specs;
-  for (const DTensor& t : inputs) {
-    const auto& state = DTensorAccess::StateOf(t);
-    if (state == nullptr)
-      return absl::InvalidArgumentError("an op input is an empty DTensor handle");
-    if (state->session != session) {
-      return absl::InvalidArgumentError(absl::StrCat("inputs '", inputs[0].name(), "' and '",
-                                                     t.name(), "' belong to different sessions"));
-    }
-    if (t.info().mesh != inputs[0].info().mesh) {
-      return absl::InvalidArgumentError(absl::StrCat("inputs '", inputs[0].name(), "' and '",
-                                                     t.name(), "' are on different meshes ('",
-                                                     inputs[0].info().mesh, "', '", t.info().mesh,
-                                                     "'); redistribute one to the other's mesh"));
-    }
-    // An input whose own op is known to have failed fails this one now, with its reason.
-    if (state->created != nullptr && state->created->known() && !state->created->status().ok()) {
-      RETURN_IF_ERROR(DTensorAccess::AwaitCreated(*state));
-    }
-    specs.push_back(t.spec());
-  }
-  ASSIGN_OR_RETURN(OpSharding sharding, PropagateSharding(op, specs));
-  if (request.output().empty()) request.set_output(impl.NextTensorName());
-  v1::TensorInfo info;
-  info.set_name(request.output());
-  info.set_mesh(inputs[0].info().mesh);
-  *info.mutable_meta() = ToProto(sharding.output);
-  info.set_owner(impl.options.client_id);
-  info.set_state(v1::PENDING);
-  ASSIGN_OR_RETURN(DTensor out, DTensorAccess::Adopt(session, info, true));
-  auto& state = DTensorAccess::StateOf(out);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (sharding.input_plans[i].steps.empty()) continue;
-    state.redistributions.push_back({inputs[i].name(), specs[i].placements,
-                                     sharding.strategy.inputs[i], sharding.input_plans[i]});
-  }
-  v1::StreamCall call;
-  *call.mutable_op() = std::move(request);
-  state.created = impl.ops.Send(std::move(call));
-  return out;
-}
-
-}  // namespace
-
 absl::StatusOr<DTensor> RunOp(const OpCall& op, absl::Span<const DTensor> inputs,
                               const std::string& output) {
   if (inputs.empty() || DTensorAccess::StateOf(inputs[0]) == nullptr) {
     return absl::InvalidArgumentError("an op needs input tensors");
   }
-  const std::shared_ptr<Session>& session = DTensorAccess::StateOf(inputs[0])->session;
-  internal::SessionImpl& impl = ImplOf(session);
   v1::OpRequest request;
   *request.mutable_op() = ToProto(op);
   for (const DTensor& t : inputs) request.add_inputs(t.name());
   request.set_output(output);
-  if (impl.options.op_stream) return RunOpOnStream(op, inputs, std::move(request));
-  grpc::ClientContext context;
-  impl.Prepare(&context);
-  v1::OpReply reply;
-  RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->RunOp(&context, request, &reply)));
-  ASSIGN_OR_RETURN(DTensor out, DTensorAccess::Adopt(session, reply.output(), true));
-  const int mesh_ndim = out.spec().mesh.ndim();
-  for (const v1::InputRedistribution& r : reply.redistributions()) {
-    ASSIGN_OR_RETURN(InputRedistribution moved, FromWire(r, mesh_ndim));
-    DTensorAccess::StateOf(out).redistributions.push_back(std::move(moved));
-  }
-  return out;
+  // On the op stream, the output's metadata and the inputs' redistributions come from the planner
+  // the coordinator runs for OpKind ops (core/sharding/sharding_propagation).
+  const auto plan = [&op, inputs]() -> absl::StatusOr<internal::PlannedOp> {
+    if (static_cast<int>(inputs.size()) != op.num_inputs()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          OpKindName(op.kind), " takes ", op.num_inputs(), " inputs, not ", inputs.size()));
+    }
+    std::vector<DTensorSpec> specs;
+    for (const DTensor& t : inputs) specs.push_back(t.spec());
+    ASSIGN_OR_RETURN(OpSharding sharding, PropagateSharding(op, specs));
+    internal::PlannedOp planned{std::move(sharding.output), {}};
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (sharding.input_plans[i].steps.empty()) continue;
+      planned.redistributions.push_back({inputs[i].name(), specs[i].placements,
+                                         sharding.strategy.inputs[i], sharding.input_plans[i]});
+    }
+    return planned;
+  };
+  return internal::SubmitOp(std::move(request), inputs, "", plan);
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "client/op_stream.h"
 #include "client/worker_channels.h"
+#include "core/ops/op_propagation.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "tessera/session.h"
@@ -56,6 +57,8 @@ struct SessionImpl {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   WorkerChannels workers;  // channels straight to workers (direct data)
   OpStream ops;            // ops and frees, in order (used when options.op_stream)
+  // Plans of registry ops sent on the op stream, made as the coordinator makes them.
+  tessera::ops::ShardingCache op_plans;
   std::atomic<uint64_t> next_tensor{1};
   absl::Notification stop;  // ends the lease keeper
   std::thread keeper;       // renews the lease while the session lives

@@ -551,6 +551,38 @@ absl::StatusOr<std::vector<ops::NamedValue>> ArgsFromProto(const v1::OpCall& op)
   return out;
 }
 
+namespace {
+
+// One argument value into `a`'s oneof.
+void ValueToProto(const ops::OpValue& value, v1::OpArgument* a) {
+  std::visit(
+      [a](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, ops::NoneValue>) {
+          a->set_none(true);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          a->set_bool_value(v);
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          a->set_int_value(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          a->set_float_value(v);
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          a->mutable_ints()->mutable_values()->Add(v.begin(), v.end());
+        } else if constexpr (std::is_same_v<T, DType>) {
+          a->set_dtype(ToProto(v));
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          a->set_string_value(v);
+        } else if constexpr (std::is_same_v<T, ops::TensorRef>) {
+          a->set_tensor(v.index);
+        } else {
+          a->mutable_tensors()->mutable_indices()->Add(v.indices.begin(), v.indices.end());
+        }
+      },
+      value);
+}
+
+}  // namespace
+
 void ArgsToProto(const ops::BoundArgs& args, v1::OpCall& op) {
   for (size_t i = 0; i < args.values().size(); ++i) {
     const ops::OpValue& value = args.values()[i];
@@ -559,30 +591,15 @@ void ArgsToProto(const ops::BoundArgs& args, v1::OpCall& op) {
     if (arg.kwarg_only && arg.default_value.has_value() && *arg.default_value == value) continue;
     v1::OpArgument* a = op.add_args();
     if (arg.kwarg_only) a->set_name(arg.name);
-    std::visit(
-        [a](const auto& v) {
-          using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, ops::NoneValue>) {
-            a->set_none(true);
-          } else if constexpr (std::is_same_v<T, bool>) {
-            a->set_bool_value(v);
-          } else if constexpr (std::is_same_v<T, int64_t>) {
-            a->set_int_value(v);
-          } else if constexpr (std::is_same_v<T, double>) {
-            a->set_float_value(v);
-          } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-            a->mutable_ints()->mutable_values()->Add(v.begin(), v.end());
-          } else if constexpr (std::is_same_v<T, DType>) {
-            a->set_dtype(ToProto(v));
-          } else if constexpr (std::is_same_v<T, std::string>) {
-            a->set_string_value(v);
-          } else if constexpr (std::is_same_v<T, ops::TensorRef>) {
-            a->set_tensor(v.index);
-          } else {
-            a->mutable_tensors()->mutable_indices()->Add(v.indices.begin(), v.indices.end());
-          }
-        },
-        value);
+    ValueToProto(value, a);
+  }
+}
+
+void ArgsToProto(std::span<const ops::NamedValue> args, v1::OpCall& op) {
+  for (const ops::NamedValue& arg : args) {
+    v1::OpArgument* a = op.add_args();
+    a->set_name(arg.name);
+    ValueToProto(arg.value, a);
   }
 }
 

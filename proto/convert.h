@@ -79,6 +79,8 @@ absl::StatusOr<std::vector<ops::NamedValue>> ArgsFromProto(const v1::OpCall& op)
 // A bound call's arguments for a worker: positional, keyword-only ones by name (left out at
 // their defaults).
 void ArgsToProto(const ops::BoundArgs& args, v1::OpCall& op);
+// A call's arguments as a client gives them (the inverse of ArgsFromProto).
+void ArgsToProto(std::span<const ops::NamedValue> args, v1::OpCall& op);
 
 // A tensor's bytes inline (RunProgram's input and output).
 v1::InlineTensor ToProto(const HostTensor& tensor);

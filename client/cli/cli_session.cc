@@ -11,10 +11,12 @@ client::SessionOptions SecureSessionOptions(const ClusterFlags& f) {
   return options;
 }
 
-absl::StatusOr<std::shared_ptr<client::Session>> ConnectClient(const ClusterFlags& f) {
+absl::StatusOr<std::shared_ptr<client::Session>> ConnectClient(const ClusterFlags& f,
+                                                               bool op_stream) {
   client::SessionOptions options = SecureSessionOptions(f);
   options.client_id = f.client;
   options.keep_alive = false;
+  options.op_stream = op_stream;
   options.timeout = absl::Seconds(10);
   return client::Session::Connect(f.coordinator, options);
 }

@@ -13,8 +13,10 @@ namespace tessera::cli {
 client::SessionOptions SecureSessionOptions(const ClusterFlags& f);
 
 // The session of a command that makes or uses tensors and modules: client `f.client`, holding no
-// lease (what it makes stays until removed), connected within 10 s.
-absl::StatusOr<std::shared_ptr<client::Session>> ConnectClient(const ClusterFlags& f);
+// lease (what it makes stays until removed), connected within 10 s; ops on the op stream, or with
+// `op_stream` false one unary RunOp each (answered with the coordinator's own plan).
+absl::StatusOr<std::shared_ptr<client::Session>> ConnectClient(const ClusterFlags& f,
+                                                               bool op_stream = true);
 
 }  // namespace tessera::cli
 

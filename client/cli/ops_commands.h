@@ -5,7 +5,7 @@
 
 namespace tessera::cli {
 
-// `tessera ops list`: the op registry (core/ops), offline.
+// `tessera ops list`: the op registry (core/ops), offline, or with --remote the coordinator's.
 void AddOpsCommands(CLI::App& app, Action* action);
 
 }  // namespace tessera::cli

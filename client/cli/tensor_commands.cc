@@ -1,11 +1,15 @@
 #include "client/cli/tensor_commands.h"
 
+#include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/cli_session.h"
+#include "client/cli/op_arg_text.h"
 #include "client/cli/progress_bar.h"
 #include "client/cli/tensor_files.h"
 #include "core/sharding/redistribute_planner.h"
@@ -197,6 +201,50 @@ absl::Status Remove(const RemoveFlags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
+struct OpFlags {
+  ClusterFlags cluster;
+  std::string op;
+  std::vector<std::string> args;
+  std::string output;
+  bool async = false;
+};
+
+void PrintRedistributions(const std::vector<client::InputRedistribution>& moved,
+                          std::ostream& out) {
+  if (moved.empty()) {
+    out << "no redistribution: the inputs are laid out as the op's strategy needs\n";
+  }
+  for (const client::InputRedistribution& r : moved) {
+    out << "redistributed " << r.input << ": " << PlacementsToString(r.from) << " -> "
+        << PlacementsToString(r.to) << "\n"
+        << r.plan.ToString();
+  }
+}
+
+absl::Status Op(const OpFlags& f, std::ostream& out) {
+  // One unary RunOp: it returns once the coordinator accepted the op, with the redistributions the
+  // coordinator's plan inserted.
+  ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster, /*op_stream=*/false));
+  std::map<std::string, client::DTensor> tensors;
+  const TensorLookup lookup = [&](const std::string& name) -> absl::StatusOr<client::DTensor> {
+    if (auto it = tensors.find(name); it != tensors.end()) return it->second;
+    ASSIGN_OR_RETURN(client::DTensor t, client::GetTensor(*session, name));
+    tensors.emplace(name, t);
+    return t;
+  };
+  std::vector<client::OpArg> args;
+  for (const std::string& token : f.args) {
+    ASSIGN_OR_RETURN(client::OpArg arg, ParseOpArg(token, lookup));
+    args.push_back(std::move(arg));
+  }
+  ASSIGN_OR_RETURN(client::DTensor t, client::Call(f.op, args, f.output));
+  PrintRedistributions(t.redistributions(), out);
+  ASSIGN_OR_RETURN(auto info, Keep(std::move(t), f.async));
+  PrintSummary(info, out);
+  out << VisualizeSharding(info.spec);
+  return absl::OkStatus();
+}
+
 // The tensor's name as the first positional of `cmd`.
 void AddNameArgument(CLI::App& cmd, std::string& name) {
   cmd.add_option("name", name, "the tensor's name")->required()->type_name("NAME");
@@ -269,6 +317,29 @@ void AddRedistributeCommand(CLI::App& tensor, Action* action) {
   AddAsyncFlag(*redistribute.app, redistribute.flags->async);
 }
 
+void AddOpCommand(CLI::App& tensor, Action* action) {
+  auto op = AddCommand(tensor, "op",
+                       "run an op of the registry (tessera ops list) on tensors as a new tensor, "
+                       "print the redistributions it needed, and wait until the workers hold it",
+                       Op, action);
+  AddClusterFlags(*op.app, op.flags->cluster, /*with_client=*/true);
+  op.app
+      ->add_option("op", op.flags->op,
+                   "the op's ATen name: aten::softmax.int, softmax.int, or softmax for its "
+                   "default or only overload")
+      ->required()
+      ->type_name("OP");
+  op.app
+      ->add_option("args", op.flags->args,
+                   "its arguments in schema order, then key=value by name: %name (a tensor), "
+                   "integers, numbers, true/false, none, [0,1], [%a,%b], dtypes (float32, "
+                   "torch.int64), 'strings' (quoted for the op, inside the shell's quotes)")
+      ->type_name("ARG...");
+  op.app->add_option("--output", op.flags->output, "the new tensor's name (default: one is made)")
+      ->type_name("NAME");
+  AddAsyncFlag(*op.app, op.flags->async);
+}
+
 void AddShowCommand(CLI::App& tensor, Action* action) {
   auto show =
       AddCommand(tensor, "show", "a tensor's metadata and its layout per rank", Show, action);
@@ -298,11 +369,12 @@ void AddTensorCommands(CLI::App& app, Action* action) {
   CLI::App* tensor = app.add_subcommand(
       "tensor",
       "DTensors on the cluster: distribute a file, read it back whole or one rank's shard, "
-      "redistribute it (or print the plan), draw its layout per rank");
+      "redistribute it (or print the plan), run ops on it, draw its layout per rank");
   tensor->require_subcommand(1);
   AddPutCommand(*tensor, action);
   AddGetCommand(*tensor, action);
   AddRedistributeCommand(*tensor, action);
+  AddOpCommand(*tensor, action);
   AddShowCommand(*tensor, action);
   AddListCommand(*tensor, action);
   AddRemoveCommand(*tensor, action);

@@ -232,6 +232,23 @@ absl::StatusOr<OpPlan> PlanCall(const BoundCall& call, std::span<const DTensorSp
                 std::get<0>(best_cost)};
 }
 
+absl::StatusOr<PlannedCall> PlanOpCall(const OpDef& op, std::span<const NamedValue> args,
+                                       std::span<const DTensorSpec> given, ShardingCache& cache) {
+  std::vector<TensorMeta> metas;
+  for (const DTensorSpec& s : given) metas.push_back({s.shape, s.dtype});
+  PlannedCall out;
+  ASSIGN_OR_RETURN(out.prepared, PrepareCall(op, args, metas));
+  if (out.prepared.input_of.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat(op.name(),
+                     " takes no DTensor here, so it has no mesh to run on; use the factories "
+                     "(tessera.full, zeros, rand, ...) with a mesh"));
+  }
+  for (int i : out.prepared.input_of) out.specs.push_back(given[i]);
+  ASSIGN_OR_RETURN(out.plan, cache.Plan(out.prepared.call, out.specs));
+  return out;
+}
+
 std::string CallKey(const BoundCall& call, std::span<const DTensorSpec> specs) {
   std::string key = call.op->name();
   for (const OpValue& v : call.args.values()) absl::StrAppend(&key, "|", OpValueToString(v));

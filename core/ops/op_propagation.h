@@ -77,6 +77,18 @@ class ShardingCache {
   int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// A call as a client gives it (the arguments refer to the tensors of `given` by index), planned
+// as the coordinator plans it: bound by PrepareCall on the metas of `given`, its strategy chosen
+// through `cache`. UNIMPLEMENTED naming the op when the call uses none of the tensors (it has no
+// mesh to run on).
+struct PlannedCall {
+  PreparedCall prepared;
+  std::vector<DTensorSpec> specs;  // the spec of each input of `prepared.call`
+  std::shared_ptr<const OpPlan> plan;
+};
+absl::StatusOr<PlannedCall> PlanOpCall(const OpDef& op, std::span<const NamedValue> args,
+                                       std::span<const DTensorSpec> given, ShardingCache& cache);
+
 // The cache key of a call: its op, arguments and input specs, compactly.
 std::string CallKey(const BoundCall& call, std::span<const DTensorSpec> specs);
 

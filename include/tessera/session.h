@@ -18,6 +18,7 @@
 #include "tessera/collectives.h"
 #include "tessera/dtensor.h"
 #include "tessera/mesh.h"
+#include "tessera/ops.h"
 
 namespace tessera::client {
 
@@ -101,6 +102,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Every DTensor, or those on `mesh`.
   absl::StatusOr<std::vector<DTensorInfo>> ListTensors(const std::string& mesh = "");
+  // The coordinator's op registry (what Call runs), or its ops whose name contains `filter`,
+  // sorted by name.
+  absl::StatusOr<std::vector<OpInfo>> ListOps(const std::string& filter = "");
 
  private:
   friend internal::SessionImpl& internal_impl(Session& session);

@@ -7,6 +7,8 @@
 //   tessera/mesh.h         InitDeviceMesh, Mesh (mesh["tp"]), MeshInfo, WorkerInfo
 //   tessera/collectives.h  AllReduce, Broadcast, ... as requests; Work; CollectiveStream
 //   tessera/dtensor.h      DTensor: DistributeTensor, FromLocal, factories, Redistribute, ops
+//   tessera/ops.h          Call: any op of the service's registry by its ATen name; OpArg,
+//                          Arg; typed ops (View, Softmax, Cat, Linear, ...); OpInfo
 //   tessera/module.h       Module: LoadModule, ParallelizeModule, DistributeModule, Forward,
 //                          Step, Save, Publish
 //   tessera/placement.h    Shard, Replicate, Partial; DType, Shape, HostTensor
@@ -19,6 +21,7 @@
 #include "tessera/dtensor.h"
 #include "tessera/mesh.h"
 #include "tessera/module.h"
+#include "tessera/ops.h"
 #include "tessera/placement.h"
 #include "tessera/session.h"
 

@@ -14,7 +14,7 @@ absl::Status EagerOps::Run(const std::string& client, const v1::OpRequest& reque
                            v1::OpReply* reply) {
   ASSIGN_OR_RETURN(const ops::OpDef* op, ops::Registry().Find(request.op().name()));
   std::vector<std::shared_ptr<DTensorEntry>> given;
-  std::vector<ops::TensorMeta> metas;
+  std::vector<DTensorSpec> given_specs;
   for (const std::string& name : request.inputs()) {
     ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t, tensors_->Usable(name));
     if (!given.empty() && t->mesh != given[0]->mesh) {
@@ -22,25 +22,16 @@ absl::Status EagerOps::Run(const std::string& client, const v1::OpRequest& reque
           op->name(), ": inputs '", given[0]->name, "' and '", name, "' are on different meshes ('",
           given[0]->mesh->name, "', '", t->mesh->name, "'); redistribute one to the other's mesh"));
     }
-    metas.push_back({t->spec.shape, t->spec.dtype});
+    given_specs.push_back(t->spec);
     given.push_back(std::move(t));
   }
   ASSIGN_OR_RETURN(const std::vector<ops::NamedValue> args, ArgsFromProto(request.op()));
-  ASSIGN_OR_RETURN(const ops::PreparedCall prepared, ops::PrepareCall(*op, args, metas));
-  if (prepared.input_of.empty()) {
-    return absl::UnimplementedError(
-        absl::StrCat(op->name(),
-                     " takes no DTensor here, so it has no mesh to run on; use the factories "
-                     "(tessera.full, zeros, rand, ...) with a mesh"));
-  }
+  ASSIGN_OR_RETURN(const ops::PlannedCall planned, ops::PlanOpCall(*op, args, given_specs, cache_));
+  const ops::PreparedCall& prepared = planned.prepared;
+  const std::vector<DTensorSpec>& specs = planned.specs;
+  const std::shared_ptr<const ops::OpPlan>& plan = planned.plan;
   std::vector<std::shared_ptr<DTensorEntry>> inputs;
-  std::vector<DTensorSpec> specs;
-  for (int i : prepared.input_of) {
-    inputs.push_back(given[i]);
-    specs.push_back(given[i]->spec);
-  }
-  ASSIGN_OR_RETURN(const std::shared_ptr<const ops::OpPlan> plan,
-                   cache_.Plan(prepared.call, specs));
+  for (int i : prepared.input_of) inputs.push_back(given[i]);
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> out,
                    tensors_->Add(request.output(), inputs[0]->mesh, plan->output, client));
   v1::Command command;

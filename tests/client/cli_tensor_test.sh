@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# tessera tensor put/show/redistribute/get/list/rm against a cluster started with `tessera up`:
+# tessera tensor put/show/redistribute/op/get/list/rm against a cluster started with `tessera up`:
 # a .npy file goes in sharded, is redistributed by the workers, and comes back byte for byte (and
-# through a checkpoint joined by `tessera unshard`); put
-# and redistribute wait for the workers (a failure on them exits 1 with its code), --async does
-# not; and every subcommand answers --help with its usage.
+# through a checkpoint joined by `tessera unshard`); registry ops on it (tessera tensor op) print
+# the redistributions the coordinator inserted and equal numpy's results or the input's bytes;
+# put and redistribute wait for the workers (a failure on them exits 1 with its code), --async
+# does not; and every subcommand answers --help with its usage.
 # usage: cli_tensor_test.sh TESSERA_BINARY WORKDIR
 set -euo pipefail
 tessera="$1"
 work="$2"
 rm -rf "${work}" && mkdir -p "${work}"
+
+# A python3 with numpy (python3-numpy, from scripts/install-deps.sh).
+py=""
+for candidate in "${PYTHON3:-}" python3 /usr/bin/python3; do
+  if [[ -n "${candidate}" ]] && "${candidate}" -c "import numpy" 2> /dev/null; then
+    py="${candidate}"
+    break
+  fi
+done
+[[ -n "${py}" ]] || { echo "no python3 with numpy: run scripts/install-deps.sh"; exit 1; }
 "${tessera}" demo --workdir "${work}/demo" --size 64 > /dev/null
 input="${work}/demo/weight.npy"
 
@@ -27,8 +38,8 @@ check_help() {
 }
 check_help
 for want in layout plan shard reshard unshard demo up status "mesh create" "mesh list" \
-    "mesh delete" "tensor put" "tensor get" "tensor redistribute" "tensor show" "tensor list" \
-    "tensor rm"; do
+    "mesh delete" "tensor put" "tensor get" "tensor redistribute" "tensor op" "tensor show" \
+    "tensor list" "tensor rm" "ops list"; do
   printf '%s\n' "${helped[@]}" | grep -qx "${want}" || { echo "tessera ${want} --help not checked"; exit 1; }
 done
 
@@ -52,6 +63,70 @@ grep -q "all_to_all" "${work}/plan.txt"
 "${tessera}" tensor get w2 --out "${work}/back.npy"
 cmp "${input}" "${work}/back.npy"
 "${tessera}" tensor list | grep -q "^w2 "
+
+# Registry ops (tessera tensor op). Softmax over w's sharded dim: the coordinator brings that dim
+# whole first, and says so; the result, and gelu's with a string argument, equal numpy's.
+"${tessera}" tensor op softmax.int %w -1 --output sm | tee "${work}/op.txt"
+grep -q "^redistributed w: (S(1)) -> (" "${work}/op.txt"
+grep -q "^sm .* ready " "${work}/op.txt"
+grep -q "rank 1" "${work}/op.txt"
+"${tessera}" tensor op gelu %w "approximate='tanh'" --output g > "${work}/op.txt"
+grep -q "^g .* ready " "${work}/op.txt"
+"${tessera}" tensor get sm --out "${work}/sm.npy"
+"${tessera}" tensor get g --out "${work}/g.npy"
+"${py}" - "${input}" "${work}/sm.npy" "${work}/g.npy" <<'PY'
+import sys
+import numpy as np
+x = np.load(sys.argv[1]).astype(np.float64)
+e = np.exp(x - x.max(axis=-1, keepdims=True))
+tanh = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+for path, want in ((sys.argv[2], e / e.sum(axis=-1, keepdims=True)), (sys.argv[3], tanh)):
+    got = np.load(path)
+    assert got.dtype == np.float32 and got.shape == want.shape, (path, got.dtype, got.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=path)
+PY
+# Exact round trips: a transpose undone by a permute (an int list), a cast to float64 and back (a
+# keyword dtype), w cut out of cat([w, w]) (a tensor list; none for a default), and w * 2 (a
+# wrapped number) against w + w (one tensor given twice).
+"${tessera}" tensor op transpose.int %w 0 1 --output wt > /dev/null
+"${tessera}" tensor op aten::permute %wt "[1,0]" --output wtt > "${work}/op.txt"
+grep -q "^wtt .* float32 .*\[64, 71\]" "${work}/op.txt"
+"${tessera}" tensor op _to_copy %w dtype=torch.float64 --output w64 > "${work}/op.txt"
+grep -q "^w64 .* float64 " "${work}/op.txt"
+"${tessera}" tensor op _to_copy %w64 dtype=float32 --output w32 > /dev/null
+"${tessera}" tensor op cat "[%w,%w]" 0 --output ww > /dev/null
+"${tessera}" tensor op slice.Tensor %ww 0 64 none --output wback > /dev/null
+for t in wtt w32 wback; do
+  "${tessera}" tensor get "${t}" --out "${work}/${t}.npy"
+  cmp "${input}" "${work}/${t}.npy"
+done
+"${tessera}" tensor op mul.Tensor %w 2 --output twice > /dev/null
+"${tessera}" tensor op add.Tensor %w %w --output sum > /dev/null
+"${tessera}" tensor get twice --out "${work}/twice.npy"
+"${tessera}" tensor get sum --out "${work}/sum.npy"
+cmp "${work}/twice.npy" "${work}/sum.npy"
+# --async returns once the coordinator accepted the op.
+"${tessera}" tensor op exp %w --output ew --async > "${work}/op.txt"
+grep -q "^ew " "${work}/op.txt"
+# Refusals exit 1 with the code and what was wrong, and leave no tensor.
+expect_op_error() {
+  local want="$1"
+  shift
+  if "${tessera}" tensor op "$@" 2> "${work}/err.txt"; then echo "tensor op $* did not fail"; exit 1; fi
+  grep -q "^tessera tensor op: ${want}" "${work}/err.txt" || { cat "${work}/err.txt"; exit 1; }
+}
+expect_op_error "UNIMPLEMENTED: op 'aten::no_such_op'" no_such_op %w
+expect_op_error "INVALID_ARGUMENT: aten::softmax.int: argument 'dim'" softmax.int %w 1.5
+expect_op_error "INVALID_ARGUMENT: aten::softmax.int: unknown argument 'axis'" softmax.int %w axis=1
+expect_op_error "INVALID_ARGUMENT: op argument 'w': expected %name" softmax.int w -1
+expect_op_error "NOT_FOUND: no tensor named 'nope'" exp %nope
+"${tessera}" tensor rm sm g wt wtt w64 w32 ww wback twice sum ew > /dev/null
+# The cluster's registry (ListOps), as this binary's.
+"${tessera}" ops list --remote softmax.int | tee "${work}/ops.txt"
+grep -q "^aten::softmax.int " "${work}/ops.txt"
+grep -q " ops on the cluster$" "${work}/ops.txt"
+[[ "$("${tessera}" ops list --remote | tail -1 | cut -d' ' -f3)" == \
+   "$("${tessera}" ops list | tail -1 | cut -d' ' -f3)" ]]
 # A checkpoint every worker writes its blocks of, joined back on this machine by unshard.
 "${tessera}" save w "${work}/ckpt-w" | tee "${work}/save.txt"
 "${tessera}" unshard "${work}/ckpt-w" --out "${work}/unsharded.npy" | tee "${work}/unshard.txt"

@@ -545,5 +545,37 @@ TEST(PlanFromProto, UnknownCollectiveIsInvalidArgument) {
   EXPECT_EQ(FromProto(msg, 1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A registry call's arguments as a client gives them: every kind of value, positional or by
+// keyword, comes back as it went (an empty list keeps its kind).
+TEST(OpArgsConvertTest, EveryValueRoundTrips) {
+  const std::vector<ops::NamedValue> args = {
+      {"", ops::TensorRef{1}},
+      {"", ops::NoneValue{}},
+      {"", true},
+      {"", int64_t{-3}},
+      {"", 2.5},
+      {"", std::vector<int64_t>{0, -1}},
+      {"", std::vector<int64_t>{}},
+      {"dtype", DType::kBFloat16},
+      {"approximate", std::string("tanh")},
+      {"tensors", ops::TensorList{{0, -1, 1}}},
+      {"empty", ops::TensorList{}},
+  };
+  v1::OpCall call;
+  call.set_name("aten::f");
+  ArgsToProto(args, call);
+  ASSERT_EQ(call.args_size(), static_cast<int>(args.size()));
+  EXPECT_EQ(call.args(6).value_case(), v1::OpArgument::kInts);
+  EXPECT_EQ(call.args(10).value_case(), v1::OpArgument::kTensors);
+  absl::StatusOr<std::vector<ops::NamedValue>> back = ArgsFromProto(OverTheWire(call));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    EXPECT_EQ((*back)[i].name, args[i].name) << i;
+    EXPECT_TRUE((*back)[i].value == args[i].value)
+        << i << ": " << ops::OpValueToString((*back)[i].value);
+  }
+}
+
 }  // namespace
 }  // namespace tessera
