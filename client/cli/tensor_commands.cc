@@ -329,12 +329,15 @@ void AddOpCommand(CLI::App& tensor, Action* action) {
                    "default or only overload")
       ->required()
       ->type_name("OP");
-  op.app
-      ->add_option("args", op.flags->args,
-                   "its arguments in schema order, then key=value by name: %name (a tensor), "
-                   "integers, numbers, true/false, none, [0,1], [%a,%b], dtypes (float32, "
-                   "torch.int64), 'strings' (quoted for the op, inside the shell's quotes)")
-      ->type_name("ARG...");
+  // The op's arguments are every other word, as written: not parsed by CLI11, whose own list
+  // syntax would split "[1,0]" and whose flags would take "-1".
+  op.app->allow_extras();
+  op.app->footer(
+      "ARG...: the op's arguments in schema order, then key=value by name: %name (a tensor), "
+      "integers, numbers, true/false, none, [0,1], [%a,%b], dtypes (float32, torch.int64), "
+      "'strings' (quoted for the op, inside the shell's quotes)");
+  op.app->parse_complete_callback(
+      [app = op.app, flags = op.flags] { flags->args = app->remaining(); });
   op.app->add_option("--output", op.flags->output, "the new tensor's name (default: one is made)")
       ->type_name("NAME");
   AddAsyncFlag(*op.app, op.flags->async);
