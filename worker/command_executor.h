@@ -81,9 +81,6 @@ class CommandExecutor {
   absl::Status LoadProgram(const v1::LoadProgram& load);
   // Runs a program; fills reply->output (when asked) and reply->tensors.
   absl::Status RunProgram(const v1::RunProgram& run, v1::CommandReply* reply);
-  // After this rank failed a program step (`failed`) with its communicators healthy: breaks them,
-  // so that peers waiting for it in a collective fail at once.
-  void StopPeers(MeshComms& mc, const absl::Status& failed);
   // Checkpoints (checkpoint_commands.cc): this rank's block written, the index published or read,
   // and a shard loaded from the byte ranges it needs.
   absl::Status SaveShard(const v1::SaveShard& save);

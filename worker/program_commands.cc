@@ -67,20 +67,6 @@ absl::Status CommandExecutor::LoadProgram(const v1::LoadProgram& load) {
   return absl::OkStatus();
 }
 
-void CommandExecutor::StopPeers(MeshComms& mc, const absl::Status& failed) {
-  if (mc.mesh.size() < 2) return;
-  absl::Status health = mc.world->Health();
-  for (size_t m = 0; health.ok() && m < mc.dims.size(); ++m) health = mc.dims[m]->Health();
-  if (!health.ok()) return;  // a collective failed: the peers know already
-  // The peers may be waiting for this rank in the program's next collective: break the mesh's
-  // communicators so that they fail at once rather than at the collective's timeout; the
-  // coordinator re-forms them (the reply reports them broken) before the mesh's next command.
-  const absl::Status cause = absl::AbortedError(
-      absl::StrCat("worker ", worker_id_, " stopped the program: ", failed.message()));
-  mc.world->Break(cause);
-  for (const std::unique_ptr<comm::Communicator>& dim : mc.dims) dim->Break(cause);
-}
-
 absl::Status CommandExecutor::RunProgram(const v1::RunProgram& run, v1::CommandReply* reply) {
   auto it = programs_.find(run.program_id());
   if (it == programs_.end()) {
@@ -101,10 +87,7 @@ absl::Status CommandExecutor::RunProgram(const v1::RunProgram& run, v1::CommandR
   absl::StatusOr<ProgramRunResult> result =
       it->second.runner->Run(*std::move(input), std::move(training), kernels_, *store_, groups);
   if (!result.ok()) {
-    const absl::Status failed =
-        WithContext(absl::StrCat("program ", run.program_id()), result.status());
-    StopPeers(*mc, failed);
-    return failed;
+    return WithContext(absl::StrCat("program ", run.program_id()), result.status());
   }
   if (run.return_output()) *reply->mutable_output() = ToProto(result->output);
   for (const std::string& name : result->written) {
