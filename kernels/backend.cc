@@ -34,17 +34,6 @@ absl::Status CheckFloating(absl::string_view op, DType dtype) {
       op, " needs a floating dtype (float32, float64, float16, bfloat16); got ", DTypeName(dtype)));
 }
 
-// OK iff `view` is valid and has `dtype` and `shape`; errors name the operation and the operand.
-template <typename View>
-absl::Status CheckOperand(absl::string_view op, absl::string_view operand, const View& view,
-                          DType dtype, const Shape& shape) {
-  RETURN_IF_ERROR(CheckView(op, operand, view));
-  if (view.dtype == dtype && view.shape == shape) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(op, " ", operand, " must be ", DTypeName(dtype), " ", ShapeToString(shape),
-                   "; got ", DTypeName(view.dtype), " ", ShapeToString(view.shape)));
-}
-
 // CheckOperand for an optional operand: OK when absent.
 template <typename View>
 absl::Status CheckOptionalOperand(absl::string_view op, absl::string_view operand, const View* view,

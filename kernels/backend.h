@@ -162,6 +162,39 @@ class KernelBackend : public MemorySpace {
   // Sets every element to `value` converted to out's dtype by Cast's rule.
   absl::Status Fill(const TensorView& out, double value);
 
+  // --- Indexing (torch's gather, scatter, index_select) of tensors of any dtype along `dim`
+  // (negative counts from the end; a 0-dim tensor counts as 1-dim). Indices are int64 positions
+  // along that dim, as torch takes them here: an index outside [0, size) is INVALID_ARGUMENT
+  // naming it, its position in the index and the size, before anything is written (the CUDA
+  // backend checks on the device and reads the first bad position back: one synchronization per
+  // call). WrapIndices turns the negative indices of advanced indexing into positions. Outputs
+  // must not overlap inputs. ---
+
+  // out = torch.gather(x, dim, index): out[c] = x[c with c[dim] replaced by index[c]] for every
+  // coordinate c of index, which has x's rank and no larger a size than x on any dim but `dim`;
+  // out has index's shape and x's dtype.
+  absl::Status Gather(const ConstTensorView& x, int64_t dim, const ConstTensorView& index,
+                      const TensorView& out);
+
+  // dst[c with c[dim] replaced by index[c]] = src[c] (kNone, torch's scatter_ of a src) or
+  // += src[c] (kSum, scatter_add_) for every coordinate c of index, which has dst's rank, no
+  // larger a size than src on any dim nor than dst on any dim but `dim`; src has dst's dtype and
+  // rank. Where indices repeat, kNone leaves one of the values written (which one is unspecified,
+  // as in torch; the CPU backend's is the last in index order) and kSum adds them all (in an
+  // unspecified order on CUDA, so floating sums may round differently from run to run).
+  absl::Status ScatterInto(const TensorView& dst, int64_t dim, const ConstTensorView& index,
+                           const ConstTensorView& src, ScatterReduce reduce);
+
+  // out = torch.index_select(x, dim, index): index 0-D or 1-D; out is x's shape with dim's size
+  // the number of indices (x 0-dim: out 0-dim, one index), x's dtype.
+  absl::Status IndexSelect(const ConstTensorView& x, int64_t dim, const ConstTensorView& index,
+                           const TensorView& out);
+
+  // index[i] += size where index[i] < 0, making the negative indices of torch's advanced indexing
+  // (x[idx], index_put) positions: every index must be in [-size, size) (INVALID_ARGUMENT naming
+  // the first outside and its position, before anything is written).
+  absl::Status WrapIndices(const TensorView& index, int64_t size);
+
   // --- Neural-network kernels (module programs). float32 and float64; other dtypes are
   // INVALID_ARGUMENT naming the dtype. Leading dims fold into rows. A null optional view means
   // the module has no such parameter. Gradients of parameters (dweight, dbias) are accumulated
@@ -336,6 +369,43 @@ class KernelBackend : public MemorySpace {
     std::byte* dk;
     std::byte* dv;
   };
+  // A checked walk over a gather's or scatter's index (int64, contiguous, at least one element):
+  // position p, at coordinate c of `shape` (the index's, with size-1 dims dropped and dims merged
+  // where every operand allows), pairs the element of the indexed tensor (a gather's x, a
+  // scatter's dst) at sum over d != dim of c[d] * indexed_strides[d], plus index[p] *
+  // indexed_strides[dim], with the element of the other operand (a gather's out, a scatter's src)
+  // at sum over d of c[d] * other_strides[d]. Strides are in elements; every index is checked to
+  // be in [0, size of the indexed dim).
+  struct IndexWalk {
+    std::vector<int64_t> shape;
+    int dim = 0;
+    std::vector<int64_t> indexed_strides;
+    std::vector<int64_t> other_strides;
+  };
+  struct GatherArgs {
+    DType dtype;
+    IndexWalk walk;
+    const std::byte* x;
+    const std::byte* index;
+    std::byte* out;
+  };
+  struct ScatterArgs {
+    DType dtype;
+    ScatterReduce reduce;
+    IndexWalk walk;
+    std::byte* dst;
+    const std::byte* index;
+    const std::byte* src;
+  };
+  // A checked index_select of x viewed as [outer, size, inner] by `count` int64 indices, each
+  // checked to be in [0, size), into out [outer, count, inner]; at least one element out.
+  struct IndexSelectArgs {
+    DType dtype;
+    int64_t outer, size, inner, count;
+    const std::byte* x;
+    const std::byte* index;
+    std::byte* out;
+  };
   // A checked SGD step on `n` elements; momentum_buf is null when momentum == 0.
   struct SgdArgs {
     DType dtype;
@@ -389,6 +459,15 @@ class KernelBackend : public MemorySpace {
   virtual absl::Status DoFill(std::byte* data, int64_t n, const std::byte* value,
                               size_t element_size) = 0;
   virtual absl::Status DoRandomFill(const RandomFillArgs& args) = 0;
+  // The indexing kernels. DoFindIndexOutside gives the least position i < count (count >= 1) of
+  // the int64 `index` with index[i] outside [lo, hi), or -1 when there is none.
+  virtual absl::StatusOr<int64_t> DoFindIndexOutside(const std::byte* index, int64_t count,
+                                                     int64_t lo, int64_t hi) = 0;
+  // index[i] += size where index[i] < 0, every index checked to be in [-size, size).
+  virtual absl::Status DoWrapIndices(std::byte* index, int64_t count, int64_t size) = 0;
+  virtual absl::Status DoGather(const GatherArgs& args) = 0;
+  virtual absl::Status DoScatter(const ScatterArgs& args) = 0;
+  virtual absl::Status DoIndexSelect(const IndexSelectArgs& args) = 0;
   // The neural-network kernels: float32 or float64 operands.
   virtual absl::Status DoActivateBackward(Activation f, DType dtype, const std::byte* x,
                                           const std::byte* dy, std::byte* dx, int64_t n) = 0;
@@ -405,6 +484,14 @@ class KernelBackend : public MemorySpace {
   virtual absl::Status DoSgdStep(const SgdArgs& args) = 0;
 
  private:
+  // The walk of a gather's or scatter's `index` (shapes as 1-dim at least, all of one rank) over
+  // the contiguous tensor it indexes along `dim` and the other operand.
+  static IndexWalk WalkOfIndex(const Shape& index, int dim, const Shape& indexed,
+                               const Shape& other);
+  // INVALID_ARGUMENT naming the first of the `index`'s values outside [lo, hi) and its
+  // coordinate, for `op` indexing a dim of `size`; OK when all are inside.
+  absl::Status CheckIndicesWithin(absl::string_view op, const ConstTensorView& index, int64_t lo,
+                                  int64_t hi, int64_t size);
   // Gemm's argument checks: INVALID_ARGUMENT naming the bad operand, nullopt when C is empty.
   static absl::StatusOr<std::optional<GemmArgs>> CheckGemm(bool transpose_a, bool transpose_b,
                                                            double alpha, const ConstTensorView& a,

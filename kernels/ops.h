@@ -83,6 +83,10 @@ enum class Activation : int { kRelu, kGelu, kGeluTanh, kTanh, kSilu };
 // Distributions of RandomFill.
 enum class Distribution : int { kUniform, kNormal };
 
+// How ScatterInto combines a source element with the destination's: kNone writes it (torch's
+// scatter with a src), kSum adds it (scatter_add; logical or on bool).
+enum class ScatterReduce : int { kNone, kSum };
+
 // True for the ops whose output is bool: comparisons and logical ops.
 TESSERA_HOST_DEVICE constexpr bool GivesBool(BinaryOp op) {
   return op >= BinaryOp::kEq && op <= BinaryOp::kLogicalXor;

@@ -81,6 +81,13 @@ class CudaBackend final : public KernelBackend {
   absl::Status DoFill(std::byte* data, int64_t n, const std::byte* value,
                       size_t element_size) override;
   absl::Status DoRandomFill(const RandomFillArgs& args) override;
+  // The indexing kernels (cuda_index.cc, cuda_index_kernels.cu).
+  absl::StatusOr<int64_t> DoFindIndexOutside(const std::byte* index, int64_t count, int64_t lo,
+                                             int64_t hi) override;
+  absl::Status DoWrapIndices(std::byte* index, int64_t count, int64_t size) override;
+  absl::Status DoGather(const GatherArgs& args) override;
+  absl::Status DoScatter(const ScatterArgs& args) override;
+  absl::Status DoIndexSelect(const IndexSelectArgs& args) override;
   // The neural-network kernels (cuda_nn.cc, cuda_nn_kernels.cu, cuda_attention.cc).
   absl::Status DoActivateBackward(Activation f, DType dtype, const std::byte* x,
                                   const std::byte* dy, std::byte* dx, int64_t n) override;

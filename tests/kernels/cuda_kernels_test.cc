@@ -1,5 +1,5 @@
 // The kernel conformance suite on the CUDA backend (device cuda:0): compute, elementwise ops,
-// reductions and the other kernels along a dim (arg-reductions, scans, softmax), data,
+// reductions and the other kernels along a dim (arg-reductions, scans, softmax), indexing, data,
 // the memory space's layout moves and staged transfers, and the neural-network kernels (norms,
 // embedding, attention, activation gradients, SGD), each against the references the CPU backend
 // passes too (kernels_test.cc, kernels_nn_test.cc). Without a usable device (or without CUDA
@@ -11,6 +11,7 @@
 #include "kernels/testing/data_conformance.h"
 #include "kernels/testing/dim_conformance.h"
 #include "kernels/testing/elementwise_conformance.h"
+#include "kernels/testing/index_conformance.h"
 #include "kernels/testing/layout_conformance.h"
 #include "kernels/testing/nn_argument_conformance.h"
 #include "kernels/testing/nn_conformance.h"

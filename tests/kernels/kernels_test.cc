@@ -1,7 +1,8 @@
 // The kernel backends' host-side pieces (Philox, broadcasting, the device factory), the CPU
 // backend's oneDNN Linear products (prepared weights, threads), and the
-// conformance suite (compute, elementwise ops, reductions and the other kernels along a dim, data,
-// and the memory space's layout moves against core's host versions) run on the CPU backend.
+// conformance suite (compute, elementwise ops, reductions and the other kernels along a dim,
+// indexing, data, and the memory space's layout moves against core's host versions) run on the
+// CPU backend.
 
 #include <atomic>
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include "kernels/testing/data_conformance.h"
 #include "kernels/testing/dim_conformance.h"
 #include "kernels/testing/elementwise_conformance.h"
+#include "kernels/testing/index_conformance.h"
 #include "kernels/testing/layout_conformance.h"
 #include "kernels/testing/reduce_conformance.h"
 
