@@ -75,6 +75,7 @@ const OpRegistry& Registry() {
     RegisterViewOps(*r);
     RegisterTensorOps(*r);
     RegisterNormOps(*r);
+    RegisterIndexOps(*r);
     r->Finish();
     return r;
   }();

@@ -146,6 +146,7 @@ void RegisterMatmulOps(OpRegistry& registry);
 void RegisterViewOps(OpRegistry& registry);
 void RegisterTensorOps(OpRegistry& registry);
 void RegisterNormOps(OpRegistry& registry);
+void RegisterIndexOps(OpRegistry& registry);
 
 }  // namespace tessera::ops
 

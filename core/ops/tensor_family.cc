@@ -197,6 +197,11 @@ absl::StatusOr<OutputMeta> SelectLikeMeta(const CallContext& call, const TensorM
       ASSIGN_OR_RETURN(const TensorMeta index, InputTensor(call, "index"));
       RETURN_IF_ERROR(CheckIndex(call, "index", index, false));
       if (index.shape.size() > 1) return ArgError(call, "index", "must be 0-D or 1-D");
+      if (rank == 0 && NumElements(index.shape) != 1) {
+        return ArgError(
+            call, "index",
+            absl::StrCat("must hold one index into a 0-dim self, not ", NumElements(index.shape)));
+      }
       if (rank > 0) out[dim] = NumElements(index.shape);
       return OutputMeta{out, x.dtype};
     }
@@ -365,6 +370,18 @@ absl::StatusOr<StrategyCandidates> TensorStrategies(const CallContext& call,
       ASSIGN_OR_RETURN(const int dim, CallDim(call, "dim", call.args.Int("dim"), rank));
       c.per_dim = KeepUntouched(
           rank, n, {dim}, [dim](int d) { return d > dim ? d - 1 : d; }, true);
+      return c;
+    }
+    case Kind::kIndexSelect: {
+      ASSIGN_OR_RETURN(const int dim, CallDim(call, "dim", call.args.Int("dim"), rank));
+      c.per_dim = KeepUntouched(rank, n, {dim}, same, true);
+      // A sharded 1-D index selects its rows of the output's dim (self whole), as DTensor's.
+      const int index = call.args.Tensor("index");
+      if (rank > 0 && call.inputs[index].shape.size() == 1) {
+        std::vector<Placement> in(n, Placement::Replicate());
+        in[index] = Placement::Shard(0);
+        c.per_dim.push_back({in, Placement::Shard(dim)});
+      }
       return c;
     }
     default: {

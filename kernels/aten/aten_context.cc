@@ -15,6 +15,16 @@ const DTensorSpec& Context::InputSpec(absl::string_view arg) const {
   return local.inputs[args().Tensor(arg)];
 }
 
+absl::StatusOr<int> Context::Dim(absl::string_view arg, int rank) const {
+  const ops::CallContext call{*local.call->op, args(), local.call->inputs};
+  return ops::CallDim(call, arg, args().Int(arg), rank);
+}
+
+absl::Status Context::Named(absl::Status status) const {
+  if (status.code() != absl::StatusCode::kInvalidArgument) return status;
+  return absl::InvalidArgumentError(absl::StrCat(name(), ": ", status.message()));
+}
+
 absl::StatusOr<TensorView> Context::Temporary(DType dtype, Shape shape) {
   ASSIGN_OR_RETURN(DeviceTensor t, backend.Allocate(dtype, std::move(shape)));
   temporaries.push_back(std::move(t));
@@ -63,6 +73,7 @@ const LocalTable& Table() {
     AddViewKernels(*t);
     AddTensorKernels(*t);
     AddNormKernels(*t);
+    AddIndexKernels(*t);
     return t;
   }();
   return *table;

@@ -34,6 +34,11 @@ struct Context {
   ConstTensorView Input(absl::string_view arg) const;
   // The global spec of the input behind `arg`.
   const DTensorSpec& InputSpec(absl::string_view arg) const;
+  // The int argument `arg` as a dim of a tensor of `rank` dims, normalized (ops::CallDim).
+  absl::StatusOr<int> Dim(absl::string_view arg, int rank) const;
+  // A kernel's INVALID_ARGUMENT (an index out of range) with the op's name before it; any other
+  // status as it is.
+  absl::Status Named(absl::Status status) const;
   // A temporary kept until the call ends.
   absl::StatusOr<TensorView> Temporary(DType dtype, Shape shape);
   // `view` converted to `dtype` (itself where it has that dtype).
@@ -77,6 +82,7 @@ void AddMatmulKernels(LocalTable& table);
 void AddViewKernels(LocalTable& table);
 void AddTensorKernels(LocalTable& table);
 void AddNormKernels(LocalTable& table);
+void AddIndexKernels(LocalTable& table);
 
 }  // namespace tessera::kernels::aten
 

@@ -11,11 +11,6 @@
 namespace tessera::kernels::aten {
 namespace {
 
-absl::StatusOr<int> Dim(const Context& ctx, absl::string_view arg, int rank) {
-  const ops::CallContext call{*ctx.call().op, ctx.args(), ctx.call().inputs};
-  return ops::CallDim(call, arg, ctx.args().Int(arg), rank);
-}
-
 // out = the elements [start, start + length * step) step `step` of x along dim, as a new tensor.
 absl::StatusOr<DeviceTensor> Sliced(Context& ctx, const ConstTensorView& x, int dim, int64_t start,
                                     int64_t length, int64_t step, Shape out_shape) {
@@ -34,7 +29,7 @@ absl::StatusOr<DeviceTensor> Sliced(Context& ctx, const ConstTensorView& x, int 
 
 absl::StatusOr<DeviceTensor> SliceKernel(Context& ctx) {
   const ConstTensorView x = ctx.Input("self");
-  ASSIGN_OR_RETURN(const int dim, Dim(ctx, "dim", x.rank()));
+  ASSIGN_OR_RETURN(const int dim, ctx.Dim("dim", x.rank()));
   const int64_t size = x.shape[dim];
   const int64_t length = ctx.out_shape[dim];
   if (ctx.call().op->schema.name == "narrow") {
@@ -51,7 +46,7 @@ absl::StatusOr<DeviceTensor> SliceKernel(Context& ctx) {
 
 absl::StatusOr<DeviceTensor> SelectKernel(Context& ctx) {
   const ConstTensorView x = ctx.Input("self");
-  ASSIGN_OR_RETURN(const int dim, Dim(ctx, "dim", x.rank()));
+  ASSIGN_OR_RETURN(const int dim, ctx.Dim("dim", x.rank()));
   int64_t index = ctx.args().Int("index");
   if (index < 0) index += x.shape[dim];
   return Sliced(ctx, x, dim, index, 1, 1, ctx.out_shape);
@@ -61,7 +56,7 @@ absl::StatusOr<DeviceTensor> SelectKernel(Context& ctx) {
 absl::StatusOr<DeviceTensor> JoinKernel(Context& ctx) {
   const bool stack = ctx.call().op->schema.name == "stack";
   const int out_rank = static_cast<int>(ctx.out_shape.size());
-  ASSIGN_OR_RETURN(const int dim, Dim(ctx, "dim", out_rank));
+  ASSIGN_OR_RETURN(const int dim, ctx.Dim("dim", out_rank));
   ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
   std::vector<int64_t> offsets(out_rank, 0);
   for (int i : ctx.args().Tensors("tensors")) {
@@ -79,25 +74,10 @@ absl::StatusOr<DeviceTensor> JoinKernel(Context& ctx) {
 
 absl::StatusOr<DeviceTensor> IndexSelectKernel(Context& ctx) {
   const ConstTensorView x = ctx.Input("self");
-  const int rank = std::max(x.rank(), 1);
-  const ConstTensorView xs = x.rank() == 0 ? Reshaped(x, {1}) : x;
-  ASSIGN_OR_RETURN(const int dim, Dim(ctx, "dim", rank));
-  ASSIGN_OR_RETURN(const std::vector<int64_t> ids, IndexValues(ctx, ctx.Input("index")));
-  const int64_t size = xs.shape[dim];
+  ASSIGN_OR_RETURN(const int dim, ctx.Dim("dim", x.rank()));
+  ASSIGN_OR_RETURN(const ConstTensorView index, ctx.As(ctx.Input("index"), DType::kInt64));
   ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
-  const TensorView o = x.rank() == 0 ? Reshaped(out.View(), {out.num_elements()}) : out.View();
-  std::vector<int64_t> offsets(rank, 0);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t id = ids[i] < 0 ? ids[i] + size : ids[i];
-    if (id < 0 || id >= size) {
-      return absl::InvalidArgumentError(absl::StrCat(ctx.name(), ": index ", ids[i], " at ", i,
-                                                     " is out of range for dim ", dim, " of size ",
-                                                     size));
-    }
-    ASSIGN_OR_RETURN(DeviceTensor row, SliceAlong(ctx.backend, xs, dim, id, 1));
-    offsets[dim] = static_cast<int64_t>(i);
-    RETURN_IF_ERROR(UnpackBlock(ctx.backend, std::as_const(row).View(), offsets, o));
-  }
+  RETURN_IF_ERROR(ctx.Named(ctx.backend.IndexSelect(x, dim, index, out.View())));
   return out;
 }
 

@@ -37,11 +37,6 @@ absl::StatusOr<DeviceTensor> Permuted(Context& ctx, const std::vector<int>& perm
   return out;
 }
 
-absl::StatusOr<int> Dim(Context& ctx, absl::string_view arg, int rank) {
-  const ops::CallContext call{*ctx.call().op, ctx.args(), ctx.call().inputs};
-  return ops::CallDim(call, arg, ctx.args().Int(arg), rank);
-}
-
 absl::StatusOr<DeviceTensor> PermuteKernel(Context& ctx) {
   const int rank = ctx.Input("self").rank();
   std::vector<int> perm;
@@ -56,8 +51,8 @@ absl::StatusOr<DeviceTensor> TransposeKernel(Context& ctx) {
   if (rank == 0) return Permuted(ctx, perm);
   int d0 = 0, d1 = rank - 1;
   if (ctx.call().op->schema.name == "transpose") {
-    ASSIGN_OR_RETURN(d0, Dim(ctx, "dim0", rank));
-    ASSIGN_OR_RETURN(d1, Dim(ctx, "dim1", rank));
+    ASSIGN_OR_RETURN(d0, ctx.Dim("dim0", rank));
+    ASSIGN_OR_RETURN(d1, ctx.Dim("dim1", rank));
   }
   std::swap(perm[d0], perm[d1]);
   return Permuted(ctx, perm);

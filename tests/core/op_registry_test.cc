@@ -166,6 +166,73 @@ TEST(OpMetaTest, ErrorsNameTheOpArgumentAndValue) {
   EXPECT_THAT(s.message(), AllOf(HasSubstr("'index'"), HasSubstr("float32")));
 }
 
+TEST(OpMetaTest, IndexingShapesAsTorch) {
+  const TensorMeta x{{2, 3, 4}, DType::kFloat32};
+  auto ids = [](Shape shape) { return TensorMeta{std::move(shape), DType::kInt64}; };
+  auto shape = [](absl::StatusOr<PreparedCall> p) {
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? p->call.output.shape : Shape{-1};
+  };
+  EXPECT_EQ(shape(Prepare("gather", {T(0), P(int64_t{1}), T(1)}, {x, ids({2, 5, 3})})),
+            (Shape{2, 5, 3}));
+  // x[i, :, j]: dims apart, the index shape first; x[:, i, j]: in place.
+  EXPECT_EQ(
+      shape(Prepare("index.Tensor", {T(0), P(TensorList{{1, -1, 2}})}, {x, ids({5}), ids({5})})),
+      (Shape{5, 3}));
+  EXPECT_EQ(shape(Prepare("index.Tensor", {T(0), P(TensorList{{-1, 1, 2}})},
+                          {x, ids({2, 1}), {{3}, DType::kInt32}})),
+            (Shape{2, 2, 3}));
+  EXPECT_EQ(shape(Prepare("index.Tensor", {T(0), P(TensorList{{1}})}, {x, ids({})})),
+            (Shape{3, 4}));
+  EXPECT_EQ(shape(Prepare("index_put", {T(0), P(TensorList{{-1, 1}}), T(2)},
+                          {x, ids({5}), {{4}, DType::kFloat32}})),
+            (Shape{2, 3, 4}));
+  EXPECT_EQ(shape(Prepare("scatter_add", {T(0), P(int64_t{0}), T(1), T(2)},
+                          {x, ids({5, 3, 4}), {{5, 3, 4}, DType::kFloat32}})),
+            (Shape{2, 3, 4}));
+}
+
+TEST(OpMetaTest, IndexingErrorsNameTheArgument) {
+  const TensorMeta x{{2, 3}, DType::kFloat32};
+  const TensorMeta ids{{2, 3}, DType::kInt64};
+  absl::Status s =
+      Prepare("index.Tensor", {T(0), P(TensorList{{1}})}, {x, {{2}, DType::kBool}}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("aten::index.Tensor"), HasSubstr("'indices'"),
+                                 HasSubstr("mask"), HasSubstr("masked_fill")));
+  s = Prepare("index.Tensor", {T(0), P(TensorList{{1}})}, {x, {{2}, DType::kFloat32}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("int64 or int32"), HasSubstr("float32")));
+  s = Prepare("index.Tensor", {T(0), P(TensorList{{1, 1, 1}})}, {x, ids}).status();
+  EXPECT_THAT(s.message(), HasSubstr("too many indices"));
+  s = Prepare("index.Tensor", {T(0), P(TensorList{{1, 2}})}, {x, {{2}, DType::kInt64}, ids})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("[2]"), HasSubstr("[2, 3]")));
+  s = Prepare("gather", {T(0), P(int64_t{0}), T(1)}, {x, {{2, 3}, DType::kInt32}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'index'"), HasSubstr("int64"), HasSubstr("int32")));
+  s = Prepare("gather", {T(0), P(int64_t{0}), T(1)}, {x, {{2, 4}, DType::kInt64}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'index'"), HasSubstr("larger"), HasSubstr("dim 1")));
+  s = Prepare("gather", {T(0), P(int64_t{0}), T(1)}, {x, {{6}, DType::kInt64}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'index'"), HasSubstr("dims")));
+  s = Prepare("scatter.src", {T(0), P(int64_t{0}), T(1), T(2)}, {x, ids, {{2, 3}, DType::kFloat64}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'src'"), HasSubstr("float64")));
+  s = Prepare("scatter_add", {T(0), P(int64_t{0}), T(1), T(2)}, {x, ids, {{2, 2}, DType::kFloat32}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'index'"), HasSubstr("src")));
+  s = Prepare("index_put", {T(0), P(TensorList{{1}}), T(2)},
+              {x, {{4}, DType::kInt64}, {{4, 2}, DType::kFloat32}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'values'"), HasSubstr("[4, 2]"), HasSubstr("[4, 3]")));
+  s = Prepare("index_put", {T(0), P(TensorList{{1}}), T(2)},
+              {x, {{4}, DType::kInt64}, {{3}, DType::kFloat64}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'values'"), HasSubstr("float64")));
+  s = Prepare("index_select", {T(0), P(int64_t{0}), T(1)},
+              {{{}, DType::kFloat32}, {{2}, DType::kInt64}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'index'"), HasSubstr("0-dim")));
+}
+
 class StrategyTest : public ::testing::Test {
  protected:
   DTensorSpec Spec(absl::string_view placements, Shape shape, DType dtype = DType::kFloat32) {
@@ -393,6 +460,58 @@ TEST_F(StrategyTest, NormsAttentionAndBackwardOpsKeepTheDimsTheyDoNotTouch) {
       Chosen("embedding_dense_backward", {T(0), T(1), P(int64_t{10}), P(int64_t{-1}), P(false)},
              {Spec("S(1)", {4, 6}), Spec("R", {4}, DType::kInt64)}),
       "(S(1)) x (R) -> (S(1))");
+}
+
+TEST_F(StrategyTest, IndexingKeepsTheShardsItCan) {
+  const DType i64 = DType::kInt64;
+  // gather: self and index sharded alike off the gathered dim; a sharded index along it; a
+  // Partial self passes (a selection).
+  EXPECT_EQ(Chosen("gather", {T(0), P(int64_t{1}), T(1)},
+                   {Spec("S(0)", {4, 6}), Spec("S(0)", {4, 3}, i64)}),
+            "(S(0)) x (S(0)) -> (S(0))");
+  EXPECT_EQ(
+      Chosen("gather", {T(0), P(int64_t{1}), T(1)}, {Spec("R", {4, 6}), Spec("S(1)", {4, 3}, i64)}),
+      "(R) x (S(1)) -> (S(1))");
+  EXPECT_EQ(Chosen("gather", {T(0), P(int64_t{1}), T(1)},
+                   {Spec("P(max)", {4, 6}), Spec("R", {4, 3}, i64)}),
+            "(P(max)) x (R) -> (P(max))");
+  // Rows of 4 against an index of 3 rows: their blocks differ, so dim 0 cannot stay sharded.
+  EXPECT_THAT(Chosen("gather", {T(0), P(int64_t{1}), T(1)},
+                     {Spec("S(0)", {4, 6}), Spec("S(0)", {3, 3}, i64)}),
+              ::testing::Not(::testing::EndsWith("-> (S(0))")));
+  EXPECT_EQ(Chosen("scatter.src", {T(0), P(int64_t{0}), T(1), T(2)},
+                   {Spec("S(1)", {4, 6}), Spec("S(1)", {3, 6}, i64), Spec("S(1)", {3, 6})}),
+            "(S(1)) x (S(1)) x (S(1)) -> (S(1))");
+  EXPECT_EQ(Chosen("scatter_add", {T(0), P(int64_t{0}), T(1), T(2)},
+                   {Spec("P(sum)", {4, 6}), Spec("R", {3, 6}, i64), Spec("P(sum)", {3, 6})}),
+            "(P(sum)) x (R) x (P(sum)) -> (P(sum))");
+  // scatter writes are not linear: a Partial self is reduced first.
+  EXPECT_THAT(Chosen("scatter.src", {T(0), P(int64_t{0}), T(1), T(2)},
+                     {Spec("P(sum)", {4, 6}), Spec("R", {3, 6}, i64), Spec("P(sum)", {3, 6})}),
+              ::testing::Not(::testing::EndsWith("(P(sum))")));
+  // index.Tensor: a dim not indexed keeps its shard, at its place in the result.
+  EXPECT_EQ(Chosen("index.Tensor", {T(0), P(TensorList{{1}})},
+                   {Spec("S(1)", {4, 6}), Spec("R", {3}, i64)}),
+            "(S(1)) x (R) -> (S(1))");
+  EXPECT_EQ(Chosen("index.Tensor", {T(0), P(TensorList{{1, -1, 2}})},
+                   {Spec("S(1)", {2, 4, 6}), Spec("R", {3}, i64), Spec("R", {3}, i64)}),
+            "(S(1)) x (R) x (R) -> (S(1))");
+  // ... and a sharded index gives the result's index dims sharded.
+  EXPECT_EQ(Chosen("index.Tensor", {T(0), P(TensorList{{-1, 1}})},
+                   {Spec("R", {4, 6}), Spec("S(0)", {8}, i64)}),
+            "(R) x (S(0)) -> (S(1))");
+  EXPECT_EQ(Chosen("index_put", {T(0), P(TensorList{{1}}), T(2)},
+                   {Spec("S(1)", {4, 6}), Spec("R", {3}, i64), Spec("S(1)", {3, 6})}),
+            "(S(1)) x (R) x (S(1)) -> (S(1))");
+  EXPECT_EQ(Chosen("index_put", {T(0), P(TensorList{{1}}), T(2), P(true)},
+                   {Spec("P(sum)", {4, 6}), Spec("R", {3}, i64), Spec("P(sum)", {3, 6})}),
+            "(P(sum)) x (R) x (P(sum)) -> (P(sum))");
+  EXPECT_THAT(Chosen("index_put", {T(0), P(TensorList{{1}}), T(2)},
+                     {Spec("P(sum)", {4, 6}), Spec("R", {3}, i64), Spec("P(sum)", {3, 6})}),
+              ::testing::Not(::testing::EndsWith("(P(sum))")));
+  EXPECT_EQ(Chosen("index_select", {T(0), P(int64_t{1}), T(1)},
+                   {Spec("R", {4, 6}), Spec("S(0)", {8}, i64)}),
+            "(R) x (S(0)) -> (S(1))");
 }
 
 TEST(ShardingCacheTest, ARepeatedCallIsAHit) {

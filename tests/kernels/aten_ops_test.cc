@@ -330,6 +330,77 @@ const std::vector<OpCase>& OpCases() {
        {{3, 0, 4}, {3, 0}},
        {f32},
        {{}, {InputKind::kIndex, 5}}},
+      // Indexing.
+      {"gather",
+       "gather",
+       {T(0), P(int64_t{1}), T(1)},
+       {m, {4, 3}},
+       {u, {5, 2}},
+       {f32, i32},
+       {{}, {InputKind::kIndex, 3}}},
+      {"gather_smaller",
+       "gather",
+       {T(0), P(int64_t{0}), T(1)},
+       {m, {3, 6}},
+       {u, {7, 2}},
+       {f32},
+       {{}, {InputKind::kIndex, 4}}},
+      {"scatter_src",
+       "scatter.src",
+       {T(0), P(int64_t{0}), T(1), T(2)},
+       {m, {3, 6}, {3, 6}},
+       {u, {4, 3}, {5, 3}},
+       {f32, i32},
+       {{}, {InputKind::kIndex, 4}, {}}},
+      {"scatter_value",
+       "scatter.value",
+       {T(0), P(int64_t{1}), T(1), P(2.5)},
+       {m, {4, 2}},
+       {u, {5, 2}},
+       {f32, i32},
+       {{}, {InputKind::kIndex, 3}}},
+      {"scatter_add",
+       "scatter_add",
+       {T(0), P(int64_t{0}), T(1), T(2)},
+       {m, {5, 6}, {5, 6}},
+       {u, {2, 3}, {3, 3}},
+       {f32, i32},
+       {{}, {InputKind::kIndex, 4}, {}}},
+      {"index",
+       "index.Tensor",
+       {T(0), P(TensorList{{1}})},
+       {m, {5}},
+       {u, {2, 2}},
+       {f32, i32},
+       {{}, {InputKind::kIndex, 4}}},
+      {"index_after_none",
+       "index.Tensor",
+       {T(0), P(TensorList{{-1, 1}})},
+       {m, {2, 3}},
+       {u, {4}},
+       {f32},
+       {{}, {InputKind::kIndex, 3}}},
+      {"index_apart",
+       "index.Tensor",
+       {T(0), P(TensorList{{1, -1, 2}})},
+       {{2, 4, 6}, {3}, {3}},
+       {{3, 5, 3}, {2, 1}, {4}},
+       {f32, i32},
+       {{}, {InputKind::kIndex, 2}, {InputKind::kIndex, 3}}},
+      {"index_put",
+       "index_put",
+       {T(0), P(TensorList{{1}}), T(2)},
+       {m, {3}, {3, 6}},
+       {u, {2}, {3}},
+       {f32, i32},
+       {{}, {InputKind::kIndex, 4}, {}}},
+      {"index_put_accumulate",
+       "index_put",
+       {T(0), P(TensorList{{1, -1, 2}}), T(3), P(true)},
+       {{2, 4, 6}, {3}, {3}, {3, 4}},
+       {{3, 5, 3}, {2, 1}, {4}, {5}},
+       {f32, i32},
+       {{}, {InputKind::kIndex, 2}, {InputKind::kIndex, 3}, {}}},
   };
   static const bool added = [] {
     const Shape m{4, 6}, u{5, 3};
@@ -521,8 +592,8 @@ absl::StatusOr<HostTensor> RunOnRanks(kernels::KernelBackend& backend, const ops
 }
 
 // The single-process result: the call on a mesh of one rank.
-HostTensor Reference(kernels::KernelBackend& backend, const ops::PreparedCall& p,
-                     const std::vector<HostTensor>& fulls) {
+absl::StatusOr<HostTensor> OneRank(kernels::KernelBackend& backend, const ops::PreparedCall& p,
+                                   const std::vector<HostTensor>& fulls) {
   const DeviceMesh one = DeviceMesh::Create("cpu", {1}).value();
   std::vector<DTensorSpec> specs;
   std::vector<std::vector<HostTensor>> shards;
@@ -537,7 +608,12 @@ HostTensor Reference(kernels::KernelBackend& backend, const ops::PreparedCall& p
       MakeDTensorSpec(one, {Placement::Replicate()}, p.call.output.shape, p.call.output.dtype)
           .value();
   SimulatedMesh sim(one);
-  absl::StatusOr<HostTensor> r = RunOnRanks(backend, p.call, one, specs, shards, out, sim);
+  return RunOnRanks(backend, p.call, one, specs, shards, out, sim);
+}
+
+HostTensor Reference(kernels::KernelBackend& backend, const ops::PreparedCall& p,
+                     const std::vector<HostTensor>& fulls) {
+  absl::StatusOr<HostTensor> r = OneRank(backend, p, fulls);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *std::move(r) : HostTensor();
 }
@@ -634,6 +710,97 @@ TEST(AtenOpsRegistryTest, EveryOpHasACase) {
     if (!covered.contains(op->name())) missing.push_back(op->name());
   }
   EXPECT_THAT(missing, ::testing::IsEmpty()) << absl::StrJoin(missing, ", ");
+}
+
+// The local implementations of advanced indexing against torch's values, worked out by hand on
+// x = arange(24).view(2, 3, 4), where x[a][b][c] = 12a + 4b + c.
+class AtenIndexingTest : public ::testing::Test {
+ protected:
+  absl::StatusOr<HostTensor> Run(const std::string& op, std::vector<NamedValue> args,
+                                 const std::vector<HostTensor>& fulls) {
+    const OpCase c{op, op, std::move(args), {}, {}, {}};
+    absl::StatusOr<ops::PreparedCall> p = Prepare(c, fulls);
+    if (!p.ok()) return p.status();
+    return OneRank(*backend_, *p, fulls);
+  }
+  std::vector<double> Values(const absl::StatusOr<HostTensor>& t, const Shape& shape) {
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return {};
+    EXPECT_EQ(t->shape(), shape);
+    std::vector<double> out;
+    for (int64_t i = 0; i < t->num_elements(); ++i) {
+      out.push_back(kernels::testing::GetDouble(*t, i));
+    }
+    return out;
+  }
+  static HostTensor Ids(Shape shape, std::vector<int64_t> values) {
+    return HostTensor::FromValues<int64_t>(i64, std::move(shape), values);
+  }
+  HostTensor Arange() {
+    std::vector<float> v(24);
+    for (int i = 0; i < 24; ++i) v[i] = static_cast<float>(i);
+    return HostTensor::FromValues<float>(f32, {2, 3, 4}, v);
+  }
+  std::unique_ptr<kernels::KernelBackend> backend_ = kernels::MakeBackend("cpu").value();
+};
+
+TEST_F(AtenIndexingTest, IndexAsTorch) {
+  std::vector<HostTensor> in;
+  in.push_back(Arange());
+  in.push_back(Ids({2}, {1, -1}));
+  in.push_back(Ids({2}, {0, 3}));
+  // x[[1, -1], :, [0, 3]]: dims apart, the index shape first.
+  EXPECT_EQ(Values(Run("index.Tensor", {T(0), P(TensorList{{1, -1, 2}})}, in), {2, 3}),
+            (std::vector<double>{12, 16, 20, 15, 19, 23}));
+  // x[:, [2, 0]]: in place of dim 1.
+  in[1] = Ids({2}, {2, 0});
+  EXPECT_EQ(Values(Run("index.Tensor", {T(0), P(TensorList{{-1, 1}})}, in), {2, 2, 4}),
+            (std::vector<double>{8, 9, 10, 11, 0, 1, 2, 3, 20, 21, 22, 23, 12, 13, 14, 15}));
+  // x[:, [[0], [2]], [1, -1]]: adjacent dims, index tensors broadcast to [2, 2].
+  in[1] = Ids({2, 1}, {0, 2});
+  in[2] = Ids({2}, {1, -1});
+  EXPECT_EQ(Values(Run("index.Tensor", {T(0), P(TensorList{{-1, 1, 2}})}, in), {2, 2, 2}),
+            (std::vector<double>{1, 3, 9, 11, 13, 15, 21, 23}));
+  // An index out of range names the op, the entry and the index.
+  in[1] = Ids({1}, {2});
+  absl::StatusOr<HostTensor> bad = Run("index.Tensor", {T(0), P(TensorList{{1}})}, in);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              ::testing::AllOf(::testing::HasSubstr("aten::index.Tensor"),
+                               ::testing::HasSubstr("entry 0"), ::testing::HasSubstr("index 2")));
+}
+
+TEST_F(AtenIndexingTest, IndexPutAsTorch) {
+  std::vector<HostTensor> in;
+  in.push_back(HostTensor::ZerosOfValidShape(f32, {3, 2}));
+  in.push_back(Ids({3}, {0, 0, 2}));
+  in.push_back(HostTensor::FromValues<float>(f32, {2}, {1, 10}));
+  // index_put(zeros(3, 2), [[0, 0, 2]], [1, 10], accumulate=True): row 0 twice.
+  EXPECT_EQ(Values(Run("index_put", {T(0), P(TensorList{{1}}), T(2), P(true)}, in), {3, 2}),
+            (std::vector<double>{2, 20, 0, 0, 1, 10}));
+  // x[:, 1, -1] = 100.
+  in[0] = Arange();
+  in[1] = Ids({1}, {1});
+  in[2] = Ids({}, {-1});
+  in.push_back(HostTensor::FromValues<float>(f32, {}, {100}));
+  std::vector<double> want;
+  for (int i = 0; i < 24; ++i) want.push_back(i == 7 || i == 19 ? 100 : i);
+  EXPECT_EQ(Values(Run("index_put", {T(0), P(TensorList{{-1, 1, 2}}), T(3)}, in), {2, 3, 4}), want);
+}
+
+TEST_F(AtenIndexingTest, GatherAndScatterNameAnIndexOutOfRange) {
+  std::vector<HostTensor> in;
+  in.push_back(Arange());
+  in.push_back(Ids({1, 1, 1}, {-1}));
+  absl::StatusOr<HostTensor> bad = Run("gather", {T(0), P(int64_t{2}), T(1)}, in);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              ::testing::AllOf(::testing::HasSubstr("aten::gather"),
+                               ::testing::HasSubstr("index -1 at [0, 0, 0]")));
+  in[1] = Ids({1, 1, 1}, {3});
+  bad = Run("scatter.value", {T(0), P(int64_t{1}), T(1), P(1.0)}, in);
+  EXPECT_THAT(bad.status().message(), ::testing::AllOf(::testing::HasSubstr("aten::scatter.value"),
+                                                       ::testing::HasSubstr("index 3")));
 }
 
 }  // namespace
