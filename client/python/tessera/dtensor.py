@@ -50,18 +50,19 @@ _ShapeArg = Union[int, Sequence[int]]
 #: torch names (functions and Tensor methods) that neither the service's op registry nor this
 #: client's decompositions run: using them raises UnsupportedOp, naming what runs.
 TORCH_ONLY = frozenset("""
-    softplus repeat tile flip roll gather scatter scatter_add take masked_select nonzero unique
-    sort argsort topk kthvalue median mode norm dist einsum outer kron cross diag diagonal trace
+    softplus repeat tile flip roll take masked_select nonzero unique
+    sort argsort topk kthvalue median mode dist einsum outer kron cross diag diagonal trace
     baddbmm addcmul addcdiv lerp log10 exp2 tan asin acos atan atan2 sinh cosh fmod hypot
-    layer_norm dropout embedding backward requires_grad_ cuda item tolist
+    dropout backward requires_grad_ cuda item tolist
 """.split())
 SUPPORTED_OPS = ("the ops of its registry (tessera.ops.list_ops(); tessera.ops.aten.<name> calls "
                  "any of them): pointwise math, comparisons and logic, reductions (sum, mean, "
                  "amax/amin, prod, any/all, argmax/argmin, var/std, logsumexp, cumsum/cumprod), "
                  "softmax and log_softmax, mm/matmul/addmm/bmm/linear, views (view, reshape, "
                  "flatten, unflatten, squeeze, unsqueeze, permute, transpose, expand), cat, stack, "
-                 "basic indexing, chunk/split/unbind, narrow, index_select, tril/triu, casts (to) "
-                 "and the *_like factories")
+                 "basic and advanced indexing, chunk/split/unbind, narrow, index_select, gather, "
+                 "scatter/scatter_add, index_put, tril/triu, norms (norm, layer_norm, rms_norm), "
+                 "embedding, scaled_dot_product_attention, casts (to) and the *_like factories")
 
 
 def unsupported(name: str) -> UnsupportedOp:

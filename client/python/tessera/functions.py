@@ -31,6 +31,8 @@ __all__ = [
     "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "permute", "transpose",
     "swapaxes", "swapdims", "t", "clone", "detach", "select", "narrow", "index_select", "tril",
     "triu", "chunk", "split", "unbind", "cat", "concat", "concatenate", "stack",
+    # indexing
+    "gather", "scatter", "scatter_add", "index_put", "norm",
     # factories
     "zeros_like", "ones_like", "full_like",
 ]
@@ -159,6 +161,11 @@ triu = _method("triu")
 chunk = _method("chunk")
 split = _method("split")
 unbind = _method("unbind")
+gather = _method("gather")
+scatter = _method("scatter")
+scatter_add = _method("scatter_add")
+index_put = _method("index_put")
+norm = _method("norm")
 
 _pow = _method("pow")
 

@@ -1,4 +1,5 @@
-"""torch.nn.functional's activations, softmax and linear on DTensors, with its signatures;
+"""torch.nn.functional's activations, softmax, linear, norms, embedding and attention on DTensors,
+with its signatures;
 ``tessera.nn.functional`` (nn.py) is this module."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from typing import Any, Optional
 from .dtensor import DTensor, call
 from .errors import InvalidArgument, Unimplemented
 
-__all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "linear"]
+__all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "linear",
+           "layer_norm", "rms_norm", "embedding", "scaled_dot_product_attention"]
 
 
 def _dtensor(input: Any, name: str) -> DTensor:
@@ -78,3 +80,53 @@ def log_softmax(input: DTensor, dim: Optional[int] = None, _stacklevel: int = 3,
 def linear(input: DTensor, weight: DTensor, bias: Optional[DTensor] = None) -> DTensor:
     """F.linear: input @ weight.T + bias (aten::linear)."""
     return call("linear", _dtensor(input, "linear"), weight, bias)
+
+
+def _shape(normalized_shape: Any) -> list:
+    return [int(normalized_shape)] if isinstance(normalized_shape, int) else \
+        [int(n) for n in normalized_shape]
+
+
+def layer_norm(input: DTensor, normalized_shape: Any, weight: Optional[DTensor] = None,
+               bias: Optional[DTensor] = None, eps: float = 1e-5) -> DTensor:
+    """F.layer_norm over the last ``len(normalized_shape)`` dims (aten::layer_norm)."""
+    return call("layer_norm", _dtensor(input, "layer_norm"), _shape(normalized_shape), weight,
+                bias, eps)
+
+
+def rms_norm(input: DTensor, normalized_shape: Any, weight: Optional[DTensor] = None,
+             eps: Optional[float] = None) -> DTensor:
+    """F.rms_norm: x / sqrt(mean(x^2) + eps) * weight; ``eps=None`` is the epsilon of the
+    compute dtype, as torch's (aten::rms_norm)."""
+    return call("rms_norm", _dtensor(input, "rms_norm"), _shape(normalized_shape), weight, eps)
+
+
+def embedding(input: DTensor, weight: DTensor, padding_idx: Optional[int] = None,
+              max_norm: Optional[float] = None, norm_type: float = 2.0,
+              scale_grad_by_freq: bool = False, sparse: bool = False) -> DTensor:
+    """F.embedding: the rows of ``weight`` at the integer ``input`` (aten::embedding); a
+    vocab-sharded weight (Shard(0)) gives a Partial(sum) result, rows outside a rank's shard
+    zero there."""
+    if max_norm is not None:
+        raise Unimplemented("embedding(max_norm=...) renormalizes the weight in place; DTensors "
+                            "on the service are not changed in place")
+    _dtensor(input, "embedding")
+    if padding_idx is not None and padding_idx < 0:
+        padding_idx += weight.shape[0]
+    return call("embedding", _dtensor(weight, "embedding"), input,
+                -1 if padding_idx is None else padding_idx, scale_grad_by_freq, sparse)
+
+
+def scaled_dot_product_attention(query: DTensor, key: DTensor, value: DTensor,
+                                 attn_mask: Optional[DTensor] = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: Optional[float] = None,
+                                 enable_gqa: bool = False) -> DTensor:
+    """F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v over the last two dims,
+    heads sharded alike on query, key and value (aten::scaled_dot_product_attention)."""
+    kwargs: dict = {}
+    if scale is not None:
+        kwargs["scale"] = scale
+    if enable_gqa:
+        kwargs["enable_gqa"] = True
+    return call("scaled_dot_product_attention", _dtensor(query, "scaled_dot_product_attention"),
+                key, value, attn_mask, dropout_p, is_causal, **kwargs)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, Unimplemented
 
 if TYPE_CHECKING:
     from .dtensor import DTensor
@@ -403,6 +403,18 @@ class TensorMath:
     def logsumexp(self, dim: Union[int, Sequence[int]], keepdim: bool = False) -> "DTensor":
         """torch.Tensor.logsumexp: log(sum(exp(x))) over ``dim``, stably (aten::logsumexp)."""
         return self._op("logsumexp", self, dims_arg(dim), keepdim)
+
+    def norm(self, p: Any = "fro", dim: Any = None, keepdim: bool = False,
+             dtype: Any = None) -> "DTensor":
+        """torch.Tensor.norm: the vector p-norm over ``dim`` (None: every dim), ``p`` a number,
+        inf or -inf, or "fro" (2) (aten::linalg_vector_norm)."""
+        if p == "fro" or p is None:
+            p = 2
+        if isinstance(p, str):
+            raise Unimplemented(f"norm(p={p!r}): only vector norms (a number, inf, -inf or "
+                                "'fro') run on the service")
+        dims = None if dim is None else dims_arg(dim)
+        return self._op("linalg_vector_norm", self, p, dims, keepdim, **_keywords(dtype=dtype))
 
     def cumsum(self, dim: int, *, dtype: Any = None) -> "DTensor":
         """torch.Tensor.cumsum: the running sum along ``dim`` (aten::cumsum)."""

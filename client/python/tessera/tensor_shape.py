@@ -248,6 +248,46 @@ class TensorShape:
         ``dim`` (aten::index_select)."""
         return self._op("index_select", self, dim, index)
 
+    def gather(self, dim: int, index: "DTensor", *, sparse_grad: bool = False) -> "DTensor":
+        """torch.Tensor.gather: ``out[i][j] = self[index[i][j]][j]`` for dim 0, and so on; the
+        index an integer DTensor of self's rank (aten::gather)."""
+        return self._op("gather", self, dim, self._index_tensor(index), sparse_grad=sparse_grad)
+
+    def scatter(self, dim: int, index: "DTensor", src: Any = None, *, value: Any = None,
+                reduce: Optional[str] = None) -> "DTensor":
+        """torch.Tensor.scatter (out of place): self with ``src``'s entries (a DTensor) or one
+        number written at ``index`` along ``dim`` (aten::scatter.src, aten::scatter.value)."""
+        if reduce is not None:
+            raise Unimplemented(f"scatter(reduce={reduce!r}): scatter.reduce is not an op of the "
+                                "service; scatter_add adds")
+        if src is None and value is None:
+            raise InvalidArgument("scatter: give src (a DTensor) or value (a number)")
+        if src is None:
+            src = value
+        index = self._index_tensor(index)
+        if isinstance(src, TensorShape):
+            return self._op("scatter.src", self, dim, index, src)
+        return self._op("scatter.value", self, dim, index, src)
+
+    def scatter_add(self, dim: int, index: "DTensor", src: "DTensor") -> "DTensor":
+        """torch.Tensor.scatter_add (out of place): self with ``src``'s entries added at
+        ``index`` along ``dim`` (aten::scatter_add)."""
+        return self._op("scatter_add", self, dim, self._index_tensor(index), src)
+
+    def index_put(self, indices: Sequence[Any], values: Any,
+                  accumulate: builtins.bool = False) -> "DTensor":
+        """torch.Tensor.index_put (out of place): ``self[indices] = values`` (added with
+        ``accumulate``) on a copy; ``indices`` a tuple of integer index tensors, None for a dim
+        taken whole (aten::index_put)."""
+        if not isinstance(indices, (tuple, list)):
+            raise InvalidArgument(f"index_put: indices is a tuple of index tensors, not "
+                                  f"{type(indices).__name__}")
+        refs = [None if i is None else self._index_tensor(i) for i in indices]
+        if not isinstance(values, TensorShape):
+            values = self._replicated(np.asarray(
+                values, dtype=self.dtype.numpy))  # type: ignore[attr-defined]
+        return self._op("index_put", self, refs, values, accumulate)
+
     def tril(self, diagonal: int = 0) -> "DTensor":
         """torch.Tensor.tril: the lower triangle of the last two dims, the rest zero
         (aten::tril)."""
