@@ -102,6 +102,23 @@ absl::StatusOr<internal::PlannedOp> PlanForStream(const std::string& op,
   std::vector<DTensorSpec> given;
   for (const DTensor& t : inputs) given.push_back(t.spec());
   internal::SessionImpl& impl = internal_impl(*DTensorAccess::StateOf(inputs[0])->session);
+  if (def->decompose != nullptr) {  // each node's redistributions, as the coordinator's reply
+    ASSIGN_OR_RETURN(const ops::PlannedDecomposition d,
+                     ops::PlanDecomposedCall(*def, args, given, impl.op_plans));
+    std::vector<std::string> names;
+    for (int i : d.prepared.input_of) names.push_back(inputs[i].name());
+    internal::PlannedOp out{d.planned.values.back(), {}};
+    for (size_t k = 0; k < d.planned.nodes.size(); ++k) {
+      const ops::PlannedCall& node = d.planned.nodes[k];
+      for (size_t i = 0; i < node.specs.size(); ++i) {
+        if (node.plan->input_plans[i].steps.empty()) continue;
+        out.redistributions.push_back({names[node.prepared.input_of[i]], node.specs[i].placements,
+                                       node.plan->strategy.inputs[i], node.plan->input_plans[i]});
+      }
+      names.push_back(ops::NodeLabel(*def, d.planned, static_cast<int>(k)));
+    }
+    return out;
+  }
   ASSIGN_OR_RETURN(const ops::PlannedCall planned,
                    ops::PlanOpCall(*def, args, given, impl.op_plans));
   internal::PlannedOp out{planned.plan->output, {}};
@@ -177,6 +194,21 @@ absl::StatusOr<DTensor> Linear(const DTensor& input, const DTensor& weight,
 }
 absl::StatusOr<DTensor> Embedding(const DTensor& weight, const DTensor& indices) {
   return Call("aten::embedding", {weight, indices});
+}
+
+absl::StatusOr<DTensor> CrossEntropy(const DTensor& logits, const DTensor& target,
+                                     const CrossEntropyOptions& options) {
+  return Call("aten::cross_entropy_loss",
+              {logits, target, options.weight, static_cast<int64_t>(options.reduction),
+               options.ignore_index, options.label_smoothing});
+}
+absl::StatusOr<DTensor> NllLoss(const DTensor& log_probs, const DTensor& target,
+                                const CrossEntropyOptions& options) {
+  return Call("aten::nll_loss", {log_probs, target, options.weight,
+                                 static_cast<int64_t>(options.reduction), options.ignore_index});
+}
+absl::StatusOr<DTensor> MseLoss(const DTensor& x, const DTensor& target, LossReduction reduction) {
+  return Call("aten::mse_loss", {x, target, static_cast<int64_t>(reduction)});
 }
 
 absl::StatusOr<std::vector<OpInfo>> Session::ListOps(const std::string& filter) {

@@ -78,6 +78,10 @@ absl::Status CheckMeshes(const BoundCall& call, std::span<const DTensorSpec> spe
 absl::StatusOr<StrategyCandidates> CandidateSet(const BoundCall& call,
                                                 std::span<const DTensorSpec> specs) {
   RETURN_IF_ERROR(CheckMeshes(call, specs));
+  if (call.op->strategies == nullptr) {
+    return absl::InternalError(absl::StrCat(
+        call.op->name(), " has no strategies of its own: it runs as its decomposition"));
+  }
   const CallContext context{*call.op, call.args, call.inputs};
   return call.op->strategies(context, specs, call.output);
 }
@@ -247,6 +251,68 @@ absl::StatusOr<PlannedCall> PlanOpCall(const OpDef& op, std::span<const NamedVal
   for (int i : out.prepared.input_of) out.specs.push_back(given[i]);
   ASSIGN_OR_RETURN(out.plan, cache.Plan(out.prepared.call, out.specs));
   return out;
+}
+
+absl::StatusOr<PlannedGraph> PlanGraph(const OpDef& op, const OpGraph& graph,
+                                       std::span<const DTensorSpec> inputs, ShardingCache& cache) {
+  if (static_cast<int>(inputs.size()) != graph.num_inputs) {
+    return absl::InternalError(absl::StrCat(op.name(), ": its graph takes ", graph.num_inputs,
+                                            " inputs, given ", inputs.size()));
+  }
+  PlannedGraph out;
+  out.values.assign(inputs.begin(), inputs.end());
+  for (size_t k = 0; k < graph.nodes.size(); ++k) {
+    const OpNode& node = graph.nodes[k];
+    auto context = [&](const absl::Status& s) {
+      return absl::Status(s.code(),
+                          absl::StrCat(op.name(), ", node ", k, " (", node.op, "): ", s.message()));
+    };
+    absl::StatusOr<const OpDef*> def = Registry().Find(node.op);
+    if (!def.ok()) return context(def.status());
+    if ((*def)->decompose != nullptr) {
+      return context(absl::InternalError("a decomposition's node must not decompose again"));
+    }
+    absl::StatusOr<PlannedCall> planned = PlanOpCall(**def, node.args, out.values, cache);
+    if (!planned.ok()) return context(planned.status());
+    out.values.push_back(planned->plan->output);
+    out.nodes.push_back(*std::move(planned));
+  }
+  if (out.nodes.empty()) return absl::InternalError(absl::StrCat(op.name(), ": an empty graph"));
+  return out;
+}
+
+absl::StatusOr<PlannedDecomposition> PlanDecomposedCall(const OpDef& op,
+                                                        std::span<const NamedValue> args,
+                                                        std::span<const DTensorSpec> given,
+                                                        ShardingCache& cache) {
+  if (op.decompose == nullptr) {
+    return absl::InternalError(absl::StrCat(op.name(), " does not decompose"));
+  }
+  std::vector<TensorMeta> metas;
+  for (const DTensorSpec& s : given) metas.push_back({s.shape, s.dtype});
+  PlannedDecomposition out;
+  ASSIGN_OR_RETURN(out.prepared, PrepareCall(op, args, metas));
+  if (out.prepared.input_of.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat(op.name(), " takes no DTensor here, so it has no mesh to run on"));
+  }
+  const CallContext context{op, out.prepared.call.args, out.prepared.call.inputs};
+  ASSIGN_OR_RETURN(out.graph, op.decompose(context));
+  std::vector<DTensorSpec> inputs;
+  for (int i : out.prepared.input_of) inputs.push_back(given[i]);
+  ASSIGN_OR_RETURN(out.planned, PlanGraph(op, out.graph, inputs, cache));
+  const DTensorSpec& result = out.planned.values.back();
+  if (result.shape != out.prepared.call.output.shape ||
+      result.dtype != out.prepared.call.output.dtype) {
+    return absl::InternalError(absl::StrCat(
+        op.name(), ": its decomposition gives ", result.ToString(), " where its meta gives ",
+        DTypeName(out.prepared.call.output.dtype), ShapeToString(out.prepared.call.output.shape)));
+  }
+  return out;
+}
+
+std::string NodeLabel(const OpDef& op, const PlannedGraph& planned, int k) {
+  return absl::StrCat(op.name(), " node ", k, " (", planned.nodes[k].prepared.call.op->name(), ")");
 }
 
 std::string CallKey(const BoundCall& call, std::span<const DTensorSpec> specs) {

@@ -89,6 +89,35 @@ struct PlannedCall {
 absl::StatusOr<PlannedCall> PlanOpCall(const OpDef& op, std::span<const NamedValue> args,
                                        std::span<const DTensorSpec> given, ShardingCache& cache);
 
+// A graph planned in one pass: each node's call planned on the specs its inputs have by then (the
+// arguments refer to graph values, so `prepared.input_of` lists the values each input is), and
+// every value's spec (the inputs', then each node's output).
+struct PlannedGraph {
+  std::vector<PlannedCall> nodes;
+  std::vector<DTensorSpec> values;
+};
+// The errors of a node name the graph's op and the node: "aten::cross_entropy_loss, node 6
+// (aten::nll_loss): ...".
+absl::StatusOr<PlannedGraph> PlanGraph(const OpDef& op, const OpGraph& graph,
+                                       std::span<const DTensorSpec> inputs, ShardingCache& cache);
+
+// A call of an op that decomposes, planned as the coordinator plans it: bound and checked by
+// its own meta on the metas of `given` (its arguments refer to them by index), decomposed, and
+// its graph planned on the specs of the inputs it uses (`prepared.input_of`, the graph's inputs).
+// The graph's output has the call's meta (INTERNAL otherwise).
+struct PlannedDecomposition {
+  PreparedCall prepared;
+  OpGraph graph;
+  PlannedGraph planned;
+};
+absl::StatusOr<PlannedDecomposition> PlanDecomposedCall(const OpDef& op,
+                                                        std::span<const NamedValue> args,
+                                                        std::span<const DTensorSpec> given,
+                                                        ShardingCache& cache);
+// How a decomposition's intermediate is named in the redistributions a reply lists:
+// "aten::cross_entropy_loss node 1 (aten::sub.Tensor)", for the output of node `k`.
+std::string NodeLabel(const OpDef& op, const PlannedGraph& planned, int k);
+
 // The cache key of a call: its op, arguments and input specs, compactly.
 std::string CallKey(const BoundCall& call, std::span<const DTensorSpec> specs);
 

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/dtype.h"
+#include "core/ops/op_graph.h"
 #include "core/ops/op_schema.h"
 #include "core/ops/type_promotion.h"
 #include "core/shape.h"
@@ -94,6 +95,9 @@ struct StrategyCandidates {
 using StrategyFn = absl::StatusOr<StrategyCandidates> (*)(const CallContext& call,
                                                           std::span<const DTensorSpec> specs,
                                                           const OutputMeta& out);
+// An op that runs as other registered ops: the graph of a call whose meta function has accepted
+// it. Its inputs are the call's inputs, in CallContext's numbering.
+using DecomposeFn = absl::StatusOr<OpGraph> (*)(const CallContext& call);
 
 // One registered op.
 struct OpDef {
@@ -101,6 +105,10 @@ struct OpDef {
   OpFamily family = OpFamily::kPointwise;
   MetaFn meta = nullptr;
   StrategyFn strategies = nullptr;
+  // Set for an op that runs as its decomposition (no strategies, no local implementation): each
+  // node is planned and run as a call of its own, so a Partial or a shard flows between them as
+  // DTensor's would (cross_entropy on class-sharded logits never gathers them).
+  DecomposeFn decompose = nullptr;
   PointwiseTraits pointwise;
   // How each rank computes it: "kernel <family>.<entry>" or "decomposition: <registered ops>".
   std::string implementation;
@@ -147,6 +155,7 @@ void RegisterViewOps(OpRegistry& registry);
 void RegisterTensorOps(OpRegistry& registry);
 void RegisterNormOps(OpRegistry& registry);
 void RegisterIndexOps(OpRegistry& registry);
+void RegisterLossOps(OpRegistry& registry);
 
 }  // namespace tessera::ops
 

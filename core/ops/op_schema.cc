@@ -391,6 +391,12 @@ absl::StatusOr<OpValue> SchemaParser::DefaultFor(const ArgSchema& arg,
   }
   if (literal.bare_name) {
     if (arg.type == ArgType::kOther) return value;
+    if (arg.type == ArgType::kInt) {  // torch's at::Reduction names: `int reduction=Mean`
+      const std::string& name = std::get<std::string>(value);
+      if (name == "Mean") return OpValue(int64_t{1});
+      if (name == "Sum") return OpValue(int64_t{2});
+      return mismatch();
+    }
     if (arg.type != ArgType::kDType) return mismatch();
     absl::string_view name = std::get<std::string>(value);
     absl::ConsumePrefix(&name, "torch.");

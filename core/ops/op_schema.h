@@ -67,10 +67,11 @@ struct OpSchema {
 // `int[]`, `int[N]`, `SymInt[]`, `int?`, `float`, `float?`, `Scalar`, `Scalar?`, `bool`, `bool?`,
 // `ScalarType?`, `str`, `str?`, `Layout?`, `Device?`, `MemoryFormat?`, `Generator?`), names,
 // defaults (None, True, False, integers, floats, `[]`, `[0, 1]`, `"tanh"`, `'none'`, `long` and
-// other dtype names for ScalarType), the `*` that starts keyword-only arguments, and the returns
-// after `->` (one type or a parenthesized list, names allowed). A namespace, if written, must be
-// `aten::`. INVALID_ARGUMENT naming the position (a 0-based offset) and the text it could not
-// read: "schema 'f(int x=) -> Tensor' at position 8: expected a default value, found ')'".
+// other dtype names for ScalarType, `Mean` and `Sum` of at::Reduction for an int: 1 and 2), the `*`
+// that starts keyword-only arguments, and the returns after `->` (one type or a parenthesized list,
+// names allowed). A namespace, if written, must be `aten::`. INVALID_ARGUMENT naming the position
+// (a 0-based offset) and the text it could not read: "schema 'f(int x=) -> Tensor' at position 8:
+// expected a default value, found ')'".
 absl::StatusOr<OpSchema> ParseSchema(absl::string_view text);
 
 // One argument of a call as a client gives it: positional (empty name) or by keyword.

@@ -132,6 +132,26 @@ absl::StatusOr<DTensor> Linear(const DTensor& input, const DTensor& weight,
 // order (torch.nn.functional.embedding takes indices first).
 absl::StatusOr<DTensor> Embedding(const DTensor& weight, const DTensor& indices);
 
+// How a loss reduces its per-element losses, as torch's `reduction` ("none", "mean", "sum").
+enum class LossReduction : int64_t { kNone = 0, kMean = 1, kSum = 2 };
+struct CrossEntropyOptions {
+  std::optional<DTensor> weight;  // per class
+  LossReduction reduction = LossReduction::kMean;
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+};
+// torch.nn.functional.cross_entropy(logits, target, ...): target int64 class indices, or class
+// probabilities of the logits' shape; aten::cross_entropy_loss. Logits sharded by class give a
+// Partial(sum) loss without being gathered (DTensor's loss_parallel).
+absl::StatusOr<DTensor> CrossEntropy(const DTensor& logits, const DTensor& target,
+                                     const CrossEntropyOptions& options = {});
+// torch.nn.functional.nll_loss(log_probs, target, ...) (label_smoothing unused): aten::nll_loss.
+absl::StatusOr<DTensor> NllLoss(const DTensor& log_probs, const DTensor& target,
+                                const CrossEntropyOptions& options = {});
+// torch.nn.functional.mse_loss(x, target, reduction): aten::mse_loss.
+absl::StatusOr<DTensor> MseLoss(const DTensor& x, const DTensor& target,
+                                LossReduction reduction = LossReduction::kMean);
+
 }  // namespace tessera::client
 
 #endif  // TESSERA_INCLUDE_TESSERA_OPS_H_

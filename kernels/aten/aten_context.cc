@@ -74,6 +74,7 @@ const LocalTable& Table() {
     AddTensorKernels(*t);
     AddNormKernels(*t);
     AddIndexKernels(*t);
+    AddLossKernels(*t);
     return t;
   }();
   return *table;

@@ -26,14 +26,25 @@ absl::Status EagerOps::Run(const std::string& client, const v1::OpRequest& reque
     given.push_back(std::move(t));
   }
   ASSIGN_OR_RETURN(const std::vector<ops::NamedValue> args, ArgsFromProto(request.op()));
+  if (op->decompose != nullptr) {
+    return RunGraph(client, *op, args, given, given_specs, request.output(), reply);
+  }
   ASSIGN_OR_RETURN(const ops::PlannedCall planned, ops::PlanOpCall(*op, args, given_specs, cache_));
+  std::vector<std::shared_ptr<DTensorEntry>> inputs;
+  for (int i : planned.prepared.input_of) inputs.push_back(given[i]);
+  return Post(client, planned, inputs, request.output(), /*hidden=*/false, reply, {}).status();
+}
+
+absl::StatusOr<std::shared_ptr<DTensorEntry>> EagerOps::Post(
+    const std::string& client, const ops::PlannedCall& planned,
+    const std::vector<std::shared_ptr<DTensorEntry>>& inputs, const std::string& output,
+    bool hidden, v1::OpReply* reply, const std::vector<std::string>& labels) {
   const ops::PreparedCall& prepared = planned.prepared;
+  const ops::OpDef* op = prepared.call.op;
   const std::vector<DTensorSpec>& specs = planned.specs;
   const std::shared_ptr<const ops::OpPlan>& plan = planned.plan;
-  std::vector<std::shared_ptr<DTensorEntry>> inputs;
-  for (int i : prepared.input_of) inputs.push_back(given[i]);
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> out,
-                   tensors_->Add(request.output(), inputs[0]->mesh, plan->output, client));
+                   tensors_->Add(output, inputs[0]->mesh, plan->output, client, hidden));
   v1::Command command;
   v1::RunOp* run = command.mutable_run_op();
   run->set_mesh_id(inputs[0]->mesh->id);
@@ -48,15 +59,58 @@ absl::Status EagerOps::Run(const std::string& client, const v1::OpRequest& reque
     *in->mutable_plan() = ToProto(plan->input_plans[i]);
     if (reply != nullptr && !plan->input_plans[i].steps.empty()) {
       v1::InputRedistribution* r = reply->add_redistributions();
-      r->set_input(inputs[i]->name);
+      r->set_input(labels.empty() ? inputs[i]->name : labels[i]);
       *r->mutable_from_placements() = ToProto(specs[i].placements);
       *r->mutable_to_placements() = ToProto(plan->strategy.inputs[i]);
       *r->mutable_plan() = in->plan();
     }
   }
   RETURN_IF_ERROR(tensors_->PostWrite(*out, command, inputs));
-  if (reply != nullptr) *reply->mutable_output() = tensors_->Describe(*out);
-  return absl::OkStatus();
+  if (reply != nullptr && !hidden) *reply->mutable_output() = tensors_->Describe(*out);
+  return out;
+}
+
+absl::Status EagerOps::RunGraph(const std::string& client, const ops::OpDef& op,
+                                const std::vector<ops::NamedValue>& args,
+                                const std::vector<std::shared_ptr<DTensorEntry>>& given,
+                                const std::vector<DTensorSpec>& given_specs,
+                                const std::string& output, v1::OpReply* reply) {
+  ASSIGN_OR_RETURN(const ops::PlannedDecomposition d,
+                   ops::PlanDecomposedCall(op, args, given_specs, cache_));
+  std::vector<std::shared_ptr<DTensorEntry>> values;
+  std::vector<std::string> names;  // an intermediate is named by the node that made it
+  for (int i : d.prepared.input_of) {
+    values.push_back(given[i]);
+    names.push_back(given[i]->name);
+  }
+  // Every node is posted before any intermediate is freed (a free is ordered after the commands
+  // that read it); a node's failure reaches the output through its inputs.
+  std::vector<std::shared_ptr<DTensorEntry>> temporaries;
+  absl::Status status;
+  const int n = static_cast<int>(d.planned.nodes.size());
+  for (int k = 0; k < n; ++k) {
+    const ops::PlannedCall& node = d.planned.nodes[k];
+    const bool last = k + 1 == n;
+    std::vector<std::shared_ptr<DTensorEntry>> inputs;
+    std::vector<std::string> labels;
+    for (int v : node.prepared.input_of) {
+      inputs.push_back(values[v]);
+      labels.push_back(names[v]);
+    }
+    absl::StatusOr<std::shared_ptr<DTensorEntry>> out =
+        Post(client, node, inputs, last ? output : "", !last, reply, labels);
+    if (!out.ok()) {
+      status = out.status();
+      break;
+    }
+    values.push_back(*out);
+    names.push_back(ops::NodeLabel(op, d.planned, k));
+    if (!last) temporaries.push_back(*out);
+  }
+  for (const std::shared_ptr<DTensorEntry>& t : temporaries) {
+    tensors_->Release(*t, Durability::kQueued);
+  }
+  return status;
 }
 
 v1::ListOpsReply EagerOps::List(const std::string& filter) {

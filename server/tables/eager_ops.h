@@ -1,7 +1,9 @@
 #ifndef TESSERA_SERVER_TABLES_EAGER_OPS_H_
 #define TESSERA_SERVER_TABLES_EAGER_OPS_H_
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/ops/op_propagation.h"
@@ -29,6 +31,21 @@ class EagerOps {
   const ops::ShardingCache& cache() const { return cache_; }
 
  private:
+  // Posts one planned call on `inputs` (the call's, in order) writing a new tensor named
+  // `output` (a fresh name if empty), hidden for a decomposition's intermediate; the reply's
+  // redistributions name each input by `labels` (its name if empty).
+  absl::StatusOr<std::shared_ptr<DTensorEntry>> Post(
+      const std::string& client, const ops::PlannedCall& planned,
+      const std::vector<std::shared_ptr<DTensorEntry>>& inputs, const std::string& output,
+      bool hidden, v1::OpReply* reply, const std::vector<std::string>& labels);
+  // Runs an op that decomposes: its meta checks the call, then each node of its graph is planned
+  // (sharding propagation through the graph) and posted, its intermediates freed after.
+  absl::Status RunGraph(const std::string& client, const ops::OpDef& op,
+                        const std::vector<ops::NamedValue>& args,
+                        const std::vector<std::shared_ptr<DTensorEntry>>& given,
+                        const std::vector<DTensorSpec>& given_specs, const std::string& output,
+                        v1::OpReply* reply);
+
   DTensorTable* const tensors_;
   ops::ShardingCache cache_;
 };

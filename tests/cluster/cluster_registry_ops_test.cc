@@ -297,6 +297,43 @@ TEST_P(RegistryOpsTest, LinearAndEmbedding) {
                     Make(4, kCols, [&](int64_t i, int64_t j) { return At(table, rows[i], j); })));
 }
 
+TEST_P(RegistryOpsTest, CrossEntropyRunsAsItsDecomposition) {
+  // x's rows as logits over kCols classes (sharded by rows, by classes, or replicated).
+  const HostTensor x = X();
+  const std::vector<int64_t> targets = {2, 0, 1, 1, 2};
+  const DTensor target = Replicated(HostTensor::FromValues(DType::kInt64, {kRows}, targets));
+  const HostTensor w =
+      HostTensor::FromValues(DType::kFloat32, {kCols}, std::vector<float>{0.5f, 2, 1.5f});
+  std::vector<double> loss(kRows);
+  double sum = 0, weights = 0;
+  for (int64_t i = 0; i < kRows; ++i) {
+    double max = -1e300, exps = 0;
+    for (int64_t k = 0; k < kCols; ++k) max = std::max(max, static_cast<double>(At(x, i, k)));
+    for (int64_t k = 0; k < kCols; ++k) exps += std::exp(At(x, i, k) - max);
+    const int64_t t = targets[i];
+    loss[i] = -w.data_as<float>()[t] * (At(x, i, t) - max - std::log(exps));
+    sum += loss[i];
+    weights += w.data_as<float>()[t];
+  }
+  client::CrossEntropyOptions options;
+  options.weight = Replicated(w);
+  EXPECT_TRUE(Gives(client::CrossEntropy(x_, target, options),
+                    HostTensor::FromValues(DType::kFloat32, {},
+                                           std::vector<float>{static_cast<float>(sum / weights)}),
+                    1e-5, 1e-5));
+  options.reduction = client::LossReduction::kNone;
+  const std::vector<float> rows(loss.begin(), loss.end());
+  EXPECT_TRUE(Gives(client::CrossEntropy(x_, target, options),
+                    HostTensor::FromValues(DType::kFloat32, {kRows}, rows), 1e-5, 1e-5));
+  // A target out of range fails on first touch, naming it; x is intact.
+  const DTensor bad = Replicated(
+      HostTensor::FromValues(DType::kInt64, {kRows}, std::vector<int64_t>{0, 7, 0, 0, 0}));
+  absl::StatusOr<DTensor> failed = client::CrossEntropy(x_, bad);
+  const absl::Status error = failed.ok() ? failed->FullTensor().status() : failed.status();
+  EXPECT_TRUE(StatusIs(error, absl::StatusCode::kInvalidArgument, {"target 7"}));
+  EXPECT_TRUE(Gives(absl::StatusOr<DTensor>(x_), x));
+}
+
 TEST_P(RegistryOpsTest, NumbersStringsAndRepeatedTensors) {
   const HostTensor x = X();
   // A number for a Tensor argument is a wrapped number: float32 stays float32.

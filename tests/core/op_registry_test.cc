@@ -36,7 +36,8 @@ TEST(OpRegistryTest, EveryOpIsComplete) {
   EXPECT_GE(Registry().ops().size(), 140u);
   for (const OpDef* op : Registry().ops()) {
     EXPECT_NE(op->meta, nullptr) << op->name();
-    EXPECT_NE(op->strategies, nullptr) << op->name();
+    // Strategies of its own, or a decomposition whose nodes have theirs.
+    EXPECT_NE(op->strategies == nullptr, op->decompose == nullptr) << op->name();
     EXPECT_FALSE(op->implementation.empty()) << op->name();
     EXPECT_FALSE(op->strategy_text.empty()) << op->name();
     EXPECT_EQ(op->name(), op->schema.QualifiedName());
@@ -512,6 +513,51 @@ TEST_F(StrategyTest, IndexingKeepsTheShardsItCan) {
   EXPECT_EQ(Chosen("index_select", {T(0), P(int64_t{1}), T(1)},
                    {Spec("R", {4, 6}), Spec("S(0)", {8}, i64)}),
             "(R) x (S(0)) -> (S(1))");
+}
+
+TEST(OpMetaTest, LossesAsTorch) {
+  const TensorMeta logits{{4, 6}, DType::kFloat32};
+  const TensorMeta target{{4}, DType::kInt64};
+  const OpRegistry& r = Registry();
+  EXPECT_EQ(r.Find("nll_loss").value()->schema.args[3].default_value, OpValue(int64_t{1}));  // Mean
+  EXPECT_EQ(Prepare("nll_loss", {T(0), T(1)}, {logits, target})->call.output.shape, Shape{});
+  EXPECT_EQ(Prepare("nll_loss", {T(0), T(1), P(NoneValue{}), P(int64_t{0})}, {logits, target})
+                ->call.output.shape,
+            (Shape{4}));
+  EXPECT_EQ(Prepare("cross_entropy_loss", {T(0), T(1), A("reduction", int64_t{0})},
+                    {{{2, 6, 3}, DType::kFloat64}, {{2, 3}, DType::kInt64}})
+                ->call.output.dtype,
+            DType::kFloat64);
+  EXPECT_EQ(Prepare("cross_entropy_loss", {T(0), T(0)}, {logits})->call.output.shape, Shape{});
+  EXPECT_EQ(Prepare("mse_loss", {T(0), T(1), P(int64_t{0})}, {logits, {{6}, DType::kFloat32}})
+                ->call.output.shape,
+            (Shape{4, 6}));
+  EXPECT_NE(r.Find("cross_entropy_loss").value()->decompose, nullptr);
+  EXPECT_EQ(r.Find("nll_loss").value()->decompose, nullptr);
+}
+
+TEST(OpMetaTest, LossesNameTheirBadArguments) {
+  const TensorMeta logits{{4, 6}, DType::kFloat32};
+  absl::Status s = Prepare("nll_loss", {T(0), T(1)}, {logits, {{4}, DType::kInt32}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("aten::nll_loss"), HasSubstr("'target'"),
+                                 HasSubstr("int64"), HasSubstr("int32")));
+  s = Prepare("nll_loss", {T(0), T(1)}, {logits, {{3}, DType::kInt64}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'target'"), HasSubstr("[3]"), HasSubstr("[4]")));
+  s = Prepare("nll_loss", {T(0), T(1), T(2)},
+              {logits, {{4}, DType::kInt64}, {{5}, DType::kFloat32}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'weight'"), HasSubstr("6 classes")));
+  s = Prepare("nll_loss", {T(0), T(1), A("reduction", int64_t{3})}, {logits, {{4}, DType::kInt64}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'reduction'"), HasSubstr("is 3")));
+  s = Prepare("cross_entropy_loss", {T(0), T(1), A("label_smoothing", 1.5)},
+              {logits, {{4}, DType::kInt64}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'label_smoothing'"), HasSubstr("1.5")));
+  s = Prepare("cross_entropy_loss", {T(0), T(1)}, {logits, {{4, 5}, DType::kFloat32}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'target'"), HasSubstr("probabilities")));
+  s = Prepare("mse_loss", {T(0), T(1)}, {logits, {{4, 6}, DType::kInt64}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("aten::mse_loss"), HasSubstr("'target'")));
 }
 
 TEST(ShardingCacheTest, ARepeatedCallIsAHit) {

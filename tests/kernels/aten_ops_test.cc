@@ -18,6 +18,7 @@
 #include "core/ops/op_registry.h"
 #include "core/sharding/simulated_mesh.h"
 #include "core/small_integer_tensor.h"
+#include "core/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/aten/local_call.h"
@@ -29,6 +30,7 @@ namespace tessera {
 namespace {
 
 using ops::NamedValue;
+using ops::NoneValue;
 using ops::OpValue;
 using ops::TensorList;
 using ops::TensorRef;
@@ -401,6 +403,42 @@ const std::vector<OpCase>& OpCases() {
        {{3, 5, 3}, {2, 1}, {4}, {5}},
        {f32, i32},
        {{}, {InputKind::kIndex, 2}, {InputKind::kIndex, 3}, {}}},
+      // Losses (targets below the smaller class count; ignore_index 1 among them).
+      {"nll_mean",
+       "nll_loss",
+       {T(0), T(1)},
+       {m, {4}},
+       {u, {5}},
+       {f32, f64},
+       {{}, {InputKind::kIndex, 3}}},
+      {"nll_sum_weight_ignore",
+       "nll_loss",
+       {T(0), T(1), T(2), P(int64_t{2}), P(int64_t{1})},
+       {m, {4}, {6}},
+       {u, {5}, {3}},
+       {f32},
+       {{}, {InputKind::kIndex, 3}, {InputKind::kPositive}}},
+      {"nll_mean_weight_ignore",
+       "nll_loss",
+       {T(0), T(1), T(2), A("ignore_index", int64_t{0})},
+       {m, {4}, {6}},
+       {u, {5}, {3}},
+       {f64},
+       {{}, {InputKind::kIndex, 3}, {InputKind::kPositive}}},
+      {"nll_none_spatial",
+       "nll_loss",
+       {T(0), T(1), P(NoneValue{}), P(int64_t{0})},
+       {{2, 4, 3}, {2, 3}},
+       {{3, 2, 1}, {3, 1}},
+       {f32},
+       {{}, {InputKind::kIndex, 2}}},
+      {"nll_one_sample",
+       "nll_loss",
+       {T(0), T(1)},
+       {{6}, {}},
+       {{3}, {}},
+       {f64},
+       {{}, {InputKind::kIndex, 3}}},
   };
   static const bool added = [] {
     const Shape m{4, 6}, u{5, 3};
@@ -569,11 +607,11 @@ absl::StatusOr<ops::PreparedCall> Prepare(const OpCase& c, const std::vector<Hos
   return ops::PrepareCall(*op, c.args, metas);
 }
 
-// Each rank's local call on its shards (laid out as `specs`), gathered into the full output.
-absl::StatusOr<HostTensor> RunOnRanks(kernels::KernelBackend& backend, const ops::BoundCall& call,
-                                      const DeviceMesh& mesh, const std::vector<DTensorSpec>& specs,
-                                      const std::vector<std::vector<HostTensor>>& shards,
-                                      const DTensorSpec& output, SimulatedMesh& sim) {
+// Each rank's local call on its shards (laid out as `specs`): the output's shards.
+absl::StatusOr<std::vector<HostTensor>> LocalCalls(
+    kernels::KernelBackend& backend, const ops::BoundCall& call, const DeviceMesh& mesh,
+    const std::vector<DTensorSpec>& specs, const std::vector<std::vector<HostTensor>>& shards,
+    const DTensorSpec& output) {
   std::vector<HostTensor> out_shards;
   for (int64_t pos = 0; pos < mesh.size(); ++pos) {
     const std::vector<int64_t> coordinate = mesh.CoordinateOfIndex(pos);
@@ -588,7 +626,18 @@ absl::StatusOr<HostTensor> RunOnRanks(kernels::KernelBackend& backend, const ops
     if (!out.ok()) return out.status();
     out_shards.push_back(backend.Download(std::as_const(*out).View()).value());
   }
-  return sim.FullTensor(output, std::move(out_shards));
+  return out_shards;
+}
+
+// The local calls' shards gathered into the full output.
+absl::StatusOr<HostTensor> RunOnRanks(kernels::KernelBackend& backend, const ops::BoundCall& call,
+                                      const DeviceMesh& mesh, const std::vector<DTensorSpec>& specs,
+                                      const std::vector<std::vector<HostTensor>>& shards,
+                                      const DTensorSpec& output, SimulatedMesh& sim) {
+  absl::StatusOr<std::vector<HostTensor>> out_shards =
+      LocalCalls(backend, call, mesh, specs, shards, output);
+  if (!out_shards.ok()) return out_shards.status();
+  return sim.FullTensor(output, *std::move(out_shards));
 }
 
 // The single-process result: the call on a mesh of one rank.
@@ -697,14 +746,247 @@ TEST(AtenOpsRegistryTest, EveryOpHasALocalImplementation) {
   std::set<std::string> local;
   for (const std::string& name : kernels::LocalImplementations()) local.insert(name);
   std::set<std::string> registered;
-  for (const ops::OpDef* op : ops::Registry().ops()) registered.insert(op->name());
+  for (const ops::OpDef* op : ops::Registry().ops()) {
+    if (op->decompose == nullptr) registered.insert(op->name());  // the others run as their nodes
+  }
   EXPECT_EQ(local, registered);
+}
+
+// An op that decomposes, run as EagerOps runs it: each node planned on the specs its inputs have
+// by then, its inputs redistributed and its shards computed by the local calls on the simulated
+// mesh; the graph's output gathered.
+struct GraphCase {
+  std::string name;
+  std::string op;
+  std::vector<NamedValue> args;
+  std::vector<Shape> shapes;
+  std::vector<Input> inputs;
+  DType dtype = DType::kFloat32;
+};
+
+const std::vector<GraphCase>& GraphCases() {
+  const Input index6{InputKind::kIndex, 6}, index3{InputKind::kIndex, 3};
+  const Input positive{InputKind::kPositive};
+  static const auto* cases = new std::vector<GraphCase>{
+      {"cross_entropy", "cross_entropy_loss", {T(0), T(1)}, {{4, 6}, {4}}, {{}, index6}},
+      {"cross_entropy_weight_sum_ignore",
+       "cross_entropy_loss",
+       {T(0), T(1), T(2), P(int64_t{2}), P(int64_t{1})},
+       {{4, 6}, {4}, {6}},
+       {{}, index6, positive}},
+      {"cross_entropy_spatial_none",
+       "cross_entropy_loss",
+       {T(0), T(1), P(NoneValue{}), P(int64_t{0})},
+       {{2, 5, 3}, {2, 3}},
+       {{}, {InputKind::kIndex, 5}},
+       DType::kFloat64},
+      {"cross_entropy_uneven_smoothing",
+       "cross_entropy_loss",
+       {T(0), T(1), A("label_smoothing", 0.1)},
+       {{5, 3}, {5}},
+       {{}, index3}},
+      {"cross_entropy_weight_smoothing",
+       "cross_entropy_loss",
+       {T(0), T(1), T(2), A("label_smoothing", 0.2), A("ignore_index", int64_t{2})},
+       {{4, 6}, {4}, {6}},
+       {{}, index6, positive}},
+      {"cross_entropy_probabilities",
+       "cross_entropy_loss",
+       {T(0), T(1), A("label_smoothing", 0.1)},
+       {{4, 6}, {4, 6}},
+       {{}, positive}},
+      {"mse", "mse_loss", {T(0), T(1)}, {{4, 6}, {4, 6}}, {}},
+      {"mse_broadcast_none", "mse_loss", {T(0), T(1), P(int64_t{0})}, {{5, 3}, {3}}, {}},
+      {"l1_sum", "l1_loss", {T(0), T(1), P(int64_t{2})}, {{5, 3}, {5, 3}}, {}},
+  };
+  return *cases;
+}
+
+struct GraphRun {
+  HostTensor output;
+  int64_t redistributed_bytes = 0;  // by the plans of every node
+};
+
+absl::StatusOr<GraphRun> RunGraph(kernels::KernelBackend& backend, const GraphCase& c,
+                                  const std::vector<HostTensor>& fulls, const DeviceMesh& mesh,
+                                  const std::vector<std::vector<Placement>>& placements) {
+  const ops::OpDef* op = ops::Registry().Find(c.op).value();
+  std::vector<ops::TensorMeta> metas;
+  for (const HostTensor& t : fulls) metas.push_back({t.shape(), t.dtype()});
+  ASSIGN_OR_RETURN(const ops::PreparedCall p, ops::PrepareCall(*op, c.args, metas));
+  const ops::CallContext context{*op, p.call.args, p.call.inputs};
+  ASSIGN_OR_RETURN(const ops::OpGraph graph, op->decompose(context));
+  SimulatedMesh sim(mesh);
+  std::vector<DTensorSpec> specs;
+  std::vector<std::vector<HostTensor>> shards;
+  for (size_t k = 0; k < p.input_of.size(); ++k) {
+    const HostTensor& full = fulls[p.input_of[k]];
+    ASSIGN_OR_RETURN(DTensorSpec spec,
+                     MakeDTensorSpec(mesh, placements[k], full.shape(), full.dtype()));
+    ASSIGN_OR_RETURN(std::vector<HostTensor> s, sim.Distribute(full, spec));
+    specs.push_back(std::move(spec));
+    shards.push_back(std::move(s));
+  }
+  ops::ShardingCache cache;
+  GraphRun run;
+  for (const ops::OpNode& node : graph.nodes) {
+    const ops::OpDef* def = ops::Registry().Find(node.op).value();
+    ASSIGN_OR_RETURN(const ops::PlannedCall planned,
+                     ops::PlanOpCall(*def, node.args, specs, cache));
+    std::vector<std::vector<HostTensor>> moved;
+    std::vector<DTensorSpec> laid_out;
+    for (size_t k = 0; k < planned.prepared.input_of.size(); ++k) {
+      const int v = planned.prepared.input_of[k];
+      std::vector<HostTensor> copies;
+      for (const HostTensor& t : shards[v]) copies.push_back(t.Clone());
+      ASSIGN_OR_RETURN(std::vector<HostTensor> m,
+                       sim.Redistribute(specs[v], planned.plan->input_plans[k], std::move(copies)));
+      moved.push_back(std::move(m));
+      DTensorSpec after = specs[v];
+      after.placements = planned.plan->strategy.inputs[k];
+      laid_out.push_back(std::move(after));
+    }
+    run.redistributed_bytes += planned.plan->redistribute_bytes;
+    ASSIGN_OR_RETURN(
+        std::vector<HostTensor> out,
+        LocalCalls(backend, planned.prepared.call, mesh, laid_out, moved, planned.plan->output));
+    specs.push_back(planned.plan->output);
+    shards.push_back(std::move(out));
+  }
+  ASSIGN_OR_RETURN(run.output, sim.FullTensor(specs.back(), std::move(shards.back())));
+  if (run.output.shape() != p.call.output.shape || run.output.dtype() != p.call.output.dtype) {
+    return absl::InternalError("the graph's output differs from the op's meta");
+  }
+  return run;
+}
+
+class AtenGraphTest : public ::testing::Test {
+ protected:
+  std::vector<HostTensor> Inputs(const GraphCase& c) {
+    std::vector<HostTensor> fulls;
+    for (size_t i = 0; i < c.shapes.size(); ++i) {
+      const Input in = i < c.inputs.size() ? c.inputs[i] : Input{};
+      fulls.push_back(MakeInput(in, c.dtype, c.shapes[i], 31 + static_cast<uint32_t>(i)));
+    }
+    return fulls;
+  }
+  std::unique_ptr<kernels::KernelBackend> backend_ = kernels::MakeBackend("cpu").value();
+};
+
+// Every decomposing op over meshes x every placement of its inputs equals its graph on one rank.
+TEST_F(AtenGraphTest, ShardedGraphMatchesOneRank) {
+  const DeviceMesh one = DeviceMesh::Create("cpu", {1}).value();
+  for (const GraphCase& c : GraphCases()) {
+    const std::vector<HostTensor> fulls = Inputs(c);
+    std::vector<std::vector<Placement>> whole(fulls.size(), {Placement::Replicate()});
+    absl::StatusOr<GraphRun> want = RunGraph(*backend_, c, fulls, one, whole);
+    ASSERT_TRUE(want.ok()) << c.name << ": " << want.status();
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{4}, {2, 2}}) {
+      const DeviceMesh mesh = DeviceMesh::Create("cpu", shape).value();
+      std::vector<std::vector<std::vector<Placement>>> per_input;
+      size_t total = 1;
+      for (const HostTensor& t : fulls) {
+        per_input.push_back(AllPlacements(mesh.ndim(), t.rank()));
+        total *= per_input.back().size();
+      }
+      const size_t stride = total > 200 ? total / 100 + 1 : 1;
+      for (size_t index = 0; index < total; index += stride) {
+        std::vector<std::vector<Placement>> placements;
+        std::string what = absl::StrCat(c.name, " on mesh ", absl::StrJoin(shape, "x"));
+        size_t rest = index;
+        for (const auto& options : per_input) {
+          placements.push_back(options[rest % options.size()]);
+          rest /= options.size();
+          absl::StrAppend(&what, " ", PlacementsToString(placements.back()));
+        }
+        absl::StatusOr<GraphRun> got = RunGraph(*backend_, c, fulls, mesh, placements);
+        ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+        ExpectClose(got->output, want->output, what);
+      }
+    }
+  }
+}
+
+// cross_entropy against the formula, worked out in doubles: -log softmax(x)[t], weighted, averaged
+// over the targets' weights, ignore_index left out.
+TEST_F(AtenGraphTest, CrossEntropyAsTorch) {
+  const GraphCase& c = GraphCases()[1];  // weight, sum, ignore_index 1
+  const std::vector<HostTensor> fulls = Inputs(c);
+  const DeviceMesh one = DeviceMesh::Create("cpu", {1}).value();
+  std::vector<std::vector<Placement>> whole(fulls.size(), {Placement::Replicate()});
+  for (int64_t reduction : {0, 1, 2}) {
+    GraphCase r = c;
+    r.args[3] = P(reduction);
+    absl::StatusOr<GraphRun> got = RunGraph(*backend_, r, fulls, one, whole);
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::vector<double> losses;
+    double total = 0, weights = 0;
+    for (int n = 0; n < 4; ++n) {
+      double max = -1e300, sum = 0;
+      for (int k = 0; k < 6; ++k)
+        max = std::max(max, kernels::testing::GetDouble(fulls[0], n * 6 + k));
+      for (int k = 0; k < 6; ++k)
+        sum += std::exp(kernels::testing::GetDouble(fulls[0], n * 6 + k) - max);
+      const int t = static_cast<int>(kernels::testing::GetDouble(fulls[1], n));
+      const double w = kernels::testing::GetDouble(fulls[2], t);
+      const double loss =
+          t == 1 ? 0
+                 : -w * (kernels::testing::GetDouble(fulls[0], n * 6 + t) - max - std::log(sum));
+      losses.push_back(loss);
+      total += loss;
+      if (t != 1) weights += w;
+    }
+    if (reduction == 0) {
+      for (int n = 0; n < 4; ++n) {
+        EXPECT_NEAR(kernels::testing::GetDouble(got->output, n), losses[n], 1e-5) << n;
+      }
+    } else {
+      EXPECT_NEAR(kernels::testing::GetDouble(got->output, 0),
+                  reduction == 2 ? total : total / weights, 1e-5);
+    }
+  }
+}
+
+// DTensor's loss_parallel: logits sharded by class over 4 ranks are never gathered; what moves
+// is a number per row (the row max and the sum of exps, each reduced across ranks).
+TEST_F(AtenGraphTest, CrossEntropyOnClassShardedLogitsMovesRowsNotLogits) {
+  GraphCase c{
+      "big", "cross_entropy_loss", {T(0), T(1)}, {{8, 1000}, {8}}, {{}, {InputKind::kIndex, 1000}}};
+  const std::vector<HostTensor> fulls = Inputs(c);
+  const DeviceMesh mesh = DeviceMesh::Create("cpu", {4}).value();
+  absl::StatusOr<GraphRun> sharded =
+      RunGraph(*backend_, c, fulls, mesh, {{Placement::Shard(1)}, {Placement::Replicate()}});
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  const int64_t logits = 8 * 1000 * 4;
+  EXPECT_LT(sharded->redistributed_bytes, logits / 20) << sharded->redistributed_bytes;
+  const DeviceMesh one = DeviceMesh::Create("cpu", {1}).value();
+  absl::StatusOr<GraphRun> want =
+      RunGraph(*backend_, c, fulls, one, {{Placement::Replicate()}, {Placement::Replicate()}});
+  ASSERT_TRUE(want.ok()) << want.status();
+  ExpectClose(sharded->output, want->output, "class-sharded cross_entropy");
+}
+
+TEST_F(AtenGraphTest, NllLossNamesATargetOutOfBounds) {
+  std::vector<HostTensor> in;
+  in.push_back(HostTensor::FromValues<float>(f32, {2, 3}, {0, 1, 2, 3, 4, 5}));
+  in.push_back(HostTensor::FromValues<int64_t>(i64, {2}, {0, 3}));
+  const OpCase c{"nll", "nll_loss", {T(0), T(1)}, {}, {}, {}};
+  absl::StatusOr<ops::PreparedCall> p = Prepare(c, in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<HostTensor> bad = OneRank(*backend_, *p, in);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              ::testing::AllOf(::testing::HasSubstr("aten::nll_loss"),
+                               ::testing::HasSubstr("target 3 at position 1"),
+                               ::testing::HasSubstr("3 classes")));
 }
 
 // Every registered op is exercised by a case here, but for those listed.
 TEST(AtenOpsRegistryTest, EveryOpHasACase) {
   std::set<std::string> covered;
   for (const OpCase& c : OpCases()) covered.insert(ops::Registry().Find(c.op).value()->name());
+  for (const GraphCase& c : GraphCases())
+    covered.insert(ops::Registry().Find(c.op).value()->name());
   std::vector<std::string> missing;
   for (const ops::OpDef* op : ops::Registry().ops()) {
     if (!covered.contains(op->name())) missing.push_back(op->name());

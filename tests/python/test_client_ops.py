@@ -502,6 +502,81 @@ def test_norms_embedding_and_attention(meshes, layout):
           softmax(causal, -1) @ v, rtol=1e-4, atol=1e-5)
 
 
+def log_softmax(a, axis):
+    m = a.max(axis=axis, keepdims=True)
+    return a - m - np.log(np.exp(a - m).sum(axis=axis, keepdims=True))
+
+
+def cross_entropy_reference(a, t, w=None, ignore=-100, reduction="mean", eps=0.0):
+    """torch's F.cross_entropy with class indices on [N, C], in float64."""
+    lp = log_softmax(a.astype(np.float64), 1)
+    n, c = a.shape
+    w = np.ones(c) if w is None else w.astype(np.float64)
+    valid = t != ignore
+    safe = np.where(valid, t, 0)
+    nll = np.where(valid, -w[safe] * lp[np.arange(n), safe], 0)
+    smooth = np.where(valid, -(lp * w).sum(1), 0)
+    if reduction == "none":
+        return (1 - eps) * nll + eps / c * smooth
+    if reduction == "sum":
+        return (1 - eps) * nll.sum() + eps / c * smooth.sum()
+    total = np.where(valid, w[safe], 0).sum()
+    return (1 - eps) * nll.sum() / total + eps / c * smooth.sum() / total
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_losses(meshes, layout):
+    F = tessera.nn.functional
+    mesh_name, placements = LAYOUTS[layout]
+    mesh = meshes[mesh_name]
+    a = data((5, 3), 23)
+    t = np.array([2, 0, 1, 1, 2])
+    x = tessera.distribute_tensor(a, mesh, placements)
+    dt = tessera.distribute_tensor(t, mesh)
+    w = np.array([0.5, 2.0, 1.5], dtype=np.float32)
+    dw = tessera.distribute_tensor(w, mesh)
+    for reduction in ("mean", "sum", "none"):
+        check(F.cross_entropy(x, dt, reduction=reduction).full_tensor(),
+              cross_entropy_reference(a, t, reduction=reduction), rtol=1e-4, atol=1e-5)
+        check(F.cross_entropy(x, t, dw, ignore_index=1, reduction=reduction,
+                              label_smoothing=0.1).full_tensor(),
+              cross_entropy_reference(a, t, w, 1, reduction, 0.1), rtol=1e-4, atol=1e-5)
+        check(F.nll_loss(tessera.distribute_tensor(log_softmax(a, 1).astype(np.float32), mesh,
+                                                   placements), dt, dw,
+                         reduction=reduction).full_tensor(),
+              cross_entropy_reference(a, t, w, reduction=reduction), rtol=1e-4, atol=1e-5)
+    probs = softmax(data((5, 3), 24), 1).astype(np.float32)
+    check(F.cross_entropy(x, tessera.distribute_tensor(probs, mesh, placements)).full_tensor(),
+          -(probs * log_softmax(a, 1)).sum(1).mean(), rtol=1e-4, atol=1e-5)
+    b = data((5, 3), 25)
+    y = tessera.distribute_tensor(b, mesh, placements)
+    check(F.mse_loss(x, y).full_tensor(), ((a - b) ** 2).mean(), rtol=1e-4)
+    check(F.l1_loss(x, y, reduction="sum").full_tensor(), np.abs(a - b).sum(), rtol=1e-4)
+    with pytest.raises(tessera.InvalidArgument, match="out of bounds"):
+        F.cross_entropy(x, np.array([0, 3, 1, 1, 2])).full_tensor()
+    with pytest.raises(tessera.InvalidArgument, match="'target'"):
+        F.nll_loss(x, tessera.distribute_tensor(t.astype(np.int32), mesh)).full_tensor()
+    check(x.full_tensor(), a)
+
+
+def test_loss_parallel_keeps_the_logits_sharded(meshes):
+    """DTensor's loss_parallel: class-sharded logits give a Partial(sum) loss; what moves is a
+    number per row (the max and the sum of exps), never the logits."""
+    F = tessera.nn.functional
+    mesh = meshes["world"]
+    a = data((6, 40), 26)
+    t = np.array([0, 39, 7, 12, 20, 33])
+    x = tessera.distribute_tensor(a, mesh, [Shard(1)])
+    with tessera.loss_parallel():
+        loss = F.cross_entropy(x, t)
+        check(loss.full_tensor(), cross_entropy_reference(a, t), rtol=1e-4, atol=1e-5)
+        assert loss.placements == (tessera.Partial(),)
+        moved = [r for r in loss.redistributions if "node" not in r.input]
+        assert moved == [], moved  # the logits themselves never move
+        with pytest.raises(tessera.InvalidArgument, match="class dim"):
+            F.cross_entropy(tessera.distribute_tensor(a, mesh, [Shard(0)]), t)
+
+
 # -- tessera.ops.aten and ListOps -------------------------------------------------------------------
 
 

@@ -36,7 +36,8 @@ from .kserve import InferenceClient
 from .mesh import DeviceMesh, get_device_mesh, init_device_mesh
 from .module import Module, ModuleOutput, StepResult, get_module, list_modules, load_module
 from .parallel import (ColwiseParallel, ParallelStyle, PrepareModuleInput, PrepareModuleOutput,
-                       RowwiseParallel, SequenceParallel, distribute_module, parallelize_module)
+                       RowwiseParallel, SequenceParallel, distribute_module, loss_parallel,
+                       parallelize_module)
 from .placements import Partial, Placement, Replicate, Shard
 from .session import Session, connect, get_session, set_session
 
@@ -52,7 +53,7 @@ __all__ = [
     "Module", "ModuleOutput", "StepResult", "load_module", "get_module", "list_modules",
     "ParallelStyle", "ColwiseParallel", "RowwiseParallel", "SequenceParallel",
     "PrepareModuleInput", "PrepareModuleOutput", "parallelize_module", "distribute_module",
-    "export", "Exported", "InferenceClient",
+    "loss_parallel", "export", "Exported", "InferenceClient",
     "DType", "all_dtypes", "float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32",
     "int64", "bool",
     "TesseraError", "InvalidArgument", "NotFound", "AlreadyExists", "PermissionDenied",

@@ -4,14 +4,18 @@ with its signatures;
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, Optional
+
+import numpy as np
 
 from .dtensor import DTensor, call
 from .errors import InvalidArgument, Unimplemented
 
 __all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "linear",
-           "layer_norm", "rms_norm", "embedding", "scaled_dot_product_attention"]
+           "layer_norm", "rms_norm", "embedding", "scaled_dot_product_attention",
+           "cross_entropy", "nll_loss", "mse_loss", "l1_loss"]
 
 
 def _dtensor(input: Any, name: str) -> DTensor:
@@ -130,3 +134,69 @@ def scaled_dot_product_attention(query: DTensor, key: DTensor, value: DTensor,
         kwargs["enable_gqa"] = True
     return call("scaled_dot_product_attention", _dtensor(query, "scaled_dot_product_attention"),
                 key, value, attn_mask, dropout_p, is_causal, **kwargs)
+
+
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+_loss_parallel = threading.local()
+
+
+def _reduction(reduction: str, size_average: Any, reduce: Any, name: str) -> int:
+    if size_average is not None or reduce is not None:  # torch's legacy arguments
+        reduction = "none" if reduce is False else ("sum" if size_average is False else "mean")
+    if reduction not in _REDUCTIONS:
+        raise InvalidArgument(f"{name}: reduction is 'none', 'mean' or 'sum', not {reduction!r}")
+    return _REDUCTIONS[reduction]
+
+
+def _target(input: DTensor, target: Any) -> DTensor:
+    """The target as a DTensor: class indices (int64) or values, Replicate on input's mesh."""
+    if isinstance(target, DTensor):
+        return target
+    array = np.asarray(target)
+    if np.issubdtype(array.dtype, np.integer):
+        array = array.astype(np.int64)
+    return input._replicated(array)
+
+
+def cross_entropy(input: DTensor, target: Any, weight: Optional[DTensor] = None,
+                  size_average: Any = None, ignore_index: int = -100, reduce: Any = None,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> DTensor:
+    """F.cross_entropy of logits (classes at dim 1, or dim 0 for one sample) and class indices
+    (int64) or class probabilities (aten::cross_entropy_loss, which runs as log_softmax and
+    nll_loss). Logits sharded by class stay sharded: the loss is a Partial(sum) whose rows'
+    maxima and sums of exps are reduced across ranks, never the logits gathered (DTensor's
+    loss_parallel)."""
+    x = _dtensor(input, "cross_entropy")
+    if getattr(_loss_parallel, "active", False):
+        cdim = 0 if x.ndim == 1 else 1
+        if not any(p.is_shard(cdim) or p.is_shard(cdim - x.ndim) for p in x.placements):
+            raise InvalidArgument(f"loss_parallel: cross_entropy's input must be sharded on its "
+                                  f"class dim {cdim}, not {list(x.placements)}")
+    return call("cross_entropy_loss", x, _target(x, target), weight,
+                _reduction(reduction, size_average, reduce, "cross_entropy"), ignore_index,
+                label_smoothing)
+
+
+def nll_loss(input: DTensor, target: Any, weight: Optional[DTensor] = None,
+             size_average: Any = None, ignore_index: int = -100, reduce: Any = None,
+             reduction: str = "mean") -> DTensor:
+    """F.nll_loss of log-probabilities and int64 class indices (aten::nll_loss)."""
+    x = _dtensor(input, "nll_loss")
+    return call("nll_loss", x, _target(x, target), weight,
+                _reduction(reduction, size_average, reduce, "nll_loss"), ignore_index)
+
+
+def mse_loss(input: DTensor, target: Any, size_average: Any = None, reduce: Any = None,
+             reduction: str = "mean") -> DTensor:
+    """F.mse_loss: the (mean or summed) squared difference (aten::mse_loss)."""
+    x = _dtensor(input, "mse_loss")
+    return call("mse_loss", x, _target(x, target),
+                _reduction(reduction, size_average, reduce, "mse_loss"))
+
+
+def l1_loss(input: DTensor, target: Any, size_average: Any = None, reduce: Any = None,
+            reduction: str = "mean") -> DTensor:
+    """F.l1_loss: the (mean or summed) absolute difference (aten::l1_loss)."""
+    x = _dtensor(input, "l1_loss")
+    return call("l1_loss", x, _target(x, target),
+                _reduction(reduction, size_average, reduce, "l1_loss"))

@@ -5,6 +5,7 @@ parameter to its placements and installs the program on the workers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -14,7 +15,7 @@ from .placements import Placement, as_placement
 
 __all__ = ["ParallelStyle", "ColwiseParallel", "RowwiseParallel", "SequenceParallel",
            "PrepareModuleInput", "PrepareModuleOutput", "plan_json", "partition_json",
-           "parallelize_module", "distribute_module"]
+           "parallelize_module", "distribute_module", "loss_parallel"]
 
 _Layout = Optional[Union[Placement, str]]
 _Layouts = Optional[Union[_Layout, Sequence[_Layout]]]
@@ -212,3 +213,17 @@ def distribute_module(module: Any, device_mesh: Optional[DeviceMesh] = None,
         raise InvalidArgument(f"module '{module.name}' lives on mesh '{module.mesh.name}', not "
                               f"'{device_mesh.name}'")
     return module._distribute(partition_json(partition_fn or {}, module.mesh.ndim))
+
+
+@contextlib.contextmanager
+def loss_parallel() -> Any:
+    """torch.distributed.tensor.parallel.loss_parallel: inside it, F.cross_entropy requires its
+    logits sharded on the class dim, as torch's does. The computation is the same outside it:
+    cross_entropy on class-sharded logits never gathers them here (the loss is a Partial(sum))."""
+    from . import nn_functional
+    previous = getattr(nn_functional._loss_parallel, "active", False)
+    nn_functional._loss_parallel.active = True
+    try:
+        yield
+    finally:
+        nn_functional._loss_parallel.active = previous
