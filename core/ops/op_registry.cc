@@ -76,6 +76,7 @@ const OpRegistry& Registry() {
     RegisterTensorOps(*r);
     RegisterNormOps(*r);
     RegisterIndexOps(*r);
+    RegisterFactoryOps(*r);
     r->Finish();
     return r;
   }();
