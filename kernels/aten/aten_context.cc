@@ -74,6 +74,7 @@ const LocalTable& Table() {
     AddTensorKernels(*t);
     AddNormKernels(*t);
     AddIndexKernels(*t);
+    AddFactoryKernels(*t);
     return t;
   }();
   return *table;

@@ -83,6 +83,7 @@ void AddViewKernels(LocalTable& table);
 void AddTensorKernels(LocalTable& table);
 void AddNormKernels(LocalTable& table);
 void AddIndexKernels(LocalTable& table);
+void AddFactoryKernels(LocalTable& table);
 
 }  // namespace tessera::kernels::aten
 
