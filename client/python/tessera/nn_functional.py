@@ -9,7 +9,8 @@ from typing import Any, Optional
 from .dtensor import DTensor, call
 from .errors import InvalidArgument, Unimplemented
 
-__all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "linear"]
+__all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "linear",
+           "dropout"]
 
 
 def _dtensor(input: Any, name: str) -> DTensor:
@@ -78,3 +79,12 @@ def log_softmax(input: DTensor, dim: Optional[int] = None, _stacklevel: int = 3,
 def linear(input: DTensor, weight: DTensor, bias: Optional[DTensor] = None) -> DTensor:
     """F.linear: input @ weight.T + bias (aten::linear)."""
     return call("linear", _dtensor(input, "linear"), weight, bias)
+
+
+def dropout(input: DTensor, p: float = 0.5, training: bool = True,
+            inplace: bool = False) -> DTensor:
+    """torch.nn.functional.dropout (aten::dropout): each element kept with probability 1 - p and
+    scaled by 1 / (1 - p), its mask drawn from the session's random stream at the element's
+    global index, so every layout drops the same elements."""
+    _not_inplace(inplace, "dropout")
+    return call("dropout", _dtensor(input, "dropout"), float(p), bool(training))
