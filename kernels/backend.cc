@@ -532,6 +532,12 @@ absl::Status KernelBackend::Fill(const TensorView& out, double value) {
 absl::Status KernelBackend::RandomFill(Distribution dist, uint64_t seed,
                                        std::span<const int64_t> global_shape,
                                        std::span<const int64_t> offset, const TensorView& out) {
+  return RandomFill(dist, seed, 0, global_shape, offset, out);
+}
+
+absl::Status KernelBackend::RandomFill(Distribution dist, uint64_t seed, uint64_t counter,
+                                       std::span<const int64_t> global_shape,
+                                       std::span<const int64_t> offset, const TensorView& out) {
   RETURN_IF_ERROR(CheckView("random fill", "output", out));
   RETURN_IF_ERROR(CheckFloating(absl::StrCat(DistributionName(dist), " random fill"), out.dtype));
   RETURN_IF_ERROR(ValidateShape(global_shape));
@@ -550,7 +556,8 @@ absl::Status KernelBackend::RandomFill(Distribution dist, uint64_t seed,
   }
   if (out.num_elements() == 0) return absl::OkStatus();
   return DoRandomFill(RandomFillArgs{dist, seed, ContiguousStrides(global_shape),
-                                     std::vector<int64_t>(offset.begin(), offset.end()), out});
+                                     std::vector<int64_t>(offset.begin(), offset.end()), out,
+                                     counter});
 }
 
 absl::Status KernelBackend::ActivateBackward(Activation f, const ConstTensorView& x,

@@ -257,6 +257,11 @@ class KernelBackend : public MemorySpace {
   // bit-identical across backends; kNormal draws N(0, 1) by Box-Muller. Floating dtypes only.
   absl::Status RandomFill(Distribution dist, uint64_t seed, std::span<const int64_t> global_shape,
                           std::span<const int64_t> offset, const TensorView& out);
+  // The same with the stream advanced by `counter`: element i draws Philox's block at counter + i
+  // (wrapping), so calls on one seed at counters apart by what each drew never share a block.
+  absl::Status RandomFill(Distribution dist, uint64_t seed, uint64_t counter,
+                          std::span<const int64_t> global_shape, std::span<const int64_t> offset,
+                          const TensorView& out);
 
  protected:
   KernelBackend() = default;
@@ -298,6 +303,7 @@ class KernelBackend : public MemorySpace {
     std::vector<int64_t> global_strides;
     std::vector<int64_t> offset;
     TensorView out;
+    uint64_t counter = 0;  // added to every element's global index
   };
   // A checked normalization of `rows` rows of `cols` >= 1 elements (float32 or float64); weight
   // and bias [cols] are null when absent, mean (LayerNorm only) and rstd are float32 [rows].

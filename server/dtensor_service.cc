@@ -551,8 +551,22 @@ absl::Status DTensorService::KeepAliveImpl(const grpc::ServerContext& context,
   return absl::OkStatus();
 }
 
+grpc::Status DTensorService::ManualSeed(grpc::ServerContext* context,
+                                        const v1::ManualSeedRequest* request,
+                                        v1::ManualSeedReply*) {
+  return ToGrpcStatus(ManualSeedImpl(*context, *request));
+}
+
+absl::Status DTensorService::ManualSeedImpl(const grpc::ServerContext& context,
+                                            const v1::ManualSeedRequest& request) {
+  ASSIGN_OR_RETURN(const std::string client, Caller(context));
+  eager_ops_.ManualSeed(client, request.seed());
+  return absl::OkStatus();
+}
+
 void DTensorService::ReclaimExpired() {
   for (const std::string& client : leases_.TakeExpired()) {
+    eager_ops_.Forget(client);
     for (const auto& t : tensors_->OwnedBy(client)) tensors_->Release(*t);
   }
 }

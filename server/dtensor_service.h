@@ -89,6 +89,9 @@ class DTensorService final : public v1::DTensorService::Service {
   // Unary.
   grpc::Status KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest*,
                          v1::KeepAliveReply* reply) override;
+  // Unary.
+  grpc::Status ManualSeed(grpc::ServerContext* context, const v1::ManualSeedRequest* request,
+                          v1::ManualSeedReply*) override;
 
   // Unary: distribute_tensor on the direct path (DirectUploads).
   grpc::Status PlanUpload(grpc::ServerContext* context, const v1::PlanUploadRequest* request,
@@ -147,6 +150,8 @@ class DTensorService final : public v1::DTensorService::Service {
   absl::Status SynchronizeImpl(const grpc::ServerContext& context,
                                const v1::SynchronizeRequest& request);
   absl::Status KeepAliveImpl(const grpc::ServerContext& context, v1::KeepAliveReply& reply);
+  absl::Status ManualSeedImpl(const grpc::ServerContext& context,
+                              const v1::ManualSeedRequest& request);
   absl::Status PlanUploadImpl(const grpc::ServerContext& context,
                               const v1::PlanUploadRequest& request, v1::UploadPlan& reply);
   absl::Status CommitUploadImpl(const grpc::ServerContext& context,

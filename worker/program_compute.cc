@@ -17,19 +17,18 @@ using kernels::Reshaped;
 using kernels::TensorView;
 using kernels::ViewOf;
 
-// `t` as a 2-D [rows, last] view: leading dims folded into rows.
-template <typename T>
-auto Rows(T& t) {
-  const int64_t last = t.shape().back();
-  const int64_t rows = last == 0 ? 0 : t.num_elements() / last;
-  return Reshaped(ViewOf(t), {rows, last});
-}
-
 // The number of rows of `shape` (its leading dims folded), as the kernels fold them.
 int64_t RowsOf(const Shape& shape) {
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
   return rows;
+}
+
+// `t` as a 2-D [rows, last] view: leading dims folded into rows (an empty last dim, a rank's
+// empty shard of the features, keeps its rows: [8, 0]).
+template <typename T>
+auto Rows(T& t) {
+  return Reshaped(ViewOf(t), {RowsOf(t.shape()), t.shape().back()});
 }
 
 absl::Status NeedRank(absl::string_view what, const DeviceTensor& t, int at_least) {

@@ -306,7 +306,8 @@ absl::StatusOr<kernels::DeviceTensor> CommandExecutor::RunRegistryOp(
         op->name(), ": the output spec ", output.ToString(), " is not the op's output, ",
         DTypeName(prepared.call.output.dtype), ShapeToString(prepared.call.output.shape)));
   }
-  const kernels::LocalCall local{&prepared.call, laid_out, &output, mc.coordinate};
+  const kernels::LocalCall local{
+      &prepared.call, laid_out, &output, mc.coordinate, {r.random_seed(), r.random_offset()}};
   return kernels::RunLocalCall(kernels_, local, inputs);
 }
 

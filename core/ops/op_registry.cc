@@ -77,6 +77,7 @@ const OpRegistry& Registry() {
     RegisterNormOps(*r);
     RegisterIndexOps(*r);
     RegisterLossOps(*r);
+    RegisterFactoryOps(*r);
     r->Finish();
     return r;
   }();

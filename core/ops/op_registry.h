@@ -122,6 +122,9 @@ struct OpDef {
 
   const std::string& name() const { return qualified_name; }
   std::string qualified_name;  // "aten::softmax.int"
+  // Whether it draws from the caller's random stream (rand, dropout, ...): each call takes the
+  // stream's next elements, one per output element (core/ops/factory_call.h).
+  bool random = false;
 };
 
 // The registry: every op, by qualified name.
@@ -156,6 +159,7 @@ void RegisterTensorOps(OpRegistry& registry);
 void RegisterNormOps(OpRegistry& registry);
 void RegisterIndexOps(OpRegistry& registry);
 void RegisterLossOps(OpRegistry& registry);
+void RegisterFactoryOps(OpRegistry& registry);
 
 }  // namespace tessera::ops
 

@@ -1,4 +1,4 @@
-// The tensor ops: joining, slicing, selecting, masking, copies and fills. Each keeps the shards
+// The tensor ops: joining, slicing, selecting, masking and copies. Each keeps the shards
 // of the dims it does not touch and needs whole (Replicate) the dims it does, as DTensor's
 // tensor-op strategies.
 #include <algorithm>
@@ -24,7 +24,6 @@ enum class Kind {
   kWhere,
   kMaskedFill,
   kCopyTo,
-  kFillLike,
   kEmbedding
 };
 
@@ -67,15 +66,6 @@ const std::vector<TensorEntry>& Entries() {
       {"to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
        "MemoryFormat? memory_format=None) -> Tensor(a)",
        Kind::kCopyTo, "kernel cast", "_to_copy(grad, self.dtype)"},
-      {"zeros_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? "
-       "device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor",
-       Kind::kFillLike, "kernel fill", ""},
-      {"ones_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? "
-       "device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor",
-       Kind::kFillLike, "kernel fill", ""},
-      {"full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, "
-       "Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor",
-       Kind::kFillLike, "kernel fill", ""},
       {"embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool "
        "scale_grad_by_freq=False, bool sparse=False) -> Tensor",
        Kind::kEmbedding, "kernel embedding (rows outside the shard give 0)",
@@ -264,7 +254,7 @@ absl::StatusOr<OutputMeta> TensorMetaFn(const CallContext& call) {
       break;
   }
   ASSIGN_OR_RETURN(const TensorMeta x, InputTensor(call, "self"));
-  if (KindOf(call) == Kind::kCopyTo || KindOf(call) == Kind::kFillLike) {
+  if (KindOf(call) == Kind::kCopyTo) {
     ASSIGN_OR_RETURN(const DType dtype, TargetDType(call, x));
     return OutputMeta{x.shape, dtype};
   }
@@ -360,9 +350,6 @@ absl::StatusOr<StrategyCandidates> TensorStrategies(const CallContext& call,
       }
       return p;
     }
-    case Kind::kFillLike:
-      c.per_dim = KeepUntouched(rank, n, {}, same, false);
-      return c;
     case Kind::kTril:
       c.per_dim = KeepUntouched(rank, n, {rank - 2, rank - 1}, same, true);
       return c;

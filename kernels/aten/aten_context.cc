@@ -75,6 +75,7 @@ const LocalTable& Table() {
     AddNormKernels(*t);
     AddIndexKernels(*t);
     AddLossKernels(*t);
+    AddFactoryKernels(*t);
     return t;
   }();
   return *table;

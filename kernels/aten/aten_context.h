@@ -84,6 +84,7 @@ void AddTensorKernels(LocalTable& table);
 void AddNormKernels(LocalTable& table);
 void AddIndexKernels(LocalTable& table);
 void AddLossKernels(LocalTable& table);
+void AddFactoryKernels(LocalTable& table);
 
 }  // namespace tessera::kernels::aten
 

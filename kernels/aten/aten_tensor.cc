@@ -122,16 +122,6 @@ absl::StatusOr<DeviceTensor> CastKernel(Context& ctx) {
   return out;
 }
 
-absl::StatusOr<DeviceTensor> FillLikeKernel(Context& ctx) {
-  const std::string& name = ctx.call().op->schema.name;
-  const double value = name == "zeros_like"  ? 0.0
-                       : name == "ones_like" ? 1.0
-                                             : ctx.args().Float("fill_value");
-  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
-  RETURN_IF_ERROR(ctx.backend.Fill(out.View(), value));
-  return out;
-}
-
 absl::StatusOr<DeviceTensor> EmbeddingKernel(Context& ctx) {
   const DTensorSpec& wspec = ctx.InputSpec("weight");
   const int64_t row_offset = LocalShapeAndOffsetAt(wspec, ctx.local.coordinate).offset[0];
@@ -161,7 +151,6 @@ void AddTensorKernels(LocalTable& t) {
   t["aten::where.self"] = WhereKernel;
   t["aten::masked_fill.Scalar"] = MaskedFillKernel;
   t["aten::_to_copy"] = t["aten::to.dtype"] = CastKernel;
-  t["aten::zeros_like"] = t["aten::ones_like"] = t["aten::full_like"] = FillLikeKernel;
   t["aten::embedding"] = EmbeddingKernel;
 }
 

@@ -17,13 +17,21 @@
 
 namespace tessera::kernels {
 
+// Where a random op's call draws from the caller's stream: element i of its output (the global
+// linear index) is Philox4x32-10 keyed by `seed` at counter `offset + i` (kernels/philox.h).
+struct RandomStream {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
 // One rank's part of a call: the bound call, every input's spec in the strategy's layout, the
-// output's spec, and the rank's mesh coordinate.
+// output's spec, the rank's mesh coordinate, and the random stream (random ops only).
 struct LocalCall {
   const ops::BoundCall* call = nullptr;
   std::span<const DTensorSpec> inputs;
   const DTensorSpec* output = nullptr;
   std::span<const int64_t> coordinate;
+  RandomStream random = {};
 };
 
 // Computes the rank's block of the output from its blocks of the inputs (in `call.inputs`'

@@ -22,11 +22,14 @@ T RandomElement(Distribution dist, uint64_t seed, uint64_t index) {
 }
 
 template <typename T>
-void RandomFillTyped(Distribution dist, uint64_t seed, const std::vector<int64_t>& global_strides,
-                     const std::vector<int64_t>& offset, const Shape& shape, T* out) {
+void RandomFillTyped(Distribution dist, uint64_t seed, uint64_t counter,
+                     const std::vector<int64_t>& global_strides, const std::vector<int64_t>& offset,
+                     const Shape& shape, T* out) {
   const int rank = static_cast<int>(shape.size());
   int64_t start = 0;  // global index of the shard's first element
   for (int d = 0; d < rank; ++d) start += offset[d] * global_strides[d];
+  // The counter's wrap-around in two's complement, so that the row walk below stays in int64.
+  start = static_cast<int64_t>(static_cast<uint64_t>(start) + counter);
   if (rank == 0) {
     out[0] = RandomElement<T>(dist, seed, static_cast<uint64_t>(start));
     return;
@@ -56,8 +59,8 @@ absl::Status CpuBackend::DoRandomFill(const RandomFillArgs& args) {
   VisitDType(args.out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (kIsFloating<T>) {
-      RandomFillTyped<T>(args.dist, args.seed, args.global_strides, args.offset, args.out.shape,
-                         reinterpret_cast<T*>(args.out.data));
+      RandomFillTyped<T>(args.dist, args.seed, args.counter, args.global_strides, args.offset,
+                         args.out.shape, reinterpret_cast<T*>(args.out.data));
     }
   });
   return absl::OkStatus();

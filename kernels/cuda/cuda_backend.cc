@@ -443,6 +443,7 @@ absl::Status CudaBackend::DoRandomFill(const RandomFillArgs& args) {
     shard.global_strides[d] = args.global_strides[d];
     shard.start += args.offset[d] * args.global_strides[d];
   }
+  shard.start = static_cast<int64_t>(static_cast<uint64_t>(shard.start) + args.counter);
   return CudaStatus(cuda::LaunchRandomFill(args.dist, args.out.dtype, args.seed, shard,
                                            args.out.data, args.out.num_elements(), stream_),
                     absl::StrCat(device(), ": random fill launch"));

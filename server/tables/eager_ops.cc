@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/ops/factory_call.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
 
@@ -29,14 +30,24 @@ absl::Status EagerOps::Run(const std::string& client, const v1::OpRequest& reque
   if (op->decompose != nullptr) {
     return RunGraph(client, *op, args, given, given_specs, request.output(), reply);
   }
-  ASSIGN_OR_RETURN(const ops::PlannedCall planned, ops::PlanOpCall(*op, args, given_specs, cache_));
+  std::shared_ptr<Mesh> asked_mesh;
+  ops::RequestedLayout layout;
+  if (!request.mesh().empty()) {
+    ASSIGN_OR_RETURN(asked_mesh, tensors_->meshes().Ready(request.mesh()));
+    layout.mesh = &asked_mesh->mesh;
+  }
+  ASSIGN_OR_RETURN(layout.placements, FromProto(request.placements()));
+  ASSIGN_OR_RETURN(const ops::PlannedCall planned,
+                   ops::PlanCallInLayout(*op, args, given_specs, layout, cache_));
   std::vector<std::shared_ptr<DTensorEntry>> inputs;
   for (int i : planned.prepared.input_of) inputs.push_back(given[i]);
-  return Post(client, planned, inputs, request.output(), /*hidden=*/false, reply, {}).status();
+  const std::shared_ptr<Mesh> mesh = inputs.empty() ? asked_mesh : inputs[0]->mesh;
+  return Post(client, planned, mesh, inputs, request.output(), /*hidden=*/false, reply, {})
+      .status();
 }
 
 absl::StatusOr<std::shared_ptr<DTensorEntry>> EagerOps::Post(
-    const std::string& client, const ops::PlannedCall& planned,
+    const std::string& client, const ops::PlannedCall& planned, const std::shared_ptr<Mesh>& mesh,
     const std::vector<std::shared_ptr<DTensorEntry>>& inputs, const std::string& output,
     bool hidden, v1::OpReply* reply, const std::vector<std::string>& labels) {
   const ops::PreparedCall& prepared = planned.prepared;
@@ -44,10 +55,15 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> EagerOps::Post(
   const std::vector<DTensorSpec>& specs = planned.specs;
   const std::shared_ptr<const ops::OpPlan>& plan = planned.plan;
   ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> out,
-                   tensors_->Add(output, inputs[0]->mesh, plan->output, client, hidden));
+                   tensors_->Add(output, mesh, plan->output, client, hidden));
   v1::Command command;
   v1::RunOp* run = command.mutable_run_op();
-  run->set_mesh_id(inputs[0]->mesh->id);
+  run->set_mesh_id(mesh->id);
+  if (op->random) {
+    const RandomStream at = Draw(client, ops::RandomElementsDrawn(prepared.call));
+    run->set_random_seed(at.seed);
+    run->set_random_offset(at.offset);
+  }
   run->mutable_op()->set_name(op->name());
   ArgsToProto(prepared.call.args, *run->mutable_op());
   run->set_output(DTensorTable::WorkerName(out->name));
@@ -98,7 +114,7 @@ absl::Status EagerOps::RunGraph(const std::string& client, const ops::OpDef& op,
       labels.push_back(names[v]);
     }
     absl::StatusOr<std::shared_ptr<DTensorEntry>> out =
-        Post(client, node, inputs, last ? output : "", !last, reply, labels);
+        Post(client, node, values[0]->mesh, inputs, last ? output : "", !last, reply, labels);
     if (!out.ok()) {
       status = out.status();
       break;
@@ -111,6 +127,24 @@ absl::Status EagerOps::RunGraph(const std::string& client, const ops::OpDef& op,
     tensors_->Release(*t, Durability::kQueued);
   }
   return status;
+}
+
+void EagerOps::ManualSeed(const std::string& client, uint64_t seed) {
+  absl::MutexLock lock(&random_mu_);
+  random_[client] = RandomStream{seed, 0};
+}
+
+void EagerOps::Forget(const std::string& client) {
+  absl::MutexLock lock(&random_mu_);
+  random_.erase(client);
+}
+
+EagerOps::RandomStream EagerOps::Draw(const std::string& client, int64_t elements) {
+  absl::MutexLock lock(&random_mu_);
+  RandomStream& stream = random_[client];
+  const RandomStream at = stream;
+  stream.offset += static_cast<uint64_t>(elements);
+  return at;
 }
 
 v1::ListOpsReply EagerOps::List(const std::string& filter) {

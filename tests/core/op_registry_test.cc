@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/ops/factory_call.h"
 #include "core/ops/op_propagation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -558,6 +559,139 @@ TEST(OpMetaTest, LossesNameTheirBadArguments) {
   EXPECT_THAT(s.message(), AllOf(HasSubstr("'target'"), HasSubstr("probabilities")));
   s = Prepare("mse_loss", {T(0), T(1)}, {logits, {{4, 6}, DType::kInt64}}).status();
   EXPECT_THAT(s.message(), AllOf(HasSubstr("aten::mse_loss"), HasSubstr("'target'")));
+}
+
+TEST(OpMetaTest, FactoriesAsTorch) {
+  auto meta = [](absl::string_view op, std::vector<NamedValue> args,
+                 std::vector<TensorMeta> inputs = {}) {
+    absl::StatusOr<PreparedCall> p = Prepare(op, std::move(args), std::move(inputs));
+    EXPECT_TRUE(p.ok()) << op << ": " << p.status();
+    return p.ok()
+               ? absl::StrCat(DTypeName(p->call.output.dtype), ShapeToString(p->call.output.shape))
+               : std::string("error");
+  };
+  // arange: ceil((end - start) / step) elements; int64 from ints, the default float from floats.
+  EXPECT_EQ(meta("arange", {P(int64_t{5})}), "int64[5]");
+  EXPECT_EQ(meta("arange", {P(2.5)}), "float32[3]");
+  EXPECT_EQ(meta("arange.start", {P(int64_t{1}), P(int64_t{4})}), "int64[3]");
+  EXPECT_EQ(meta("arange.start_step", {P(int64_t{0}), P(int64_t{10}), P(int64_t{3})}), "int64[4]");
+  EXPECT_EQ(meta("arange.start_step", {P(int64_t{0}), P(int64_t{4}), P(int64_t{2})}), "int64[2]");
+  EXPECT_EQ(meta("arange.start_step", {P(int64_t{10}), P(int64_t{0}), P(int64_t{-3})}), "int64[4]");
+  EXPECT_EQ(meta("arange.start_step", {P(0.0), P(1.0), P(0.1)}), "float32[10]");
+  EXPECT_EQ(meta("arange.start_step", {P(int64_t{0}), P(int64_t{1}), P(0.25)}), "float32[4]");
+  EXPECT_EQ(meta("arange.start", {P(int64_t{0}), P(int64_t{3}), A("dtype", DType::kFloat64)}),
+            "float64[3]");
+  EXPECT_EQ(meta("arange", {P(int64_t{0})}), "int64[0]");
+  // full infers its dtype from the value; zeros, rand, eye and scalar_tensor take the default.
+  EXPECT_EQ(meta("full", {P(std::vector<int64_t>{2, 3}), P(int64_t{7})}), "int64[2, 3]");
+  EXPECT_EQ(meta("full", {P(std::vector<int64_t>{2}), P(true)}), "bool[2]");
+  EXPECT_EQ(meta("full", {P(std::vector<int64_t>{2}), P(1.5)}), "float32[2]");
+  EXPECT_EQ(meta("zeros", {P(std::vector<int64_t>{0, 4})}), "float32[0, 4]");
+  EXPECT_EQ(meta("ones", {P(std::vector<int64_t>{3}), A("dtype", DType::kInt32)}), "int32[3]");
+  EXPECT_EQ(meta("empty.memory_format", {P(std::vector<int64_t>{2, 2})}), "float32[2, 2]");
+  EXPECT_EQ(meta("eye", {P(int64_t{3})}), "float32[3, 3]");
+  EXPECT_EQ(meta("eye.m", {P(int64_t{2}), P(int64_t{5})}), "float32[2, 5]");
+  EXPECT_EQ(meta("scalar_tensor", {P(int64_t{4})}), "float32[]");
+  EXPECT_EQ(meta("rand", {P(std::vector<int64_t>{4, 6})}), "float32[4, 6]");
+  EXPECT_EQ(meta("randn", {P(std::vector<int64_t>{3}), A("dtype", DType::kFloat64)}), "float64[3]");
+  EXPECT_EQ(meta("randint", {P(int64_t{10}), P(std::vector<int64_t>{2, 2})}), "int64[2, 2]");
+  EXPECT_EQ(meta("randint.low", {P(int64_t{-3}), P(int64_t{3}), P(std::vector<int64_t>{5})}),
+            "int64[5]");
+  // From another tensor: its dtype unless given; new_* take the size given.
+  const TensorMeta x{{4, 6}, DType::kInt32};
+  EXPECT_EQ(meta("new_zeros", {T(0), P(std::vector<int64_t>{2, 3})}, {x}), "int32[2, 3]");
+  EXPECT_EQ(meta("new_full", {T(0), P(std::vector<int64_t>{2}), P(1.5)}, {x}), "int32[2]");
+  EXPECT_EQ(meta("rand_like", {T(0), A("dtype", DType::kFloat64)}, {x}), "float64[4, 6]");
+  EXPECT_EQ(meta("randint_like", {T(0), P(int64_t{5})}, {x}), "int32[4, 6]");
+  EXPECT_EQ(meta("dropout", {T(0), P(0.5), P(true)}, {{{4, 6}, DType::kFloat32}}), "float32[4, 6]");
+  EXPECT_EQ(meta("bernoulli.p", {T(0), P(0.25)}, {{{3}, DType::kFloat64}}), "float64[3]");
+  // Which draw from the random stream, and how much.
+  for (const char* op : {"rand", "randn", "randint", "randint.low", "rand_like", "randn_like",
+                         "randint_like", "randint_like.low_dtype", "dropout", "bernoulli.p"}) {
+    EXPECT_TRUE(Registry().Find(op).value()->random) << op;
+  }
+  for (const char* op : {"zeros", "full", "arange", "eye", "new_zeros", "zeros_like", "add.Tensor"})
+    EXPECT_FALSE(Registry().Find(op).value()->random) << op;
+  EXPECT_EQ(RandomElementsDrawn(Prepare("rand", {P(std::vector<int64_t>{4, 6})}, {})->call), 24);
+  EXPECT_EQ(RandomElementsDrawn(Prepare("zeros", {P(std::vector<int64_t>{4, 6})}, {})->call), 0);
+}
+
+TEST(OpMetaTest, FactoriesNameTheirBadArguments) {
+  auto error = [](absl::string_view op, std::vector<NamedValue> args,
+                  std::vector<TensorMeta> inputs = {}) {
+    absl::Status s = Prepare(op, std::move(args), std::move(inputs)).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << op << ": " << s;
+    return std::string(s.message());
+  };
+  EXPECT_THAT(
+      error("arange.start_step", {P(int64_t{0}), P(int64_t{4}), P(int64_t{0})}),
+      AllOf(HasSubstr("aten::arange.start_step"), HasSubstr("'step'"), HasSubstr("nonzero")));
+  EXPECT_THAT(error("arange.start_step", {P(int64_t{0}), P(int64_t{4}), P(int64_t{-1})}),
+              AllOf(HasSubstr("'step'"), HasSubstr("wrong sign")));
+  EXPECT_THAT(error("arange", {P(std::numeric_limits<double>::infinity())}),
+              AllOf(HasSubstr("'end'"), HasSubstr("finite")));
+  EXPECT_THAT(error("zeros", {P(std::vector<int64_t>{2, -1})}),
+              AllOf(HasSubstr("aten::zeros"), HasSubstr("'size'"), HasSubstr("-1")));
+  EXPECT_THAT(error("eye", {P(int64_t{-2})}), AllOf(HasSubstr("'n'"), HasSubstr("-2")));
+  EXPECT_THAT(error("rand", {P(std::vector<int64_t>{2}), A("dtype", DType::kInt64)}),
+              AllOf(HasSubstr("aten::rand"), HasSubstr("'dtype'"), HasSubstr("int64")));
+  EXPECT_THAT(error("randint.low", {P(int64_t{3}), P(int64_t{3}), P(std::vector<int64_t>{2})}),
+              AllOf(HasSubstr("'high'"), HasSubstr("low (3)")));
+  EXPECT_THAT(error("dropout", {T(0), P(1.5), P(true)}, {{{4}, DType::kFloat32}}),
+              AllOf(HasSubstr("aten::dropout"), HasSubstr("'p'"), HasSubstr("1.5")));
+  EXPECT_THAT(error("dropout", {T(0), P(0.5), P(true)}, {{{4}, DType::kInt64}}),
+              AllOf(HasSubstr("'input'"), HasSubstr("floating")));
+  EXPECT_THAT(error("rand", {P(std::vector<int64_t>{2}), A("generator", int64_t{1})}),
+              HasSubstr("generator"));
+}
+
+TEST_F(StrategyTest, FactoriesTakeTheLayoutAskedFor) {
+  ShardingCache cache;
+  const OpDef& rand = *Registry().Find("rand").value();
+  const std::vector<NamedValue> args = {P(std::vector<int64_t>{5, 3})};
+  // Without a tensor input a mesh is needed; placements default to Replicate.
+  absl::StatusOr<PlannedCall> p = PlanCallInLayout(rand, args, {}, {}, cache);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), AllOf(HasSubstr("aten::rand"), HasSubstr("mesh")));
+  p = PlanCallInLayout(rand, args, {}, {&mesh_, {}}, cache);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(PlacementsToString(p->plan->output.placements), "(R)");
+  p = PlanCallInLayout(rand, args, {}, {&mesh_, {Placement::Shard(1)}}, cache);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->plan->output.ToString(), Spec("S(1)", {5, 3}).ToString());
+  // No Partial, one placement per mesh dim.
+  p = PlanCallInLayout(rand, args, {}, {&mesh_, {Placement::Partial()}}, cache);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), AllOf(HasSubstr("aten::rand"), HasSubstr("Partial")));
+  p = PlanCallInLayout(rand, args, {}, {&mesh_, {Placement::Shard(0), Placement::Shard(1)}}, cache);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  // A *_like op keeps its input's shards, or takes the placements asked for, moving nothing.
+  const std::vector<DTensorSpec> x = {Spec("S(0)", {4, 6})};
+  const OpDef& like = *Registry().Find("rand_like").value();
+  const std::vector<NamedValue> self = {T(0)};
+  p = PlanCallInLayout(like, self, x, {}, cache);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(PlacementsToString(p->plan->output.placements), "(S(0))");
+  p = PlanCallInLayout(like, self, x, {nullptr, {Placement::Shard(1)}}, cache);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(PlacementsToString(p->plan->output.placements), "(S(1))");
+  EXPECT_TRUE(p->plan->input_plans[0].steps.empty());
+  const DeviceMesh other = DeviceMesh::Create("cpu", {2}, {}, {4, 5}).value();
+  p = PlanCallInLayout(like, self, x, {&other, {}}, cache);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  // Ops outside the factories take their layout from their inputs.
+  p = PlanCallInLayout(*Registry().Find("neg").value(), self, x, {nullptr, {Placement::Shard(1)}},
+                       cache);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), HasSubstr("aten::neg"));
+  // The strategies: zeros_like of a Partial is Replicate without a reduction; dropout reduces it
+  // (scattered, as the cheapest).
+  EXPECT_EQ(Chosen("zeros_like", {T(0)}, {Spec("P(sum)", {4, 6})}), "(P(sum)) -> (R)");
+  EXPECT_EQ(Chosen("new_ones", {T(0), P(std::vector<int64_t>{3})}, {Spec("S(1)", {4, 6})}),
+            "(S(1)) -> (R)");
+  EXPECT_EQ(Chosen("dropout", {T(0), P(0.5), P(true)}, {Spec("S(1)", {4, 6})}), "(S(1)) -> (S(1))");
+  EXPECT_EQ(Chosen("dropout", {T(0), P(0.5), P(true)}, {Spec("P(sum)", {4, 6})}),
+            "(S(0)) -> (S(0))");
 }
 
 TEST(ShardingCacheTest, ARepeatedCallIsAHit) {

@@ -60,6 +60,9 @@ NamedValue A(std::string name, OpValue v) { return {std::move(name), std::move(v
 NamedValue P(OpValue v) { return {"", std::move(v)}; }
 std::vector<int64_t> L(std::initializer_list<int64_t> v) { return v; }
 
+// The random stream every call here draws from.
+constexpr kernels::RandomStream kStream{1234, 77};
+
 constexpr DType f32 = DType::kFloat32, f64 = DType::kFloat64, i32 = DType::kInt32,
                 i64 = DType::kInt64, b8 = DType::kBool;
 
@@ -441,7 +444,7 @@ const std::vector<OpCase>& OpCases() {
        {{}, {InputKind::kIndex, 3}}},
   };
   static const bool added = [] {
-    const Shape m{4, 6}, u{5, 3};
+    const Shape m{4, 6}, u{5, 3}, e{0, 3};
     // The other unary ops, on one input.
     for (const char* op :
          {"sign",      "expm1", "log",      "log2",  "sqrt",       "reciprocal",   "sin",
@@ -508,6 +511,25 @@ const std::vector<OpCase>& OpCases() {
     cases->push_back(
         {"log_softmax_int", "log_softmax.int", {T(0), P(int64_t{1})}, {m}, {u}, {f64}});
     cases->push_back({"safe_softmax", "_safe_softmax", {T(0), P(int64_t{0})}, {m}, {u}, {f32}});
+    // Factories of another tensor and the random ops on one: every layout of the input gives
+    // the single process's values (the random ones drawn at each element's global index).
+    cases->push_back({"new_zeros", "new_zeros", {T(0), P(L({3, 2}))}, {m}, {u}, {f32, i32}});
+    cases->push_back({"new_ones", "new_ones", {T(0), P(L({5}))}, {m}, {u}, {f32}});
+    cases->push_back({"new_full", "new_full", {T(0), P(L({2, 3})), P(1.5)}, {m}, {u}, {f32}});
+    cases->push_back({"new_empty", "new_empty", {T(0), P(L({0, 2}))}, {m}, {u}, {f32}});
+    cases->push_back({"ones_like_int64", "ones_like", {T(0), A("dtype", i64)}, {m}, {e}, {f32}});
+    cases->push_back({"rand_like", "rand_like", {T(0)}, {m}, {u}, {f32, f64}});
+    cases->push_back({"randn_like", "randn_like", {T(0)}, {m}, {e}, {f32}});
+    cases->push_back({"randint_like", "randint_like", {T(0), P(int64_t{7})}, {m}, {u}, {f32, i32}});
+    cases->push_back({"randint_like_low",
+                      "randint_like.low_dtype",
+                      {T(0), P(int64_t{-2}), P(int64_t{5}), A("dtype", i64)},
+                      {m},
+                      {u},
+                      {f32}});
+    cases->push_back({"dropout", "dropout", {T(0), P(0.5), P(true)}, {m}, {u}, {f32, f64}});
+    cases->push_back({"dropout_eval", "dropout", {T(0), P(0.5), P(false)}, {m}, {e}, {f32}});
+    cases->push_back({"bernoulli", "bernoulli.p", {T(0), P(0.3)}, {m}, {u}, {f32, i32}});
     return true;
   }();
   (void)added;
@@ -621,7 +643,7 @@ absl::StatusOr<std::vector<HostTensor>> LocalCalls(
       uploaded.push_back(backend.Upload(s[pos]).value());
       views.push_back(std::as_const(uploaded.back()).View());
     }
-    const kernels::LocalCall local{&call, specs, &output, coordinate};
+    const kernels::LocalCall local{&call, specs, &output, coordinate, kStream};
     absl::StatusOr<kernels::DeviceTensor> out = kernels::RunLocalCall(backend, local, views);
     if (!out.ok()) return out.status();
     out_shards.push_back(backend.Download(std::as_const(*out).View()).value());
@@ -740,6 +762,241 @@ TEST_P(AtenOpsTest, ShardedResultMatchesSingleProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Product, AtenOpsTest, ::testing::ValuesIn(Params()), ParamName);
+
+// A factory without a tensor input: its arguments for an even output and an uneven one (dims
+// smaller than the mesh, or empty).
+struct FactoryCase {
+  std::string name;
+  std::string op;
+  std::vector<NamedValue> even;
+  std::vector<NamedValue> uneven;
+};
+
+const std::vector<FactoryCase>& FactoryCases() {
+  static const auto* cases = new std::vector<FactoryCase>{
+      {"arange", "arange", {P(int64_t{8})}, {P(int64_t{5})}},
+      {"arange_empty", "arange", {P(int64_t{0})}, {P(2.5)}},
+      {"arange_start", "arange.start", {P(int64_t{-3}), P(int64_t{5})}, {P(int64_t{1}), P(4.0)}},
+      {"arange_step",
+       "arange.start_step",
+       {P(0.0), P(2.0), P(0.25)},
+       {P(int64_t{10}), P(int64_t{0}), P(int64_t{-3})}},
+      {"arange_f64",
+       "arange.start_step",
+       {P(int64_t{1}), P(int64_t{9}), P(int64_t{2}), A("dtype", f64)},
+       {P(int64_t{1}), P(int64_t{4}), P(int64_t{1}), A("dtype", i32)}},
+      {"full", "full", {P(L({4, 6})), P(2.5)}, {P(L({5, 3})), P(int64_t{7})}},
+      {"zeros", "zeros", {P(L({4, 6}))}, {P(L({0, 3}))}},
+      {"ones", "ones", {P(L({4, 6})), A("dtype", i32)}, {P(L({5, 3}))}},
+      {"empty", "empty.memory_format", {P(L({4, 6}))}, {P(L({5, 3}))}},
+      {"scalar_tensor", "scalar_tensor", {P(3.5)}, {P(int64_t{2}), A("dtype", i64)}},
+      {"eye", "eye", {P(int64_t{4})}, {P(int64_t{5})}},
+      {"eye_m", "eye.m", {P(int64_t{4}), P(int64_t{6})}, {P(int64_t{5}), P(int64_t{3})}},
+      {"rand", "rand", {P(L({4, 6}))}, {P(L({5, 3})), A("dtype", f64)}},
+      {"randn", "randn", {P(L({4, 6}))}, {P(L({0, 3}))}},
+      {"randint", "randint", {P(int64_t{10}), P(L({4, 6}))}, {P(int64_t{3}), P(L({5, 3}))}},
+      {"randint_low",
+       "randint.low",
+       {P(int64_t{-5}), P(int64_t{5}), P(L({4, 6}))},
+       {P(int64_t{0}), P(int64_t{1000000007}), P(L({5, 3})), A("dtype", f32)}},
+  };
+  return *cases;
+}
+
+struct FactoryParam {
+  int factory_case;
+  Shape mesh;
+  bool uneven;
+};
+
+void PrintTo(const FactoryParam& p, std::ostream* os) {
+  *os << FactoryCases()[p.factory_case].name << " on mesh " << ShapeToString(p.mesh)
+      << (p.uneven ? ", uneven" : ", even");
+}
+
+std::vector<FactoryParam> FactoryParams() {
+  std::vector<FactoryParam> out;
+  for (int i = 0; i < static_cast<int>(FactoryCases().size()); ++i) {
+    for (const Shape& mesh : {Shape{2}, Shape{4}, Shape{2, 2}}) {
+      for (bool uneven : {false, true}) out.push_back({i, mesh, uneven});
+    }
+  }
+  return out;
+}
+
+std::string FactoryParamName(const ::testing::TestParamInfo<FactoryParam>& info) {
+  const FactoryParam& p = info.param;
+  return absl::StrCat(FactoryCases()[p.factory_case].name, "_mesh", absl::StrJoin(p.mesh, "x"),
+                      p.uneven ? "_uneven" : "_even");
+}
+
+class AtenFactoryTest : public ::testing::TestWithParam<FactoryParam> {
+ protected:
+  std::unique_ptr<kernels::KernelBackend> backend_ = kernels::MakeBackend("cpu").value();
+};
+
+// Each rank makes its block of the output in every Shard and Replicate layout; gathered, they
+// are the tensor one rank makes.
+TEST_P(AtenFactoryTest, EveryLayoutMakesTheSingleProcessTensor) {
+  const FactoryParam& param = GetParam();
+  const FactoryCase& c = FactoryCases()[param.factory_case];
+  const OpCase as_op{c.name, c.op, param.uneven ? c.uneven : c.even, {}, {}, {}};
+  absl::StatusOr<ops::PreparedCall> p = Prepare(as_op, {});
+  ASSERT_TRUE(p.ok()) << c.name << ": " << p.status();
+  ASSERT_TRUE(p->input_of.empty());
+  const HostTensor want = Reference(*backend_, *p, {});
+  ASSERT_EQ(want.shape(), p->call.output.shape);
+  const DeviceMesh mesh = DeviceMesh::Create("cpu", param.mesh).value();
+  const int rank = static_cast<int>(p->call.output.shape.size());
+  std::vector<Placement> options = {Placement::Replicate()};
+  for (int d = 0; d < rank; ++d) options.push_back(Placement::Shard(d));
+  for (const std::vector<Placement>& placements : testing::PlacementProduct(options, mesh.ndim())) {
+    const DTensorSpec out =
+        MakeDTensorSpec(mesh, placements, p->call.output.shape, p->call.output.dtype).value();
+    SimulatedMesh sim(mesh);
+    absl::StatusOr<HostTensor> got = RunOnRanks(*backend_, p->call, mesh, {}, {}, out, sim);
+    ASSERT_TRUE(got.ok()) << c.name << " on " << out.ToString() << ": " << got.status();
+    ExpectClose(*got, want, absl::StrCat(c.name, " on ", out.ToString()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Product, AtenFactoryTest, ::testing::ValuesIn(FactoryParams()),
+                         FactoryParamName);
+
+// The factories' and random ops' values, worked out by hand or by their distributions.
+class AtenRandomTest : public ::testing::Test {
+ protected:
+  // The op on one rank, drawing from `stream`.
+  HostTensor Make(const std::string& op, std::vector<NamedValue> args,
+                  std::vector<HostTensor> fulls = {}, kernels::RandomStream stream = kStream,
+                  const std::vector<Placement>& placements = {}, Shape mesh_shape = {1}) {
+    const OpCase c{op, op, std::move(args), {}, {}, {}};
+    absl::StatusOr<ops::PreparedCall> p = Prepare(c, fulls);
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return HostTensor();
+    const DeviceMesh mesh = DeviceMesh::Create("cpu", mesh_shape).value();
+    std::vector<DTensorSpec> specs;
+    std::vector<std::vector<HostTensor>> shards;
+    for (int i : p->input_of) {
+      specs.push_back(MakeDTensorSpec(mesh,
+                                      std::vector<Placement>(mesh.ndim(), Placement::Replicate()),
+                                      fulls[i].shape(), fulls[i].dtype())
+                          .value());
+      std::vector<HostTensor> copies;
+      for (int64_t r = 0; r < mesh.size(); ++r) copies.push_back(fulls[i].Clone());
+      shards.push_back(std::move(copies));
+    }
+    const DTensorSpec out =
+        MakeDTensorSpec(mesh,
+                        placements.empty()
+                            ? std::vector<Placement>(mesh.ndim(), Placement::Replicate())
+                            : placements,
+                        p->call.output.shape, p->call.output.dtype)
+            .value();
+    SimulatedMesh sim(mesh);
+    std::vector<HostTensor> out_shards;
+    for (int64_t pos = 0; pos < mesh.size(); ++pos) {
+      const std::vector<int64_t> coordinate = mesh.CoordinateOfIndex(pos);
+      std::vector<kernels::DeviceTensor> uploaded;
+      std::vector<kernels::ConstTensorView> views;
+      for (const auto& s : shards) {
+        uploaded.push_back(backend_->Upload(s[pos]).value());
+        views.push_back(std::as_const(uploaded.back()).View());
+      }
+      const kernels::LocalCall local{&p->call, specs, &out, coordinate, stream};
+      absl::StatusOr<kernels::DeviceTensor> t = kernels::RunLocalCall(*backend_, local, views);
+      EXPECT_TRUE(t.ok()) << t.status();
+      if (!t.ok()) return HostTensor();
+      out_shards.push_back(backend_->Download(std::as_const(*t).View()).value());
+    }
+    return sim.FullTensor(out, std::move(out_shards)).value();
+  }
+  static std::vector<HostTensor> Of(const HostTensor& t) {
+    std::vector<HostTensor> out;
+    out.push_back(t.Clone());
+    return out;
+  }
+  static std::vector<double> Values(const HostTensor& t) {
+    std::vector<double> out;
+    for (int64_t i = 0; i < t.num_elements(); ++i) out.push_back(kernels::testing::GetDouble(t, i));
+    return out;
+  }
+  std::unique_ptr<kernels::KernelBackend> backend_ = kernels::MakeBackend("cpu").value();
+};
+
+TEST_F(AtenRandomTest, FactoriesAsTorch) {
+  EXPECT_EQ(Values(Make("arange.start_step", {P(0.0), P(1.0), P(0.25)})),
+            (std::vector<double>{0, 0.25, 0.5, 0.75}));
+  EXPECT_EQ(Values(Make("arange.start_step", {P(int64_t{10}), P(int64_t{0}), P(int64_t{-3})})),
+            (std::vector<double>{10, 7, 4, 1}));
+  EXPECT_EQ(Values(Make("eye.m", {P(int64_t{2}), P(int64_t{3})})),
+            (std::vector<double>{1, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(Values(Make("full", {P(L({2})), P(int64_t{7})})), (std::vector<double>{7, 7}));
+}
+
+TEST_F(AtenRandomTest, RandIsOneTensorInEveryLayoutAndMovesWithTheOffset) {
+  const std::vector<NamedValue> args = {P(L({6, 5}))};
+  const HostTensor whole = Make("rand", args);
+  for (const std::vector<Placement>& placements : std::vector<std::vector<Placement>>{
+           {Placement::Shard(0)}, {Placement::Shard(1)}, {Placement::Replicate()}}) {
+    const HostTensor sharded = Make("rand", args, {}, kStream, placements, {4});
+    EXPECT_EQ(Values(sharded), Values(whole)) << PlacementsToString(placements);
+  }
+  const HostTensor two_d =
+      Make("rand", args, {}, kStream, {Placement::Shard(1), Placement::Shard(0)}, {2, 2});
+  EXPECT_EQ(Values(two_d), Values(whole));
+  // The next call's offset draws other values; the same seed and offset the same ones.
+  const HostTensor next = Make("rand", args, {}, {kStream.seed, kStream.offset + 30});
+  EXPECT_NE(Values(next), Values(whole));
+  EXPECT_EQ(Values(Make("rand", args, {}, kStream)), Values(whole));
+  for (double v : Values(whole)) {
+    EXPECT_GE(v, 0);
+    EXPECT_LT(v, 1);
+  }
+}
+
+TEST_F(AtenRandomTest, RandnHasUnitMomentsAndRandintItsRange) {
+  const std::vector<double> v = Values(Make("randn", {P(L({100000}))}));
+  double sum = 0, squares = 0;
+  for (double x : v) {
+    sum += x;
+    squares += x * x;
+  }
+  const double mean = sum / v.size();
+  const double std = std::sqrt(squares / v.size() - mean * mean);
+  EXPECT_NEAR(mean, 0, 0.02);
+  EXPECT_NEAR(std, 1, 0.02);
+  const std::vector<double> ints =
+      Values(Make("randint.low", {P(int64_t{-3}), P(int64_t{4}), P(L({7000}))}));
+  std::vector<int> counts(7, 0);
+  for (double x : ints) {
+    ASSERT_GE(x, -3);
+    ASSERT_LT(x, 4);
+    ++counts[static_cast<int>(x) + 3];
+  }
+  for (int n : counts) EXPECT_NEAR(n, 1000, 150);
+}
+
+TEST_F(AtenRandomTest, DropoutKeepsOneMinusPScaled) {
+  std::vector<HostTensor> in;
+  in.push_back(HostTensor::FromValues<float>(f32, {20000}, std::vector<float>(20000, 2.0f)));
+  const std::vector<double> out = Values(Make("dropout", {T(0), P(0.25), P(true)}, Of(in[0])));
+  int kept = 0;
+  for (double x : out) {
+    ASSERT_TRUE(x == 0 || std::abs(x - 2.0 / 0.75) < 1e-5) << x;
+    kept += x != 0;
+  }
+  EXPECT_NEAR(kept / 20000.0, 0.75, 0.02);
+  for (double x : Values(Make("dropout", {T(0), P(0.25), P(false)}, Of(in[0])))) {
+    ASSERT_EQ(x, 2.0);
+  }
+  for (double x : Values(Make("dropout", {T(0), P(1.0), P(true)}, Of(in[0])))) {
+    ASSERT_EQ(x, 0.0);
+  }
+  int ones = 0;
+  for (double x : Values(Make("bernoulli.p", {T(0), P(0.1)}, Of(in[0])))) ones += x == 1;
+  EXPECT_NEAR(ones / 20000.0, 0.1, 0.01);
+}
 
 // Every registered op has a local implementation, and every local implementation an op.
 TEST(AtenOpsRegistryTest, EveryOpHasALocalImplementation) {
@@ -987,6 +1244,9 @@ TEST(AtenOpsRegistryTest, EveryOpHasACase) {
   for (const OpCase& c : OpCases()) covered.insert(ops::Registry().Find(c.op).value()->name());
   for (const GraphCase& c : GraphCases())
     covered.insert(ops::Registry().Find(c.op).value()->name());
+  for (const FactoryCase& c : FactoryCases()) {
+    covered.insert(ops::Registry().Find(c.op).value()->name());
+  }
   std::vector<std::string> missing;
   for (const ops::OpDef* op : ops::Registry().ops()) {
     if (!covered.contains(op->name())) missing.push_back(op->name());

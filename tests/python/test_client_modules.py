@@ -143,6 +143,39 @@ def test_parallelize_forward_and_step(meshes, mesh_name, plan):
     m.remove()
 
 
+def test_empty_shards_in_module_programs(meshes):
+    """A hidden width of 3 over the 4-rank mesh: colwise net1 leaves rank 3 no output features
+    and rowwise net2 no input features (an [8, 0] x [0, 12] product); forward and a step as the
+    unsharded MLP."""
+    spec = {"type": "Module", "children": [
+        {"name": "net1", "type": "Linear", "in_features": 10, "out_features": 3},
+        {"name": "relu", "type": "ReLU"},
+        {"name": "net2", "type": "Linear", "in_features": 3, "out_features": 12}]}
+    rng = np.random.default_rng(5)
+    shapes = {"net1.weight": (3, 10), "net1.bias": (3,), "net2.weight": (12, 3), "net2.bias": (12,)}
+    w = {k: rng.uniform(-1, 1, v).astype(np.float32) for k, v in shapes.items()}
+    m = tessera.load_module(spec, mesh=meshes["world"], weights=w)
+    tessera.parallelize_module(m, meshes["world"],
+                               {"net1": ColwiseParallel(), "net2": RowwiseParallel()})
+    x = inputs(8, seed=6)
+
+    def forward(w, x):
+        h = x.astype(np.float64) @ w["net1.weight"].T + w["net1.bias"]
+        return np.maximum(h, 0) @ w["net2.weight"].T + w["net2.bias"], h
+
+    np.testing.assert_allclose(m(x), forward(w, x)[0], **TOL)
+    step = m.step(x, lr=0.5)
+    np.testing.assert_allclose(step.output, forward(w, x)[0], **TOL)
+    y, h = forward(w, x)
+    dh = (np.ones_like(y) @ w["net2.weight"]) * (h > 0)
+    grads = {"net2.weight": np.ones_like(y).T @ np.maximum(h, 0), "net2.bias": np.full(12, 8.0),
+             "net1.weight": dh.T @ x.astype(np.float64), "net1.bias": dh.sum(0)}
+    state = m.state_dict()
+    for fqn in w:
+        np.testing.assert_allclose(state[fqn], w[fqn] - 0.5 * grads[fqn], rtol=1e-4, atol=1e-5)
+    m.remove()
+
+
 def test_unmatched_patterns_and_export_plan(meshes):
     m = tessera.load_module(MLP_SPEC, mesh=meshes["world"], seed=1, name="py-unmatched")
     tessera.parallelize_module(m, meshes["world"], {"net1": ColwiseParallel(), "nope*": RowwiseParallel()})

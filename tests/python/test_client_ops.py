@@ -577,6 +577,57 @@ def test_loss_parallel_keeps_the_logits_sharded(meshes):
             F.cross_entropy(tessera.distribute_tensor(a, mesh, [Shard(0)]), t)
 
 
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_factories(meshes, layout):
+    mesh_name, placements = LAYOUTS[layout]
+    mesh = meshes[mesh_name]
+    one = [Shard(0) if p.is_shard() else p for p in placements]  # a 1-D result's layout
+    check(tessera.arange(7, device_mesh=mesh, placements=one).full_tensor(), np.arange(7))
+    r = tessera.arange(1, 2.5, 0.5, device_mesh=mesh, placements=one)
+    assert r.dtype == tessera.float32
+    check(r.full_tensor(), np.arange(1, 2.5, 0.5, dtype=np.float32))
+    check(tessera.eye(3, 5, device_mesh=mesh, placements=placements).full_tensor(),
+          np.eye(3, 5, dtype=np.float32))
+    x = tessera.distribute_tensor(data((5, 3), 27), mesh, placements)
+    z = x.new_zeros(2, 3)
+    assert z.shape == (2, 3) and z.placements == tuple([Replicate()] * mesh.ndim)
+    check(z.full_tensor(), np.zeros((2, 3), np.float32))
+    check(x.new_full((3, 1), 2.5, placements=placements).full_tensor(), np.full((3, 1), 2.5))
+    check(x.new_ones(4, dtype=tessera.int64).full_tensor(), np.ones(4, np.int64))
+    with pytest.raises(tessera.InvalidArgument, match="step"):
+        tessera.arange(0, 4, 0, device_mesh=mesh).full_tensor()
+
+
+def test_random_ops_are_placement_invariant_and_reproducible(meshes):
+    mesh = meshes["world"]
+    a = data((5, 3), 28)
+    session = meshes["world"].session
+    draws = []
+    for placements in ([Replicate()], [Shard(0)], [Shard(1)]):
+        x = tessera.distribute_tensor(a, mesh, placements)
+        tessera.manual_seed(1234, session=session)
+        draws.append((tessera.rand_like(x).full_tensor(), tessera.randn_like(x).full_tensor(),
+                      tessera.randint(0, 10, (5, 3), device_mesh=mesh,
+                                      placements=placements).full_tensor()))
+    for got in draws[1:]:
+        for g, w in zip(got, draws[0]):
+            assert np.array_equal(g, w)
+    u, n, i = draws[0]
+    assert (u >= 0).all() and (u < 1).all() and not np.array_equal(u, n)
+    assert i.dtype == np.int64 and (i >= 0).all() and (i < 10).all()
+    tessera.manual_seed(1234, session=session)
+    x = tessera.distribute_tensor(a, mesh, [Shard(0)])
+    assert np.array_equal(tessera.rand_like(x).full_tensor(), u)
+    assert not np.array_equal(tessera.rand_like(x).full_tensor(), u)  # the offset moved on
+    F = tessera.nn.functional
+    check(F.dropout(x, 0.0).full_tensor(), a)
+    check(F.dropout(x, 0.5, training=False).full_tensor(), a)
+    big = tessera.distribute_tensor(np.ones((64, 64), np.float32), mesh, [Shard(1)])
+    kept = F.dropout(big, 0.25).full_tensor()
+    assert set(np.unique(kept)) <= {0.0, np.float32(1 / 0.75)}
+    assert 0.70 < (kept != 0).mean() < 0.80
+
+
 # -- tessera.ops.aten and ListOps -------------------------------------------------------------------
 
 

@@ -21,9 +21,10 @@ collectives). Every call has a deadline and raises a :class:`TesseraError` subcl
 gRPC code and the service's message."""
 
 from . import distributed, functions, nn, ops
-from .dtensor import (DTensor, InputRedistribution, RedistributePlan, RedistributeStep,
-                      distribute_tensor, empty, full, get_tensor, load, manual_seed, ones, rand,
-                      randn, save, zeros)
+from .dtensor import (DTensor, InputRedistribution, RedistributePlan, RedistributeStep, arange,
+                      call_factory, distribute_tensor, empty, eye, full, get_tensor, load,
+                      manual_seed, ones, rand, rand_like, randint, randint_like, randn,
+                      randn_like, save, zeros)
 from .dtypes import (DType, all_dtypes, bfloat16, bool, float16, float32, float64, int8, int32,
                      int64, uint8)
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
@@ -48,7 +49,8 @@ __all__ = [
     "DeviceMesh", "init_device_mesh", "get_device_mesh",
     "Placement", "Shard", "Replicate", "Partial",
     "DTensor", "distribute_tensor", "get_tensor", "zeros", "ones", "full", "empty", "rand",
-    "randn", "manual_seed", "save", "load", "RedistributePlan", "RedistributeStep", "InputRedistribution",
+    "randn", "arange", "eye", "randint", "rand_like", "randn_like", "randint_like",
+    "call_factory", "manual_seed", "save", "load", "RedistributePlan", "RedistributeStep", "InputRedistribution",
     "ops", "nn", "distributed",
     "Module", "ModuleOutput", "StepResult", "load_module", "get_module", "list_modules",
     "ParallelStyle", "ColwiseParallel", "RowwiseParallel", "SequenceParallel",

@@ -312,6 +312,26 @@ class DTensor(TensorMath, TensorShape):
 
     # -- data ------------------------------------------------------------------------------------
 
+    def new_zeros(self, *size: Any, dtype: Any = None,
+                  placements: Optional[Sequence[Any]] = None) -> "DTensor":
+        """torch.Tensor.new_zeros on this DTensor's mesh (Replicate unless ``placements``)."""
+        return _new_factory("new_zeros", self, size, dtype, placements)
+
+    def new_ones(self, *size: Any, dtype: Any = None,
+                 placements: Optional[Sequence[Any]] = None) -> "DTensor":
+        """torch.Tensor.new_ones."""
+        return _new_factory("new_ones", self, size, dtype, placements)
+
+    def new_empty(self, *size: Any, dtype: Any = None,
+                  placements: Optional[Sequence[Any]] = None) -> "DTensor":
+        """torch.Tensor.new_empty (zeros)."""
+        return _new_factory("new_empty", self, size, dtype, placements)
+
+    def new_full(self, size: Any, fill_value: Any, *, dtype: Any = None,
+                 placements: Optional[Sequence[Any]] = None) -> "DTensor":
+        """torch.Tensor.new_full."""
+        return _new_factory("new_full", self, (size,), dtype, placements, fill_value)
+
     def full_tensor(self, *, kind: Optional[str] = None, progress: ProgressArg = None) -> Any:
         """The whole tensor (Partial dims reduced), streamed back: a numpy array, or a torch
         tensor when the DTensor was made from one (``kind`` "numpy" or "torch" chooses)."""
@@ -531,10 +551,19 @@ _seed_lock = threading.Lock()
 _seed_rng = random.Random()
 
 
-def manual_seed(seed: int) -> None:
-    """Seeds the seeds that rand and randn draw when none is given, as torch.manual_seed."""
+def manual_seed(seed: int, session: Optional[Session] = None) -> None:
+    """torch.manual_seed: seeds the seeds that rand and randn draw when none is given, and the
+    random stream of ``session`` (default: the default session, if one is open) that the
+    registry's random ops (randint, rand_like, dropout, tessera.ops.aten.rand, ...) draw from
+    on the coordinator. Tessera's streams are Philox4x32-10 keyed by the seed at each element's
+    global index: placement-invariant and reproducible, not bit-equal to torch's."""
     with _seed_lock:
         _seed_rng.seed(int(seed))
+    if session is None:
+        from . import session as _sessions
+        session = _sessions._default
+    if session is not None:
+        session.transport.manual_seed(seed)
 
 
 def _next_seed() -> int:
@@ -600,6 +629,62 @@ def randn(*size: Any, device_mesh: Optional[DeviceMesh] = None,
                     seed=_next_seed() if seed is None else seed, name=name)
 
 
+def arange(start: Any, end: Any = None, step: Any = 1, *, device_mesh: Optional[DeviceMesh] = None,
+           placements: Optional[Sequence[Any]] = None, dtype: Any = None) -> DTensor:
+    """torch.arange on a mesh (aten::arange.start_step): ceil((end - start) / step) values,
+    int64 from ints, float32 from floats, each rank computing its shard's."""
+    if end is None:
+        start, end = 0, start
+    kw = {} if dtype is None else {"dtype": dtype}
+    return call_factory("arange.start_step", start, end, step, device_mesh=device_mesh,
+                        placements=placements, **kw)
+
+
+def eye(n: int, m: Optional[int] = None, *, device_mesh: Optional[DeviceMesh] = None,
+        placements: Optional[Sequence[Any]] = None, dtype: Any = None) -> DTensor:
+    """torch.eye on a mesh (aten::eye, aten::eye.m)."""
+    kw = {} if dtype is None else {"dtype": dtype}
+    if m is None:
+        return call_factory("eye", n, device_mesh=device_mesh, placements=placements, **kw)
+    return call_factory("eye.m", n, m, device_mesh=device_mesh, placements=placements, **kw)
+
+
+def randint(low: int, high: Any = None, size: Any = None, *,
+            device_mesh: Optional[DeviceMesh] = None, placements: Optional[Sequence[Any]] = None,
+            dtype: Any = None) -> DTensor:
+    """torch.randint(low=0, high, size) on a mesh, from the session's random stream
+    (tessera.manual_seed): uniform integers in [low, high), int64 unless ``dtype``."""
+    if size is None:
+        low, high, size = 0, low, high
+    kw = {} if dtype is None else {"dtype": dtype}
+    return call_factory("randint.low", low, high, list(size_arg((size,))),
+                        device_mesh=device_mesh, placements=placements, **kw)
+
+
+def rand_like(input: DTensor, *, dtype: Any = None,
+              placements: Optional[Sequence[Any]] = None) -> DTensor:
+    """torch.rand_like from the session's random stream: input's shape, mesh and (unless
+    ``placements``) shards."""
+    kw = {} if dtype is None else {"dtype": dtype}
+    return call_factory("rand_like", input, placements=placements, **kw)
+
+
+def randn_like(input: DTensor, *, dtype: Any = None,
+               placements: Optional[Sequence[Any]] = None) -> DTensor:
+    """torch.randn_like from the session's random stream."""
+    kw = {} if dtype is None else {"dtype": dtype}
+    return call_factory("randn_like", input, placements=placements, **kw)
+
+
+def randint_like(input: DTensor, low: int, high: Optional[int] = None, *, dtype: Any = None,
+                 placements: Optional[Sequence[Any]] = None) -> DTensor:
+    """torch.randint_like(input, low=0, high) from the session's random stream."""
+    if high is None:
+        low, high = 0, low
+    kw = {} if dtype is None else {"dtype": dtype}
+    return call_factory("randint_like.low_dtype", input, low, high, placements=placements, **kw)
+
+
 # -- ops -----------------------------------------------------------------------------------------
 
 
@@ -613,18 +698,51 @@ def call(name: str, /, *args: Any, **kwargs: Any) -> DTensor:
     return _run(op, inputs)
 
 
-def _run(op: Any, inputs: Sequence[DTensor]) -> DTensor:
-    """Runs an OpCall on its input DTensors: one RunOp, or on the op stream without waiting."""
-    if not inputs:
+def _new_factory(name: str, x: DTensor, size: Tuple[Any, ...], dtype: Any,
+                 placements: Optional[Sequence[Any]], *value: Any) -> DTensor:
+    kw = {} if dtype is None else {"dtype": dtype}
+    return call_factory(name, x, list(size_arg(size)), *value, placements=placements, **kw)
+
+
+def call_factory(name: str, /, *args: Any, device_mesh: Optional[DeviceMesh] = None,
+                 placements: Optional[Sequence[Any]] = None, **kwargs: Any) -> DTensor:
+    """Runs factory op ``name`` of the registry (arange, full, eye, randint, new_zeros,
+    rand_like, ...) with its output on ``device_mesh`` in ``placements`` (Replicate by default):
+    a factory without a DTensor argument needs the mesh; one of a DTensor defaults to the
+    input's mesh and the layout its strategies give."""
+    op, inputs = encode_call(name, args, kwargs, DTensor)
+    if device_mesh is None:
+        if not inputs:
+            raise InvalidArgument(f"{op.name} takes no DTensor, so it needs device_mesh= (and "
+                                  "placements=) to make its output on")
+        if placements is not None:
+            device_mesh = inputs[0].device_mesh
+    if device_mesh is None:
+        return _run(op, inputs)
+    root, wire = _layout(device_mesh, placements)
+    if inputs and placements is None:
+        wire = []
+    return _run(op, inputs, root, wire)
+
+
+def _run(op: Any, inputs: Sequence[DTensor], mesh: Optional[DeviceMesh] = None,
+         placements: Sequence[Any] = ()) -> DTensor:
+    """Runs an OpCall on its input DTensors (a factory's: on ``mesh`` in ``placements``): one
+    RunOp, or on the op stream without waiting."""
+    if not inputs and mesh is None:
         raise InvalidArgument(f"{op.name} takes a DTensor argument (numbers alone have no mesh)")
+    if not inputs:
+        return _run_factory(op, mesh, placements)
     first = inputs[0]
     session = first.session
     for x in inputs:
         if x.session is not session:
             raise InvalidArgument(f"{op.name}: an op's DTensors must come from one session")
     transport = session.transport
+    # A layout only for a factory that asks for one (the transport's plain call otherwise).
+    layout = {} if mesh is None else {"mesh": mesh.name, "placements": placements}
     if transport.op_stream is None:
-        reply = transport.run_op(op, [x.name for x in inputs])
+        reply = transport.run_op(op, [x.name for x in inputs], **layout)
         out = DTensor._adopt(session, reply.output, first.device_mesh, kind=first._kind)
         out._redistributions = _redistributions_from_proto(reply)
         return out
@@ -637,8 +755,21 @@ def _run(op: Any, inputs: Sequence[DTensor]) -> DTensor:
             if not made.done:
                 pending.append(made)
     name = session.next_tensor_name()
-    made = transport.run_op_on_stream(op, [x.name for x in inputs], name, tuple(pending))
+    made = transport.run_op_on_stream(op, [x.name for x in inputs], name, tuple(pending),
+                                      **layout)
     return DTensor._on_stream(session, name, first.device_mesh, first._kind, made)
+
+
+def _run_factory(op: Any, mesh: DeviceMesh, placements: Sequence[Any]) -> DTensor:
+    """Runs a factory without DTensor inputs on ``mesh`` (a root mesh) in ``placements``."""
+    session = mesh.session
+    transport = session.transport
+    if transport.op_stream is None:
+        reply = transport.run_op(op, [], mesh=mesh.name, placements=placements)
+        return DTensor._adopt(session, reply.output, mesh)
+    name = session.next_tensor_name()
+    made = transport.run_op_on_stream(op, [], name, (), mesh=mesh.name, placements=placements)
+    return DTensor._on_stream(session, name, mesh, "numpy", made)
 
 
 def _redistributions_from_proto(reply: Any) -> Tuple[InputRedistribution, ...]:

@@ -15,7 +15,7 @@ from .errors import InvalidArgument, Unimplemented
 
 __all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "linear",
            "layer_norm", "rms_norm", "embedding", "scaled_dot_product_attention",
-           "cross_entropy", "nll_loss", "mse_loss", "l1_loss"]
+           "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "dropout"]
 
 
 def _dtensor(input: Any, name: str) -> DTensor:
@@ -200,3 +200,10 @@ def l1_loss(input: DTensor, target: Any, size_average: Any = None, reduce: Any =
     x = _dtensor(input, "l1_loss")
     return call("l1_loss", x, _target(x, target),
                 _reduction(reduction, size_average, reduce, "l1_loss"))
+def dropout(input: DTensor, p: float = 0.5, training: bool = True,
+            inplace: bool = False) -> DTensor:
+    """torch.nn.functional.dropout (aten::dropout): each element kept with probability 1 - p and
+    scaled by 1 / (1 - p), its mask drawn from the session's random stream at the element's
+    global index, so every layout drops the same elements."""
+    _not_inplace(inplace, "dropout")
+    return call("dropout", _dtensor(input, "dropout"), float(p), bool(training))

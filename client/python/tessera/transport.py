@@ -332,12 +332,14 @@ class Transport:
         self._later.put(("free", (name, made)))
 
     def run_op_on_stream(self, op: Any, inputs: Sequence[str], output: str,
-                         pending_inputs: Tuple[Outcome, ...]) -> Outcome:
+                         pending_inputs: Tuple[Outcome, ...], mesh: str = "",
+                         placements: Sequence[Any] = ()) -> Outcome:
         """Sends an op on the op stream, described, without waiting; its outcome (``reply``:
         the OpReply RunOp would give). ``pending_inputs``: the outcomes of the inputs' own ops
         that are not known yet."""
-        call = dtensor_pb2.StreamCall(op=tensor_pb2.OpRequest(op=op, inputs=inputs, output=output),
-                                      describe=True)
+        request = tensor_pb2.OpRequest(op=op, inputs=inputs, output=output, mesh=mesh,
+                                       placements=list(placements))
+        call = dtensor_pb2.StreamCall(op=request, describe=True)
         assert self.op_stream is not None
         return self.op_stream.send(call, output, pending_inputs)
 
@@ -417,9 +419,17 @@ class Transport:
                                                output=output, tensor=tensor)
         return self.unary(self.dtensors.LoadTensor, request)
 
-    def run_op(self, op: Any, inputs: Sequence[str], output: str = "") -> Any:
+    def run_op(self, op: Any, inputs: Sequence[str], output: str = "", mesh: str = "",
+               placements: Sequence[Any] = ()) -> Any:
+        """RunOp; ``mesh`` and ``placements``: a factory's output layout (OpRequest's)."""
         return self.unary(self.dtensors.RunOp,
-                          tensor_pb2.OpRequest(op=op, inputs=list(inputs), output=output))
+                          tensor_pb2.OpRequest(op=op, inputs=list(inputs), output=output,
+                                               mesh=mesh, placements=list(placements)))
+
+    def manual_seed(self, seed: int) -> None:
+        """Seeds this session's random stream on the coordinator (ManualSeed)."""
+        self.unary(self.dtensors.ManualSeed,
+                   tensor_pb2.ManualSeedRequest(seed=int(seed) & (2**64 - 1)))
 
     def list_ops(self, filter: str = "") -> Sequence[Any]:  # noqa: A002 - ListOps's name
         """The op registry (OpInfo messages) whose names contain ``filter``."""
