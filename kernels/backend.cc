@@ -439,6 +439,20 @@ absl::Status KernelBackend::ArgReduceAlongDim(bool is_max, const ConstTensorView
                                            split.outer, split.size, split.inner, x.data, out.data});
 }
 
+absl::Status KernelBackend::SortAlongDim(const ConstTensorView& x, int64_t dim, bool descending,
+                                         const TensorView& values, const TensorView& indices) {
+  constexpr absl::string_view kOp = "sort";
+  RETURN_IF_ERROR(CheckView(kOp, "input", x));
+  RETURN_IF_ERROR(CheckOperand(kOp, "values", values, x.dtype, x.shape));
+  RETURN_IF_ERROR(CheckOperand(kOp, "indices", indices, DType::kInt64, x.shape));
+  const Shape shape = x.rank() == 0 ? Shape{1} : x.shape;
+  ASSIGN_OR_RETURN(int d, NormalizeDim(dim, static_cast<int>(shape.size())));
+  const DimSplit split = SplitAtDim(shape, d);
+  if (x.num_elements() == 0) return absl::OkStatus();
+  return DoSortAlongDim(SortDimArgs{x.dtype, descending, split.outer, split.size, split.inner,
+                                    x.data, values.data, indices.data});
+}
+
 absl::Status KernelBackend::ScanAlongDim(ReduceOp op, const ConstTensorView& x, int64_t dim,
                                          const TensorView& out) {
   if (op != ReduceOp::kSum && op != ReduceOp::kProduct) {

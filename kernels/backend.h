@@ -126,6 +126,15 @@ class KernelBackend : public MemorySpace {
   absl::Status ArgReduceAlongDim(bool is_max, const ConstTensorView& x, int64_t dim,
                                  const TensorView& out);
 
+  // values, indices = torch.sort(x, dim, descending, stable=True) along `dim` (negative counts from
+  // the end; a 0-dim x counts as 1-dim): each line ordered ascending (or descending), equal
+  // elements kept in index order, NaN above every number (last ascending, first descending), as
+  // torch.sort; bool orders false before true. values has x's shape and dtype, indices x's shape
+  // and int64 (positions along dim). Any dtype; values and indices must not overlap x or each
+  // other.
+  absl::Status SortAlongDim(const ConstTensorView& x, int64_t dim, bool descending,
+                            const TensorView& values, const TensorView& indices);
+
   // out = the inclusive cumulative sum (kSum, torch.cumsum) or product (kProduct, torch.cumprod)
   // of x along `dim`, same shape and dtype; `out` may be `x`. Floating values accumulate in
   // float64, integers in 64 bits (wrapping when stored); bool is INVALID_ARGUMENT (callers cast to
@@ -284,6 +293,16 @@ class KernelBackend : public MemorySpace {
     int64_t outer, size, inner;
     const std::byte* x;
     std::byte* out;
+  };
+  // A checked sort of x viewed as [outer, size, inner] along the dim, size >= 1: values of x's
+  // dtype and int64 indices, both [outer, size, inner].
+  struct SortDimArgs {
+    DType dtype;
+    bool descending;
+    int64_t outer, size, inner;
+    const std::byte* x;
+    std::byte* values;
+    std::byte* indices;
   };
   // A checked softmax along a dim of tensors viewed as [outer, size, inner], size >= 1, floating:
   // the forward reads x (`in`) and writes y (`out`); the backward reads y (`in`) and dy and writes
@@ -451,6 +470,8 @@ class KernelBackend : public MemorySpace {
   virtual absl::Status DoReduceAlongDim(const ReduceDimArgs& args) = 0;
   // args.op is kMax (argmax) or kMin (argmin); out is int64.
   virtual absl::Status DoArgReduceAlongDim(const ReduceDimArgs& args) = 0;
+  // Each line stably sorted by SortsBefore (kernels/dim_ops.h).
+  virtual absl::Status DoSortAlongDim(const SortDimArgs& args) = 0;
   // args.op is kSum or kProduct; the dtype is not bool.
   virtual absl::Status DoScanAlongDim(const ReduceDimArgs& args) = 0;
   virtual absl::Status DoSoftmaxAlongDim(const SoftmaxDimArgs& args) = 0;

@@ -1,9 +1,9 @@
 #ifndef TESSERA_KERNELS_DIM_OPS_H_
 #define TESSERA_KERNELS_DIM_OPS_H_
 
-// What the kernels along a dim (reductions, scans, arg-reductions, softmax) compute, for host and
-// device code (C++17): the accumulator types and the per-line rules both backends instantiate, on
-// compute-type values. `Math` is as in elementwise_ops.h.
+// What the kernels along a dim (reductions, scans, arg-reductions, sorts, softmax) compute, for
+// host and device code (C++17): the accumulator types and the per-line rules both backends
+// instantiate, on compute-type values. `Math` is as in elementwise_ops.h.
 
 #include <cstdint>
 #include <type_traits>
@@ -43,6 +43,15 @@ TESSERA_HOST_DEVICE bool ArgReplaces(C best, C v) {
   if (IsNaNValue(best)) return false;
   if (IsNaNValue(v)) return true;
   return kMax ? best < v : v < best;
+}
+
+// True iff `a` sorts strictly before `b`, ascending or (kDescending) descending, NaN above every
+// number as torch.sort; equal values and two NaNs are not, so a stable sort keeps their order.
+template <bool kDescending, typename C>
+TESSERA_HOST_DEVICE bool SortsBefore(C a, C b) {
+  if (IsNaNValue(a)) return kDescending && !IsNaNValue(b);
+  if (IsNaNValue(b)) return !kDescending;
+  return kDescending ? b < a : a < b;
 }
 
 // The max of a softmax line folded in one element (or one partial max) at a time: NaN wins and

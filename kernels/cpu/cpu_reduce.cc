@@ -1,8 +1,12 @@
 // The CPU backend's kernels along a dim other than softmax: reductions, arg-reductions and scans,
-// slab by slab ([size, inner] at a time, the inner dim as the vector loop).
+// slab by slab ([size, inner] at a time, the inner dim as the vector loop), and sorts, line by
+// line.
 
+#include <algorithm>
 #include <memory>
+#include <numeric>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/dim_ops.h"
@@ -83,6 +87,31 @@ void ArgReduceDimTyped(int64_t outer, int64_t size, int64_t inner, const T* x, i
   }
 }
 
+// Each line along the dim stably sorted, ascending or (kDescending) descending: its positions by
+// SortsBefore on the loaded values, then the elements gathered in that order.
+template <typename T, bool kDescending>
+void SortDimTyped(int64_t outer, int64_t size, int64_t inner, const T* x, T* values,
+                  int64_t* indices) {
+  using C = ComputeType<T>;
+  auto line = std::make_unique<C[]>(static_cast<size_t>(size));  // not vector<bool>
+  std::vector<int64_t> order(static_cast<size_t>(size));
+  const auto before = [&](int64_t a, int64_t b) {
+    return SortsBefore<kDescending>(line[a], line[b]);
+  };
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t j = 0; j < inner; ++j) {
+      const int64_t start = o * size * inner + j;
+      for (int64_t i = 0; i < size; ++i) line[i] = Load(x[start + i * inner]);
+      std::iota(order.begin(), order.end(), int64_t{0});
+      std::stable_sort(order.begin(), order.end(), before);
+      for (int64_t i = 0; i < size; ++i) {
+        values[start + i * inner] = x[start + order[i] * inner];
+        indices[start + i * inner] = order[i];
+      }
+    }
+  }
+}
+
 // The inclusive cumulative sum or product (kProduct) along the dim, in the accumulator type.
 template <typename T, bool kProduct>
 void ScanDimTyped(int64_t outer, int64_t size, int64_t inner, const T* x, T* out) {
@@ -134,6 +163,21 @@ absl::Status CpuBackend::DoArgReduceAlongDim(const ReduceDimArgs& r) {
       ArgReduceDimTyped<T, true>(r.outer, r.size, r.inner, x, out);
     } else {
       ArgReduceDimTyped<T, false>(r.outer, r.size, r.inner, x, out);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoSortAlongDim(const SortDimArgs& r) {
+  VisitDType(r.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = reinterpret_cast<const T*>(r.x);
+    T* values = reinterpret_cast<T*>(r.values);
+    int64_t* indices = reinterpret_cast<int64_t*>(r.indices);
+    if (r.descending) {
+      SortDimTyped<T, true>(r.outer, r.size, r.inner, x, values, indices);
+    } else {
+      SortDimTyped<T, false>(r.outer, r.size, r.inner, x, values, indices);
     }
   });
   return absl::OkStatus();

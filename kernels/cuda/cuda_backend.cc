@@ -380,6 +380,14 @@ absl::Status CudaBackend::DoArgReduceAlongDim(const ReduceDimArgs& r) {
       absl::StrCat(device(), ": ", is_max ? "argmax" : "argmin", " launch"));
 }
 
+absl::Status CudaBackend::DoSortAlongDim(const SortDimArgs& s) {
+  RETURN_IF_ERROR(UseDevice());
+  return CudaStatus(cuda::LaunchSortAlongDim(s.descending, s.dtype, s.x, s.values,
+                                             reinterpret_cast<int64_t*>(s.indices), s.outer, s.size,
+                                             s.inner, stream_),
+                    absl::StrCat(device(), ": sort launch"));
+}
+
 absl::Status CudaBackend::DoScanAlongDim(const ReduceDimArgs& r) {
   RETURN_IF_ERROR(UseDevice());
   const bool is_product = r.op == ReduceOp::kProduct;

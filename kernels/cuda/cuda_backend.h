@@ -70,6 +70,7 @@ class CudaBackend final : public KernelBackend {
                        std::byte* out, const BroadcastLayout3& layout) override;
   absl::Status DoReduceAlongDim(const ReduceDimArgs& args) override;
   absl::Status DoArgReduceAlongDim(const ReduceDimArgs& args) override;
+  absl::Status DoSortAlongDim(const SortDimArgs& args) override;
   absl::Status DoScanAlongDim(const ReduceDimArgs& args) override;
   absl::Status DoSoftmaxAlongDim(const SoftmaxDimArgs& args) override;
   absl::Status DoSoftmaxBackward(const SoftmaxDimArgs& args) override;

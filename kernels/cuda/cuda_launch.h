@@ -70,6 +70,11 @@ cudaError_t LaunchReduceAlongDim(DeviceReduceOp op, DType dtype, const void* x, 
 cudaError_t LaunchArgReduceAlongDim(bool is_max, DType dtype, const void* x, int64_t* out,
                                     int64_t outer, int64_t size, int64_t inner,
                                     cudaStream_t stream);
+// Each line along the dim of x [outer, size, inner] stably sorted (descending or ascending) into
+// values, same shape and dtype, and the positions it came from into indices; size >= 1.
+cudaError_t LaunchSortAlongDim(bool descending, DType dtype, const void* x, void* values,
+                               int64_t* indices, int64_t outer, int64_t size, int64_t inner,
+                               cudaStream_t stream);
 // The inclusive cumulative sum or product (is_product) of x [outer, size, inner] along the dim
 // into out, same shape; dtype is not bool.
 cudaError_t LaunchScanAlongDim(bool is_product, DType dtype, const void* x, void* out,

@@ -1,5 +1,5 @@
-// Reduction kernels of the CUDA backend: along a dim (reductions, arg-reductions and scans, as
-// kernels/cpu/cpu_reduce.cc, on kernels/dim_ops.h's rules) and the elementwise steps of
+// Reduction kernels of the CUDA backend: along a dim (reductions, arg-reductions, scans and sorts,
+// as kernels/cpu/cpu_reduce.cc, on kernels/dim_ops.h's rules) and the elementwise steps of
 // collectives (as core/sharding/elementwise_reduce.cc, which the CPU backend calls).
 
 #include "kernels/cuda/cuda_launch.h"
@@ -73,6 +73,33 @@ __global__ void ArgReduceAlongDimKernel(const T* x, int64_t* out, int64_t outer,
       }
     }
     out[i] = index;
+  }
+}
+
+// One thread per line along the dim: a stable insertion sort of the line's positions by
+// SortsBefore, kept in its indices, then the elements gathered in that order. Quadratic in the
+// line's size.
+template <typename T, bool kDescending>
+__global__ void SortAlongDimKernel(const T* x, T* values, int64_t* indices, int64_t outer,
+                                   int64_t size, int64_t inner) {
+  using C = ComputeType<T>;
+  const int64_t n = outer * inner;
+  for (int64_t line = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; line < n;
+       line += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t start = (line / inner) * size * inner + line % inner;
+    const T* in = x + start;
+    int64_t* order = indices + start;
+    for (int64_t i = 0; i < size; ++i) {
+      const C v = Load(in[i * inner]);
+      int64_t k = i;
+      for (; k > 0; --k) {
+        const int64_t prev = order[(k - 1) * inner];
+        if (!SortsBefore<kDescending>(v, Load(in[prev * inner]))) break;
+        order[k * inner] = prev;
+      }
+      order[k * inner] = i;
+    }
+    for (int64_t i = 0; i < size; ++i) values[start + i * inner] = in[order[i * inner] * inner];
   }
 }
 
@@ -176,6 +203,25 @@ cudaError_t LaunchArgReduceAlongDim(bool is_max, DType dtype, const void* x, int
     } else {
       ArgReduceAlongDimKernel<T, false>
           <<<BlocksFor(n), kThreads, 0, stream>>>(in, out, outer, size, inner);
+    }
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSortAlongDim(bool descending, DType dtype, const void* x, void* values,
+                               int64_t* indices, int64_t outer, int64_t size, int64_t inner,
+                               cudaStream_t stream) {
+  const int64_t n = outer * inner;
+  VisitDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(x);
+    T* out = static_cast<T*>(values);
+    if (descending) {
+      SortAlongDimKernel<T, true>
+          <<<BlocksFor(n), kThreads, 0, stream>>>(in, out, indices, outer, size, inner);
+    } else {
+      SortAlongDimKernel<T, false>
+          <<<BlocksFor(n), kThreads, 0, stream>>>(in, out, indices, outer, size, inner);
     }
   });
   return cudaGetLastError();

@@ -14,7 +14,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/testing/reference.h"
@@ -91,6 +93,40 @@ struct DimCase {
 };
 inline void PrintTo(const DimCase& c, std::ostream* os) {
   *os << ShapeToString(c.shape) << " dim " << c.dim;
+}
+
+// A shape seen as [outer, size, inner] around dim `d`.
+struct Lines {
+  int64_t outer = 1, size = 0, inner = 1;
+
+  Lines(const Shape& shape, int d) : size(shape[d]) {
+    for (int i = 0; i < d; ++i) outer *= shape[i];
+    for (int i = d + 1; i < static_cast<int>(shape.size()); ++i) inner *= shape[i];
+  }
+  int64_t count() const { return outer * inner; }
+  // The linear index of element i of line `line` (line = o * inner + j).
+  int64_t At(int64_t line, int64_t i) const {
+    return ((line / inner) * size + i) * inner + line % inner;
+  }
+};
+
+// c.dim in [0, rank).
+inline int NormalizedDim(const DimCase& c) {
+  return static_cast<int>(c.dim < 0 ? c.dim + static_cast<int64_t>(c.shape.size()) : c.dim);
+}
+
+// The cases of the kernels along a dim: first, middle, last and negative dims, size-1 and empty
+// dims, an empty outer, long lines.
+inline std::vector<DimCase> DimCases() {
+  return {DimCase{{2, 3, 4}, 0}, DimCase{{2, 3, 4}, 1}, DimCase{{2, 3, 4}, -1}, DimCase{{5}, 0},
+          DimCase{{1, 7}, 1},    DimCase{{6, 1, 2}, 1}, DimCase{{3, 0, 2}, 1},  DimCase{{0, 3}, 1},
+          DimCase{{4, 100}, 1},  DimCase{{100, 3}, 0}};
+}
+
+inline std::string DimCaseName(DType dtype, absl::string_view op, const DimCase& c) {
+  return absl::StrReplaceAll(
+      absl::StrCat(DTypeName(dtype), "_", op, "_", ShapeName(c.shape), "_dim", c.dim),
+      {{"-", "m"}});
 }
 
 // Failures reported per test before the rest are dropped, so one bad kernel stays readable.

@@ -15,44 +15,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "core/sharding/placement.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/conformance_fixture.h"
 #include "kernels/testing/nn_reference.h"
 
 namespace tessera::kernels::testing {
-
-// A shape seen as [outer, size, inner] around dim `d`.
-struct Lines {
-  int64_t outer = 1, size = 0, inner = 1;
-
-  Lines(const Shape& shape, int d) : size(shape[d]) {
-    for (int i = 0; i < d; ++i) outer *= shape[i];
-    for (int i = d + 1; i < static_cast<int>(shape.size()); ++i) inner *= shape[i];
-  }
-  int64_t count() const { return outer * inner; }
-  // The linear index of element i of line `line` (line = o * inner + j).
-  int64_t At(int64_t line, int64_t i) const {
-    return ((line / inner) * size + i) * inner + line % inner;
-  }
-};
-
-inline int NormalizedDim(const DimCase& c) {
-  return static_cast<int>(c.dim < 0 ? c.dim + static_cast<int64_t>(c.shape.size()) : c.dim);
-}
-
-inline std::vector<DimCase> DimCases() {
-  return {DimCase{{2, 3, 4}, 0}, DimCase{{2, 3, 4}, 1}, DimCase{{2, 3, 4}, -1}, DimCase{{5}, 0},
-          DimCase{{1, 7}, 1},    DimCase{{6, 1, 2}, 1}, DimCase{{3, 0, 2}, 1},  DimCase{{0, 3}, 1},
-          DimCase{{4, 100}, 1},  DimCase{{100, 3}, 0}};
-}
-
-inline std::string DimCaseName(DType dtype, absl::string_view op, const DimCase& c) {
-  return absl::StrReplaceAll(
-      absl::StrCat(DTypeName(dtype), "_", op, "_", ShapeName(c.shape), "_dim", c.dim),
-      {{"-", "m"}});
-}
 
 // ---------------------------------------------------------------------------------------------
 // Arg-reductions

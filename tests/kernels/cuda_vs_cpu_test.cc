@@ -1,8 +1,8 @@
 // Every kernel of the CUDA backend against the CPU backend on the same inputs: each test uploads
 // the same host tensors to both, runs the same call, and expects every tensor afterwards to agree,
-// bit for bit where the two compute the same way (data moves, casts, fills, uniform random fills,
-// integer arithmetic) and within a few roundoffs of the dtype elsewhere (GEMMs, reductions and
-// norms sum in other orders). Parameterized over dtypes, shapes and options. Without a usable
+// bit for bit where the two compute the same way (data moves, casts, fills, sorts, uniform random
+// fills, integer arithmetic) and within a few roundoffs of the dtype elsewhere (GEMMs, reductions
+// and norms sum in other orders). Parameterized over dtypes, shapes and options. Without a usable
 // cuda:0 (or without CUDA support in the build) every test skips with the one-line reason.
 
 #include <cmath>
@@ -26,6 +26,7 @@ namespace {
 using testing::GetDouble;
 using testing::RandomTensor;
 using testing::SameElement;
+using testing::SetFromDouble;
 
 // The backends, made once: the CPU one, and cuda:0 or why there is none.
 struct Backends {
@@ -290,6 +291,44 @@ INSTANTIATE_TEST_SUITE_P(Kernels, ReduceVsCpu,
                          [](const auto& info) {
                            return absl::StrCat(ReduceOpName(std::get<0>(info.param)), "_",
                                                Name(std::get<1>(info.param)));
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// Sort along a dim, both ways: values and indices bit for bit (a stable sort has one answer), on
+// values with ties on every line and, for floating dtypes, NaN.
+
+using SortParam = std::tuple<DType, bool>;  // dtype, descending
+class SortVsCpu : public CudaVsCpu<SortParam> {};
+
+TEST_P(SortVsCpu, AlongEveryDimAgreesBitForBit) {
+  const auto& [dtype, descending] = GetParam();
+  const auto tied = [dtype](const Shape& shape) {
+    HostTensor x = RandomTensor(dtype, shape, 13, -3, 3);
+    for (int64_t i = 0; IsFloatingPoint(dtype) && i < x.num_elements(); ++i) {
+      SetFromDouble(x, i, i % 7 == 3 ? std::nan("") : std::round(GetDouble(x, i)) / 2);
+    }
+    return x;
+  };
+  for (const auto& [shape, dim] : std::vector<std::pair<Shape, int>>{
+           {{4, 5, 6}, 0}, {{4, 5, 6}, 1}, {{4, 5, 6}, 2}, {{2, 300}, 1}, {{}, 0}}) {
+    ExpectAgree(
+        Run(Tensors(tied(shape), HostTensor::Zeros(dtype, shape).value(),
+                    HostTensor::Zeros(DType::kInt64, shape).value()),
+            [&](KernelBackend& be, std::vector<DeviceTensor>& t) {
+              return be.SortAlongDim(t[0].View(), dim, descending, t[1].View(), t[2].View());
+            }),
+        absl::StrCat(descending ? "descending" : "ascending", " sort of ", ShapeToString(shape),
+                     " along dim ", dim),
+        /*rel=*/0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, SortVsCpu,
+                         ::testing::Combine(::testing::ValuesIn(kAllDTypes), ::testing::Bool()),
+                         [](const auto& info) {
+                           return absl::StrCat(
+                               Name(std::get<0>(info.param)),
+                               std::get<1>(info.param) ? "_descending" : "_ascending");
                          });
 
 // ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@
 #include "kernels/testing/index_conformance.h"
 #include "kernels/testing/layout_conformance.h"
 #include "kernels/testing/reduce_conformance.h"
+#include "kernels/testing/sort_conformance.h"
 
 namespace tessera::kernels {
 namespace testing {

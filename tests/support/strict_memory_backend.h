@@ -93,6 +93,10 @@ class StrictMemoryBackend final : public kernels::CpuBackend {
     RETURN_IF_ERROR(Mine("arg-reduce along a dim", r.x, r.out));
     return CpuBackend::DoArgReduceAlongDim(r);
   }
+  absl::Status DoSortAlongDim(const SortDimArgs& s) override {
+    RETURN_IF_ERROR(Mine("sort along a dim", s.x, s.values, s.indices));
+    return CpuBackend::DoSortAlongDim(s);
+  }
   absl::Status DoScanAlongDim(const ReduceDimArgs& r) override {
     RETURN_IF_ERROR(Mine("scan along a dim", r.x, r.out));
     return CpuBackend::DoScanAlongDim(r);
