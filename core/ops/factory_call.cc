@@ -39,7 +39,13 @@ absl::StatusOr<std::shared_ptr<const OpPlan>> PlanAsAsked(const BoundCall& call,
   if (!out.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(call.op->name(), ": ", out.status().message()));
   }
-  OpPlan plan{std::move(strategy), std::vector<RedistributePlan>(specs.size()), *std::move(out), 0};
+  std::vector<DTensorSpec> more;
+  for (const OutputMeta& m : call.more_outputs) {
+    ASSIGN_OR_RETURN(DTensorSpec spec, MakeDTensorSpec(mesh, out->placements, m.shape, m.dtype));
+    more.push_back(std::move(spec));
+  }
+  OpPlan plan{std::move(strategy), std::vector<RedistributePlan>(specs.size()), *std::move(out),
+              std::move(more), 0};
   return std::make_shared<const OpPlan>(std::move(plan));
 }
 

@@ -24,7 +24,7 @@ enum class Kind {
   kRandom,   // rand, randn, randint, randint.low
   kNewFill,  // new_zeros, new_ones, new_full, new_empty
   kLike,     // zeros_like, ones_like, full_like, rand_like, randn_like, randint_like
-  kDropout,  // dropout, bernoulli.p: random, and reading their input
+  kDropout,  // dropout, native_dropout, bernoulli.p: random, and reading their input
 };
 
 struct FactoryEntry {
@@ -107,6 +107,8 @@ const std::vector<FactoryEntry>& Entries() {
        Kind::kLike, true, "kernel upload (random integers)"},
       {"dropout(Tensor input, float p, bool train) -> Tensor", Kind::kDropout, true,
        "kernel random fill (uniform), where"},
+      {"native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)", Kind::kDropout,
+       true, "kernel random fill (uniform), where; the mask (bool, True where kept) as output"},
       {"bernoulli.p(Tensor self, float p, *, Generator? generator=None) -> Tensor", Kind::kDropout,
        true, "kernel random fill (uniform), cast"},
   };
@@ -257,13 +259,14 @@ absl::StatusOr<OutputMeta> FactoryMeta(const CallContext& call) {
       return OutputMeta{self.shape, dtype};
     }
     case Kind::kDropout: {
-      const char* input = name == "dropout" ? "input" : "self";
+      const bool dropout = name == "dropout" || name == "native_dropout";
+      const char* input = dropout ? "input" : "self";
       ASSIGN_OR_RETURN(const TensorMeta x, InputTensor(call, input));
       const double p = call.args.Float("p");
       if (!(p >= 0 && p <= 1)) {
         return ArgError(call, "p", absl::StrCat("is a probability, in [0, 1], not ", p));
       }
-      if (name == "dropout" && !IsFloating(x.dtype)) {
+      if (dropout && !IsFloating(x.dtype)) {
         return ArgError(call, input,
                         absl::StrCat("must have a floating dtype, not ", DTypeName(x.dtype)));
       }
@@ -271,6 +274,39 @@ absl::StatusOr<OutputMeta> FactoryMeta(const CallContext& call) {
     }
   }
   return absl::InternalError("unknown factory kind");
+}
+
+// native_dropout's mask: True where the element is kept, of the input's shape.
+absl::StatusOr<std::vector<OutputMeta>> DropoutMask(const CallContext& call,
+                                                    const OutputMeta& first) {
+  (void)call;
+  return std::vector<OutputMeta>{{first.shape, DType::kBool}};
+}
+
+// native_dropout_backward(grad_output, mask, scale): grad_output * mask * scale.
+absl::StatusOr<OutputMeta> DropoutBackwardMeta(const CallContext& call) {
+  ASSIGN_OR_RETURN(const TensorMeta grad, InputTensor(call, "grad_output"));
+  ASSIGN_OR_RETURN(const TensorMeta mask, InputTensor(call, "mask"));
+  if (!IsFloating(grad.dtype)) {
+    return ArgError(call, "grad_output",
+                    absl::StrCat("must have a floating dtype, not ", DTypeName(grad.dtype)));
+  }
+  if (mask.dtype != DType::kBool || mask.shape != grad.shape) {
+    return ArgError(
+        call, "mask",
+        absl::StrCat("is ", DTypeName(mask.dtype), ShapeToString(mask.shape),
+                     "; it must be bool of grad_output's shape ", ShapeToString(grad.shape)));
+  }
+  return OutputMeta{grad.shape, grad.dtype};
+}
+
+absl::StatusOr<OpGraph> DropoutBackwardGraph(const CallContext& call) {
+  using B = GraphBuilder;
+  B b(static_cast<int>(call.inputs.size()));
+  const int kept =
+      b.Add("mul.Tensor", {B::V(call.args.Tensor("grad_output")), B::V(call.args.Tensor("mask"))});
+  b.Add("mul.Tensor", {B::V(kept), B::P(call.args.Float("scale"))});
+  return std::move(b).Finish();
 }
 
 // Every placement a tensor of `rank` dims may have on one mesh dim.
@@ -339,7 +375,20 @@ void RegisterFactoryOps(OpRegistry& registry) {
     if (e.kind == Kind::kDropout) {
       op.derivative = op.schema.name == "dropout" ? "grad * (result != 0) / (1 - p)" : "";
     }
+    if (op.schema.name == "native_dropout") {
+      op.more_outputs = DropoutMask;
+      op.derivative = "native_dropout_backward(grad, mask, 1 / (1 - p))";
+    }
   }
+  OpDef& backward = DefineOp(registry,
+                             "native_dropout_backward(Tensor grad_output, Tensor mask, float "
+                             "scale) -> Tensor",
+                             OpFamily::kPointwise);
+  backward.meta = DropoutBackwardMeta;
+  backward.decompose = DropoutBackwardGraph;
+  backward.implementation = "decomposition: mul.Tensor(mul.Tensor(grad_output, mask), scale)";
+  backward.derivative = "native_dropout_backward(grad, mask, scale)";
+  backward.strategy_text = "each node's own (pointwise)";
 }
 
 }  // namespace tessera::ops

@@ -21,6 +21,7 @@ namespace {
 
 enum class Kind {
   kLayerNorm,
+  kNativeLayerNorm,  // layer_norm with its mean and rstd as outputs
   kRmsNorm,
   kAttention,
   kVectorNorm,
@@ -46,6 +47,14 @@ const std::vector<NormEntry>& Entries() {
        "kernel layer_norm over the flattened normalized dims (float16/bfloat16 in float32)",
        "native_layer_norm_backward(grad, input, normalized_shape, mean, rstd, weight, bias)",
        "S(d) kept on the leading dims; the normalized dims whole (R); weight and bias R"},
+      {"native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, "
+       "float eps) -> (Tensor, Tensor, Tensor)",
+       Kind::kNativeLayerNorm, OpFamily::kNn,
+       "kernel layer_norm over the flattened normalized dims, its mean and rstd (computed in "
+       "float32) as outputs of the input's shape with the normalized dims 1",
+       "native_layer_norm_backward(grad, input, normalized_shape, mean, rstd, weight, bias)",
+       "S(d) kept on the leading dims (the output, mean and rstd alike); the normalized dims "
+       "whole (R); weight and bias R"},
       {"rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) "
        "-> Tensor",
        Kind::kRmsNorm, OpFamily::kNn,
@@ -101,6 +110,9 @@ const std::vector<NormEntry>& Entries() {
 }
 
 Kind KindOf(const CallContext& call) { return Entries()[call.op.entry].kind; }
+bool IsLayerNorm(const CallContext& call) {
+  return KindOf(call) == Kind::kLayerNorm || KindOf(call) == Kind::kNativeLayerNorm;
+}
 
 absl::Status CheckFloatingInput(const CallContext& call, absl::string_view arg,
                                 const TensorMeta& t) {
@@ -144,8 +156,7 @@ absl::Status CheckNormParameter(const CallContext& call, absl::string_view arg,
   // torch's CPU layer_norm takes float32 parameters with a float16/bfloat16 input, else x's
   // dtype; rms_norm (its composite) any floating dtype.
   const bool reduced = x.dtype == DType::kFloat16 || x.dtype == DType::kBFloat16;
-  if (KindOf(call) == Kind::kLayerNorm && w.dtype != x.dtype &&
-      !(reduced && w.dtype == DType::kFloat32)) {
+  if (IsLayerNorm(call) && w.dtype != x.dtype && !(reduced && w.dtype == DType::kFloat32)) {
     return ArgError(call, arg,
                     absl::StrCat("is ", DTypeName(w.dtype), " but input is ", DTypeName(x.dtype),
                                  " (layer_norm's parameters share the input's dtype, or are "
@@ -159,13 +170,29 @@ absl::StatusOr<OutputMeta> NormMeta(const CallContext& call) {
   RETURN_IF_ERROR(CheckFloatingInput(call, "input", x));
   RETURN_IF_ERROR(NormAxis(call).status());
   RETURN_IF_ERROR(CheckNormParameter(call, "weight", x));
-  if (KindOf(call) == Kind::kLayerNorm) RETURN_IF_ERROR(CheckNormParameter(call, "bias", x));
+  if (IsLayerNorm(call)) RETURN_IF_ERROR(CheckNormParameter(call, "bias", x));
   if (!call.args.IsNone("eps") && !(call.args.Float("eps") >= 0)) {
     return ArgError(
         call, "eps",
         absl::StrCat("is ", call.args.Float("eps"), "; Tessera's norm kernels take eps >= 0"));
   }
   return OutputMeta{x.shape, x.dtype};
+}
+
+// native_layer_norm's mean and rstd: the input's shape with the normalized dims 1, its dtype.
+absl::StatusOr<std::vector<OutputMeta>> NativeLayerNormStatistics(const CallContext& call,
+                                                                  const OutputMeta& first) {
+  ASSIGN_OR_RETURN(const int axis, NormAxis(call));
+  Shape shape = first.shape;
+  for (size_t d = axis; d < shape.size(); ++d) {
+    if (shape[d] == 0) {
+      return ArgError(call, "normalized_shape",
+                      absl::StrCat("is ", ShapeToString(call.args.Ints("normalized_shape")),
+                                   ", with no element: its mean and rstd are undefined"));
+    }
+    shape[d] = 1;
+  }
+  return std::vector<OutputMeta>{{shape, first.dtype}, {shape, first.dtype}};
 }
 
 absl::StatusOr<StrategyCandidates> NormStrategies(const CallContext& call) {
@@ -466,6 +493,7 @@ absl::StatusOr<StrategyCandidates> EmbeddingBackwardStrategies(const CallContext
 absl::StatusOr<OutputMeta> NormFamilyMeta(const CallContext& call) {
   switch (KindOf(call)) {
     case Kind::kLayerNorm:
+    case Kind::kNativeLayerNorm:
     case Kind::kRmsNorm:
       return NormMeta(call);
     case Kind::kAttention:
@@ -486,6 +514,7 @@ absl::StatusOr<StrategyCandidates> NormFamilyStrategies(const CallContext& call,
                                                         const OutputMeta& out) {
   switch (KindOf(call)) {
     case Kind::kLayerNorm:
+    case Kind::kNativeLayerNorm:
     case Kind::kRmsNorm:
       return NormStrategies(call);
     case Kind::kAttention:
@@ -509,6 +538,7 @@ void RegisterNormOps(OpRegistry& registry) {
     OpDef& op = DefineOp(registry, e.schema, e.family);
     op.entry = static_cast<int>(i);
     op.meta = NormFamilyMeta;
+    if (e.kind == Kind::kNativeLayerNorm) op.more_outputs = NativeLayerNormStatistics;
     op.strategies = NormFamilyStrategies;
     op.implementation = e.implementation;
     op.derivative = e.derivative;

@@ -180,6 +180,12 @@ absl::StatusOr<PreparedCall> PrepareCall(const OpDef& op, std::span<const NamedV
   const CallContext context{op, p.call.args, p.call.inputs};
   ASSIGN_OR_RETURN(p.call.output, op.meta(context));
   RETURN_IF_ERROR(ValidateTensorShape(p.call.output.dtype, p.call.output.shape));
+  if (op.more_outputs != nullptr) {
+    ASSIGN_OR_RETURN(p.call.more_outputs, op.more_outputs(context, p.call.output));
+    for (const OutputMeta& m : p.call.more_outputs) {
+      RETURN_IF_ERROR(ValidateTensorShape(m.dtype, m.shape));
+    }
+  }
   return p;
 }
 
@@ -232,7 +238,20 @@ absl::StatusOr<OpPlan> PlanCall(const BoundCall& call, std::span<const DTensorSp
   }
   ASSIGN_OR_RETURN(DTensorSpec out, MakeDTensorSpec(specs[0].mesh, best->strategy.output,
                                                     call.output.shape, call.output.dtype));
-  return OpPlan{std::move(best->strategy), std::move(best->plans), std::move(out),
+  std::vector<DTensorSpec> more;
+  for (size_t k = 0; k < call.more_outputs.size(); ++k) {
+    const OutputMeta& m = call.more_outputs[k];
+    absl::StatusOr<DTensorSpec> spec =
+        MakeDTensorSpec(specs[0].mesh, best->strategy.output, m.shape, m.dtype);
+    if (!spec.ok()) {
+      return absl::InternalError(absl::StrCat(call.op->name(), ": output ", k + 1, " of ",
+                                              ShapeToString(m.shape), " cannot take placements ",
+                                              PlacementsToString(best->strategy.output), ": ",
+                                              spec.status().message()));
+    }
+    more.push_back(*std::move(spec));
+  }
+  return OpPlan{std::move(best->strategy), std::move(best->plans), std::move(out), std::move(more),
                 std::get<0>(best_cost)};
 }
 

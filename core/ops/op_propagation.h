@@ -29,6 +29,7 @@ struct BoundCall {
   BoundArgs args;
   std::vector<TensorMeta> inputs;
   OutputMeta output;
+  std::vector<OutputMeta> more_outputs;  // an op with several: the outputs after the first
 };
 
 // Binds `args` to `op` (input tensors referred to by index into `inputs`, renumbered so that
@@ -47,6 +48,7 @@ struct OpPlan {
   Strategy strategy;
   std::vector<RedistributePlan> input_plans;
   DTensorSpec output;
+  std::vector<DTensorSpec> more_outputs;  // in the first's placements (OpDef::more_outputs)
   int64_t redistribute_bytes = 0;
 };
 

@@ -87,6 +87,10 @@ struct PointwiseTraits {
 };
 
 using MetaFn = absl::StatusOr<OutputMeta> (*)(const CallContext& call);
+// The outputs after the first of an op with several (a tuple or a Tensor[] return), from the
+// first's meta: topk's indices, native_layer_norm's mean and rstd, split's pieces after the first.
+using MoreOutputsFn = absl::StatusOr<std::vector<OutputMeta>> (*)(const CallContext& call,
+                                                                  const OutputMeta& first);
 // Candidate strategies per mesh dim (product over the mesh), or whole strategies (`whole`).
 struct StrategyCandidates {
   std::vector<DimChoice> per_dim;
@@ -104,6 +108,10 @@ struct OpDef {
   OpSchema schema;
   OpFamily family = OpFamily::kPointwise;
   MetaFn meta = nullptr;
+  // Set for an op with several outputs. Every output takes the placements the chosen strategy
+  // gives the first (a strategy shards no dim an output lacks): topk's values and indices, a
+  // split's pieces and a norm's statistics are laid out alike.
+  MoreOutputsFn more_outputs = nullptr;
   StrategyFn strategies = nullptr;
   // Set for an op that runs as its decomposition (no strategies, no local implementation): each
   // node is planned and run as a call of its own, so a Partial or a shard flows between them as

@@ -97,7 +97,7 @@ class SchemaParser {
   absl::StatusOr<std::string> QuotedString();
   absl::StatusOr<OpValue> DefaultFor(const ArgSchema& arg, absl::string_view declaration,
                                      DefaultLiteral literal, size_t start);
-  absl::StatusOr<int> Returns();
+  absl::StatusOr<int> Returns(bool& list);
 
   absl::string_view text_;
   size_t pos_ = 0;
@@ -108,7 +108,7 @@ absl::StatusOr<OpSchema> SchemaParser::Parse() {
   schema.text = std::string(text_);
   RETURN_IF_ERROR(Name(schema));
   RETURN_IF_ERROR(Arguments(schema));
-  ASSIGN_OR_RETURN(schema.num_returns, Returns());
+  ASSIGN_OR_RETURN(schema.num_returns, Returns(schema.returns_list));
   SkipSpaces();
   if (!AtEnd()) return Expected("the end of the schema");
   return schema;
@@ -412,10 +412,11 @@ absl::StatusOr<OpValue> SchemaParser::DefaultFor(const ArgSchema& arg,
 }
 
 // returns := type | "(" [type [name] ("," type [name])*] ")"
-absl::StatusOr<int> SchemaParser::Returns() {
+absl::StatusOr<int> SchemaParser::Returns(bool& list) {
   RETURN_IF_ERROR(Expect("->"));
   if (!Consume("(")) {
-    RETURN_IF_ERROR(Type().status());
+    ASSIGN_OR_RETURN(const ArgSchema type, Type());
+    list = type.type == ArgType::kTensorList;
     return 1;
   }
   if (Consume(")")) return 0;

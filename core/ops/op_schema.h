@@ -53,8 +53,9 @@ struct OpSchema {
   std::string name;      // "softmax"
   std::string overload;  // "int"; empty for the default overload
   std::vector<ArgSchema> args;
-  int num_returns = 1;  // Tensor[] returns count as one
-  std::string text;     // the text it was parsed from
+  int num_returns = 1;        // Tensor[] returns count as one
+  bool returns_list = false;  // `-> Tensor[]` (split, unbind): as many outputs as the call makes
+  std::string text;           // the text it was parsed from
 
   // "aten::softmax.int", or "aten::softmax" without an overload.
   std::string QualifiedName() const;

@@ -35,6 +35,13 @@ enum class DimsArg {
   kAlong,     // `int dim`, the shape kept (cumsum, softmax)
 };
 
+// The outputs an op gives after its first.
+enum class MoreOutputs {
+  kNone,
+  kIndices,  // (values, indices): int64 positions along the dim, of the values' shape
+  kMean,     // var_mean, std_mean: the mean, of the first's shape and dtype
+};
+
 struct ReductionEntry {
   const char* schema;
   ReductionDType dtype;
@@ -45,6 +52,7 @@ struct ReductionEntry {
   std::vector<ReduceOp> kept;
   const char* implementation;
   const char* derivative;
+  MoreOutputs more = MoreOutputs::kNone;
 };
 
 using RD = ReductionDType;
@@ -209,6 +217,66 @@ const std::vector<ReductionEntry>& Entries() {
        {},
        "kernel scan.product",
        "cumprod_backward(grad, self, dim)"},
+      {"max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
+       RD::kSame,
+       DA::kOne,
+       std::nullopt,
+       {},
+       "kernel argreduce.max, gather",
+       "values: value_selecting_reduction_backward(grad, dim, indices, self.shape, keepdim)",
+       MoreOutputs::kIndices},
+      {"min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
+       RD::kSame,
+       DA::kOne,
+       std::nullopt,
+       {},
+       "kernel argreduce.min, gather",
+       "values: value_selecting_reduction_backward(grad, dim, indices, self.shape, keepdim)",
+       MoreOutputs::kIndices},
+      {"var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool "
+       "keepdim=False) -> (Tensor, Tensor)",
+       RD::kFloating,
+       DA::kList,
+       std::nullopt,
+       {},
+       "kernel reduce.sum (the mean), then as var.correction",
+       "var.correction's for the var, mean.dim's for the mean, summed",
+       MoreOutputs::kMean},
+      {"std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool "
+       "keepdim=False) -> (Tensor, Tensor)",
+       RD::kFloating,
+       DA::kList,
+       std::nullopt,
+       {},
+       "kernel reduce.sum (the mean), then as std.correction",
+       "std.correction's for the std, mean.dim's for the mean, summed",
+       MoreOutputs::kMean},
+      {"sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)",
+       RD::kSame,
+       DA::kAlong,
+       std::nullopt,
+       {},
+       "kernel sort (stable)",
+       "values: scatter.src(zeros_like(self), dim, indices, grad)",
+       MoreOutputs::kIndices},
+      {"sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor "
+       "values, Tensor indices)",
+       RD::kSame,
+       DA::kAlong,
+       std::nullopt,
+       {},
+       "kernel sort (stable)",
+       "values: scatter.src(zeros_like(self), dim, indices, grad)",
+       MoreOutputs::kIndices},
+      {"topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor "
+       "values, Tensor indices)",
+       RD::kSame,
+       DA::kAlong,
+       std::nullopt,
+       {},
+       "kernel sort (stable), the first k",
+       "values: scatter.src(zeros_like(self), dim, indices, grad)",
+       MoreOutputs::kIndices},
       {"_softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
        RD::kFloating,
        DA::kAlong,
@@ -347,8 +415,22 @@ absl::StatusOr<OutputMeta> ReductionMeta(const CallContext& call) {
     }
   }
   ASSIGN_OR_RETURN(const DType dtype, ReductionOutputDType(call, e.dtype, x.dtype));
+  if (r.along && call.op.schema.name == "topk") {
+    // torch: k in [0, size] of the dim (a 0-dim tensor has one element along its one dim).
+    const int64_t size = rank == 0 ? 1 : x.shape[r.dims[0]];
+    const int64_t k = call.args.Int("k");
+    if (k < 0 || k > size || (rank == 0 && k != 1)) {
+      return ArgError(call, "k",
+                      absl::StrCat("is ", k, ", out of range for dim ", rank == 0 ? 0 : r.dims[0],
+                                   " of size ", size, " (0 <= k <= ", size, ")"));
+    }
+    Shape shape = x.shape;
+    if (rank > 0) shape[r.dims[0]] = k;
+    return OutputMeta{shape, dtype};
+  }
   if (r.along) return OutputMeta{x.shape, dtype};
-  const bool needs_elements = e.dims == DA::kOptional || e.partial == kMax || e.partial == kMin;
+  const bool needs_elements = e.dims == DA::kOptional || e.partial == kMax || e.partial == kMin ||
+                              e.more == MoreOutputs::kIndices;
   Shape shape;
   for (int d = 0; d < rank; ++d) {
     const bool reduced = std::find(r.dims.begin(), r.dims.end(), d) != r.dims.end();
@@ -367,6 +449,19 @@ absl::StatusOr<OutputMeta> ReductionMeta(const CallContext& call) {
     shape.assign(rank, 1);
   }
   return OutputMeta{shape, dtype};
+}
+
+absl::StatusOr<std::vector<OutputMeta>> ReductionMoreOutputs(const CallContext& call,
+                                                             const OutputMeta& first) {
+  switch (EntryOf(call.op).more) {
+    case MoreOutputs::kIndices:
+      return std::vector<OutputMeta>{{first.shape, DType::kInt64}};
+    case MoreOutputs::kMean:
+      return std::vector<OutputMeta>{first};
+    case MoreOutputs::kNone:
+      break;
+  }
+  return std::vector<OutputMeta>{};
 }
 
 absl::StatusOr<StrategyCandidates> ReductionStrategies(const CallContext& call,
@@ -402,9 +497,12 @@ absl::StatusOr<StrategyCandidates> ReductionStrategies(const CallContext& call,
 }
 
 std::string StrategyText(const ReductionEntry& e) {
-  std::string text = "S(d) kept on other dims, R";
+  std::string text = e.more == MoreOutputs::kNone ? "S(d) kept on other dims, R"
+                                                  : "S(d) kept on other dims (every output), R";
   if (e.partial.has_value()) {
     absl::StrAppend(&text, "; a sharded reduced dim gives P(", ReduceOpName(*e.partial), ")");
+  } else if (e.dims == DA::kAlong) {
+    absl::StrAppend(&text, "; the dim it runs along whole (Replicate) first");
   } else {
     absl::StrAppend(&text, "; the reduced dim whole (Replicate) first");
   }
@@ -433,6 +531,7 @@ void RegisterReductionOps(OpRegistry& registry) {
     OpDef& op = DefineOp(registry, e.schema, OpFamily::kReduction);
     op.entry = static_cast<int>(i);
     op.meta = ReductionMeta;
+    if (e.more != MoreOutputs::kNone) op.more_outputs = ReductionMoreOutputs;
     op.strategies = ReductionStrategies;
     op.implementation = e.implementation;
     op.derivative = e.derivative;

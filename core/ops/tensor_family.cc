@@ -24,7 +24,9 @@ enum class Kind {
   kWhere,
   kMaskedFill,
   kCopyTo,
-  kEmbedding
+  kEmbedding,
+  kSplit,   // split.Tensor, split_with_sizes, chunk: pieces along dim
+  kUnbind,  // unbind.int: each index of dim, the dim removed
 };
 
 struct TensorEntry {
@@ -70,6 +72,14 @@ const std::vector<TensorEntry>& Entries() {
        "scale_grad_by_freq=False, bool sparse=False) -> Tensor",
        Kind::kEmbedding, "kernel embedding (rows outside the shard give 0)",
        "embedding_dense_backward(grad, indices, num_weights, padding_idx, False)"},
+      {"split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]",
+       Kind::kSplit, "kernel copy (strided) of each piece", "cat(grads, dim)"},
+      {"split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]",
+       Kind::kSplit, "kernel copy (strided) of each piece", "cat(grads, dim)"},
+      {"chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]", Kind::kSplit,
+       "kernel copy (strided) of each piece", "cat(grads, dim)"},
+      {"unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]", Kind::kUnbind,
+       "kernel copy (strided) of each index", "stack(grads, dim)"},
   };
   return *entries;
 }
@@ -233,6 +243,87 @@ absl::StatusOr<OutputMeta> MaskMeta(const CallContext& call) {
   return OutputMeta{shape, ResultType(promotion)};
 }
 
+// The sizes along dim of a split's pieces, as torch's split, split_with_sizes and chunk make
+// them (a split of an empty dim is one empty piece; chunk may give fewer than `chunks`).
+absl::StatusOr<std::vector<int64_t>> PieceSizes(const CallContext& call, const TensorMeta& x,
+                                                int dim) {
+  const int64_t size = x.shape[dim];
+  const std::string& name = call.op.schema.name;
+  if (name == "split_with_sizes") {
+    const std::vector<int64_t>& sizes = call.args.Ints("split_sizes");
+    int64_t sum = 0;
+    for (int64_t s : sizes) {
+      if (s < 0) {
+        return ArgError(call, "split_sizes",
+                        absl::StrCat("is ", ShapeToString(sizes), ", with a negative size"));
+      }
+      sum += s;
+    }
+    if (sizes.empty() || sum != size) {
+      return ArgError(call, "split_sizes",
+                      absl::StrCat("is ", ShapeToString(sizes), ", which sums to ", sum,
+                                   ", not dim ", dim, "'s size ", size));
+    }
+    return sizes;
+  }
+  int64_t piece = 0;
+  if (name == "chunk") {
+    const int64_t chunks = call.args.Int("chunks");
+    if (chunks <= 0)
+      return ArgError(call, "chunks", absl::StrCat("is ", chunks, "; it must be > 0"));
+    piece = (size + chunks - 1) / chunks;
+    if (piece == 0) return std::vector<int64_t>(chunks, 0);  // an empty dim: `chunks` pieces
+  } else {
+    piece = call.args.Int("split_size");
+    if (piece < 0 || (piece == 0 && size != 0)) {
+      return ArgError(
+          call, "split_size",
+          absl::StrCat("is ", piece, ", for dim ", dim, " of size ", size,
+                       piece < 0 ? " (it must be >= 0)" : " (0 only for a dim of size 0)"));
+    }
+  }
+  std::vector<int64_t> sizes;
+  for (int64_t start = 0; start < size; start += piece)
+    sizes.push_back(std::min(piece, size - start));
+  if (sizes.empty()) sizes.push_back(0);
+  return sizes;
+}
+
+// Each piece of a split or unbind, in order.
+absl::StatusOr<std::vector<OutputMeta>> PiecesOf(const CallContext& call) {
+  ASSIGN_OR_RETURN(const TensorMeta x, InputTensor(call, "self"));
+  const int rank = static_cast<int>(x.shape.size());
+  if (rank == 0) return ArgError(call, "self", "must have at least one dim");
+  ASSIGN_OR_RETURN(const int dim, CallDim(call, "dim", call.args.Int("dim"), rank));
+  std::vector<OutputMeta> out;
+  if (KindOf(call) == Kind::kUnbind) {
+    if (x.shape[dim] == 0) {
+      return ArgError(call, "dim",
+                      absl::StrCat("is ", dim, ", of size 0 in ", ShapeToString(x.shape),
+                                   ": unbind gives no tensor"));
+    }
+    Shape piece = x.shape;
+    piece.erase(piece.begin() + dim);
+    out.assign(x.shape[dim], OutputMeta{piece, x.dtype});
+    return out;
+  }
+  ASSIGN_OR_RETURN(const std::vector<int64_t> sizes, PieceSizes(call, x, dim));
+  for (int64_t s : sizes) {
+    Shape piece = x.shape;
+    piece[dim] = s;
+    out.push_back({piece, x.dtype});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<OutputMeta>> MorePieces(const CallContext& call,
+                                                   const OutputMeta& first) {
+  (void)first;
+  ASSIGN_OR_RETURN(std::vector<OutputMeta> pieces, PiecesOf(call));
+  pieces.erase(pieces.begin());
+  return pieces;
+}
+
 absl::StatusOr<OutputMeta> TensorMetaFn(const CallContext& call) {
   switch (KindOf(call)) {
     case Kind::kCat:
@@ -241,6 +332,11 @@ absl::StatusOr<OutputMeta> TensorMetaFn(const CallContext& call) {
     case Kind::kWhere:
     case Kind::kMaskedFill:
       return MaskMeta(call);
+    case Kind::kSplit:
+    case Kind::kUnbind: {
+      ASSIGN_OR_RETURN(const std::vector<OutputMeta> pieces, PiecesOf(call));
+      return pieces[0];
+    }
     case Kind::kEmbedding: {
       ASSIGN_OR_RETURN(const TensorMeta w, InputTensor(call, "weight"));
       ASSIGN_OR_RETURN(const TensorMeta ids, InputTensor(call, "indices"));
@@ -353,7 +449,8 @@ absl::StatusOr<StrategyCandidates> TensorStrategies(const CallContext& call,
     case Kind::kTril:
       c.per_dim = KeepUntouched(rank, n, {rank - 2, rank - 1}, same, true);
       return c;
-    case Kind::kSelect: {
+    case Kind::kSelect:
+    case Kind::kUnbind: {
       ASSIGN_OR_RETURN(const int dim, CallDim(call, "dim", call.args.Int("dim"), rank));
       c.per_dim = KeepUntouched(
           rank, n, {dim}, [dim](int d) { return d > dim ? d - 1 : d; }, true);
@@ -391,6 +488,12 @@ void RegisterTensorOps(OpRegistry& registry) {
     op.implementation = e.implementation;
     op.derivative = e.derivative;
     op.strategy_text = "S(d) kept on the dims it does not touch; the dims it touches whole (R)";
+    if (e.kind == Kind::kSplit || e.kind == Kind::kUnbind) {
+      op.more_outputs = MorePieces;
+      op.strategy_text =
+          "S(d) kept on the dims but `dim` (every piece alike), which is whole (R); every "
+          "Partial kept";
+    }
     if (e.kind == Kind::kCopyTo) {
       op.pointwise.operands = {"self"};
       op.pointwise.partial = PartialRule::kMonotonic;

@@ -83,8 +83,8 @@ const LocalTable& Table() {
 
 }  // namespace aten
 
-absl::StatusOr<DeviceTensor> RunLocalCall(KernelBackend& backend, const LocalCall& call,
-                                          std::span<const ConstTensorView> inputs) {
+absl::StatusOr<std::vector<DeviceTensor>> RunLocalCallOutputs(
+    KernelBackend& backend, const LocalCall& call, std::span<const ConstTensorView> inputs) {
   const std::string& name = call.call->op->qualified_name;
   auto it = aten::Table().find(name);
   if (it == aten::Table().end()) {
@@ -93,6 +93,11 @@ absl::StatusOr<DeviceTensor> RunLocalCall(KernelBackend& backend, const LocalCal
   if (inputs.size() != call.inputs.size() || inputs.size() != call.call->inputs.size()) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", inputs.size(), " local inputs for ",
                                                    call.call->inputs.size(), " inputs"));
+  }
+  if (call.more_outputs.size() != call.call->more_outputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", call.more_outputs.size() + 1,
+                                                   " output specs for ",
+                                                   call.call->more_outputs.size() + 1, " outputs"));
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Shape expected = LocalShapeAndOffsetAt(call.inputs[i], call.coordinate).shape;
@@ -109,13 +114,34 @@ absl::StatusOr<DeviceTensor> RunLocalCall(KernelBackend& backend, const LocalCal
                     LocalShapeAndOffsetAt(*call.output, call.coordinate).shape,
                     call.output->dtype,
                     {}};
-  ASSIGN_OR_RETURN(DeviceTensor out, it->second(ctx));
-  if (out.shape() != ctx.out_shape || out.dtype() != ctx.out_dtype) {
-    return absl::InternalError(absl::StrCat(
-        name, " computed ", DTypeName(out.dtype()), ShapeToString(out.shape()),
-        " for a local output of ", DTypeName(ctx.out_dtype), ShapeToString(ctx.out_shape)));
+  for (const DTensorSpec& spec : call.more_outputs) {
+    ctx.more_shapes.push_back(LocalShapeAndOffsetAt(spec, call.coordinate).shape);
+    ctx.more_dtypes.push_back(spec.dtype);
   }
-  return out;
+  ASSIGN_OR_RETURN(DeviceTensor first, it->second(ctx));
+  std::vector<DeviceTensor> outs;
+  outs.push_back(std::move(first));
+  if (ctx.more.size() != ctx.more_shapes.size()) {
+    return absl::InternalError(
+        absl::StrCat(name, " computed ", ctx.more.size() + 1, " outputs of ", ctx.num_outputs()));
+  }
+  for (DeviceTensor& t : ctx.more) outs.push_back(std::move(t));
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const Shape& shape = k == 0 ? ctx.out_shape : ctx.more_shapes[k - 1];
+    const DType dtype = k == 0 ? ctx.out_dtype : ctx.more_dtypes[k - 1];
+    if (outs[k].shape() != shape || outs[k].dtype() != dtype) {
+      return absl::InternalError(absl::StrCat(name, " computed ", DTypeName(outs[k].dtype()),
+                                              ShapeToString(outs[k].shape()), " for local output ",
+                                              k, " of ", DTypeName(dtype), ShapeToString(shape)));
+    }
+  }
+  return outs;
+}
+
+absl::StatusOr<DeviceTensor> RunLocalCall(KernelBackend& backend, const LocalCall& call,
+                                          std::span<const ConstTensorView> inputs) {
+  ASSIGN_OR_RETURN(std::vector<DeviceTensor> outs, RunLocalCallOutputs(backend, call, inputs));
+  return std::move(outs[0]);
 }
 
 std::vector<std::string> LocalImplementations() {

@@ -26,6 +26,11 @@ struct Context {
   Shape out_shape;  // the output's local shape
   DType out_dtype;
   std::deque<DeviceTensor> temporaries;
+  // An op with several outputs: the local shapes and dtypes of those after the first, and the
+  // tensors its implementation computed for them (it returns the first).
+  std::vector<Shape> more_shapes = {};
+  std::vector<DType> more_dtypes = {};
+  std::vector<DeviceTensor> more = {};
 
   const ops::BoundCall& call() const { return *local.call; }
   const ops::BoundArgs& args() const { return local.call->args; }
@@ -53,6 +58,12 @@ struct Context {
   absl::StatusOr<ConstTensorView> Broadcast(const ConstTensorView& view, const Shape& shape);
   // The output, allocated.
   absl::StatusOr<DeviceTensor> Output() { return backend.Allocate(out_dtype, out_shape); }
+  // Output k (0 the first), allocated.
+  absl::StatusOr<DeviceTensor> OutputAt(size_t k) {
+    return k == 0 ? Output() : backend.Allocate(more_dtypes[k - 1], more_shapes[k - 1]);
+  }
+  // The number of outputs.
+  size_t num_outputs() const { return 1 + more_shapes.size(); }
 };
 
 // `view`'s elements from `elements` on, seen as `shape`.

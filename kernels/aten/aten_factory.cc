@@ -148,19 +148,31 @@ absl::StatusOr<ConstTensorView> Below(Context& ctx, double p) {
 
 // dropout: x / (1 - p) where the element is kept (u < 1 - p), 0 elsewhere; a copy for p = 0 or
 // train = False, zeros for p = 1.
+// native_dropout gives the mask (True where kept) as its second output, and applies in training
+// unless train is False (None trains, as torch).
 absl::StatusOr<DeviceTensor> DropoutKernel(Context& ctx) {
   const ConstTensorView x = ctx.Input("input");
   const double p = ctx.args().Float("p");
+  const bool native = ctx.num_outputs() == 2;
+  const bool train =
+      native ? ctx.args().IsNone("train") || ctx.args().Bool("train") : ctx.args().Bool("train");
   ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
-  if (!ctx.args().Bool("train") || p == 0) {
+  if (native) {
+    ASSIGN_OR_RETURN(DeviceTensor mask, ctx.OutputAt(1));
+    ctx.more.push_back(std::move(mask));
+  }
+  if (!train || p == 0) {
     RETURN_IF_ERROR(ctx.backend.Cast(x, out.View()));
+    if (native) RETURN_IF_ERROR(ctx.backend.Fill(ctx.more[0].View(), 1.0));
     return out;
   }
   if (p == 1) {
     RETURN_IF_ERROR(ctx.backend.Fill(out.View(), 0.0));
+    if (native) RETURN_IF_ERROR(ctx.backend.Fill(ctx.more[0].View(), 0.0));
     return out;
   }
   ASSIGN_OR_RETURN(const ConstTensorView keep, Below(ctx, 1 - p));
+  if (native) RETURN_IF_ERROR(ctx.backend.Copy(keep, ctx.more[0].View()));
   ASSIGN_OR_RETURN(const ConstTensorView scale, ctx.Number(1 / (1 - p), x.dtype));
   ASSIGN_OR_RETURN(TensorView scaled, ctx.Temporary(x.dtype, ctx.out_shape));
   RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kMul, x, scale, scaled));
@@ -191,7 +203,7 @@ void AddFactoryKernels(LocalTable& t) {
   t["aten::rand"] = t["aten::randn"] = t["aten::rand_like"] = t["aten::randn_like"] = RandomKernel;
   t["aten::randint"] = t["aten::randint.low"] = t["aten::randint_like"] =
       t["aten::randint_like.low_dtype"] = RandintKernel;
-  t["aten::dropout"] = DropoutKernel;
+  t["aten::dropout"] = t["aten::native_dropout"] = DropoutKernel;
   t["aten::bernoulli.p"] = BernoulliKernel;
 }
 

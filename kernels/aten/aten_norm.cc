@@ -34,6 +34,14 @@ template <bool kLayerNorm>
 absl::StatusOr<DeviceTensor> NormKernel(Context& ctx) {
   const ConstTensorView x = ctx.Input("input");
   ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  // native_layer_norm: the mean and rstd as outputs too.
+  const bool statistics = ctx.num_outputs() == 3;
+  if (statistics) {
+    for (size_t k = 1; k < 3; ++k) {
+      ASSIGN_OR_RETURN(DeviceTensor t, ctx.OutputAt(k));
+      ctx.more.push_back(std::move(t));
+    }
+  }
   if (out.num_elements() == 0) return out;
   const int64_t cols = NumElements(ctx.args().Ints("normalized_shape"));
   const int64_t rows = x.num_elements() / cols;
@@ -63,6 +71,10 @@ absl::StatusOr<DeviceTensor> NormKernel(Context& ctx) {
     ASSIGN_OR_RETURN(const TensorView mean, ctx.Temporary(DType::kFloat32, {rows}));
     RETURN_IF_ERROR(
         ctx.backend.LayerNorm(x2, weight, bias, ctx.args().Float("eps"), y2, mean, rstd));
+    if (statistics) {
+      RETURN_IF_ERROR(ctx.backend.Cast(mean, Reshaped(ctx.more[0].View(), {rows})));
+      RETURN_IF_ERROR(ctx.backend.Cast(rstd, Reshaped(ctx.more[1].View(), {rows})));
+    }
   } else {
     // torch: eps None is the epsilon of the dtype it computes in (float32 for float16/bfloat16).
     const double eps = !ctx.args().IsNone("eps")    ? ctx.args().Float("eps")
@@ -254,6 +266,7 @@ absl::StatusOr<DeviceTensor> EmbeddingBackwardKernel(Context& ctx) {
 }  // namespace
 
 void AddNormKernels(LocalTable& t) {
+  t["aten::native_layer_norm"] = NormKernel<true>;
   t["aten::layer_norm"] = NormKernel<true>;
   t["aten::rms_norm"] = NormKernel<false>;
   t["aten::scaled_dot_product_attention"] = AttentionKernel;

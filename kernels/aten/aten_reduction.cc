@@ -9,6 +9,7 @@
 #include "core/ops/op_meta.h"
 #include "core/status_macros.h"
 #include "kernels/aten/aten_context.h"
+#include "kernels/layout.h"
 
 namespace tessera::kernels::aten {
 namespace {
@@ -61,6 +62,10 @@ int64_t Count(const Shape& shape, const std::vector<int>& dims) {
   return n;
 }
 
+// The dim of an along-dim op, and x seen with at least one dim.
+int AlongDim(const ops::ReductionInfo& info) { return info.dims.empty() ? 0 : info.dims[0]; }
+ConstTensorView AtLeast1D(const ConstTensorView& x) { return x.rank() == 0 ? Reshaped(x, {1}) : x; }
+
 template <ReduceOp kOp, bool kMean = false>
 absl::StatusOr<DeviceTensor> ReduceKernel(Context& ctx) {
   ASSIGN_OR_RETURN(const ops::ReductionInfo info, Info(ctx));
@@ -93,7 +98,8 @@ absl::StatusOr<DeviceTensor> ArgReduceKernel(Context& ctx) {
   return out;
 }
 
-// var.correction (and std with `sqrt`) over dims the strategy keeps whole.
+// var.correction (and std with `sqrt`) over dims the strategy keeps whole; var_mean and
+// std_mean give the mean as their second output.
 template <bool kSqrt>
 absl::StatusOr<DeviceTensor> VarKernel(Context& ctx) {
   ASSIGN_OR_RETURN(const ops::ReductionInfo info, Info(ctx));
@@ -114,9 +120,62 @@ absl::StatusOr<DeviceTensor> VarKernel(Context& ctx) {
   const TensorView o = Reshaped(out.View(), squares.shape);
   RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kDiv, squares, dof, o));
   if (kSqrt) RETURN_IF_ERROR(ctx.backend.Unary(UnaryOp::kSqrt, o, o));
+  if (ctx.num_outputs() == 2) {
+    ASSIGN_OR_RETURN(DeviceTensor m, ctx.OutputAt(1));
+    RETURN_IF_ERROR(ctx.backend.Copy(Reshaped(mean, m.shape()), m.View()));
+    ctx.more.push_back(std::move(m));
+  }
   return out;
 }
 
+// max.dim and min.dim: the index of the first extreme along the dim (argmax's), and the values
+// gathered there.
+template <bool kMax>
+absl::StatusOr<DeviceTensor> ValuesAndIndicesKernel(Context& ctx) {
+  ASSIGN_OR_RETURN(const ops::ReductionInfo info, Info(ctx));
+  const ConstTensorView x = AtLeast1D(ctx.Input("self"));
+  const int dim = AlongDim(info);
+  Shape kept = x.shape;
+  kept[dim] = 1;
+  ASSIGN_OR_RETURN(DeviceTensor values, ctx.Output());
+  ASSIGN_OR_RETURN(DeviceTensor indices, ctx.OutputAt(1));
+  const TensorView i = Reshaped(indices.View(), kept);
+  RETURN_IF_ERROR(ctx.backend.ArgReduceAlongDim(kMax, x, dim, i));
+  RETURN_IF_ERROR(ctx.backend.Gather(x, dim, i, Reshaped(values.View(), kept)));
+  ctx.more.push_back(std::move(indices));
+  return values;
+}
+
+// sort and topk: the line sorted (stably; topk descending when largest), topk keeping its first
+// k elements.
+absl::StatusOr<DeviceTensor> SortKernel(Context& ctx) {
+  ASSIGN_OR_RETURN(const ops::ReductionInfo info, Info(ctx));
+  const ConstTensorView x = AtLeast1D(ctx.Input("self"));
+  const int dim = AlongDim(info);
+  const bool topk = ctx.call().op->schema.name == "topk";
+  const bool descending = topk ? ctx.args().Bool("largest") : ctx.args().Bool("descending");
+  ASSIGN_OR_RETURN(DeviceTensor values, ctx.Output());
+  ASSIGN_OR_RETURN(DeviceTensor indices, ctx.OutputAt(1));
+  if (!topk) {
+    RETURN_IF_ERROR(ctx.backend.SortAlongDim(x, dim, descending, Reshaped(values.View(), x.shape),
+                                             Reshaped(indices.View(), x.shape)));
+    ctx.more.push_back(std::move(indices));
+    return values;
+  }
+  ASSIGN_OR_RETURN(const TensorView sorted, ctx.Temporary(x.dtype, x.shape));
+  ASSIGN_OR_RETURN(const TensorView order, ctx.Temporary(DType::kInt64, x.shape));
+  RETURN_IF_ERROR(ctx.backend.SortAlongDim(x, dim, descending, sorted, order));
+  Shape first_k = x.shape;
+  first_k[dim] = ctx.args().Int("k");
+  for (auto [from, to] : {std::pair{ConstTensorView(sorted), values.View()},
+                          std::pair{ConstTensorView(order), indices.View()}}) {
+    ConstStridedView src = StridedOf(from);
+    src.shape = first_k;
+    RETURN_IF_ERROR(ctx.backend.CopyStrided(src, StridedOf(Reshaped(to, first_k))));
+  }
+  ctx.more.push_back(std::move(indices));
+  return values;
+}
 // log(sum(exp(x - m))) + m with m the max, an infinite max taken as 0 (as torch).
 absl::StatusOr<DeviceTensor> LogSumExpKernel(Context& ctx) {
   ASSIGN_OR_RETURN(const ops::ReductionInfo info, Info(ctx));
@@ -137,10 +196,6 @@ absl::StatusOr<DeviceTensor> LogSumExpKernel(Context& ctx) {
   RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kAdd, o, shift, o));
   return out;
 }
-
-// The dim of an along-dim op, and x seen with at least one dim.
-int AlongDim(const ops::ReductionInfo& info) { return info.dims.empty() ? 0 : info.dims[0]; }
-ConstTensorView AtLeast1D(const ConstTensorView& x) { return x.rank() == 0 ? Reshaped(x, {1}) : x; }
 
 template <ReduceOp kOp>
 absl::StatusOr<DeviceTensor> ScanKernel(Context& ctx) {
@@ -187,8 +242,11 @@ void AddReductionKernels(LocalTable& t) {
   t["aten::prod"] = t["aten::prod.dim_int"] = ReduceKernel<ReduceOp::kProduct>;
   t["aten::argmax"] = ArgReduceKernel<true>;
   t["aten::argmin"] = ArgReduceKernel<false>;
-  t["aten::var.correction"] = VarKernel<false>;
-  t["aten::std.correction"] = VarKernel<true>;
+  t["aten::var.correction"] = t["aten::var_mean.correction"] = VarKernel<false>;
+  t["aten::std.correction"] = t["aten::std_mean.correction"] = VarKernel<true>;
+  t["aten::max.dim"] = ValuesAndIndicesKernel<true>;
+  t["aten::min.dim"] = ValuesAndIndicesKernel<false>;
+  t["aten::sort"] = t["aten::sort.stable"] = t["aten::topk"] = SortKernel;
   t["aten::logsumexp"] = LogSumExpKernel;
   t["aten::cumsum"] = ScanKernel<ReduceOp::kSum>;
   t["aten::cumprod"] = ScanKernel<ReduceOp::kProduct>;

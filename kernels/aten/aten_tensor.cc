@@ -11,20 +11,45 @@
 namespace tessera::kernels::aten {
 namespace {
 
-// out = the elements [start, start + length * step) step `step` of x along dim, as a new tensor.
-absl::StatusOr<DeviceTensor> Sliced(Context& ctx, const ConstTensorView& x, int dim, int64_t start,
-                                    int64_t length, int64_t step, Shape out_shape) {
+// Output `k` = the elements [start, start + length * step) step `step` of x along dim, as a new
+// tensor.
+absl::StatusOr<DeviceTensor> SlicedInto(Context& ctx, size_t k, const ConstTensorView& x, int dim,
+                                        int64_t start, int64_t length, int64_t step) {
   ConstStridedView src = StridedOf(x);
   src.data += start * src.strides[dim] * static_cast<int64_t>(DTypeSize(x.dtype));
   src.shape[dim] = length;
   src.strides[dim] *= step;
-  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.OutputAt(k));
   StridedView dst = StridedOf(out.View());
   dst.shape = src.shape;
   dst.strides = ContiguousStrides(src.shape);
-  (void)out_shape;
   RETURN_IF_ERROR(ctx.backend.CopyStrided(src, dst));
   return out;
+}
+
+absl::StatusOr<DeviceTensor> Sliced(Context& ctx, const ConstTensorView& x, int dim, int64_t start,
+                                    int64_t length, int64_t step, Shape out_shape) {
+  (void)out_shape;
+  return SlicedInto(ctx, 0, x, dim, start, length, step);
+}
+
+// split, split_with_sizes, chunk and unbind: each piece (each index for unbind) copied in order;
+// the dim is whole here, so the local pieces are the global ones.
+absl::StatusOr<DeviceTensor> SplitKernel(Context& ctx) {
+  const ConstTensorView x = ctx.Input("self");
+  ASSIGN_OR_RETURN(const int dim, ctx.Dim("dim", x.rank()));
+  const bool unbind = ctx.call().op->schema.name == "unbind";
+  std::vector<DeviceTensor> pieces;
+  int64_t start = 0;
+  for (size_t k = 0; k < ctx.num_outputs(); ++k) {
+    const Shape& shape = k == 0 ? ctx.out_shape : ctx.more_shapes[k - 1];
+    const int64_t length = unbind ? 1 : shape[dim];
+    ASSIGN_OR_RETURN(DeviceTensor piece, SlicedInto(ctx, k, x, dim, start, length, 1));
+    pieces.push_back(std::move(piece));
+    start += length;
+  }
+  for (size_t k = 1; k < pieces.size(); ++k) ctx.more.push_back(std::move(pieces[k]));
+  return std::move(pieces[0]);
 }
 
 absl::StatusOr<DeviceTensor> SliceKernel(Context& ctx) {
@@ -145,6 +170,8 @@ absl::StatusOr<std::vector<int64_t>> IndexValues(Context& ctx, const ConstTensor
 void AddTensorKernels(LocalTable& t) {
   t["aten::cat"] = t["aten::stack"] = JoinKernel;
   t["aten::slice.Tensor"] = t["aten::narrow"] = SliceKernel;
+  t["aten::split.Tensor"] = t["aten::split_with_sizes"] = t["aten::chunk"] = t["aten::unbind.int"] =
+      SplitKernel;
   t["aten::select.int"] = SelectKernel;
   t["aten::index_select"] = IndexSelectKernel;
   t["aten::tril"] = t["aten::triu"] = TriangleKernel;

@@ -32,12 +32,17 @@ struct LocalCall {
   const DTensorSpec* output = nullptr;
   std::span<const int64_t> coordinate;
   RandomStream random = {};
+  // An op with several outputs: the specs of the outputs after the first.
+  std::span<const DTensorSpec> more_outputs = {};
 };
 
-// Computes the rank's block of the output from its blocks of the inputs (in `call.inputs`'
-// layouts, in the backend's memory) as a new tensor there, of the output spec's local shape.
-// UNIMPLEMENTED naming the op where no local implementation exists; INVALID_ARGUMENT for data
-// the op rejects (an index out of range, naming it).
+// Computes the rank's block of every output from its blocks of the inputs (in `call.inputs`'
+// layouts, in the backend's memory) as new tensors there, of the output specs' local shapes: the
+// first output, then `more_outputs`. UNIMPLEMENTED naming the op where no local implementation
+// exists; INVALID_ARGUMENT for data the op rejects (an index out of range, naming it).
+absl::StatusOr<std::vector<DeviceTensor>> RunLocalCallOutputs(
+    KernelBackend& backend, const LocalCall& call, std::span<const ConstTensorView> inputs);
+// RunLocalCallOutputs of an op with one output.
 absl::StatusOr<DeviceTensor> RunLocalCall(KernelBackend& backend, const LocalCall& call,
                                           std::span<const ConstTensorView> inputs);
 

@@ -48,9 +48,15 @@ TEST(OpRegistryTest, EveryOpIsComplete) {
 // The ops a derivative names that the registry does not hold yet (the backward ops of the
 // indexing, scan and variance ops), each checked to be missing, so the list shrinks as they come.
 const std::set<std::string>& NotYetRegistered() {
-  static const auto* names = new std::set<std::string>{
-      "_fused_rms_norm_backward",   "cumprod_backward", "flip",        "index_add", "inverse",
-      "native_layer_norm_backward", "square",           "var_backward"};
+  static const auto* names = new std::set<std::string>{"_fused_rms_norm_backward",
+                                                       "cumprod_backward",
+                                                       "flip",
+                                                       "index_add",
+                                                       "inverse",
+                                                       "native_layer_norm_backward",
+                                                       "square",
+                                                       "value_selecting_reduction_backward",
+                                                       "var_backward"};
   return *names;
 }
 
@@ -692,6 +698,117 @@ TEST_F(StrategyTest, FactoriesTakeTheLayoutAskedFor) {
   EXPECT_EQ(Chosen("dropout", {T(0), P(0.5), P(true)}, {Spec("S(1)", {4, 6})}), "(S(1)) -> (S(1))");
   EXPECT_EQ(Chosen("dropout", {T(0), P(0.5), P(true)}, {Spec("P(sum)", {4, 6})}),
             "(S(0)) -> (S(0))");
+}
+
+// The shape and dtype of every output: "float32[4, 2] int64[4, 2]".
+std::string Outputs(const absl::StatusOr<PreparedCall>& p) {
+  if (!p.ok()) return p.status().ToString();
+  std::string out =
+      absl::StrCat(DTypeName(p->call.output.dtype), ShapeToString(p->call.output.shape));
+  for (const OutputMeta& m : p->call.more_outputs) {
+    absl::StrAppend(&out, " ", DTypeName(m.dtype), ShapeToString(m.shape));
+  }
+  return out;
+}
+
+TEST(OpMetaTest, SeveralOutputsAsTorch) {
+  const TensorMeta x{{4, 6}, DType::kFloat32};
+  EXPECT_EQ(Registry().Find("topk").value()->schema.num_returns, 2);
+  EXPECT_TRUE(Registry().Find("split.Tensor").value()->schema.returns_list);
+  EXPECT_FALSE(Registry().Find("topk").value()->schema.returns_list);
+  EXPECT_EQ(Outputs(Prepare("max.dim", {T(0), P(int64_t{1})}, {x})), "float32[4] int64[4]");
+  EXPECT_EQ(Outputs(Prepare("min.dim", {T(0), P(int64_t{0}), P(true)}, {x})),
+            "float32[1, 6] int64[1, 6]");
+  EXPECT_EQ(Outputs(Prepare("sort", {T(0)}, {x})), "float32[4, 6] int64[4, 6]");
+  EXPECT_EQ(Outputs(Prepare("topk", {T(0), P(int64_t{2})}, {x})), "float32[4, 2] int64[4, 2]");
+  EXPECT_EQ(Outputs(Prepare("topk", {T(0), P(int64_t{0}), P(int64_t{0})}, {x})),
+            "float32[0, 6] int64[0, 6]");
+  EXPECT_EQ(Outputs(Prepare("var_mean.correction", {T(0), P(std::vector<int64_t>{1})}, {x})),
+            "float32[4] float32[4]");
+  EXPECT_EQ(Outputs(Prepare(
+                "native_layer_norm",
+                {T(0), P(std::vector<int64_t>{3, 4}), P(NoneValue{}), P(NoneValue{}), P(1e-5)},
+                {{{2, 3, 4}, DType::kFloat64}})),
+            "float64[2, 3, 4] float64[2, 1, 1] float64[2, 1, 1]");
+  EXPECT_EQ(Outputs(Prepare("native_dropout", {T(0), P(0.5), P(NoneValue{})}, {x})),
+            "float32[4, 6] bool[4, 6]");
+  EXPECT_EQ(Outputs(Prepare("native_dropout_backward", {T(0), T(1), P(2.0)},
+                            {x, {{4, 6}, DType::kBool}})),
+            "float32[4, 6]");
+  // The pieces as torch makes them: the last smaller, an empty dim one empty piece (split) or
+  // `chunks` of them (chunk), chunk giving fewer pieces where they do not divide.
+  const TensorMeta five{{5, 6}, DType::kFloat32};
+  EXPECT_EQ(Outputs(Prepare("split.Tensor", {T(0), P(int64_t{2})}, {five})),
+            "float32[2, 6] float32[2, 6] float32[1, 6]");
+  EXPECT_EQ(Outputs(Prepare("split.Tensor", {T(0), P(int64_t{4}), P(int64_t{-1})}, {five})),
+            "float32[5, 4] float32[5, 2]");
+  EXPECT_EQ(Outputs(Prepare("split.Tensor", {T(0), P(int64_t{2})}, {{{0, 3}, DType::kFloat32}})),
+            "float32[0, 3]");
+  EXPECT_EQ(Outputs(Prepare("chunk", {T(0), P(int64_t{3})}, {five})),
+            "float32[2, 6] float32[2, 6] float32[1, 6]");
+  EXPECT_EQ(Outputs(Prepare("chunk", {T(0), P(int64_t{4})}, {{{6}, DType::kFloat32}})),
+            "float32[2] float32[2] float32[2]");
+  EXPECT_EQ(Outputs(Prepare("chunk", {T(0), P(int64_t{3})}, {{{0}, DType::kFloat32}})),
+            "float32[0] float32[0] float32[0]");
+  EXPECT_EQ(Outputs(Prepare("split_with_sizes", {T(0), P(std::vector<int64_t>{1, 0, 4})}, {five})),
+            "float32[1, 6] float32[0, 6] float32[4, 6]");
+  EXPECT_EQ(Outputs(Prepare("unbind.int", {T(0), P(int64_t{0})}, {{{3, 2}, DType::kInt64}})),
+            "int64[2] int64[2] int64[2]");
+}
+
+TEST(OpMetaTest, SeveralOutputsNameTheirBadArguments) {
+  const TensorMeta x{{4, 6}, DType::kFloat32};
+  absl::Status s = Prepare("topk", {T(0), P(int64_t{7})}, {x}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("aten::topk"), HasSubstr("'k'"), HasSubstr("7"),
+                                 HasSubstr("size 6")));
+  s = Prepare("max.dim", {T(0), P(int64_t{0})}, {{{0, 6}, DType::kFloat32}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("aten::max.dim"), HasSubstr("empty")));
+  s = Prepare("split_with_sizes", {T(0), P(std::vector<int64_t>{1, 2})}, {x}).status();
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("'split_sizes'"), HasSubstr("sums to 3"), HasSubstr("size 4")));
+  s = Prepare("split.Tensor", {T(0), P(int64_t{0})}, {x}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'split_size'"), HasSubstr("0")));
+  s = Prepare("chunk", {T(0), P(int64_t{0})}, {x}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'chunks'"), HasSubstr("> 0")));
+  s = Prepare("unbind.int", {T(0), P(int64_t{0})}, {{{0, 3}, DType::kFloat32}}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'dim'"), HasSubstr("no tensor")));
+  s = Prepare("native_dropout_backward", {T(0), T(1), P(2.0)}, {x, x}).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'mask'"), HasSubstr("bool")));
+  s = Prepare("native_layer_norm",
+              {T(0), P(std::vector<int64_t>{0}), P(NoneValue{}), P(NoneValue{}), P(1e-5)},
+              {{{4, 0}, DType::kFloat32}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'normalized_shape'"), HasSubstr("no element")));
+}
+
+TEST_F(StrategyTest, SeveralOutputsAreLaidOutAlike) {
+  EXPECT_EQ(Chosen("topk", {T(0), P(int64_t{2})}, {Spec("S(0)", {4, 6})}), "(S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("topk", {T(0), P(int64_t{2})}, {Spec("S(1)", {4, 6})}), "(S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("max.dim", {T(0), P(int64_t{1})}, {Spec("S(0)", {4, 6})}), "(S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("max.dim", {T(0), P(int64_t{0})}, {Spec("S(1)", {4, 6})}), "(S(1)) -> (S(0))");
+  EXPECT_EQ(Chosen("split.Tensor", {T(0), P(int64_t{2}), P(int64_t{1})}, {Spec("S(0)", {4, 6})}),
+            "(S(0)) -> (S(0))");
+  EXPECT_EQ(Chosen("split.Tensor", {T(0), P(int64_t{2})}, {Spec("P(sum)", {4, 6})}),
+            "(P(sum)) -> (P(sum))");
+  EXPECT_EQ(Chosen("unbind.int", {T(0), P(int64_t{0})}, {Spec("S(1)", {4, 6})}),
+            "(S(1)) -> (S(0))");
+  EXPECT_EQ(
+      Chosen("var_mean.correction", {T(0), P(std::vector<int64_t>{1})}, {Spec("S(1)", {4, 6})}),
+      "(S(0)) -> (S(0))");
+  // Every output takes the first's placements, in its own shape and dtype.
+  absl::StatusOr<PreparedCall> p =
+      Prepare("native_layer_norm",
+              {T(0), P(std::vector<int64_t>{6}), P(NoneValue{}), P(NoneValue{}), P(1e-5)},
+              {{{4, 6}, DType::kFloat32}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const std::vector<DTensorSpec> specs = {Spec("S(0)", {4, 6})};
+  absl::StatusOr<OpPlan> plan = PlanCall(p->call, specs);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->more_outputs.size(), 2u);
+  for (const DTensorSpec& more : plan->more_outputs) {
+    EXPECT_EQ(more.placements, plan->output.placements);
+    EXPECT_EQ(more.shape, (Shape{4, 1}));
+  }
 }
 
 TEST(ShardingCacheTest, ARepeatedCallIsAHit) {

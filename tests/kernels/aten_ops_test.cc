@@ -162,6 +162,41 @@ const std::vector<OpCase>& OpCases() {
        {m, m},
        {u, u},
        {f32}},
+      // Ops with several outputs: every output compared, all laid out alike.
+      {"max_dim", "max.dim", {T(0), P(int64_t{1})}, {m}, {u}, {f32, i32}},
+      {"min_dim_keep", "min.dim", {T(0), P(int64_t{0}), P(true)}, {m}, {u}, {f32, i32}},
+      {"sort", "sort", {T(0)}, {m}, {e}, {f32, i32}},
+      {"sort_desc", "sort", {T(0), P(int64_t{0}), P(true)}, {m}, {u}, {f32, i32}},
+      {"sort_stable",
+       "sort.stable",
+       {T(0), A("stable", true), A("dim", int64_t{1})},
+       {m},
+       {u},
+       {i32}},
+      {"topk", "topk", {T(0), P(int64_t{2})}, {m}, {u}, {f32, i32}},
+      {"topk_smallest", "topk", {T(0), P(int64_t{3}), P(int64_t{0}), P(false)}, {m}, {u}, {f32}},
+      {"var_mean", "var_mean.correction", {T(0), P(L({1}))}, {m}, {u}, {f32, f64}},
+      {"std_mean_all", "std_mean.correction", {T(0), A("correction", int64_t{0})}, {m}, {u}, {f64}},
+      {"split", "split.Tensor", {T(0), P(int64_t{4}), P(int64_t{1})}, {m}, {u}, {f32, i32}},
+      {"split_empty", "split.Tensor", {T(0), P(int64_t{2})}, {m}, {e}, {f32}},
+      {"split_sizes", "split_with_sizes", {T(0), P(L({1, 0, 3}))}, {m}, {{4, 3}}, {f32}},
+      {"chunk", "chunk", {T(0), P(int64_t{3}), P(int64_t{1})}, {m}, {u}, {f32, i32}},
+      {"chunk_empty", "chunk", {T(0), P(int64_t{2})}, {m}, {e}, {f32}},
+      {"unbind", "unbind.int", {T(0), P(int64_t{1})}, {m}, {u}, {f32, i32}},
+      {"native_layer_norm",
+       "native_layer_norm",
+       {T(0), P(L({6})), T(1), T(2), P(1e-5)},
+       {m, {6}, {6}},
+       {{5, 6}, {6}, {6}},
+       {f32, f64}},
+      {"native_layer_norm_3d",
+       "native_layer_norm",
+       {T(0), P(L({3, 4})), P(NoneValue{}), P(NoneValue{}), P(1e-5)},
+       {{2, 3, 4}},
+       {{0, 3, 4}},
+       {f32}},
+      {"native_dropout", "native_dropout", {T(0), P(0.25), P(true)}, {m}, {u}, {f32}},
+      {"native_dropout_eval", "native_dropout", {T(0), P(0.5), P(false)}, {m}, {e}, {f32}},
       // Matmul family.
       {"mm", "mm", {T(0), T(1)}, {{4, 6}, {6, 8}}, {{5, 3}, {3, 2}}, {f32, f64}},
       {"bmm", "bmm", {T(0), T(1)}, {{2, 4, 6}, {2, 6, 4}}, {{3, 5, 3}, {3, 3, 2}}, {f32}},
@@ -629,12 +664,13 @@ absl::StatusOr<ops::PreparedCall> Prepare(const OpCase& c, const std::vector<Hos
   return ops::PrepareCall(*op, c.args, metas);
 }
 
-// Each rank's local call on its shards (laid out as `specs`): the output's shards.
-absl::StatusOr<std::vector<HostTensor>> LocalCalls(
+// Each rank's local call on its shards (laid out as `specs`): every output's shards, by output
+// then rank (the first output's spec `output`, then `more`).
+absl::StatusOr<std::vector<std::vector<HostTensor>>> LocalCallOutputs(
     kernels::KernelBackend& backend, const ops::BoundCall& call, const DeviceMesh& mesh,
     const std::vector<DTensorSpec>& specs, const std::vector<std::vector<HostTensor>>& shards,
-    const DTensorSpec& output) {
-  std::vector<HostTensor> out_shards;
+    const DTensorSpec& output, std::span<const DTensorSpec> more) {
+  std::vector<std::vector<HostTensor>> out_shards(1 + more.size());
   for (int64_t pos = 0; pos < mesh.size(); ++pos) {
     const std::vector<int64_t> coordinate = mesh.CoordinateOfIndex(pos);
     std::vector<kernels::DeviceTensor> uploaded;
@@ -643,28 +679,57 @@ absl::StatusOr<std::vector<HostTensor>> LocalCalls(
       uploaded.push_back(backend.Upload(s[pos]).value());
       views.push_back(std::as_const(uploaded.back()).View());
     }
-    const kernels::LocalCall local{&call, specs, &output, coordinate, kStream};
-    absl::StatusOr<kernels::DeviceTensor> out = kernels::RunLocalCall(backend, local, views);
-    if (!out.ok()) return out.status();
-    out_shards.push_back(backend.Download(std::as_const(*out).View()).value());
+    const kernels::LocalCall local{&call, specs, &output, coordinate, kStream, more};
+    absl::StatusOr<std::vector<kernels::DeviceTensor>> outs =
+        kernels::RunLocalCallOutputs(backend, local, views);
+    if (!outs.ok()) return outs.status();
+    for (size_t k = 0; k < outs->size(); ++k) {
+      out_shards[k].push_back(backend.Download(std::as_const((*outs)[k]).View()).value());
+    }
   }
   return out_shards;
 }
 
-// The local calls' shards gathered into the full output.
+// The first output's shards.
+absl::StatusOr<std::vector<HostTensor>> LocalCalls(
+    kernels::KernelBackend& backend, const ops::BoundCall& call, const DeviceMesh& mesh,
+    const std::vector<DTensorSpec>& specs, const std::vector<std::vector<HostTensor>>& shards,
+    const DTensorSpec& output) {
+  ASSIGN_OR_RETURN(std::vector<std::vector<HostTensor>> outs,
+                   LocalCallOutputs(backend, call, mesh, specs, shards, output, {}));
+  return std::move(outs[0]);
+}
+
+// The local calls' shards gathered into every full output.
+absl::StatusOr<std::vector<HostTensor>> RunOnRanksOutputs(
+    kernels::KernelBackend& backend, const ops::BoundCall& call, const DeviceMesh& mesh,
+    const std::vector<DTensorSpec>& specs, const std::vector<std::vector<HostTensor>>& shards,
+    const DTensorSpec& output, std::span<const DTensorSpec> more, SimulatedMesh& sim) {
+  ASSIGN_OR_RETURN(std::vector<std::vector<HostTensor>> out_shards,
+                   LocalCallOutputs(backend, call, mesh, specs, shards, output, more));
+  std::vector<HostTensor> fulls;
+  for (size_t k = 0; k < out_shards.size(); ++k) {
+    ASSIGN_OR_RETURN(HostTensor full,
+                     sim.FullTensor(k == 0 ? output : more[k - 1], std::move(out_shards[k])));
+    fulls.push_back(std::move(full));
+  }
+  return fulls;
+}
+
+// The first output gathered.
 absl::StatusOr<HostTensor> RunOnRanks(kernels::KernelBackend& backend, const ops::BoundCall& call,
                                       const DeviceMesh& mesh, const std::vector<DTensorSpec>& specs,
                                       const std::vector<std::vector<HostTensor>>& shards,
                                       const DTensorSpec& output, SimulatedMesh& sim) {
-  absl::StatusOr<std::vector<HostTensor>> out_shards =
-      LocalCalls(backend, call, mesh, specs, shards, output);
-  if (!out_shards.ok()) return out_shards.status();
-  return sim.FullTensor(output, *std::move(out_shards));
+  ASSIGN_OR_RETURN(std::vector<HostTensor> outs,
+                   RunOnRanksOutputs(backend, call, mesh, specs, shards, output, {}, sim));
+  return std::move(outs[0]);
 }
 
-// The single-process result: the call on a mesh of one rank.
-absl::StatusOr<HostTensor> OneRank(kernels::KernelBackend& backend, const ops::PreparedCall& p,
-                                   const std::vector<HostTensor>& fulls) {
+// The single-process result: the call on a mesh of one rank, every output.
+absl::StatusOr<std::vector<HostTensor>> OneRankOutputs(kernels::KernelBackend& backend,
+                                                       const ops::PreparedCall& p,
+                                                       const std::vector<HostTensor>& fulls) {
   const DeviceMesh one = DeviceMesh::Create("cpu", {1}).value();
   std::vector<DTensorSpec> specs;
   std::vector<std::vector<HostTensor>> shards;
@@ -678,8 +743,18 @@ absl::StatusOr<HostTensor> OneRank(kernels::KernelBackend& backend, const ops::P
   const DTensorSpec out =
       MakeDTensorSpec(one, {Placement::Replicate()}, p.call.output.shape, p.call.output.dtype)
           .value();
+  std::vector<DTensorSpec> more;
+  for (const ops::OutputMeta& m : p.call.more_outputs) {
+    more.push_back(MakeDTensorSpec(one, {Placement::Replicate()}, m.shape, m.dtype).value());
+  }
   SimulatedMesh sim(one);
-  return RunOnRanks(backend, p.call, one, specs, shards, out, sim);
+  return RunOnRanksOutputs(backend, p.call, one, specs, shards, out, more, sim);
+}
+
+absl::StatusOr<HostTensor> OneRank(kernels::KernelBackend& backend, const ops::PreparedCall& p,
+                                   const std::vector<HostTensor>& fulls) {
+  ASSIGN_OR_RETURN(std::vector<HostTensor> outs, OneRankOutputs(backend, p, fulls));
+  return std::move(outs[0]);
 }
 
 HostTensor Reference(kernels::KernelBackend& backend, const ops::PreparedCall& p,
@@ -689,9 +764,17 @@ HostTensor Reference(kernels::KernelBackend& backend, const ops::PreparedCall& p
   return r.ok() ? *std::move(r) : HostTensor();
 }
 
+std::vector<HostTensor> References(kernels::KernelBackend& backend, const ops::PreparedCall& p,
+                                   const std::vector<HostTensor>& fulls) {
+  absl::StatusOr<std::vector<HostTensor>> r = OneRankOutputs(backend, p, fulls);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *std::move(r) : std::vector<HostTensor>();
+}
+
 void CheckOneLayout(kernels::KernelBackend& backend, const OpCase& c, const ops::PreparedCall& p,
                     const DeviceMesh& mesh, const std::vector<HostTensor>& fulls,
-                    const std::vector<std::vector<Placement>>& placements, const HostTensor& want) {
+                    const std::vector<std::vector<Placement>>& placements,
+                    const std::vector<HostTensor>& want) {
   std::vector<DTensorSpec> specs;
   std::string what = absl::StrCat(c.name, " on");
   for (size_t k = 0; k < p.input_of.size(); ++k) {
@@ -714,10 +797,16 @@ void CheckOneLayout(kernels::KernelBackend& backend, const OpCase& c, const ops:
     after.placements = plan->strategy.inputs[k];
     laid_out.push_back(after);
   }
-  absl::StatusOr<HostTensor> got =
-      RunOnRanks(backend, p.call, mesh, laid_out, shards, plan->output, sim);
+  for (const DTensorSpec& more : plan->more_outputs) {
+    ASSERT_EQ(more.placements, plan->output.placements) << what << ": the outputs differ";
+  }
+  absl::StatusOr<std::vector<HostTensor>> got = RunOnRanksOutputs(
+      backend, p.call, mesh, laid_out, shards, plan->output, plan->more_outputs, sim);
   ASSERT_TRUE(got.ok()) << what << ": " << got.status();
-  ExpectClose(*got, want, what);
+  ASSERT_EQ(got->size(), want.size()) << what;
+  for (size_t k = 0; k < want.size(); ++k) {
+    ExpectClose((*got)[k], want[k], absl::StrCat(what, ", output ", k));
+  }
 }
 
 class AtenOpsTest : public ::testing::TestWithParam<Param> {
@@ -740,8 +829,9 @@ TEST_P(AtenOpsTest, ShardedResultMatchesSingleProcess) {
   ASSERT_TRUE(prepared.ok()) << c.name << ": " << prepared.status();
   const ops::PreparedCall& p = *prepared;
   ASSERT_FALSE(p.input_of.empty());
-  const HostTensor want = Reference(*backend_, p, fulls);
-  ASSERT_EQ(want.shape(), p.call.output.shape);
+  const std::vector<HostTensor> want = References(*backend_, p, fulls);
+  ASSERT_EQ(want.size(), 1 + p.call.more_outputs.size());
+  ASSERT_EQ(want[0].shape(), p.call.output.shape);
 
   std::vector<std::vector<std::vector<Placement>>> per_input;
   size_t total = 1;
@@ -1055,6 +1145,11 @@ const std::vector<GraphCase>& GraphCases() {
       {"mse", "mse_loss", {T(0), T(1)}, {{4, 6}, {4, 6}}, {}},
       {"mse_broadcast_none", "mse_loss", {T(0), T(1), P(int64_t{0})}, {{5, 3}, {3}}, {}},
       {"l1_sum", "l1_loss", {T(0), T(1), P(int64_t{2})}, {{5, 3}, {5, 3}}, {}},
+      {"dropout_backward",
+       "native_dropout_backward",
+       {T(0), T(1), P(4.0 / 3.0)},
+       {{4, 6}, {4, 6}},
+       {{}, {InputKind::kMask}}},
   };
   return *cases;
 }
