@@ -70,7 +70,68 @@ absl::StatusOr<DTensor> SubmitOnStream(const std::shared_ptr<Session>& session,
   return out;
 }
 
+// SubmitOnStream of an op with several outputs: a handle for each planned output.
+absl::StatusOr<std::vector<DTensor>> SubmitOutputsOnStream(const std::shared_ptr<Session>& session,
+                                                           v1::OpRequest request,
+                                                           absl::Span<const DTensor> inputs,
+                                                           absl::string_view what, PlanOp plan) {
+  SessionImpl& impl = internal_impl(*session);
+  RETURN_IF_ERROR(CheckStreamInputs(session, inputs, what));
+  ASSIGN_OR_RETURN(PlannedOp planned, plan());
+  std::vector<DTensorSpec> specs = {planned.output};
+  specs.insert(specs.end(), planned.more_outputs.begin(), planned.more_outputs.end());
+  request.clear_output();
+  request.clear_outputs();
+  std::vector<DTensor> outs;
+  for (const DTensorSpec& spec : specs) {
+    v1::TensorInfo info;
+    info.set_name(impl.NextTensorName());
+    request.add_outputs(info.name());
+    info.set_mesh(inputs[0].info().mesh);
+    *info.mutable_meta() = ToProto(spec);
+    info.set_owner(impl.options.client_id);
+    info.set_state(v1::PENDING);
+    ASSIGN_OR_RETURN(DTensor out, DTensorAccess::Adopt(session, info, true));
+    DTensorAccess::StateOf(out).redistributions = planned.redistributions;
+    outs.push_back(std::move(out));
+  }
+  v1::StreamCall call;
+  *call.mutable_op() = std::move(request);
+  const std::shared_ptr<StreamOutcome> created = impl.ops.Send(std::move(call));
+  for (DTensor& out : outs) DTensorAccess::StateOf(out).created = created;
+  return outs;
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<DTensor>> SubmitOpOutputs(v1::OpRequest request,
+                                                     absl::Span<const DTensor> inputs,
+                                                     absl::string_view what, PlanOp plan) {
+  const std::shared_ptr<Session>& session = DTensorAccess::StateOf(inputs[0])->session;
+  SessionImpl& impl = internal_impl(*session);
+  if (impl.options.op_stream) {
+    return SubmitOutputsOnStream(session, std::move(request), inputs, what, plan);
+  }
+  grpc::ClientContext context;
+  impl.Prepare(&context);
+  v1::OpReply reply;
+  RETURN_IF_ERROR(FromGrpcStatus(impl.dtensors->RunOp(&context, request, &reply)));
+  std::vector<DTensor> outs;
+  for (const v1::TensorInfo& info : reply.outputs()) {
+    ASSIGN_OR_RETURN(DTensor out, DTensorAccess::Adopt(session, info, true));
+    const int mesh_ndim = out.spec().mesh.ndim();
+    for (const v1::InputRedistribution& r : reply.redistributions()) {
+      ASSIGN_OR_RETURN(InputRedistribution moved, FromWire(r, mesh_ndim));
+      DTensorAccess::StateOf(out).redistributions.push_back(std::move(moved));
+    }
+    outs.push_back(std::move(out));
+  }
+  if (outs.empty()) {  // an op with one output answers `output` alone
+    ASSIGN_OR_RETURN(DTensor out, DTensorAccess::Adopt(session, reply.output(), true));
+    outs.push_back(std::move(out));
+  }
+  return outs;
+}
 
 absl::StatusOr<DTensor> SubmitOp(v1::OpRequest request, absl::Span<const DTensor> inputs,
                                  absl::string_view what, PlanOp plan) {

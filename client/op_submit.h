@@ -21,6 +21,7 @@ namespace tessera::client::internal {
 struct PlannedOp {
   DTensorSpec output;
   std::vector<InputRedistribution> redistributions;
+  std::vector<DTensorSpec> more_outputs = {};  // an op with several: those after the first
 };
 using PlanOp = absl::FunctionRef<absl::StatusOr<PlannedOp>()>;
 
@@ -32,6 +33,12 @@ using PlanOp = absl::FunctionRef<absl::StatusOr<PlannedOp>()>;
 // the output. The client's own errors start with "`what`: " where `what` is not empty.
 absl::StatusOr<DTensor> SubmitOp(v1::OpRequest request, absl::Span<const DTensor> inputs,
                                  absl::string_view what, PlanOp plan);
+
+// SubmitOp of an op with several outputs: every output's handle, in order (the request's
+// `outputs` are named here on the op stream, where they share the one call's outcome).
+absl::StatusOr<std::vector<DTensor>> SubmitOpOutputs(v1::OpRequest request,
+                                                     absl::Span<const DTensor> inputs,
+                                                     absl::string_view what, PlanOp plan);
 
 }  // namespace tessera::client::internal
 

@@ -121,7 +121,7 @@ absl::StatusOr<internal::PlannedOp> PlanForStream(const std::string& op,
   }
   ASSIGN_OR_RETURN(const ops::PlannedCall planned,
                    ops::PlanOpCall(*def, args, given, impl.op_plans));
-  internal::PlannedOp out{planned.plan->output, {}};
+  internal::PlannedOp out{planned.plan->output, {}, planned.plan->more_outputs};
   for (size_t i = 0; i < planned.specs.size(); ++i) {
     if (planned.plan->input_plans[i].steps.empty()) continue;
     out.redistributions.push_back({inputs[planned.prepared.input_of[i]].name(),
@@ -131,29 +131,80 @@ absl::StatusOr<internal::PlannedOp> PlanForStream(const std::string& op,
   return out;
 }
 
+// A call encoded: its arguments as the registry takes them and its inputs.
+struct EncodedCall {
+  std::string name;
+  std::vector<ops::NamedValue> values;
+  std::vector<DTensor> inputs;
+  v1::OpRequest request;
+};
+
+absl::StatusOr<EncodedCall> Encode(std::string_view op, absl::Span<const OpArg> args) {
+  EncodedCall out;
+  out.name = QualifiedName(op);
+  CallEncoder encoder(out.name);
+  for (size_t i = 0; i < args.size(); ++i) {
+    ASSIGN_OR_RETURN(ops::NamedValue value, encoder.Encode(args[i], i));
+    out.values.push_back(std::move(value));
+  }
+  out.inputs = encoder.inputs();
+  if (out.inputs.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(out.name, " takes a DTensor argument (numbers alone have no mesh)"));
+  }
+  out.request.mutable_op()->set_name(out.name);
+  ArgsToProto(out.values, *out.request.mutable_op());
+  for (const DTensor& t : out.inputs) out.request.add_inputs(t.name());
+  return out;
+}
+
+absl::StatusOr<ValuesAndIndices> Pair(absl::StatusOr<std::vector<DTensor>> outs) {
+  if (!outs.ok()) return outs.status();
+  return ValuesAndIndices{(*outs)[0], (*outs)[1]};
+}
+
 }  // namespace
 
 absl::StatusOr<DTensor> Call(std::string_view op, absl::Span<const OpArg> args,
                              const std::string& output) {
-  const std::string name = QualifiedName(op);
-  CallEncoder encoder(name);
-  std::vector<ops::NamedValue> values;
-  for (size_t i = 0; i < args.size(); ++i) {
-    ASSIGN_OR_RETURN(ops::NamedValue value, encoder.Encode(args[i], i));
-    values.push_back(std::move(value));
-  }
-  const std::vector<DTensor>& inputs = encoder.inputs();
-  if (inputs.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " takes a DTensor argument (numbers alone have no mesh)"));
-  }
-  v1::OpRequest request;
-  request.mutable_op()->set_name(name);
-  ArgsToProto(values, *request.mutable_op());
-  for (const DTensor& t : inputs) request.add_inputs(t.name());
-  request.set_output(output);
-  return internal::SubmitOp(std::move(request), inputs, name,
-                            [&]() { return PlanForStream(name, values, inputs); });
+  ASSIGN_OR_RETURN(EncodedCall c, Encode(op, args));
+  c.request.set_output(output);
+  return internal::SubmitOp(std::move(c.request), c.inputs, c.name,
+                            [&]() { return PlanForStream(c.name, c.values, c.inputs); });
+}
+
+absl::StatusOr<std::vector<DTensor>> CallOutputs(std::string_view op,
+                                                 absl::Span<const OpArg> args) {
+  ASSIGN_OR_RETURN(EncodedCall c, Encode(op, args));
+  return internal::SubmitOpOutputs(std::move(c.request), c.inputs, c.name,
+                                   [&]() { return PlanForStream(c.name, c.values, c.inputs); });
+}
+
+absl::StatusOr<ValuesAndIndices> MaxAlong(const DTensor& x, int64_t dim, bool keepdim) {
+  return Pair(CallOutputs("aten::max.dim", {x, dim, keepdim}));
+}
+absl::StatusOr<ValuesAndIndices> MinAlong(const DTensor& x, int64_t dim, bool keepdim) {
+  return Pair(CallOutputs("aten::min.dim", {x, dim, keepdim}));
+}
+absl::StatusOr<ValuesAndIndices> Sort(const DTensor& x, int64_t dim, bool descending) {
+  return Pair(CallOutputs("aten::sort", {x, dim, descending}));
+}
+absl::StatusOr<ValuesAndIndices> TopK(const DTensor& x, int64_t k, int64_t dim, bool largest,
+                                      bool sorted) {
+  return Pair(CallOutputs("aten::topk", {x, k, dim, largest, sorted}));
+}
+absl::StatusOr<std::vector<DTensor>> Split(const DTensor& x, int64_t split_size, int64_t dim) {
+  return CallOutputs("aten::split.Tensor", {x, split_size, dim});
+}
+absl::StatusOr<std::vector<DTensor>> SplitWithSizes(const DTensor& x,
+                                                    std::vector<int64_t> split_sizes, int64_t dim) {
+  return CallOutputs("aten::split_with_sizes", {x, std::move(split_sizes), dim});
+}
+absl::StatusOr<std::vector<DTensor>> Chunk(const DTensor& x, int64_t chunks, int64_t dim) {
+  return CallOutputs("aten::chunk", {x, chunks, dim});
+}
+absl::StatusOr<std::vector<DTensor>> Unbind(const DTensor& x, int64_t dim) {
+  return CallOutputs("aten::unbind.int", {x, dim});
 }
 
 absl::StatusOr<DTensor> View(const DTensor& x, std::vector<int64_t> shape) {

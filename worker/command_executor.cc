@@ -121,15 +121,18 @@ absl::Status CommandExecutor::Run(const v1::Command& command, v1::CommandReply* 
       return absl::OkStatus();
     case v1::Command::kSpreadTensor:
     case v1::Command::kRedistribute:
-    case v1::Command::kFillTensor:
-    case v1::Command::kRunOp: {
+    case v1::Command::kFillTensor: {
       ASSIGN_OR_RETURN(
           v1::LocalTensorInfo written,
           command.kind_case() == v1::Command::kSpreadTensor ? SpreadTensor(command.spread_tensor())
           : command.kind_case() == v1::Command::kRedistribute ? Redistribute(command.redistribute())
-          : command.kind_case() == v1::Command::kFillTensor   ? FillTensor(command.fill_tensor())
-                                                              : RunOp(command.run_op()));
+                                                              : FillTensor(command.fill_tensor()));
       *reply->add_tensors() = std::move(written);
+      return absl::OkStatus();
+    }
+    case v1::Command::kRunOp: {
+      ASSIGN_OR_RETURN(std::vector<v1::LocalTensorInfo> written, RunOp(command.run_op()));
+      for (v1::LocalTensorInfo& info : written) *reply->add_tensors() = std::move(info);
       return absl::OkStatus();
     }
     case v1::Command::kLoadProgram:

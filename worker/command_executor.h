@@ -71,9 +71,11 @@ class CommandExecutor {
   absl::StatusOr<v1::LocalTensorInfo> SpreadTensor(const v1::SpreadTensor& s);
   absl::StatusOr<v1::LocalTensorInfo> Redistribute(const v1::RedistributeTensor& r);
   absl::StatusOr<v1::LocalTensorInfo> FillTensor(const v1::FillTensor& f);
-  absl::StatusOr<v1::LocalTensorInfo> RunOp(const v1::RunOp& r);
-  // A registry op (OpCall.name) on inputs already in its strategy's layout (`laid_out`).
-  absl::StatusOr<kernels::DeviceTensor> RunRegistryOp(
+  // Every tensor the op wrote: its output, then a registry op's further outputs.
+  absl::StatusOr<std::vector<v1::LocalTensorInfo>> RunOp(const v1::RunOp& r);
+  // A registry op (OpCall.name) on inputs already in its strategy's layout (`laid_out`): each of
+  // its outputs.
+  absl::StatusOr<std::vector<kernels::DeviceTensor>> RunRegistryOp(
       const v1::RunOp& r, const MeshComms& mc, std::span<const DTensorSpec> laid_out,
       std::span<const kernels::ConstTensorView> inputs);
   absl::StatusOr<std::vector<v1::LocalTensorInfo>> RunCollective(const v1::RunCollective& c);

@@ -245,7 +245,7 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::FillTensor(const v1::FillTe
   return info;
 }
 
-absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
+absl::StatusOr<std::vector<v1::LocalTensorInfo>> CommandExecutor::RunOp(const v1::RunOp& r) {
   ASSIGN_OR_RETURN(MeshComms* const mc, FindMesh(r.mesh_id()));
   const bool registry = !r.op().name().empty();
   OpCall op;
@@ -281,18 +281,29 @@ absl::StatusOr<v1::LocalTensorInfo> CommandExecutor::RunOp(const v1::RunOp& r) {
     inputs.push_back(std::as_const(moved.back()).View());
   }
   if (!failure.ok()) return failure;
-  kernels::DeviceTensor result;
+  std::vector<kernels::DeviceTensor> results;
   if (registry) {
-    ASSIGN_OR_RETURN(result, RunRegistryOp(r, *mc, laid_out, inputs));
+    ASSIGN_OR_RETURN(results, RunRegistryOp(r, *mc, laid_out, inputs));
   } else {
-    ASSIGN_OR_RETURN(result, kernels::RunLocalOp(kernels_, op, inputs, global_shapes));
+    ASSIGN_OR_RETURN(kernels::DeviceTensor result,
+                     kernels::RunLocalOp(kernels_, op, inputs, global_shapes));
+    results.push_back(std::move(result));
   }
-  v1::LocalTensorInfo info = LocalInfo(r.output(), result);
-  RETURN_IF_ERROR(store_->Put(r.output(), std::move(result)));
-  return info;
+  if (results.size() != 1 + static_cast<size_t>(r.more_outputs_size())) {
+    return absl::InvalidArgumentError(absl::StrCat(r.op().name(), " gives ", results.size(),
+                                                   " outputs; the command names ",
+                                                   1 + r.more_outputs_size()));
+  }
+  std::vector<v1::LocalTensorInfo> infos;
+  for (size_t k = 0; k < results.size(); ++k) {
+    const std::string& name = k == 0 ? r.output() : r.more_outputs(static_cast<int>(k) - 1);
+    infos.push_back(LocalInfo(name, results[k]));
+    RETURN_IF_ERROR(store_->Put(name, std::move(results[k])));
+  }
+  return infos;
 }
 
-absl::StatusOr<kernels::DeviceTensor> CommandExecutor::RunRegistryOp(
+absl::StatusOr<std::vector<kernels::DeviceTensor>> CommandExecutor::RunRegistryOp(
     const v1::RunOp& r, const MeshComms& mc, std::span<const DTensorSpec> laid_out,
     std::span<const kernels::ConstTensorView> inputs) {
   ASSIGN_OR_RETURN(const ops::OpDef* op, ops::Registry().Find(r.op().name()));
@@ -306,9 +317,26 @@ absl::StatusOr<kernels::DeviceTensor> CommandExecutor::RunRegistryOp(
         op->name(), ": the output spec ", output.ToString(), " is not the op's output, ",
         DTypeName(prepared.call.output.dtype), ShapeToString(prepared.call.output.shape)));
   }
+  if (static_cast<size_t>(r.more_output_specs_size()) != prepared.call.more_outputs.size() ||
+      r.more_outputs_size() != r.more_output_specs_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op->name(), " gives ", prepared.call.more_outputs.size() + 1, " outputs; the command has ",
+        r.more_outputs_size() + 1, " names and ", r.more_output_specs_size() + 1, " specs"));
+  }
+  std::vector<DTensorSpec> more;
+  for (int k = 0; k < r.more_output_specs_size(); ++k) {
+    ASSIGN_OR_RETURN(DTensorSpec spec, SpecOnMesh(r.more_output_specs(k), mc));
+    const ops::OutputMeta& meta = prepared.call.more_outputs[k];
+    if (spec.shape != meta.shape || spec.dtype != meta.dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op->name(), ": the spec ", spec.ToString(), " of output ", k + 1,
+                       " is not the op's ", DTypeName(meta.dtype), ShapeToString(meta.shape)));
+    }
+    more.push_back(std::move(spec));
+  }
   const kernels::LocalCall local{
-      &prepared.call, laid_out, &output, mc.coordinate, {r.random_seed(), r.random_offset()}};
-  return kernels::RunLocalCall(kernels_, local, inputs);
+      &prepared.call, laid_out, &output, mc.coordinate, {r.random_seed(), r.random_offset()}, more};
+  return kernels::RunLocalCallOutputs(kernels_, local, inputs);
 }
 
 }  // namespace tessera

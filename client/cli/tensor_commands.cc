@@ -12,6 +12,7 @@
 #include "client/cli/op_arg_text.h"
 #include "client/cli/progress_bar.h"
 #include "client/cli/tensor_files.h"
+#include "core/ops/op_registry.h"
 #include "core/sharding/redistribute_planner.h"
 #include "core/sharding/visualize_sharding.h"
 #include "core/status_macros.h"
@@ -236,6 +237,24 @@ absl::Status Op(const OpFlags& f, std::ostream& out) {
   for (const std::string& token : f.args) {
     ASSIGN_OR_RETURN(client::OpArg arg, ParseOpArg(token, lookup));
     args.push_back(std::move(arg));
+  }
+  absl::StatusOr<const ops::OpDef*> def =
+      ops::Registry().Find(f.op.find("::") == std::string::npos ? "aten::" + f.op : f.op);
+  if (def.ok() && (*def)->more_outputs != nullptr) {
+    // Several outputs, named by the coordinator: each printed in order.
+    if (!f.output.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--output names one tensor, and ", (*def)->name(), " gives several; leave it out"));
+    }
+    ASSIGN_OR_RETURN(std::vector<client::DTensor> outs, client::CallOutputs(f.op, args));
+    PrintRedistributions(outs[0].redistributions(), out);
+    for (size_t k = 0; k < outs.size(); ++k) {
+      ASSIGN_OR_RETURN(auto info, Keep(std::move(outs[k]), f.async));
+      out << "output " << k << ":\n";
+      PrintSummary(info, out);
+      out << VisualizeSharding(info.spec);
+    }
+    return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(client::DTensor t, client::Call(f.op, args, f.output));
   PrintRedistributions(t.redistributions(), out);

@@ -88,6 +88,11 @@ inline OpArg Arg(std::string name, OpArg value) {
 absl::StatusOr<DTensor> Call(std::string_view op, absl::Span<const OpArg> args,
                              const std::string& output = "");
 
+// Call of an op with several outputs (a tuple return, such as topk's values and indices, or a
+// Tensor[] such as split's pieces): every output, in order, laid out alike. On an op with one
+// output, that one.
+absl::StatusOr<std::vector<DTensor>> CallOutputs(std::string_view op, absl::Span<const OpArg> args);
+
 // One registered op, as ListOps returns it.
 struct OpInfo {
   std::string name;            // "aten::softmax.int".
@@ -131,6 +136,30 @@ absl::StatusOr<DTensor> Linear(const DTensor& input, const DTensor& weight,
 // The rows of `weight` that `indices` (an integer tensor) name: aten::embedding, in its argument
 // order (torch.nn.functional.embedding takes indices first).
 absl::StatusOr<DTensor> Embedding(const DTensor& weight, const DTensor& indices);
+
+// torch's (values, indices) returns.
+struct ValuesAndIndices {
+  DTensor values;
+  DTensor indices;  // int64 positions along the dim
+};
+// torch.max(x, dim, keepdim) and torch.min: the first extreme's value and index; aten::max.dim,
+// aten::min.dim.
+absl::StatusOr<ValuesAndIndices> MaxAlong(const DTensor& x, int64_t dim, bool keepdim = false);
+absl::StatusOr<ValuesAndIndices> MinAlong(const DTensor& x, int64_t dim, bool keepdim = false);
+// torch.sort(x, dim, descending), stable (equal elements keep their order, NaN above every
+// number): aten::sort.
+absl::StatusOr<ValuesAndIndices> Sort(const DTensor& x, int64_t dim = -1, bool descending = false);
+// torch.topk(x, k, dim, largest, sorted): aten::topk.
+absl::StatusOr<ValuesAndIndices> TopK(const DTensor& x, int64_t k, int64_t dim = -1,
+                                      bool largest = true, bool sorted = true);
+// torch.split(x, split_size, dim), torch.split(x, sizes, dim), torch.chunk and torch.unbind: the
+// pieces, each one output of one call (aten::split.Tensor, split_with_sizes, chunk, unbind.int).
+absl::StatusOr<std::vector<DTensor>> Split(const DTensor& x, int64_t split_size, int64_t dim = 0);
+absl::StatusOr<std::vector<DTensor>> SplitWithSizes(const DTensor& x,
+                                                    std::vector<int64_t> split_sizes,
+                                                    int64_t dim = 0);
+absl::StatusOr<std::vector<DTensor>> Chunk(const DTensor& x, int64_t chunks, int64_t dim = 0);
+absl::StatusOr<std::vector<DTensor>> Unbind(const DTensor& x, int64_t dim = 0);
 
 // How a loss reduces its per-element losses, as torch's `reduction` ("none", "mean", "sum").
 enum class LossReduction : int64_t { kNone = 0, kMean = 1, kSum = 2 };

@@ -14,13 +14,12 @@ int64_t DTensorTable::ShardBytes(const DTensorSpec& spec, int64_t position) {
          static_cast<int64_t>(DTypeSize(spec.dtype));
 }
 
-absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Add(const std::string& requested,
-                                                                std::shared_ptr<Mesh> mesh,
-                                                                DTensorSpec spec,
-                                                                const std::string& owner,
-                                                                bool hidden) {
+absl::StatusOr<std::shared_ptr<DTensorEntry>> DTensorTable::Add(
+    const std::string& requested, std::shared_ptr<Mesh> mesh, DTensorSpec spec,
+    const std::string& owner, bool hidden, std::shared_ptr<TensorWrite> write) {
   if (!requested.empty()) RETURN_IF_ERROR(CheckName(NameKind::kTensor, requested));
   auto tensor = std::make_shared<DTensorEntry>(std::move(mesh), std::move(spec), owner);
+  if (write != nullptr) tensor->write = std::move(write);
   absl::MutexLock lock(&mu_);
   std::string name = requested;
   if (name.empty()) {
@@ -365,6 +364,52 @@ absl::Status DTensorTable::PostWrite(const DTensorEntry& tensor, const v1::Comma
     done(absl::OkStatus());  // freed or relaid since, or nothing to record
   };
   Post(*tensor.mesh, command, tensor.write, std::move(inputs), std::move(record));
+  return absl::OkStatus();
+}
+
+absl::Status DTensorTable::PostWrites(const std::vector<std::shared_ptr<DTensorEntry>>& tensors,
+                                      const v1::Command& command,
+                                      std::vector<std::shared_ptr<DTensorEntry>> inputs) {
+  const DTensorEntry& first = *tensors[0];
+  absl::MutexLock lock(&first.post_mu);
+  if (first.released) return Freed(first);
+  std::vector<std::string> names;
+  for (const auto& t : tensors) names.push_back(t->name);
+  // Every tensor recorded (as PostWrite records one; their records share a commit), the write
+  // done once the last is durable, with the first failure.
+  auto record = [this, names = std::move(names),
+                 write = first.write](std::function<void(absl::Status)> done) {
+    struct Pending {
+      absl::Mutex mu;
+      int left ABSL_GUARDED_BY(mu) = 1;  // one for this loop, until it is through
+      absl::Status status ABSL_GUARDED_BY(mu);
+      std::function<void(absl::Status)> done;
+    };
+    auto pending = std::make_shared<Pending>();
+    pending->done = std::move(done);
+    auto finish = [pending](absl::Status s) {
+      absl::Status status;
+      {
+        absl::MutexLock lock(&pending->mu);
+        pending->status.Update(s);
+        if (--pending->left > 0) return;
+        status = pending->status;
+      }
+      pending->done(std::move(status));
+    };
+    for (const std::string& name : names) {
+      std::shared_ptr<DTensorEntry> t = Entry(name);
+      if (t == nullptr || t->write != write) continue;  // freed or relaid since
+      {
+        absl::MutexLock lock(&pending->mu);
+        ++pending->left;
+      }
+      absl::MutexLock lock(&t->post_mu);
+      if (!records_.PersistAsync(*t, finish)) finish(absl::OkStatus());
+    }
+    finish(absl::OkStatus());
+  };
+  Post(*first.mesh, command, first.write, std::move(inputs), std::move(record));
   return absl::OkStatus();
 }
 

@@ -35,9 +35,11 @@ class DTensorTable : public MeshUser {
   // its worker's budget next to everything already there (DTensors and local tensors);
   // ALREADY_EXISTS, INVALID_ARGUMENT for a bad name, RESOURCE_EXHAUSTED naming the worker. Meshes
   // of every device type hold DTensors (a cuda worker keeps its shards in the GPU's memory).
+  // With `write`, the tensor shares that write (an op's further outputs share its first's).
   absl::StatusOr<std::shared_ptr<DTensorEntry>> Add(const std::string& requested,
                                                     std::shared_ptr<Mesh> mesh, DTensorSpec spec,
-                                                    const std::string& owner, bool hidden = false);
+                                                    const std::string& owner, bool hidden = false,
+                                                    std::shared_ptr<TensorWrite> write = nullptr);
   // Makes a tensor added `hidden` visible: until then Find answers NOT_FOUND for it and OnMesh
   // leaves it out (its name, bytes and owner are held all the same).
   void Reveal(const DTensorEntry& tensor);
@@ -94,6 +96,11 @@ class DTensorTable : public MeshUser {
   // then its write fails and NOT_FOUND says it was freed.
   absl::Status PostWrite(const DTensorEntry& tensor, const v1::Command& command,
                          std::vector<std::shared_ptr<DTensorEntry>> inputs = {});
+  // PostWrite of a command that writes several tensors sharing the first's write (Add's `write`):
+  // each is recorded once written, and the write completes once every record is durable.
+  absl::Status PostWrites(const std::vector<std::shared_ptr<DTensorEntry>>& tensors,
+                          const v1::Command& command,
+                          std::vector<std::shared_ptr<DTensorEntry>> inputs = {});
   // Completes the write of a tensor that needs no command after its upload; NOT_FOUND (and the
   // write fails) if it was released meanwhile.
   absl::Status FinishWrite(const DTensorEntry& tensor);

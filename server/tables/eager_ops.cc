@@ -42,20 +42,48 @@ absl::Status EagerOps::Run(const std::string& client, const v1::OpRequest& reque
   std::vector<std::shared_ptr<DTensorEntry>> inputs;
   for (int i : planned.prepared.input_of) inputs.push_back(given[i]);
   const std::shared_ptr<Mesh> mesh = inputs.empty() ? asked_mesh : inputs[0]->mesh;
-  return Post(client, planned, mesh, inputs, request.output(), /*hidden=*/false, reply, {})
-      .status();
+  const size_t num_outputs = 1 + planned.prepared.call.more_outputs.size();
+  std::vector<std::string> names(request.outputs().begin(), request.outputs().end());
+  if (names.empty()) {
+    names.assign(num_outputs, "");
+    names[0] = request.output();
+  } else if (names.size() != num_outputs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op->name(), " gives ", num_outputs, " outputs here, but 'outputs' names ", names.size()));
+  } else if (!request.output().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op->name(), ": give 'output' or 'outputs', not both"));
+  }
+  return Post(client, planned, mesh, inputs, names, /*hidden=*/false, reply, {}).status();
 }
 
 absl::StatusOr<std::shared_ptr<DTensorEntry>> EagerOps::Post(
     const std::string& client, const ops::PlannedCall& planned, const std::shared_ptr<Mesh>& mesh,
-    const std::vector<std::shared_ptr<DTensorEntry>>& inputs, const std::string& output,
+    const std::vector<std::shared_ptr<DTensorEntry>>& inputs, std::span<const std::string> names,
     bool hidden, v1::OpReply* reply, const std::vector<std::string>& labels) {
   const ops::PreparedCall& prepared = planned.prepared;
   const ops::OpDef* op = prepared.call.op;
   const std::vector<DTensorSpec>& specs = planned.specs;
   const std::shared_ptr<const ops::OpPlan>& plan = planned.plan;
-  ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> out,
-                   tensors_->Add(output, mesh, plan->output, client, hidden));
+  if (names.size() != 1 + plan->more_outputs.size()) {
+    return absl::InternalError(absl::StrCat(op->name(), ": ", names.size(), " names for ",
+                                            1 + plan->more_outputs.size(), " outputs"));
+  }
+  // Every output is added before any command is posted; an op's outputs share one write.
+  std::vector<std::shared_ptr<DTensorEntry>> outs;
+  for (size_t k = 0; k < names.size(); ++k) {
+    absl::StatusOr<std::shared_ptr<DTensorEntry>> t =
+        tensors_->Add(names[k], mesh, k == 0 ? plan->output : plan->more_outputs[k - 1], client,
+                      hidden, k == 0 ? nullptr : outs[0]->write);
+    if (!t.ok()) {
+      for (const std::shared_ptr<DTensorEntry>& added : outs) {
+        tensors_->Release(*added, Durability::kQueued);
+      }
+      return t.status();
+    }
+    outs.push_back(*std::move(t));
+  }
+  const std::shared_ptr<DTensorEntry>& out = outs[0];
   v1::Command command;
   v1::RunOp* run = command.mutable_run_op();
   run->set_mesh_id(mesh->id);
@@ -68,6 +96,10 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> EagerOps::Post(
   ArgsToProto(prepared.call.args, *run->mutable_op());
   run->set_output(DTensorTable::WorkerName(out->name));
   *run->mutable_output_spec() = ToProto(plan->output);
+  for (size_t k = 1; k < outs.size(); ++k) {
+    run->add_more_outputs(DTensorTable::WorkerName(outs[k]->name));
+    *run->add_more_output_specs() = ToProto(plan->more_outputs[k - 1]);
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     v1::OpInput* in = run->add_inputs();
     in->set_tensor(DTensorTable::WorkerName(inputs[i]->name));
@@ -81,8 +113,19 @@ absl::StatusOr<std::shared_ptr<DTensorEntry>> EagerOps::Post(
       *r->mutable_plan() = in->plan();
     }
   }
-  RETURN_IF_ERROR(tensors_->PostWrite(*out, command, inputs));
-  if (reply != nullptr && !hidden) *reply->mutable_output() = tensors_->Describe(*out);
+  if (outs.size() == 1) {
+    RETURN_IF_ERROR(tensors_->PostWrite(*out, command, inputs));
+  } else {
+    RETURN_IF_ERROR(tensors_->PostWrites(outs, command, inputs));
+  }
+  if (reply != nullptr && !hidden) {
+    *reply->mutable_output() = tensors_->Describe(*out);
+    if (outs.size() > 1) {
+      for (const std::shared_ptr<DTensorEntry>& t : outs) {
+        *reply->add_outputs() = tensors_->Describe(*t);
+      }
+    }
+  }
   return out;
 }
 
@@ -113,8 +156,14 @@ absl::Status EagerOps::RunGraph(const std::string& client, const ops::OpDef& op,
       inputs.push_back(values[v]);
       labels.push_back(names[v]);
     }
+    if (!node.plan->more_outputs.empty()) {
+      status = absl::InternalError(
+          absl::StrCat(op.name(), ", node ", k, ": a decomposition's node has one output"));
+      break;
+    }
+    const std::string name = last ? output : "";
     absl::StatusOr<std::shared_ptr<DTensorEntry>> out =
-        Post(client, node, values[0]->mesh, inputs, last ? output : "", !last, reply, labels);
+        Post(client, node, values[0]->mesh, inputs, {&name, 1}, !last, reply, labels);
     if (!out.ok()) {
       status = out.status();
       break;

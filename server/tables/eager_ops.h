@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,12 +44,13 @@ class EagerOps {
   const ops::ShardingCache& cache() const { return cache_; }
 
  private:
-  // Posts one planned call on `mesh` and `inputs` (the call's, in order) writing a new tensor
-  // named `output` (a fresh name if empty), hidden for a decomposition's intermediate; the
-  // reply's redistributions name each input by `labels` (its name if empty).
+  // Posts one planned call on `mesh` and `inputs` (the call's, in order) writing a new tensor for
+  // each output, named by `names` (a fresh name where empty; one per output), hidden for a
+  // decomposition's intermediate; the reply's redistributions name each input by `labels` (its
+  // name if empty). Returns the first output.
   absl::StatusOr<std::shared_ptr<DTensorEntry>> Post(
       const std::string& client, const ops::PlannedCall& planned, const std::shared_ptr<Mesh>& mesh,
-      const std::vector<std::shared_ptr<DTensorEntry>>& inputs, const std::string& output,
+      const std::vector<std::shared_ptr<DTensorEntry>>& inputs, std::span<const std::string> names,
       bool hidden, v1::OpReply* reply, const std::vector<std::string>& labels);
   // Runs an op that decomposes: its meta checks the call, then each node of its graph is planned
   // (sharding propagation through the graph) and posted, its intermediates freed after.

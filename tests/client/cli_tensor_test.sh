@@ -105,6 +105,24 @@ done
 "${tessera}" tensor get twice --out "${work}/twice.npy"
 "${tessera}" tensor get sum --out "${work}/sum.npy"
 cmp "${work}/twice.npy" "${work}/sum.npy"
+# An op of several outputs prints each, named by the coordinator: max along w's sharded dim 1
+# equals numpy's max and argmax.
+"${tessera}" tensor op max.dim %w 1 | tee "${work}/op.txt"
+grep -q "^output 1:$" "${work}/op.txt"
+mapfile -t maxed < <(awk '/^output [0-9]+:$/ { getline; print $1 }' "${work}/op.txt")
+[[ ${#maxed[@]} -eq 2 ]] || { echo "max.dim printed ${#maxed[@]} outputs"; exit 1; }
+"${tessera}" tensor get "${maxed[0]}" --out "${work}/values.npy"
+"${tessera}" tensor get "${maxed[1]}" --out "${work}/indices.npy"
+"${py}" - "${input}" "${work}/values.npy" "${work}/indices.npy" <<'PY'
+import sys
+import numpy as np
+x = np.load(sys.argv[1])
+values, indices = np.load(sys.argv[2]), np.load(sys.argv[3])
+assert values.dtype == np.float32 and indices.dtype == np.int64, (values.dtype, indices.dtype)
+np.testing.assert_array_equal(values, x.max(axis=1))
+np.testing.assert_array_equal(indices, x.argmax(axis=1))
+PY
+"${tessera}" tensor rm "${maxed[@]}" > /dev/null
 # --async returns once the coordinator accepted the op.
 "${tessera}" tensor op exp %w --output ew --async > "${work}/op.txt"
 grep -q "^ew " "${work}/op.txt"
@@ -120,6 +138,8 @@ expect_op_error "INVALID_ARGUMENT: aten::softmax.int: argument 'dim'" softmax.in
 expect_op_error "INVALID_ARGUMENT: aten::softmax.int: unknown argument 'axis'" softmax.int %w axis=1
 expect_op_error "INVALID_ARGUMENT: op argument 'w': expected %name" softmax.int w -1
 expect_op_error "NOT_FOUND: no tensor named 'nope'" exp %nope
+expect_op_error "INVALID_ARGUMENT: --output names one tensor, and aten::max.dim gives several" \
+  max.dim %w 1 --output m
 "${tessera}" tensor rm sm g wt wtt w64 w32 ww wback twice sum ew > /dev/null
 # The cluster's registry (ListOps), as this binary's.
 "${tessera}" ops list --remote softmax.int | tee "${work}/ops.txt"

@@ -334,6 +334,63 @@ TEST_P(RegistryOpsTest, CrossEntropyRunsAsItsDecomposition) {
   EXPECT_TRUE(Gives(absl::StatusOr<DTensor>(x_), x));
 }
 
+TEST_P(RegistryOpsTest, OpsWithSeveralOutputs) {
+  const HostTensor x = X();  // increasing along both dims
+  auto column = [&](int64_t j) {
+    return Make(kRows, 1, [&](int64_t i, int64_t) { return At(x, i, j); });
+  };
+  absl::StatusOr<client::ValuesAndIndices> max = client::MaxAlong(x_, 1, /*keepdim=*/true);
+  ASSERT_TRUE(max.ok()) << max.status();
+  EXPECT_TRUE(Gives(max->values, column(kCols - 1)));
+  EXPECT_TRUE(Gives(max->indices, HostTensor::FromValues(DType::kInt64, {kRows, 1},
+                                                         std::vector<int64_t>(kRows, kCols - 1))));
+  EXPECT_EQ(max->values.spec().placements, max->indices.spec().placements);
+  // Descending along the classes: each row reversed.
+  absl::StatusOr<client::ValuesAndIndices> sorted = client::Sort(x_, 1, /*descending=*/true);
+  ASSERT_TRUE(sorted.ok()) << sorted.status();
+  EXPECT_TRUE(Gives(sorted->values, Make(kRows, kCols, [&](int64_t i, int64_t j) {
+                      return At(x, i, kCols - 1 - j);
+                    })));
+  std::vector<int64_t> reversed;
+  for (int64_t i = 0; i < kRows; ++i) {
+    for (int64_t j = 0; j < kCols; ++j) reversed.push_back(kCols - 1 - j);
+  }
+  EXPECT_TRUE(
+      Gives(sorted->indices, HostTensor::FromValues(DType::kInt64, {kRows, kCols}, reversed)));
+  // The two largest rows.
+  absl::StatusOr<client::ValuesAndIndices> top = client::TopK(x_, 2, 0);
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_TRUE(Gives(top->values,
+                    Make(2, kCols, [&](int64_t i, int64_t j) { return At(x, kRows - 1 - i, j); })));
+  EXPECT_TRUE(Gives(top->indices, HostTensor::FromValues(DType::kInt64, {2, kCols},
+                                                         std::vector<int64_t>{4, 4, 4, 3, 3, 3})));
+  // split: rows [0, 2), [2, 4), [4, 5), one call.
+  absl::StatusOr<std::vector<DTensor>> pieces = client::Split(x_, 2, 0);
+  ASSERT_TRUE(pieces.ok()) << pieces.status();
+  ASSERT_EQ(pieces->size(), 3u);
+  for (int64_t k = 0; k < 3; ++k) {
+    const int64_t rows = k == 2 ? 1 : 2;
+    EXPECT_TRUE(Gives((*pieces)[k],
+                      Make(rows, kCols, [&](int64_t i, int64_t j) { return At(x, 2 * k + i, j); })))
+        << "piece " << k;
+  }
+  absl::StatusOr<std::vector<DTensor>> columns = client::Unbind(x_, 1);
+  ASSERT_TRUE(columns.ok()) << columns.status();
+  ASSERT_EQ(columns->size(), static_cast<size_t>(kCols));
+  for (int64_t j = 0; j < kCols; ++j) {
+    HostTensor want = column(j);
+    EXPECT_TRUE(Gives((*columns)[j],
+                      HostTensor::FromValues(DType::kFloat32, {kRows},
+                                             std::vector<float>(want.data_as<float>(),
+                                                                want.data_as<float>() + kRows))));
+  }
+  // k beyond the dim: INVALID_ARGUMENT naming k, on first touch on the op stream; x intact.
+  absl::StatusOr<client::ValuesAndIndices> bad = client::TopK(x_, kCols + 1, 1);
+  const absl::Status error = bad.ok() ? bad->indices.FullTensor().status() : bad.status();
+  EXPECT_TRUE(StatusIs(error, absl::StatusCode::kInvalidArgument, {"'k'", "4"}));
+  EXPECT_TRUE(Gives(absl::StatusOr<DTensor>(x_), x));
+}
+
 TEST_P(RegistryOpsTest, NumbersStringsAndRepeatedTensors) {
   const HostTensor x = X();
   // A number for a Tensor argument is a wrapped number: float32 stays float32.
