@@ -307,9 +307,13 @@ def test_reductions(meshes, placements, dim, keepdim):
     x = tessera.distribute_tensor(x_np, mesh, placements)
     axis = dim if not isinstance(dim, list) else tuple(dim)
     for ours, ref in ((tessera.sum, np.sum), (tessera.mean, np.mean), (tessera.max, np.max)):
-        got = ours(x, dim, keepdim).full_tensor()
-        np.testing.assert_allclose(got, ref(x_np.astype(np.float64), axis=axis, keepdims=keepdim),
-                                   **TOL)
+        got = ours(x, dim, keepdim)
+        if isinstance(dim, int) and ours is tessera.max:  # torch.max(x, dim): values and indices
+            np.testing.assert_array_equal(
+                got.indices.full_tensor(), np.argmax(x_np, axis=dim, keepdims=keepdim))
+            got = got.values
+        np.testing.assert_allclose(got.full_tensor(),
+                                   ref(x_np.astype(np.float64), axis=axis, keepdims=keepdim), **TOL)
 
 
 def test_transpose_and_cast(meshes):

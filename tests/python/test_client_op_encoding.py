@@ -1,8 +1,9 @@
 """The Python client's op calls without a service: how Python arguments become an OpCall of the
-registry (tessera.op_args), torch's decompositions of indexing, chunk and split (tessera.indexing)
-run on numpy against numpy's own indexing, the ATen name and arguments every DTensor method,
-operator and function sends (recorded by a fake transport), and __torch_function__'s mapping of
-torch's functions (on a stand-in torch module, so it runs without torch).
+registry (tessera.op_args), torch's decompositions of indexing and the pieces of chunk and split
+(tessera.indexing) run on numpy against numpy's own indexing, the ATen name and arguments every
+DTensor method, operator and function sends (recorded by a fake transport), the outputs an op
+with several of them names and returns, and __torch_function__'s mapping of torch's functions
+(on a stand-in torch module, so it runs without torch).
 
 Needs python3-numpy and python3-pytest and the build tree's package (its generated protos); no
 cluster."""
@@ -17,8 +18,8 @@ pytest.importorskip("grpc", reason="grpcio is not importable (apt-get install py
 tessera = pytest.importorskip("tessera", reason="build the tessera_python target")
 
 from tessera.dtensor import DTensor  # noqa: E402
-from tessera.indexing import Step, chunk_ranges, plan_index, section_ranges, split_ranges  # noqa: E402
-from tessera.op_args import encode_call, qualified_name  # noqa: E402
+from tessera.indexing import Step, chunk_ranges, plan_index, split_ranges  # noqa: E402
+from tessera.op_args import encode_call, output_count, qualified_name  # noqa: E402
 from tessera.transport import pb  # noqa: E402
 
 
@@ -40,22 +41,45 @@ class Answered:
         return None
 
 
-def op_reply(name, shape, dtype=tessera.float32):
+def op_reply(name, shape, dtype=tessera.float32, outputs=()):
+    """An OpReply of ``name``; with ``outputs``, an op's several outputs, each of ``shape``."""
     meta = pb.types.DTensorMeta(shape=pb.types.Shape(dims=list(shape)), dtype=dtype.number)
-    return pb.tensor.OpReply(output=pb.tensor.TensorInfo(name=name, meta=meta))
+    reply = pb.tensor.OpReply(output=pb.tensor.TensorInfo(name=name, meta=meta))
+    for n in outputs:
+        reply.outputs.add(name=n, meta=meta)
+    return reply
+
+
+#: The registry's schemas the fake lists (ListOps), for the tessera.ops path.
+SCHEMAS = {
+    "aten::max.dim": "max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, "
+                     "Tensor indices)",
+    "aten::native_layer_norm": "native_layer_norm(Tensor input, SymInt[] normalized_shape, "
+                               "Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, "
+                               "Tensor)",
+    "aten::split.Tensor": "split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> "
+                          "Tensor(a)[]",
+    "aten::softmax.int": "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
+}
 
 
 class RecordingTransport:
-    """Records every op sent on the "op stream"; each output is answered (2, 3) float32."""
+    """Records every op sent on the "op stream" and the outputs it names; each output is
+    answered (2, 3) float32."""
 
     op_stream = True
 
     def __init__(self):
         self.calls = []
+        self.outputs = []
 
-    def run_op_on_stream(self, op, inputs, output, pending_inputs):
+    def run_op_on_stream(self, op, inputs, output, pending_inputs, outputs=()):
         self.calls.append((op, list(inputs)))
-        return Answered(op_reply(output, (2, 3)))
+        self.outputs.append((output, list(outputs)))
+        return Answered(op_reply(output or outputs[0], (2, 3), outputs=outputs))
+
+    def list_ops(self, filter=""):
+        return [pb.tensor.OpInfo(name=n, schema=s) for n, s in SCHEMAS.items() if filter in n]
 
     def await_outcome(self, outcome, what):
         pass
@@ -250,6 +274,18 @@ def test_bad_indexes(index, message):
         plan_index(index, lambda: 2)
 
 
+@pytest.mark.parametrize("schema,count", [
+    ("softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", 1),
+    (SCHEMAS["aten::max.dim"], 2), (SCHEMAS["aten::native_layer_norm"], 3),
+    ("var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool "
+     "keepdim=False) -> (Tensor, Tensor)", 2),
+    (SCHEMAS["aten::split.Tensor"], None), ("unbind.int(Tensor(a -> *) self, int dim=0) -> "
+                                            "Tensor(a)[]", None),
+])
+def test_output_count_reads_the_schemas_returns(schema, count):
+    assert output_count(schema) == count
+
+
 @pytest.mark.parametrize("size,chunks,pieces", [
     (5, 4, [(0, 2), (2, 4), (4, 5)]), (3, 4, [(0, 1), (1, 2), (2, 3)]), (0, 4, [(0, 0)] * 4),
     (6, 4, [(0, 2), (2, 4), (4, 6)]), (1, 4, [(0, 1)]), (8, 4, [(0, 2), (2, 4), (4, 6), (6, 8)]),
@@ -262,9 +298,8 @@ def test_split_ranges_are_torchs():
     assert split_ranges(5, 2) == [(0, 2), (2, 4), (4, 5)]
     assert split_ranges(0, 2) == [(0, 0)] and split_ranges(0, 0) == [(0, 0)]
     assert split_ranges(3, 7) == [(0, 3)]
-    assert section_ranges(5, [1, 0, 4]) == [(0, 1), (1, 1), (1, 5)]
-    for bad in (lambda: split_ranges(3, 0), lambda: section_ranges(5, [1, 2]),
-                lambda: chunk_ranges(3, 0), lambda: section_ranges(2, [3, -1])):
+    for bad in (lambda: split_ranges(3, 0), lambda: split_ranges(3, -1),
+                lambda: chunk_ranges(3, 0)):
         with pytest.raises(tessera.InvalidArgument):
             bad()
 
@@ -331,7 +366,7 @@ CALLS = [  # (what, the call it sends)
     (lambda x, y, i: x.mean(dtype=tessera.float64), "aten::mean(x, dtype=float64)"),
     (lambda x, y, i: x.amax(), "aten::amax(x, [], False)"),
     (lambda x, y, i: x.max(), "aten::amax(x, [], False)"),
-    (lambda x, y, i: x.max(1, keepdim=True), "aten::amax(x, [1], True)"),
+    (lambda x, y, i: x.max((0, 1)), "aten::amax(x, [0, 1], False)"),
     (lambda x, y, i: x.max(y), "aten::maximum(x, y)"),
     (lambda x, y, i: x.min(), "aten::amin(x, [], False)"),
     (lambda x, y, i: x.prod(), "aten::prod(x)"),
@@ -407,18 +442,77 @@ def test_each_method_sends_its_op_without_waiting(fake, what, expected):
     assert x._made is not None and y._made is not None  # nothing read the inputs' metadata
 
 
-def test_pieces_read_the_size(fake):
+MULTI = [  # (what, the call it sends, its named tuple's type or None for a plain tuple, outputs)
+    (lambda x: x.max(1), "aten::max.dim(x, 1, False)", tessera.return_types.max, 2),
+    (lambda x: x.max(dim=-1, keepdim=True), "aten::max.dim(x, -1, True)",
+     tessera.return_types.max, 2),
+    (lambda x: tessera.min(x, 0), "aten::min.dim(x, 0, False)", tessera.return_types.min, 2),
+    (lambda x: x.sort(), "aten::sort(x, -1, False)", tessera.return_types.sort, 2),
+    (lambda x: tessera.sort(x, 0, True), "aten::sort(x, 0, True)", tessera.return_types.sort, 2),
+    (lambda x: x.sort(stable=True, descending=True),
+     "aten::sort.stable(x, stable=True, dim=-1, descending=True)", tessera.return_types.sort, 2),
+    (lambda x: x.topk(2), "aten::topk(x, 2, -1, True, True)", tessera.return_types.topk, 2),
+    (lambda x: tessera.topk(x, 1, 0, largest=False), "aten::topk(x, 1, 0, False, True)",
+     tessera.return_types.topk, 2),
+    (lambda x: tessera.var_mean(x), "aten::var_mean.correction(x, None, correction=1, keepdim=False)",
+     None, 2),
+    (lambda x: tessera.var_mean(x, 1, correction=0, keepdim=True),
+     "aten::var_mean.correction(x, [1], correction=0, keepdim=True)", None, 2),
+    (lambda x: tessera.std_mean(x, (0, 1), False),
+     "aten::std_mean.correction(x, [0, 1], correction=0, keepdim=False)", None, 2),
+    (lambda x: aten.max.dim(x, 1), "aten::max.dim(x, 1)", None, 2),
+    (lambda x: aten.native_layer_norm(x, [6], None, None, 1e-5),
+     "aten::native_layer_norm(x, [6], None, None, 1e-05)", None, 3),
+    (lambda x: tessera.ops.call_outputs("max.dim", x, 0), "aten::max.dim(x, 0)", None, 2),
+]
+
+
+@pytest.mark.parametrize("what,expected,kind,count", MULTI, ids=[m[1] for m in MULTI])
+def test_an_op_of_several_outputs_is_one_call_naming_each(fake, what, expected, kind, count):
+    session, make = fake
+    x = make("x")
+    out = what(x)
+    assert sent(session) == [expected]
+    assert type(out) is (kind or tuple) and len(out) == count
+    output, outputs = session.transport.outputs[-1]
+    assert output == "" and outputs == [t.name for t in out]  # the client names every output
+    assert all(t._made is out[0]._made and t._made is not None for t in out)  # one answer
+    assert [t.shape for t in out] == [(2, 3)] * count  # each from its own of reply.outputs
+    if kind is not None:
+        assert out.values is out[0] and out.indices is out[1]
+
+
+def test_argsort_is_sorts_indices(fake):
+    session, make = fake
+    x = make("x")
+    indices = x.argsort(0, descending=True)
+    assert sent(session) == ["aten::sort(x, 0, True)"]
+    assert indices.name == session.transport.outputs[-1][1][1]
+
+
+def test_a_call_of_one_output_through_the_registry_is_one_dtensor(fake):
+    session, make = fake
+    x = make("x")
+    out = aten.softmax.int(x, -1)
+    assert isinstance(out, DTensor) and session.transport.outputs[-1] == (out.name, [])
+    assert isinstance(aten.no_such_op(x), DTensor)  # not listed: one output, refused on touch
+
+
+def test_pieces_are_one_call_counted_from_the_size(fake):
     session, make = fake
     x = make("x", (5, 3))
-    assert len(x.chunk(4)) == 3 and len(x.split(2, 0)) == 3 and len(x.split([1, 4])) == 2
-    assert len(x.unbind(1)) == 3 and len(list(x)) == 5
-    assert sent(session)[:5] == ["aten::slice.Tensor(x, 0, 0, 2, 1)",
-                                 "aten::slice.Tensor(x, 0, 2, 4, 1)",
-                                 "aten::slice.Tensor(x, 0, 4, 5, 1)",
-                                 "aten::slice.Tensor(x, 0, 0, 2, 1)",
-                                 "aten::slice.Tensor(x, 0, 2, 4, 1)"]
-    assert sent(session)[8:11] == ["aten::select.int(x, 1, 0)", "aten::select.int(x, 1, 1)",
-                                   "aten::select.int(x, 1, 2)"]
+    assert len(x.chunk(4)) == 3 and len(x.split(2, 0)) == 3 and len(x.split([1, 0, 4])) == 3
+    assert len(x.unbind(1)) == 3 and len(list(x)) == 5 and len(tessera.chunk(x, 2, 1)) == 2
+    assert sent(session) == ["aten::chunk(x, 4, 0)", "aten::split.Tensor(x, 2, 0)",
+                             "aten::split_with_sizes(x, [1, 0, 4], 0)", "aten::unbind.int(x, 1)",
+                             "aten::unbind.int(x, 0)", "aten::chunk(x, 2, 1)"]
+    assert [len(o) for _, o in session.transport.outputs] == [3, 3, 3, 3, 5, 2]
+    empty = make("empty", (0, 3))
+    assert len(empty.chunk(3)) == 3 and len(empty.split(2)) == 1  # torch's pieces of empty dims
+    assert empty.unbind() == () and len(sent(session)) == 8  # unbind of an empty dim: no call
+    one = make("one", (1, 3))
+    (piece,) = one.split(4)  # one piece: named by `output`, as an op of one output
+    assert session.transport.outputs[-1] == (piece.name, [])
     x3 = make("x3", (2, 3, 4))
     x3.T
     assert sent(session)[-1] == "aten::permute(x3, [2, 1, 0])"

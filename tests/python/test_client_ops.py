@@ -384,6 +384,50 @@ def test_chunk_split_unbind(meshes, layout):
     assert [p.shape for p in x[:0].chunk(2)] == [(0, 3), (0, 3)]  # torch: chunks empty pieces
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_ops_of_several_outputs(meshes, layout, shape):
+    """max/min along a dim, sort, argsort, topk, var_mean, std_mean and native_layer_norm: one
+    call each, every output a DTensor of its own, against numpy (ties cannot occur: the values
+    are distinct floats)."""
+    mesh_name, placements = LAYOUTS[layout]
+    a = data(shape, 13)
+    x = tessera.distribute_tensor(a, meshes[mesh_name], placements)
+    k = min(2, shape[0])
+    a64 = a.astype(np.float64)
+    mean = a64.mean(1, keepdims=True)
+    rstd = 1 / np.sqrt(a64.var(1, keepdims=True) + 1e-5)
+    cases = [
+        (x.max(0), [a.max(0), a.argmax(0)]),
+        (tessera.max(x, 1, keepdim=True), [a.max(1, keepdims=True), a.argmax(1)[:, None]]),
+        (x.min(dim=-1), [a.min(1), a.argmin(1)]),
+        (x.sort(0), [np.sort(a, 0), np.argsort(a, 0, kind="stable")]),
+        (x.sort(1, descending=True), [-np.sort(-a, 1), np.argsort(-a, 1, kind="stable")]),
+        (x.sort(stable=True), [np.sort(a, 1), np.argsort(a, 1, kind="stable")]),
+        ((x.argsort(0, descending=True),), [np.argsort(-a, 0, kind="stable")]),
+        (x.topk(k, 0), [-np.sort(-a, 0)[:k], np.argsort(-a, 0, kind="stable")[:k]]),
+        (tessera.topk(x, 1, largest=False), [a.min(1, keepdims=True), a.argmin(1)[:, None]]),
+        (tessera.var_mean(x, 1), [a64.var(1, ddof=1), a64.mean(1)]),
+        (tessera.var_mean(x, 0, correction=0, keepdim=True),
+         [a64.var(0, keepdims=True), a64.mean(0, keepdims=True)]),
+        (tessera.std_mean(x, correction=0), [a64.std(), a64.mean()]),
+        (tessera.ops.aten.native_layer_norm(x, [shape[1]], None, None, 1e-5),
+         [(a64 - mean) * rstd, mean, rstd]),
+    ]
+    for outputs, expected in cases:
+        assert len(outputs) == len(expected)
+        for out, e in zip(outputs, expected):
+            assert isinstance(out, tessera.DTensor)
+            check(out.full_tensor(), np.asarray(e, dtype=out.dtype.numpy), rtol=1e-4, atol=1e-5)
+    values, indices = x.max(0)  # unpacks as torch's named tuple
+    assert values.dtype == tessera.float32 and indices.dtype == tessera.int64
+    with pytest.raises(tessera.InvalidArgument, match="'k'"):
+        x.topk(shape[0] + 1, 0).indices.shape  # on the op stream: on an output's first touch
+    with pytest.raises(tessera.InvalidArgument, match="aten::max.dim"):
+        x[:0].max(0).values.shape  # torch: max of an empty dim has no value
+    check(x.full_tensor(), a)  # the input is intact
+
+
 # -- indexing ---------------------------------------------------------------------------------------
 
 E = Ellipsis
@@ -716,6 +760,10 @@ def test_the_unary_session_runs_the_same_calls(unary_session):
     check((x[1:, None] * 2 + x.sum(0)).full_tensor(), a[1:, None] * 2 + a.sum(0))
     check(tessera.cat(x.chunk(2, 1)[::-1], 1).full_tensor(), np.concatenate([a[:, 2:], a[:, :2]], 1))
     check(tessera.ops.aten.softmax(x, 0).full_tensor(), softmax(a, 0))
+    values, indices = x.sort(0, descending=True)  # several outputs: the reply names them all
+    check(values.full_tensor(), -np.sort(-a, 0))
+    check(indices.full_tensor(), np.argsort(-a, 0, kind="stable"))
+    check([p.full_tensor() for p in x.unbind(1)], [a[:, i] for i in range(3)])
 
 
 # -- __torch_function__ -----------------------------------------------------------------------------

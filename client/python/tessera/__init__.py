@@ -20,7 +20,7 @@ registry by its ATen name), ``tessera.nn.functional``,
 collectives). Every call has a deadline and raises a :class:`TesseraError` subclass carrying the
 gRPC code and the service's message."""
 
-from . import distributed, functions, nn, ops
+from . import distributed, functions, nn, ops, return_types
 from .dtensor import (DTensor, InputRedistribution, RedistributePlan, RedistributeStep, arange,
                       call_factory, distribute_tensor, empty, eye, full, get_tensor, load,
                       manual_seed, ones, rand, rand_like, randint, randint_like, randn,
@@ -51,7 +51,7 @@ __all__ = [
     "DTensor", "distribute_tensor", "get_tensor", "zeros", "ones", "full", "empty", "rand",
     "randn", "arange", "eye", "randint", "rand_like", "randn_like", "randint_like",
     "call_factory", "manual_seed", "save", "load", "RedistributePlan", "RedistributeStep", "InputRedistribution",
-    "ops", "nn", "distributed",
+    "ops", "nn", "distributed", "return_types",
     "Module", "ModuleOutput", "StepResult", "load_module", "get_module", "list_modules",
     "ParallelStyle", "ColwiseParallel", "RowwiseParallel", "SequenceParallel",
     "PrepareModuleInput", "PrepareModuleOutput", "parallelize_module", "distribute_module",

@@ -28,7 +28,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import dtypes as _dt
-from .errors import InvalidArgument, TesseraError, Unimplemented, UnsupportedOp
+from .errors import DataLoss, InvalidArgument, TesseraError, Unimplemented, UnsupportedOp
 from .interop import HostBuffer, as_buffer, wrap_output
 from .mesh import DeviceMesh
 from .op_args import encode_call
@@ -51,14 +51,15 @@ _ShapeArg = Union[int, Sequence[int]]
 #: client's decompositions run: using them raises UnsupportedOp, naming what runs.
 TORCH_ONLY = frozenset("""
     softplus repeat tile flip roll take masked_select nonzero unique
-    sort argsort topk kthvalue median mode dist einsum outer kron cross diag diagonal trace
+    kthvalue median mode dist einsum outer kron cross diag diagonal trace
     baddbmm addcmul addcdiv lerp log10 exp2 tan asin acos atan atan2 sinh cosh fmod hypot
     dropout backward requires_grad_ cuda item tolist
 """.split())
 SUPPORTED_OPS = ("the ops of its registry (tessera.ops.list_ops(); tessera.ops.aten.<name> calls "
                  "any of them): pointwise math, comparisons and logic, reductions (sum, mean, "
-                 "amax/amin, prod, any/all, argmax/argmin, var/std, logsumexp, cumsum/cumprod), "
-                 "softmax and log_softmax, mm/matmul/addmm/bmm/linear, views (view, reshape, "
+                 "amax/amin, prod, any/all, argmax/argmin, var/std, logsumexp, cumsum/cumprod, "
+                 "max/min along a dim with their indices, var_mean/std_mean), sort, argsort, "
+                 "topk, softmax and log_softmax, mm/matmul/addmm/bmm/linear, views (view, reshape, "
                  "flatten, unflatten, squeeze, unsqueeze, permute, transpose, expand), cat, stack, "
                  "basic and advanced indexing, chunk/split/unbind, narrow, index_select, gather, "
                  "scatter/scatter_add, index_put, tril/triu, norms (norm, layer_norm, rms_norm), "
@@ -148,7 +149,7 @@ class DTensor(TensorMath, TensorShape):
 
     __slots__ = ("_session", "_name", "_mesh", "_shape", "_dtype", "_placements", "_shards",
                  "_nbytes", "_owner", "_state", "_error", "_kind", "_finalizer", "_made",
-                 "_redistributions", "plan", "relayed_bytes", "__weakref__")
+                 "_redistributions", "_index", "plan", "relayed_bytes", "__weakref__")
 
     def __init__(self) -> None:  # handles come from the factories, ops and from_local
         raise TypeError("make DTensors with tessera.distribute_tensor, DTensor.from_local, the "
@@ -168,6 +169,7 @@ class DTensor(TensorMath, TensorShape):
         self._mesh = mesh.root_mesh
         self._kind = kind
         self._made: Optional[Outcome] = None
+        self._index: Optional[int] = None
         self._redistributions: Tuple[InputRedistribution, ...] = ()
         self.plan: Optional[RedistributePlan] = None
         self.relayed_bytes = 0
@@ -178,14 +180,16 @@ class DTensor(TensorMath, TensorShape):
 
     @classmethod
     def _on_stream(cls, session: Session, name: str, mesh: DeviceMesh, kind: str,
-                   made: Outcome) -> "DTensor":
-        """The output of an op sent on the op stream: its metadata comes from ``made``."""
+                   made: Outcome, index: Optional[int] = None) -> "DTensor":
+        """The output of an op sent on the op stream: its metadata comes from ``made``; output
+        ``index`` of an op with several outputs (its reply's ``outputs``), else its only one."""
         self = object.__new__(cls)
         self._session = session
         self._name = name
         self._mesh = mesh
         self._kind = kind
         self._made = made
+        self._index = index
         self._redistributions = ()
         self.plan = None
         self.relayed_bytes = 0
@@ -204,10 +208,19 @@ class DTensor(TensorMath, TensorShape):
             raise type(error)(f"the op that makes '{self._name}' failed: {error.message}",
                               error.code)
         reply = made.reply
-        self._update(reply.output)
+        if self._index is None:
+            self._update(reply.output)
+            _free_other_outputs(self._session, reply)
+        else:
+            infos = reply.outputs or [reply.output]
+            if self._index >= len(infos):
+                raise DataLoss(f"the op that makes '{self._name}' answered {len(infos)} "
+                               f"outputs, not its output {self._index}")
+            self._update(infos[self._index])
         self._redistributions = _redistributions_from_proto(reply)
         self._made = None
-        made.reply = None  # the answer's message is not kept alive by the handle's finalizer
+        if self._index is None:
+            made.reply = None  # the answer's message is not kept alive by the handle's finalizer
         return self
 
     def _update(self, info: Any) -> None:
@@ -435,6 +448,11 @@ class DTensor(TensorMath, TensorShape):
 
     def _op(self, op: str, /, *args: Any, **kwargs: Any) -> "DTensor":
         return call(op, *args, **kwargs)
+
+    def _op_outputs(self, op: str, count: int, /, *args: Any, **kwargs: Any
+                    ) -> Tuple["DTensor", ...]:
+        call_op, inputs = encode_call(op, args, kwargs, DTensor)
+        return _run_outputs(call_op, inputs, count)
 
     def _dtype_if_known(self) -> Optional[_dt.DType]:
         return None if self._made is not None else self._dtype
@@ -693,7 +711,9 @@ def call(name: str, /, *args: Any, **kwargs: Any) -> DTensor:
     "softmax" for its default overload) on ``args`` and ``kwargs`` as its schema names them
     (op_args.py encodes them), with sharding propagation: the output's ``redistributions`` list
     the implicit redistributions the chosen strategy needed. On the op stream it returns at
-    once, what the service refuses raising on the output's first touch."""
+    once, what the service refuses raising on the output's first touch. Of an op with several
+    outputs it gives the first and frees the others once answered (tessera.ops.call_outputs
+    gives them all)."""
     op, inputs = encode_call(name, args, kwargs, DTensor)
     return _run(op, inputs)
 
@@ -734,30 +754,93 @@ def _run(op: Any, inputs: Sequence[DTensor], mesh: Optional[DeviceMesh] = None,
     if not inputs:
         return _run_factory(op, mesh, placements)
     first = inputs[0]
-    session = first.session
-    for x in inputs:
-        if x.session is not session:
-            raise InvalidArgument(f"{op.name}: an op's DTensors must come from one session")
+    session = _session_of(op, inputs)
     transport = session.transport
     # A layout only for a factory that asks for one (the transport's plain call otherwise).
     layout = {} if mesh is None else {"mesh": mesh.name, "placements": placements}
     if transport.op_stream is None:
         reply = transport.run_op(op, [x.name for x in inputs], **layout)
-        out = DTensor._adopt(session, reply.output, first.device_mesh, kind=first._kind)
-        out._redistributions = _redistributions_from_proto(reply)
-        return out
+        _free_other_outputs(session, reply)
+        return _adopt_outputs(session, reply, [reply.output], first)[0]
+    name = session.next_tensor_name()
+    made = transport.run_op_on_stream(op, [x.name for x in inputs], name, _pending(inputs),
+                                      **layout)
+    return DTensor._on_stream(session, name, first.device_mesh, first._kind, made)
+
+
+def _run_outputs(op: Any, inputs: Sequence[DTensor], count: Optional[int]
+                 ) -> Tuple[DTensor, ...]:
+    """Runs an OpCall with several outputs, ``count`` of them, on its input DTensors: one
+    RunOp, or on the op stream one call naming every output, each output's handle answered by
+    the call's one outcome. ``count`` None (a ``Tensor[]`` whose length only the service
+    knows) or 0: the op stream's call is waited for."""
+    if not inputs:
+        raise InvalidArgument(f"{op.name} takes a DTensor argument (numbers alone have no mesh)")
+    first = inputs[0]
+    session = _session_of(op, inputs)
+    transport = session.transport
+    names = [x.name for x in inputs]
+    if transport.op_stream is None:
+        reply = transport.run_op(op, names)
+    elif not count:
+        made = transport.run_op_on_stream(op, names, session.next_tensor_name(),
+                                          _pending(inputs))
+        transport.await_outcome(made, f"the op that makes '{made.name}'")
+        error = made.error()
+        if error is not None:
+            raise error
+        reply = made.reply
+    else:
+        outputs = [session.next_tensor_name() for _ in range(count)]
+        if count == 1:  # `output`, which a decomposed op's graph names too
+            made = transport.run_op_on_stream(op, names, outputs[0], _pending(inputs))
+        else:
+            made = transport.run_op_on_stream(op, names, "", _pending(inputs), outputs=outputs)
+        return tuple(DTensor._on_stream(session, name, first.device_mesh, first._kind, made, i)
+                     for i, name in enumerate(outputs))
+    infos = list(reply.outputs) or ([reply.output] if reply.output.name else [])
+    return _adopt_outputs(session, reply, infos, first)
+
+
+def _session_of(op: Any, inputs: Sequence[DTensor]) -> Session:
+    """The one session of an op's input DTensors."""
+    session = inputs[0].session
+    for x in inputs:
+        if x.session is not session:
+            raise InvalidArgument(f"{op.name}: an op's DTensors must come from one session")
+    return session
+
+
+def _pending(inputs: Sequence[DTensor]) -> Tuple[Outcome, ...]:
+    """The outcomes of the inputs' own ops not answered yet; raises why an input does not
+    exist when its op failed."""
     pending: List[Outcome] = []
     for x in inputs:
         made = x._made
         if made is not None:
             if made.failed:
-                x._settled()  # raises why the input does not exist
+                x._settled()
             if not made.done:
                 pending.append(made)
-    name = session.next_tensor_name()
-    made = transport.run_op_on_stream(op, [x.name for x in inputs], name, tuple(pending),
-                                      **layout)
-    return DTensor._on_stream(session, name, first.device_mesh, first._kind, made)
+    return tuple(pending)
+
+
+def _adopt_outputs(session: Session, reply: Any, infos: Sequence[Any], first: DTensor
+                   ) -> Tuple[DTensor, ...]:
+    """Handles of the outputs ``infos`` of OpReply ``reply``, each with its redistributions."""
+    redistributions = _redistributions_from_proto(reply)
+    outs = []
+    for info in infos:
+        out = DTensor._adopt(session, info, first.device_mesh, kind=first._kind)
+        out._redistributions = redistributions
+        outs.append(out)
+    return tuple(outs)
+
+
+def _free_other_outputs(session: Session, reply: Any) -> None:
+    """Frees the outputs past the first of an op run for its first only (``call``)."""
+    for info in reply.outputs[1:]:
+        session.transport.free_tensor_later(info.name)
 
 
 def _run_factory(op: Any, mesh: DeviceMesh, placements: Sequence[Any]) -> DTensor:

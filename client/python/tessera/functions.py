@@ -1,16 +1,17 @@
 """torch's functions on DTensors: ``tessera.exp(x)``, ``tessera.cat([x, y])``,
 ``tessera.where(c, x, y)``... with torch's signatures. Where torch's function is its Tensor
 method with the tensor first (``torch.sum(x, 1)`` is ``x.sum(1)``), it is that method
-(tensor_math.py, tensor_shape.py); cat, stack, where and the ``*_like`` factories are ops of
-their own."""
+(tensor_math.py, tensor_shape.py); cat, stack, where, var_mean, std_mean and the ``*_like``
+factories are ops of their own. ``max``/``min`` along a dim, ``sort`` and ``topk`` return torch's
+named tuples (return_types.py), ``var_mean`` and ``std_mean`` a (var, mean) tuple."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from .dtensor import DTensor, call
 from .errors import InvalidArgument, Unimplemented
-from .tensor_math import is_number
+from .tensor_math import is_number, moment_args
 
 __all__ = [
     # pointwise
@@ -24,7 +25,9 @@ __all__ = [
     "clip", "clamp_min", "clamp_max",
     # reductions
     "sum", "mean", "amax", "amin", "max", "min", "prod", "any", "all", "argmax", "argmin", "var",
-    "std", "logsumexp", "cumsum", "cumprod", "softmax", "log_softmax",
+    "std", "var_mean", "std_mean", "logsumexp", "cumsum", "cumprod", "softmax", "log_softmax",
+    # sorting
+    "sort", "argsort", "topk",
     # matmul
     "mm", "matmul", "bmm", "addmm",
     # views and pieces
@@ -38,12 +41,16 @@ __all__ = [
 ]
 
 
+def _dtensor(input: Any, name: str) -> DTensor:
+    if not isinstance(input, DTensor):
+        raise InvalidArgument(f"tessera.{name} takes a DTensor, not {type(input).__name__}")
+    return input
+
+
 def _method(name: str) -> Callable[..., Any]:
     """torch.<name>(input, ...) as ``input.<name>(...)``."""
     def function(input: DTensor, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(input, DTensor):
-            raise InvalidArgument(f"tessera.{name} takes a DTensor, not {type(input).__name__}")
-        return getattr(input, name)(*args, **kwargs)
+        return getattr(_dtensor(input, name), name)(*args, **kwargs)
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = f"torch.{name}(input, ...): input.{name}(...). " + \
@@ -136,6 +143,10 @@ cumprod = _method("cumprod")
 softmax = _method("softmax")
 log_softmax = _method("log_softmax")
 
+sort = _method("sort")
+argsort = _method("argsort")
+topk = _method("topk")
+
 mm = _method("mm")
 matmul = _method("matmul")
 bmm = _method("bmm")
@@ -213,3 +224,26 @@ def ones_like(input: DTensor, *, dtype: Any = None) -> DTensor:
 def full_like(input: DTensor, fill_value: Any, *, dtype: Any = None) -> DTensor:
     """torch.full_like: ``fill_value`` everywhere (aten::full_like)."""
     return call("full_like", input, fill_value, **({} if dtype is None else {"dtype": dtype}))
+
+
+def _moment_mean(name: str, input: DTensor, dim: Any, unbiased: Optional[bool], keepdim: bool,
+                 correction: Any) -> Tuple[DTensor, DTensor]:
+    """torch.<name> (var_mean or std_mean) as one call of aten::<name>.correction."""
+    x = _dtensor(input, name)
+    dims, correction = moment_args(name, dim, unbiased, correction)
+    return tuple(x._op_outputs(f"{name}.correction", 2, x, dims, correction=correction,
+                               keepdim=keepdim))  # type: ignore[return-value]
+
+
+def var_mean(input: DTensor, dim: Any = None, unbiased: Optional[bool] = None,
+             keepdim: bool = False, *, correction: Any = None) -> Tuple[DTensor, DTensor]:
+    """torch.var_mean: (var, mean) over ``dim`` (None: every dim) with ``correction`` (1 by
+    default; ``unbiased=False`` is 0), as ``var_mean(input, dim, unbiased, keepdim)`` or
+    ``var_mean(input, unbiased)`` too; one call of aten::var_mean.correction."""
+    return _moment_mean("var_mean", input, dim, unbiased, keepdim, correction)
+
+
+def std_mean(input: DTensor, dim: Any = None, unbiased: Optional[bool] = None,
+             keepdim: bool = False, *, correction: Any = None) -> Tuple[DTensor, DTensor]:
+    """torch.std_mean: (std, mean), as var_mean (aten::std_mean.correction)."""
+    return _moment_mean("std_mean", input, dim, unbiased, keepdim, correction)

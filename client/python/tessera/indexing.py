@@ -1,6 +1,7 @@
-"""torch's decompositions of basic indexing, ``chunk``, ``split`` and ``unbind`` into single
-registry ops, as plans: which op runs with which arguments (after the tensor itself). Pure
-functions of the index and sizes; the DTensor methods run the plans.
+"""torch's decomposition of basic indexing into single registry ops, as plans: which op runs
+with which arguments (after the tensor itself); and the pieces torch's ``chunk`` and ``split``
+make of a dim, whose count is their op's number of outputs. Pure functions of the index and
+sizes; the DTensor methods run the plans.
 
 ``x[i, a:b:s, None, ...]`` is ``select.int`` for an int, ``slice.Tensor`` for a slice (``:``
 alone is no op), ``unsqueeze`` for None (and a bool: True adds a dim of 1, False one of 0), an
@@ -20,8 +21,7 @@ import numpy as np
 
 from .errors import InvalidArgument
 
-__all__ = ["Step", "plan_index", "is_tensor_index", "chunk_ranges", "split_ranges",
-           "section_ranges"]
+__all__ = ["Step", "plan_index", "is_tensor_index", "chunk_ranges", "split_ranges"]
 
 
 @dataclass(frozen=True)
@@ -157,15 +157,3 @@ def chunk_ranges(size: int, chunks: int) -> List[Tuple[int, int]]:
         return [(0, 0)] * chunks
     return split_ranges(size, split_size)
 
-
-def section_ranges(size: int, sections: Sequence[int]) -> List[Tuple[int, int]]:
-    """torch.split(x, [s0, s1, ...])'s pieces, which must add up to ``size``."""
-    sizes = [_int(s, "a split size") for s in sections]
-    if any(s < 0 for s in sizes) or builtins.sum(sizes) != size:
-        raise InvalidArgument(f"split: split sizes {sizes} must be non-negative and add up to "
-                              f"the dim's size {size}")
-    out, start = [], 0
-    for s in sizes:
-        out.append((start, start + s))
-        start += s
-    return out

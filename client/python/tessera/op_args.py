@@ -11,7 +11,7 @@ None ``None``. This module only encodes: it never talks to the service."""
 from __future__ import annotations
 
 import builtins
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,12 +19,26 @@ from . import dtypes as _dt
 from .errors import InvalidArgument
 from .transport import pb
 
-__all__ = ["qualified_name", "encode_call", "is_dtype"]
+__all__ = ["qualified_name", "encode_call", "is_dtype", "output_count"]
 
 
 def qualified_name(name: str) -> str:
     """``name`` as the registry spells it: "softmax.int" is "aten::softmax.int"."""
     return name if "::" in name else f"aten::{name}"
+
+
+def output_count(schema: str) -> Optional[int]:
+    """How many tensors an op of torch schema ``schema`` returns: "-> Tensor" 1, "-> (Tensor
+    values, Tensor indices)" 2; None for a list ("-> Tensor[]"), whose length the call
+    decides."""
+    if "->" not in schema:
+        return 1
+    returns = schema.rpartition("->")[2].strip()
+    if "[]" in returns:
+        return None
+    if returns.startswith("("):
+        return len([r for r in returns[1:-1].split(",") if r.strip()])
+    return 1
 
 
 def is_dtype(value: Any) -> bool:

@@ -5,20 +5,25 @@ any registered op is callable without a client-side list; ``list_ops()`` (RPC Li
 them with their torch schemas, and ``dir(tessera.ops.aten)`` and an overload packet's
 ``overloads()`` read that list. Arguments follow the op's torch schema (op_args.py encodes
 them); an unknown op raises Unimplemented naming it, a bad argument InvalidArgument naming it,
-on the output's first touch (dtensor.py)."""
+on the output's first touch (dtensor.py). An op whose schema returns several tensors
+(``aten.max.dim``, ``aten.native_layer_norm``, ``aten.split.Tensor``) returns a tuple of them,
+from one call: its schema, from the session's ListOps fetched once, says how many."""
 
 from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from .dtensor import DTensor, call
+from .dtensor import DTensor, _run, _run_outputs
 from .errors import TesseraError
-from .op_args import qualified_name
+from .op_args import encode_call, output_count, qualified_name
 from .session import Session, get_session
 
-__all__ = ["OpInfo", "OpOverload", "OpOverloadPacket", "aten", "call", "list_ops"]
+__all__ = ["OpInfo", "OpOverload", "OpOverloadPacket", "aten", "call", "call_outputs",
+           "list_ops"]
+
+Outputs = Union[DTensor, Tuple[DTensor, ...]]
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class OpInfo:
         return self.schema or self.name
 
 
-_listed: "weakref.WeakKeyDictionary[Session, Tuple[OpInfo, ...]]" = weakref.WeakKeyDictionary()
+_listed: "weakref.WeakKeyDictionary[Session, Dict[str, OpInfo]]" = weakref.WeakKeyDictionary()
 
 
 def list_ops(filter: str = "", session: Optional[Session] = None  # noqa: A002 - ListOps's
@@ -48,18 +53,51 @@ def list_ops(filter: str = "", session: Optional[Session] = None  # noqa: A002 -
                  for o in s.transport.list_ops(filter))
 
 
+def _registry(session: Session) -> Dict[str, OpInfo]:
+    """``session``'s registry by op name, fetched once; empty if ListOps fails."""
+    if session not in _listed:
+        try:
+            _listed[session] = {o.name: o for o in list_ops(session=session)}
+        except TesseraError:
+            return {}
+    return _listed[session]
+
+
 def _known_ops() -> Tuple[OpInfo, ...]:
-    """The default session's registry, fetched once; empty without a session."""
+    """The default session's registry; empty without a session."""
     try:
         s = get_session(None)
     except TesseraError:
         return ()
-    if s not in _listed:
-        try:
-            _listed[s] = list_ops(session=s)
-        except TesseraError:
-            return ()
-    return _listed[s]
+    return tuple(_registry(s).values())
+
+
+def _output_count(op: Any, inputs: Sequence[DTensor]) -> Optional[int]:
+    """How many outputs OpCall ``op`` gives by its schema in its inputs' session's registry
+    (None: a Tensor[]); 1 for an op the registry does not list."""
+    if not inputs:
+        return 1
+    info = _registry(inputs[0].session).get(op.name)
+    return 1 if info is None else output_count(info.schema)
+
+
+def call(name: str, /, *args: Any, **kwargs: Any) -> Outputs:
+    """Runs registry op ``name`` on ``args`` and ``kwargs`` as tessera.dtensor.call does: its
+    DTensor, or the tuple of call_outputs for an op whose schema returns several tensors."""
+    op, inputs = encode_call(name, args, kwargs, DTensor)
+    count = _output_count(op, inputs)
+    if count == 1:
+        return _run(op, inputs)
+    return _run_outputs(op, inputs, count)
+
+
+def call_outputs(name: str, /, *args: Any, **kwargs: Any) -> Tuple[DTensor, ...]:
+    """Runs registry op ``name`` as one call and returns every output in its schema's order:
+    as many as the schema returns, or for a ``Tensor[]`` (split, chunk, unbind) as many as the
+    service makes, the op stream then waiting for the answer. On the op stream the outputs
+    share the call's answer: what the service refuses raises on each output's first touch."""
+    op, inputs = encode_call(name, args, kwargs, DTensor)
+    return _run_outputs(op, inputs, _output_count(op, inputs))
 
 
 def _split(name: str) -> Tuple[str, str]:
@@ -76,7 +114,7 @@ class OpOverload:
     def __init__(self, name: str) -> None:
         self.name = qualified_name(name)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> DTensor:
+    def __call__(self, *args: Any, **kwargs: Any) -> Outputs:
         return call(self.name, *args, **kwargs)
 
     @property
@@ -103,7 +141,7 @@ class OpOverloadPacket:
             raise AttributeError(overload)
         return OpOverload(self.name if overload == "default" else f"{self.name}.{overload}")
 
-    def __call__(self, *args: Any, **kwargs: Any) -> DTensor:
+    def __call__(self, *args: Any, **kwargs: Any) -> Outputs:
         return call(self.name, *args, **kwargs)
 
     def overloads(self) -> List[str]:

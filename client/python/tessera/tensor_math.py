@@ -1,21 +1,23 @@
 """A DTensor's math under torch.Tensor's names: operators, pointwise ops, comparisons,
-reductions, softmax and matmul, each one op of the service's registry (ATen's name in the
-code). A number operand is a wrapped number, as in torch: ``int32_dt + 2`` stays int32,
-``int32_dt + 2.5`` is float32. tensor_shape.py holds the views and indexing."""
+reductions, sorting, softmax and matmul, each one op of the service's registry (ATen's name in
+the code). A number operand is a wrapped number, as in torch: ``int32_dt + 2`` stays int32,
+``int32_dt + 2.5`` is float32. An op with several outputs (``x.max(1)``, ``x.sort()``) returns
+torch's named tuple of them (return_types.py). tensor_shape.py holds the views and indexing."""
 
 from __future__ import annotations
 
 import builtins
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import return_types
 from .errors import InvalidArgument, Unimplemented
 
 if TYPE_CHECKING:
     from .dtensor import DTensor
 
-__all__ = ["TensorMath", "is_number", "dims_arg"]
+__all__ = ["TensorMath", "is_number", "dims_arg", "moment_args"]
 
 Dims = Optional[Union[int, Sequence[int]]]
 
@@ -33,6 +35,26 @@ def dims_arg(dim: Dims) -> Optional[List[int]]:
     if isinstance(dim, (builtins.int, np.integer)):
         return [builtins.int(dim)]
     return [builtins.int(d) for d in dim]
+
+
+def _is_dim(value: Any) -> bool:
+    """Whether ``value`` is one dim (an int, not a bool)."""
+    return isinstance(value, (builtins.int, np.integer)) and \
+        not isinstance(value, (builtins.bool, np.bool_))
+
+
+def moment_args(name: str, dim: Any, unbiased: Optional[bool], correction: Any
+                ) -> Tuple[Optional[List[int]], Any]:
+    """The ``dim`` and ``correction`` of var, std, var_mean and std_mean from torch's forms:
+    ``(dim, unbiased, keepdim)``, ``(unbiased)`` or ``correction=`` (1 by default;
+    ``unbiased=False`` is 0)."""
+    if isinstance(dim, (builtins.bool, np.bool_)):  # var(unbiased)
+        dim, unbiased = None, builtins.bool(dim)
+    if unbiased is not None and correction is not None:
+        raise InvalidArgument(f"{name}: pass unbiased or correction, not both")
+    if correction is None:
+        correction = 0 if unbiased is False else 1
+    return dims_arg(dim), correction
 
 
 def _keywords(**kwargs: Any) -> dict:
@@ -84,6 +106,10 @@ class TensorMath:
 
     def _op(self, op: str, /, *args: Any, **kwargs: Any) -> "DTensor":
         raise NotImplementedError  # DTensor runs it on the service
+
+    def _op_outputs(self, op: str, count: int, /, *args: Any, **kwargs: Any
+                    ) -> Tuple["DTensor", ...]:
+        raise NotImplementedError  # DTensor runs it: one call, ``count`` outputs
 
     # -- operators -------------------------------------------------------------------------------
 
@@ -330,18 +356,23 @@ class TensorMath:
         """torch.Tensor.amin: the minimum over ``dim`` (aten::amin)."""
         return self._op("amin", self, dims_arg(dim) or [], keepdim)
 
-    def max(self, dim: Any = None, keepdim: bool = False) -> "DTensor":
+    def max(self, dim: Any = None, keepdim: bool = False) -> Any:
         """torch.Tensor.max: ``x.max()`` the maximum (aten::amax over every dim);
-        ``x.max(other)`` maximum(x, other); ``x.max(dim)`` the values of torch's (values,
-        indices) only (amax)."""
+        ``x.max(other)`` maximum(x, other); ``x.max(dim)`` torch's (values, indices) as a
+        return_types.max, the index the first of ties (aten::max.dim). A list or tuple of
+        dims, which torch does not take, gives the values only (amax), as before."""
         if isinstance(dim, TensorMath):
             return self.maximum(dim)
+        if _is_dim(dim):
+            return return_types.max(*self._op_outputs("max.dim", 2, self, dim, keepdim))
         return self.amax(dim, keepdim)
 
-    def min(self, dim: Any = None, keepdim: bool = False) -> "DTensor":
-        """torch.Tensor.min: as max, with amin and minimum."""
+    def min(self, dim: Any = None, keepdim: bool = False) -> Any:
+        """torch.Tensor.min: as max, with amin, minimum, min.dim and return_types.min."""
         if isinstance(dim, TensorMath):
             return self.minimum(dim)
+        if _is_dim(dim):
+            return return_types.min(*self._op_outputs("min.dim", 2, self, dim, keepdim))
         return self.amin(dim, keepdim)
 
     def prod(self, dim: Optional[int] = None, keepdim: bool = False, *, dtype: Any = None
@@ -391,13 +422,8 @@ class TensorMath:
 
     def _moment(self, name: str, dim: Any, unbiased: Optional[bool], keepdim: bool,
                 correction: Any) -> "DTensor":
-        if isinstance(dim, (builtins.bool, np.bool_)):  # var(unbiased)
-            dim, unbiased = None, builtins.bool(dim)
-        if unbiased is not None and correction is not None:
-            raise InvalidArgument(f"{name}: pass unbiased or correction, not both")
-        if correction is None:
-            correction = 0 if unbiased is False else 1
-        return self._op(f"{name}.correction", self, dims_arg(dim), correction=correction,
+        dims, correction = moment_args(name, dim, unbiased, correction)
+        return self._op(f"{name}.correction", self, dims, correction=correction,
                         keepdim=keepdim)
 
     def logsumexp(self, dim: Union[int, Sequence[int]], keepdim: bool = False) -> "DTensor":
@@ -432,6 +458,30 @@ class TensorMath:
         """torch.Tensor.log_softmax: log(softmax(x)) along ``dim``, stably
         (aten::log_softmax.int)."""
         return self._op("log_softmax.int", self, dim, *([] if dtype is None else [dtype]))
+
+    # -- sorting ---------------------------------------------------------------------------------
+
+    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False
+             ) -> return_types.sort:
+        """torch.Tensor.sort: the values along ``dim`` in order and the index each came from,
+        as a return_types.sort; always stable (equal values keep their order, NaN above every
+        number) (aten::sort; ``stable=True``, aten::sort.stable)."""
+        if stable:
+            return return_types.sort(*self._op_outputs(
+                "sort.stable", 2, self, stable=True, dim=dim, descending=descending))
+        return return_types.sort(*self._op_outputs("sort", 2, self, dim, descending))
+
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False
+                ) -> "DTensor":
+        """torch.Tensor.argsort: the indices of sort (aten::sort)."""
+        return self.sort(dim, descending, stable).indices
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
+             ) -> return_types.topk:
+        """torch.Tensor.topk: the ``k`` largest (``largest=False``: smallest) values along
+        ``dim`` and their indices, as a return_types.topk, the lower index first among equals
+        (aten::topk)."""
+        return return_types.topk(*self._op_outputs("topk", 2, self, k, dim, largest, sorted))
 
     # -- matmul ----------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """A DTensor's views, casts and indexing under torch.Tensor's names, each one op of the
 service's registry (ATen's name in the code), or several where torch decomposes one:
-``chunk``, ``split`` and ``unbind`` are slices and selects, ``x[...]`` selects, slices and
-unsqueezes (indexing.py). A view keeps its Shard placements where every rank's block stays a
+``x[...]`` selects, slices and unsqueezes (indexing.py). ``chunk``, ``split`` and ``unbind``
+are one op each with one output per piece, their count from the dim's size (indexing.py). A view keeps its Shard placements where every rank's block stays a
 block of the view, else the service replicates the input first (``redistributions`` says)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import InvalidArgument, Unimplemented
-from .indexing import Step, chunk_ranges, plan_index, section_ranges, split_ranges
+from .indexing import Step, chunk_ranges, plan_index, split_ranges
 from .op_args import is_dtype
 
 if TYPE_CHECKING:
@@ -39,6 +39,10 @@ class TensorShape:
 
     def _op(self, op: str, /, *args: Any, **kwargs: Any) -> "DTensor":
         raise NotImplementedError  # DTensor runs it on the service
+
+    def _op_outputs(self, op: str, count: int, /, *args: Any, **kwargs: Any
+                    ) -> Tuple["DTensor", ...]:
+        raise NotImplementedError  # DTensor runs it: one call, ``count`` outputs
 
     # -- views -----------------------------------------------------------------------------------
 
@@ -297,26 +301,28 @@ class TensorShape:
         """torch.Tensor.triu: the upper triangle (aten::triu)."""
         return self._op("triu", self, diagonal)
 
-    def _slices(self, dim: int, ranges: Sequence[Tuple[int, int]]) -> Tuple["DTensor", ...]:
-        return tuple(self._op("slice.Tensor", self, dim, b, e, 1) for b, e in ranges)
-
     def chunk(self, chunks: int, dim: int = 0) -> Tuple["DTensor", ...]:
         """torch.Tensor.chunk: ``chunks`` pieces of ceil(size / chunks) along ``dim`` (fewer
-        where they do not divide), each a slice.Tensor."""
-        return self._slices(dim, chunk_ranges(self.size(dim), chunks))  # type: ignore
+        where they do not divide; ``chunks`` empty pieces of an empty dim), one aten::chunk.
+        The pieces keep the Shard placements of the other dims."""
+        count = len(chunk_ranges(self.size(dim), chunks))  # type: ignore[attr-defined]
+        return self._op_outputs("chunk", count, self, chunks, dim)
 
     def split(self, split_size_or_sections: Any, dim: int = 0) -> Tuple["DTensor", ...]:
-        """torch.Tensor.split: pieces of ``split_size`` along ``dim`` (the last smaller), or of
-        the sizes in a list, each a slice.Tensor."""
-        size = self.size(dim)  # type: ignore[attr-defined]
+        """torch.Tensor.split: pieces of ``split_size`` along ``dim`` (the last smaller; one
+        empty piece of an empty dim), one aten::split.Tensor; or of the sizes in a list, which
+        must add up to the dim's size, one aten::split_with_sizes."""
         if isinstance(split_size_or_sections, (builtins.int, np.integer)):
-            ranges = split_ranges(size, builtins.int(split_size_or_sections))
-        else:
-            ranges = section_ranges(size, split_size_or_sections)
-        return self._slices(dim, ranges)
+            split_size = builtins.int(split_size_or_sections)
+            count = len(split_ranges(self.size(dim), split_size))  # type: ignore[attr-defined]
+            return self._op_outputs("split.Tensor", count, self, split_size, dim)
+        sizes = list(size_arg((split_size_or_sections,)))
+        return self._op_outputs("split_with_sizes", len(sizes), self, sizes, dim)
 
     def unbind(self, dim: int = 0) -> Tuple["DTensor", ...]:
-        """torch.Tensor.unbind: every index of ``dim``, each a select.int."""
-        return tuple(self._op("select.int", self, dim, i)
-                     for i in range(self.size(dim)))  # type: ignore[attr-defined]
-
+        """torch.Tensor.unbind: every index of ``dim``, that dim removed, one aten::unbind.int;
+        () for an empty dim, without a call."""
+        count = self.size(dim)  # type: ignore[attr-defined]
+        if count == 0:
+            return ()
+        return self._op_outputs("unbind.int", count, self, dim)

@@ -333,15 +333,17 @@ class Transport:
 
     def run_op_on_stream(self, op: Any, inputs: Sequence[str], output: str,
                          pending_inputs: Tuple[Outcome, ...], mesh: str = "",
-                         placements: Sequence[Any] = ()) -> Outcome:
+                         placements: Sequence[Any] = (), outputs: Sequence[str] = ()
+                         ) -> Outcome:
         """Sends an op on the op stream, described, without waiting; its outcome (``reply``:
         the OpReply RunOp would give). ``pending_inputs``: the outcomes of the inputs' own ops
-        that are not known yet."""
+        that are not known yet. ``outputs``: the names of an op's several outputs (``output``
+        then empty); the outcome is named after the first."""
         request = tensor_pb2.OpRequest(op=op, inputs=inputs, output=output, mesh=mesh,
-                                       placements=list(placements))
+                                       placements=list(placements), outputs=list(outputs))
         call = dtensor_pb2.StreamCall(op=request, describe=True)
         assert self.op_stream is not None
-        return self.op_stream.send(call, output, pending_inputs)
+        return self.op_stream.send(call, output or next(iter(outputs), ""), pending_inputs)
 
     def await_outcome(self, outcome: Outcome, what: str) -> None:
         """Waits up to the plain deadline for a stream call's result (DeadlineExceeded
@@ -420,11 +422,13 @@ class Transport:
         return self.unary(self.dtensors.LoadTensor, request)
 
     def run_op(self, op: Any, inputs: Sequence[str], output: str = "", mesh: str = "",
-               placements: Sequence[Any] = ()) -> Any:
-        """RunOp; ``mesh`` and ``placements``: a factory's output layout (OpRequest's)."""
+               placements: Sequence[Any] = (), outputs: Sequence[str] = ()) -> Any:
+        """RunOp; ``mesh`` and ``placements``: a factory's output layout, ``outputs``: the names
+        of an op's several outputs (OpRequest's; empty: the coordinator picks them)."""
         return self.unary(self.dtensors.RunOp,
                           tensor_pb2.OpRequest(op=op, inputs=list(inputs), output=output,
-                                               mesh=mesh, placements=list(placements)))
+                                               mesh=mesh, placements=list(placements),
+                                               outputs=list(outputs)))
 
     def manual_seed(self, seed: int) -> None:
         """Seeds this session's random stream on the coordinator (ManualSeed)."""
