@@ -79,13 +79,21 @@ absl::Status CommandExecutor::RunProgram(const v1::RunProgram& run, v1::CommandR
                                                    run.mesh_id()));
   }
   ASSIGN_OR_RETURN(MeshComms* const mc, FindMesh(run.mesh_id()));
-  if (!run.has_input()) return absl::InvalidArgumentError("RunProgram has no input");
-  absl::StatusOr<HostTensor> input = FromProto(run.input());
-  if (!input.ok()) return WithContext("input", input.status());
-  ASSIGN_OR_RETURN(std::optional<TrainingStep> training, TrainingOf(run));
   const std::vector<comm::Communicator*> groups = DimGroups(*mc);
+  const ProgramRunner& runner = *it->second.runner;
+  // A command this rank cannot read still takes its part in the run's agreements, so that its
+  // peers stop at once instead of waiting in a collective for it.
+  const auto refuse = [&](absl::Status failure) {
+    return WithContext(absl::StrCat("program ", run.program_id()),
+                       runner.Stand(std::move(failure), run.train(), kernels_, *store_, groups));
+  };
+  if (!run.has_input()) return refuse(absl::InvalidArgumentError("RunProgram has no input"));
+  absl::StatusOr<HostTensor> input = FromProto(run.input());
+  if (!input.ok()) return refuse(WithContext("input", input.status()));
+  absl::StatusOr<std::optional<TrainingStep>> training = TrainingOf(run);
+  if (!training.ok()) return refuse(training.status());
   absl::StatusOr<ProgramRunResult> result =
-      it->second.runner->Run(*std::move(input), std::move(training), kernels_, *store_, groups);
+      runner.Run(*std::move(input), *std::move(training), kernels_, *store_, groups);
   if (!result.ok()) {
     return WithContext(absl::StrCat("program ", run.program_id()), result.status());
   }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/modules/program_check.h"
 #include "core/sharding/chunk.h"
 #include "core/sharding/dtensor_spec.h"
@@ -54,6 +55,15 @@ struct ProgramRunner::RunState {
   std::vector<std::shared_ptr<const kernels::DeviceTensor>> parameters;
   std::vector<kernels::DeviceTensor>* grads = nullptr;
   std::vector<std::shared_ptr<const kernels::PreparedWeight>> prepared;  // kept for the run
+  // This rank's first failure; from then on it computes nothing and only agrees with its peers.
+  absl::Status failure = {};
+  // 1 + the mesh position of a failed rank this one learned of at an agreement; 0: none.
+  int64_t stopped_by = 0;
+  // Where this rank learned of it ("forward step 3 (all_reduce, ...)").
+  std::string stopped_at = {};
+  std::optional<kernels::DeviceTensor> flag = {};  // the agreements' one int64, in its memory
+
+  bool stopped() const { return !failure.ok() || stopped_by != 0; }
 };
 
 ProgramRunner::ProgramRunner(WorkerProgram program, DeviceMesh mesh,
@@ -210,13 +220,73 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
                                     int position) const {
   const Program& p = program_.program;
   const ProgramStep& step = list == "forward" ? p.forward[index] : p.backward[index];
+  // Before a step that communicates, the ranks taking part agree whether one of them failed:
+  // then none of them enters it, and each goes on agreeing at the steps after, so that every
+  // group sees the same agreements and no rank waits in a collective its peer never joins.
+  if (IsCollective(step.kind) || step.kind == ProgramOpKind::kGatherParameter) {
+    std::vector<int> dims;
+    if (step.kind == ProgramOpKind::kGatherParameter) {
+      for (int m = 0; m < mesh_.ndim(); ++m) dims.push_back(m);
+    } else {
+      dims.push_back(step.mesh_dim);
+    }
+    RETURN_IF_ERROR(Agree(state, dims, [&] { return ProgramStepLabel(list, index, step); }));
+  }
+  if (state.stopped()) return absl::OkStatus();
   absl::Status status = ExecuteStep(state, step, position);
   if (!status.ok()) {
-    return WithContext(ProgramStepLabel(list, index, step), status);
+    state.failure = WithContext(ProgramStepLabel(list, index, step), status);
+    // A failed collective may have left its peers mid-way: the communicator is not to be trusted
+    // with agreements after it (the command executor reports it broken where it is).
+    if (IsCollective(step.kind) || step.kind == ProgramOpKind::kGatherParameter) {
+      return state.failure;
+    }
+    state.buffers.clear();
+    return absl::OkStatus();
   }
   const auto& free_after = state.training ? uses_.free_after_training : uses_.free_after_forward;
   for (int b : free_after[position]) state.buffers[b].reset();
   return absl::OkStatus();
+}
+
+absl::Status ProgramRunner::Agree(RunState& state, std::span<const int> mesh_dims,
+                                  absl::FunctionRef<std::string()> where) const {
+  for (int m : mesh_dims) {
+    comm::Communicator* group = state.dim_groups[m];
+    if (group == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("no communicator for mesh dim ", m));
+    }
+    if (group->size() == 1) continue;
+    if (!state.flag.has_value()) {
+      ASSIGN_OR_RETURN(state.flag.emplace(), state.kernels.Allocate(DType::kInt64, {1}));
+    }
+    const int64_t mine =
+        !state.failure.ok() ? mesh_.IndexOfCoordinate(coordinate_) + 1 : state.stopped_by;
+    RETURN_IF_ERROR(state.kernels.Fill(state.flag->View(), static_cast<double>(mine)));
+    absl::Status agreed = group->AllReduce(state.flag->data(), 1, DType::kInt64, ReduceOp::kMax);
+    if (!agreed.ok()) {
+      return WithContext(
+          absl::StrCat(where(), ": agreeing with mesh dim ", m, " whether a rank failed"), agreed);
+    }
+    ASSIGN_OR_RETURN(const HostTensor got,
+                     state.kernels.Download(std::as_const(*state.flag).View()));
+    const int64_t failed = got.data_as<int64_t>()[0];
+    if (failed != 0 && !state.stopped()) {
+      state.stopped_by = failed;
+      state.stopped_at = where();
+      state.buffers.clear();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProgramRunner::Outcome(const RunState& state) const {
+  if (!state.failure.ok()) return state.failure;
+  if (state.stopped_by == 0) return absl::OkStatus();
+  const std::vector<int64_t> at = mesh_.CoordinateOfIndex(state.stopped_by - 1);
+  return absl::AbortedError(absl::StrCat("stopped before ", state.stopped_at,
+                                         ": the rank at mesh coordinate [", absl::StrJoin(at, ", "),
+                                         "] failed this run; nothing was updated"));
 }
 
 absl::Status ProgramRunner::ExecuteStep(RunState& state, const ProgramStep& step,
@@ -440,48 +510,89 @@ absl::Status ProgramRunner::ApplySgd(const SgdOptions& sgd, kernels::KernelBacke
 absl::StatusOr<ProgramRunResult> ProgramRunner::Run(
     HostTensor input, std::optional<TrainingStep> training, kernels::KernelBackend& kernels,
     ShardStore& store, std::span<comm::Communicator* const> dim_groups) const {
+  return Run(absl::OkStatus(), std::move(input), std::move(training), kernels, store, dim_groups);
+}
+
+absl::Status ProgramRunner::Stand(absl::Status failure, bool training,
+                                  kernels::KernelBackend& kernels, ShardStore& store,
+                                  std::span<comm::Communicator* const> dim_groups) const {
+  std::optional<TrainingStep> step;
+  if (training) step.emplace();
+  return Run(std::move(failure), HostTensor(), std::move(step), kernels, store, dim_groups)
+      .status();
+}
+
+absl::StatusOr<ProgramRunResult> ProgramRunner::Run(
+    absl::Status failure, HostTensor input, std::optional<TrainingStep> training,
+    kernels::KernelBackend& kernels, ShardStore& store,
+    std::span<comm::Communicator* const> dim_groups) const {
   const Program& p = program_.program;
-  RETURN_IF_ERROR(CheckInput(input));
   if (static_cast<int>(dim_groups.size()) != mesh_.ndim()) {
     return absl::InternalError(
         absl::StrCat(dim_groups.size(), " communicators for a mesh of ", mesh_.ndim(), " dims"));
   }
-  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const kernels::DeviceTensor>> parameters,
-                   FetchParameters(store));
-  RunState state{kernels, store, dim_groups, training.has_value(), {}, std::move(parameters),
-                 nullptr, {}};
+  RunState state{kernels, store, dim_groups, training.has_value(), {}, {}, nullptr, {}};
+  state.failure = std::move(failure);
   state.buffers.resize(p.num_buffers);
-  ASSIGN_OR_RETURN(state.buffers[0], kernels.Upload(input));
+  const auto begin = [&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckInput(input));
+    ASSIGN_OR_RETURN(state.parameters, FetchParameters(store));
+    ASSIGN_OR_RETURN(state.buffers[0], kernels.Upload(input));
+    return absl::OkStatus();
+  };
+  if (state.failure.ok()) state.failure = begin();
+  // A failure on this rank stops the steps here and, at the next step that communicates, its
+  // peers' (RunStep); every rank still walks every step, so the groups stay in step.
   const int forward = static_cast<int>(p.forward.size());
   for (int i = 0; i < forward; ++i) RETURN_IF_ERROR(RunStep(state, "forward", i, i));
   ProgramRunResult result;
-  ASSIGN_OR_RETURN(result.output, kernels.Download(std::as_const(*state.buffers[p.output]).View()));
-  if (!state.training || uses_.last_training_use[p.output] == kNever) {
-    state.buffers[p.output].reset();
-  }
-  if (!state.training) return result;
-
-  kernels::DeviceTensor grad_output;
-  if (training->grad_output.has_value()) {
-    if (training->grad_output->shape() != result.output.shape() ||
-        training->grad_output->dtype() != result.output.dtype()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("grad_output ", Describe(*training->grad_output),
-                       " does not match this rank's output ", Describe(result.output)));
+  if (!state.stopped()) {
+    absl::StatusOr<HostTensor> out =
+        kernels.Download(std::as_const(*state.buffers[p.output]).View());
+    if (out.ok()) {
+      result.output = *std::move(out);
+    } else {
+      state.failure = out.status();
     }
-    ASSIGN_OR_RETURN(grad_output, kernels.Upload(*training->grad_output));
-  } else {
-    ASSIGN_OR_RETURN(grad_output, kernels.Allocate(result.output.dtype(), result.output.shape()));
-    RETURN_IF_ERROR(kernels.Fill(grad_output.View(), 1.0));
   }
-  state.buffers[p.grad_output] = std::move(grad_output);
-  ASSIGN_OR_RETURN(std::vector<kernels::DeviceTensor> grads, ZeroGradients(kernels, store));
-  state.grads = &grads;
+  if (!state.training) {
+    RETURN_IF_ERROR(Outcome(state));
+    return result;
+  }
+  if (uses_.last_training_use[p.output] == kNever) state.buffers[p.output].reset();
+
+  std::vector<kernels::DeviceTensor> grads;
+  const auto begin_backward = [&]() -> absl::Status {
+    kernels::DeviceTensor grad_output;
+    if (training->grad_output.has_value()) {
+      if (training->grad_output->shape() != result.output.shape() ||
+          training->grad_output->dtype() != result.output.dtype()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("grad_output ", Describe(*training->grad_output),
+                         " does not match this rank's output ", Describe(result.output)));
+      }
+      ASSIGN_OR_RETURN(grad_output, kernels.Upload(*training->grad_output));
+    } else {
+      ASSIGN_OR_RETURN(grad_output, kernels.Allocate(result.output.dtype(), result.output.shape()));
+      RETURN_IF_ERROR(kernels.Fill(grad_output.View(), 1.0));
+    }
+    state.buffers[p.grad_output] = std::move(grad_output);
+    ASSIGN_OR_RETURN(grads, ZeroGradients(kernels, store));
+    state.grads = &grads;
+    return absl::OkStatus();
+  };
+  if (!state.stopped()) state.failure = begin_backward();
   for (int j = 0; j < static_cast<int>(p.backward.size()); ++j) {
     RETURN_IF_ERROR(RunStep(state, "backward", j, forward + j));
   }
   state.buffers.clear();
   state.parameters.clear();  // readers of the stored values would make SGD copy them
+  // Nothing is stored until every rank of the mesh ran the whole step: one that failed after
+  // the last collective must not leave its peers' parameters a step ahead of its own.
+  std::vector<int> every_dim(mesh_.ndim());
+  for (int m = 0; m < mesh_.ndim(); ++m) every_dim[m] = m;
+  RETURN_IF_ERROR(Agree(state, every_dim, [] { return std::string("storing the gradients"); }));
+  RETURN_IF_ERROR(Outcome(state));
   for (int i = 0; i < static_cast<int>(grads.size()); ++i) {
     RETURN_IF_ERROR(store.Put(program_.tensors[i].grad, std::move(grads[i])));
     result.written.push_back(program_.tensors[i].grad);

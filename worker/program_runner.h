@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/host_tensor.h"
@@ -79,9 +80,22 @@ class ProgramRunner {
   // copied there first and the output copied back to the host last. A training step's grad_output
   // must have the dtype and shape of this rank's output (INVALID_ARGUMENT). Parameters are updated
   // only once the whole backward has run and every gradient and momentum buffer is stored.
+  //
+  // A rank that fails (its input, a step, its budget) stops computing, and its peers stop at the
+  // next step that communicates: before each, the ranks of its groups agree (a one-number
+  // all_reduce) whether any of them failed. Every rank still walks every step, so the groups'
+  // communicators stay in step and the mesh serves the next command at once. The failing rank
+  // returns its own error; its peers return ABORTED naming its mesh coordinate. A training step
+  // agrees over the whole mesh before it stores anything, so a failure anywhere leaves every
+  // gradient, parameter and momentum buffer as it was.
   absl::StatusOr<ProgramRunResult> Run(HostTensor input, std::optional<TrainingStep> training,
                                        kernels::KernelBackend& kernels, ShardStore& store,
                                        std::span<comm::Communicator* const> dim_groups) const;
+
+  // Where a run failed before it could begin on this rank (its command did not decode): walks
+  // the run's agreements with `failure` so that the peers stop too, and returns `failure`.
+  absl::Status Stand(absl::Status failure, bool training, kernels::KernelBackend& kernels,
+                     ShardStore& store, std::span<comm::Communicator* const> dim_groups) const;
 
  private:
   // Where a buffer is last used: in a forward-only run, and in a training step (forward steps
@@ -101,8 +115,21 @@ class ProgramRunner {
   // The parameters' values in `store`, checked against their local shapes.
   absl::StatusOr<std::vector<std::shared_ptr<const kernels::DeviceTensor>>> FetchParameters(
       const ShardStore& store) const;
-  // Runs step `index` of `list` (position `position` among the run's steps).
+  // Run's work; a failed `failure` makes this rank stand by from the start.
+  absl::StatusOr<ProgramRunResult> Run(absl::Status failure, HostTensor input,
+                                       std::optional<TrainingStep> training,
+                                       kernels::KernelBackend& kernels, ShardStore& store,
+                                       std::span<comm::Communicator* const> dim_groups) const;
+  // Runs step `index` of `list` (position `position` among the run's steps), agreeing first
+  // where it communicates; a failure of its own is kept in `state` (an error return: the
+  // communicators failed, and the run cannot go on).
   absl::Status RunStep(RunState& state, absl::string_view list, int index, int position) const;
+  // The agreement along each of `mesh_dims`: whether a rank of the group failed (recorded in
+  // `state`, named by `where`).
+  absl::Status Agree(RunState& state, std::span<const int> mesh_dims,
+                     absl::FunctionRef<std::string()> where) const;
+  // The run's status: this rank's failure, ABORTED where a peer's stopped it, else OK.
+  absl::Status Outcome(const RunState& state) const;
   // RunStep's work on `step`: its collective or compute, its outputs into their buffers.
   absl::Status ExecuteStep(RunState& state, const ProgramStep& step, int position) const;
   // A compute step on `inputs` with its weight and bias; a whole one from a buffer gets a zeroed

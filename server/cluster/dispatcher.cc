@@ -40,6 +40,8 @@ int Severity(absl::StatusCode code) {
       return 4;
     case absl::StatusCode::kDeadlineExceeded:
       return 6;
+    case absl::StatusCode::kAborted:  // a rank stopped by a peer's failure (ProgramRunner::Run)
+      return 7;
     default:
       return 5;
   }

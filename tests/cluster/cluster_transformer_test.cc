@@ -4,7 +4,8 @@
 // Attention, RMSNorm + Linear -> GELU(tanh) -> Linear, both residual) under Megatron's plan and
 // under sequence parallelism, forward and one training step (output.sum() backward, SGD); and an
 // Embedding sharded by vocabulary (RowwiseParallel(input_layouts=Replicate())) feeding a
-// colwise/rowwise MLP on int64 ids, forward and one training step.
+// colwise/rowwise MLP on int64 ids, forward and one training step; and one rank of four failing
+// its step alone.
 
 #include <cstdint>
 #include <map>
@@ -14,11 +15,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/host_tensor.h"
 #include "core/sharding/placement.h"
 #include "kernels/testing/reference.h"
 #include "tessera/tessera.h"
 #include "tests/cluster/module_cluster.h"
+#include "tests/support/status_assertions.h"
 #include "tests/support/test_models.h"
 
 namespace tessera {
@@ -30,6 +33,7 @@ using ::tessera::testing::kVocabParallel;
 
 using ::tessera::client::Module;
 using ::tessera::testing::ReferenceOf;
+using ::tessera::testing::StatusIs;
 using ::tessera::testing::Weights;
 
 testing::ModuleCluster* shared = nullptr;
@@ -144,6 +148,37 @@ TEST_P(VocabParallelEmbeddingTest, ForwardAndStepMatchTheSingleProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Cluster, VocabParallelEmbeddingTest, ::testing::Values(2, 4),
                          [](const auto& info) { return absl::StrCat("world", info.param); });
+
+// One rank given an id past the vocabulary (a local input of its own) fails its embedding step;
+// its three peers stop before the all_reduce instead of waiting in it for the collective timeout,
+// so the call fails within a second or two with that rank's error, the same error every time, and
+// the mesh serves the next forward rightly.
+TEST(OneRankFailsTest, ItsErrorComesBackAtOnceAndTheMeshServesOn) {
+  absl::StatusOr<Weights> params =
+      RandomParameters(ParseModelSpec(kEmbeddingMlp).value(), /*seed=*/37);
+  ASSERT_TRUE(params.ok()) << params.status();
+  ReferenceModel model = ReferenceOf(kEmbeddingMlp, *params);
+  absl::StatusOr<Module> m = testing::LoadAndParallelize(*shared, "one_fails", kEmbeddingMlp,
+                                                         *params, "tp4", kVocabParallel);
+  ASSERT_TRUE(m.ok()) << m.status() << shared->cluster.LogHint();
+  const HostTensor ids = kernels::testing::RandomTensor(DType::kInt64, {3, 7}, 41, 0, kVocab - 1);
+  std::vector<HostTensor> locals;
+  for (int r = 0; r < 4; ++r) locals.push_back(ids.Clone());
+  locals[2].data_as<int64_t>()[5] = kVocab;  // rank 2 alone looks up id 30
+  std::string first;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const absl::Time start = absl::Now();
+    const absl::Status failed = m->ForwardLocal(locals).status();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(3)) << "the peers waited in the all_reduce";
+    EXPECT_TRUE(StatusIs(failed, absl::StatusCode::kInvalidArgument,
+                         {"forward step 0 (embedding, module \"tok\")", "30"}))
+        << failed;
+    if (attempt == 0) first = std::string(failed.message());
+    EXPECT_EQ(failed.message(), first) << "attempt " << attempt;
+  }
+  testing::ExpectForwardMatchesReference(*m, model, ids);
+  EXPECT_TRUE(m->Remove().ok());
+}
 
 }  // namespace
 }  // namespace tessera

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -1016,6 +1017,148 @@ TEST(ProgramStepFailureTest, NamesTheStepAndLosesNothing) {
   // Its parameters stay: they are the caller's tensors.
   ExpectStored(cluster, m.program, m.params, ValueName, 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// One rank fails, its peers stop at once: the failing rank answers its own error, the others
+// ABORTED naming its mesh coordinate, every rank within a second or so (the communicators' timeout
+// here is 10 s, which a peer left in a collective would wait out), nothing is stored anywhere, and
+// the next run on the mesh is right.
+
+struct OneRankFails {
+  std::string name;
+  std::function<Model()> model;
+  std::vector<int64_t> mesh;
+  bool train;                                   // a training step: with SGD (momentum 0.9)
+  bool dy;                                      // with grad_output (ones), else loss_sum
+  int rank;                                     // the rank whose command is changed
+  std::function<void(v1::RunProgram&)> change;  // what is wrong with it
+  absl::StatusCode code;                        // its answer
+  std::vector<std::string> message;
+  std::string coordinate;  // as its peers name it
+};
+
+void PrintTo(const OneRankFails& c, std::ostream* os) { *os << c.name; }
+
+std::vector<OneRankFails> OneRankFailures() {
+  const auto mlp = [] { return InDType(Mlp(ActivationKind::kRelu), DType::kFloat64); };
+  const auto dp_mlp = [] {
+    Model m = OnDataParallelMesh(InDType(Mlp(ActivationKind::kGelu), DType::kFloat64));
+    m.input = Random({4, 3, 5}, 71);
+    m.output_shape = {4, 3, 4};
+    return m;
+  };
+  const auto embedding = [] {
+    Model m = VocabEmbedding();
+    m.program.output_dtype = DType::kFloat64;
+    return m;
+  };
+  const auto other_input = [](HostTensor t) {
+    auto held = std::make_shared<const HostTensor>(std::move(t));
+    return [held](v1::RunProgram& run) { *run.mutable_input() = ToProto(*held); };
+  };
+  return {
+      {"ForwardInputOfOtherFeatures",
+       mlp,
+       {2},
+       false,
+       false,
+       1,
+       other_input(Zeros(DType::kFloat64, {2, 3, 6})),
+       absl::StatusCode::kInvalidArgument,
+       {"program 9: input float64[2, 3, 6] is not this rank's piece"},
+       "[1]"},
+      {"TrainingInputThatDoesNotDecode",
+       mlp,
+       {2},
+       true,
+       false,
+       0,
+       [](v1::RunProgram& run) { run.mutable_input()->set_data("12345678"); },
+       absl::StatusCode::kInvalidArgument,
+       {"program 9: input", "got 8"},
+       "[0]"},
+      // The forward runs whole on both ranks; rank 0 fails before its backward, which has no
+      // collective: its peer stops where the step would store.
+      {"GradientOfAnotherShapeAfterTheLastCollective",
+       mlp,
+       {2},
+       true,
+       true,
+       0,
+       [](v1::RunProgram& run) {
+         *run.mutable_grad_output() = ToProto(Zeros(DType::kFloat64, {2, 3, 5}));
+       },
+       absl::StatusCode::kInvalidArgument,
+       {"grad_output float64[2, 3, 5] does not match"},
+       "[0]"},
+      {"AStepFailsOnOneRank",
+       embedding,
+       {2},
+       true,
+       false,
+       1,
+       other_input(
+           HostTensor::FromValues<int64_t>(DType::kInt64, {1, 2}, std::vector<int64_t>{3, 12})),
+       absl::StatusCode::kInvalidArgument,
+       {"program 9: forward step 0 (embedding, module \"tok\")", "12"},
+       "[1]"},
+      {"DataParallelMeshOneRankOfFour",
+       dp_mlp,
+       {2, 2},
+       true,
+       false,
+       3,
+       other_input(Zeros(DType::kFloat64, {2, 3, 6})),
+       absl::StatusCode::kInvalidArgument,
+       {"is not this rank's piece"},
+       "[1, 1]"},
+  };
+}
+
+class OneRankFailsTest : public ::testing::TestWithParam<OneRankFails> {};
+
+TEST_P(OneRankFailsTest, ItsPeersStopAtOnceAndNothingIsStored) {
+  const OneRankFails& c = GetParam();
+  const Model m = c.model();
+  Cluster cluster(Mesh(c.mesh));
+  ASSERT_TRUE(LoadEverywhere(cluster, m.program, m.params, DType::kFloat64));
+  const auto command = [&](int r) {
+    RunOptions options;
+    if (c.train) options = {.train = true, .sgd = SgdOptions{0.1, 0.9, 0}};
+    if (c.dy) options.dy = Ones(m.output_shape);
+    v1::Command command = RunCommand(cluster, m.program, r, m.input, options);
+    if (r == c.rank) c.change(*command.mutable_run_program());
+    return command;
+  };
+  const absl::Time start = absl::Now();
+  const std::vector<Outcome> outcomes = cluster.OnEveryRank(command);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3)) << "a peer waited in a collective";
+  for (int r = 0; r < cluster.size(); ++r) {
+    if (r == c.rank) {
+      EXPECT_TRUE(StatusIs(outcomes[r].status, c.code, c.message)) << "rank " << r;
+    } else {
+      EXPECT_TRUE(StatusIs(outcomes[r].status, absl::StatusCode::kAborted,
+                           {"the rank at mesh coordinate " + c.coordinate + " failed this run",
+                            "nothing was updated"}))
+          << "rank " << r;
+    }
+  }
+  // Nothing was stored on any rank: parameters as loaded, no gradient, no momentum buffer.
+  ExpectStored(cluster, m.program, m.params, ValueName, 0);
+  for (int r = 0; r < cluster.size(); ++r) {
+    for (const ParameterTensors& n : NamesFor(m.program)) {
+      EXPECT_FALSE(cluster.store(r).Get(n.grad).ok()) << n.grad << " on rank " << r;
+      EXPECT_FALSE(cluster.store(r).Get(n.momentum).ok()) << n.momentum << " on rank " << r;
+    }
+  }
+  // The mesh serves the next run at once, and rightly.
+  const Reference ref = m.reference(m.params, m.input, Ones(m.output_shape));
+  ExpectOutputs(cluster, m.program, RunEverywhere(cluster, m.program, m.input, {}), ref.output,
+                1e-10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, OneRankFailsTest, ::testing::ValuesIn(OneRankFailures()),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace tessera
