@@ -233,7 +233,12 @@ TEST_P(Tokens, WithoutAValidOneCallsAreUnauthenticated) {
   absl::StatusOr<std::vector<client::MeshInfo>> meshes = (*s)->ListMeshes();
   EXPECT_EQ(meshes.status().code(), absl::StatusCode::kUnauthenticated) << meshes.status();
   EXPECT_THAT(meshes.status().message(), HasSubstr(c.message_part));
+  // The registry's list too, though it names no tensor: the service answers no one unknown.
+  absl::StatusOr<std::vector<client::OpInfo>> ops = (*s)->ListOps();
+  EXPECT_EQ(ops.status().code(), absl::StatusCode::kUnauthenticated) << ops.status();
+  EXPECT_THAT(ops.status().message(), HasSubstr(c.message_part));
   if (!c.token.empty()) {
+    EXPECT_THAT(ops.status().message(), Not(HasSubstr(c.token)));
     EXPECT_THAT(meshes.status().message(), Not(HasSubstr(c.token)));
     EXPECT_THAT(ReadFile(Cert("logs/coordinator.log")), Not(HasSubstr(c.token)));
   }
