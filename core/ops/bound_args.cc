@@ -1,4 +1,5 @@
 // Bind and BoundArgs of op_schema.h: a call's arguments bound to an op's schema.
+#include <algorithm>
 #include <cassert>
 #include <iterator>
 #include <new>
@@ -23,7 +24,7 @@ std::string ExpectedType(const ArgSchema& arg) {
   if (arg.type == ArgType::kOther && arg.optional) return "None";
   if (arg.type == ArgType::kTensorList && arg.optional_elements) return "Tensor?[]";
   if (arg.type == ArgType::kIntList && arg.fixed_size > 0) {
-    return absl::StrCat("int[", arg.fixed_size, "]");
+    return absl::StrCat(arg.bool_elements ? "bool[" : "int[", arg.fixed_size, "]");
   }
   return std::string(ArgTypeName(arg.type));
 }
@@ -58,6 +59,12 @@ bool Accepts(const ArgSchema& arg, const OpValue& value) {
     case ArgType::kInt:
       return std::holds_alternative<int64_t>(value);
     case ArgType::kIntList:
+      if (arg.bool_elements) {  // bool[N]: N of 0 and 1, or one bool for all
+        if (std::holds_alternative<bool>(value)) return true;
+        const auto* list = std::get_if<std::vector<int64_t>>(&value);
+        return list != nullptr && static_cast<int>(list->size()) == arg.fixed_size &&
+               std::all_of(list->begin(), list->end(), [](int64_t b) { return b == 0 || b == 1; });
+      }
       return std::holds_alternative<std::vector<int64_t>>(value) ||
              (arg.fixed_size > 0 && std::holds_alternative<int64_t>(value));
     case ArgType::kFloat:
@@ -102,6 +109,9 @@ absl::Status CheckTensorIndices(const OpSchema& schema, const ArgSchema& arg, co
 // it.
 OpValue Widened(const ArgSchema& arg, OpValue value) {
   const int64_t* i = std::get_if<int64_t>(&value);
+  if (const bool* b = std::get_if<bool>(&value); b != nullptr && arg.type == ArgType::kIntList) {
+    return std::vector<int64_t>(arg.fixed_size, *b ? 1 : 0);
+  }
   if (i != nullptr && arg.type == ArgType::kFloat) return static_cast<double>(*i);
   if (i != nullptr && arg.type == ArgType::kIntList) {
     return std::vector<int64_t>(arg.fixed_size, *i);

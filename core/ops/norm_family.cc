@@ -22,6 +22,7 @@ namespace {
 enum class Kind {
   kLayerNorm,
   kNativeLayerNorm,  // layer_norm with its mean and rstd as outputs
+  kNativeLayerNormBackward,
   kRmsNorm,
   kAttention,
   kVectorNorm,
@@ -55,6 +56,17 @@ const std::vector<NormEntry>& Entries() {
        "native_layer_norm_backward(grad, input, normalized_shape, mean, rstd, weight, bias)",
        "S(d) kept on the leading dims (the output, mean and rstd alike); the normalized dims "
        "whole (R); weight and bias R"},
+      {"native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape, "
+       "Tensor mean, Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, "
+       "Tensor, Tensor)",
+       Kind::kNativeLayerNormBackward, OpFamily::kNn,
+       "kernel layer_norm_backward over the flattened normalized dims (mean and rstd read in "
+       "float32); grad_weight and grad_bias summed over this rank's rows; an output the mask (or "
+       "a None weight or bias) leaves out is an empty tensor where torch gives None",
+       "",
+       "S(d) of grad_out, input, mean and rstd on a leading dim gives grad_input S(d) and "
+       "grad_weight, grad_bias P(sum); P(sum) of grad_out alone gives P(sum) of all three (the "
+       "backward is linear in it); the normalized dims whole (R); weight and bias R"},
       {"rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) "
        "-> Tensor",
        Kind::kRmsNorm, OpFamily::kNn,
@@ -111,7 +123,8 @@ const std::vector<NormEntry>& Entries() {
 
 Kind KindOf(const CallContext& call) { return Entries()[call.op.entry].kind; }
 bool IsLayerNorm(const CallContext& call) {
-  return KindOf(call) == Kind::kLayerNorm || KindOf(call) == Kind::kNativeLayerNorm;
+  return KindOf(call) == Kind::kLayerNorm || KindOf(call) == Kind::kNativeLayerNorm ||
+         KindOf(call) == Kind::kNativeLayerNormBackward;
 }
 
 absl::Status CheckFloatingInput(const CallContext& call, absl::string_view arg,
@@ -193,6 +206,85 @@ absl::StatusOr<std::vector<OutputMeta>> NativeLayerNormStatistics(const CallCont
     shape[d] = 1;
   }
   return std::vector<OutputMeta>{{shape, first.dtype}, {shape, first.dtype}};
+}
+
+// native_layer_norm_backward's inputs: grad_out and input alike, mean and rstd as
+// native_layer_norm gives them (the input's shape with the normalized dims 1); grad_input always
+// computed (output_mask[0] True).
+absl::StatusOr<OutputMeta> NormBackwardMeta(const CallContext& call) {
+  ASSIGN_OR_RETURN(const TensorMeta x, InputTensor(call, "input"));
+  ASSIGN_OR_RETURN(const TensorMeta dy, InputTensor(call, "grad_out"));
+  RETURN_IF_ERROR(CheckFloatingInput(call, "input", x));
+  ASSIGN_OR_RETURN(const int axis, NormAxis(call));
+  if (dy.shape != x.shape || dy.dtype != x.dtype) {
+    return ArgError(call, "grad_out",
+                    absl::StrCat("is ", DTypeName(dy.dtype), ShapeToString(dy.shape),
+                                 " but input is ", DTypeName(x.dtype), ShapeToString(x.shape)));
+  }
+  Shape statistics = x.shape;
+  for (size_t d = axis; d < statistics.size(); ++d) statistics[d] = 1;
+  for (const char* arg : {"mean", "rstd"}) {
+    ASSIGN_OR_RETURN(const TensorMeta t, InputTensor(call, arg));
+    RETURN_IF_ERROR(CheckFloatingInput(call, arg, t));
+    if (t.shape != statistics) {
+      return ArgError(
+          call, arg,
+          absl::StrCat("of shape ", ShapeToString(t.shape), " must be ", ShapeToString(statistics),
+                       " (the input's with the normalized dims 1, as "
+                       "native_layer_norm gives it)"));
+    }
+  }
+  RETURN_IF_ERROR(CheckNormParameter(call, "weight", x));
+  RETURN_IF_ERROR(CheckNormParameter(call, "bias", x));
+  if (call.args.Ints("output_mask")[0] == 0) {
+    return ArgError(call, "output_mask",
+                    "[0] is False; Tessera always computes grad_input (give True)");
+  }
+  return OutputMeta{x.shape, x.dtype};
+}
+
+// Whether native_layer_norm_backward gives grad_weight (`k` 1) or grad_bias (2): its mask bit set
+// and the parameter given.
+bool NormBackwardGives(const CallContext& call, int k) {
+  return call.args.Ints("output_mask")[k] != 0 && !call.args.IsNone(k == 1 ? "weight" : "bias");
+}
+
+// grad_weight and grad_bias: of normalized_shape and the parameter's dtype, or empty.
+absl::StatusOr<std::vector<OutputMeta>> NormBackwardMore(const CallContext& call,
+                                                         const OutputMeta& first) {
+  std::vector<OutputMeta> more;
+  for (int k = 1; k <= 2; ++k) {
+    if (!NormBackwardGives(call, k)) {
+      more.push_back({{0}, first.dtype});
+      continue;
+    }
+    ASSIGN_OR_RETURN(const TensorMeta w, InputTensor(call, k == 1 ? "weight" : "bias"));
+    more.push_back({w.shape, w.dtype});
+  }
+  return more;
+}
+
+absl::StatusOr<StrategyCandidates> NormBackwardStrategies(const CallContext& call) {
+  ASSIGN_OR_RETURN(const int axis, NormAxis(call));
+  const int n = static_cast<int>(call.inputs.size());
+  const Placement sum = Placement::Partial(ReduceOp::kSum);
+  const Placement weight = NormBackwardGives(call, 1) ? sum : Placement::Replicate();
+  const Placement bias = NormBackwardGives(call, 2) ? sum : Placement::Replicate();
+  StrategyCandidates c;
+  for (int d = 0; d < axis; ++d) {
+    std::vector<Placement> in(n, Placement::Replicate());
+    for (const char* arg : {"grad_out", "input", "mean", "rstd"}) {
+      in[call.args.Tensor(arg)] = Placement::Shard(d);
+    }
+    c.per_dim.push_back({in, Placement::Shard(d), {weight, bias}});
+  }
+  std::vector<Placement> partial(n, Placement::Replicate());
+  partial[call.args.Tensor("grad_out")] = sum;
+  c.per_dim.push_back({partial, sum, {weight, bias}});
+  c.per_dim.push_back({std::vector<Placement>(n, Placement::Replicate()),
+                       Placement::Replicate(),
+                       {Placement::Replicate(), Placement::Replicate()}});
+  return c;
 }
 
 absl::StatusOr<StrategyCandidates> NormStrategies(const CallContext& call) {
@@ -496,6 +588,8 @@ absl::StatusOr<OutputMeta> NormFamilyMeta(const CallContext& call) {
     case Kind::kNativeLayerNorm:
     case Kind::kRmsNorm:
       return NormMeta(call);
+    case Kind::kNativeLayerNormBackward:
+      return NormBackwardMeta(call);
     case Kind::kAttention:
       return AttentionMeta(call);
     case Kind::kVectorNorm:
@@ -517,6 +611,8 @@ absl::StatusOr<StrategyCandidates> NormFamilyStrategies(const CallContext& call,
     case Kind::kNativeLayerNorm:
     case Kind::kRmsNorm:
       return NormStrategies(call);
+    case Kind::kNativeLayerNormBackward:
+      return NormBackwardStrategies(call);
     case Kind::kAttention:
       return AttentionStrategies(call, specs, out);
     case Kind::kVectorNorm:
@@ -539,6 +635,7 @@ void RegisterNormOps(OpRegistry& registry) {
     op.entry = static_cast<int>(i);
     op.meta = NormFamilyMeta;
     if (e.kind == Kind::kNativeLayerNorm) op.more_outputs = NativeLayerNormStatistics;
+    if (e.kind == Kind::kNativeLayerNormBackward) op.more_outputs = NormBackwardMore;
     op.strategies = NormFamilyStrategies;
     op.implementation = e.implementation;
     op.derivative = e.derivative;

@@ -34,6 +34,14 @@ struct Planned {
   std::vector<RedistributePlan> plans;
 };
 
+// Appends mesh dim choice `d` to `s`: its inputs', output's and more outputs' placements.
+void AppendChoice(Strategy& s, const DimChoice& d, size_t inputs) {
+  for (size_t i = 0; i < inputs; ++i) s.inputs[i].push_back(d.inputs[i]);
+  s.output.push_back(d.output);
+  if (s.more.size() < d.more.size()) s.more.resize(d.more.size());
+  for (size_t k = 0; k < d.more.size(); ++k) s.more[k].push_back(d.more[k]);
+}
+
 // The whole strategies of the candidates: per-dim choices as their product over the mesh dims
 // (mesh dim 0 varying slowest), keeping those whose output placements are valid.
 std::vector<Strategy> Expand(const StrategyCandidates& c, const DeviceMesh& mesh, int inputs,
@@ -48,9 +56,7 @@ std::vector<Strategy> Expand(const StrategyCandidates& c, const DeviceMesh& mesh
     Strategy s;
     s.inputs.resize(inputs);
     for (int m = 0; m < ndim; ++m) {
-      const DimChoice& d = c.per_dim[choice[m]];
-      for (int i = 0; i < inputs; ++i) s.inputs[i].push_back(d.inputs[i]);
-      s.output.push_back(d.output);
+      AppendChoice(s, c.per_dim[choice[m]], static_cast<size_t>(inputs));
     }
     if (NormalizePlacements(mesh, s.output, out_rank).ok()) out.push_back(std::move(s));
     int m = ndim - 1;
@@ -116,9 +122,7 @@ std::optional<Strategy> FreeStrategy(const StrategyCandidates& c,
     Strategy s;
     s.inputs.resize(specs.size());
     for (int m = 0; m < ndim; ++m) {
-      const DimChoice& d = c.per_dim[matching[m][choice[m]]];
-      for (size_t i = 0; i < specs.size(); ++i) s.inputs[i].push_back(d.inputs[i]);
-      s.output.push_back(d.output);
+      AppendChoice(s, c.per_dim[matching[m][choice[m]]], specs.size());
     }
     if (NormalizePlacements(mesh, s.output, out_rank).ok()) return s;
     int m = ndim - 1;
@@ -241,12 +245,13 @@ absl::StatusOr<OpPlan> PlanCall(const BoundCall& call, std::span<const DTensorSp
   std::vector<DTensorSpec> more;
   for (size_t k = 0; k < call.more_outputs.size(); ++k) {
     const OutputMeta& m = call.more_outputs[k];
-    absl::StatusOr<DTensorSpec> spec =
-        MakeDTensorSpec(specs[0].mesh, best->strategy.output, m.shape, m.dtype);
+    const std::vector<Placement>& placements =
+        k < best->strategy.more.size() ? best->strategy.more[k] : best->strategy.output;
+    absl::StatusOr<DTensorSpec> spec = MakeDTensorSpec(specs[0].mesh, placements, m.shape, m.dtype);
     if (!spec.ok()) {
       return absl::InternalError(absl::StrCat(call.op->name(), ": output ", k + 1, " of ",
                                               ShapeToString(m.shape), " cannot take placements ",
-                                              PlacementsToString(best->strategy.output), ": ",
+                                              PlacementsToString(placements), ": ",
                                               spec.status().message()));
     }
     more.push_back(*std::move(spec));

@@ -44,6 +44,8 @@ struct OutputMeta {
 struct Strategy {
   std::vector<std::vector<Placement>> inputs;
   std::vector<Placement> output;
+  // An op with several outputs: the placements of each after the first; empty: the first's.
+  std::vector<std::vector<Placement>> more = {};
 };
 
 // One mesh dim's choice of a strategy that decides each mesh dim apart: the placement of every
@@ -51,6 +53,8 @@ struct Strategy {
 struct DimChoice {
   std::vector<Placement> inputs;
   Placement output;
+  // An op with several outputs: the placement of each after the first; empty: the first's.
+  std::vector<Placement> more = {};
 };
 
 struct OpDef;

@@ -266,6 +266,12 @@ absl::Status SchemaParser::ListSuffix(size_t start, ArgSchema& arg) {
     arg.fixed_size = size;
     return absl::OkStatus();
   }
+  if (arg.type == ArgType::kBool && !arg.optional && size > 0) {  // bool[3] output_mask
+    arg.type = ArgType::kIntList;
+    arg.fixed_size = size;
+    arg.bool_elements = true;
+    return absl::OkStatus();
+  }
   return ErrorAt(start, absl::StrCat("unsupported type '", text_.substr(start, pos_ - start), "'"));
 }
 

@@ -44,6 +44,7 @@ struct ArgSchema {
   bool optional_elements = false;  // `Tensor?[]`
   bool kwarg_only = false;         // after `*`
   int fixed_size = 0;              // `int[2]`: a single int given is repeated to this size
+  bool bool_elements = false;      // `bool[3]`: an int list of fixed_size 0s and 1s
   std::optional<OpValue> default_value;
 };
 

@@ -86,6 +86,67 @@ absl::StatusOr<DeviceTensor> NormKernel(Context& ctx) {
   return out;
 }
 
+// native_layer_norm_backward: the kernel over [rows, cols] with mean and rstd in float32; the
+// gradients of weight and bias summed over this rank's rows (a sharded batch's Partial).
+absl::StatusOr<DeviceTensor> NormBackwardKernel(Context& ctx) {
+  const ConstTensorView x = ctx.Input("input");
+  ASSIGN_OR_RETURN(DeviceTensor dx, ctx.Output());
+  for (size_t k = 1; k < 3; ++k) {
+    ASSIGN_OR_RETURN(DeviceTensor t, ctx.OutputAt(k));
+    ctx.more.push_back(std::move(t));
+  }
+  const std::vector<int64_t>& mask = ctx.args().Ints("output_mask");
+  const bool want_weight = mask[1] != 0 && !ctx.args().IsNone("weight");
+  const bool want_bias = mask[2] != 0 && !ctx.args().IsNone("bias");
+  const int64_t cols = NumElements(ctx.args().Ints("normalized_shape"));
+  const int64_t rows = cols == 0 ? 0 : x.num_elements() / cols;
+  if (rows == 0 || cols == 0) {
+    for (DeviceTensor& t : ctx.more) RETURN_IF_ERROR(ctx.backend.Fill(t.View(), 0.0));
+    return dx;
+  }
+  const DType compute = KernelDType(x.dtype);
+  ASSIGN_OR_RETURN(const ConstTensorView xc, ctx.As(x, compute));
+  ASSIGN_OR_RETURN(const ConstTensorView dyc, ctx.As(ctx.Input("grad_out"), compute));
+  ASSIGN_OR_RETURN(const ConstTensorView mean, ctx.As(ctx.Input("mean"), DType::kFloat32));
+  ASSIGN_OR_RETURN(const ConstTensorView rstd, ctx.As(ctx.Input("rstd"), DType::kFloat32));
+  ConstTensorView weight_view;
+  const ConstTensorView* weight = nullptr;
+  if (!ctx.args().IsNone("weight")) {
+    ASSIGN_OR_RETURN(weight_view, ctx.As(ctx.Input("weight"), compute));
+    weight_view = Reshaped(weight_view, {cols});
+    weight = &weight_view;
+  }
+  TensorView dxc = dx.View();
+  if (compute != dx.dtype()) {
+    ASSIGN_OR_RETURN(dxc, ctx.Temporary(compute, x.shape));
+  }
+  // The parameters' gradients accumulate (+=) into zeroed buffers of the compute dtype.
+  TensorView sums[2];
+  TensorView* dweight = nullptr;
+  TensorView* dbias = nullptr;
+  for (int k = 0; k < 2; ++k) {
+    if (!(k == 0 ? want_weight : want_bias)) continue;
+    const TensorView out = ctx.more[k].View();
+    if (compute == out.dtype) {
+      sums[k] = Reshaped(out, {cols});
+    } else {
+      ASSIGN_OR_RETURN(sums[k], ctx.Temporary(compute, {cols}));
+    }
+    RETURN_IF_ERROR(ctx.backend.Fill(sums[k], 0.0));
+    (k == 0 ? dweight : dbias) = &sums[k];
+  }
+  RETURN_IF_ERROR(ctx.backend.LayerNormBackward(
+      Reshaped(dyc, {rows, cols}), Reshaped(xc, {rows, cols}), weight, Reshaped(mean, {rows}),
+      Reshaped(rstd, {rows}), Reshaped(dxc, {rows, cols}), dweight, dbias));
+  if (dxc.data != dx.View().data) RETURN_IF_ERROR(ctx.backend.Cast(dxc, dx.View()));
+  for (int k = 0; k < 2; ++k) {
+    const TensorView out = ctx.more[k].View();
+    if (!(k == 0 ? want_weight : want_bias)) continue;
+    if (sums[k].data != out.data) RETURN_IF_ERROR(ctx.backend.Cast(sums[k], Reshaped(out, {cols})));
+  }
+  return dx;
+}
+
 // A bool [rows, cols] mask of the lower triangle (j <= i), torch's is_causal mask.
 absl::StatusOr<ConstTensorView> CausalMask(Context& ctx, int64_t rows, int64_t cols) {
   ASSIGN_OR_RETURN(HostTensor mask, HostTensor::Zeros(DType::kBool, {rows, cols}));
@@ -268,6 +329,7 @@ absl::StatusOr<DeviceTensor> EmbeddingBackwardKernel(Context& ctx) {
 void AddNormKernels(LocalTable& t) {
   t["aten::native_layer_norm"] = NormKernel<true>;
   t["aten::layer_norm"] = NormKernel<true>;
+  t["aten::native_layer_norm_backward"] = NormBackwardKernel;
   t["aten::rms_norm"] = NormKernel<false>;
   t["aten::scaled_dot_product_attention"] = AttentionKernel;
   t["aten::linalg_vector_norm"] = VectorNormKernel;

@@ -53,7 +53,6 @@ const std::set<std::string>& NotYetRegistered() {
                                                        "flip",
                                                        "index_add",
                                                        "inverse",
-                                                       "native_layer_norm_backward",
                                                        "square",
                                                        "value_selecting_reduction_backward",
                                                        "var_backward"};
@@ -779,6 +778,36 @@ TEST(OpMetaTest, SeveralOutputsNameTheirBadArguments) {
               {{{4, 0}, DType::kFloat32}})
           .status();
   EXPECT_THAT(s.message(), AllOf(HasSubstr("'normalized_shape'"), HasSubstr("no element")));
+}
+
+// native_layer_norm_backward: grad_input, grad_weight and grad_bias as torch shapes them, an
+// output the mask leaves out empty; its bool[3] output_mask takes three 0s and 1s or one bool.
+TEST(OpMetaTest, NativeLayerNormBackwardAsTorch) {
+  const TensorMeta x{{4, 2, 6}, DType::kFloat32}, stats{{4, 1, 1}, DType::kFloat32},
+      w{{2, 6}, DType::kFloat32};
+  const auto call = [&](OpValue mask) {
+    return Prepare("native_layer_norm_backward",
+                   {T(0), T(1), P(std::vector<int64_t>{2, 6}), T(2), T(3), T(4), T(5), P(mask)},
+                   {x, x, stats, stats, w, w});
+  };
+  EXPECT_EQ(Outputs(call(std::vector<int64_t>{1, 1, 1})),
+            "float32[4, 2, 6] float32[2, 6] float32[2, 6]");
+  EXPECT_EQ(Outputs(call(std::vector<int64_t>{1, 0, 1})),
+            "float32[4, 2, 6] float32[0] float32[2, 6]");
+  EXPECT_EQ(Outputs(call(true)), "float32[4, 2, 6] float32[2, 6] float32[2, 6]");
+  for (const OpValue& bad : {OpValue(std::vector<int64_t>{1, 2, 0}),
+                             OpValue(std::vector<int64_t>{1, 1}), OpValue(int64_t{1})}) {
+    EXPECT_THAT(call(bad).status().message(),
+                AllOf(HasSubstr("'output_mask'"), HasSubstr("must be bool[3]")));
+  }
+  EXPECT_THAT(call(std::vector<int64_t>{0, 1, 1}).status().message(),
+              AllOf(HasSubstr("'output_mask'"), HasSubstr("grad_input")));
+  absl::Status s = Prepare("native_layer_norm_backward",
+                           {T(0), T(1), P(std::vector<int64_t>{2, 6}), T(2), T(3), P(NoneValue{}),
+                            P(NoneValue{}), P(true)},
+                           {x, x, {{4, 2, 1}, DType::kFloat32}, stats})
+                       .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'mean'"), HasSubstr("[4, 1, 1]")));
 }
 
 TEST_F(StrategyTest, SeveralOutputsAreLaidOutAlike) {

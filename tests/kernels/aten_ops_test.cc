@@ -195,6 +195,27 @@ const std::vector<OpCase>& OpCases() {
        {{2, 3, 4}},
        {{0, 3, 4}},
        {f32}},
+      {"native_layer_norm_backward",
+       "native_layer_norm_backward",
+       {T(0), T(1), P(L({6})), T(2), T(3), T(4), T(5), P(L({1, 1, 1}))},
+       {m, m, {4, 1}, {4, 1}, {6}, {6}},
+       {{5, 6}, {5, 6}, {5, 1}, {5, 1}, {6}, {6}},
+       {f32, f64},
+       {{}, {}, {}, {InputKind::kPositive}, {}, {}}},
+      {"native_layer_norm_backward_3d_no_parameters",
+       "native_layer_norm_backward",
+       {T(0), T(1), P(L({3, 4})), T(2), T(3), P(NoneValue{}), P(NoneValue{}), P(L({1, 1, 1}))},
+       {{2, 3, 4}, {2, 3, 4}, {2, 1, 1}, {2, 1, 1}},
+       {{0, 3, 4}, {0, 3, 4}, {0, 1, 1}, {0, 1, 1}},
+       {f32},
+       {{}, {}, {}, {InputKind::kPositive}}},
+      {"native_layer_norm_backward_bias_only",
+       "native_layer_norm_backward",
+       {T(0), T(1), P(L({6})), T(2), T(3), T(4), T(5), P(L({1, 0, 1}))},
+       {m, m, {4, 1}, {4, 1}, {6}, {6}},
+       {{1, 6}, {1, 6}, {1, 1}, {1, 1}, {6}, {6}},
+       {f64},
+       {{}, {}, {}, {InputKind::kPositive}, {}, {}}},
       {"native_dropout", "native_dropout", {T(0), P(0.25), P(true)}, {m}, {u}, {f32}},
       {"native_dropout_eval", "native_dropout", {T(0), P(0.5), P(false)}, {m}, {e}, {f32}},
       // Matmul family.
@@ -798,7 +819,8 @@ void CheckOneLayout(kernels::KernelBackend& backend, const OpCase& c, const ops:
     laid_out.push_back(after);
   }
   for (const DTensorSpec& more : plan->more_outputs) {
-    ASSERT_EQ(more.placements, plan->output.placements) << what << ": the outputs differ";
+    ASSERT_EQ(more.mesh, plan->output.mesh) << what << ": the outputs are on different meshes";
+    absl::StrAppend(&what, " ", PlacementsToString(more.placements));
   }
   absl::StatusOr<std::vector<HostTensor>> got = RunOnRanksOutputs(
       backend, p.call, mesh, laid_out, shards, plan->output, plan->more_outputs, sim);
@@ -1380,6 +1402,78 @@ class AtenIndexingTest : public ::testing::Test {
   }
   std::unique_ptr<kernels::KernelBackend> backend_ = kernels::MakeBackend("cpu").value();
 };
+
+// native_layer_norm then native_layer_norm_backward on its mean and rstd, against torch's formulas
+// in float64 on the same values: dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy w,
+// dw = sum over rows of dy xhat, db = sum over rows of dy; a mask bit off gives an empty tensor.
+TEST_F(AtenIndexingTest, NativeLayerNormBackwardAsTorchsFormulas) {
+  constexpr int64_t kRows = 3, kCols = 5;
+  const HostTensor x = kernels::testing::RandomTensor(f64, {kRows, kCols}, 5);
+  const HostTensor w = kernels::testing::RandomTensor(f64, {kCols}, 6);
+  const HostTensor b = kernels::testing::RandomTensor(f64, {kCols}, 7);
+  const HostTensor dy = kernels::testing::RandomTensor(f64, {kRows, kCols}, 8);
+  std::vector<HostTensor> fulls;
+  for (const HostTensor* t : {&x, &w, &b}) fulls.push_back(t->Clone());
+  const OpCase forward{"f", "native_layer_norm", {T(0), P(L({kCols})), T(1), T(2), P(1e-5)}, {}, {},
+                       {}};
+  absl::StatusOr<ops::PreparedCall> pf = Prepare(forward, fulls);
+  ASSERT_TRUE(pf.ok()) << pf.status();
+  absl::StatusOr<std::vector<HostTensor>> stats = OneRankOutputs(*backend_, *pf, fulls);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->size(), 3u);
+  EXPECT_EQ((*stats)[1].shape(), (Shape{kRows, 1}));
+  const auto get = kernels::testing::GetDouble;
+  std::vector<double> dx(kRows * kCols), dw(kCols, 0), db(kCols, 0);
+  for (int64_t i = 0; i < kRows; ++i) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < kCols; ++j) mean += get(x, i * kCols + j) / kCols;
+    for (int64_t j = 0; j < kCols; ++j) {
+      var += std::pow(get(x, i * kCols + j) - mean, 2) / kCols;
+    }
+    const double rstd = 1 / std::sqrt(var + 1e-5);
+    EXPECT_NEAR(get((*stats)[1], i), mean, 1e-6);
+    EXPECT_NEAR(get((*stats)[2], i), rstd, 1e-4 * rstd);
+    double g_mean = 0, gx_mean = 0;
+    for (int64_t j = 0; j < kCols; ++j) {
+      const double xhat = (get(x, i * kCols + j) - mean) * rstd;
+      const double g = get(dy, i * kCols + j) * get(w, j);
+      g_mean += g / kCols;
+      gx_mean += g * xhat / kCols;
+      dw[j] += get(dy, i * kCols + j) * xhat;
+      db[j] += get(dy, i * kCols + j);
+    }
+    for (int64_t j = 0; j < kCols; ++j) {
+      const double xhat = (get(x, i * kCols + j) - mean) * rstd;
+      dx[i * kCols + j] = rstd * (get(dy, i * kCols + j) * get(w, j) - g_mean - xhat * gx_mean);
+    }
+  }
+  for (const std::vector<int64_t>& mask : {L({1, 1, 1}), L({1, 0, 1})}) {
+    std::vector<HostTensor> in;
+    const std::vector<const HostTensor*> inputs = {&dy, &x, &(*stats)[1], &(*stats)[2], &w, &b};
+    for (const HostTensor* t : inputs) in.push_back(t->Clone());
+    const OpCase backward{"b",
+                          "native_layer_norm_backward",
+                          {T(0), T(1), P(L({kCols})), T(2), T(3), T(4), T(5), P(mask)},
+                          {},
+                          {},
+                          {}};
+    absl::StatusOr<ops::PreparedCall> pb = Prepare(backward, in);
+    ASSERT_TRUE(pb.ok()) << pb.status();
+    absl::StatusOr<std::vector<HostTensor>> got = OneRankOutputs(*backend_, *pb, in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), 3u);
+    const std::vector<double> gx = Values(std::move((*got)[0]), {kRows, kCols});
+    for (int64_t k = 0; k < kRows * kCols; ++k) EXPECT_NEAR(gx[k], dx[k], 1e-4) << k;
+    if (mask[1] == 1) {
+      const std::vector<double> gw = Values(std::move((*got)[1]), {kCols});
+      for (int64_t j = 0; j < kCols; ++j) EXPECT_NEAR(gw[j], dw[j], 1e-4) << j;
+    } else {
+      EXPECT_EQ((*got)[1].shape(), (Shape{0}));
+    }
+    const std::vector<double> gb = Values(std::move((*got)[2]), {kCols});
+    for (int64_t j = 0; j < kCols; ++j) EXPECT_NEAR(gb[j], db[j], 1e-12) << j;
+  }
+}
 
 TEST_F(AtenIndexingTest, IndexAsTorch) {
   std::vector<HostTensor> in;

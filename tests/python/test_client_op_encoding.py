@@ -179,6 +179,9 @@ def test_encoding_every_kind_of_value():
     assert list(a[14].ints.values) == [] and a[15].float_value == 4.0
     assert a[16].dtype == pb.types.INT32 and a[17].dtype == pb.types.FLOAT64
     assert a[18].dtype == pb.types.BOOL
+    # A list of bools (a bool[N] such as output_mask) goes as 0s and 1s.
+    mask, _ = encode_call("native_layer_norm_backward", [[True, False, np.bool_(True)]], {}, Ref)
+    assert list(mask.args[0].ints.values) == [1, 0, 1]
     # The same message comes back from the wire (a oneof set to its default stays set).
     back = pb.tensor.OpCall.FromString(op.SerializeToString())
     assert [(b.name, b.WhichOneof("value")) for b in back.args] == kinds

@@ -102,7 +102,7 @@ class _Encoder:
         return arg
 
     def _sequence(self, arg: Any, values: Sequence[Any], where: str) -> None:
-        """A list: DTensors (None among them: Tensor?[]) or integers."""
+        """A list: DTensors (None among them: Tensor?[]), integers, or bools (a bool[N])."""
         if any(isinstance(v, self.tensor_type) for v in values) or \
                 (values and all(v is None for v in values)):
             refs = []
@@ -116,6 +116,10 @@ class _Encoder:
                                      f"only, not {type(v).__name__}")
             arg.tensors.SetInParent()
             arg.tensors.indices.extend(refs)
+            return
+        if values and all(isinstance(v, (builtins.bool, np.bool_)) for v in values):
+            arg.ints.SetInParent()  # a bool[N] (output_mask) is sent as 0s and 1s
+            arg.ints.values.extend(builtins.int(builtins.bool(v)) for v in values)
             return
         if not all(_is_int(v) for v in values):
             kinds = sorted({type(v).__name__ for v in values if not _is_int(v)})
