@@ -158,8 +158,11 @@ program_filter() {
   local g="$1" parts=() r
   for r in 1 2 3 4; do [ "$r" -le "$g" ] && parts+=("Models/ModelProgramTest.*_${r}Ranks_*"); done
   [ "$g" -ge 2 ] && parts+=("TpSizes/DataParallelProgramTest.*/0" "Cases/BadCommandTest.*"
-    "ProgramStepFailureTest.*")
-  [ "$g" -ge 4 ] && parts+=("TpSizes/DataParallelProgramTest.*/1")
+    "ProgramStepFailureTest.*" "Cases/OneRankFailsTest.*/ForwardInput*"
+    "Cases/OneRankFailsTest.*/TrainingInput*" "Cases/OneRankFailsTest.*/GradientOfAnotherShape*"
+    "Cases/OneRankFailsTest.*/AStepFailsOnOneRank")
+  [ "$g" -ge 4 ] && parts+=("TpSizes/DataParallelProgramTest.*/1"
+    "Cases/OneRankFailsTest.*/DataParallelMesh*")
   [ "$g" -ge 6 ] && parts+=("TpSizes/DataParallelProgramTest.*/2")
   (IFS=: && echo "${parts[*]}")
 }

@@ -33,6 +33,13 @@ bool IsCollective(ProgramOpKind kind) {
   }
 }
 
+// Mesh dims 0 .. n-1.
+std::vector<int> EveryDim(int n) {
+  std::vector<int> dims(n);
+  for (int m = 0; m < n; ++m) dims[m] = m;
+  return dims;
+}
+
 std::string ParameterLabel(const ProgramParameter& p, int index) {
   return absl::StrCat("parameter ", index, " (\"", p.fqn, "\")");
 }
@@ -224,12 +231,9 @@ absl::Status ProgramRunner::RunStep(RunState& state, absl::string_view list, int
   // then none of them enters it, and each goes on agreeing at the steps after, so that every
   // group sees the same agreements and no rank waits in a collective its peer never joins.
   if (IsCollective(step.kind) || step.kind == ProgramOpKind::kGatherParameter) {
-    std::vector<int> dims;
-    if (step.kind == ProgramOpKind::kGatherParameter) {
-      for (int m = 0; m < mesh_.ndim(); ++m) dims.push_back(m);
-    } else {
-      dims.push_back(step.mesh_dim);
-    }
+    const std::vector<int> dims = step.kind == ProgramOpKind::kGatherParameter
+                                      ? EveryDim(mesh_.ndim())
+                                      : std::vector<int>{step.mesh_dim};
     RETURN_IF_ERROR(Agree(state, dims, [&] { return ProgramStepLabel(list, index, step); }));
   }
   if (state.stopped()) return absl::OkStatus();
@@ -589,9 +593,8 @@ absl::StatusOr<ProgramRunResult> ProgramRunner::Run(
   state.parameters.clear();  // readers of the stored values would make SGD copy them
   // Nothing is stored until every rank of the mesh ran the whole step: one that failed after
   // the last collective must not leave its peers' parameters a step ahead of its own.
-  std::vector<int> every_dim(mesh_.ndim());
-  for (int m = 0; m < mesh_.ndim(); ++m) every_dim[m] = m;
-  RETURN_IF_ERROR(Agree(state, every_dim, [] { return std::string("storing the gradients"); }));
+  RETURN_IF_ERROR(
+      Agree(state, EveryDim(mesh_.ndim()), [] { return std::string("storing the gradients"); }));
   RETURN_IF_ERROR(Outcome(state));
   for (int i = 0; i < static_cast<int>(grads.size()); ++i) {
     RETURN_IF_ERROR(store.Put(program_.tensors[i].grad, std::move(grads[i])));
