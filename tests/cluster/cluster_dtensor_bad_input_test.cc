@@ -489,6 +489,46 @@ TEST_F(DTensorBadInputTest, AFailureDoesNotStrandThePeersOfAPipelinedCollective)
   EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "a rank was stranded in a collective";
 }
 
+// RunOp naming the outputs of an op with several: a count other than the op's, `output` beside
+// `outputs`, a name given twice or one in use are refused with the code and what was wrong, and
+// leave no tensor (TearDown checks the sentinel is the only one, and intact).
+TEST_F(DTensorBadInputTest, NamesForSeveralOutputsAreChecked) {
+  struct Case {
+    std::vector<std::string> outputs;
+    std::string output;
+    absl::StatusCode code;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {{"values"},
+       "",
+       absl::StatusCode::kInvalidArgument,
+       {"aten::max.dim", "gives 2 outputs here", "'outputs' names 1"}},
+      {{"a", "b", "c"}, "", absl::StatusCode::kInvalidArgument, {"gives 2", "names 3"}},
+      {{"values", "indices"},
+       "out",
+       absl::StatusCode::kInvalidArgument,
+       {"'output' or 'outputs', not both"}},
+      {{"twice", "twice"}, "", absl::StatusCode::kAlreadyExists, {"'twice'"}},
+      {{"fresh", sentinel_->name()}, "", absl::StatusCode::kAlreadyExists, {sentinel_->name()}},
+  };
+  for (const Case& c : cases) {
+    grpc::ClientContext context;
+    Prepare(&context);
+    v1::OpRequest request;
+    request.mutable_op()->set_name("max.dim");
+    request.mutable_op()->add_args()->set_tensor(0);
+    request.mutable_op()->add_args()->set_int_value(0);
+    request.add_inputs(sentinel_->name());
+    request.set_output(c.output);
+    for (const std::string& name : c.outputs) request.add_outputs(name);
+    v1::OpReply reply;
+    EXPECT_TRUE(
+        StatusIs(FromGrpcStatus(stub_->RunOp(&context, request, &reply)), c.code, c.message))
+        << absl::StrJoin(c.outputs, ", ");
+  }
+}
+
 // Local tensors count against a worker's budget next to DTensors, both ways: a 32 MiB Replicate
 // put onto a worker that PutLocal filled is refused up front, naming the worker (it used to be
 // accepted and then leave its peer waiting in the broadcast), and a local tensor that does not fit
