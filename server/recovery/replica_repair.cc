@@ -24,10 +24,19 @@ void ReplicaRepair::Start() {
 
 void ReplicaRepair::Run() {
   while (!stop_.WaitForNotificationWithTimeout(interval_)) {
-    for (const std::shared_ptr<Mesh>& mesh : meshes_->List()) {
+    const std::vector<std::shared_ptr<Mesh>> meshes = meshes_->List();
+    {
+      // The Pings of meshes replaced or deleted since are of no use.
+      absl::MutexLock lock(&pings_->mu);
+      std::erase_if(pings_->by_mesh, [&](const auto& ping) {
+        return std::none_of(meshes.begin(), meshes.end(),
+                            [&](const auto& mesh) { return mesh->id == ping.first; });
+      });
+    }
+    for (const std::shared_ptr<Mesh>& mesh : meshes) {
       // Local tensors of the collectives API cannot be repaired: such a mesh stays broken, as it
       // says, until deleted.
-      if (!mesh->locals.Names().empty() || !ReadyToRejoin(*mesh)) continue;
+      if (!mesh->locals.Names().empty() || !ReadyToRejoin(*mesh) || !Reached(*mesh)) continue;
       absl::StatusOr<std::shared_ptr<Mesh>> now = Rejoin(*mesh);
       if (absl::IsNotFound(now.status())) {
         spdlog::debug("mesh '{}' was deleted before it took its workers back", mesh->name);
@@ -58,6 +67,44 @@ bool ReplicaRepair::ReadyToRejoin(const Mesh& mesh) const {
     if (!registry_->HeardFromSince(id, latest)) return false;
   }
   return true;
+}
+
+bool ReplicaRepair::Reached(const Mesh& mesh) {
+  std::vector<WorkerHandle> workers;
+  std::vector<int64_t> incarnations;
+  for (int64_t id : mesh.mesh.ranks()) {
+    absl::StatusOr<WorkerHandle> w = registry_->Get(id);
+    if (!w.ok()) return false;
+    incarnations.push_back(w->incarnation);
+    workers.push_back(*std::move(w));
+  }
+  {
+    absl::MutexLock lock(&pings_->mu);
+    auto it = pings_->by_mesh.find(mesh.id);
+    if (it != pings_->by_mesh.end() && it->second.incarnations == incarnations) {
+      return it->second.answered;  // answered, or in flight
+    }
+    pings_->by_mesh[mesh.id] = Pings::Ping{incarnations, false};
+  }
+  v1::Command ping;
+  ping.mutable_ping();
+  dispatcher_->Post(workers, ping, kPingTimeout,
+                    [pings = pings_, id = mesh.id, incarnations](absl::Status status,
+                                                                 std::vector<v1::CommandReply>) {
+                      absl::MutexLock lock(&pings->mu);
+                      auto it = pings->by_mesh.find(id);
+                      if (it == pings->by_mesh.end() || it->second.incarnations != incarnations) {
+                        return;  // replaced meanwhile
+                      }
+                      // One that failed (a worker died, or stayed busy past the timeout) is posted
+                      // again at the next look.
+                      if (status.ok()) {
+                        it->second.answered = true;
+                      } else {
+                        pings->by_mesh.erase(it);
+                      }
+                    });
+  return false;
 }
 
 std::optional<v1::SpreadTensor> ReplicaRepair::RepairCommand(

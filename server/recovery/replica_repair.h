@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -10,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/sharding/dtensor_spec.h"
@@ -27,7 +29,10 @@ namespace tessera {
 // Takes a worker that came back (registered again under its id with a new incarnation, empty)
 // into the meshes it was part of, and repairs what it lost from replicas. Every `interval` it looks
 // for a mesh whose workers are all alive but some restarted since the mesh was set up; such a mesh
-// is set up again over the same ranks under the same name (communicators formed anew), and each of
+// is set up again over the same ranks under the same name (communicators formed anew), once every
+// worker of it answered a Ping posted when the mesh became ready to (a worker runs its commands one
+// at a time in order: one busy with long work on another mesh would reach the set-up's rendezvous
+// only after its peers gave up waiting for it), and each of
 // its DTensors is moved onto it: one whose every block on a restarted worker is held by a live rank
 // along a Replicate mesh dim gets it back by a SpreadTensor broadcast from that rank, posted in the
 // workers' command order before anything else can use the tensor (which reads as pending until
@@ -58,6 +63,9 @@ class ReplicaRepair {
   // Starts looking in the background.
   void Start();
 
+  // How long a rejoin's Ping waits for a busy worker before it is posted again.
+  static constexpr absl::Duration kPingTimeout = absl::Seconds(30);
+
   // The SpreadTensor that gives the ranks at mesh positions `restarted` of a tensor laid out as
   // `spec` their blocks back from live replicas: a broadcast along one Replicate mesh dim, each
   // group along it from its first rank that was not restarted (groups may differ: two diagonal
@@ -73,6 +81,10 @@ class ReplicaRepair {
   // latest of those registrations (a worker that died with a restarted one, e.g. in the same pod,
   // sends none until it registers again, though it counts as alive until its heartbeats lapse).
   bool ReadyToRejoin(const Mesh& mesh) const;
+  // Whether every worker of `mesh` answered a Ping posted to its current incarnation: none has
+  // older work queued before the rejoin's set-up. Posts the Ping when none is in flight for these
+  // incarnations (again after one that failed or timed out); false until it is answered.
+  bool Reached(const Mesh& mesh);
   // Sets `old` up again over its workers' current incarnations and repairs its tensors, under
   // the change locks of both meshes (a DeleteMesh waits for it); returns the new mesh, or null if
   // there was nothing to do. NOT_FOUND if `old` was deleted.
@@ -98,6 +110,16 @@ class ReplicaRepair {
   WorkerBytes* ledger_;
   const absl::Duration interval_;
   Rejoined rejoined_;
+  // The Pings of Reached by mesh id, shared with their callbacks (which may outlive this).
+  struct Pings {
+    struct Ping {
+      std::vector<int64_t> incarnations;  // of the workers it went to, by mesh position
+      bool answered = false;
+    };
+    absl::Mutex mu;
+    std::map<int64_t, Ping> by_mesh ABSL_GUARDED_BY(mu);
+  };
+  const std::shared_ptr<Pings> pings_ = std::make_shared<Pings>();
   absl::Notification stop_;
   std::thread thread_;
 };

@@ -569,6 +569,72 @@ TEST(ReplicaRepairBusyTest, ASetUpThatFailsIsFormedAgainBeforeTheRepairs) {
   fixture.Stop();
 }
 
+// The survivor is held longer than a set-up's rendezvous and its first retry wait together (2 s,
+// then 10 s): it runs an all_reduce on another mesh with a third worker that is stopped
+// (SIGSTOP), which lasts that mesh's collective timeout, 20 s; the stopped worker runs again just
+// after. The survivor's commands run one at a time, so the rejoin (its Ping, then its set-up)
+// reaches it only then; the communicators form over both workers and the replicated tensor reads
+// back.
+TEST(ReplicaRepairBusyTest, ASurvivorBusyPastEveryRendezvousIsWaitedFor) {
+  constexpr int kRestarted = 0, kBusy = 1, kStopped = 2;  // LocalCluster's indices
+  constexpr absl::Duration kHold = absl::Seconds(20);
+  TestCluster fixture;
+  LocalClusterOptions options = TestClusterOptions(3);
+  options.dead_after = absl::Seconds(90);  // the stopped worker counts alive throughout
+  ASSERT_TRUE(fixture.Start(options).ok()) << fixture.LogHint();
+  LocalCluster& cluster = *fixture.cluster;
+  Session& client = *fixture.client;
+  const std::map<int64_t, int> index = IndexById(client, cluster);
+  ASSERT_EQ(index.size(), 3u);
+  std::map<int, int64_t> id;
+  for (const auto& [worker_id, i] : index) id[i] = worker_id;
+  absl::StatusOr<client::MeshInfo> pair = client::InitDeviceMesh(
+      client, "cpu", {2}, {"tp"}, "pair",
+      {.worker_ids = {id[kRestarted], id[kBusy]}, .collective_timeout = absl::Seconds(2)});
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  absl::StatusOr<client::MeshInfo> hold = client::InitDeviceMesh(
+      client, "cpu", {2}, {"x"}, "hold",
+      {.worker_ids = {id[kBusy], id[kStopped]}, .collective_timeout = kHold});
+  ASSERT_TRUE(hold.ok()) << hold.status();
+  const HostTensor values = SmallIntegerTensor(DType::kFloat32, {8, 6}, 5);
+  client::DistributeOptions named;
+  named.name = "kept";
+  absl::StatusOr<DTensor> kept =
+      client::DistributeTensor(client, values, *pair, {Placement::Replicate()}, named);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(kept->FullTensor().ok());
+  ASSERT_TRUE(AllWritten(client, "pair"));
+  const HostTensor small = SmallIntegerTensor(DType::kFloat32, {4}, 1);
+  for (int64_t r = 0; r < 2; ++r) ASSERT_TRUE(client.PutLocal("hold", r, "x", small).ok());
+
+  const pid_t stopped = cluster.worker_pid(kStopped);
+  ASSERT_EQ(kill(stopped, SIGSTOP), 0);
+  const absl::Time held_from = absl::Now();
+  absl::StatusOr<client::Work> held =
+      client.StartCollective(client::AllReduce({"hold", ""}, "x", "y", ReduceOp::kSum));
+  const absl::Status restarted = [&]() -> absl::Status {
+    RETURN_IF_ERROR(cluster.KillWorker(kRestarted));
+    return cluster.RestartWorker(kRestarted);
+  }();
+  // Once the held collective timed out the stopped worker runs again (else the survivor would
+  // wait for it once more, in the re-forming of the other mesh's communicators).
+  absl::SleepFor(held_from + kHold + absl::Seconds(1) - absl::Now());
+  ASSERT_EQ(kill(stopped, SIGCONT), 0);
+  absl::StatusOr<HostTensor> got =
+      restarted.ok() ? ReadOnceBack(*kept, absl::Minutes(2)) : restarted;
+  const absl::Duration waited = absl::Now() - held_from;
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_TRUE(restarted.ok()) << restarted << fixture.LogHint();
+  ASSERT_TRUE(got.ok()) << got.status() << fixture.LogHint();
+  EXPECT_TRUE(TensorsMatch(*got, values));
+  std::printf("the held collective and the rejoin took %.1f s\n", absl::ToDoubleSeconds(waited));
+  // The held collective timed out on the survivor (its peer never joined).
+  EXPECT_FALSE(held->Wait(absl::Minutes(1)).ok());
+  // The pair runs again: an op over both workers.
+  EXPECT_TRUE(AddsUp(*kept, values));
+  fixture.Stop();
+}
+
 INSTANTIATE_TEST_SUITE_P(Cluster, ReplicaRepairTest,
                          ::testing::Values(DType::kFloat32, DType::kInt32, DType::kFloat64),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });

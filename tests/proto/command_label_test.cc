@@ -58,6 +58,7 @@ INSTANTIATE_TEST_SUITE_P(
                                 [](v1::Command& c) { c.mutable_read_checkpoint(); }},
                       LabelCase{"load_shard (mesh 7, sequence 12)",
                                 [](v1::Command& c) { c.mutable_load_shard()->set_mesh_id(7); }},
+                      LabelCase{"ping (sequence 12)", [](v1::Command& c) { c.mutable_ping(); }},
                       LabelCase{"empty command (sequence 12)", [](v1::Command&) {}}));
 
 struct FieldsCase {
@@ -90,7 +91,7 @@ TEST(CommandLabelTest, EveryKindIsCovered) {
   const google::protobuf::OneofDescriptor* kind =
       v1::Command::descriptor()->FindOneofByName("kind");
   ASSERT_NE(kind, nullptr);
-  EXPECT_EQ(kind->field_count(), 15);
+  EXPECT_EQ(kind->field_count(), 16);
 }
 
 }  // namespace
