@@ -24,7 +24,11 @@ enum class Kind {
   kNativeLayerNorm,  // layer_norm with its mean and rstd as outputs
   kNativeLayerNormBackward,
   kRmsNorm,
+  kFusedRmsNorm,  // rms_norm with its rstd as an output
+  kFusedRmsNormBackward,
   kAttention,
+  kFlashAttention,  // the attention torch's CPU SDPA runs, with the logsumexp of the scores
+  kFlashAttentionBackward,
   kVectorNorm,
   kSliceBackward,
   kSelectBackward,
@@ -73,6 +77,24 @@ const std::vector<NormEntry>& Entries() {
        "kernel rms_norm over the flattened normalized dims (float16/bfloat16 in float32)",
        "_fused_rms_norm_backward(grad, input, normalized_shape, rstd, weight)",
        "S(d) kept on the leading dims; the normalized dims whole (R); weight R"},
+      {"_fused_rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float? eps) -> "
+       "(Tensor, Tensor)",
+       Kind::kFusedRmsNorm, OpFamily::kNn,
+       "kernel rms_norm over the flattened normalized dims, its rstd (computed in float32, or "
+       "float64 for a float64 input) as an output of the input's shape with the normalized dims 1",
+       "_fused_rms_norm_backward(grad, input, normalized_shape, rstd, weight)",
+       "S(d) kept on the leading dims (the output and rstd alike); the normalized dims whole (R); "
+       "weight R"},
+      {"_fused_rms_norm_backward(Tensor grad_out, Tensor input, int[] normalized_shape, Tensor "
+       "rstd, Tensor? weight, bool[2] output_mask) -> (Tensor, Tensor)",
+       Kind::kFusedRmsNormBackward, OpFamily::kNn,
+       "kernel rms_norm_backward over the flattened normalized dims (rstd read in float32); "
+       "grad_weight summed over this rank's rows; an output the mask (or a None weight) leaves "
+       "out is an empty tensor where torch gives None",
+       "",
+       "S(d) of grad_out, input and rstd on a leading dim gives grad_input S(d) and grad_weight "
+       "P(sum); P(sum) of grad_out alone gives P(sum) of both (the backward is linear in it); "
+       "the normalized dims whole (R); weight R"},
       {"scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? "
        "attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool "
        "enable_gqa=False) -> Tensor",
@@ -86,6 +108,29 @@ const std::vector<NormEntry>& Entries() {
        "each group of query heads with enable_gqa",
        "S(d) on a batch or head dim of query, key, value (and the mask where it has that dim); "
        "the sequence and feature dims whole (R)"},
+      {"_scaled_dot_product_flash_attention_for_cpu(Tensor query, Tensor key, Tensor value, "
+       "float dropout_p=0.0, bool is_causal=False, *, Tensor? attn_mask=None, float? scale=None) "
+       "-> (Tensor output, Tensor logsumexp)",
+       Kind::kFlashAttention, OpFamily::kNn,
+       "kernel: gemm per batch and head (scale q k^T, + mask, causal -inf) in float32 (float64 "
+       "for float64), softmax.safe_softmax, gemm with value; logsumexp of the masked scores "
+       "(float32, or float64 for float64; 0 for a fully masked row, as torch)",
+       "_scaled_dot_product_flash_attention_for_cpu_backward(grad, query, key, value, output, "
+       "logsumexp, dropout_p, is_causal, attn_mask, scale)",
+       "S(d) on the batch (0) or head (1) dim of query, key, value (and the mask where it has "
+       "that dim), the output and logsumexp alike; the sequence and feature dims whole (R)"},
+      {"_scaled_dot_product_flash_attention_for_cpu_backward(Tensor grad_out, Tensor query, "
+       "Tensor key, Tensor value, Tensor out, Tensor logsumexp, float dropout_p, bool is_causal, "
+       "*, Tensor? attn_mask=None, float? scale=None) -> (Tensor grad_query, Tensor grad_key, "
+       "Tensor grad_value)",
+       Kind::kFlashAttentionBackward, OpFamily::kNn,
+       "kernel: the probabilities recomputed from query and key; grad_value = p^T grad, ds = "
+       "_softmax_backward_data(grad value^T, p), grad_query = scale ds key, grad_key = scale ds^T "
+       "query; key and value gradients summed over each group of query heads",
+       "",
+       "S(d) on the batch (0) or head (1) dim of every tensor input gives the three gradients "
+       "S(d); P(sum) of grad_out alone gives P(sum) of all three (the backward is linear in it); "
+       "R"},
       {"linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, "
        "ScalarType? dtype=None) -> Tensor",
        Kind::kVectorNorm, OpFamily::kReduction,
@@ -192,50 +237,73 @@ absl::StatusOr<OutputMeta> NormMeta(const CallContext& call) {
   return OutputMeta{x.shape, x.dtype};
 }
 
-// native_layer_norm's mean and rstd: the input's shape with the normalized dims 1, its dtype.
-absl::StatusOr<std::vector<OutputMeta>> NativeLayerNormStatistics(const CallContext& call,
-                                                                  const OutputMeta& first) {
+// The input's shape with the normalized dims 1: the shape of a norm's statistics.
+absl::StatusOr<Shape> StatisticsShape(const CallContext& call, const Shape& input) {
   ASSIGN_OR_RETURN(const int axis, NormAxis(call));
-  Shape shape = first.shape;
-  for (size_t d = axis; d < shape.size(); ++d) {
-    if (shape[d] == 0) {
+  Shape shape = input;
+  for (size_t d = axis; d < shape.size(); ++d) shape[d] = 1;
+  return shape;
+}
+
+// native_layer_norm's mean and rstd (the input's dtype), _fused_rms_norm's rstd (float32, or
+// float64 for a float64 input: the dtype it is computed in): of StatisticsShape.
+absl::StatusOr<std::vector<OutputMeta>> NormStatistics(const CallContext& call,
+                                                       const OutputMeta& first) {
+  ASSIGN_OR_RETURN(const int axis, NormAxis(call));
+  for (size_t d = axis; d < first.shape.size(); ++d) {
+    if (first.shape[d] == 0) {
       return ArgError(call, "normalized_shape",
                       absl::StrCat("is ", ShapeToString(call.args.Ints("normalized_shape")),
-                                   ", with no element: its mean and rstd are undefined"));
+                                   ", with no element: its statistics are undefined"));
     }
-    shape[d] = 1;
+  }
+  ASSIGN_OR_RETURN(const Shape shape, StatisticsShape(call, first.shape));
+  if (KindOf(call) == Kind::kFusedRmsNorm) {
+    return std::vector<OutputMeta>{
+        {shape, first.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32}};
   }
   return std::vector<OutputMeta>{{shape, first.dtype}, {shape, first.dtype}};
 }
 
-// native_layer_norm_backward's inputs: grad_out and input alike, mean and rstd as
-// native_layer_norm gives them (the input's shape with the normalized dims 1); grad_input always
-// computed (output_mask[0] True).
+// The statistics a norm backward reads: native_layer_norm_backward's mean and rstd,
+// _fused_rms_norm_backward's rstd.
+std::vector<const char*> BackwardStatistics(const CallContext& call) {
+  if (KindOf(call) == Kind::kFusedRmsNormBackward) return {"rstd"};
+  return {"mean", "rstd"};
+}
+// The parameters whose gradients a norm backward gives after grad_input.
+std::vector<const char*> BackwardParameters(const CallContext& call) {
+  if (KindOf(call) == Kind::kFusedRmsNormBackward) return {"weight"};
+  return {"weight", "bias"};
+}
+
+// A norm backward's inputs: grad_out and input alike, the statistics as the forward gives them
+// (the input's shape with the normalized dims 1); grad_input always computed (output_mask[0]
+// True).
 absl::StatusOr<OutputMeta> NormBackwardMeta(const CallContext& call) {
   ASSIGN_OR_RETURN(const TensorMeta x, InputTensor(call, "input"));
   ASSIGN_OR_RETURN(const TensorMeta dy, InputTensor(call, "grad_out"));
   RETURN_IF_ERROR(CheckFloatingInput(call, "input", x));
-  ASSIGN_OR_RETURN(const int axis, NormAxis(call));
   if (dy.shape != x.shape || dy.dtype != x.dtype) {
     return ArgError(call, "grad_out",
                     absl::StrCat("is ", DTypeName(dy.dtype), ShapeToString(dy.shape),
                                  " but input is ", DTypeName(x.dtype), ShapeToString(x.shape)));
   }
-  Shape statistics = x.shape;
-  for (size_t d = axis; d < statistics.size(); ++d) statistics[d] = 1;
-  for (const char* arg : {"mean", "rstd"}) {
+  ASSIGN_OR_RETURN(const Shape statistics, StatisticsShape(call, x.shape));
+  for (const char* arg : BackwardStatistics(call)) {
     ASSIGN_OR_RETURN(const TensorMeta t, InputTensor(call, arg));
     RETURN_IF_ERROR(CheckFloatingInput(call, arg, t));
     if (t.shape != statistics) {
       return ArgError(
           call, arg,
           absl::StrCat("of shape ", ShapeToString(t.shape), " must be ", ShapeToString(statistics),
-                       " (the input's with the normalized dims 1, as "
-                       "native_layer_norm gives it)"));
+                       " (the input's with the normalized dims 1, as the forward "
+                       "gives it)"));
     }
   }
-  RETURN_IF_ERROR(CheckNormParameter(call, "weight", x));
-  RETURN_IF_ERROR(CheckNormParameter(call, "bias", x));
+  for (const char* arg : BackwardParameters(call)) {
+    RETURN_IF_ERROR(CheckNormParameter(call, arg, x));
+  }
   if (call.args.Ints("output_mask")[0] == 0) {
     return ArgError(call, "output_mask",
                     "[0] is False; Tessera always computes grad_input (give True)");
@@ -243,22 +311,24 @@ absl::StatusOr<OutputMeta> NormBackwardMeta(const CallContext& call) {
   return OutputMeta{x.shape, x.dtype};
 }
 
-// Whether native_layer_norm_backward gives grad_weight (`k` 1) or grad_bias (2): its mask bit set
-// and the parameter given.
+// Whether a norm backward gives the gradient of BackwardParameters(call)[k - 1] (output k): its
+// mask bit set and the parameter given.
 bool NormBackwardGives(const CallContext& call, int k) {
-  return call.args.Ints("output_mask")[k] != 0 && !call.args.IsNone(k == 1 ? "weight" : "bias");
+  return call.args.Ints("output_mask")[k] != 0 &&
+         !call.args.IsNone(BackwardParameters(call)[k - 1]);
 }
 
-// grad_weight and grad_bias: of normalized_shape and the parameter's dtype, or empty.
+// The parameters' gradients: of normalized_shape and the parameter's dtype, or empty.
 absl::StatusOr<std::vector<OutputMeta>> NormBackwardMore(const CallContext& call,
                                                          const OutputMeta& first) {
   std::vector<OutputMeta> more;
-  for (int k = 1; k <= 2; ++k) {
+  const std::vector<const char*> parameters = BackwardParameters(call);
+  for (int k = 1; k <= static_cast<int>(parameters.size()); ++k) {
     if (!NormBackwardGives(call, k)) {
       more.push_back({{0}, first.dtype});
       continue;
     }
-    ASSIGN_OR_RETURN(const TensorMeta w, InputTensor(call, k == 1 ? "weight" : "bias"));
+    ASSIGN_OR_RETURN(const TensorMeta w, InputTensor(call, parameters[k - 1]));
     more.push_back({w.shape, w.dtype});
   }
   return more;
@@ -268,22 +338,24 @@ absl::StatusOr<StrategyCandidates> NormBackwardStrategies(const CallContext& cal
   ASSIGN_OR_RETURN(const int axis, NormAxis(call));
   const int n = static_cast<int>(call.inputs.size());
   const Placement sum = Placement::Partial(ReduceOp::kSum);
-  const Placement weight = NormBackwardGives(call, 1) ? sum : Placement::Replicate();
-  const Placement bias = NormBackwardGives(call, 2) ? sum : Placement::Replicate();
+  const int parameters = static_cast<int>(BackwardParameters(call).size());
+  std::vector<Placement> given, replicated(parameters, Placement::Replicate());
+  for (int k = 1; k <= parameters; ++k) {
+    given.push_back(NormBackwardGives(call, k) ? sum : Placement::Replicate());
+  }
+  std::vector<const char*> sharded = BackwardStatistics(call);
+  sharded.insert(sharded.begin(), {"grad_out", "input"});
   StrategyCandidates c;
   for (int d = 0; d < axis; ++d) {
     std::vector<Placement> in(n, Placement::Replicate());
-    for (const char* arg : {"grad_out", "input", "mean", "rstd"}) {
-      in[call.args.Tensor(arg)] = Placement::Shard(d);
-    }
-    c.per_dim.push_back({in, Placement::Shard(d), {weight, bias}});
+    for (const char* arg : sharded) in[call.args.Tensor(arg)] = Placement::Shard(d);
+    c.per_dim.push_back({in, Placement::Shard(d), given});
   }
   std::vector<Placement> partial(n, Placement::Replicate());
   partial[call.args.Tensor("grad_out")] = sum;
-  c.per_dim.push_back({partial, sum, {weight, bias}});
-  c.per_dim.push_back({std::vector<Placement>(n, Placement::Replicate()),
-                       Placement::Replicate(),
-                       {Placement::Replicate(), Placement::Replicate()}});
+  c.per_dim.push_back({partial, sum, given});
+  c.per_dim.push_back(
+      {std::vector<Placement>(n, Placement::Replicate()), Placement::Replicate(), replicated});
   return c;
 }
 
@@ -406,6 +478,150 @@ absl::StatusOr<StrategyCandidates> AttentionStrategies(const CallContext& call,
       if (md >= 0 && (m[md] != 1 || out.shape[d] == 1)) in[mask] = Placement::Shard(md);
     }
     c.per_dim.push_back({in, Placement::Shard(d)});
+  }
+  c.per_dim.push_back({std::vector<Placement>(n, Placement::Replicate()), Placement::Replicate()});
+  return c;
+}
+
+// --- _scaled_dot_product_flash_attention_for_cpu and its backward ---
+
+// query [B, H, L, E], key and value [B, Hkv, S, E] with Hkv dividing H (grouped heads), one
+// floating dtype; dropout_p 0; attn_mask None or of query's dtype, 2-D or 4-D, broadcasting to
+// the scores [B, H, L, S]; is_causal may come with a mask (both apply), as torch's CPU kernel.
+absl::StatusOr<OutputMeta> FlashAttentionMeta(const CallContext& call) {
+  ASSIGN_OR_RETURN(const TensorMeta q, InputTensor(call, "query"));
+  ASSIGN_OR_RETURN(const TensorMeta k, InputTensor(call, "key"));
+  ASSIGN_OR_RETURN(const TensorMeta v, InputTensor(call, "value"));
+  RETURN_IF_ERROR(CheckFloatingInput(call, "query", q));
+  for (const char* arg : {"query", "key", "value"}) {
+    const TensorMeta& t = arg[0] == 'q' ? q : arg[0] == 'k' ? k : v;
+    if (t.shape.size() != 4) {
+      return ArgError(call, arg,
+                      absl::StrCat("of shape ", ShapeToString(t.shape),
+                                   " must have 4 dims [batch, heads, positions, features]"));
+    }
+    if (t.dtype != q.dtype) {
+      return ArgError(call, arg,
+                      absl::StrCat("is ", DTypeName(t.dtype), " but query is ", DTypeName(q.dtype),
+                                   " (one dtype for all three)"));
+    }
+  }
+  for (const char* arg : {"key", "value"}) {
+    const TensorMeta& t = arg[0] == 'k' ? k : v;
+    if (t.shape[3] != q.shape[3]) {
+      return ArgError(call, arg,
+                      absl::StrCat("of shape ", ShapeToString(t.shape), " must end with query's ",
+                                   q.shape[3], " features (query ", ShapeToString(q.shape),
+                                   "; this kernel takes one head size for all three)"));
+    }
+    if (t.shape[0] != q.shape[0]) {
+      return ArgError(call, arg,
+                      absl::StrCat("of shape ", ShapeToString(t.shape), " must have query's batch ",
+                                   q.shape[0], " (Tessera's attention does not broadcast it)"));
+    }
+  }
+  if (v.shape[1] != k.shape[1] || v.shape[2] != k.shape[2]) {
+    return ArgError(call, "value",
+                    absl::StrCat("of shape ", ShapeToString(v.shape), " must have key's heads and ",
+                                 "positions (key ", ShapeToString(k.shape), ")"));
+  }
+  if (k.shape[1] == 0 ? q.shape[1] != 0 : q.shape[1] % k.shape[1] != 0) {
+    return ArgError(
+        call, "key",
+        absl::StrCat("has ", k.shape[1], " heads, which must divide query's ", q.shape[1]));
+  }
+  const double dropout = call.args.Float("dropout_p");
+  if (dropout != 0.0) {
+    return ArgError(call, "dropout_p",
+                    absl::StrCat("is ", dropout, "; this kernel takes dropout_p=0 (as torch's)"));
+  }
+  const Shape scores = {q.shape[0], q.shape[1], q.shape[2], k.shape[2]};
+  if (!call.args.IsNone("attn_mask")) {
+    ASSIGN_OR_RETURN(const TensorMeta mask, InputTensor(call, "attn_mask"));
+    if (mask.dtype != q.dtype) {
+      return ArgError(call, "attn_mask",
+                      absl::StrCat("is ", DTypeName(mask.dtype), "; it must be query's ",
+                                   DTypeName(q.dtype), " (an additive mask)"));
+    }
+    if (mask.shape.size() != 2 && mask.shape.size() != 4) {
+      return ArgError(
+          call, "attn_mask",
+          absl::StrCat("of shape ", ShapeToString(mask.shape), " must have 2 or 4 dims"));
+    }
+    std::vector<Shape> shapes = {mask.shape, scores};
+    absl::StatusOr<Shape> b = BroadcastShapes(call.op.name(), shapes);
+    if (!b.ok() || *b != scores) {
+      return ArgError(call, "attn_mask",
+                      absl::StrCat("of shape ", ShapeToString(mask.shape),
+                                   " does not broadcast to the scores' ", ShapeToString(scores)));
+    }
+  }
+  return OutputMeta{q.shape, q.dtype};
+}
+
+// The logsumexp: [B, H, L] in float32 (float64 for float64), as torch's.
+absl::StatusOr<std::vector<OutputMeta>> FlashAttentionMore(const CallContext&,
+                                                           const OutputMeta& first) {
+  const Shape& s = first.shape;
+  return std::vector<OutputMeta>{
+      {{s[0], s[1], s[2]}, first.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32}};
+}
+
+// The forward's checks, then grad_out and out of the output's shape and dtype, logsumexp of its.
+absl::StatusOr<OutputMeta> FlashAttentionBackwardMeta(const CallContext& call) {
+  ASSIGN_OR_RETURN(const OutputMeta forward, FlashAttentionMeta(call));
+  ASSIGN_OR_RETURN(const std::vector<OutputMeta> more, FlashAttentionMore(call, forward));
+  for (const char* arg : {"grad_out", "out", "logsumexp"}) {
+    ASSIGN_OR_RETURN(const TensorMeta t, InputTensor(call, arg));
+    const OutputMeta& want = arg[0] == 'l' ? more[0] : forward;
+    if (t.shape != want.shape || t.dtype != want.dtype) {
+      return ArgError(
+          call, arg,
+          absl::StrCat("is ", DTypeName(t.dtype), ShapeToString(t.shape), " but the forward gives ",
+                       DTypeName(want.dtype), ShapeToString(want.shape)));
+    }
+  }
+  return forward;
+}
+
+// grad_key and grad_value: of key's and value's shapes.
+absl::StatusOr<std::vector<OutputMeta>> FlashAttentionBackwardMore(const CallContext& call,
+                                                                   const OutputMeta& first) {
+  ASSIGN_OR_RETURN(const TensorMeta k, InputTensor(call, "key"));
+  ASSIGN_OR_RETURN(const TensorMeta v, InputTensor(call, "value"));
+  return std::vector<OutputMeta>{{k.shape, first.dtype}, {v.shape, first.dtype}};
+}
+
+// Batch or heads sharded alike on every tensor input (the mask where it has that dim); the
+// backward also passes a P(sum) grad_out through.
+absl::StatusOr<StrategyCandidates> FlashAttentionStrategies(const CallContext& call,
+                                                            std::span<const DTensorSpec> specs) {
+  const bool backward = KindOf(call) == Kind::kFlashAttentionBackward;
+  const int n = static_cast<int>(call.inputs.size());
+  const int q = call.args.Tensor("query"), k = call.args.Tensor("key");
+  const int mask = call.args.Tensor("attn_mask");
+  const int64_t ranks = specs.empty() ? 1 : specs[0].mesh.size();
+  StrategyCandidates c;
+  for (int d = 0; d < 2; ++d) {
+    // Grouped heads shard alike only where every rank's query heads use its own key heads.
+    if (d == 1 && call.inputs[q].shape[1] != call.inputs[k].shape[1] &&
+        call.inputs[k].shape[1] % ranks != 0) {
+      continue;
+    }
+    std::vector<Placement> in(n, Placement::Shard(d));
+    if (mask >= 0) {
+      const Shape& m = call.inputs[mask].shape;
+      const int md = d - (4 - static_cast<int>(m.size()));
+      in[mask] = md >= 0 && (m[md] != 1 || call.inputs[q].shape[d] == 1) ? Placement::Shard(md)
+                                                                         : Placement::Replicate();
+    }
+    c.per_dim.push_back({in, Placement::Shard(d)});
+  }
+  if (backward) {
+    const Placement sum = Placement::Partial(ReduceOp::kSum);
+    std::vector<Placement> partial(n, Placement::Replicate());
+    partial[call.args.Tensor("grad_out")] = sum;
+    c.per_dim.push_back({partial, sum, {sum, sum}});
   }
   c.per_dim.push_back({std::vector<Placement>(n, Placement::Replicate()), Placement::Replicate()});
   return c;
@@ -587,11 +803,17 @@ absl::StatusOr<OutputMeta> NormFamilyMeta(const CallContext& call) {
     case Kind::kLayerNorm:
     case Kind::kNativeLayerNorm:
     case Kind::kRmsNorm:
+    case Kind::kFusedRmsNorm:
       return NormMeta(call);
     case Kind::kNativeLayerNormBackward:
+    case Kind::kFusedRmsNormBackward:
       return NormBackwardMeta(call);
     case Kind::kAttention:
       return AttentionMeta(call);
+    case Kind::kFlashAttention:
+      return FlashAttentionMeta(call);
+    case Kind::kFlashAttentionBackward:
+      return FlashAttentionBackwardMeta(call);
     case Kind::kVectorNorm:
       return VectorNormMeta(call);
     case Kind::kSliceBackward:
@@ -610,11 +832,16 @@ absl::StatusOr<StrategyCandidates> NormFamilyStrategies(const CallContext& call,
     case Kind::kLayerNorm:
     case Kind::kNativeLayerNorm:
     case Kind::kRmsNorm:
+    case Kind::kFusedRmsNorm:
       return NormStrategies(call);
     case Kind::kNativeLayerNormBackward:
+    case Kind::kFusedRmsNormBackward:
       return NormBackwardStrategies(call);
     case Kind::kAttention:
       return AttentionStrategies(call, specs, out);
+    case Kind::kFlashAttention:
+    case Kind::kFlashAttentionBackward:
+      return FlashAttentionStrategies(call, specs);
     case Kind::kVectorNorm:
       return VectorNormStrategies(call);
     case Kind::kSliceBackward:
@@ -634,8 +861,14 @@ void RegisterNormOps(OpRegistry& registry) {
     OpDef& op = DefineOp(registry, e.schema, e.family);
     op.entry = static_cast<int>(i);
     op.meta = NormFamilyMeta;
-    if (e.kind == Kind::kNativeLayerNorm) op.more_outputs = NativeLayerNormStatistics;
-    if (e.kind == Kind::kNativeLayerNormBackward) op.more_outputs = NormBackwardMore;
+    if (e.kind == Kind::kNativeLayerNorm || e.kind == Kind::kFusedRmsNorm) {
+      op.more_outputs = NormStatistics;
+    }
+    if (e.kind == Kind::kNativeLayerNormBackward || e.kind == Kind::kFusedRmsNormBackward) {
+      op.more_outputs = NormBackwardMore;
+    }
+    if (e.kind == Kind::kFlashAttention) op.more_outputs = FlashAttentionMore;
+    if (e.kind == Kind::kFlashAttentionBackward) op.more_outputs = FlashAttentionBackwardMore;
     op.strategies = NormFamilyStrategies;
     op.implementation = e.implementation;
     op.derivative = e.derivative;

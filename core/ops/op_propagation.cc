@@ -1,5 +1,6 @@
 #include "core/ops/op_propagation.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -34,12 +35,23 @@ struct Planned {
   std::vector<RedistributePlan> plans;
 };
 
-// Appends mesh dim choice `d` to `s`: its inputs', output's and more outputs' placements.
-void AppendChoice(Strategy& s, const DimChoice& d, size_t inputs) {
-  for (size_t i = 0; i < inputs; ++i) s.inputs[i].push_back(d.inputs[i]);
-  s.output.push_back(d.output);
-  if (s.more.size() < d.more.size()) s.more.resize(d.more.size());
-  for (size_t k = 0; k < d.more.size(); ++k) s.more[k].push_back(d.more[k]);
+// The strategy of `chosen`, one choice per mesh dim: their inputs', output's and more outputs'
+// placements. A choice that places its other outputs as the first says so by giving none of its
+// own.
+Strategy Combine(const std::vector<const DimChoice*>& chosen, size_t inputs) {
+  Strategy s;
+  s.inputs.resize(inputs);
+  size_t more = 0;
+  for (const DimChoice* d : chosen) more = std::max(more, d->more.size());
+  s.more.resize(more);
+  for (const DimChoice* d : chosen) {
+    for (size_t i = 0; i < inputs; ++i) s.inputs[i].push_back(d->inputs[i]);
+    s.output.push_back(d->output);
+    for (size_t k = 0; k < more; ++k) {
+      s.more[k].push_back(d->more.empty() ? d->output : d->more[k]);
+    }
+  }
+  return s;
 }
 
 // The whole strategies of the candidates: per-dim choices as their product over the mesh dims
@@ -53,11 +65,9 @@ std::vector<Strategy> Expand(const StrategyCandidates& c, const DeviceMesh& mesh
   if (n == 0) return out;
   std::vector<size_t> choice(ndim, 0);
   while (true) {
-    Strategy s;
-    s.inputs.resize(inputs);
-    for (int m = 0; m < ndim; ++m) {
-      AppendChoice(s, c.per_dim[choice[m]], static_cast<size_t>(inputs));
-    }
+    std::vector<const DimChoice*> chosen;
+    for (int m = 0; m < ndim; ++m) chosen.push_back(&c.per_dim[choice[m]]);
+    Strategy s = Combine(chosen, static_cast<size_t>(inputs));
     if (NormalizePlacements(mesh, s.output, out_rank).ok()) out.push_back(std::move(s));
     int m = ndim - 1;
     while (m >= 0 && ++choice[m] == n) choice[m--] = 0;
@@ -119,11 +129,9 @@ std::optional<Strategy> FreeStrategy(const StrategyCandidates& c,
   }
   std::vector<size_t> choice(ndim, 0);
   while (true) {
-    Strategy s;
-    s.inputs.resize(specs.size());
-    for (int m = 0; m < ndim; ++m) {
-      AppendChoice(s, c.per_dim[matching[m][choice[m]]], specs.size());
-    }
+    std::vector<const DimChoice*> chosen;
+    for (int m = 0; m < ndim; ++m) chosen.push_back(&c.per_dim[matching[m][choice[m]]]);
+    Strategy s = Combine(chosen, specs.size());
     if (NormalizePlacements(mesh, s.output, out_rank).ok()) return s;
     int m = ndim - 1;
     while (m >= 0 && ++choice[m] == matching[m].size()) choice[m--] = 0;

@@ -113,8 +113,9 @@ struct OpDef {
   OpFamily family = OpFamily::kPointwise;
   MetaFn meta = nullptr;
   // Set for an op with several outputs. Every output takes the placements the chosen strategy
-  // gives the first (a strategy shards no dim an output lacks): topk's values and indices, a
-  // split's pieces and a norm's statistics are laid out alike.
+  // gives the first (a strategy shards no dim an output lacks: topk's values and indices, a
+  // split's pieces and a norm's statistics are laid out alike) unless the strategy gives the
+  // others placements of their own (DimChoice::more: a norm backward's parameter gradients).
   MoreOutputsFn more_outputs = nullptr;
   StrategyFn strategies = nullptr;
   // Set for an op that runs as its decomposition (no strategies, no local implementation): each

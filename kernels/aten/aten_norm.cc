@@ -34,10 +34,10 @@ template <bool kLayerNorm>
 absl::StatusOr<DeviceTensor> NormKernel(Context& ctx) {
   const ConstTensorView x = ctx.Input("input");
   ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
-  // native_layer_norm: the mean and rstd as outputs too.
-  const bool statistics = ctx.num_outputs() == 3;
+  // native_layer_norm: the mean and rstd as outputs too; _fused_rms_norm: the rstd.
+  const bool statistics = ctx.num_outputs() > 1;
   if (statistics) {
-    for (size_t k = 1; k < 3; ++k) {
+    for (size_t k = 1; k < ctx.num_outputs(); ++k) {
       ASSIGN_OR_RETURN(DeviceTensor t, ctx.OutputAt(k));
       ctx.more.push_back(std::move(t));
     }
@@ -81,23 +81,41 @@ absl::StatusOr<DeviceTensor> NormKernel(Context& ctx) {
                        : compute == DType::kFloat64 ? std::numeric_limits<double>::epsilon()
                                                     : std::numeric_limits<float>::epsilon();
     RETURN_IF_ERROR(ctx.backend.RmsNorm(x2, weight, eps, y2, rstd));
+    if (statistics) {
+      // The rstd output in the dtype it is computed in (the kernel's is float32 whatever the
+      // input): 1 / sqrt(mean(x^2) + eps).
+      ASSIGN_OR_RETURN(const TensorView squares, ctx.Temporary(compute, {rows, cols}));
+      RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kMul, x2, x2, squares));
+      ASSIGN_OR_RETURN(const TensorView r, ctx.Temporary(compute, {rows}));
+      RETURN_IF_ERROR(ctx.backend.ReduceAlongDim(ReduceOp::kAvg, squares, 1, r));
+      ASSIGN_OR_RETURN(const ConstTensorView epsilon, ctx.Number(eps, compute));
+      RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kAdd, r, epsilon, r));
+      RETURN_IF_ERROR(ctx.backend.Unary(UnaryOp::kRsqrt, r, r));
+      RETURN_IF_ERROR(ctx.backend.Cast(r, Reshaped(ctx.more[0].View(), {rows})));
+    }
   }
   if (y.data != out.View().data) RETURN_IF_ERROR(ctx.backend.Cast(y, out.View()));
   return out;
 }
 
-// native_layer_norm_backward: the kernel over [rows, cols] with mean and rstd in float32; the
-// gradients of weight and bias summed over this rank's rows (a sharded batch's Partial).
+// native_layer_norm_backward and _fused_rms_norm_backward: the kernel over [rows, cols] with the
+// statistics in float32; the gradients of the parameters summed over this rank's rows (a sharded
+// batch's Partial).
+template <bool kLayerNorm>
 absl::StatusOr<DeviceTensor> NormBackwardKernel(Context& ctx) {
+  constexpr int kParameters = kLayerNorm ? 2 : 1;
+  const char* const parameter_names[2] = {"weight", "bias"};
   const ConstTensorView x = ctx.Input("input");
   ASSIGN_OR_RETURN(DeviceTensor dx, ctx.Output());
-  for (size_t k = 1; k < 3; ++k) {
+  for (size_t k = 1; k <= kParameters; ++k) {
     ASSIGN_OR_RETURN(DeviceTensor t, ctx.OutputAt(k));
     ctx.more.push_back(std::move(t));
   }
   const std::vector<int64_t>& mask = ctx.args().Ints("output_mask");
-  const bool want_weight = mask[1] != 0 && !ctx.args().IsNone("weight");
-  const bool want_bias = mask[2] != 0 && !ctx.args().IsNone("bias");
+  bool wanted[2] = {false, false};
+  for (int k = 0; k < kParameters; ++k) {
+    wanted[k] = mask[k + 1] != 0 && !ctx.args().IsNone(parameter_names[k]);
+  }
   const int64_t cols = NumElements(ctx.args().Ints("normalized_shape"));
   const int64_t rows = cols == 0 ? 0 : x.num_elements() / cols;
   if (rows == 0 || cols == 0) {
@@ -107,7 +125,6 @@ absl::StatusOr<DeviceTensor> NormBackwardKernel(Context& ctx) {
   const DType compute = KernelDType(x.dtype);
   ASSIGN_OR_RETURN(const ConstTensorView xc, ctx.As(x, compute));
   ASSIGN_OR_RETURN(const ConstTensorView dyc, ctx.As(ctx.Input("grad_out"), compute));
-  ASSIGN_OR_RETURN(const ConstTensorView mean, ctx.As(ctx.Input("mean"), DType::kFloat32));
   ASSIGN_OR_RETURN(const ConstTensorView rstd, ctx.As(ctx.Input("rstd"), DType::kFloat32));
   ConstTensorView weight_view;
   const ConstTensorView* weight = nullptr;
@@ -122,10 +139,9 @@ absl::StatusOr<DeviceTensor> NormBackwardKernel(Context& ctx) {
   }
   // The parameters' gradients accumulate (+=) into zeroed buffers of the compute dtype.
   TensorView sums[2];
-  TensorView* dweight = nullptr;
-  TensorView* dbias = nullptr;
-  for (int k = 0; k < 2; ++k) {
-    if (!(k == 0 ? want_weight : want_bias)) continue;
+  TensorView* grads[2] = {nullptr, nullptr};
+  for (int k = 0; k < kParameters; ++k) {
+    if (!wanted[k]) continue;
     const TensorView out = ctx.more[k].View();
     if (compute == out.dtype) {
       sums[k] = Reshaped(out, {cols});
@@ -133,15 +149,22 @@ absl::StatusOr<DeviceTensor> NormBackwardKernel(Context& ctx) {
       ASSIGN_OR_RETURN(sums[k], ctx.Temporary(compute, {cols}));
     }
     RETURN_IF_ERROR(ctx.backend.Fill(sums[k], 0.0));
-    (k == 0 ? dweight : dbias) = &sums[k];
+    grads[k] = &sums[k];
   }
-  RETURN_IF_ERROR(ctx.backend.LayerNormBackward(
-      Reshaped(dyc, {rows, cols}), Reshaped(xc, {rows, cols}), weight, Reshaped(mean, {rows}),
-      Reshaped(rstd, {rows}), Reshaped(dxc, {rows, cols}), dweight, dbias));
+  const ConstTensorView dy2 = Reshaped(dyc, {rows, cols}), x2 = Reshaped(xc, {rows, cols});
+  const TensorView dx2 = Reshaped(dxc, {rows, cols});
+  if constexpr (kLayerNorm) {
+    ASSIGN_OR_RETURN(const ConstTensorView mean, ctx.As(ctx.Input("mean"), DType::kFloat32));
+    RETURN_IF_ERROR(ctx.backend.LayerNormBackward(dy2, x2, weight, Reshaped(mean, {rows}),
+                                                  Reshaped(rstd, {rows}), dx2, grads[0], grads[1]));
+  } else {
+    RETURN_IF_ERROR(
+        ctx.backend.RmsNormBackward(dy2, x2, weight, Reshaped(rstd, {rows}), dx2, grads[0]));
+  }
   if (dxc.data != dx.View().data) RETURN_IF_ERROR(ctx.backend.Cast(dxc, dx.View()));
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < kParameters; ++k) {
     const TensorView out = ctx.more[k].View();
-    if (!(k == 0 ? want_weight : want_bias)) continue;
+    if (!wanted[k]) continue;
     if (sums[k].data != out.data) RETURN_IF_ERROR(ctx.backend.Cast(sums[k], Reshaped(out, {cols})));
   }
   return dx;
@@ -216,6 +239,171 @@ absl::StatusOr<DeviceTensor> AttentionKernel(Context& ctx) {
                                      At(out.View(), i * length * values, {length, values})));
   }
   return out;
+}
+
+// _scaled_dot_product_flash_attention_for_cpu and its backward: query [B, H, L, E], key and
+// value [B, Hkv, S, E], query head h using key head h / (H / Hkv); computed in float32 (float64
+// for float64) as torch's CPU kernel accumulates.
+struct FlashShapes {
+  int64_t batch, heads, key_heads, length, source, features;
+  double scale;
+  DType compute;
+
+  int64_t count() const { return batch * heads; }
+  // The key and value block of query block i (batch * heads + head).
+  int64_t key_block(int64_t i) const {
+    return (i / heads) * key_heads + (i % heads) / (heads / key_heads);
+  }
+};
+
+FlashShapes FlashShapesOf(Context& ctx) {
+  const ConstTensorView q = ctx.Input("query"), k = ctx.Input("key");
+  FlashShapes f{q.shape[0], q.shape[1], k.shape[1], q.shape[2],
+                k.shape[2], q.shape[3], 0.0,        KernelDType(q.dtype)};
+  f.scale = ctx.args().IsNone("scale") ? 1.0 / std::sqrt(static_cast<double>(f.features))
+                                       : ctx.args().Float("scale");
+  return f;
+}
+
+// The masked, scaled scores [B, H, L, S] and their safe softmax, in the compute dtype; L and S
+// are at least 1.
+absl::Status FlashScores(Context& ctx, const FlashShapes& f, const ConstTensorView& q,
+                         const ConstTensorView& k, const TensorView& scores,
+                         const TensorView& probs) {
+  const int64_t l = f.length, s = f.source, e = f.features;
+  for (int64_t i = 0; i < f.count(); ++i) {
+    const TensorView block = At(scores, i * l * s, {l, s});
+    if (e == 0) {
+      RETURN_IF_ERROR(ctx.backend.Fill(block, 0.0));
+      continue;
+    }
+    RETURN_IF_ERROR(ctx.backend.Gemm(false, true, f.scale, At(q, i * l * e, {l, e}),
+                                     At(k, f.key_block(i) * s * e, {s, e}), 0.0, block));
+  }
+  if (!ctx.args().IsNone("attn_mask")) {
+    ASSIGN_OR_RETURN(const ConstTensorView mask, ctx.As(ctx.Input("attn_mask"), f.compute));
+    RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kAdd, scores, mask, scores));
+  }
+  if (ctx.args().Bool("is_causal")) {
+    ASSIGN_OR_RETURN(const ConstTensorView causal, CausalMask(ctx, l, s));
+    ASSIGN_OR_RETURN(const ConstTensorView neg_inf, ctx.Number(-kInf, f.compute));
+    RETURN_IF_ERROR(ctx.backend.Where(causal, scores, neg_inf, scores));
+  }
+  return ctx.backend.SoftmaxAlongDim(SoftmaxKind::kSafeSoftmax, scores, 3, probs);
+}
+
+absl::StatusOr<DeviceTensor> FlashAttentionKernel(Context& ctx) {
+  const FlashShapes f = FlashShapesOf(ctx);
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  ASSIGN_OR_RETURN(DeviceTensor lse, ctx.OutputAt(1));
+  const int64_t l = f.length, s = f.source, e = f.features;
+  if (f.count() == 0 || l == 0 || s == 0) {
+    // No key: every row fully masked, which torch answers with 0 (its logsumexp too).
+    RETURN_IF_ERROR(ctx.backend.Fill(out.View(), 0.0));
+    RETURN_IF_ERROR(ctx.backend.Fill(lse.View(), 0.0));
+    ctx.more.push_back(std::move(lse));
+    return out;
+  }
+  ASSIGN_OR_RETURN(const ConstTensorView q, ctx.As(ctx.Input("query"), f.compute));
+  ASSIGN_OR_RETURN(const ConstTensorView k, ctx.As(ctx.Input("key"), f.compute));
+  ASSIGN_OR_RETURN(const ConstTensorView v, ctx.As(ctx.Input("value"), f.compute));
+  const Shape scores_shape = {f.batch, f.heads, l, s};
+  ASSIGN_OR_RETURN(const TensorView scores, ctx.Temporary(f.compute, scores_shape));
+  ASSIGN_OR_RETURN(const TensorView probs, ctx.Temporary(f.compute, scores_shape));
+  RETURN_IF_ERROR(FlashScores(ctx, f, q, k, scores, probs));
+  TensorView o = out.View();
+  if (o.dtype != f.compute) {
+    ASSIGN_OR_RETURN(o, ctx.Temporary(f.compute, out.shape()));
+  }
+  for (int64_t i = 0; i < f.count(); ++i) {
+    const TensorView block = At(o, i * l * e, {l, e});
+    if (e == 0) continue;
+    RETURN_IF_ERROR(ctx.backend.Gemm(false, false, 1.0, At(probs, i * l * s, {l, s}),
+                                     At(v, f.key_block(i) * s * e, {s, e}), 0.0, block));
+  }
+  if (o.data != out.View().data) RETURN_IF_ERROR(ctx.backend.Cast(o, out.View()));
+  // logsumexp = log(sum(exp(x - m))) + m with m the row's max; a fully masked row (m = -inf)
+  // gives 0, as torch's kernel.
+  const Shape rows = {f.batch, f.heads, l, 1};
+  ASSIGN_OR_RETURN(const TensorView m, ctx.Temporary(f.compute, rows));
+  RETURN_IF_ERROR(ctx.backend.ReduceAlongDim(ReduceOp::kMax, scores, 3, m));
+  ASSIGN_OR_RETURN(const ConstTensorView neg_inf, ctx.Number(-kInf, f.compute));
+  ASSIGN_OR_RETURN(const ConstTensorView zero, ctx.Number(0.0, f.compute));
+  ASSIGN_OR_RETURN(const TensorView masked, ctx.Temporary(DType::kBool, rows));
+  RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kEq, m, neg_inf, masked));
+  ASSIGN_OR_RETURN(const TensorView shift, ctx.Temporary(f.compute, rows));
+  RETURN_IF_ERROR(ctx.backend.Where(masked, zero, m, shift));
+  RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kSub, scores, shift, scores));
+  RETURN_IF_ERROR(ctx.backend.Unary(UnaryOp::kExp, scores, scores));
+  ASSIGN_OR_RETURN(const TensorView sum, ctx.Temporary(f.compute, rows));
+  RETURN_IF_ERROR(ctx.backend.ReduceAlongDim(ReduceOp::kSum, scores, 3, sum));
+  RETURN_IF_ERROR(ctx.backend.Unary(UnaryOp::kLog, sum, sum));
+  RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kAdd, sum, shift, sum));
+  RETURN_IF_ERROR(ctx.backend.Where(masked, zero, sum, sum));
+  RETURN_IF_ERROR(ctx.backend.Cast(sum, Reshaped(lse.View(), rows)));
+  ctx.more.push_back(std::move(lse));
+  return out;
+}
+
+// The backward from the probabilities recomputed: grad_value = p^T grad, ds = p * (grad v^T -
+// sum(grad v^T * p)), grad_query = scale ds key, grad_key = scale ds^T query; the key and value
+// gradients summed over each key head's group of query heads.
+absl::StatusOr<DeviceTensor> FlashAttentionBackwardKernel(Context& ctx) {
+  const FlashShapes f = FlashShapesOf(ctx);
+  ASSIGN_OR_RETURN(DeviceTensor dq, ctx.Output());
+  for (size_t k = 1; k < 3; ++k) {
+    ASSIGN_OR_RETURN(DeviceTensor t, ctx.OutputAt(k));
+    ctx.more.push_back(std::move(t));
+  }
+  const int64_t l = f.length, s = f.source, e = f.features;
+  if (f.count() == 0 || l == 0 || s == 0 || e == 0) {
+    RETURN_IF_ERROR(ctx.backend.Fill(dq.View(), 0.0));
+    for (DeviceTensor& t : ctx.more) RETURN_IF_ERROR(ctx.backend.Fill(t.View(), 0.0));
+    return dq;
+  }
+  ASSIGN_OR_RETURN(const ConstTensorView q, ctx.As(ctx.Input("query"), f.compute));
+  ASSIGN_OR_RETURN(const ConstTensorView k, ctx.As(ctx.Input("key"), f.compute));
+  ASSIGN_OR_RETURN(const ConstTensorView v, ctx.As(ctx.Input("value"), f.compute));
+  ASSIGN_OR_RETURN(const ConstTensorView dout, ctx.As(ctx.Input("grad_out"), f.compute));
+  const Shape scores_shape = {f.batch, f.heads, l, s};
+  ASSIGN_OR_RETURN(const TensorView scores, ctx.Temporary(f.compute, scores_shape));
+  ASSIGN_OR_RETURN(const TensorView probs, ctx.Temporary(f.compute, scores_shape));
+  RETURN_IF_ERROR(FlashScores(ctx, f, q, k, scores, probs));
+  // The gradients in the compute dtype; key's and value's accumulate over each group.
+  TensorView grads[3];
+  DeviceTensor* outs[3] = {&dq, &ctx.more[0], &ctx.more[1]};
+  for (int g = 0; g < 3; ++g) {
+    grads[g] = outs[g]->View();
+    if (grads[g].dtype != f.compute) {
+      ASSIGN_OR_RETURN(grads[g], ctx.Temporary(f.compute, outs[g]->shape()));
+    }
+  }
+  RETURN_IF_ERROR(ctx.backend.Fill(grads[1], 0.0));
+  RETURN_IF_ERROR(ctx.backend.Fill(grads[2], 0.0));
+  // dp = grad v^T into `scores`, which the probabilities no longer need.
+  for (int64_t i = 0; i < f.count(); ++i) {
+    const int64_t j = f.key_block(i);
+    const ConstTensorView p = At(probs, i * l * s, {l, s});
+    const ConstTensorView d = At(dout, i * l * e, {l, e});
+    RETURN_IF_ERROR(ctx.backend.Gemm(true, false, 1.0, p, d, 1.0, At(grads[2], j * s * e, {s, e})));
+    RETURN_IF_ERROR(ctx.backend.Gemm(false, true, 1.0, d, At(v, j * s * e, {s, e}), 0.0,
+                                     At(scores, i * l * s, {l, s})));
+  }
+  RETURN_IF_ERROR(ctx.backend.SoftmaxBackward(SoftmaxKind::kSafeSoftmax, probs, scores, 3, scores));
+  for (int64_t i = 0; i < f.count(); ++i) {
+    const int64_t j = f.key_block(i);
+    const ConstTensorView ds = At(scores, i * l * s, {l, s});
+    RETURN_IF_ERROR(ctx.backend.Gemm(false, false, f.scale, ds, At(k, j * s * e, {s, e}), 0.0,
+                                     At(grads[0], i * l * e, {l, e})));
+    RETURN_IF_ERROR(ctx.backend.Gemm(true, false, f.scale, ds, At(q, i * l * e, {l, e}), 1.0,
+                                     At(grads[1], j * s * e, {s, e})));
+  }
+  for (int g = 0; g < 3; ++g) {
+    if (grads[g].data != outs[g]->View().data) {
+      RETURN_IF_ERROR(ctx.backend.Cast(grads[g], outs[g]->View()));
+    }
+  }
+  return dq;
 }
 
 // linalg_vector_norm over dims the strategy keeps whole, or this rank's part of the Partial a
@@ -329,9 +517,12 @@ absl::StatusOr<DeviceTensor> EmbeddingBackwardKernel(Context& ctx) {
 void AddNormKernels(LocalTable& t) {
   t["aten::native_layer_norm"] = NormKernel<true>;
   t["aten::layer_norm"] = NormKernel<true>;
-  t["aten::native_layer_norm_backward"] = NormBackwardKernel;
-  t["aten::rms_norm"] = NormKernel<false>;
+  t["aten::native_layer_norm_backward"] = NormBackwardKernel<true>;
+  t["aten::rms_norm"] = t["aten::_fused_rms_norm"] = NormKernel<false>;
+  t["aten::_fused_rms_norm_backward"] = NormBackwardKernel<false>;
   t["aten::scaled_dot_product_attention"] = AttentionKernel;
+  t["aten::_scaled_dot_product_flash_attention_for_cpu"] = FlashAttentionKernel;
+  t["aten::_scaled_dot_product_flash_attention_for_cpu_backward"] = FlashAttentionBackwardKernel;
   t["aten::linalg_vector_norm"] = VectorNormKernel;
   t["aten::slice_backward"] = t["aten::select_backward"] = SliceBackwardKernel;
   t["aten::embedding_dense_backward"] = EmbeddingBackwardKernel;

@@ -48,14 +48,10 @@ TEST(OpRegistryTest, EveryOpIsComplete) {
 // The ops a derivative names that the registry does not hold yet (the backward ops of the
 // indexing, scan and variance ops), each checked to be missing, so the list shrinks as they come.
 const std::set<std::string>& NotYetRegistered() {
-  static const auto* names = new std::set<std::string>{"_fused_rms_norm_backward",
-                                                       "cumprod_backward",
-                                                       "flip",
-                                                       "index_add",
-                                                       "inverse",
-                                                       "square",
-                                                       "value_selecting_reduction_backward",
-                                                       "var_backward"};
+  static const auto* names =
+      new std::set<std::string>{"cumprod_backward", "flip",   "index_add",
+                                "inverse",          "square", "value_selecting_reduction_backward",
+                                "var_backward"};
   return *names;
 }
 
@@ -808,6 +804,111 @@ TEST(OpMetaTest, NativeLayerNormBackwardAsTorch) {
                            {x, x, {{4, 2, 1}, DType::kFloat32}, stats})
                        .status();
   EXPECT_THAT(s.message(), AllOf(HasSubstr("'mean'"), HasSubstr("[4, 1, 1]")));
+}
+
+// _fused_rms_norm's rstd (the input's shape with the normalized dims 1; float32 for float16,
+// bfloat16 and float32, float64 for float64, as torch computes it) and its backward's grad_input
+// and grad_weight, an output the mask leaves out empty.
+TEST(OpMetaTest, FusedRmsNormAndBackwardAsTorch) {
+  const auto forward = [](DType dtype) {
+    return Prepare("_fused_rms_norm", {T(0), P(std::vector<int64_t>{6}), T(1), P(NoneValue{})},
+                   {{{4, 2, 6}, dtype}, {{6}, dtype}});
+  };
+  EXPECT_EQ(Outputs(forward(DType::kFloat32)), "float32[4, 2, 6] float32[4, 2, 1]");
+  EXPECT_EQ(Outputs(forward(DType::kFloat64)), "float64[4, 2, 6] float64[4, 2, 1]");
+  EXPECT_EQ(Outputs(forward(DType::kBFloat16)), "bfloat16[4, 2, 6] float32[4, 2, 1]");
+  const TensorMeta x{{4, 2, 6}, DType::kFloat32}, rstd{{4, 1, 1}, DType::kFloat32},
+      w{{2, 6}, DType::kFloat32};
+  const auto backward = [&](OpValue weight, OpValue mask, TensorMeta r) {
+    return Prepare("_fused_rms_norm_backward",
+                   {T(0), T(1), P(std::vector<int64_t>{2, 6}), T(2), P(weight), P(mask)},
+                   {x, x, r, w});
+  };
+  EXPECT_EQ(Outputs(backward(TensorRef{3}, std::vector<int64_t>{1, 1}, rstd)),
+            "float32[4, 2, 6] float32[2, 6]");
+  EXPECT_EQ(Outputs(backward(TensorRef{3}, std::vector<int64_t>{1, 0}, rstd)),
+            "float32[4, 2, 6] float32[0]");
+  EXPECT_EQ(Outputs(backward(NoneValue{}, true, rstd)), "float32[4, 2, 6] float32[0]");
+  EXPECT_THAT(backward(TensorRef{3}, std::vector<int64_t>{1, 1, 1}, rstd).status().message(),
+              AllOf(HasSubstr("'output_mask'"), HasSubstr("must be bool[2]")));
+  EXPECT_THAT(backward(TensorRef{3}, true, {{4, 2, 1}, DType::kFloat32}).status().message(),
+              AllOf(HasSubstr("'rstd'"), HasSubstr("[4, 1, 1]")));
+  EXPECT_THAT(backward(TensorRef{3}, std::vector<int64_t>{0, 1}, rstd).status().message(),
+              AllOf(HasSubstr("'output_mask'"), HasSubstr("grad_input")));
+}
+
+// _scaled_dot_product_flash_attention_for_cpu: output and logsumexp as torch's CPU kernel shapes
+// them (grouped heads, a 2-D or 4-D mask of query's dtype), its refusals naming the argument; the
+// backward gives the three gradients in the inputs' shapes.
+TEST(OpMetaTest, FlashAttentionAsTorch) {
+  const auto call = [](std::vector<TensorMeta> in, std::vector<NamedValue> more = {}) {
+    std::vector<NamedValue> args = {T(0), T(1), T(2)};
+    for (NamedValue& a : more) args.push_back(std::move(a));
+    return Prepare("_scaled_dot_product_flash_attention_for_cpu", std::move(args), std::move(in));
+  };
+  const TensorMeta q{{2, 4, 3, 8}, DType::kFloat32}, kv{{2, 2, 5, 8}, DType::kFloat32};
+  EXPECT_EQ(Outputs(call({q, kv, kv})), "float32[2, 4, 3, 8] float32[2, 4, 3]");
+  EXPECT_EQ(Outputs(call({{{2, 4, 3, 8}, DType::kFloat64},
+                          {{2, 4, 5, 8}, DType::kFloat64},
+                          {{2, 4, 5, 8}, DType::kFloat64}})),
+            "float64[2, 4, 3, 8] float64[2, 4, 3]");
+  EXPECT_EQ(Outputs(call({q, kv, kv, {{3, 5}, DType::kFloat32}},
+                         {A("attn_mask", TensorRef{3}), A("is_causal", true)})),
+            "float32[2, 4, 3, 8] float32[2, 4, 3]");
+  EXPECT_THAT(call({{{4, 3, 8}, DType::kFloat32}, kv, kv}).status().message(),
+              AllOf(HasSubstr("'query'"), HasSubstr("4 dims")));
+  EXPECT_THAT(call({q, kv, {{2, 2, 5, 6}, DType::kFloat32}}).status().message(),
+              AllOf(HasSubstr("'value'"), HasSubstr("head size")));
+  EXPECT_THAT(call({q, {{2, 3, 5, 8}, DType::kFloat32}, {{2, 3, 5, 8}, DType::kFloat32}})
+                  .status()
+                  .message(),
+              AllOf(HasSubstr("'key'"), HasSubstr("must divide")));
+  EXPECT_THAT(call({q, kv, kv}, {P(0.1)}).status().message(),
+              AllOf(HasSubstr("'dropout_p'"), HasSubstr("0.1")));
+  EXPECT_THAT(
+      call({q, kv, kv, {{3, 5}, DType::kBool}}, {A("attn_mask", TensorRef{3})}).status().message(),
+      AllOf(HasSubstr("'attn_mask'"), HasSubstr("bool")));
+  EXPECT_THAT(call({q, kv, kv, {{4, 3, 5}, DType::kFloat32}}, {A("attn_mask", TensorRef{3})})
+                  .status()
+                  .message(),
+              AllOf(HasSubstr("'attn_mask'"), HasSubstr("2 or 4 dims")));
+  const TensorMeta lse{{2, 4, 3}, DType::kFloat32};
+  absl::StatusOr<PreparedCall> b =
+      Prepare("_scaled_dot_product_flash_attention_for_cpu_backward",
+              {T(0), T(1), T(2), T(3), T(4), T(5), P(0.0), P(false)}, {q, q, kv, kv, q, lse});
+  EXPECT_EQ(Outputs(b), "float32[2, 4, 3, 8] float32[2, 2, 5, 8] float32[2, 2, 5, 8]");
+  b = Prepare("_scaled_dot_product_flash_attention_for_cpu_backward",
+              {T(0), T(1), T(2), T(3), T(4), T(5), P(0.0), P(false)},
+              {q, q, kv, kv, q, {{2, 4, 3}, DType::kFloat64}});
+  EXPECT_THAT(b.status().message(), AllOf(HasSubstr("'logsumexp'"), HasSubstr("float32[2, 4, 3]")));
+}
+
+TEST_F(StrategyTest, FusedRmsNormAndFlashAttentionPlaceEachOutput) {
+  // The batch sharded: rstd alike; its backward's grad_weight is P(sum).
+  absl::StatusOr<PreparedCall> p = Prepare(
+      "_fused_rms_norm_backward", {T(0), T(1), P(std::vector<int64_t>{6}), T(2), T(3), P(true)},
+      {{{4, 6}, DType::kFloat32},
+       {{4, 6}, DType::kFloat32},
+       {{4, 1}, DType::kFloat32},
+       {{6}, DType::kFloat32}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<DTensorSpec> specs = {Spec("S(0)", {4, 6}), Spec("S(0)", {4, 6}),
+                                    Spec("S(0)", {4, 1}), Spec("R", {6})};
+  absl::StatusOr<OpPlan> plan = PlanCall(p->call, specs);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(PlacementsToString(plan->output.placements), "(S(0))");
+  ASSERT_EQ(plan->more_outputs.size(), 1u);
+  EXPECT_EQ(PlacementsToString(plan->more_outputs[0].placements), "(P(sum))");
+  // Heads sharded: the output and logsumexp keep them.
+  EXPECT_EQ(
+      Chosen("_scaled_dot_product_flash_attention_for_cpu", {T(0), T(1), T(2)},
+             {Spec("S(1)", {2, 4, 3, 8}), Spec("S(1)", {2, 4, 5, 8}), Spec("S(1)", {2, 4, 5, 8})}),
+      "(S(1)) x (S(1)) x (S(1)) -> (S(1))");
+  // A query sharded by position moves to a batch shard (an all_to_all, cheaper than gathering
+  // it); key and value take theirs locally.
+  EXPECT_EQ(Chosen("_scaled_dot_product_flash_attention_for_cpu", {T(0), T(1), T(2)},
+                   {Spec("S(2)", {2, 4, 3, 8}), Spec("R", {2, 4, 5, 8}), Spec("R", {2, 4, 5, 8})}),
+            "(S(0)) x (S(0)) x (S(0)) -> (S(0))");
 }
 
 TEST_F(StrategyTest, SeveralOutputsAreLaidOutAlike) {

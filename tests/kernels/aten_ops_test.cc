@@ -325,6 +325,68 @@ const std::vector<OpCase>& OpCases() {
        {{2, 4, 3, 4}, {2, 2, 3, 4}, {2, 2, 3, 2}},
        {{3, 6, 4, 3}, {3, 3, 2, 3}, {3, 3, 2, 1}},
        {f32}},
+      {"fused_rms_norm",
+       "_fused_rms_norm",
+       {T(0), P(L({6})), T(1), P(1e-5)},
+       {m, {6}},
+       {{5, 6}, {6}},
+       {f32, f64}},
+      {"fused_rms_norm_3d_eps_none",
+       "_fused_rms_norm",
+       {T(0), P(L({3, 4})), P(NoneValue{}), P(NoneValue{})},
+       {{2, 3, 4}},
+       {{0, 3, 4}},
+       {f32}},
+      {"fused_rms_norm_backward",
+       "_fused_rms_norm_backward",
+       {T(0), T(1), P(L({6})), T(2), T(3), P(L({1, 1}))},
+       {m, m, {4, 1}, {6}},
+       {{5, 6}, {5, 6}, {5, 1}, {6}},
+       {f32, f64},
+       {{}, {}, {InputKind::kPositive}, {}}},
+      {"fused_rms_norm_backward_no_weight",
+       "_fused_rms_norm_backward",
+       {T(0), T(1), P(L({3, 4})), T(2), P(NoneValue{}), P(L({1, 0}))},
+       {{2, 3, 4}, {2, 3, 4}, {2, 1, 1}},
+       {{0, 3, 4}, {0, 3, 4}, {0, 1, 1}},
+       {f32},
+       {{}, {}, {InputKind::kPositive}}},
+      {"flash_attention",
+       "_scaled_dot_product_flash_attention_for_cpu",
+       {T(0), T(1), T(2)},
+       {{2, 4, 3, 4}, {2, 4, 5, 4}, {2, 4, 5, 4}},
+       {{3, 5, 2, 3}, {3, 5, 0, 3}, {3, 5, 0, 3}},
+       {f32, f64}},
+      {"flash_attention_mask_causal",
+       "_scaled_dot_product_flash_attention_for_cpu",
+       {T(0), T(1), T(2), A("is_causal", true), A("attn_mask", TensorRef{3}), A("scale", 0.5)},
+       {{2, 4, 3, 4}, {2, 4, 5, 4}, {2, 4, 5, 4}, {3, 5}},
+       {{3, 5, 2, 3}, {3, 5, 4, 3}, {3, 5, 4, 3}, {1, 5, 2, 4}},
+       {f32}},
+      {"flash_attention_gqa",
+       "_scaled_dot_product_flash_attention_for_cpu",
+       {T(0), T(1), T(2)},
+       {{2, 4, 3, 4}, {2, 2, 3, 4}, {2, 2, 3, 4}},
+       {{3, 6, 4, 3}, {3, 3, 2, 3}, {3, 3, 2, 3}},
+       {f32}},
+      {"flash_attention_backward",
+       "_scaled_dot_product_flash_attention_for_cpu_backward",
+       {T(0), T(1), T(2), T(3), T(4), T(5), P(0.0), P(false)},
+       {{2, 4, 3, 4}, {2, 4, 3, 4}, {2, 4, 5, 4}, {2, 4, 5, 4}, {2, 4, 3, 4}, {2, 4, 3}},
+       {{3, 5, 2, 3}, {3, 5, 2, 3}, {3, 5, 4, 3}, {3, 5, 4, 3}, {3, 5, 2, 3}, {3, 5, 2}},
+       {f32, f64}},
+      {"flash_attention_backward_gqa_mask",
+       "_scaled_dot_product_flash_attention_for_cpu_backward",
+       {T(0), T(1), T(2), T(3), T(4), T(5), P(0.0), P(true), A("attn_mask", TensorRef{6})},
+       {{2, 4, 3, 4}, {2, 4, 3, 4}, {2, 2, 3, 4}, {2, 2, 3, 4}, {2, 4, 3, 4}, {2, 4, 3}, {3, 3}},
+       {{3, 6, 0, 3},
+        {3, 6, 0, 3},
+        {3, 3, 2, 3},
+        {3, 3, 2, 3},
+        {3, 6, 0, 3},
+        {3, 6, 0},
+        {1, 1, 0, 2}},
+       {f32}},
       {"vector_norm", "linalg_vector_norm", {T(0)}, {m}, {e}, {f32, f64}},
       {"vector_norm_dim", "linalg_vector_norm", {T(0), P(int64_t{2}), P(L({1}))}, {m}, {u}, {f32}},
       {"vector_norm_inf",
@@ -1472,6 +1534,167 @@ TEST_F(AtenIndexingTest, NativeLayerNormBackwardAsTorchsFormulas) {
     }
     const std::vector<double> gb = Values(std::move((*got)[2]), {kCols});
     for (int64_t j = 0; j < kCols; ++j) EXPECT_NEAR(gb[j], db[j], 1e-12) << j;
+  }
+}
+
+// _fused_rms_norm then _fused_rms_norm_backward on its rstd, against torch's formulas in float64:
+// rstd = 1 / sqrt(mean(x^2) + eps) (float64 for a float64 input), y = x rstd w, dx = rstd (g -
+// xhat mean(g xhat)) with g = dy w and xhat = x rstd, dw = sum over rows of dy xhat.
+TEST_F(AtenIndexingTest, FusedRmsNormAndBackwardAsTorchsFormulas) {
+  constexpr int64_t kRows = 3, kCols = 5;
+  constexpr double kEps = 1e-5;
+  const HostTensor x = kernels::testing::RandomTensor(f64, {kRows, kCols}, 15);
+  const HostTensor w = kernels::testing::RandomTensor(f64, {kCols}, 16);
+  const HostTensor dy = kernels::testing::RandomTensor(f64, {kRows, kCols}, 17);
+  std::vector<HostTensor> fulls;
+  for (const HostTensor* t : {&x, &w}) fulls.push_back(t->Clone());
+  const OpCase forward{"f", "_fused_rms_norm", {T(0), P(L({kCols})), T(1), P(kEps)}, {}, {}, {}};
+  absl::StatusOr<ops::PreparedCall> pf = Prepare(forward, fulls);
+  ASSERT_TRUE(pf.ok()) << pf.status();
+  absl::StatusOr<std::vector<HostTensor>> y = OneRankOutputs(*backend_, *pf, fulls);
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->size(), 2u);
+  EXPECT_EQ((*y)[1].shape(), (Shape{kRows, 1}));
+  EXPECT_EQ((*y)[1].dtype(), f64);
+  const auto get = kernels::testing::GetDouble;
+  std::vector<double> dx(kRows * kCols), dw(kCols, 0);
+  for (int64_t i = 0; i < kRows; ++i) {
+    double squares = 0;
+    for (int64_t j = 0; j < kCols; ++j) squares += std::pow(get(x, i * kCols + j), 2) / kCols;
+    const double rstd = 1 / std::sqrt(squares + kEps);
+    EXPECT_NEAR(get((*y)[1], i), rstd, 1e-12 * rstd) << i;
+    double gx_mean = 0;
+    for (int64_t j = 0; j < kCols; ++j) {
+      const double xhat = get(x, i * kCols + j) * rstd;
+      EXPECT_NEAR(get((*y)[0], i * kCols + j), xhat * get(w, j), 1e-9);
+      gx_mean += get(dy, i * kCols + j) * get(w, j) * xhat / kCols;
+      dw[j] += get(dy, i * kCols + j) * xhat;
+    }
+    for (int64_t j = 0; j < kCols; ++j) {
+      const double xhat = get(x, i * kCols + j) * rstd;
+      dx[i * kCols + j] = rstd * (get(dy, i * kCols + j) * get(w, j) - xhat * gx_mean);
+    }
+  }
+  for (const std::vector<int64_t>& mask : {L({1, 1}), L({1, 0})}) {
+    std::vector<HostTensor> in;
+    for (const HostTensor* t : std::vector<const HostTensor*>{&dy, &x, &(*y)[1], &w}) {
+      in.push_back(t->Clone());
+    }
+    const OpCase backward{
+        "b", "_fused_rms_norm_backward", {T(0), T(1), P(L({kCols})), T(2), T(3), P(mask)}, {}, {},
+        {}};
+    absl::StatusOr<ops::PreparedCall> pb = Prepare(backward, in);
+    ASSERT_TRUE(pb.ok()) << pb.status();
+    absl::StatusOr<std::vector<HostTensor>> got = OneRankOutputs(*backend_, *pb, in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), 2u);
+    const std::vector<double> gx = Values(std::move((*got)[0]), {kRows, kCols});
+    // The kernel reads rstd in float32.
+    for (int64_t k = 0; k < kRows * kCols; ++k) EXPECT_NEAR(gx[k], dx[k], 1e-5) << k;
+    if (mask[1] == 1) {
+      const std::vector<double> gw = Values(std::move((*got)[1]), {kCols});
+      for (int64_t j = 0; j < kCols; ++j) EXPECT_NEAR(gw[j], dw[j], 1e-5) << j;
+    } else {
+      EXPECT_EQ((*got)[1].shape(), (Shape{0}));
+    }
+  }
+}
+
+// _scaled_dot_product_flash_attention_for_cpu against scaled_dot_product_attention (the output)
+// and the logsumexp worked out by hand, with a mask that leaves one row fully masked (torch gives
+// that row 0 in both outputs); its backward against central differences of sum(out * dy) in
+// float64, grouped heads included.
+TEST_F(AtenIndexingTest, FlashAttentionAsSdpaAndItsBackwardAsDifferences) {
+  constexpr int64_t kB = 1, kH = 2, kHkv = 1, kL = 3, kS = 4, kE = 2;
+  constexpr double kScale = 0.7;
+  const HostTensor q = kernels::testing::RandomTensor(f64, {kB, kH, kL, kE}, 21);
+  const HostTensor k = kernels::testing::RandomTensor(f64, {kB, kHkv, kS, kE}, 22);
+  const HostTensor v = kernels::testing::RandomTensor(f64, {kB, kHkv, kS, kE}, 23);
+  std::vector<double> mask_values(kL * kS, 0.0);
+  for (int64_t j = 0; j < kS; ++j) mask_values[1 * kS + j] = -INFINITY;  // row 1 fully masked
+  mask_values[2 * kS + 0] = -1.5;
+  const HostTensor mask = HostTensor::FromValues<double>(f64, {kL, kS}, mask_values);
+  auto forward = [&](const HostTensor& qq, const HostTensor& kk,
+                     const HostTensor& vv) -> absl::StatusOr<std::vector<HostTensor>> {
+    std::vector<HostTensor> in;
+    for (const HostTensor* t : {&qq, &kk, &vv, &mask}) in.push_back(t->Clone());
+    const OpCase c{"f",
+                   "_scaled_dot_product_flash_attention_for_cpu",
+                   {T(0), T(1), T(2), A("attn_mask", TensorRef{3}), A("scale", kScale)},
+                   {},
+                   {},
+                   {}};
+    ASSIGN_OR_RETURN(ops::PreparedCall p, Prepare(c, in));
+    return OneRankOutputs(*backend_, p, in);
+  };
+  absl::StatusOr<std::vector<HostTensor>> got = forward(q, k, v);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ((*got)[1].shape(), (Shape{kB, kH, kL}));
+  EXPECT_EQ((*got)[1].dtype(), f64);
+  const auto get = kernels::testing::GetDouble;
+  for (int64_t h = 0; h < kH; ++h) {
+    for (int64_t i = 0; i < kL; ++i) {
+      std::vector<double> score(kS);
+      double max = -INFINITY;
+      for (int64_t j = 0; j < kS; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < kE; ++e) dot += get(q, (h * kL + i) * kE + e) * get(k, j * kE + e);
+        score[j] = kScale * dot + mask_values[i * kS + j];
+        max = std::max(max, score[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < kS; ++j) sum += std::isinf(max) ? 0 : std::exp(score[j] - max);
+      const double lse = std::isinf(max) ? 0 : std::log(sum) + max;
+      EXPECT_NEAR(get((*got)[1], h * kL + i), lse, 1e-12) << h << " " << i;
+      for (int64_t e = 0; e < kE; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j < kS; ++j) {
+          if (!std::isinf(max)) o += std::exp(score[j] - max) / sum * get(v, j * kE + e);
+        }
+        EXPECT_NEAR(get((*got)[0], (h * kL + i) * kE + e), o, 1e-12) << h << " " << i << " " << e;
+      }
+    }
+  }
+  // The backward.
+  const HostTensor dy = kernels::testing::RandomTensor(f64, {kB, kH, kL, kE}, 24);
+  std::vector<HostTensor> in;
+  for (const HostTensor* t :
+       std::vector<const HostTensor*>{&dy, &q, &k, &v, &(*got)[0], &(*got)[1], &mask}) {
+    in.push_back(t->Clone());
+  }
+  const OpCase backward{"b",
+                        "_scaled_dot_product_flash_attention_for_cpu_backward",
+                        {T(0), T(1), T(2), T(3), T(4), T(5), P(0.0), P(false),
+                         A("attn_mask", TensorRef{6}), A("scale", kScale)},
+                        {},
+                        {},
+                        {}};
+  absl::StatusOr<ops::PreparedCall> pb = Prepare(backward, in);
+  ASSERT_TRUE(pb.ok()) << pb.status();
+  absl::StatusOr<std::vector<HostTensor>> grads = OneRankOutputs(*backend_, *pb, in);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  ASSERT_EQ(grads->size(), 3u);
+  auto loss = [&](const HostTensor& qq, const HostTensor& kk, const HostTensor& vv) {
+    absl::StatusOr<std::vector<HostTensor>> out = forward(qq, kk, vv);
+    EXPECT_TRUE(out.ok()) << out.status();
+    double l = 0;
+    for (int64_t n = 0; n < dy.num_elements(); ++n) l += get((*out)[0], n) * get(dy, n);
+    return l;
+  };
+  const HostTensor* inputs[3] = {&q, &k, &v};
+  for (int g = 0; g < 3; ++g) {
+    ASSERT_EQ((*grads)[g].shape(), inputs[g]->shape()) << g;
+    for (int64_t n = 0; n < inputs[g]->num_elements(); ++n) {
+      constexpr double kStep = 1e-6;
+      HostTensor plus[3] = {q.Clone(), k.Clone(), v.Clone()};
+      HostTensor minus[3] = {q.Clone(), k.Clone(), v.Clone()};
+      kernels::testing::SetFromDouble(plus[g], n, get(*inputs[g], n) + kStep);
+      kernels::testing::SetFromDouble(minus[g], n, get(*inputs[g], n) - kStep);
+      const double numeric =
+          (loss(plus[0], plus[1], plus[2]) - loss(minus[0], minus[1], minus[2])) / (2 * kStep);
+      EXPECT_NEAR(get((*grads)[g], n), numeric, 1e-6) << "gradient " << g << " element " << n;
+    }
   }
 }
 
