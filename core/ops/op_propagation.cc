@@ -139,6 +139,19 @@ std::optional<Strategy> FreeStrategy(const StrategyCandidates& c,
   }
 }
 
+// Whether strategy `s` would turn a sharded input into a Partial one: a move that costs no bytes
+// but leaves every rank holding a whole tensor of zeros and its block, and a reduction of the
+// whole tensor for whoever reads the result. DTensor never makes an op's Shard input Partial;
+// neither does Tessera.
+bool ShardBecomesPartial(const Strategy& s, std::span<const DTensorSpec> specs) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    for (size_t m = 0; m < specs[i].placements.size(); ++m) {
+      if (specs[i].placements[m].is_shard() && s.inputs[i][m].is_partial()) return true;
+    }
+  }
+  return false;
+}
+
 // The strategies each input can reach, with their plans; with `free_only`, the first that needs
 // no redistribution (none if none does).
 std::vector<Planned> PlanAll(const std::vector<Strategy>& strategies,
@@ -155,6 +168,7 @@ std::vector<Planned> PlanAll(const std::vector<Strategy>& strategies,
       }
       continue;
     }
+    if (ShardBecomesPartial(s, specs)) continue;
     Planned p{s, {}};
     bool valid = true;
     for (size_t i = 0; valid && i < specs.size(); ++i) {

@@ -1,0 +1,108 @@
+"""The op calls test_client_ops_torch.py runs on Tessera and torch_op_reference.py on torch's own
+DTensor: each an ATen op by its overload, its arguments (In(i) names input i), and its inputs'
+shapes, placements and kind on a mesh of 4 ("world") or 2x2 ("grid"). Shapes include dims the
+mesh does not divide (5 rows on 4 ranks) and dims smaller than it (3 on 4: an empty shard)."""
+
+from collections import namedtuple
+
+import numpy as np
+
+In = namedtuple("In", "index")
+# One input: its shape, its placements by mesh dim ("S0", "S1", "R"), what it holds ("values",
+# "positive", "mask" (bool), or "index:N" (int64 in [0, N))) and its dtype.
+Input = namedtuple("Input", "shape placements kind dtype", defaults=("values", "float32"))
+Case = namedtuple("Case", "name op args kwargs inputs mesh", defaults=({}, (), "world"))
+
+MESHES = {"world": (4,), "grid": (2, 2)}
+
+
+def data(inp, seed):
+    """The values of input `inp` (numpy), the same in both runs."""
+    rng = np.random.default_rng(seed)
+    if inp.kind == "mask":
+        return rng.uniform(size=inp.shape) < 0.5
+    if inp.kind.startswith("index:"):
+        return rng.integers(0, int(inp.kind.split(":")[1]), size=inp.shape).astype(np.int64)
+    low = 0.5 if inp.kind == "positive" else -1.0
+    return rng.uniform(low, 1.5, inp.shape).astype(inp.dtype)
+
+
+def V(shape, *placements, kind="values", dtype="float32"):
+    return Input(tuple(shape), tuple(placements), kind, dtype)
+
+
+CASES = [
+    # Pointwise: shards kept, broadcasting, a mask.
+    Case("add_bcast", "add.Tensor", (In(0), In(1)), {}, (V((5, 6), "S0"), V((6,), "R"))),
+    Case("add_alpha_grid", "add.Tensor", (In(0), In(1)), {"alpha": 2},
+         (V((4, 6), "S0", "S1"), V((4, 6), "S0", "S1")), "grid"),
+    Case("mul_shards_differ", "mul.Tensor", (In(0), In(1)), {}, (V((4, 6), "S0"), V((4, 6), "S1"))),
+    Case("exp", "exp", (In(0),), {}, (V((5, 3), "S1"),)),
+    Case("gelu_tanh", "gelu", (In(0),), {"approximate": "tanh"}, (V((5, 6), "S0"),)),
+    Case("where", "where.self", (In(0), In(1), In(2)), {},
+         (V((4, 6), "S1", kind="mask"), V((4, 6), "S1"), V((6,), "R"))),
+    Case("masked_fill", "masked_fill.Scalar", (In(0), In(1), -3.0), {},
+         (V((5, 6), "S0"), V((5, 6), "S0", kind="mask"))),
+    # Reductions: a reduced sharded dim becomes Partial.
+    Case("sum_sharded_dim", "sum.dim_IntList", (In(0), [1]), {}, (V((4, 6), "S1"),)),
+    Case("sum_other_dim", "sum.dim_IntList", (In(0), [1], True), {}, (V((5, 6), "S0"),)),
+    Case("mean_sharded_dim", "mean.dim", (In(0), [0]), {}, (V((8, 6), "S0"),)),
+    Case("amax_sharded_dim", "amax", (In(0), [1]), {}, (V((4, 8), "S1"),)),
+    Case("sum_all_grid", "sum", (In(0),), {}, (V((4, 6), "S0", "S1"),), "grid"),
+    Case("var", "var.correction", (In(0), [1]), {}, (V((5, 6), "S0"),)),
+    Case("argmax", "argmax", (In(0), 1), {}, (V((5, 6), "S0"),)),
+    Case("cumsum_sharded_dim", "cumsum", (In(0), 1), {}, (V((4, 6), "S1"),)),
+    Case("softmax_other_dim", "_softmax", (In(0), 1, False), {}, (V((5, 6), "S0"),)),
+    Case("softmax_sharded_dim", "_softmax", (In(0), 1, False), {}, (V((4, 8), "S1"),)),
+    Case("log_softmax", "_log_softmax", (In(0), 0, False), {}, (V((4, 6), "S1"),)),
+    Case("logsumexp", "logsumexp", (In(0), [1]), {}, (V((5, 6), "S0"),)),
+    # The matmul family.
+    Case("mm_rows", "mm", (In(0), In(1)), {}, (V((5, 6), "S0"), V((6, 4), "R"))),
+    Case("mm_cols", "mm", (In(0), In(1)), {}, (V((5, 6), "R"), V((6, 4), "S1"))),
+    Case("mm_inner", "mm", (In(0), In(1)), {}, (V((5, 8), "S1"), V((8, 4), "S0"))),
+    Case("mm_grid", "mm", (In(0), In(1)), {}, (V((4, 6), "S0", "R"), V((6, 8), "R", "S1")), "grid"),
+    Case("bmm_batch", "bmm", (In(0), In(1)), {}, (V((4, 3, 6), "S0"), V((4, 6, 2), "S0"))),
+    Case("addmm", "addmm", (In(0), In(1), In(2)), {},
+         (V((4,), "R"), V((5, 6), "S0"), V((6, 4), "R"))),
+    # Views and reshapes.
+    Case("view_flatten_first_sharded", "view", (In(0), [24]), {}, (V((4, 6), "S0"),)),
+    Case("view_split_dim", "view", (In(0), [2, 2, 6]), {}, (V((4, 6), "S0"),)),
+    Case("view_split_sharded_last", "view", (In(0), [4, 2, 4]), {}, (V((4, 8), "S1"),)),
+    Case("view_merge_second_sharded", "view", (In(0), [24]), {}, (V((4, 6), "S1"),)),
+    Case("transpose", "transpose.int", (In(0), 0, 1), {}, (V((5, 6), "S0"),)),
+    Case("permute_grid", "permute", (In(0), [2, 0, 1]), {}, (V((4, 2, 6), "S0", "S2"),), "grid"),
+    Case("unsqueeze", "unsqueeze", (In(0), 0), {}, (V((5, 6), "S1"),)),
+    Case("expand", "expand", (In(0), [4, 5, 6]), {}, (V((5, 6), "S0"),)),
+    Case("slice_other_dim", "slice.Tensor", (In(0), 1, 1, 5), {}, (V((5, 6), "S0"),)),
+    Case("slice_sharded_dim", "slice.Tensor", (In(0), 0, 1, 7, 2), {}, (V((8, 6), "S0"),)),
+    Case("select_other_dim", "select.int", (In(0), 1, 2), {}, (V((5, 6), "S0"),)),
+    # Tensor ops: shards kept on the dims they do not touch.
+    Case("cat_other_dim", "cat", ([In(0), In(1)], 1), {}, (V((5, 3), "S0"), V((5, 2), "S0"))),
+    Case("cat_sharded_dim", "cat", ([In(0), In(1)], 0), {}, (V((4, 3), "S0"), V((2, 3), "S0"))),
+    Case("stack", "stack", ([In(0), In(1)], 0), {}, (V((5, 3), "S0"), V((5, 3), "S0"))),
+    Case("index_select", "index_select", (In(0), 0, In(1)), {},
+         (V((5, 8), "S1"), V((3,), "R", kind="index:5"))),
+    Case("gather", "gather", (In(0), 1, In(1)), {},
+         (V((8, 6), "S0"), V((8, 2), "S0", kind="index:6"))),
+    Case("embedding_colwise", "embedding", (In(0), In(1)), {},
+         (V((10, 8), "S1"), V((3, 4), "R", kind="index:10"))),
+    Case("embedding_rowwise", "embedding", (In(0), In(1)), {},
+         (V((12, 8), "S0"), V((3, 4), "R", kind="index:12"))),
+    Case("tril", "tril", (In(0),), {}, (V((6, 6), "S0"),)),
+    # Norms and attention.
+    Case("native_layer_norm", "native_layer_norm", (In(0), [6], In(1), In(2), 1e-5), {},
+         (V((5, 6), "S0"), V((6,), "R"), V((6,), "R"))),
+    Case("fused_rms_norm", "_fused_rms_norm", (In(0), [6], In(1), 1e-6), {},
+         (V((5, 6), "S0"), V((6,), "R"))),
+    Case("flash_attention_heads", "_scaled_dot_product_flash_attention_for_cpu",
+         (In(0), In(1), In(2)), {},
+         (V((2, 4, 3, 8), "S1"), V((2, 4, 5, 8), "S1"), V((2, 4, 5, 8), "S1"))),
+    Case("flash_attention_batch_causal", "_scaled_dot_product_flash_attention_for_cpu",
+         (In(0), In(1), In(2)), {"is_causal": True},
+         (V((4, 2, 3, 8), "S0"), V((4, 2, 3, 8), "S0"), V((4, 2, 3, 8), "S0"))),
+    # Several outputs.
+    Case("topk", "topk", (In(0), 2), {}, (V((5, 6), "S0"),)),
+    Case("sort_sharded_dim", "sort", (In(0), 0), {}, (V((8, 3), "S0"),)),
+    Case("max_dim", "max.dim", (In(0), 0), {}, (V((5, 6), "S1"),)),
+    Case("split", "split.Tensor", (In(0), 2, 1), {}, (V((5, 6), "S0"),)),
+]

@@ -1,0 +1,109 @@
+"""The op registry against torch's own DTensor: every case of op_peer_cases.py (pointwise,
+reductions, the matmul family, views, tensor ops, norms, attention, ops of several outputs, on a
+mesh of 4 and a 2x2 one, uneven and empty shards among them) run on Tessera and, by
+torch_op_reference.py, on torch's DTensor (LocalTensorMode, 4 simulated ranks) and on whole
+tensors in one process. Each output must equal the single-process result and be laid out as
+torch's DTensor lays it out, or as DIFFERENT documents (a case where Tessera chooses otherwise, or
+torch's DTensor refuses the call). Skips without torch."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("grpc", reason="grpcio is not importable (apt-get install python3-grpcio)")
+tessera = pytest.importorskip("tessera", reason="build the tessera_python target")
+pytest.importorskip("torch", reason="torch is not installed")
+
+from tessera import Replicate, Shard  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from op_peer_cases import CASES, In, data  # noqa: E402
+
+# Where Tessera's output placements differ from torch's DTensor's, or torch's DTensor refuses the
+# call, and why. Each entry is checked: Tessera's placements must be the ones given here.
+DIFFERENT = {
+    # An op along its input's sharded dim: torch gathers the input (all_gather, every rank holding
+    # the whole); Tessera moves the shard to another dim (all_to_all, about 1/N of those bytes)
+    # and the output stays sharded.
+    "cumsum_sharded_dim": ("(Shard(dim=0),)", "the shard moved to dim 0, not gathered"),
+    "softmax_sharded_dim": ("(Shard(dim=0),)", "the shard moved to dim 0, not gathered"),
+    "slice_sharded_dim": ("(Shard(dim=1),)", "the shard moved to dim 1, not gathered"),
+    "cat_sharded_dim": ("(Shard(dim=1),)", "the shards moved to dim 1, not gathered"),
+    "sort_sharded_dim": ("(Shard(dim=1),)", "the shard moved to dim 1, not gathered"),
+    # A mean over a sharded dim: torch's Partial(avg) of local means is the mean only when every
+    # shard has as many rows; Tessera divides each rank's sum by the whole dim's size, a
+    # Partial(sum) that is right for uneven shards too.
+    "mean_sharded_dim": ("(Partial(sum),)", "local sums over the global count: exact when uneven"),
+    # torch keeps the merged dim sharded as a _StridedShard (every 4th block of 6); Tessera has no
+    # strided shard and gathers the sharded dim before the merge.
+    "view_merge_second_sharded": ("(Replicate(),)",
+                                  "no _StridedShard: the sharded dim is gathered before the merge"),
+    # torch refuses to unflatten an unevenly sharded dim; Tessera redistributes first.
+    "view_split_dim": ("(Replicate(),)", "torch refuses the uneven unflatten; Tessera gathers first"),
+    "view_split_sharded_last": ("(Replicate(),)",
+                                "torch refuses the uneven unflatten; Tessera gathers first"),
+    # torch's DTensor has no strategy for the CPU flash attention (it refuses the call, or
+    # replicates everything); Tessera keeps the batch or head shards, as its SDPA strategy does.
+    "flash_attention_heads": ("(Shard(dim=1),)", "heads stay sharded: no gather of q, k, v"),
+    "flash_attention_batch_causal": ("(Shard(dim=0),)",
+                                     "torch has no strategy for it; the batch stays sharded"),
+    # torch's row-wise embedding gives a _MaskPartial (a sum whose parts are masked lookups), a
+    # Partial(sum) by any other name.
+    "embedding_rowwise": ("(Partial(sum),)", "torch's _MaskPartial is a sum of masked lookups"),
+}
+
+
+@pytest.fixture(scope="module")
+def torch_results(tmp_path_factory):
+    """What torch_op_reference.py wrote: placements and values by key."""
+    out = tmp_path_factory.mktemp("torch_ops") / "ops.npz"
+    result = subprocess.run([sys.executable, os.path.join(HERE, "torch_op_reference.py"), str(out)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return dict(np.load(out))
+
+
+def placement(p):
+    return Replicate() if p == "R" else Shard(int(p[1:]))
+
+
+def run_on_tessera(case, mesh):
+    inputs = [tessera.distribute_tensor(data(inp, 100 * i + 1), mesh, [placement(p) for p in inp.placements])
+              for i, inp in enumerate(case.inputs)]
+
+    def resolve(a):
+        if isinstance(a, In):
+            return inputs[a.index]
+        if isinstance(a, list):
+            return [resolve(x) for x in a]
+        return a
+
+    outs = tessera.ops.call(f"aten::{case.op}", *[resolve(a) for a in case.args],
+                            **{k: resolve(v) for k, v in case.kwargs.items()})
+    return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_op_as_torch_dtensor(meshes, torch_results, case):
+    outs = run_on_tessera(case, meshes[case.mesh])
+    singles = sorted(k for k in torch_results if k.startswith(f"{case.name}/") and k.endswith("/single"))
+    assert len(outs) == len(singles), f"{len(outs)} outputs, torch gives {len(singles)}"
+    torch_error = torch_results.get(f"{case.name}/error")
+    for k, out in enumerate(outs):
+        want = torch_results[f"{case.name}/{k}/single"]
+        got = np.asarray(out.full_tensor(kind="numpy"))
+        assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype, want.shape, want.dtype)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"output {k}")
+        if torch_error is None:
+            # torch's DTensor computed it: the same values, sharded or not.
+            np.testing.assert_allclose(got, torch_results[f"{case.name}/{k}"], rtol=1e-5, atol=1e-5)
+        placements = repr(tuple(out.placements))
+        if case.name in DIFFERENT:
+            assert placements == DIFFERENT[case.name][0], (placements, DIFFERENT[case.name])
+        else:
+            assert torch_error is None, f"torch's DTensor refused it: {torch_error}"
+            assert placements == str(torch_results[f"{case.name}/{k}/placements"]), f"output {k}"
