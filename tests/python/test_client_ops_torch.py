@@ -38,6 +38,14 @@ DIFFERENT = {
     # shard has as many rows; Tessera divides each rank's sum by the whole dim's size, a
     # Partial(sum) that is right for uneven shards too.
     "mean_sharded_dim": ("(Partial(sum),)", "local sums over the global count: exact when uneven"),
+    # any over a sharded dim: a logical or of each rank's part, Partial(max) on bool; torch gathers.
+    "any_sharded_dim": ("(Partial(max),)", "each rank's any, or-ed when read; no gather"),
+    # The 2-norm over a sharded dim: torch keeps a _NormPartial (each rank's norm, combined when
+    # read); Tessera has no norm Partial and moves the shard to dim 0 (an all_to_all).
+    "vector_norm_sharded_dim": ("(Shard(dim=0),)", "no _NormPartial: the shard moved to dim 0"),
+    # torch refuses to flatten the batch (2 on 4 ranks) into the rows of the product; Tessera's
+    # matmul keeps the batch shard as bmm does.
+    "matmul_batched": ("(Shard(dim=0),)", "torch refuses the uneven flatten; the batch stays sharded"),
     # torch keeps the merged dim sharded as a _StridedShard (every 4th block of 6); Tessera has no
     # strided shard and gathers the sharded dim before the merge.
     "view_merge_second_sharded": ("(Replicate(),)",
