@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU checks of the CUDA variant: the kernel conformance suite and the CUDA-against-CPU kernel
-# suite on cuda:0, the NCCL communicator suite (every collective x dtype x reduce op, on 1 to 4
+# The GPU checks of the CUDA variant: the kernel conformance suite, the CUDA-against-CPU kernel
+# suite and the op registry's suite (every op over meshes x placements x shards on the simulated
+# mesh, and the hand-worked formulas) on cuda:0, the NCCL communicator suite (every collective x dtype x reduce op, on 1 to 4
 # ranks as GPUs allow), the worker's command executor and module programs with every rank on a GPU,
 # the DTensor and module cluster suites on a cuda mesh (4 GPUs), and `tessera up --device cuda
 # --selfcheck`; then a summary of what ran, on what, and how it went. With TESSERA_GPU_BENCH=1,
@@ -31,7 +32,7 @@ cd "$(dirname "$0")/.."
 repo="$(pwd)"
 
 # The binaries the checks run.
-tests=(cuda_kernels_test cuda_vs_cpu_test communicator_test command_executor_test
+tests=(cuda_kernels_test cuda_vs_cpu_test aten_ops_test communicator_test command_executor_test
   program_runner_test cluster_dtensor_test cluster_module_test)
 daemons=(tessera-worker tessera-coordinator tessera)
 # The benchmarks and their yardsticks (bench/), run with TESSERA_GPU_BENCH=1.
@@ -213,6 +214,7 @@ run() {
   export TESSERA_COORDINATOR_BINARY="$bin/tessera-coordinator" TESSERA_WORKER_BINARY="$bin/tessera-worker"
   suite "kernel conformance (cuda:0)" 1 "$bin/cuda_kernels_test" --gtest_brief=1
   suite "CUDA kernels against the CPU's" 1 "$bin/cuda_vs_cpu_test" --gtest_brief=1
+  suite "ATen ops on cuda:0" 1 env TESSERA_TEST_DEVICE=cuda "$bin/aten_ops_test" --gtest_brief=1
   suite "NCCL communicators (1-4 ranks)" 1 "$bin/communicator_test" --gtest_brief=1 \
     --gtest_filter='*nccl*:*Nccl*'
   local executor_filter='*'

@@ -1,7 +1,10 @@
 // The op registry checked end to end on the simulated mesh: for every registered op × mesh ×
 // input placements (Shard on each dim, Replicate, Partial) × even, uneven and empty shards ×
 // dtypes, the chosen strategy's redistributions and each rank's local call must give the
-// single-process result (the same call on one rank).
+// single-process result (the same call on one rank). The kernels run on TestDevice()'s backend:
+// on cpu a StrictMemoryBackend (host memory used as a GPU's, so a kernel that touches device
+// memory from the host fails), on cuda cuda:0 (scripts/run-gpu-checks.sh), where the tests that
+// compare with formulas worked out by hand check the CUDA kernels' values too.
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +28,7 @@
 #include "kernels/backend.h"
 #include "kernels/testing/reference.h"
 #include "tests/support/placement_product.h"
+#include "tests/support/test_device.h"
 
 namespace tessera {
 namespace {
@@ -895,7 +899,7 @@ void CheckOneLayout(kernels::KernelBackend& backend, const OpCase& c, const ops:
 
 class AtenOpsTest : public ::testing::TestWithParam<Param> {
  protected:
-  void SetUp() override { backend_ = kernels::MakeBackend("cpu").value(); }
+  void SetUp() override { backend_ = testing::TestBackendForRank(0).value(); }
   std::unique_ptr<kernels::KernelBackend> backend_;
 };
 
@@ -1006,7 +1010,7 @@ std::string FactoryParamName(const ::testing::TestParamInfo<FactoryParam>& info)
 
 class AtenFactoryTest : public ::testing::TestWithParam<FactoryParam> {
  protected:
-  std::unique_ptr<kernels::KernelBackend> backend_ = kernels::MakeBackend("cpu").value();
+  std::unique_ptr<kernels::KernelBackend> backend_ = testing::TestBackendForRank(0).value();
 };
 
 // Each rank makes its block of the output in every Shard and Replicate layout; gathered, they
@@ -1095,7 +1099,7 @@ class AtenRandomTest : public ::testing::Test {
     for (int64_t i = 0; i < t.num_elements(); ++i) out.push_back(kernels::testing::GetDouble(t, i));
     return out;
   }
-  std::unique_ptr<kernels::KernelBackend> backend_ = kernels::MakeBackend("cpu").value();
+  std::unique_ptr<kernels::KernelBackend> backend_ = testing::TestBackendForRank(0).value();
 };
 
 TEST_F(AtenRandomTest, FactoriesAsTorch) {
@@ -1306,7 +1310,7 @@ class AtenGraphTest : public ::testing::Test {
     }
     return fulls;
   }
-  std::unique_ptr<kernels::KernelBackend> backend_ = kernels::MakeBackend("cpu").value();
+  std::unique_ptr<kernels::KernelBackend> backend_ = testing::TestBackendForRank(0).value();
 };
 
 // Every decomposing op over meshes x every placement of its inputs equals its graph on one rank.
@@ -1462,7 +1466,7 @@ class AtenIndexingTest : public ::testing::Test {
     for (int i = 0; i < 24; ++i) v[i] = static_cast<float>(i);
     return HostTensor::FromValues<float>(f32, {2, 3, 4}, v);
   }
-  std::unique_ptr<kernels::KernelBackend> backend_ = kernels::MakeBackend("cpu").value();
+  std::unique_ptr<kernels::KernelBackend> backend_ = testing::TestBackendForRank(0).value();
 };
 
 // native_layer_norm then native_layer_norm_backward on its mean and rstd, against torch's formulas
