@@ -59,6 +59,9 @@ DIFFERENT = {
     "flash_attention_heads": ("(Shard(dim=1),)", "heads stay sharded: no gather of q, k, v"),
     "flash_attention_batch_causal": ("(Shard(dim=0),)",
                                      "torch has no strategy for it; the batch stays sharded"),
+    "grid_flash_attention": ("(Shard(dim=0), Shard(dim=1))", "batch and heads stay sharded"),
+    "grid_view_flatten": ("(Replicate(), Replicate())",
+                          "torch refuses the uneven flatten; Tessera gathers first"),
     # torch's row-wise embedding gives a _MaskPartial (a sum whose parts are masked lookups), a
     # Partial(sum) by any other name.
     "embedding_rowwise": ("(Partial(sum),)", "torch's _MaskPartial is a sum of masked lookups"),
