@@ -141,8 +141,8 @@ std::optional<Strategy> FreeStrategy(const StrategyCandidates& c,
 
 // Whether strategy `s` would turn a sharded input into a Partial one: a move that costs no bytes
 // but leaves every rank holding a whole tensor of zeros and its block, and a reduction of the
-// whole tensor for whoever reads the result. DTensor never makes an op's Shard input Partial;
-// neither does Tessera.
+// whole tensor for whoever reads the result. torch's DTensor picks no such move for an op's
+// input (tests/python/test_client_ops_torch.py); neither does Tessera.
 bool ShardBecomesPartial(const Strategy& s, std::span<const DTensorSpec> specs) {
   for (size_t i = 0; i < specs.size(); ++i) {
     for (size_t m = 0; m < specs[i].placements.size(); ++m) {

@@ -8,7 +8,8 @@ from collections import namedtuple
 import numpy as np
 
 In = namedtuple("In", "index")
-# One input: its shape, its placements by mesh dim ("S0", "S1", "R"), what it holds ("values",
+# One input: its shape, its placements by mesh dim ("S0", "S1", "R", "P": a Partial(sum) made from
+# Shard(0)), what it holds ("values",
 # "positive", "mask" (bool), or "index:N" (int64 in [0, N))) and its dtype.
 Input = namedtuple("Input", "shape placements kind dtype", defaults=("values", "float32"))
 Case = namedtuple("Case", "name op args kwargs inputs mesh", defaults=({}, (), "world"))
@@ -158,6 +159,23 @@ CASES = [
     Case("grid_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
          (In(0), In(1), In(2)), {},
          (V((2, 4, 3, 8), "S0", "S1"), V((2, 4, 5, 8), "S0", "S1"), V((2, 4, 5, 8), "S0", "S1")),
+         "grid"),
+    # Partial inputs: they pass where the op is linear in them, else they are reduced first.
+    Case("partial_add", "add.Tensor", (In(0), In(1)), {}, (V((4, 6), "P"), V((4, 6), "P"))),
+    Case("partial_add_number", "add.Tensor", (In(0), 2.0), {}, (V((4, 6), "P"),)),
+    Case("partial_mul_replicate", "mul.Tensor", (In(0), In(1)), {}, (V((4, 6), "P"), V((6,), "R"))),
+    Case("partial_mul_partial", "mul.Tensor", (In(0), In(1)), {}, (V((4, 6), "P"), V((4, 6), "P"))),
+    Case("partial_div_number", "div.Tensor", (In(0), 3.0), {}, (V((4, 6), "P"),)),
+    Case("partial_neg", "neg", (In(0),), {}, (V((4, 6), "P"),)),
+    Case("partial_exp", "exp", (In(0),), {}, (V((4, 6), "P"),)),
+    Case("partial_sum_dim", "sum.dim_IntList", (In(0), [1]), {}, (V((4, 6), "P"),)),
+    Case("partial_mean_dim", "mean.dim", (In(0), [0]), {}, (V((4, 6), "P"),)),
+    Case("partial_mm", "mm", (In(0), In(1)), {}, (V((4, 6), "P"), V((6, 3), "R"))),
+    Case("partial_transpose", "transpose.int", (In(0), 0, 1), {}, (V((4, 6), "P"),)),
+    Case("partial_view", "view", (In(0), [24]), {}, (V((4, 6), "P"),)),
+    Case("partial_cat", "cat", ([In(0), In(1)], 0), {}, (V((4, 6), "P"), V((2, 6), "P"))),
+    Case("partial_softmax", "_softmax", (In(0), 1, False), {}, (V((4, 6), "P"),)),
+    Case("partial_grid_mm", "mm", (In(0), In(1)), {}, (V((4, 6), "S0", "P"), V((6, 3), "R", "R")),
          "grid"),
     # Several outputs.
     Case("topk", "topk", (In(0), 2), {}, (V((5, 6), "S0"),)),

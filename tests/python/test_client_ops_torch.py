@@ -17,7 +17,7 @@ pytest.importorskip("grpc", reason="grpcio is not importable (apt-get install py
 tessera = pytest.importorskip("tessera", reason="build the tessera_python target")
 pytest.importorskip("torch", reason="torch is not installed")
 
-from tessera import Replicate, Shard  # noqa: E402
+from tessera import Partial, Replicate, Shard  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -26,6 +26,16 @@ from op_peer_cases import CASES, In, data  # noqa: E402
 # Where Tessera's output placements differ from torch's DTensor's, or torch's DTensor refuses the
 # call, and why. Each entry is checked: Tessera's placements must be the ones given here.
 DIFFERENT = {
+    # A Partial input the op is not linear in: torch all_reduces it (every rank then holds the
+    # whole); Tessera reduce_scatters it (about half the bytes) and the output stays sharded.
+    "partial_add_number": ("(Shard(dim=0),)", "reduce_scatter, not all_reduce"),
+    "partial_exp": ("(Shard(dim=0),)", "reduce_scatter, not all_reduce"),
+    "partial_softmax": ("(Shard(dim=0),)", "reduce_scatter, not all_reduce"),
+    # P(sum) * P(sum): torch all_reduces one and keeps the product Partial; Tessera reduce_scatters
+    # both (as many bytes) and the product is a reduced shard.
+    "partial_mul_partial": ("(Shard(dim=0),)", "both reduce_scattered: the product is reduced"),
+    # mean is linear: the mean of each rank's part sums to the mean; torch all_reduces first.
+    "partial_mean_dim": ("(Partial(sum),)", "mean is linear in a Partial(sum): no reduction"),
     # An op along its input's sharded dim: torch gathers the input (all_gather, every rank holding
     # the whole); Tessera moves the shard to another dim (all_to_all, about 1/N of those bytes)
     # and the output stays sharded.
@@ -79,12 +89,18 @@ def torch_results(tmp_path_factory):
 
 
 def placement(p):
-    return Replicate() if p == "R" else Shard(int(p[1:]))
+    return Replicate() if p == "R" else Partial() if p == "P" else Shard(int(p[1:]))
+
+
+def distribute(x, mesh, placements):
+    """x laid out as `placements`; a Partial made from Shard(0), as the reference makes it."""
+    first = [Shard(0) if p == "P" else placement(p) for p in placements]
+    t = tessera.distribute_tensor(x, mesh, first)
+    return t.redistribute(mesh, [placement(p) for p in placements]) if "P" in placements else t
 
 
 def run_on_tessera(case, mesh):
-    inputs = [tessera.distribute_tensor(data(inp, 100 * i + 1), mesh, [placement(p) for p in inp.placements])
-              for i, inp in enumerate(case.inputs)]
+    inputs = [distribute(data(inp, 100 * i + 1), mesh, inp.placements) for i, inp in enumerate(case.inputs)]
 
     def resolve(a):
         if isinstance(a, In):

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -24,7 +24,15 @@ from op_peer_cases import CASES, MESHES, In, data  # noqa: E402
 
 
 def placement(p):
-    return Replicate() if p == "R" else Shard(int(p[1:]))
+    return Replicate() if p == "R" else Partial() if p == "P" else Shard(int(p[1:]))
+
+
+def distribute(x, mesh, placements):
+    """x laid out as `placements`; a Partial made from Shard(0) (torch redistributes only a Shard to
+    Partial, and distributes none)."""
+    first = [Shard(0) if p == "P" else placement(p) for p in placements]
+    t = distribute_tensor(x, mesh, first)
+    return t.redistribute(mesh, [placement(p) for p in placements]) if "P" in placements else t
 
 
 def call(case, inputs):
@@ -54,8 +62,7 @@ def run(out_path):
         meshes = {name: init_device_mesh("cpu", shape) for name, shape in MESHES.items()}
         for case in CASES:
             mesh = meshes[case.mesh]
-            inputs = [distribute_tensor(torch.from_numpy(data(inp, 100 * i + 1)), mesh,
-                                        [placement(p) for p in inp.placements])
+            inputs = [distribute(torch.from_numpy(data(inp, 100 * i + 1)), mesh, inp.placements)
                       for i, inp in enumerate(case.inputs)]
 
             try:
