@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/op_graph.h"
 #include "core/ops/op_meta.h"
+#include "core/ops/op_propagation.h"
 #include "core/ops/op_registry.h"
 #include "core/status_macros.h"
 
@@ -796,6 +798,30 @@ absl::StatusOr<StrategyCandidates> EmbeddingBackwardStrategies(const CallContext
   return c;
 }
 
+// --- norm.Scalar, norm.ScalarOpt_dim: torch.norm's overloads as linalg_vector_norm ---
+
+// linalg_vector_norm(self, p (2 when None), dim, keepdim): over every dim for norm.Scalar.
+absl::StatusOr<OpGraph> NormOverloadGraph(const CallContext& call) {
+  using B = GraphBuilder;
+  B b(static_cast<int>(call.inputs.size()));
+  const double p = call.args.IsNone("p") ? 2.0 : call.args.Float("p");
+  std::vector<NamedValue> args = {B::V(call.args.Tensor("self")), B::P(p)};
+  if (call.op.schema.overload == "ScalarOpt_dim") {
+    args.push_back(B::P(call.args.Ints("dim")));
+    args.push_back(B::P(call.args.Bool("keepdim")));
+  }
+  b.Add("linalg_vector_norm", std::move(args));
+  return std::move(b).Finish();
+}
+
+// The meta of the linalg_vector_norm it runs as (its errors name that op's arguments).
+absl::StatusOr<OutputMeta> NormOverloadMeta(const CallContext& call) {
+  ASSIGN_OR_RETURN(const OpGraph graph, NormOverloadGraph(call));
+  ASSIGN_OR_RETURN(const OpDef* norm, Registry().Find(graph.nodes[0].op));
+  ASSIGN_OR_RETURN(const PreparedCall p, PrepareCall(*norm, graph.nodes[0].args, call.inputs));
+  return p.call.output;
+}
+
 // --- the family's meta and strategies ---
 
 absl::StatusOr<OutputMeta> NormFamilyMeta(const CallContext& call) {
@@ -873,6 +899,15 @@ void RegisterNormOps(OpRegistry& registry) {
     op.implementation = e.implementation;
     op.derivative = e.derivative;
     op.strategy_text = e.strategy_text;
+  }
+  for (const char* schema : {"norm.Scalar(Tensor self, Scalar p=2) -> Tensor",
+                             "norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool "
+                             "keepdim=False) -> Tensor"}) {
+    OpDef& op = DefineOp(registry, schema, OpFamily::kReduction);
+    op.meta = NormOverloadMeta;
+    op.decompose = NormOverloadGraph;
+    op.implementation = "decomposition: linalg_vector_norm(self, p (2 for None), dim, keepdim)";
+    op.strategy_text = "linalg_vector_norm's";
   }
 }
 

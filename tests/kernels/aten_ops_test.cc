@@ -1233,6 +1233,14 @@ const std::vector<GraphCase>& GraphCases() {
       {"mse", "mse_loss", {T(0), T(1)}, {{4, 6}, {4, 6}}, {}},
       {"mse_broadcast_none", "mse_loss", {T(0), T(1), P(int64_t{0})}, {{5, 3}, {3}}, {}},
       {"l1_sum", "l1_loss", {T(0), T(1), P(int64_t{2})}, {{5, 3}, {5, 3}}, {}},
+      {"norm_scalar", "norm.Scalar", {T(0), P(int64_t{3})}, {{4, 6}}, {}},
+      {"norm_dim_default_p", "norm.ScalarOpt_dim", {T(0), P(NoneValue{}), P(L({1}))}, {{5, 3}}, {}},
+      {"norm_dim_keepdim_inf",
+       "norm.ScalarOpt_dim",
+       {T(0), P(std::numeric_limits<double>::infinity()), P(L({0})), P(true)},
+       {{4, 6}},
+       {},
+       DType::kFloat64},
       {"dropout_backward",
        "native_dropout_backward",
        {T(0), T(1), P(4.0 / 3.0)},
@@ -1342,6 +1350,46 @@ TEST_F(AtenGraphTest, ShardedGraphMatchesOneRank) {
         absl::StatusOr<GraphRun> got = RunGraph(*backend_, c, fulls, mesh, placements);
         ASSERT_TRUE(got.ok()) << what << ": " << got.status();
         ExpectClose(got->output, want->output, what);
+      }
+    }
+  }
+}
+
+// torch.norm's overloads as the formulas: (sum |x|^3)^(1/3) over every element, the 2-norm of
+// each row for p=None, the max |x| of each column kept as [1, 6] for p=inf.
+TEST_F(AtenGraphTest, NormOverloadsAsTorch) {
+  const DeviceMesh one = DeviceMesh::Create("cpu", {1}).value();
+  const auto get = kernels::testing::GetDouble;
+  for (int k : {0, 1, 2}) {
+    const GraphCase c = *std::find_if(GraphCases().begin(), GraphCases().end(), [&](const auto& g) {
+      return g.name == (k == 0   ? "norm_scalar"
+                        : k == 1 ? "norm_dim_default_p"
+                                 : "norm_dim_keepdim_inf");
+    });
+    const std::vector<HostTensor> fulls = Inputs(c);
+    const HostTensor& x = fulls[0];
+    std::vector<std::vector<Placement>> whole(fulls.size(), {Placement::Replicate()});
+    absl::StatusOr<GraphRun> got = RunGraph(*backend_, c, fulls, one, whole);
+    ASSERT_TRUE(got.ok()) << c.name << ": " << got.status();
+    const int64_t rows = x.shape()[0], cols = x.shape()[1];
+    if (k == 0) {
+      double sum = 0;
+      for (int64_t i = 0; i < x.num_elements(); ++i) sum += std::pow(std::abs(get(x, i)), 3);
+      EXPECT_EQ(got->output.shape(), Shape{});
+      EXPECT_NEAR(get(got->output, 0), std::cbrt(sum), 1e-5);
+    } else if (k == 1) {
+      ASSERT_EQ(got->output.shape(), Shape{rows});
+      for (int64_t i = 0; i < rows; ++i) {
+        double sum = 0;
+        for (int64_t j = 0; j < cols; ++j) sum += get(x, i * cols + j) * get(x, i * cols + j);
+        EXPECT_NEAR(get(got->output, i), std::sqrt(sum), 1e-5) << i;
+      }
+    } else {
+      ASSERT_EQ(got->output.shape(), (Shape{1, cols}));
+      for (int64_t j = 0; j < cols; ++j) {
+        double max = 0;
+        for (int64_t i = 0; i < rows; ++i) max = std::max(max, std::abs(get(x, i * cols + j)));
+        EXPECT_EQ(get(got->output, j), max) << j;
       }
     }
   }

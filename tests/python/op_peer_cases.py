@@ -109,6 +109,8 @@ CASES = [
     Case("any_sharded_dim", "any.dim", (In(0), 1), {}, (V((4, 8), "S1", kind="mask"),)),
     Case("prod_sharded_dim", "prod.dim_int", (In(0), 1), {}, (V((4, 8), "S1"),)),
     Case("vector_norm_sharded_dim", "linalg_vector_norm", (In(0), 2, [1]), {}, (V((4, 8), "S1"),)),
+    Case("norm_all", "norm.Scalar", (In(0), 3), {}, (V((5, 6), "S0"),)),
+    Case("norm_dim", "norm.ScalarOpt_dim", (In(0), None, [0]), {}, (V((5, 6), "S1"),)),
     Case("var_mean", "var_mean.correction", (In(0), [1]), {}, (V((5, 6), "S0"),)),
     Case("full_like", "full_like", (In(0), 2.5), {}, (V((5, 6), "S0"),)),
     # More of the matmul family and views.

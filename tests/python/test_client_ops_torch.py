@@ -53,6 +53,7 @@ DIFFERENT = {
     # The 2-norm over a sharded dim: torch keeps a _NormPartial (each rank's norm, combined when
     # read); Tessera has no norm Partial and moves the shard to dim 0 (an all_to_all).
     "vector_norm_sharded_dim": ("(Shard(dim=0),)", "no _NormPartial: the shard moved to dim 0"),
+    "norm_all": ("(Replicate(),)", "no _NormPartial: the 3-norm of every element gathers first"),
     # torch refuses to flatten the batch (2 on 4 ranks) into the rows of the product; Tessera's
     # matmul keeps the batch shard as bmm does.
     "matmul_batched": ("(Shard(dim=0),)", "torch refuses the uneven flatten; the batch stays sharded"),
