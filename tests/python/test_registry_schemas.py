@@ -13,10 +13,12 @@ torch = pytest.importorskip("torch", reason="torch is not installed: the schemas
 
 def normalized(schema: str) -> str:
     """A schema with torch's printer's spellings made one: "x" and 'x', 0. and 0.0, 1.0000000000000001e-05
-    and 1e-05, MemoryFormat defaults by name or number."""
+    and 1e-05, MemoryFormat, Reduction and ScalarType defaults by name or number (torch 2.15 prints
+    reduction=1 for Mean and dtype=4 for long)."""
     s = schema.strip().replace('"', "'")
     s = re.sub(r"=(-?\d+(\.\d*)?(e-?\d+)?)", lambda m: "=" + repr(float(m.group(1)))
                if "." in m.group(1) or "e" in m.group(1) else m.group(0), s)
+    s = s.replace("reduction=Mean", "reduction=1").replace("dtype=long", "dtype=4")
     return s.replace("memory_format=contiguous_format", "memory_format=0")
 
 
