@@ -790,5 +790,8 @@ def test_torch_functions_on_dtensors(meshes):
     for ours, expected in cases:
         assert isinstance(ours, tessera.DTensor)
         np.testing.assert_allclose(ours.full_tensor(kind="numpy"), expected.numpy(), rtol=1e-5, atol=1e-6)
-    with pytest.raises(tessera.UnsupportedOp, match="'torch.sort'"):
-        torch.sort(x)
+    values, indices = torch.sort(x, 1)
+    np.testing.assert_allclose(values.full_tensor(kind="numpy"), torch.sort(ta, 1).values.numpy())
+    np.testing.assert_array_equal(indices.full_tensor(kind="numpy"), torch.sort(ta, 1).indices.numpy())
+    with pytest.raises(tessera.UnsupportedOp, match="'torch.inverse'"):
+        torch.inverse(x)
