@@ -265,31 +265,42 @@ FlashShapes FlashShapesOf(Context& ctx) {
   return f;
 }
 
-// The masked, scaled scores [B, H, L, S] and their safe softmax, in the compute dtype; L and S
-// are at least 1.
-absl::Status FlashScores(Context& ctx, const FlashShapes& f, const ConstTensorView& q,
-                         const ConstTensorView& k, const TensorView& scores,
-                         const TensorView& probs) {
+// Query, key and value in the compute dtype with the masked, scaled scores [B, H, L, S] and their
+// safe softmax; L and S are at least 1.
+struct FlashProbs {
+  ConstTensorView q, k, v;
+  TensorView scores, probs;
+};
+
+absl::StatusOr<FlashProbs> ComputeProbs(Context& ctx, const FlashShapes& f) {
+  FlashProbs p;
+  ASSIGN_OR_RETURN(p.q, ctx.As(ctx.Input("query"), f.compute));
+  ASSIGN_OR_RETURN(p.k, ctx.As(ctx.Input("key"), f.compute));
+  ASSIGN_OR_RETURN(p.v, ctx.As(ctx.Input("value"), f.compute));
   const int64_t l = f.length, s = f.source, e = f.features;
+  const Shape scores_shape = {f.batch, f.heads, l, s};
+  ASSIGN_OR_RETURN(p.scores, ctx.Temporary(f.compute, scores_shape));
+  ASSIGN_OR_RETURN(p.probs, ctx.Temporary(f.compute, scores_shape));
   for (int64_t i = 0; i < f.count(); ++i) {
-    const TensorView block = At(scores, i * l * s, {l, s});
+    const TensorView block = At(p.scores, i * l * s, {l, s});
     if (e == 0) {
       RETURN_IF_ERROR(ctx.backend.Fill(block, 0.0));
       continue;
     }
-    RETURN_IF_ERROR(ctx.backend.Gemm(false, true, f.scale, At(q, i * l * e, {l, e}),
-                                     At(k, f.key_block(i) * s * e, {s, e}), 0.0, block));
+    RETURN_IF_ERROR(ctx.backend.Gemm(false, true, f.scale, At(p.q, i * l * e, {l, e}),
+                                     At(p.k, f.key_block(i) * s * e, {s, e}), 0.0, block));
   }
   if (!ctx.args().IsNone("attn_mask")) {
     ASSIGN_OR_RETURN(const ConstTensorView mask, ctx.As(ctx.Input("attn_mask"), f.compute));
-    RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kAdd, scores, mask, scores));
+    RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kAdd, p.scores, mask, p.scores));
   }
   if (ctx.args().Bool("is_causal")) {
     ASSIGN_OR_RETURN(const ConstTensorView causal, CausalMask(ctx, l, s));
     ASSIGN_OR_RETURN(const ConstTensorView neg_inf, ctx.Number(-kInf, f.compute));
-    RETURN_IF_ERROR(ctx.backend.Where(causal, scores, neg_inf, scores));
+    RETURN_IF_ERROR(ctx.backend.Where(causal, p.scores, neg_inf, p.scores));
   }
-  return ctx.backend.SoftmaxAlongDim(SoftmaxKind::kSafeSoftmax, scores, 3, probs);
+  RETURN_IF_ERROR(ctx.backend.SoftmaxAlongDim(SoftmaxKind::kSafeSoftmax, p.scores, 3, p.probs));
+  return p;
 }
 
 absl::StatusOr<DeviceTensor> FlashAttentionKernel(Context& ctx) {
@@ -304,13 +315,8 @@ absl::StatusOr<DeviceTensor> FlashAttentionKernel(Context& ctx) {
     ctx.more.push_back(std::move(lse));
     return out;
   }
-  ASSIGN_OR_RETURN(const ConstTensorView q, ctx.As(ctx.Input("query"), f.compute));
-  ASSIGN_OR_RETURN(const ConstTensorView k, ctx.As(ctx.Input("key"), f.compute));
-  ASSIGN_OR_RETURN(const ConstTensorView v, ctx.As(ctx.Input("value"), f.compute));
-  const Shape scores_shape = {f.batch, f.heads, l, s};
-  ASSIGN_OR_RETURN(const TensorView scores, ctx.Temporary(f.compute, scores_shape));
-  ASSIGN_OR_RETURN(const TensorView probs, ctx.Temporary(f.compute, scores_shape));
-  RETURN_IF_ERROR(FlashScores(ctx, f, q, k, scores, probs));
+  ASSIGN_OR_RETURN(const FlashProbs p, ComputeProbs(ctx, f));
+  const TensorView& scores = p.scores;
   TensorView o = out.View();
   if (o.dtype != f.compute) {
     ASSIGN_OR_RETURN(o, ctx.Temporary(f.compute, out.shape()));
@@ -318,8 +324,8 @@ absl::StatusOr<DeviceTensor> FlashAttentionKernel(Context& ctx) {
   for (int64_t i = 0; i < f.count(); ++i) {
     const TensorView block = At(o, i * l * e, {l, e});
     if (e == 0) continue;
-    RETURN_IF_ERROR(ctx.backend.Gemm(false, false, 1.0, At(probs, i * l * s, {l, s}),
-                                     At(v, f.key_block(i) * s * e, {s, e}), 0.0, block));
+    RETURN_IF_ERROR(ctx.backend.Gemm(false, false, 1.0, At(p.probs, i * l * s, {l, s}),
+                                     At(p.v, f.key_block(i) * s * e, {s, e}), 0.0, block));
   }
   if (o.data != out.View().data) RETURN_IF_ERROR(ctx.backend.Cast(o, out.View()));
   // logsumexp = log(sum(exp(x - m))) + m with m the row's max; a fully masked row (m = -inf)
@@ -361,14 +367,10 @@ absl::StatusOr<DeviceTensor> FlashAttentionBackwardKernel(Context& ctx) {
     for (DeviceTensor& t : ctx.more) RETURN_IF_ERROR(ctx.backend.Fill(t.View(), 0.0));
     return dq;
   }
-  ASSIGN_OR_RETURN(const ConstTensorView q, ctx.As(ctx.Input("query"), f.compute));
-  ASSIGN_OR_RETURN(const ConstTensorView k, ctx.As(ctx.Input("key"), f.compute));
-  ASSIGN_OR_RETURN(const ConstTensorView v, ctx.As(ctx.Input("value"), f.compute));
+  ASSIGN_OR_RETURN(const FlashProbs p, ComputeProbs(ctx, f));
   ASSIGN_OR_RETURN(const ConstTensorView dout, ctx.As(ctx.Input("grad_out"), f.compute));
-  const Shape scores_shape = {f.batch, f.heads, l, s};
-  ASSIGN_OR_RETURN(const TensorView scores, ctx.Temporary(f.compute, scores_shape));
-  ASSIGN_OR_RETURN(const TensorView probs, ctx.Temporary(f.compute, scores_shape));
-  RETURN_IF_ERROR(FlashScores(ctx, f, q, k, scores, probs));
+  const ConstTensorView &q = p.q, &k = p.k, &v = p.v;
+  const TensorView &scores = p.scores, &probs = p.probs;
   // The gradients in the compute dtype; key's and value's accumulate over each group.
   TensorView grads[3];
   DeviceTensor* outs[3] = {&dq, &ctx.more[0], &ctx.more[1]};

@@ -28,6 +28,19 @@ def data(inp, seed):
     return rng.uniform(low, 1.5, inp.shape).astype(inp.dtype)
 
 
+def arguments(case, inputs):
+    """The case's positional and keyword arguments with In(i) replaced by inputs[i]."""
+
+    def resolve(a):
+        if isinstance(a, In):
+            return inputs[a.index]
+        if isinstance(a, list):
+            return [resolve(x) for x in a]
+        return a
+
+    return [resolve(a) for a in case.args], {k: resolve(v) for k, v in case.kwargs.items()}
+
+
 def V(shape, *placements, kind="values", dtype="float32"):
     return Input(tuple(shape), tuple(placements), kind, dtype)
 

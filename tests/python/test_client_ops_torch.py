@@ -21,7 +21,7 @@ from tessera import Partial, Replicate, Shard  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from op_peer_cases import CASES, In, data  # noqa: E402
+from op_peer_cases import CASES, arguments, data  # noqa: E402
 
 # Where Tessera's output placements differ from torch's DTensor's, or torch's DTensor refuses the
 # call, and why. Each entry is checked: Tessera's placements must be the ones given here.
@@ -102,16 +102,8 @@ def distribute(x, mesh, placements):
 
 def run_on_tessera(case, mesh):
     inputs = [distribute(data(inp, 100 * i + 1), mesh, inp.placements) for i, inp in enumerate(case.inputs)]
-
-    def resolve(a):
-        if isinstance(a, In):
-            return inputs[a.index]
-        if isinstance(a, list):
-            return [resolve(x) for x in a]
-        return a
-
-    outs = tessera.ops.call(f"aten::{case.op}", *[resolve(a) for a in case.args],
-                            **{k: resolve(v) for k, v in case.kwargs.items()})
+    args, kwargs = arguments(case, inputs)
+    outs = tessera.ops.call(f"aten::{case.op}", *args, **kwargs)
     return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
 
 

@@ -20,7 +20,7 @@ from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tenso
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from op_peer_cases import CASES, MESHES, In, data  # noqa: E402
+from op_peer_cases import CASES, MESHES, arguments, data  # noqa: E402
 
 
 def placement(p):
@@ -37,17 +37,10 @@ def distribute(x, mesh, placements):
 
 def call(case, inputs):
     """The case's op on `inputs` (tensors or DTensors), its outputs as a tuple."""
-
-    def resolve(a):
-        if isinstance(a, In):
-            return inputs[a.index]
-        if isinstance(a, list):
-            return [resolve(x) for x in a]
-        return a
-
     base, _, overload = case.op.partition(".")
     op = getattr(getattr(torch.ops.aten, base), overload or "default")
-    outs = op(*[resolve(a) for a in case.args], **{k: resolve(v) for k, v in case.kwargs.items()})
+    args, kwargs = arguments(case, inputs)
+    outs = op(*args, **kwargs)
     return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
 
 
