@@ -23,7 +23,7 @@ enum class Kind {
   kEye,      // eye, eye.m
   kRandom,   // rand, randn, randint, randint.low
   kNewFill,  // new_zeros, new_ones, new_full, new_empty
-  kLike,     // zeros_like, ones_like, full_like, rand_like, randn_like, randint_like
+  kLike,     // zeros_like, ones_like, empty_like, full_like, rand_like, randn_like, randint_like
   kDropout,  // dropout, native_dropout, bernoulli.p: random, and reading their input
 };
 
@@ -90,6 +90,9 @@ const std::vector<FactoryEntry>& Entries() {
       {"ones_like(Tensor self, *, ScalarType? dtype=None, " FACTORY_OPTIONS
        ", MemoryFormat? memory_format=None) -> Tensor",
        Kind::kLike, false, "kernel fill"},
+      {"empty_like(Tensor self, *, ScalarType? dtype=None, " FACTORY_OPTIONS
+       ", MemoryFormat? memory_format=None) -> Tensor",
+       Kind::kLike, false, "kernel fill (zeros)"},
       {"full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, " FACTORY_OPTIONS
        ", MemoryFormat? memory_format=None) -> Tensor",
        Kind::kLike, false, "kernel fill"},

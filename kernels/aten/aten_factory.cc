@@ -192,10 +192,10 @@ absl::StatusOr<DeviceTensor> BernoulliKernel(Context& ctx) {
 }  // namespace
 
 void AddFactoryKernels(LocalTable& t) {
-  for (const char* name :
-       {"aten::full", "aten::zeros", "aten::ones", "aten::empty.memory_format",
-        "aten::scalar_tensor", "aten::new_zeros", "aten::new_ones", "aten::new_full",
-        "aten::new_empty", "aten::zeros_like", "aten::ones_like", "aten::full_like"}) {
+  for (const char* name : {"aten::full", "aten::zeros", "aten::ones", "aten::empty.memory_format",
+                           "aten::scalar_tensor", "aten::new_zeros", "aten::new_ones",
+                           "aten::new_full", "aten::new_empty", "aten::zeros_like",
+                           "aten::ones_like", "aten::empty_like", "aten::full_like"}) {
     t[name] = FillKernel;
   }
   t["aten::arange"] = t["aten::arange.start"] = t["aten::arange.start_step"] = ArangeKernel;

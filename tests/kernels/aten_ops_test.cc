@@ -569,10 +569,11 @@ const std::vector<OpCase>& OpCases() {
     const Shape m{4, 6}, u{5, 3}, e{0, 3};
     // The other unary ops, on one input.
     for (const char* op :
-         {"sign",      "expm1", "log",      "log2",  "sqrt",       "reciprocal",   "sin",
-          "cos",       "tanh",  "relu",     "gelu",  "erf",        "floor",        "ceil",
-          "trunc",     "isinf", "isfinite", "alias", "contiguous", "detach",       "zeros_like",
-          "ones_like", "mean",  "max",      "min",   "prod",       "_unsafe_view", "squeeze"}) {
+         {"sign",       "expm1",  "log",        "log2",         "sqrt",       "reciprocal",
+          "sin",        "cos",    "tanh",       "relu",         "gelu",       "erf",
+          "floor",      "ceil",   "trunc",      "isinf",        "isfinite",   "alias",
+          "contiguous", "detach", "zeros_like", "ones_like",    "empty_like", "mean",
+          "max",        "min",    "prod",       "_unsafe_view", "squeeze"}) {
       const bool floating = std::string(op) == "mean";
       const bool view = std::string(op) == "_unsafe_view";
       cases->push_back(
