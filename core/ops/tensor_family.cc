@@ -21,6 +21,7 @@ enum class Kind {
   kNarrow,
   kIndexSelect,
   kTril,
+  kConstantPad,
   kWhere,
   kMaskedFill,
   kCopyTo,
@@ -57,6 +58,9 @@ const std::vector<TensorEntry>& Entries() {
        "tril(grad, diagonal)"},
       {"triu(Tensor self, SymInt diagonal=0) -> Tensor", Kind::kTril, "kernel where (mask)",
        "triu(grad, diagonal)"},
+      {"constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor", Kind::kConstantPad,
+       "kernel fill value, then copy (strided) of the input's overlap",
+       "constant_pad_nd(grad, the pads negated)"},
       {"where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", Kind::kWhere,
        "kernel where", "where.self(condition, grad, 0); where.self(condition, 0, grad)"},
       {"masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", Kind::kMaskedFill,
@@ -324,8 +328,35 @@ absl::StatusOr<std::vector<OutputMeta>> MorePieces(const CallContext& call,
   return pieces;
 }
 
+// constant_pad_nd: pad holds (before, after) pairs from the last dim back; a negative pad crops.
+absl::StatusOr<OutputMeta> PadMeta(const CallContext& call) {
+  ASSIGN_OR_RETURN(const TensorMeta x, InputTensor(call, "self"));
+  const std::vector<int64_t>& pad = call.args.Ints("pad");
+  const int rank = static_cast<int>(x.shape.size());
+  if (pad.size() % 2 != 0 || static_cast<int>(pad.size()) > 2 * rank) {
+    return ArgError(call, "pad",
+                    absl::StrCat("is ", ShapeToString(pad),
+                                 "; it must hold (before, after) pairs "
+                                 "for at most the input's ",
+                                 rank, " dims"));
+  }
+  Shape out = x.shape;
+  for (size_t i = 0; i < pad.size() / 2; ++i) {
+    const int d = rank - 1 - static_cast<int>(i);
+    out[d] = x.shape[d] + pad[2 * i] + pad[2 * i + 1];
+    if (out[d] < 0) {
+      return ArgError(call, "pad",
+                      absl::StrCat("is ", ShapeToString(pad), ": dim ", d, " of size ", x.shape[d],
+                                   " would have size ", out[d]));
+    }
+  }
+  return OutputMeta{out, x.dtype};
+}
+
 absl::StatusOr<OutputMeta> TensorMetaFn(const CallContext& call) {
   switch (KindOf(call)) {
+    case Kind::kConstantPad:
+      return PadMeta(call);
     case Kind::kCat:
     case Kind::kStack:
       return JoinMeta(call);
@@ -449,6 +480,22 @@ absl::StatusOr<StrategyCandidates> TensorStrategies(const CallContext& call,
     case Kind::kTril:
       c.per_dim = KeepUntouched(rank, n, {rank - 2, rank - 1}, same, true);
       return c;
+    case Kind::kConstantPad: {
+      // The padded dims whole; a Partial sum or mean passes a 0 pad (each part padded with 0).
+      const std::vector<int64_t>& pad = call.args.Ints("pad");
+      std::vector<int> padded;
+      for (size_t i = 0; i < pad.size() / 2; ++i) {
+        if (pad[2 * i] != 0 || pad[2 * i + 1] != 0)
+          padded.push_back(rank - 1 - static_cast<int>(i));
+      }
+      c.per_dim = KeepUntouched(rank, n, padded, same, false);
+      if (call.args.Float("value") == 0.0) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          c.per_dim.push_back({{Placement::Partial(op)}, Placement::Partial(op)});
+        }
+      }
+      return c;
+    }
     case Kind::kSelect:
     case Kind::kUnbind: {
       ASSIGN_OR_RETURN(const int dim, CallDim(call, "dim", call.args.Int("dim"), rank));

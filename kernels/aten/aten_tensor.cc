@@ -69,6 +69,31 @@ absl::StatusOr<DeviceTensor> SliceKernel(Context& ctx) {
                 ctx.out_shape);
 }
 
+// constant_pad_nd: the output filled with value, then the input's overlap with it copied in (a
+// negative pad crops the input).
+absl::StatusOr<DeviceTensor> PadKernel(Context& ctx) {
+  const ConstTensorView x = ctx.Input("self");
+  ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
+  RETURN_IF_ERROR(ctx.backend.Fill(out.View(), ctx.args().Float("value")));
+  const std::vector<int64_t>& pad = ctx.args().Ints("pad");
+  ConstStridedView src = StridedOf(x);
+  StridedView dst = StridedOf(out.View());
+  const int64_t element = static_cast<int64_t>(DTypeSize(x.dtype));
+  for (size_t i = 0; i < pad.size() / 2; ++i) {
+    const int d = x.rank() - 1 - static_cast<int>(i);
+    const int64_t before = pad[2 * i];
+    const int64_t from = std::max<int64_t>(0, -before), to = std::max<int64_t>(0, before);
+    const int64_t length = std::min(x.shape[d] - from, out.shape()[d] - to);
+    if (length <= 0) return out;
+    src.data += from * src.strides[d] * element;
+    dst.data += to * dst.strides[d] * element;
+    src.shape[d] = dst.shape[d] = length;
+  }
+  if (NumElements(src.shape) == 0) return out;
+  RETURN_IF_ERROR(ctx.backend.CopyStrided(src, dst));
+  return out;
+}
+
 absl::StatusOr<DeviceTensor> SelectKernel(Context& ctx) {
   const ConstTensorView x = ctx.Input("self");
   ASSIGN_OR_RETURN(const int dim, ctx.Dim("dim", x.rank()));
@@ -175,6 +200,7 @@ void AddTensorKernels(LocalTable& t) {
   t["aten::select.int"] = SelectKernel;
   t["aten::index_select"] = IndexSelectKernel;
   t["aten::tril"] = t["aten::triu"] = TriangleKernel;
+  t["aten::constant_pad_nd"] = PadKernel;
   t["aten::where.self"] = WhereKernel;
   t["aten::masked_fill.Scalar"] = MaskedFillKernel;
   t["aten::_to_copy"] = t["aten::to.dtype"] = CastKernel;

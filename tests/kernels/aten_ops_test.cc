@@ -329,6 +329,13 @@ const std::vector<OpCase>& OpCases() {
        {{2, 4, 3, 4}, {2, 2, 3, 4}, {2, 2, 3, 2}},
        {{3, 6, 4, 3}, {3, 3, 2, 3}, {3, 3, 2, 1}},
        {f32}},
+      {"constant_pad", "constant_pad_nd", {T(0), P(L({1, 2}))}, {m}, {u}, {f32, i32}},
+      {"constant_pad_crop_value",
+       "constant_pad_nd",
+       {T(0), P(L({-1, 1, 2, 0})), P(1.5)},
+       {m},
+       {u},
+       {f32}},
       {"fused_rms_norm",
        "_fused_rms_norm",
        {T(0), P(L({6})), T(1), P(1e-5)},
@@ -1749,6 +1756,22 @@ TEST_F(AtenIndexingTest, FlashAttentionAsSdpaAndItsBackwardAsDifferences) {
       EXPECT_NEAR(get((*grads)[g], n), numeric, 1e-6) << "gradient " << g << " element " << n;
     }
   }
+}
+
+// constant_pad_nd as torch: pairs from the last dim back, a negative pad crops, the rest is value.
+TEST_F(AtenIndexingTest, ConstantPadAsTorch) {
+  std::vector<HostTensor> in;
+  in.push_back(HostTensor::FromValues<float>(f32, {2, 3}, {1, 2, 3, 4, 5, 6}));
+  // pad (1, 0) on the columns, (0, 1) on the rows, with 9.
+  EXPECT_EQ(Values(Run("constant_pad_nd", {T(0), P(L({1, 0, 0, 1})), P(9.0)}, in), {3, 4}),
+            (std::vector<double>{9, 1, 2, 3, 9, 4, 5, 6, 9, 9, 9, 9}));
+  // Crop a column on the left, pad one on the right with 0.
+  EXPECT_EQ(Values(Run("constant_pad_nd", {T(0), P(L({-1, 1}))}, in), {2, 3}),
+            (std::vector<double>{2, 3, 0, 5, 6, 0}));
+  EXPECT_THAT(Run("constant_pad_nd", {T(0), P(L({-4, 0}))}, in).status().message(),
+              ::testing::AllOf(::testing::HasSubstr("'pad'"), ::testing::HasSubstr("size -1")));
+  EXPECT_THAT(Run("constant_pad_nd", {T(0), P(L({1}))}, in).status().message(),
+              ::testing::HasSubstr("pairs"));
 }
 
 TEST_F(AtenIndexingTest, IndexAsTorch) {

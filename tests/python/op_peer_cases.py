@@ -103,6 +103,9 @@ CASES = [
     Case("embedding_rowwise", "embedding", (In(0), In(1)), {},
          (V((12, 8), "S0"), V((3, 4), "R", kind="index:12"))),
     Case("tril", "tril", (In(0),), {}, (V((6, 6), "S0"),)),
+    Case("constant_pad", "constant_pad_nd", (In(0), [1, 2], 0.5), {}, (V((5, 6), "S0"),)),
+    Case("constant_pad_crop_partial", "constant_pad_nd", (In(0), [0, 0, -1, 1]), {},
+         (V((5, 6), "P"),)),
     # Norms and attention.
     Case("native_layer_norm", "native_layer_norm", (In(0), [6], In(1), In(2), 1e-5), {},
          (V((5, 6), "S0"), V((6,), "R"), V((6,), "R"))),
