@@ -58,6 +58,22 @@ void MeshReformer::FormAgain(const std::shared_ptr<Mesh>& mesh, const absl::Stat
   if (next.has_value()) Reform(mesh, *next);
 }
 
+absl::Status MeshReformer::FormAgainNow(Mesh& mesh, const absl::Status& why) {
+  std::optional<int64_t> next =
+      mesh.comms.Broke(mesh.comms.generation(), std::string(why.message()));
+  while (next.has_value()) {
+    const absl::Duration connect = std::max(mesh.timeout, kReformConnectTimeout);
+    const absl::Status formed =
+        dispatcher_
+            ->Run(mesh.mesh.ranks(), SetupCommand(mesh, *next, connect), connect + Mesh::kRpcSlack)
+            .status();
+    // The generation it replaces is of no use to anyone now.
+    if (formed.ok()) store_->ErasePrefix(GenerationPrefix(mesh, *next - 1));
+    next = mesh.comms.Formed(*next, formed);
+  }
+  return mesh.comms.Health();
+}
+
 void MeshReformer::Reform(const std::shared_ptr<Mesh>& mesh, int64_t generation) {
   absl::StatusOr<std::vector<WorkerHandle>> workers = meshes_->Workers(*mesh);
   if (!workers.ok() || !meshes_->FindById(mesh->id).ok()) {

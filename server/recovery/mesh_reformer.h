@@ -38,6 +38,11 @@ class MeshReformer {
   // re-formed, up to MeshCommunicators::kMaxAttempts, its Health UNAVAILABLE meanwhile. Commands
   // posted after this call run on the new generation.
   void FormAgain(const std::shared_ptr<Mesh>& mesh, const absl::Status& why);
+  // FormAgain, waiting for it: each attempt's outcome before the next, for a caller that holds
+  // the mesh's order (commands posted after the call need the communicators, and a command that
+  // ran after a failed attempt would find none). Returns the mesh's Health once the last attempt
+  // ended: OK once some generation formed.
+  absl::Status FormAgainNow(Mesh& mesh, const absl::Status& why);
 
   // The rendezvous prefix under which every generation of `mesh`'s communicators meets.
   static std::string StorePrefix(const Mesh& mesh);

@@ -180,7 +180,8 @@ absl::StatusOr<ReplicaRepair::Returned> ReplicaRepair::GatherReturned(const Mesh
 
 std::optional<absl::Status> ReplicaRepair::RepairMoved(const Returned& back,
                                                        const std::vector<int64_t>& ranks,
-                                                       const Mesh& mesh, const DTensorEntry& t,
+                                                       const Mesh& mesh, const absl::Status& formed,
+                                                       const DTensorEntry& t,
                                                        const DTensorEntry& entry) {
   // A write in flight on the old mesh cannot succeed; one that failed stays failed.
   if (!t.write->done.HasBeenNotified()) {
@@ -210,6 +211,13 @@ std::optional<absl::Status> ReplicaRepair::RepairMoved(const Returned& back,
     return absl::DataLossError(absl::StrCat("tensor '", t.name,
                                             "' could not be repaired from its replicas after ",
                                             back.CameBack(lost_at.front())));
+  }
+  // Its replicas are alive, but the mesh has no communicators to broadcast them over (it stays
+  // broken, as its Health says).
+  if (!formed.ok()) {
+    return absl::UnavailableError(absl::StrCat("tensor '", t.name, "' was not repaired after ",
+                                               back.CameBack(lost_at.front()), ": ",
+                                               formed.message()));
   }
   v1::Command command;
   *command.mutable_spread_tensor() = *std::move(spread);
@@ -253,16 +261,23 @@ absl::StatusOr<std::shared_ptr<Mesh>> ReplicaRepair::Rejoin(Mesh& old) {
   spdlog::info("mesh '{}': worker(s) at position(s) {} came back; set up again as mesh id {}",
                old.name, absl::StrJoin(back.restarted, ", "), mesh->id);
   // Communicators first: the repairs posted below broadcast over them. A set-up that fails with
-  // every worker alive (one busy past the connect timeout) is tried again, before the repairs.
-  if (absl::Status s = reformer_->SetUp(*mesh); !s.ok()) {
+  // every worker alive (one busy past the connect timeout) is tried again, each attempt waited for
+  // before the next and all before the repairs: a repair that ran after a failed attempt would
+  // find no communicators and fail a tensor whose replica is alive.
+  absl::Status formed = reformer_->SetUp(*mesh);
+  if (!formed.ok()) {
     spdlog::warn("mesh '{}': communicators did not form again ({}); forming them again", mesh->name,
-                 s.ToString());
-    reformer_->FormAgain(mesh, s);
+                 formed.ToString());
+    formed = reformer_->FormAgainNow(*mesh, formed);
+    if (!formed.ok()) {
+      spdlog::error("mesh '{}': communicators could not be formed again: {}", mesh->name,
+                    formed.ToString());
+    }
   }
   tensors_->Rehome(
       old, mesh,
       [&](const DTensorEntry& t, const DTensorEntry& entry) -> std::optional<absl::Status> {
-        return RepairMoved(back, ranks, *mesh, t, entry);
+        return RepairMoved(back, ranks, *mesh, formed, t, entry);
       });
   // The old mesh's communicators on the workers that kept them are of no use any more.
   TearDownOld(old, back);

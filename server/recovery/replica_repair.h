@@ -93,11 +93,12 @@ class ReplicaRepair {
   struct Returned;
   // How the workers of `old` came back, by mesh position.
   absl::StatusOr<Returned> GatherReturned(const Mesh& old) const;
-  // The write of `entry`, tensor `t` moved onto `mesh` (over `ranks`), as Rehome's repair wants it:
-  // its status, or nullopt once the SpreadTensor giving restarted workers their blocks is posted.
+  // The write of `entry`, tensor `t` moved onto `mesh` (over `ranks`, whose communicators' set-up
+  // ended with `formed`), as Rehome's repair wants it: its status, or nullopt once the
+  // SpreadTensor giving restarted workers their blocks is posted.
   std::optional<absl::Status> RepairMoved(const Returned& back, const std::vector<int64_t>& ranks,
-                                          const Mesh& mesh, const DTensorEntry& t,
-                                          const DTensorEntry& entry);
+                                          const Mesh& mesh, const absl::Status& formed,
+                                          const DTensorEntry& t, const DTensorEntry& entry);
   // Tears down the communicators of `old` on the workers that kept them and erases its store keys.
   void TearDownOld(const Mesh& old, const Returned& back);
 
