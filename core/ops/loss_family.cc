@@ -1,5 +1,6 @@
-// Losses: nll_loss with its own kernel and strategies (class-sharded log-probabilities give a
-// Partial(sum) loss, the loss_parallel of DTensor), and cross_entropy_loss, mse_loss and l1_loss as
+// Losses: nll_loss (and the nll_loss_forward and nll_loss_backward autograd records) with its own
+// kernel and strategies (class-sharded log-probabilities give a Partial(sum) loss, the
+// loss_parallel of DTensor), and cross_entropy_loss, mse_loss and l1_loss as
 // decompositions into registered ops, so that cross-entropy on logits sharded by class runs as
 // DTensor's loss_parallel does: a max and a sum of exps reduced across ranks (one number per row),
 // never the logits gathered.
@@ -17,7 +18,7 @@ namespace {
 
 using B = GraphBuilder;
 
-enum class Kind { kNll, kCrossEntropy, kMse, kL1 };
+enum class Kind { kNll, kNllForward, kNllBackward, kCrossEntropy, kMse, kL1 };
 
 struct LossEntry {
   const char* schema;
@@ -39,6 +40,26 @@ const std::vector<LossEntry>& Entries() {
        "none) or P(sum) (sum), with target R -> P(sum) (mean: each rank divides by the whole "
        "target's weight); a P(sum|avg) self with target R passes (the loss is linear in self); "
        "weight R"},
+      {"nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt "
+       "ignore_index) -> (Tensor output, Tensor total_weight)",
+       Kind::kNllForward,
+       "kernel nll_loss's gather of -weight[target], and total_weight, the weights of the targets "
+       "not at ignore_index (self 1-D: that of its one target whatever the reduction; 2-D with "
+       "reduction none: 0, as torch)",
+       "nll_loss_backward(grad, self, target, weight, reduction, ignore_index, total_weight)",
+       "nll_loss's, total_weight R but P(sum) where the loss is a sum over a sharded batch (the "
+       "weights of this rank's rows)"},
+      {"nll_loss_backward(Tensor grad_output, Tensor self, Tensor target, Tensor? weight, int "
+       "reduction, SymInt ignore_index, Tensor total_weight) -> Tensor",
+       Kind::kNllBackward,
+       "kernel: zeros, then -weight[target] * grad_output (divided by total_weight for mean) "
+       "scattered to each row's target class (rows outside a class shard and at ignore_index "
+       "stay 0)",
+       "",
+       "R -> R; classes sharded S(1) (S(0) when self is 1-D) with the rest R -> S(1); a batch dim "
+       "sharded with target (and grad_output for reduction none) sharded alike -> that dim, "
+       "total_weight R (P(sum) for sum, which reads none of it); a P(sum|avg) grad_output with "
+       "the rest R passes (the gradient is linear in it); weight R"},
       {"cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, "
        "SymInt ignore_index=-100, float label_smoothing=0.0) -> Tensor",
        Kind::kCrossEntropy,
@@ -130,6 +151,34 @@ absl::StatusOr<Shape> ClassLossShape(const CallContext& call, bool probabilities
   return rows;
 }
 
+// nll_loss_backward's grad_output or total_weight: of self's dtype, and one element where `shape`
+// is 0-dim (torch takes any shape of one element there), `shape` otherwise.
+absl::Status CheckBackwardOperand(const CallContext& call, absl::string_view arg, DType dtype,
+                                  const Shape& shape) {
+  ASSIGN_OR_RETURN(const TensorMeta t, InputTensor(call, arg));
+  if (t.dtype != dtype) {
+    return ArgError(
+        call, arg,
+        absl::StrCat("is ", DTypeName(t.dtype), "; it must have self's dtype ", DTypeName(dtype)));
+  }
+  const bool fits = shape.empty() ? NumElements(t.shape) == 1 : t.shape == shape;
+  if (!fits) {
+    return ArgError(call, arg,
+                    absl::StrCat("has shape [", absl::StrJoin(t.shape, ", "), "]; it must be ",
+                                 shape.empty() ? std::string("one element")
+                                               : absl::StrCat("[", absl::StrJoin(shape, ", "), "]"),
+                                 " here"));
+  }
+  return absl::OkStatus();
+}
+
+// nll_loss_forward's total_weight: a 0-dim tensor of self's dtype.
+absl::StatusOr<std::vector<OutputMeta>> TotalWeight(const CallContext& call,
+                                                    const OutputMeta& first) {
+  (void)call;
+  return std::vector<OutputMeta>{OutputMeta{Shape{}, first.dtype}};
+}
+
 bool HoldsProbabilities(const CallContext& call) {
   const int t = call.args.Tensor("target");
   return t >= 0 && IsFloating(call.inputs[t].dtype);
@@ -138,6 +187,24 @@ bool HoldsProbabilities(const CallContext& call) {
 absl::StatusOr<OutputMeta> LossMeta(const CallContext& call) {
   const int64_t reduction = call.args.Int("reduction");
   switch (KindOf(call)) {
+    case Kind::kNllForward:
+    case Kind::kNllBackward: {
+      const TensorMeta self = call.inputs[call.args.Tensor("self")];
+      if (self.shape.size() != 1 && self.shape.size() != 2) {
+        return ArgError(call, "self",
+                        absl::StrCat("has ", self.shape.size(),
+                                     " dims; it must be 1-D (one sample) or 2-D (a batch), as "
+                                     "nll_loss gives nll_loss2d the others"));
+      }
+      ASSIGN_OR_RETURN(const Shape rows, ClassLossShape(call, false));
+      if (KindOf(call) == Kind::kNllForward) {
+        return OutputMeta{reduction == 0 ? rows : Shape{}, self.dtype};
+      }
+      RETURN_IF_ERROR(
+          CheckBackwardOperand(call, "grad_output", self.dtype, reduction == 0 ? rows : Shape{}));
+      RETURN_IF_ERROR(CheckBackwardOperand(call, "total_weight", self.dtype, Shape{}));
+      return OutputMeta{self.shape, self.dtype};
+    }
     case Kind::kNll:
     case Kind::kCrossEntropy: {
       const bool probabilities = KindOf(call) == Kind::kCrossEntropy && HoldsProbabilities(call);
@@ -180,32 +247,80 @@ absl::StatusOr<StrategyCandidates> NllStrategies(const CallContext& call,
   const int rank = static_cast<int>(call.inputs[self].shape.size());
   const int cdim = ClassDim(call.inputs[self].shape);
   const int64_t reduction = call.args.Int("reduction");
+  // nll_loss_forward's total_weight: the weights of every target this rank holds (R), but for a
+  // sum over a sharded batch those of its rows (P(sum)); nll_loss has no second output.
+  const bool total_weight = KindOf(call) == Kind::kNllForward;
   StrategyCandidates c;
-  auto choice = [&](Placement ps, Placement pt, Placement po) {
+  const Placement sum = Placement::Partial(ReduceOp::kSum);
+  auto choice = [&](Placement ps, Placement pt, Placement po, Placement pw) {
     std::vector<Placement> in(call.inputs.size(), Placement::Replicate());
     in[self] = ps;
     in[target] = pt;
-    c.per_dim.push_back({in, po});
+    c.per_dim.push_back(
+        {in, po, total_weight ? std::vector<Placement>{pw} : std::vector<Placement>{}});
   };
-  const Placement sum = Placement::Partial(ReduceOp::kSum);
-  choice(Placement::Shard(cdim), Placement::Replicate(), sum);
+  const Placement r = Placement::Replicate();
+  choice(Placement::Shard(cdim), r, sum, r);
   for (int d = 0; d < rank; ++d) {
     if (d == cdim) continue;
     const int t = d < cdim ? d : d - 1;
     // The target sharded alike, so that every rank holds the targets of its rows whatever the
     // other mesh dims do; mean needs the whole target (its total weight) instead.
     if (reduction == 0) {
-      choice(Placement::Shard(d), Placement::Shard(t), Placement::Shard(t));
+      choice(Placement::Shard(d), Placement::Shard(t), Placement::Shard(t), r);
     } else if (reduction == 2) {
-      choice(Placement::Shard(d), Placement::Shard(t), sum);
+      choice(Placement::Shard(d), Placement::Shard(t), sum, sum);
     } else {
-      choice(Placement::Shard(d), Placement::Replicate(), sum);
+      choice(Placement::Shard(d), r, sum, r);
     }
   }
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-    choice(Placement::Partial(op), Placement::Replicate(), Placement::Partial(op));
+    choice(Placement::Partial(op), r, Placement::Partial(op), r);
   }
-  choice(Placement::Replicate(), Placement::Replicate(), Placement::Replicate());
+  choice(r, r, r, r);
+  return c;
+}
+
+absl::StatusOr<StrategyCandidates> NllBackwardStrategies(const CallContext& call,
+                                                         std::span<const DTensorSpec> specs,
+                                                         const OutputMeta& out) {
+  (void)specs;
+  (void)out;
+  const int grad = call.args.Tensor("grad_output");
+  const int self = call.args.Tensor("self");
+  const int target = call.args.Tensor("target");
+  const int total = call.args.Tensor("total_weight");
+  const int rank = static_cast<int>(call.inputs[self].shape.size());
+  const int cdim = ClassDim(call.inputs[self].shape);
+  const int64_t reduction = call.args.Int("reduction");
+  StrategyCandidates c;
+  const Placement r = Placement::Replicate();
+  auto choice = [&](Placement pg, Placement ps, Placement pt, Placement pw, Placement po) {
+    std::vector<Placement> in(call.inputs.size(), r);
+    in[grad] = pg;
+    in[self] = ps;
+    in[target] = pt;
+    in[total] = pw;
+    c.per_dim.push_back({in, po});
+  };
+  // Classes sharded: each rank writes its classes' entries of every row.
+  choice(r, Placement::Shard(cdim), r, r, Placement::Shard(cdim));
+  for (int d = 0; d < rank; ++d) {
+    if (d == cdim) continue;
+    const int t = d < cdim ? d : d - 1;
+    const Placement g = reduction == 0 ? Placement::Shard(t) : r;
+    choice(g, Placement::Shard(d), Placement::Shard(t), r, Placement::Shard(d));
+    // A sum reads no total_weight: a Partial one needs no reduction first (as DTensor).
+    if (reduction != 1) {
+      choice(g, Placement::Shard(d), Placement::Shard(t), Placement::Partial(ReduceOp::kSum),
+             Placement::Shard(d));
+    }
+  }
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    choice(Placement::Partial(op), r, r, r, Placement::Partial(op));
+  }
+  if (reduction != 1) choice(r, r, r, Placement::Partial(ReduceOp::kSum), r);
+  choice(r, r, r, r, r);
   return c;
 }
 
@@ -312,6 +427,13 @@ void RegisterLossOps(OpRegistry& registry) {
     switch (e.kind) {
       case Kind::kNll:
         op.strategies = NllStrategies;
+        break;
+      case Kind::kNllForward:
+        op.strategies = NllStrategies;
+        op.more_outputs = TotalWeight;
+        break;
+      case Kind::kNllBackward:
+        op.strategies = NllBackwardStrategies;
         break;
       case Kind::kCrossEntropy:
         op.decompose = CrossEntropyGraph;

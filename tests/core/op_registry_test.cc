@@ -538,6 +538,54 @@ TEST(OpMetaTest, LossesAsTorch) {
   EXPECT_EQ(r.Find("nll_loss").value()->decompose, nullptr);
 }
 
+// nll_loss_forward's output and total_weight, nll_loss_backward's gradient, and what torch
+// refuses of them.
+TEST(OpMetaTest, NllLossForwardAndBackwardAsTorch) {
+  const TensorMeta logits{{4, 6}, DType::kFloat64};
+  const TensorMeta target{{4}, DType::kInt64};
+  const TensorMeta one{{}, DType::kFloat64};
+  for (int64_t reduction : {0, 1, 2}) {
+    absl::StatusOr<PreparedCall> f =
+        Prepare("nll_loss_forward", {T(0), T(1), P(NoneValue{}), P(reduction), P(int64_t{-100})},
+                {logits, target});
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->call.output.shape, reduction == 0 ? Shape{4} : Shape{});
+    ASSERT_EQ(f->call.more_outputs.size(), 1u);
+    EXPECT_EQ(f->call.more_outputs[0].shape, Shape{});
+    EXPECT_EQ(f->call.more_outputs[0].dtype, DType::kFloat64);
+    absl::StatusOr<PreparedCall> b =
+        Prepare("nll_loss_backward",
+                {T(0), T(1), T(2), P(NoneValue{}), P(reduction), P(int64_t{-100}), T(3)},
+                {reduction == 0 ? TensorMeta{{4}, DType::kFloat64} : one, logits, target, one});
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->call.output.shape, (Shape{4, 6}));
+  }
+  absl::Status s =
+      Prepare("nll_loss_forward", {T(0), T(1), P(NoneValue{}), P(int64_t{1}), P(int64_t{-100})},
+              {{{2, 6, 3}, DType::kFloat32}, {{2, 3}, DType::kInt64}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("aten::nll_loss_forward"), HasSubstr("'self'"),
+                                 HasSubstr("has 3 dims")));
+  // grad_output: one element for mean, of self's dtype; total_weight one element.
+  s = Prepare("nll_loss_backward",
+              {T(0), T(1), T(2), P(NoneValue{}), P(int64_t{1}), P(int64_t{-100}), T(3)},
+              {{{4}, DType::kFloat64}, logits, target, one})
+          .status();
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("'grad_output'"), HasSubstr("[4]"), HasSubstr("one element")));
+  s = Prepare("nll_loss_backward",
+              {T(0), T(1), T(2), P(NoneValue{}), P(int64_t{2}), P(int64_t{-100}), T(3)},
+              {{{}, DType::kFloat32}, logits, target, one})
+          .status();
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("'grad_output'"), HasSubstr("float32"), HasSubstr("float64")));
+  s = Prepare("nll_loss_backward",
+              {T(0), T(1), T(2), P(NoneValue{}), P(int64_t{0}), P(int64_t{-100}), T(3)},
+              {{{4}, DType::kFloat64}, logits, target, {{2}, DType::kFloat64}})
+          .status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'total_weight'"), HasSubstr("[2]")));
+}
+
 TEST(OpMetaTest, LossesNameTheirBadArguments) {
   const TensorMeta logits{{4, 6}, DType::kFloat32};
   absl::Status s = Prepare("nll_loss", {T(0), T(1)}, {logits, {{4}, DType::kInt32}}).status();
@@ -881,6 +929,38 @@ TEST(OpMetaTest, FlashAttentionAsTorch) {
               {T(0), T(1), T(2), T(3), T(4), T(5), P(0.0), P(false)},
               {q, q, kv, kv, q, {{2, 4, 3}, DType::kFloat64}});
   EXPECT_THAT(b.status().message(), AllOf(HasSubstr("'logsumexp'"), HasSubstr("float32[2, 4, 3]")));
+}
+
+// nll_loss_forward: a sum over a sharded batch gives the loss and total_weight P(sum); mean
+// (the whole target) gives total_weight R; class-sharded logits give total_weight R. Its
+// backward keeps the batch or class shards of self.
+TEST_F(StrategyTest, NllLossForwardPlacesTotalWeight) {
+  auto plan = [this](int64_t reduction, const char* self, const char* target) {
+    absl::StatusOr<PreparedCall> p =
+        Prepare("nll_loss_forward", {T(0), T(1), P(NoneValue{}), P(reduction), P(int64_t{-100})},
+                {{{8, 6}, DType::kFloat32}, {{8}, DType::kInt64}});
+    EXPECT_TRUE(p.ok()) << p.status();
+    const std::vector<DTensorSpec> specs = {Spec(self, {8, 6}), Spec(target, {8}, DType::kInt64)};
+    absl::StatusOr<OpPlan> plan = PlanCall(p->call, specs);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->more_outputs.size(), 1u);
+    return absl::StrCat(PlacementsToString(plan->output.placements), " ",
+                        PlacementsToString(plan->more_outputs[0].placements));
+  };
+  EXPECT_EQ(plan(2, "S(0)", "S(0)"), "(P(sum)) (P(sum))");
+  EXPECT_EQ(plan(1, "S(0)", "R"), "(P(sum)) (R)");
+  EXPECT_EQ(plan(0, "S(0)", "S(0)"), "(S(0)) (R)");
+  EXPECT_EQ(plan(1, "S(1)", "R"), "(P(sum)) (R)");
+  EXPECT_EQ(Chosen("nll_loss_backward",
+                   {T(0), T(1), T(2), P(NoneValue{}), P(int64_t{2}), P(int64_t{-100}), T(3)},
+                   {Spec("R", {}), Spec("S(0)", {8, 6}), Spec("S(0)", {8}, DType::kInt64),
+                    Spec("P(sum)", {})}),
+            "(R) x (S(0)) x (S(0)) x (P(sum)) -> (S(0))");
+  EXPECT_EQ(
+      Chosen("nll_loss_backward",
+             {T(0), T(1), T(2), P(NoneValue{}), P(int64_t{1}), P(int64_t{-100}), T(3)},
+             {Spec("R", {}), Spec("S(1)", {8, 6}), Spec("R", {8}, DType::kInt64), Spec("R", {})}),
+      "(R) x (S(1)) x (R) x (R) -> (S(1))");
 }
 
 TEST_F(StrategyTest, FusedRmsNormAndFlashAttentionPlaceEachOutput) {

@@ -571,6 +571,63 @@ const std::vector<OpCase>& OpCases() {
        {{3}, {}},
        {f64},
        {{}, {InputKind::kIndex, 3}}},
+      // nll_loss's autograd records: the loss with its total_weight, and the gradient.
+      {"nll_forward_mean",
+       "nll_loss_forward",
+       {T(0), T(1), P(NoneValue{}), P(int64_t{1}), P(int64_t{-100})},
+       {m, {4}},
+       {u, {5}},
+       {f32, f64},
+       {{}, {InputKind::kIndex, 3}}},
+      {"nll_forward_sum_weight_ignore",
+       "nll_loss_forward",
+       {T(0), T(1), T(2), P(int64_t{2}), P(int64_t{1})},
+       {m, {4}, {6}},
+       {e, {0}, {3}},
+       {f32},
+       {{}, {InputKind::kIndex, 3}, {InputKind::kPositive}}},
+      {"nll_forward_none",
+       "nll_loss_forward",
+       {T(0), T(1), P(NoneValue{}), P(int64_t{0}), P(int64_t{2})},
+       {m, {4}},
+       {u, {5}},
+       {f32},
+       {{}, {InputKind::kIndex, 3}}},
+      {"nll_forward_one_sample",
+       "nll_loss_forward",
+       {T(0), T(1), T(2), P(int64_t{0}), P(int64_t{-100})},
+       {{6}, {}, {6}},
+       {{3}, {}, {3}},
+       {f64},
+       {{}, {InputKind::kIndex, 3}, {InputKind::kPositive}}},
+      {"nll_backward_mean",
+       "nll_loss_backward",
+       {T(0), T(1), T(2), P(NoneValue{}), P(int64_t{1}), P(int64_t{-100}), T(3)},
+       {{}, m, {4}, {}},
+       {{}, u, {5}, {}},
+       {f32, f64},
+       {{}, {}, {InputKind::kIndex, 3}, {InputKind::kPositive}}},
+      {"nll_backward_sum_weight_ignore",
+       "nll_loss_backward",
+       {T(0), T(1), T(2), T(3), P(int64_t{2}), P(int64_t{1}), T(4)},
+       {{}, m, {4}, {6}, {}},
+       {{}, u, {5}, {3}, {}},
+       {f32},
+       {{}, {}, {InputKind::kIndex, 3}, {InputKind::kPositive}, {InputKind::kPositive}}},
+      {"nll_backward_none",
+       "nll_loss_backward",
+       {T(0), T(1), T(2), P(NoneValue{}), P(int64_t{0}), P(int64_t{0}), T(3)},
+       {{4}, m, {4}, {}},
+       {{0}, e, {0}, {}},
+       {f32},
+       {{}, {}, {InputKind::kIndex, 3}, {InputKind::kPositive}}},
+      {"nll_backward_one_sample",
+       "nll_loss_backward",
+       {T(0), T(1), T(2), T(3), P(int64_t{1}), P(int64_t{-100}), T(4)},
+       {{}, {6}, {}, {6}, {}},
+       {{}, {3}, {}, {3}, {}},
+       {f64},
+       {{}, {}, {InputKind::kIndex, 3}, {InputKind::kPositive}, {InputKind::kPositive}}},
   };
   static const bool added = [] {
     const Shape m{4, 6}, u{5, 3}, e{0, 3};
@@ -1475,6 +1532,96 @@ TEST_F(AtenGraphTest, NllLossNamesATargetOutOfBounds) {
               ::testing::AllOf(::testing::HasSubstr("aten::nll_loss"),
                                ::testing::HasSubstr("target 3 at position 1"),
                                ::testing::HasSubstr("3 classes")));
+}
+
+// nll_loss_forward and nll_loss_backward against torch 2.15's values, worked out by hand on
+// x = arange(12).view(4, 3), targets [0, 2, -100, 1] and weights [1, 2, 3]: the picked values are
+// 0, 5 and 10, weighted 1, 3 and 2 (total 6).
+TEST_F(AtenGraphTest, NllLossForwardAndBackwardAsTorch) {
+  std::vector<float> arange(12);
+  for (int i = 0; i < 12; ++i) arange[i] = static_cast<float>(i);
+  std::vector<HostTensor> in;
+  in.push_back(HostTensor::FromValues<float>(f32, {4, 3}, arange));
+  in.push_back(HostTensor::FromValues<int64_t>(i64, {4}, {0, 2, -100, 1}));
+  in.push_back(HostTensor::FromValues<float>(f32, {3}, {1, 2, 3}));
+  auto run = [&](const OpCase& c,
+                 const std::vector<HostTensor>& fulls) -> absl::StatusOr<std::vector<HostTensor>> {
+    ASSIGN_OR_RETURN(const ops::PreparedCall p, Prepare(c, fulls));
+    return OneRankOutputs(*backend_, p, fulls);
+  };
+  auto values = [](const HostTensor& t) {
+    std::vector<double> out;
+    for (int64_t i = 0; i < t.num_elements(); ++i) out.push_back(kernels::testing::GetDouble(t, i));
+    return out;
+  };
+  using V = std::vector<double>;
+  const struct {
+    int64_t reduction;
+    V loss;
+    double total_weight;
+  } forward[] = {{0, {0, -15, 0, -20}, 0}, {1, {-35.0 / 6}, 6}, {2, {-35}, 6}};
+  for (const auto& f : forward) {
+    const OpCase c{
+        "f", "nll_loss_forward", {T(0), T(1), T(2), P(f.reduction), P(int64_t{-100})}, {}, {}, {}};
+    absl::StatusOr<std::vector<HostTensor>> got = run(c, in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), 2u);
+    EXPECT_THAT(values((*got)[0]), ::testing::Pointwise(::testing::DoubleNear(1e-5), f.loss))
+        << "reduction " << f.reduction;
+    EXPECT_EQ((*got)[1].shape(), Shape{});
+    EXPECT_EQ(values((*got)[1]), V{f.total_weight}) << "reduction " << f.reduction;
+  }
+  // One sample (x[1] = [3, 4, 5], target 2): total_weight is its weight whatever the reduction.
+  std::vector<HostTensor> one;
+  one.push_back(HostTensor::FromValues<float>(f32, {3}, {3, 4, 5}));
+  one.push_back(HostTensor::FromValues<int64_t>(i64, {}, {2}));
+  one.push_back(in[2].Clone());
+  for (int64_t reduction : {0, 1, 2}) {
+    const OpCase c{
+        "f1", "nll_loss_forward", {T(0), T(1), T(2), P(reduction), P(int64_t{-100})}, {}, {}, {}};
+    absl::StatusOr<std::vector<HostTensor>> got = run(c, one);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(values((*got)[0]), V{reduction == 1 ? -5.0 : -15.0}) << reduction;
+    EXPECT_EQ(values((*got)[1]), V{3}) << reduction;
+  }
+  // The gradient: mean with grad 2 over total_weight 5 (as given, not recomputed), and none with
+  // grad ones.
+  std::vector<HostTensor> back;
+  back.push_back(HostTensor::FromValues<float>(f32, {}, {2}));
+  for (const HostTensor& t : in) back.push_back(t.Clone());
+  back.push_back(HostTensor::FromValues<float>(f32, {}, {5}));
+  const OpCase mean{"b",
+                    "nll_loss_backward",
+                    {T(0), T(1), T(2), T(3), P(int64_t{1}), P(int64_t{-100}), T(4)},
+                    {},
+                    {},
+                    {}};
+  absl::StatusOr<std::vector<HostTensor>> got = run(mean, back);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(values((*got)[0]),
+              ::testing::Pointwise(::testing::DoubleNear(1e-6),
+                                   V{-0.4, 0, 0, 0, 0, -1.2, 0, 0, 0, 0, -0.8, 0}));
+  back[0] = HostTensor::FromValues<float>(f32, {4}, {1, 1, 1, 1});
+  const OpCase none{"b0",
+                    "nll_loss_backward",
+                    {T(0), T(1), T(2), T(3), P(int64_t{0}), P(int64_t{-100}), T(4)},
+                    {},
+                    {},
+                    {}};
+  got = run(none, back);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(values((*got)[0]), (V{-1, 0, 0, 0, 0, -3, 0, 0, 0, 0, -2, 0}));
+  // One sample, mean over a total_weight of 0: -inf at the target, as torch.
+  std::vector<HostTensor> zero;
+  zero.push_back(HostTensor::FromValues<float>(f32, {}, {3}));
+  for (const HostTensor& t : one) zero.push_back(t.Clone());
+  zero.push_back(HostTensor::FromValues<float>(f32, {}, {0}));
+  got = run(mean, zero);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const V inf = values((*got)[0]);
+  ASSERT_EQ(inf.size(), 3u);
+  EXPECT_EQ(inf[0], 0);
+  EXPECT_EQ(inf[2], -std::numeric_limits<double>::infinity());
 }
 
 // Every registered op is exercised by a case here, but for those listed.

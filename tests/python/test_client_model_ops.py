@@ -21,9 +21,6 @@ NOT_YET = {
     # Tessera's ops do not mutate their inputs.
     "bernoulli_.float": "in place",
     "div_.Scalar": "in place",
-    # The ATen ops under nll_loss (output and total_weight); nll_loss itself is registered.
-    "nll_loss_forward": "not yet",
-    "nll_loss_backward": "not yet",
 }
 
 
