@@ -26,6 +26,11 @@
 //                arrives) and one Synchronize; then the same keeping every output to the end.
 //   redistribute Shard(0) -> Replicate of --redistribute_bytes, call + Synchronize, against
 //                raw Gloo all_gather of the same output bytes; --rounds alternations, median.
+//   program      MixedProgram, 20 eager registry ops (views, pointwise, reductions, two matmuls,
+//                a Partial left by a reduction over the sharded dim) on a [64, 32] Shard(0) input:
+//                one program + Synchronize of its result (latency), and --program_iterations
+//                programs back to back then one Synchronize (throughput); torch's DTensor runs
+//                the same ATen ops.
 
 #include <fcntl.h>
 #include <sched.h>
@@ -77,6 +82,7 @@ ABSL_FLAG(int, tiny_elements, 256, "float32 elements of the tiny add");
 ABSL_FLAG(int, latency_iterations, 1000, "Timed tiny adds (and pings) per mode");
 ABSL_FLAG(int, pipelined_ops, 1000, "Adds issued back to back before one Synchronize");
 ABSL_FLAG(int, warmup, 50, "Untimed tiny adds and pings first");
+ABSL_FLAG(int, program_iterations, 200, "Timed 20-op programs per mode");
 ABSL_FLAG(int64_t, worker_budget_bytes, int64_t{6} << 30, "Memory budget of each worker");
 ABSL_FLAG(std::string, raw_grpc_peer, "", "raw_grpc_peer binary; beside this program if empty");
 ABSL_FLAG(std::string, raw_gloo_peer, "",
@@ -152,6 +158,9 @@ struct Results {
   Stats ping, add_call, add_sync;
   Stats unary_add_call, unary_add_sync;  // through a session without the op stream
   double pipelined_ops_per_s = NAN, pipelined_kept_ops_per_s = NAN;
+  Stats program;                           // one 20-op program + Synchronize
+  double programs_per_s = NAN;             // back to back, one Synchronize
+  Cpu program_cpu;                         // per program, back to back
   double pipelined_unary_ops_per_s = NAN;  // one RunOp and one FreeTensor call per op
   Stats all_gather, redistribute;
   Cpu distribute_cpu, full_tensor_cpu, add_cpu;  // per call
@@ -495,6 +504,68 @@ absl::Status MeasureTinyOp(client::Session& session, client::Session& unary,
   return absl::OkStatus();
 }
 
+// The 20 ATen ops of the program section (torch_dtensor_peer.py's mixed_program runs the same):
+// x [64, 32] Shard(0), w [32, 32] and b [32] Replicate. Its result is a Partial(sum) scalar.
+absl::StatusOr<DTensor> MixedProgram(const DTensor& x, const DTensor& w, const DTensor& b) {
+  using client::Call;
+  ASSIGN_OR_RETURN(DTensor h, Call("mm", {x, w}));                       // 1
+  ASSIGN_OR_RETURN(h, Call("add.Tensor", {h, b}));                       // 2
+  ASSIGN_OR_RETURN(h, Call("relu", {h}));                                // 3
+  ASSIGN_OR_RETURN(DTensor y, Call("mul.Scalar", {h, 0.5}));             // 4
+  ASSIGN_OR_RETURN(DTensor e, Call("exp", {y}));                         // 5
+  ASSIGN_OR_RETURN(DTensor s, Call("sum.dim_IntList", {e, {1}, true}));  // 6
+  ASSIGN_OR_RETURN(DTensor p, Call("div.Tensor", {e, s}));               // 7
+  ASSIGN_OR_RETURN(DTensor t, Call("transpose.int", {p, 0, 1}));         // 8
+  ASSIGN_OR_RETURN(DTensor v, Call("view", {x, {64, 4, 8}}));            // 9
+  ASSIGN_OR_RETURN(v, Call("permute", {v, {1, 0, 2}}));                  // 10
+  ASSIGN_OR_RETURN(DTensor partial, Call("sum.dim_IntList", {v, {1}}));  // 11: P(sum)
+  ASSIGN_OR_RETURN(DTensor q, Call("sub.Tensor", {p, x}));               // 12
+  ASSIGN_OR_RETURN(q, Call("tanh", {q}));                                // 13
+  ASSIGN_OR_RETURN(DTensor r, Call("mm", {q, w}));                       // 14
+  ASSIGN_OR_RETURN(r, Call("neg", {r}));                                 // 15
+  ASSIGN_OR_RETURN(r, Call("add.Tensor", {r, h}));                       // 16
+  ASSIGN_OR_RETURN(DTensor m, Call("mean.dim", {r, {1}}));               // 17
+  ASSIGN_OR_RETURN(m, Call("unsqueeze", {m, 1}));                        // 18
+  ASSIGN_OR_RETURN(DTensor z, Call("mul.Tensor", {r, m}));               // 19
+  (void)t;
+  (void)partial;
+  return Call("sum", {z});  // 20
+}
+
+absl::Status MeasureProgram(client::Session& session, const client::Mesh& mesh, const Pids& pids,
+                            Results& r) {
+  auto values = [](Shape shape) {
+    std::vector<float> v(static_cast<size_t>(NumElements(shape)));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 7) / 7.0f;
+    return HostTensor::FromValues<float>(DType::kFloat32, std::move(shape), v);
+  };
+  ASSIGN_OR_RETURN(DTensor x,
+                   client::DistributeTensor(session, values({64, 32}), mesh, {client::Shard(0)}));
+  ASSIGN_OR_RETURN(
+      DTensor w, client::DistributeTensor(session, values({32, 32}), mesh, {client::Replicate()}));
+  ASSIGN_OR_RETURN(DTensor b,
+                   client::DistributeTensor(session, values({32}), mesh, {client::Replicate()}));
+  const int iterations = absl::GetFlag(FLAGS_program_iterations);
+  std::vector<double> one;
+  for (int i = -10; i < iterations; ++i) {
+    const Clock::time_point start = Clock::now();
+    ASSIGN_OR_RETURN(DTensor out, MixedProgram(x, w, b));
+    RETURN_IF_ERROR(out.Synchronize());
+    if (i >= 0) one.push_back(MicrosSince(start));
+  }
+  r.program = Summarize(one);
+  const Cpu cpu = CpuNow(pids);
+  const Clock::time_point start = Clock::now();
+  DTensor last;
+  for (int i = 0; i < iterations; ++i) {
+    ASSIGN_OR_RETURN(last, MixedProgram(x, w, b));
+  }
+  RETURN_IF_ERROR(last.Synchronize());
+  r.programs_per_s = iterations / (MicrosSince(start) * 1e-6);
+  AddCpuSince(cpu, pids, iterations, r.program_cpu);
+  return absl::OkStatus();
+}
+
 // Adds the all_gather times of one raw_gloo_peer or raw_nccl_peer run (a process per worker) to
 // `us`.
 absl::Status RunRawGloo(const std::string& binary, const std::string& dir, int64_t bytes, int round,
@@ -570,6 +641,7 @@ absl::Status RunTorch(const std::string& dir, Results& r) {
        absl::StrCat("--latency_iterations=", absl::GetFlag(FLAGS_latency_iterations)),
        absl::StrCat("--pipelined_ops=", absl::GetFlag(FLAGS_pipelined_ops)),
        absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
+       absl::StrCat("--program_iterations=", absl::GetFlag(FLAGS_program_iterations)),
        absl::StrCat("--redistribute_bytes=", r.redistribute_bytes),
        absl::StrCat("--redistribute_iterations=",
                     absl::GetFlag(FLAGS_rounds) * absl::GetFlag(FLAGS_redistribute_iterations)),
@@ -636,6 +708,12 @@ void PrintTable(const Results& r) {
       Gbps(r.redistribute_bytes, r.all_gather.p50),
       Gbps(r.redistribute_bytes, r.all_gather.p50) * half, r.all_gather.p50 / r.redistribute.p50,
       r.Torch("redistribute_us") / 1e3);
+  std::printf("%-44s | %9.1fus %11s | %11s %11s | %6.2fx %6.1fus\n",
+              "20-op program + Synchronize p50 (torch)", r.program.p50, "", "", "",
+              r.Torch("program_p50_us") / r.program.p50, r.Torch("program_p50_us"));
+  std::printf("%-44s | %9.0f/s %11s | %11s %11s | %6.2fx %6.0f/s\n",
+              "20-op programs back to back, programs/s", r.programs_per_s, "", "", "",
+              r.programs_per_s / r.Torch("programs_per_s"), r.Torch("programs_per_s"));
   std::printf(
       "(ratio: yardstick time / Tessera time for transfers and redistribute, Tessera time /"
       " Ping time for add; redistribute GB/s: algbw/busbw; torch: torch's figure for the "
@@ -655,6 +733,10 @@ void PrintTable(const Results& r) {
       r.distribute_cpu.client, r.distribute_cpu.coordinator, r.distribute_cpu.workers,
       r.full_tensor_cpu.client, r.full_tensor_cpu.coordinator, r.full_tensor_cpu.workers,
       r.add_cpu.client, r.add_cpu.coordinator, r.add_cpu.workers);
+  std::printf(
+      "CPU ms per 20-op program back to back (client / coordinator / both workers): "
+      "%.3f / %.3f / %.3f\n",
+      r.program_cpu.client, r.program_cpu.coordinator, r.program_cpu.workers);
   std::printf("CPU ms per call (client / raw gRPC server): Sink %.0f / %.0f, Source %.0f / %.0f\n",
               r.sink_cpu.client, r.sink_cpu.coordinator, r.source_cpu.client,
               r.source_cpu.coordinator);
@@ -679,11 +761,13 @@ void PrintTable(const Results& r) {
     std::printf(
         "\nTessera / torch DTensor (time ratio torch/Tessera; > 1 means Tessera is faster): "
         "distribute %.2fx, full_tensor %.2fx, add call %.2fx, add + sync %.2fx, "
-        "pipelined %.2fx (ops/s Tessera/torch), redistribute %.2fx\n",
+        "pipelined %.2fx (ops/s Tessera/torch), redistribute %.2fx, 20-op program %.2fx, "
+        "programs back to back %.2fx\n",
         r.Torch("distribute_us") / r.distribute.p50, r.Torch("full_tensor_us") / r.full_tensor.p50,
         r.Torch("add_call_p50_us") / r.add_call.p50, r.Torch("add_sync_p50_us") / r.add_sync.p50,
         r.pipelined_ops_per_s / r.Torch("pipelined_ops_per_s"),
-        r.Torch("redistribute_us") / r.redistribute.p50);
+        r.Torch("redistribute_us") / r.redistribute.p50, r.Torch("program_p50_us") / r.program.p50,
+        r.programs_per_s / r.Torch("programs_per_s"));
   }
 }
 
@@ -746,6 +830,12 @@ absl::Status WriteJson(const std::string& path, const Results& r, const std::str
         {"pipelined_outputs_kept_ops_per_s", bench::JsonNumber(r.pipelined_kept_ops_per_s)},
         {"pipelined_unary_ops_per_s", bench::JsonNumber(r.pipelined_unary_ops_per_s)},
         {"kept_cpu_per_op", CpuJson(r.add_cpu)}}},
+      {"program",
+       {{"ops", 20},
+        {"one_sync", StatsJson(r.program)},
+        {"iterations", absl::GetFlag(FLAGS_program_iterations)},
+        {"back_to_back_programs_per_s", bench::JsonNumber(r.programs_per_s)},
+        {"back_to_back_cpu_per_program", CpuJson(r.program_cpu)}}},
       {"redistribute",
        {{"bytes", r.redistribute_bytes},
         {"shard0_to_replicate_sync", StatsJson(r.redistribute)},
@@ -800,6 +890,8 @@ absl::Status Run(const std::string& dir, Results& r) {
     return s;
   std::fprintf(stderr, "tiny add\n");
   if (absl::Status s = MeasureTinyOp(**session, **unary, *mesh, **raw, pids, r); !s.ok()) return s;
+  std::fprintf(stderr, "20-op program\n");
+  if (absl::Status s = MeasureProgram(**session, *mesh, pids, r); !s.ok()) return s;
   std::fprintf(stderr, "redistribute (%lld bytes)\n", static_cast<long long>(r.redistribute_bytes));
   if (absl::Status s = MeasureRedistribute(**session, *mesh, gloo_peer, dir, r); !s.ok()) return s;
   session->reset();

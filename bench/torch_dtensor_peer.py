@@ -8,6 +8,8 @@ and times what dtensor_bench times through the service:
   distribute_tensor of --transfer_bytes float32 as Shard(0) (src_data_rank 0), and full_tensor;
   a + b of two --tiny_elements float32 Shard(0) DTensors: the call alone, the call followed by a
   dist.barrier() (done on every rank), and --pipelined_ops adds back to back then one barrier;
+  dtensor_bench's 20-op program (the same ATen ops on the same layouts), one then a barrier, and
+  --program_iterations back to back then one barrier;
   redistribute Shard(0) -> Replicate of --redistribute_bytes float32.
 
 Every timed call starts after a barrier (except the per-op add loop, which times each call) and its
@@ -111,6 +113,50 @@ def rank_main(args):
     out["add_sync_mean_us"] = statistics.fmean(sync_us)
     out["pipelined_ops_per_s"] = args.pipelined_ops / pipelined_s
 
+    # The 20 ATen ops of dtensor_bench's MixedProgram, in its order, on the same layouts.
+    aten = torch.ops.aten
+
+    def mixed_program(x, w, b):
+        h = aten.mm(x, w)
+        h = aten.add.Tensor(h, b)
+        h = aten.relu(h)
+        y = aten.mul.Scalar(h, 0.5)
+        e = aten.exp(y)
+        s = aten.sum.dim_IntList(e, [1], True)
+        p = aten.div.Tensor(e, s)
+        aten.transpose.int(p, 0, 1)
+        v = aten.view(x, [64, 4, 8])
+        v = aten.permute(v, [1, 0, 2])
+        aten.sum.dim_IntList(v, [1])
+        q = aten.sub.Tensor(p, x)
+        q = aten.tanh(q)
+        r = aten.mm(q, w)
+        r = aten.neg(r)
+        r = aten.add.Tensor(r, h)
+        m = aten.mean.dim(r, [1])
+        m = aten.unsqueeze(m, 1)
+        z = aten.mul.Tensor(r, m)
+        return aten.sum(z)
+
+    def values(*shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return (torch.arange(n, dtype=torch.float32) % 7 / 7).reshape(shape)
+
+    px = distribute_tensor(values(64, 32), mesh, [Shard(0)])
+    pw = distribute_tensor(values(32, 32), mesh, [Replicate()])
+    pb = distribute_tensor(values(32), mesh, [Replicate()])
+    # One program, then a barrier (its result on every rank), as the service's Synchronize.
+    t = timed(lambda: (mixed_program(px, pw, pb), dist.barrier()), args.program_iterations, 10)
+    out["program_p50_us"] = statistics.median(t)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(args.program_iterations):
+        mixed_program(px, pw, pb)
+    dist.barrier()
+    out["programs_per_s"] = args.program_iterations / slowest([time.perf_counter() - start])[0]
+
     x = distribute_tensor(torch.ones(args.redistribute_bytes // 4), mesh, [Shard(0)])
     t = timed(lambda: x.redistribute(mesh, [Replicate()]), args.redistribute_iterations, 1)
     out["redistribute_us"] = statistics.median(t)
@@ -131,6 +177,7 @@ def main():
     parser.add_argument("--tiny_elements", type=int, default=256)
     parser.add_argument("--latency_iterations", type=int, default=1000)
     parser.add_argument("--pipelined_ops", type=int, default=1000)
+    parser.add_argument("--program_iterations", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--redistribute_bytes", type=int, default=64 << 20)
     parser.add_argument("--redistribute_iterations", type=int, default=5)
