@@ -159,8 +159,10 @@ ProgramStep WithDim(ProgramStep step, int dim, int dim2 = 0) {
 
 // net1 (colwise Linear 5 -> 10) -> f -> net2 (rowwise Linear 10 -> 4, its bias added after the
 // all-reduce), on [2, 3, 5] inputs.
-Model Mlp(ActivationKind f) {
-  constexpr int64_t kIn = 5, kHidden = 10, kOut = 4;
+// `hidden` 3 leaves the last of 4 ranks an empty shard of net1's rows and net2's columns.
+Model Mlp(ActivationKind f, int64_t hidden = 10) {
+  constexpr int64_t kIn = 5, kOut = 4;
+  const int64_t kHidden = hidden;
   Model m;
   Program& p = m.program;
   p.parameters = {{"net1.weight", {kHidden, kIn}, {Placement::Shard(0)}},
@@ -186,7 +188,8 @@ Model Mlp(ActivationKind f) {
                      Random({kOut}, 4));
   m.input = Random({2, 3, kIn}, 5);
   m.output_shape = {2, 3, kOut};
-  m.reference = [f](const std::vector<HostTensor>& w, const HostTensor& x, const HostTensor& dy) {
+  m.reference = [f, kHidden](const std::vector<HostTensor>& w, const HostTensor& x,
+                             const HostTensor& dy) {
     const Values h = LinearForward(ToValues(x), ToValues(w[0]), ToValues(w[1]), kIn, kHidden);
     Values a(h.size());
     const kernels::Activation g = KernelActivation(f);
@@ -459,6 +462,7 @@ std::vector<ModelCase> Models() {
       {"MlpGelu", [](int) { return Mlp(ActivationKind::kGelu); }},
       {"MlpGeluTanh", [](int) { return Mlp(ActivationKind::kGeluTanh); }},
       {"MlpSilu", [](int) { return Mlp(ActivationKind::kSilu); }},
+      {"MlpHiddenSmallerThanTheMesh", [](int) { return Mlp(ActivationKind::kGelu, 3); }},
       {"ColwiseGathered", [](int) { return ColwiseGathered(); }},
       {"RowwiseScattered", [](int) { return RowwiseScattered(); }},
       {"VocabEmbedding", [](int) { return VocabEmbedding(); }},
