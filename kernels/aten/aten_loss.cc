@@ -36,6 +36,19 @@ absl::StatusOr<TensorView> Uploaded(Context& ctx, DType dtype, const Shape& shap
   return t;
 }
 
+// `values` in a temporary of `dtype` (float32 or float64).
+absl::StatusOr<TensorView> UploadedAs(Context& ctx, DType dtype, const Shape& shape,
+                                      const std::vector<double>& values) {
+  if (dtype == DType::kFloat64) return Uploaded(ctx, dtype, shape, values);
+  return Uploaded(ctx, dtype, shape, std::vector<float>(values.begin(), values.end()));
+}
+
+// The class weights on the host; empty without a weight (every class weighs 1).
+absl::StatusOr<std::vector<double>> ClassWeights(Context& ctx) {
+  if (ctx.args().IsNone("weight")) return std::vector<double>{};
+  return HostDoubles(ctx, ctx.Input("weight"));
+}
+
 // The rows of this rank's block of self (its local shape with the class dim 1, in row-major
 // order), each with its target (from the target's local block, which holds every row of self's
 // block, at `position` there), whether that target's class is in this rank's block, and its
@@ -113,10 +126,7 @@ absl::StatusOr<DeviceTensor> NllLossKernel(Context& ctx) {
   const int64_t reduction = ctx.args().Int("reduction");
   const int64_t ignore = ctx.args().Int("ignore_index");
   ASSIGN_OR_RETURN(const std::vector<int64_t> targets, IndexValues(ctx, ctx.Input("target")));
-  std::vector<double> weights;
-  if (!ctx.args().IsNone("weight")) {
-    ASSIGN_OR_RETURN(weights, HostDoubles(ctx, ctx.Input("weight")));
-  }
+  ASSIGN_OR_RETURN(const std::vector<double> weights, ClassWeights(ctx));
   auto weight_of = [&](int64_t t) { return weights.empty() ? 1.0 : weights[t]; };
   // Mean divides by the whole target's weight, which this rank holds (the strategies give mean a
   // Replicate target).
@@ -161,13 +171,7 @@ absl::StatusOr<DeviceTensor> NllLossKernel(Context& ctx) {
     ASSIGN_OR_RETURN(const ConstTensorView x, ctx.As(self, compute));
     ASSIGN_OR_RETURN(const TensorView where, Uploaded(ctx, DType::kInt64, picked_shape, index));
     RETURN_IF_ERROR(ctx.Named(ctx.backend.Gather(x, cdim, where, loss)));
-    TensorView by;
-    if (compute == DType::kFloat64) {
-      ASSIGN_OR_RETURN(by, Uploaded(ctx, compute, picked_shape, factor));
-    } else {
-      const std::vector<float> f(factor.begin(), factor.end());
-      ASSIGN_OR_RETURN(by, Uploaded(ctx, compute, picked_shape, f));
-    }
+    ASSIGN_OR_RETURN(const TensorView by, UploadedAs(ctx, compute, picked_shape, factor));
     RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kMul, loss, by, loss));
   }
   ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
@@ -192,10 +196,7 @@ absl::StatusOr<DeviceTensor> NllLossBackwardKernel(Context& ctx) {
   const int64_t reduction = ctx.args().Int("reduction");
   const int64_t ignore = ctx.args().Int("ignore_index");
   ASSIGN_OR_RETURN(const std::vector<int64_t> targets, IndexValues(ctx, ctx.Input("target")));
-  std::vector<double> weights;
-  if (!ctx.args().IsNone("weight")) {
-    ASSIGN_OR_RETURN(weights, HostDoubles(ctx, ctx.Input("weight")));
-  }
+  ASSIGN_OR_RETURN(const std::vector<double> weights, ClassWeights(ctx));
   // grad_output: one number, or (reduction none over a batch) one per target, laid out as the
   // target (the strategies give both the same placements).
   ASSIGN_OR_RETURN(const std::vector<double> grads, HostDoubles(ctx, ctx.Input("grad_output")));
@@ -221,13 +222,7 @@ absl::StatusOr<DeviceTensor> NllLossBackwardKernel(Context& ctx) {
   RETURN_IF_ERROR(ctx.backend.Fill(acc, 0.0));
   if (self.shape[cdim] > 0 && !value.empty()) {
     ASSIGN_OR_RETURN(const TensorView where, Uploaded(ctx, DType::kInt64, rows.shape, rows.index));
-    TensorView src;
-    if (compute == DType::kFloat64) {
-      ASSIGN_OR_RETURN(src, Uploaded(ctx, compute, rows.shape, value));
-    } else {
-      const std::vector<float> f(value.begin(), value.end());
-      ASSIGN_OR_RETURN(src, Uploaded(ctx, compute, rows.shape, f));
-    }
+    ASSIGN_OR_RETURN(const TensorView src, UploadedAs(ctx, compute, rows.shape, value));
     RETURN_IF_ERROR(
         ctx.Named(ctx.backend.ScatterInto(acc, cdim, where, src, ScatterReduce::kNone)));
   }

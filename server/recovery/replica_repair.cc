@@ -38,6 +38,11 @@ void ReplicaRepair::Run() {
       // says, until deleted.
       if (!mesh->locals.Names().empty() || !ReadyToRejoin(*mesh) || !Reached(*mesh)) continue;
       absl::StatusOr<std::shared_ptr<Mesh>> now = Rejoin(*mesh);
+      if (!now.ok() || *now == nullptr) {
+        // Not taken back: the next try Pings again, since work may have been queued meanwhile.
+        absl::MutexLock lock(&pings_->mu);
+        pings_->by_mesh.erase(mesh->id);
+      }
       if (absl::IsNotFound(now.status())) {
         spdlog::debug("mesh '{}' was deleted before it took its workers back", mesh->name);
       } else if (!now.ok()) {
