@@ -10,6 +10,7 @@ packages=(
   libsqlite3-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus
   clang-format python3 python3-numpy python3-grpcio python3-protobuf python3-pytest python3-yaml
   python3-venv python3-wheel
+  libzip-dev
   clang libclang-rt-14-dev
 )
 # kubectl for `kubectl kustomize` (the deploy/k8s render tests): Debian's kubernetes-client, unless

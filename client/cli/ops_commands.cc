@@ -1,13 +1,18 @@
 #include "client/cli/ops_commands.h"
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/cli/cli_session.h"
 #include "core/ops/op_registry.h"
 #include "core/status_macros.h"
+#include "import/pt2_archive.h"
 #include "tessera/session.h"
 
 namespace tessera::cli {
@@ -53,6 +58,51 @@ absl::Status List(const ListFlags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
+struct CoverageFlags {
+  std::string archive;
+  bool remote = false;
+  ClusterFlags cluster;
+};
+
+// Every op the graph of a torch.export archive calls, with its count and whether the registry
+// (this binary's, or the cluster's) holds it; UNIMPLEMENTED listing the ones it does not.
+absl::Status Coverage(const CoverageFlags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(const import::Pt2Graph graph, import::ReadPt2Graph(f.archive));
+  std::set<std::string> remote;
+  if (f.remote) {
+    ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
+    ASSIGN_OR_RETURN(const std::vector<client::OpInfo> all, session->ListOps());
+    for (const client::OpInfo& op : all) remote.insert(op.name);
+  }
+  // An op by its registry name, as the coordinator's ListOps names it ("aten::mm" is found as
+  // the default overload only where the registry has it so).
+  auto registered = [&](const std::string& op) {
+    absl::StatusOr<const ops::OpDef*> def = ops::Registry().Find(op);
+    if (!f.remote) return def.ok();
+    return remote.contains(def.ok() ? (*def)->name() : op);
+  };
+  out << graph.model << " (torch " << (graph.torch_version.empty() ? "?" : graph.torch_version)
+      << ", schema " << graph.schema_version << "): " << graph.targets.size() << " nodes\n";
+  int64_t nodes_missing = 0;
+  std::vector<std::string> missing;
+  const std::map<std::string, int64_t> counts = import::CountOps(graph);
+  for (const auto& [op, count] : counts) {
+    const bool ok = registered(op);
+    out << absl::StrFormat("  %-44s %5d  %s\n", op, count, ok ? "registered" : "NOT REGISTERED");
+    if (!ok) {
+      nodes_missing += count;
+      missing.push_back(absl::StrCat(op, " (", count, ")"));
+    }
+  }
+  out << counts.size() - missing.size() << " of " << counts.size() << " ops registered ("
+      << graph.targets.size() - nodes_missing << " of " << graph.targets.size() << " nodes)"
+      << (f.remote ? " on the cluster" : "") << "\n";
+  if (missing.empty()) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat(f.archive, " calls ", missing.size(),
+                   " ops the registry does not hold: ", absl::StrJoin(missing, ", ")));
+}
+
 }  // namespace
 
 void AddOpsCommands(CLI::App& app, Action* action) {
@@ -72,6 +122,18 @@ void AddOpsCommands(CLI::App& app, Action* action) {
                      "the registry of the cluster's coordinator (ListOps) instead of this "
                      "binary's");
   AddClusterFlags(*list.app, list.flags->cluster, /*with_client=*/true);
+  auto coverage = AddCommand(*ops, "coverage",
+                             "the ops a torch.export archive (.pt2) calls, each with how many "
+                             "nodes call it and whether the registry holds it; exits 1 "
+                             "(UNIMPLEMENTED) naming those it does not",
+                             Coverage, action);
+  coverage.app
+      ->add_option("archive", coverage.flags->archive, "the archive torch.export.save wrote")
+      ->required()
+      ->type_name("FILE.pt2");
+  coverage.app->add_flag("--remote", coverage.flags->remote,
+                         "against the cluster's registry (ListOps) instead of this binary's");
+  AddClusterFlags(*coverage.app, coverage.flags->cluster, /*with_client=*/true);
   ops->group("Commands that need no cluster");
 }
 

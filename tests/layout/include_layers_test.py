@@ -16,7 +16,7 @@ import pathlib
 import re
 import sys
 
-SOURCE_FOLDERS = ["core", "kernels", "proto", "transfer", "security", "metrics",
+SOURCE_FOLDERS = ["core", "import", "kernels", "proto", "transfer", "security", "metrics",
                   "daemon_support", "worker", "server", "client", "include", "reference", "bench",
                   "fuzz"]
 LAYERS = [["server/cluster", "server/tables", "server/transfers", "server/modules",

@@ -1,0 +1,43 @@
+#ifndef TESSERA_IMPORT_PT2_ARCHIVE_H_
+#define TESSERA_IMPORT_PT2_ARCHIVE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tessera::import {
+
+// The graph of an archive written by torch.export.save (a zip: <name>/archive_format "pt2",
+// <name>/models/<model>.json the serialized ExportedProgram, <name>/data/ its weights and
+// constants), as far as reading which ops it calls needs.
+struct Pt2Graph {
+  std::string archive;         // the folder every entry is under ("llama")
+  std::string model;           // the model's entry ("llama/models/model.json")
+  std::string schema_version;  // the serializer's ("8.13")
+  std::string torch_version;   // torch's, when the archive says ("2.15.0+cu132")
+  // Every node's target in graph order, as the registry names ATen ops ("aten::add.Tensor",
+  // "aten::embedding" for the default overload); other targets as written ("_operator.getitem",
+  // "torch.ops.higher_order.wrap_with_set_grad_enabled").
+  std::vector<std::string> targets;
+};
+
+// Reads the graph of the torch.export archive at `path`. INVALID_ARGUMENT naming the file where
+// it is not a zip, holds no <name>/models/*.json, says another archive_format than pt2, or its
+// model is not the JSON of an ExportedProgram (naming what is missing); NOT_FOUND where there is
+// no such file.
+absl::StatusOr<Pt2Graph> ReadPt2Graph(const std::string& path);
+
+// A serialized node target ("torch.ops.aten.softmax.int", "torch.ops.aten.mm.default") as the
+// registry names the op ("aten::softmax.int", "aten::mm"); any other target as it is.
+std::string RegistryName(absl::string_view target);
+
+// How many nodes call each op (by RegistryName), sorted by name.
+std::map<std::string, int64_t> CountOps(const Pt2Graph& graph);
+
+}  // namespace tessera::import
+
+#endif  // TESSERA_IMPORT_PT2_ARCHIVE_H_
