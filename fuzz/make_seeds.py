@@ -69,6 +69,30 @@ def safetensors_seeds():
     write("safetensors", "empty.safetensors", safetensors({}))
 
 
+def pt2_seeds():
+    """Small archives laid out as torch.export.save writes them (the real ones are in
+    tests/fixtures/export/, too large to mutate quickly): stored and deflated, with and without
+    archive_format."""
+    import io
+    import zipfile
+
+    graph = {"schema_version": {"major": 8, "minor": 20}, "torch_version": "2.15.0",
+             "graph_module": {"graph": {"nodes": [
+                 {"target": "torch.ops.aten.mm.default", "inputs": [], "outputs": []},
+                 {"target": "torch.ops.aten.softmax.int", "inputs": [], "outputs": []},
+                 {"target": "_operator.getitem", "inputs": [], "outputs": []}]}}}
+    for name, compression, fmt in [("stored", zipfile.ZIP_STORED, True),
+                                   ("deflated", zipfile.ZIP_DEFLATED, True),
+                                   ("no_format", zipfile.ZIP_STORED, False)]:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", compression) as z:
+            if fmt:
+                z.writestr("m/archive_format", "pt2")
+            z.writestr("m/models/model.json", json.dumps(graph))
+            z.writestr("m/data/weights/weight_0", bytes(16))
+        write("pt2", f"{name}.pt2", buf.getvalue())
+
+
 def json_seeds():
     mlp = {"type": "Module", "input": {"dtype": "float32", "shape": [-1, 16]}, "children": [
         {"name": "net1", "type": "Linear", "in_features": 16, "out_features": 32},
@@ -159,6 +183,7 @@ def proto_seeds():
 if __name__ == "__main__":
     npy_seeds()
     safetensors_seeds()
+    pt2_seeds()
     json_seeds()
     placement_seeds()
     proto_seeds()

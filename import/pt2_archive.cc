@@ -24,29 +24,43 @@ struct FileCloser {
   void operator()(zip_file_t* f) const { zip_fclose(f); }
 };
 
-// The whole entry `index` of `zip` as bytes.
-absl::StatusOr<std::string> ReadEntry(zip_t* zip, zip_uint64_t index, const std::string& path) {
+// The whole entry `index` of `zip` as bytes, at most `limit` of them: the buffer grows with the
+// bytes that arrive, never to the size the entry's header declares (a hostile archive declares
+// any), and an entry larger than `limit` is refused.
+absl::StatusOr<std::string> ReadEntry(zip_t* zip, zip_uint64_t index, const std::string& path,
+                                      int64_t limit) {
+  const char* name = zip_get_name(zip, index, 0);
+  const std::string entry = name == nullptr ? absl::StrCat("entry ", index) : std::string(name);
   zip_stat_t st;
   zip_stat_init(&st);
-  if (zip_stat_index(zip, index, 0, &st) != 0 || (st.valid & ZIP_STAT_SIZE) == 0) {
+  if (zip_stat_index(zip, index, 0, &st) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot read entry ", index, ": ", zip_strerror(zip)));
+        absl::StrCat(path, ": cannot read ", entry, ": ", zip_strerror(zip)));
+  }
+  if ((st.valid & ZIP_STAT_SIZE) != 0 && st.size > static_cast<zip_uint64_t>(limit)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", entry, " is ", st.size, " bytes; at most ", limit, " are read"));
   }
   std::unique_ptr<zip_file_t, FileCloser> f(zip_fopen_index(zip, index, 0));
   if (f == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot open ", zip_get_name(zip, index, 0), ": ", zip_strerror(zip)));
+        absl::StrCat(path, ": cannot open ", entry, ": ", zip_strerror(zip)));
   }
-  std::string bytes(static_cast<size_t>(st.size), '\0');
-  zip_int64_t got = 0;
-  while (got < static_cast<zip_int64_t>(bytes.size())) {
-    const zip_int64_t n = zip_fread(f.get(), bytes.data() + got, bytes.size() - got);
-    if (n <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", zip_get_name(zip, index, 0),
-                                                     " ends after ", got, " of ", bytes.size(),
+  std::string bytes;
+  char chunk[64 << 10];
+  while (true) {
+    const zip_int64_t n = zip_fread(f.get(), chunk, sizeof(chunk));
+    if (n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", entry, " breaks after ",
+                                                     bytes.size(),
                                                      " bytes: ", zip_file_strerror(f.get())));
     }
-    got += n;
+    if (n == 0) break;
+    if (static_cast<int64_t>(bytes.size()) + n > limit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", entry, " holds more than ", limit, " bytes, all that are read"));
+    }
+    bytes.append(chunk, static_cast<size_t>(n));
   }
   return bytes;
 }
@@ -69,23 +83,15 @@ std::string RegistryName(absl::string_view target) {
   return absl::StrCat("aten::", op);
 }
 
-absl::StatusOr<Pt2Graph> ReadPt2Graph(const std::string& path) {
-  int error = 0;
-  Zip zip(zip_open(path.c_str(), ZIP_RDONLY, &error));
-  if (zip == nullptr) {
-    zip_error_t e;
-    zip_error_init_with_code(&e, error);
-    const std::string why = zip_error_strerror(&e);
-    zip_error_fini(&e);
-    if (error == ZIP_ER_NOENT) return absl::NotFoundError(absl::StrCat(path, ": ", why));
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a torch.export archive (a zip): ", why));
-  }
+namespace {
+
+// The graph of the archive `zip` opened from `path`.
+absl::StatusOr<Pt2Graph> ReadGraph(zip_t* zip, const std::string& path) {
   Pt2Graph graph;
   std::optional<zip_uint64_t> model, format;
-  const zip_int64_t entries = zip_get_num_entries(zip.get(), 0);
+  const zip_int64_t entries = zip_get_num_entries(zip, 0);
   for (zip_int64_t i = 0; i < entries; ++i) {
-    const char* name = zip_get_name(zip.get(), static_cast<zip_uint64_t>(i), 0);
+    const char* name = zip_get_name(zip, static_cast<zip_uint64_t>(i), 0);
     if (name == nullptr) continue;
     const absl::string_view n(name);
     const size_t slash = n.find('/');
@@ -104,14 +110,14 @@ absl::StatusOr<Pt2Graph> ReadPt2Graph(const std::string& path) {
         path, " holds no <name>/models/*.json: not an archive torch.export.save wrote"));
   }
   if (format.has_value()) {
-    absl::StatusOr<std::string> f = ReadEntry(zip.get(), *format, path);
+    absl::StatusOr<std::string> f = ReadEntry(zip, *format, path, 64);
     if (!f.ok()) return f.status();
     if (absl::StripAsciiWhitespace(*f) != "pt2") {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": archive_format is '", *f, "', not pt2 (torch.export.save's)"));
     }
   }
-  absl::StatusOr<std::string> text = ReadEntry(zip.get(), *model, path);
+  absl::StatusOr<std::string> text = ReadEntry(zip, *model, path, kMaxModelBytes);
   if (!text.ok()) return text.status();
   const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   const std::string what = absl::StrCat(path, ": ", graph.model);
@@ -143,6 +149,44 @@ absl::StatusOr<Pt2Graph> ReadPt2Graph(const std::string& path) {
     graph.targets.push_back(RegistryName(node["target"].get<std::string>()));
   }
   return graph;
+}
+
+}  // namespace
+
+absl::StatusOr<Pt2Graph> ReadPt2Graph(const std::string& path) {
+  int error = 0;
+  Zip zip(zip_open(path.c_str(), ZIP_RDONLY, &error));
+  if (zip == nullptr) {
+    zip_error_t e;
+    zip_error_init_with_code(&e, error);
+    const std::string why = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    if (error == ZIP_ER_NOENT) return absl::NotFoundError(absl::StrCat(path, ": ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a torch.export archive (a zip): ", why));
+  }
+  return ReadGraph(zip.get(), path);
+}
+
+absl::StatusOr<Pt2Graph> ParsePt2Graph(std::string_view bytes, const std::string& name) {
+  zip_error_t error;
+  zip_error_init(&error);
+  zip_source_t* source = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &error);
+  if (source == nullptr) {
+    const std::string why = zip_error_strerror(&error);
+    zip_error_fini(&error);
+    return absl::InternalError(absl::StrCat(name, ": ", why));
+  }
+  Zip zip(zip_open_from_source(source, ZIP_RDONLY, &error));
+  if (zip == nullptr) {
+    zip_source_free(source);
+    const std::string why = zip_error_strerror(&error);
+    zip_error_fini(&error);
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is not a torch.export archive (a zip): ", why));
+  }
+  zip_error_fini(&error);
+  return ReadGraph(zip.get(), name);
 }
 
 std::map<std::string, int64_t> CountOps(const Pt2Graph& graph) {

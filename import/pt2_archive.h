@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,11 +26,19 @@ struct Pt2Graph {
   std::vector<std::string> targets;
 };
 
+// The most bytes of an archive's model JSON that are read (torch.export's for a model of
+// thousands of nodes, stack traces and all, is tens of MB).
+inline constexpr int64_t kMaxModelBytes = int64_t{256} << 20;
+
 // Reads the graph of the torch.export archive at `path`. INVALID_ARGUMENT naming the file where
 // it is not a zip, holds no <name>/models/*.json, says another archive_format than pt2, or its
 // model is not the JSON of an ExportedProgram (naming what is missing); NOT_FOUND where there is
-// no such file.
+// no such file. A model JSON past kMaxModelBytes is INVALID_ARGUMENT too, before it is read
+// whole.
 absl::StatusOr<Pt2Graph> ReadPt2Graph(const std::string& path);
+// The same from the archive's bytes (`name` names it in messages): the reader fuzz/pt2_fuzz.cc
+// drives.
+absl::StatusOr<Pt2Graph> ParsePt2Graph(std::string_view bytes, const std::string& name);
 
 // A serialized node target ("torch.ops.aten.softmax.int", "torch.ops.aten.mm.default") as the
 // registry names the op ("aten::softmax.int", "aten::mm"); any other target as it is.

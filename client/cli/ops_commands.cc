@@ -98,9 +98,9 @@ absl::Status Coverage(const CoverageFlags& f, std::ostream& out) {
       << graph.targets.size() - nodes_missing << " of " << graph.targets.size() << " nodes)"
       << (f.remote ? " on the cluster" : "") << "\n";
   if (missing.empty()) return absl::OkStatus();
-  return absl::UnimplementedError(
-      absl::StrCat(f.archive, " calls ", missing.size(),
-                   " ops the registry does not hold: ", absl::StrJoin(missing, ", ")));
+  return absl::UnimplementedError(absl::StrCat(
+      f.archive,
+      " calls ops the registry does not hold (nodes each): ", absl::StrJoin(missing, ", ")));
 }
 
 }  // namespace

@@ -178,6 +178,11 @@ const std::vector<PointwiseEntry>& BinaryEntries() {
        R::kNone, DTypes::kIntegerOrBool, "binary.bitwise_and", ""},
       {"bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor", "self,other", P::kDefault,
        R::kNone, DTypes::kIntegerOrBool, "binary.bitwise_or", ""},
+      // The Python operators & and | on tensors, as torch.export's graphs record them.
+      {"__and__.Tensor(Tensor self, Tensor other) -> Tensor", "self,other", P::kDefault, R::kNone,
+       DTypes::kIntegerOrBool, "binary.bitwise_and", ""},
+      {"__or__.Tensor(Tensor self, Tensor other) -> Tensor", "self,other", P::kDefault, R::kNone,
+       DTypes::kIntegerOrBool, "binary.bitwise_or", ""},
       {"bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor", "self,other", P::kDefault,
        R::kNone, DTypes::kIntegerOrBool, "binary.bitwise_xor", ""},
       {"bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor", "self,other", P::kDefault,

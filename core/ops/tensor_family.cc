@@ -28,6 +28,7 @@ enum class Kind {
   kEmbedding,
   kSplit,   // split.Tensor, split_with_sizes, chunk: pieces along dim
   kUnbind,  // unbind.int: each index of dim, the dim removed
+  kDiff,    // a decomposition: the differences of neighbours along dim, n times
 };
 
 struct TensorEntry {
@@ -72,6 +73,17 @@ const std::vector<TensorEntry>& Entries() {
       {"to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
        "MemoryFormat? memory_format=None) -> Tensor(a)",
        Kind::kCopyTo, "kernel cast", "_to_copy(grad, self.dtype)"},
+      {"to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device? "
+       "device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, "
+       "MemoryFormat? memory_format=None) -> Tensor(a)",
+       Kind::kCopyTo, "kernel cast (layout and device are the mesh's: strided, on its workers)",
+       "_to_copy(grad, self.dtype)"},
+      {"diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> "
+       "Tensor",
+       Kind::kDiff,
+       "decomposition: cat of prepend, self and append along dim, then n times slice.Tensor from "
+       "1 minus slice.Tensor to -1 (logical_xor for bool)",
+       "through its decomposition"},
       {"embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool "
        "scale_grad_by_freq=False, bool sparse=False) -> Tensor",
        Kind::kEmbedding, "kernel embedding (rows outside the shard give 0)",
@@ -353,6 +365,74 @@ absl::StatusOr<OutputMeta> PadMeta(const CallContext& call) {
   return OutputMeta{out, x.dtype};
 }
 
+// diff: self of 1 or more dims; prepend and append of self's dtype and rank, its sizes but
+// along dim; the result's dim shorter by n (not below 0), as torch.
+absl::StatusOr<OutputMeta> DiffMeta(const CallContext& call) {
+  ASSIGN_OR_RETURN(const TensorMeta x, InputTensor(call, "self"));
+  if (x.shape.empty()) return ArgError(call, "self", "must have 1 or more dims (diff of a number)");
+  const int64_t n = call.args.Int("n");
+  if (n < 0) return ArgError(call, "n", absl::StrCat("is ", n, "; it must be 0 or more"));
+  ASSIGN_OR_RETURN(const int dim,
+                   CallDim(call, "dim", call.args.Int("dim"), static_cast<int>(x.shape.size())));
+  Shape out = x.shape;
+  for (const char* arg : {"prepend", "append"}) {
+    if (call.args.IsNone(arg)) continue;
+    ASSIGN_OR_RETURN(const TensorMeta t, InputTensor(call, arg));
+    Shape along = t.shape;
+    bool fits = t.dtype == x.dtype && along.size() == x.shape.size();
+    if (fits) {
+      along[dim] = x.shape[dim];
+      fits = along == x.shape;
+    }
+    if (!fits) {
+      return ArgError(call, arg,
+                      absl::StrCat("is ", DTypeName(t.dtype), ShapeToString(t.shape),
+                                   "; it must be ", DTypeName(x.dtype), " with self's shape ",
+                                   ShapeToString(x.shape), " but along dim ", dim));
+    }
+    out[dim] += t.shape[dim];
+  }
+  out[dim] = std::max<int64_t>(0, out[dim] - n);
+  return OutputMeta{out, x.dtype};
+}
+
+absl::StatusOr<OpGraph> DiffGraph(const CallContext& call) {
+  const int self = call.args.Tensor("self");
+  const TensorMeta& x = call.inputs[self];
+  // The meta function accepted the call: dim is in range.
+  const int dim =
+      CallDim(call, "dim", call.args.Int("dim"), static_cast<int>(x.shape.size())).value();
+  GraphBuilder b(static_cast<int>(call.inputs.size()));
+  int v = self;
+  int64_t size = x.shape[dim];
+  std::vector<int> parts;
+  for (const char* arg : {"prepend", "", "append"}) {
+    if (*arg == '\0') {
+      parts.push_back(self);
+    } else if (!call.args.IsNone(arg)) {
+      parts.push_back(call.args.Tensor(arg));
+      size += call.inputs[parts.back()].shape[dim];
+    }
+  }
+  if (parts.size() > 1) {
+    TensorList list;
+    for (int p : parts) list.indices.push_back(p);
+    v = b.Add("cat", {GraphBuilder::P(list), GraphBuilder::P(int64_t{dim})});
+  }
+  const int64_t n = call.args.Int("n");
+  for (int64_t k = 0; k < n && size > 0; ++k, --size) {
+    const int hi = b.Add("slice.Tensor", {GraphBuilder::V(v), GraphBuilder::P(int64_t{dim}),
+                                          GraphBuilder::P(int64_t{1}), GraphBuilder::P(size)});
+    const int lo = b.Add("slice.Tensor", {GraphBuilder::V(v), GraphBuilder::P(int64_t{dim}),
+                                          GraphBuilder::P(int64_t{0}), GraphBuilder::P(size - 1)});
+    v = b.Add(x.dtype == DType::kBool ? "logical_xor" : "sub.Tensor",
+              {GraphBuilder::V(hi), GraphBuilder::V(lo)});
+  }
+  // n 0 without prepend or append (or a dim already empty): the input itself, as a node.
+  if (v == self) b.Add("alias", {GraphBuilder::V(v)});
+  return std::move(b).Finish();
+}
+
 absl::StatusOr<OutputMeta> TensorMetaFn(const CallContext& call) {
   switch (KindOf(call)) {
     case Kind::kConstantPad:
@@ -368,6 +448,8 @@ absl::StatusOr<OutputMeta> TensorMetaFn(const CallContext& call) {
       ASSIGN_OR_RETURN(const std::vector<OutputMeta> pieces, PiecesOf(call));
       return pieces[0];
     }
+    case Kind::kDiff:
+      return DiffMeta(call);
     case Kind::kEmbedding: {
       ASSIGN_OR_RETURN(const TensorMeta w, InputTensor(call, "weight"));
       ASSIGN_OR_RETURN(const TensorMeta ids, InputTensor(call, "indices"));
@@ -531,10 +613,15 @@ void RegisterTensorOps(OpRegistry& registry) {
     OpDef& op = DefineOp(registry, e.schema, OpFamily::kTensor);
     op.entry = static_cast<int>(i);
     op.meta = TensorMetaFn;
-    op.strategies = TensorStrategies;
+    if (e.kind == Kind::kDiff) {
+      op.decompose = DiffGraph;
+    } else {
+      op.strategies = TensorStrategies;
+    }
     op.implementation = e.implementation;
     op.derivative = e.derivative;
     op.strategy_text = "S(d) kept on the dims it does not touch; the dims it touches whole (R)";
+    if (e.kind == Kind::kDiff) op.strategy_text = "each node's own (cat, slice, sub)";
     if (e.kind == Kind::kSplit || e.kind == Kind::kUnbind) {
       op.more_outputs = MorePieces;
       op.strategy_text =

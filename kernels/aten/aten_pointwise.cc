@@ -255,9 +255,10 @@ void AddPointwiseKernels(LocalTable& t) {
   t["aten::logical_and"] = BinaryKernel<BinaryOp::kLogicalAnd>;
   t["aten::logical_or"] = BinaryKernel<BinaryOp::kLogicalOr>;
   t["aten::logical_xor"] = BinaryKernel<BinaryOp::kLogicalXor>;
-  t["aten::bitwise_and.Tensor"] = t["aten::bitwise_and.Scalar"] =
+  t["aten::bitwise_and.Tensor"] = t["aten::bitwise_and.Scalar"] = t["aten::__and__.Tensor"] =
       BinaryKernel<BinaryOp::kBitwiseAnd>;
-  t["aten::bitwise_or.Tensor"] = t["aten::bitwise_or.Scalar"] = BinaryKernel<BinaryOp::kBitwiseOr>;
+  t["aten::bitwise_or.Tensor"] = t["aten::bitwise_or.Scalar"] = t["aten::__or__.Tensor"] =
+      BinaryKernel<BinaryOp::kBitwiseOr>;
   t["aten::bitwise_xor.Tensor"] = t["aten::bitwise_xor.Scalar"] =
       BinaryKernel<BinaryOp::kBitwiseXor>;
   for (const char* overload : {"Tensor", "Scalar"}) {

@@ -203,7 +203,7 @@ void AddTensorKernels(LocalTable& t) {
   t["aten::constant_pad_nd"] = PadKernel;
   t["aten::where.self"] = WhereKernel;
   t["aten::masked_fill.Scalar"] = MaskedFillKernel;
-  t["aten::_to_copy"] = t["aten::to.dtype"] = CastKernel;
+  t["aten::_to_copy"] = t["aten::to.dtype"] = t["aten::to.dtype_layout"] = CastKernel;
   t["aten::embedding"] = EmbeddingKernel;
 }
 

@@ -42,10 +42,9 @@ const std::map<std::string, std::string>& NotRegistered() {
       // torch.export's training IR keeps these; run_decompositions() turns them into ops of the
       // registry (or drops them).
       {"aten::_assert_tensor_metadata", "a check of the traced dtypes, no computation"},
-      {"aten::to.device", "a move between devices, no op on one mesh"},
-      {"aten::to.dtype_layout", "to() with a layout: _to_copy after decomposition"},
-      {"aten::__and__.Tensor", "the Python operator: bitwise_and.Tensor after decomposition"},
-      {"aten::diff", "not yet: a slice and a sub after decomposition"},
+      {"aten::to.device",
+       "a required Device argument, which the registry's calls leave at None: run_decompositions() "
+       "gives _to_copy"},
   };
   return *missing;
 }

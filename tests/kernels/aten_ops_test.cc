@@ -692,6 +692,11 @@ const std::vector<OpCase>& OpCases() {
       cases->push_back({op, op, {T(0), P(int64_t{5})}, {m}, {u}, {i32}});
     }
     cases->push_back({"to_dtype", "to.dtype", {T(0), P(i32)}, {m}, {u}, {f32}});
+    cases->push_back(
+        {"to_dtype_layout", "to.dtype_layout", {T(0), A("dtype", f64)}, {m}, {u}, {f32, i32}});
+    for (const char* op : {"__and__.Tensor", "__or__.Tensor"}) {
+      cases->push_back({op, op, {T(0), T(1)}, {m, m}, {u, u}, {b8, i32}});
+    }
     cases->push_back({"all_dim", "all.dim", {T(0), P(int64_t{0})}, {m}, {u}, {b8, i32}});
     cases->push_back({"cumprod", "cumprod", {T(0), P(int64_t{0})}, {m}, {u}, {f32, i32}});
     cases->push_back({"_softmax", "_softmax", {T(0), P(int64_t{1}), P(false)}, {m}, {u}, {f32}});
@@ -1306,6 +1311,18 @@ const std::vector<GraphCase>& GraphCases() {
        {{4, 6}},
        {},
        DType::kFloat64},
+      {"diff", "diff", {T(0)}, {{4, 6}}, {}},
+      {"diff_twice_dim0_prepend",
+       "diff",
+       {T(0), P(int64_t{2}), P(int64_t{0}), T(1)},
+       {{5, 3}, {2, 3}},
+       {}},
+      {"diff_append_past_the_size",
+       "diff",
+       {T(0), P(int64_t{4}), P(int64_t{1}), P(NoneValue{}), T(1)},
+       {{4, 2}, {4, 1}},
+       {}},
+      {"diff_n0", "diff", {T(0), P(int64_t{0})}, {{4, 6}}, {}},
       {"dropout_backward",
        "native_dropout_backward",
        {T(0), T(1), P(4.0 / 3.0)},
@@ -1622,6 +1639,49 @@ TEST_F(AtenGraphTest, NllLossForwardAndBackwardAsTorch) {
   ASSERT_EQ(inf.size(), 3u);
   EXPECT_EQ(inf[0], 0);
   EXPECT_EQ(inf[2], -std::numeric_limits<double>::infinity());
+}
+
+// diff against torch 2.15's values, worked out by hand on x = [[0, 1, 3], [6, 10, 15]].
+TEST_F(AtenGraphTest, DiffAsTorch) {
+  auto run = [&](std::vector<NamedValue> args, std::vector<HostTensor> in) {
+    const GraphCase c{"diff", "diff", std::move(args), {}, {}};
+    const DeviceMesh one = DeviceMesh::Create("cpu", {1}).value();
+    std::vector<std::vector<Placement>> replicate(in.size(), {Placement::Replicate()});
+    absl::StatusOr<GraphRun> got = RunGraph(*backend_, c, in, one, replicate);
+    EXPECT_TRUE(got.ok()) << got.status();
+    std::vector<double> v;
+    if (!got.ok()) return v;
+    for (int64_t i = 0; i < got->output.num_elements(); ++i) {
+      v.push_back(kernels::testing::GetDouble(got->output, i));
+    }
+    return v;
+  };
+  auto x = [] { return HostTensor::FromValues<float>(f32, {2, 3}, {0, 1, 3, 6, 10, 15}); };
+  std::vector<HostTensor> in;
+  in.push_back(x());
+  using V = std::vector<double>;
+  EXPECT_EQ(run({T(0)}, std::move(in)), (V{1, 2, 4, 5}));
+  in.clear();
+  in.push_back(x());
+  EXPECT_EQ(run({T(0), P(int64_t{2})}, std::move(in)), (V{1, 1}));
+  in.clear();
+  in.push_back(x());
+  EXPECT_EQ(run({T(0), P(int64_t{1}), P(int64_t{0})}, std::move(in)), (V{6, 9, 12}));
+  // prepend [[-1], [-2]] and append [[20], [30]] along dim 1.
+  in.clear();
+  in.push_back(x());
+  in.push_back(HostTensor::FromValues<float>(f32, {2, 1}, {-1, -2}));
+  in.push_back(HostTensor::FromValues<float>(f32, {2, 1}, {20, 30}));
+  EXPECT_EQ(run({T(0), P(int64_t{1}), P(int64_t{1}), T(1), T(2)}, std::move(in)),
+            (V{1, 1, 2, 17, 8, 4, 5, 15}));
+  // bool: logical_xor of neighbours.
+  in.clear();
+  in.push_back(HostTensor::FromValues<uint8_t>(b8, {4}, {1, 1, 0, 1}));
+  EXPECT_EQ(run({T(0)}, std::move(in)), (V{0, 1, 1}));
+  // n past the size: an empty dim.
+  in.clear();
+  in.push_back(x());
+  EXPECT_TRUE(run({T(0), P(int64_t{5})}, std::move(in)).empty());
 }
 
 // Every registered op is exercised by a case here, but for those listed.

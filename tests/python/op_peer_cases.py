@@ -103,6 +103,12 @@ CASES = [
     Case("embedding_rowwise", "embedding", (In(0), In(1)), {},
          (V((12, 8), "S0"), V((3, 4), "R", kind="index:12"))),
     Case("tril", "tril", (In(0),), {}, (V((6, 6), "S0"),)),
+    # torch.export's graphs: diff (a decomposition here) and the & operator on masks.
+    Case("diff_other_dim_sharded", "diff", (In(0),), {}, (V((5, 6), "S0"),)),
+    Case("diff_twice_prepend", "diff", (In(0), 2, 1, In(1)), {},
+         (V((5, 6), "S0"), V((5, 2), "S0"))),
+    Case("and_masks", "__and__.Tensor", (In(0), In(1)), {},
+         (V((4, 6), "S0", kind="mask"), V((4, 6), "S0", kind="mask"))),
     Case("constant_pad", "constant_pad_nd", (In(0), [1, 2], 0.5), {}, (V((5, 6), "S0"),)),
     Case("constant_pad_crop_partial", "constant_pad_nd", (In(0), [0, 0, -1, 1]), {},
          (V((5, 6), "P"),)),
