@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "core/ops/op_registry.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::import {
@@ -187,6 +188,11 @@ absl::StatusOr<Pt2Graph> ParsePt2Graph(std::string_view bytes, const std::string
   }
   zip_error_fini(&error);
   return ReadGraph(zip.get(), name);
+}
+
+bool Registered(const std::string& op) {
+  absl::StatusOr<const ops::OpDef*> def = ops::Registry().Find(op);
+  return def.ok() && (*def)->name() == op;
 }
 
 std::map<std::string, int64_t> CountOps(const Pt2Graph& graph) {

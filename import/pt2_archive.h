@@ -44,6 +44,11 @@ absl::StatusOr<Pt2Graph> ParsePt2Graph(std::string_view bytes, const std::string
 // registry names the op ("aten::softmax.int", "aten::mm"); any other target as it is.
 std::string RegistryName(absl::string_view target);
 
+// Whether the registry holds the op a node calls, `op` as RegistryName gives it: by that exact
+// name (the registry's Find also takes "aten::var" for its only overload, var.correction, which
+// is another op than torch's var.default).
+bool Registered(const std::string& op);
+
 // How many nodes call each op (by RegistryName), sorted by name.
 std::map<std::string, int64_t> CountOps(const Pt2Graph& graph);
 

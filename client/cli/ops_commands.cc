@@ -74,12 +74,9 @@ absl::Status Coverage(const CoverageFlags& f, std::ostream& out) {
     ASSIGN_OR_RETURN(const std::vector<client::OpInfo> all, session->ListOps());
     for (const client::OpInfo& op : all) remote.insert(op.name);
   }
-  // An op by its registry name, as the coordinator's ListOps names it ("aten::mm" is found as
-  // the default overload only where the registry has it so).
+  // By the exact name (import::Registered): a default overload is the bare name in both.
   auto registered = [&](const std::string& op) {
-    absl::StatusOr<const ops::OpDef*> def = ops::Registry().Find(op);
-    if (!f.remote) return def.ok();
-    return remote.contains(def.ok() ? (*def)->name() : op);
+    return f.remote ? remote.contains(op) : import::Registered(op);
   };
   out << graph.model << " (torch " << (graph.torch_version.empty() ? "?" : graph.torch_version)
       << ", schema " << graph.schema_version << "): " << graph.targets.size() << " nodes\n";

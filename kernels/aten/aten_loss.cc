@@ -173,6 +173,13 @@ absl::StatusOr<DeviceTensor> NllLossKernel(Context& ctx) {
     RETURN_IF_ERROR(ctx.Named(ctx.backend.Gather(x, cdim, where, loss)));
     ASSIGN_OR_RETURN(const TensorView by, UploadedAs(ctx, compute, picked_shape, factor));
     RETURN_IF_ERROR(ctx.backend.Binary(BinaryOp::kMul, loss, by, loss));
+    // A row that picks nothing here (its target in another rank's classes, or at ignore_index)
+    // is 0 exactly, as torch's: its stand-in pick times 0 is NaN where that value is -inf (a
+    // masked log-probability).
+    const std::vector<uint8_t> counted(rows.mine.begin(), rows.mine.end());
+    ASSIGN_OR_RETURN(const TensorView keep, Uploaded(ctx, DType::kBool, picked_shape, counted));
+    ASSIGN_OR_RETURN(const ConstTensorView zero, ctx.Number(0.0, compute));
+    RETURN_IF_ERROR(ctx.backend.Where(keep, loss, zero, loss));
   }
   ASSIGN_OR_RETURN(DeviceTensor out, ctx.Output());
   if (reduction == 0) {

@@ -72,7 +72,7 @@ TEST_P(Pt2GraphTest, EveryOpIsRegisteredButThoseListed) {
   ASSERT_TRUE(graph.ok()) << graph.status();
   std::vector<std::string> unexpected;
   for (const auto& [op, count] : CountOps(*graph)) {
-    const bool registered = ops::Registry().Find(op).ok();
+    const bool registered = Registered(op);
     if (registered == NotRegistered().contains(op)) {
       unexpected.push_back(absl::StrCat(
           op, registered ? " is registered now: drop it from the list" : " is not registered"));
@@ -83,6 +83,15 @@ TEST_P(Pt2GraphTest, EveryOpIsRegisteredButThoseListed) {
 
 INSTANTIATE_TEST_SUITE_P(Transformers, Pt2GraphTest,
                          ::testing::Values("llama", "qwen2", "gpt2", "bert"));
+
+// By the exact overload: torch's var.default is not the registry's var.correction.
+TEST(RegisteredTest, ByTheExactOverload) {
+  EXPECT_TRUE(Registered("aten::mm"));
+  EXPECT_TRUE(Registered("aten::softmax.int"));
+  EXPECT_TRUE(Registered("aten::var.correction"));
+  EXPECT_FALSE(Registered(RegistryName("torch.ops.aten.var.default")));
+  EXPECT_FALSE(Registered("_operator.getitem"));
+}
 
 TEST(RegistryNameTest, AtenTargetsAsTheRegistryNamesThem) {
   EXPECT_EQ(RegistryName("torch.ops.aten.softmax.int"), "aten::softmax.int");

@@ -1588,6 +1588,32 @@ TEST_F(AtenGraphTest, NllLossForwardAndBackwardAsTorch) {
     EXPECT_EQ((*got)[1].shape(), Shape{});
     EXPECT_EQ(values((*got)[1]), V{f.total_weight}) << "reduction " << f.reduction;
   }
+  // A row at ignore_index, or whose target is in another rank's classes, is 0 exactly even where
+  // the value its kernel stands in with is -inf (0 * -inf would be NaN): x[r, 0] = -inf, targets
+  // [2, -100], classes sharded over 2 ranks and replicated.
+  {
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<HostTensor> masked;
+    masked.push_back(
+        HostTensor::FromValues<float>(f32, {2, 4}, {-inf, -1, -2, -3, -inf, -1, -2, -3}));
+    masked.push_back(HostTensor::FromValues<int64_t>(i64, {2}, {2, -100}));
+    const OpCase c{"nll_inf",
+                   "nll_loss_forward",
+                   {T(0), T(1), P(NoneValue{}), P(int64_t{0}), P(int64_t{-100})},
+                   {},
+                   {},
+                   {}};
+    absl::StatusOr<ops::PreparedCall> p = Prepare(c, masked);
+    ASSERT_TRUE(p.ok()) << p.status();
+    std::vector<HostTensor> want;
+    want.push_back(HostTensor::FromValues<float>(f32, {2}, {2, 0}));
+    want.push_back(HostTensor::FromValues<float>(f32, {}, {0}));
+    const DeviceMesh two = DeviceMesh::Create("cpu", {2}).value();
+    for (const Placement& self : {Placement::Shard(1), Placement::Replicate()}) {
+      ASSERT_NO_FATAL_FAILURE(
+          CheckOneLayout(*backend_, c, *p, two, masked, {{self}, {Placement::Replicate()}}, want));
+    }
+  }
   // One sample (x[1] = [3, 4, 5], target 2): total_weight is its weight whatever the reduction.
   std::vector<HostTensor> one;
   one.push_back(HostTensor::FromValues<float>(f32, {3}, {3, 4, 5}));
