@@ -9,6 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "import/pt2_zip.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::import {
 
@@ -29,6 +31,22 @@ struct Pt2Graph {
 // The most bytes of an archive's model JSON that are read (torch.export's for a model of
 // thousands of nodes, stack traces and all, is tens of MB).
 inline constexpr int64_t kMaxModelBytes = int64_t{256} << 20;
+
+// An archive's model: the folder every entry is under, the model's entry and its JSON (the
+// serialized ExportedProgram).
+struct ArchiveModel {
+  std::string archive;
+  std::string model;
+  nlohmann::json json;
+};
+// The first <name>/models/*.json of `zip`, parsed. INVALID_ARGUMENT naming the archive where
+// there is none, archive_format says another format than pt2, or the model is not JSON or is
+// larger than kMaxModelBytes.
+absl::StatusOr<ArchiveModel> ReadArchiveModel(const Pt2Zip& zip);
+// The graph's node list of a model JSON (`what` names it in messages): INVALID_ARGUMENT naming
+// the member it lacks.
+absl::StatusOr<const nlohmann::json*> GraphNodes(const nlohmann::json& model,
+                                                 const std::string& what);
 
 // Reads the graph of the torch.export archive at `path`. INVALID_ARGUMENT naming the file where
 // it is not a zip, holds no <name>/models/*.json, says another archive_format than pt2, or its

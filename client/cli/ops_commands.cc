@@ -12,6 +12,7 @@
 #include "client/cli/cli_session.h"
 #include "core/ops/op_registry.h"
 #include "core/status_macros.h"
+#include "import/exported_program.h"
 #include "import/pt2_archive.h"
 #include "tessera/session.h"
 
@@ -65,7 +66,8 @@ struct CoverageFlags {
 };
 
 // Every op the graph of a torch.export archive calls, with its count and whether the registry
-// (this binary's, or the cluster's) holds it; UNIMPLEMENTED listing the ones it does not.
+// (this binary's, or the cluster's) holds it or import answers it itself; UNIMPLEMENTED listing
+// the ones neither does.
 absl::Status Coverage(const CoverageFlags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(const import::Pt2Graph graph, import::ReadPt2Graph(f.archive));
   std::set<std::string> remote;
@@ -84,14 +86,18 @@ absl::Status Coverage(const CoverageFlags& f, std::ostream& out) {
   std::vector<std::string> missing;
   const std::map<std::string, int64_t> counts = import::CountOps(graph);
   for (const auto& [op, count] : counts) {
-    const bool ok = registered(op);
-    out << absl::StrFormat("  %-44s %5d  %s\n", op, count, ok ? "registered" : "NOT REGISTERED");
+    const char* resolved = import::ResolvedByImport(op);
+    const bool ok = resolved != nullptr || registered(op);
+    out << absl::StrFormat("  %-44s %5d  %s\n", op, count,
+                           resolved != nullptr ? absl::StrCat("import: ", resolved)
+                           : ok                ? std::string("registered")
+                                               : std::string("NOT REGISTERED"));
     if (!ok) {
       nodes_missing += count;
       missing.push_back(absl::StrCat(op, " (", count, ")"));
     }
   }
-  out << counts.size() - missing.size() << " of " << counts.size() << " ops registered ("
+  out << counts.size() - missing.size() << " of " << counts.size() << " ops covered ("
       << graph.targets.size() - nodes_missing << " of " << graph.targets.size() << " nodes)"
       << (f.remote ? " on the cluster" : "") << "\n";
   if (missing.empty()) return absl::OkStatus();

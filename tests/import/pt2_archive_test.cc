@@ -6,8 +6,6 @@
 
 #include "import/pt2_archive.h"
 
-#include <zip.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +18,9 @@
 #include "core/ops/op_registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "import/exported_program.h"
 #include "nlohmann/json.hpp"
+#include "tests/import/write_zip.h"
 
 namespace tessera::import {
 namespace {
@@ -39,12 +39,11 @@ nlohmann::json ReadJson(const std::string& path) {
 // shrinks as they come (the test fails for one that is registered and still listed).
 const std::map<std::string, std::string>& NotRegistered() {
   static const auto* const missing = new std::map<std::string, std::string>{
-      // torch.export's training IR keeps these; run_decompositions() turns them into ops of the
-      // registry (or drops them).
+      // torch.export's training IR keeps these; import answers both itself
+      // (import/exported_program.h, ResolvedByImport).
       {"aten::_assert_tensor_metadata", "a check of the traced dtypes, no computation"},
       {"aten::to.device",
-       "a required Device argument, which the registry's calls leave at None: run_decompositions() "
-       "gives _to_copy"},
+       "a required Device argument, which the registry's calls leave at None: run as to.dtype"},
   };
   return *missing;
 }
@@ -73,6 +72,9 @@ TEST_P(Pt2GraphTest, EveryOpIsRegisteredButThoseListed) {
   std::vector<std::string> unexpected;
   for (const auto& [op, count] : CountOps(*graph)) {
     const bool registered = Registered(op);
+    if (NotRegistered().contains(op) && ResolvedByImport(op) == nullptr) {
+      unexpected.push_back(absl::StrCat(op, " is neither registered nor answered by import"));
+    }
     if (registered == NotRegistered().contains(op)) {
       unexpected.push_back(absl::StrCat(
           op, registered ? " is registered now: drop it from the list" : " is not registered"));
@@ -99,20 +101,6 @@ TEST(RegistryNameTest, AtenTargetsAsTheRegistryNamesThem) {
   EXPECT_EQ(RegistryName("_operator.getitem"), "_operator.getitem");
   EXPECT_EQ(RegistryName("torch.ops.higher_order.wrap_with_set_grad_enabled"),
             "torch.ops.higher_order.wrap_with_set_grad_enabled");
-}
-
-// A zip at `path` with the given entries.
-void WriteZip(const std::string& path, const std::map<std::string, std::string>& entries) {
-  std::filesystem::remove(path);
-  int error = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
-  ASSERT_NE(z, nullptr) << error;
-  for (const auto& [name, bytes] : entries) {
-    zip_source_t* src = zip_source_buffer(z, bytes.data(), bytes.size(), 0);
-    ASSERT_NE(src, nullptr);
-    ASSERT_GE(zip_file_add(z, name.c_str(), src, ZIP_FL_OVERWRITE), 0) << zip_strerror(z);
-  }
-  ASSERT_EQ(zip_close(z), 0);
 }
 
 TEST(ReadPt2GraphTest, RefusesWhatIsNotAnArchiveOfTorchExport) {
