@@ -92,16 +92,19 @@ absl::StatusOr<ops::TensorMeta> ReadTensorMeta(const json& j, const std::string&
 
 namespace {
 
-// The innermost module of a node's nn_module_stack ("L__self__,,Cls;L__self__model,model,Cls").
-std::string InnermostModule(const json& node) {
+// The modules of a node's nn_module_stack ("L__self__,,Cls;L__self__model,model,Cls"), outermost
+// first, as (FQN, class) pairs.
+std::vector<std::pair<std::string, std::string>> ModuleStack(const json& node) {
+  std::vector<std::pair<std::string, std::string>> out;
   const json* metadata = Get(node, "metadata");
   const json* stack = metadata == nullptr ? nullptr : Get(*metadata, "nn_module_stack");
-  if (stack == nullptr || !stack->is_string()) return "";
+  if (stack == nullptr || !stack->is_string()) return out;
   const std::string text = stack->get<std::string>();
-  std::vector<absl::string_view> frames = absl::StrSplit(text, ';', absl::SkipEmpty());
-  if (frames.empty()) return "";
-  std::vector<absl::string_view> fields = absl::StrSplit(frames.back(), ',');
-  return fields.size() >= 2 ? std::string(fields[1]) : "";
+  for (absl::string_view frame : absl::StrSplit(text, ';', absl::SkipEmpty())) {
+    std::vector<absl::string_view> fields = absl::StrSplit(frame, ',');
+    if (fields.size() >= 3) out.emplace_back(std::string(fields[1]), std::string(fields[2]));
+  }
+  return out;
 }
 
 // Reads programs: value names to numbers, arguments to op values.
@@ -287,7 +290,10 @@ absl::Status ProgramReader::ReadNode(const json& node, int k) {
   out.op = RegistryName(target);
   const json* name = Get(node, "name");
   out.name = name != nullptr && name->is_string() ? name->get<std::string>() : absl::StrCat(k);
-  out.module = InnermostModule(node);
+  for (auto& [fqn, type] : ModuleStack(node)) {
+    out.module = fqn;
+    program_.module_types.emplace(fqn, std::move(type));
+  }
   const std::string where = absl::StrCat(what_, ": node ", k, " '", out.name, "' (", out.op, ")");
   const json* inputs = Get(node, "inputs");
   const json* outputs = Get(node, "outputs");

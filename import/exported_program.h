@@ -53,6 +53,9 @@ struct ExportedProgram {
   // against the recorded metas and dropped (as torch's own passes drop it); each to.device, run
   // as to.dtype (a mesh's tensors are on its device). Counted by op.
   std::map<std::string, int64_t> resolved;
+  // Every module a node ran in, by FQN ("" the root), with its class as nn_module_stack names it
+  // ("torch.nn.modules.linear.Linear", "transformers.pytorch_utils.Conv1D").
+  std::map<std::string, std::string> module_types;
 
   int num_values() const { return static_cast<int>(value_names.size()); }
 };

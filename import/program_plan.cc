@@ -54,7 +54,8 @@ std::string NodeText(const ExportedProgram& program, int k) {
 
 absl::StatusOr<PlannedProgram> PlanExportedProgram(
     const ExportedProgram& program, const DeviceMesh& mesh,
-    std::span<const std::vector<Placement>> input_placements, ops::ShardingCache& cache) {
+    std::span<const std::vector<Placement>> input_placements, ops::ShardingCache& cache,
+    std::span<const std::vector<std::optional<Placement>>> pins) {
   const std::map<std::string, int64_t> missing = UnregisteredOps(program);
   if (!missing.empty()) {
     return absl::UnimplementedError(absl::StrCat(
@@ -98,9 +99,10 @@ absl::StatusOr<PlannedProgram> PlanExportedProgram(
           absl::StrCat("the registry's op gives ", specs->size(), " output(s); the archive's node ",
                        node.outputs.size())));
     }
+    planned.output_moves.resize(specs->size());
     for (size_t o = 0; o < specs->size(); ++o) {
       const int v = node.outputs[o];
-      const DTensorSpec& s = (*specs)[o];
+      DTensorSpec& s = (*specs)[o];
       if (v != static_cast<int>(out.values.size())) {
         return absl::InternalError(absl::StrCat(NodeText(program, static_cast<int>(k)),
                                                 ": writes value ", v, " out of order"));
@@ -111,6 +113,18 @@ absl::StatusOr<PlannedProgram> PlanExportedProgram(
             absl::StrCat("value '", program.value_names[v], "' is ", MetaText(s.shape, s.dtype),
                          " by the registry's meta, but the archive records ",
                          MetaText(recorded.shape, recorded.dtype))));
+      }
+      if (static_cast<size_t>(v) < pins.size() && !pins[v].empty()) {
+        std::vector<Placement> to = s.placements;
+        for (size_t m = 0; m < to.size() && m < pins[v].size(); ++m) {
+          if (pins[v][m].has_value()) to[m] = *pins[v][m];
+        }
+        if (to != s.placements) {
+          absl::StatusOr<RedistributePlan> move = PlanRedistribute(s, to);
+          if (!move.ok()) return context(move.status());
+          planned.output_moves[o] = *std::move(move);
+          s.placements = std::move(to);
+        }
       }
       out.values.push_back(s);
     }

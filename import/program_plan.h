@@ -15,6 +15,7 @@
 #include "core/sharding/device_mesh.h"
 #include "core/sharding/dtensor_spec.h"
 #include "core/sharding/placement.h"
+#include "core/sharding/redistribute_planner.h"
 #include "import/exported_program.h"
 
 namespace tessera::import {
@@ -24,6 +25,8 @@ namespace tessera::import {
 struct PlannedNode {
   std::optional<ops::PlannedCall> call;
   std::optional<ops::PlannedDecomposition> decomposition;
+  // Per output: the redistribution to its pinned layout, run once it is written (nullopt: none).
+  std::vector<std::optional<RedistributePlan>> output_moves;
 };
 
 struct PlannedProgram {
@@ -32,8 +35,10 @@ struct PlannedProgram {
 };
 
 // Plans `program` on `mesh`. `input_placements[i]` lays out input i (one placement per mesh
-// dim; an empty list, or a list shorter than the inputs, means Replicate). A node's factory
-// (arange, full, ...) is made on `mesh`, replicated.
+// dim; an empty list, or a list shorter than the inputs, means Replicate). `pins[v]`, where not
+// empty, is the layout value v is redistributed to once written (one entry per mesh dim; nullopt
+// keeps that dim as propagation gives it): a styled module's output (program_parallel.h). A
+// node's factory (arange, full, ...) is made on `mesh`, replicated.
 //
 // Before anything is planned, ops the registry lacks are UNIMPLEMENTED, listed by name and node
 // count. INVALID_ARGUMENT naming the node (its name, op and module) where a call does not bind or
@@ -42,7 +47,8 @@ struct PlannedProgram {
 // INVALID_ARGUMENT naming it.
 absl::StatusOr<PlannedProgram> PlanExportedProgram(
     const ExportedProgram& program, const DeviceMesh& mesh,
-    std::span<const std::vector<Placement>> input_placements, ops::ShardingCache& cache);
+    std::span<const std::vector<Placement>> input_placements, ops::ShardingCache& cache,
+    std::span<const std::vector<std::optional<Placement>>> pins = {});
 
 // "node 12 'linear_3' (aten::linear) in model.layers.0.mlp.up_proj": how messages name a node.
 std::string NodeText(const ExportedProgram& program, int k);

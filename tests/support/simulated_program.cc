@@ -106,8 +106,23 @@ absl::StatusOr<SimulatedRun> RunOnSimulatedMesh(kernels::KernelBackend& backend,
         values.specs.push_back(graph.specs.back());
       }
     }
-    if (!s.ok())
+    if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat(import::NodeText(program, k), ": ", s.message()));
+    }
+    // Outputs pinned to a layout (a styled module's) are redistributed to it.
+    const size_t first = values.shards.size() - node.output_moves.size();
+    for (size_t o = 0; o < node.output_moves.size(); ++o) {
+      if (!node.output_moves[o].has_value()) continue;
+      const int v = program.nodes[k].outputs[o];
+      absl::StatusOr<std::vector<HostTensor>> moved = sim.Redistribute(
+          values.specs[first + o], *node.output_moves[o], std::move(values.shards[first + o]));
+      if (!moved.ok()) {
+        return absl::Status(moved.status().code(), absl::StrCat(import::NodeText(program, k), ": ",
+                                                                moved.status().message()));
+      }
+      values.shards[first + o] = *std::move(moved);
+      values.specs[first + o] = planned.values[v];
+    }
   }
   SimulatedRun run;
   const std::vector<int64_t>& sent = sim.bytes_sent();
