@@ -2,7 +2,10 @@
 # Installs the dependencies, builds Tessera and runs its main job:
 #   1. `tessera demo`: lays tensors out on device meshes, plans redistributions and checks each on a
 #      simulated mesh, and shards a tensor file to per-rank files and joins it back bit-identically;
-#   2. `tessera up --selfcheck`: starts an embedded local cluster (a coordinator and 4 CPU worker
+#   2. `tessera import plan`: reads a Llama exported by torch.export (a tiny one from transformers,
+#      tests/fixtures/export/) with the weights of a Hugging Face checkpoint, lays it out by
+#      transformers' own tp_plan and plans the whole graph on 4 ranks in one propagation pass;
+#   3. `tessera up --selfcheck`: starts an embedded local cluster (a coordinator and 4 CPU worker
 #      processes on loopback), runs collectives on it through the service, checks every rank's
 #      result against a single-process reference, runs a DTensor MLP, saves a result as a sharded
 #      checkpoint and loads it onto another mesh and layout, then takes a transformer block as a
@@ -17,5 +20,9 @@ cmake -S . -B build/main -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_TES
   -DTESSERA_BUILD_BENCH=OFF -DTESSERA_CUDA="${TESSERA_CUDA:-AUTO}" >/dev/null
 cmake --build build/main --target tessera -j"$(nproc)"
 ./build/main/client/tessera demo --workdir build/main/demo
+echo
+fixtures=tests/fixtures/export
+./build/main/client/tessera import plan "$fixtures/llama.pt2" --mesh 4 \
+  --tp-plan "$fixtures/llama.tp_plan.json" --weights "$fixtures/llama_hf"
 echo
 exec ./build/main/client/tessera up --workers 4 --selfcheck

@@ -13,6 +13,7 @@
 #include "client/cli/cli_args.h"
 #include "client/cli/cluster_commands.h"
 #include "client/cli/demo.h"
+#include "client/cli/import_commands.h"
 #include "client/cli/local_commands.h"
 #include "client/cli/module_commands.h"
 #include "client/cli/ops_commands.h"
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
   tessera::cli::AddCheckpointCommands(app, &action);
   tessera::cli::AddModuleCommands(app, &action);
   tessera::cli::AddOpsCommands(app, &action);
+  tessera::cli::AddImportCommands(app, &action);
 
   if (argc < 2 || std::string(argv[1]) == "help") {
     std::cout << app.help();
