@@ -92,6 +92,52 @@ def pt2_seeds():
             z.writestr("m/data/weights/weight_0", bytes(16))
         write("pt2", f"{name}.pt2", buf.getvalue())
 
+    # A whole program: a parameter and an input, linear, relu and a split of two outputs, with its
+    # signature, recorded metas, module stack and the parameter's stored bytes.
+    def meta(*sizes):
+        strides = [1] * len(sizes)
+        for d in range(len(sizes) - 2, -1, -1):
+            strides[d] = strides[d + 1] * sizes[d + 1]
+        return {"dtype": 7, "sizes": [{"as_int": n} for n in sizes],
+                "strides": [{"as_int": n} for n in strides], "storage_offset": {"as_int": 0}}
+
+    def arg(name, value, kind=1):
+        return {"name": name, "arg": value, "kind": kind}
+
+    stack = "L__self__,,M;L__self___fc,fc,torch.nn.modules.linear.Linear"
+    program = {"schema_version": {"major": 8, "minor": 20}, "graph_module": {
+        "graph": {"nodes": [
+            {"target": "torch.ops.aten.linear.default", "name": "linear",
+             "inputs": [arg("input", {"as_tensor": {"name": "x"}}),
+                        arg("weight", {"as_tensor": {"name": "p_fc_weight"}})],
+             "outputs": [{"as_tensor": {"name": "linear"}}],
+             "metadata": {"nn_module_stack": stack}},
+            {"target": "torch.ops.aten.relu.default", "name": "relu",
+             "inputs": [arg("self", {"as_tensor": {"name": "linear"}})],
+             "outputs": [{"as_tensor": {"name": "relu"}}]},
+            {"target": "torch.ops.aten.split.Tensor", "name": "split",
+             "inputs": [arg("self", {"as_tensor": {"name": "relu"}}),
+                        arg("split_size", {"as_int": 2}), arg("dim", {"as_int": -1})],
+             "outputs": [{"as_tensors": [{"name": "s0"}, {"name": "s1"}]}]}],
+            "tensor_values": {"x": meta(2, 3), "p_fc_weight": meta(4, 3), "linear": meta(2, 4),
+                              "relu": meta(2, 4), "s0": meta(2, 2), "s1": meta(2, 2)}},
+        "signature": {
+            "input_specs": [
+                {"parameter": {"arg": {"name": "p_fc_weight"}, "parameter_name": "fc.weight"}},
+                {"user_input": {"arg": {"as_tensor": {"name": "x"}}}}],
+            "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": "s1"}}}}]}}}
+    weights = {"config": {"fc.weight": {"path_name": "weight_0", "is_param": True,
+                                        "use_pickle": False, "tensor_meta": meta(4, 3)}}}
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("m/archive_format", "pt2")
+        z.writestr("m/byteorder", "little")
+        z.writestr("m/models/model.json", json.dumps(program))
+        z.writestr("m/data/weights/model_weights_config.json", json.dumps(weights))
+        z.writestr("m/data/weights/weight_0", bytes(48))
+    write("pt2", "program.pt2", buf.getvalue())
+    write("exported_program", "program.json", json.dumps(program))
+
 
 def json_seeds():
     mlp = {"type": "Module", "input": {"dtype": "float32", "shape": [-1, 16]}, "children": [

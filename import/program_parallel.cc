@@ -188,7 +188,8 @@ absl::StatusOr<ProgramLayout> LayOutProgram(const ExportedProgram& program, cons
   for (const ProgramNode& node : program.nodes) {
     for (int v : node.outputs) written_in[v] = &node.module;
   }
-  for (const auto& [fqn, p] : landed) {
+  for (const auto& [landed_fqn, p] : landed) {
+    const std::string& fqn = landed_fqn;  // a variable the lambdas below can capture
     const ModuleStyle& style = plan.styles[p].second;
     const std::string& type = program.module_types.at(fqn);
     const ModuleClass c = ClassOf(type);

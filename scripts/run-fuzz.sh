@@ -31,7 +31,7 @@ fi
 
 cd "$(dirname "$0")/.."
 seconds="${1:-600}"
-targets=(npy safetensors pt2 module_spec plan_spec placement_mesh proto_convert)
+targets=(npy safetensors pt2 exported_program module_spec plan_spec placement_mesh proto_convert)
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)

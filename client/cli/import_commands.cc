@@ -1,6 +1,10 @@
 #include "client/cli/import_commands.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/files/file_bytes.h"
+#include "core/files/npy.h"
 #include "core/modules/parallel_plan.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
@@ -17,6 +22,9 @@
 #include "import/program_parallel.h"
 #include "import/program_plan.h"
 #include "import/pt2_archive.h"
+#include "import/simulated_run.h"
+#include "kernels/backend.h"
+#include "kernels/host_element.h"
 
 namespace tessera::cli {
 namespace {
@@ -29,6 +37,10 @@ struct PlanFlags {
   std::string tp_plan;  // a Hugging Face tp_plan file (JSON object)
   std::string prefix;   // the tp_plan's base model prefix
   std::string weights;  // a Hugging Face checkpoint directory
+  // run only
+  std::vector<std::string> inputs;  // NAME=FILE.npy, or FILE.npy for the one user input
+  std::string out;                  // the first output, as .npy
+  bool check = false;               // also on one rank, and compare
 };
 
 absl::StatusOr<std::string> ReadText(const std::string& path) {
@@ -54,31 +66,34 @@ struct Traffic {
   }
 };
 
-absl::Status Plan(const PlanFlags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(const import::Pt2Zip zip, import::Pt2Zip::Open(f.archive));
-  ASSIGN_OR_RETURN(const import::ArchiveModel model, import::ReadArchiveModel(zip));
-  ASSIGN_OR_RETURN(const import::ExportedProgram program,
-                   import::ParseExportedProgram(model.json, f.archive));
-  ASSIGN_OR_RETURN(const std::vector<import::ArchiveTensor> stored,
-                   import::ListArchiveTensors(zip, model.archive));
-  ASSIGN_OR_RETURN(const DeviceMesh mesh, MakeMesh(f.mesh));
-  const int tp = f.mesh_dim >= 0 ? f.mesh_dim : mesh.ndim() - 1;
-
-  int64_t resolved = 0;
-  for (const auto& [op, n] : program.resolved) resolved += n;
-  std::map<import::InputKind, int> kinds;
-  for (const import::ProgramInput& in : program.inputs) ++kinds[in.kind];
-  out << model.model << ": " << program.nodes.size() << " nodes (" << resolved
-      << " more answered by import), " << kinds[import::InputKind::kParameter] << " parameters, "
-      << kinds[import::InputKind::kBuffer] + kinds[import::InputKind::kConstant]
-      << " buffers and constants, " << kinds[import::InputKind::kUserInput] << " user input(s)\n";
-
-  // The plan: a parallelize_module plan file, a Hugging Face tp_plan, or none (all replicated).
+// An archive read, laid out and planned as the flags say, and where each input's value comes
+// from (`sources[i]`: "archive", "checkpoint", "checkpoint (tied: NAME)", or "" for a user input).
+struct Prepared {
+  std::optional<import::Pt2Zip> zip;
+  import::ArchiveModel model;
+  import::ExportedProgram program;
+  std::vector<import::ArchiveTensor> stored;
+  std::optional<import::HfCheckpoint> checkpoint;
+  std::vector<std::string> checkpoint_names;  // per input, as MatchCheckpoint gives them
+  std::vector<std::string> sources;
+  std::optional<DeviceMesh> mesh;  // set by Prepare
+  std::optional<import::ProgramPlan> plan;
   import::ProgramLayout layout;
+  import::PlannedProgram planned;
+};
+
+absl::StatusOr<Prepared> Prepare(const PlanFlags& f) {
+  Prepared p;
+  ASSIGN_OR_RETURN(p.zip, import::Pt2Zip::Open(f.archive));
+  ASSIGN_OR_RETURN(p.model, import::ReadArchiveModel(*p.zip));
+  ASSIGN_OR_RETURN(p.program, import::ParseExportedProgram(p.model.json, f.archive));
+  ASSIGN_OR_RETURN(p.stored, import::ListArchiveTensors(*p.zip, p.model.archive));
+  ASSIGN_OR_RETURN(p.mesh, MakeMesh(f.mesh));
+  const int tp = f.mesh_dim >= 0 ? f.mesh_dim : p.mesh->ndim() - 1;
+  // The plan: a parallelize_module plan file, a Hugging Face tp_plan, or none (all replicated).
   if (!f.plan.empty() && !f.tp_plan.empty()) {
     return absl::InvalidArgumentError("give --plan or --tp-plan, not both");
   }
-  std::optional<import::ProgramPlan> plan;
   if (!f.plan.empty()) {
     ASSIGN_OR_RETURN(const std::string text, ReadText(f.plan));
     ASSIGN_OR_RETURN(PlanSpec spec, ParsePlanSpec(text));
@@ -92,58 +107,75 @@ absl::Status Plan(const PlanFlags& f, std::ostream& out) {
     } else if (spec.parallelize->mesh_dim_name.empty()) {
       spec.parallelize->mesh_dim_index = tp;
     }
-    ASSIGN_OR_RETURN(plan, import::ProgramPlanOf(*spec.parallelize, mesh));
+    ASSIGN_OR_RETURN(p.plan, import::ProgramPlanOf(*spec.parallelize, *p.mesh));
   } else if (!f.tp_plan.empty()) {
     ASSIGN_OR_RETURN(const std::string text, ReadText(f.tp_plan));
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return absl::InvalidArgumentError(f.tp_plan + " is not JSON");
-    ASSIGN_OR_RETURN(plan, import::ParseHfTpPlan(j, f.prefix, tp));
+    ASSIGN_OR_RETURN(p.plan, import::ParseHfTpPlan(j, f.prefix, tp));
   }
-  if (plan.has_value()) {
-    ASSIGN_OR_RETURN(layout, import::LayOutProgram(program, *plan, mesh));
+  if (p.plan.has_value()) {
+    ASSIGN_OR_RETURN(p.layout, import::LayOutProgram(p.program, *p.plan, *p.mesh));
   }
-  out << mesh.ToString();
-  if (plan.has_value()) {
-    out << ", " << layout.assigned.size() << " module(s) styled on mesh dim " << plan->tp_mesh_dim
-        << (layout.unmatched.empty()
+  // Where the weights come from.
+  p.sources.assign(p.program.inputs.size(), "");
+  p.checkpoint_names.assign(p.program.inputs.size(), "");
+  for (size_t i = 0; i < p.sources.size(); ++i) {
+    if (p.program.inputs[i].kind != import::InputKind::kUserInput) p.sources[i] = "archive";
+  }
+  if (!f.weights.empty()) {
+    std::map<std::string, int64_t> entries;
+    for (const import::ArchiveTensor& t : p.stored) entries[t.name] = t.entry;
+    ASSIGN_OR_RETURN(p.checkpoint, import::OpenHfCheckpoint(f.weights));
+    ASSIGN_OR_RETURN(const import::WeightSources matched,
+                     import::MatchCheckpoint(p.program, *p.checkpoint, entries));
+    p.checkpoint_names = matched.checkpoint_names;
+    for (size_t i = 0; i < p.sources.size(); ++i) {
+      const std::string& name = matched.checkpoint_names[i];
+      if (name.empty()) continue;
+      p.sources[i] = name == p.program.inputs[i].target
+                         ? "checkpoint"
+                         : absl::StrCat("checkpoint (tied: ", name, ")");
+    }
+  }
+  ops::ShardingCache cache;
+  ASSIGN_OR_RETURN(p.planned, import::PlanExportedProgram(p.program, *p.mesh, p.layout.inputs,
+                                                          cache, p.layout.pins));
+  return p;
+}
+
+absl::Status Plan(const PlanFlags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(const Prepared p, Prepare(f));
+  const import::ExportedProgram& program = p.program;
+  int64_t resolved = 0;
+  for (const auto& [op, n] : program.resolved) resolved += n;
+  std::map<import::InputKind, int> kinds;
+  for (const import::ProgramInput& in : program.inputs) ++kinds[in.kind];
+  out << p.model.model << ": " << program.nodes.size() << " nodes (" << resolved
+      << " more answered by import), " << kinds[import::InputKind::kParameter] << " parameters, "
+      << kinds[import::InputKind::kBuffer] + kinds[import::InputKind::kConstant]
+      << " buffers and constants, " << kinds[import::InputKind::kUserInput] << " user input(s)\n";
+  out << p.mesh->ToString();
+  if (p.plan.has_value()) {
+    out << ", " << p.layout.assigned.size() << " module(s) styled on mesh dim "
+        << p.plan->tp_mesh_dim
+        << (p.layout.unmatched.empty()
                 ? std::string()
-                : absl::StrCat("; matching nothing: ", absl::StrJoin(layout.unmatched, ", ")));
+                : absl::StrCat("; matching nothing: ", absl::StrJoin(p.layout.unmatched, ", ")));
   } else {
     out << ", no plan: every parameter replicated";
   }
   out << "\n";
-
-  // Where the weights come from.
-  std::vector<std::string> sources(program.inputs.size());
-  if (!f.weights.empty()) {
-    std::map<std::string, int64_t> entries;
-    for (const import::ArchiveTensor& t : stored) entries[t.name] = t.entry;
-    ASSIGN_OR_RETURN(const import::HfCheckpoint checkpoint, import::OpenHfCheckpoint(f.weights));
-    ASSIGN_OR_RETURN(const import::WeightSources matched,
-                     import::MatchCheckpoint(program, checkpoint, entries));
-    for (size_t i = 0; i < sources.size(); ++i) {
-      const std::string& name = matched.checkpoint_names[i];
-      if (program.inputs[i].kind == import::InputKind::kUserInput) continue;
-      sources[i] = name.empty() ? "archive"
-                   : name == program.inputs[i].target
-                       ? "checkpoint"
-                       : absl::StrCat("checkpoint (tied: ", name, ")");
-    }
-  }
-
-  ops::ShardingCache cache;
-  ASSIGN_OR_RETURN(const import::PlannedProgram planned,
-                   import::PlanExportedProgram(program, mesh, layout.inputs, cache, layout.pins));
   for (size_t i = 0; i < program.inputs.size(); ++i) {
     const import::ProgramInput& in = program.inputs[i];
-    const DTensorSpec& s = planned.values[i];
-    out << absl::StrFormat("  %-12s %-52s %-20s %s%s\n", import::InputKindName(in.kind), in.target,
-                           absl::StrCat(DTypeName(s.dtype), ShapeToString(s.shape)),
-                           PlacementsToString(s.placements),
-                           sources[i].empty() ? "" : absl::StrCat("  ", sources[i]));
+    const DTensorSpec& s = p.planned.values[i];
+    out << absl::StrFormat(
+        "  %-12s %-52s %-20s %s%s\n", import::InputKindName(in.kind), in.target,
+        absl::StrCat(DTypeName(s.dtype), ShapeToString(s.shape)), PlacementsToString(s.placements),
+        f.weights.empty() || p.sources[i].empty() ? "" : absl::StrCat("  ", p.sources[i]));
   }
   Traffic traffic;
-  for (const import::PlannedNode& node : planned.nodes) {
+  for (const import::PlannedNode& node : p.planned.nodes) {
     if (node.call.has_value()) traffic.Add(*node.call);
     if (node.decomposition.has_value()) {
       for (const ops::PlannedCall& c : node.decomposition->planned.nodes) traffic.Add(c);
@@ -157,11 +189,147 @@ absl::Status Plan(const PlanFlags& f, std::ostream& out) {
   out << "a forward: " << (counts.empty() ? "no collectives" : absl::StrJoin(counts, ", "))
       << "; the busiest rank receives " << traffic.recv_bytes << " B\n";
   for (size_t o = 0; o < program.outputs.size(); ++o) {
-    const DTensorSpec& s = planned.values[program.outputs[o]];
+    const DTensorSpec& s = p.planned.values[program.outputs[o]];
     out << "  output " << program.output_names[o] << ": " << DTypeName(s.dtype)
         << ShapeToString(s.shape) << " " << PlacementsToString(s.placements) << "\n";
   }
   return absl::OkStatus();
+}
+
+// Every input's full value: the user inputs from --input files, the rest from the archive or the
+// checkpoint.
+absl::StatusOr<std::vector<HostTensor>> InputValues(const PlanFlags& f, const Prepared& p) {
+  std::map<std::string, std::string> files;
+  int user_inputs = 0;
+  for (const import::ProgramInput& in : p.program.inputs) {
+    user_inputs += in.kind == import::InputKind::kUserInput ? 1 : 0;
+  }
+  for (const std::string& given : f.inputs) {
+    const size_t eq = given.find('=');
+    if (eq == std::string::npos) {
+      if (user_inputs != 1) {
+        return absl::InvalidArgumentError(absl::StrCat("--input ", given, ": the program takes ",
+                                                       user_inputs,
+                                                       " inputs; name each NAME=FILE"));
+      }
+      for (const import::ProgramInput& in : p.program.inputs) {
+        if (in.kind == import::InputKind::kUserInput) files[in.name] = given;
+      }
+    } else {
+      files[given.substr(0, eq)] = given.substr(eq + 1);
+    }
+  }
+  std::map<std::string, const import::ArchiveTensor*> stored;
+  for (const import::ArchiveTensor& t : p.stored) stored[t.name] = &t;
+  std::vector<HostTensor> values;
+  for (size_t i = 0; i < p.program.inputs.size(); ++i) {
+    const import::ProgramInput& in = p.program.inputs[i];
+    const ops::TensorMeta& meta = p.program.value_metas[i];
+    if (in.kind == import::InputKind::kUserInput) {
+      auto it = files.find(in.name);
+      if (it == files.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("the program's input '", in.name,
+                                                       "' needs --input ", in.name, "=FILE.npy"));
+      }
+      ASSIGN_OR_RETURN(HostTensor t, ReadNpyFile(it->second));
+      if (t.shape() != meta.shape || t.dtype() != meta.dtype) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(it->second, " is ", DTypeName(t.dtype()), ShapeToString(t.shape()),
+                         "; input '", in.name, "' was exported as ", DTypeName(meta.dtype),
+                         ShapeToString(meta.shape), " (static shapes)"));
+      }
+      values.push_back(std::move(t));
+    } else if (!p.checkpoint_names[i].empty()) {
+      ASSIGN_OR_RETURN(HostTensor t, import::ReadCheckpointTensor(
+                                         p.checkpoint->tensors.at(p.checkpoint_names[i])));
+      values.push_back(std::move(t));
+    } else {
+      auto it = stored.find(in.target);
+      if (it == stored.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(f.archive, " stores no value for ",
+                                                       import::InputKindName(in.kind), " '",
+                                                       in.target, "'"));
+      }
+      ASSIGN_OR_RETURN(HostTensor t, import::ReadArchiveTensor(*p.zip, *it->second));
+      values.push_back(std::move(t));
+    }
+  }
+  for (const auto& [name, file] : files) {
+    bool known = false;
+    for (const import::ProgramInput& in : p.program.inputs) {
+      known |= in.kind == import::InputKind::kUserInput && in.name == name;
+    }
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--input ", name, "=", file, ": the program has no input '", name, "'"));
+    }
+  }
+  return values;
+}
+
+// The largest |a - b| over the elements, in double.
+double MaxDifference(const HostTensor& a, const HostTensor& b) {
+  return kernels::VisitDType(a.dtype(), [&]<typename T>(std::type_identity<T>) {
+    double worst = 0;
+    for (int64_t i = 0; i < a.num_elements() && i < b.num_elements(); ++i) {
+      const double x = static_cast<double>(kernels::Load(a.data_as<T>()[i]));
+      const double y = static_cast<double>(kernels::Load(b.data_as<T>()[i]));
+      worst = std::max(worst, std::abs(x - y));
+    }
+    return worst;
+  });
+}
+
+absl::Status Run(const PlanFlags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(const Prepared p, Prepare(f));
+  ASSIGN_OR_RETURN(const std::vector<HostTensor> values, InputValues(f, p));
+  ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelBackend> backend, kernels::MakeBackend("cpu"));
+  ASSIGN_OR_RETURN(const import::SimulatedRun run,
+                   import::RunOnSimulatedMesh(*backend, p.program, p.planned, values));
+  for (size_t o = 0; o < run.outputs.size(); ++o) {
+    const HostTensor& t = run.outputs[o];
+    const DTensorSpec& s = p.planned.values[p.program.outputs[o]];
+    out << "output " << p.program.output_names[o] << ": " << DTypeName(t.dtype())
+        << ShapeToString(t.shape()) << " " << PlacementsToString(s.placements) << " on "
+        << p.mesh->ToString() << "; the ranks moved " << run.bytes_moved << " B\n";
+  }
+  if (f.check) {
+    const DeviceMesh one = DeviceMesh::Create(p.mesh->device_type(), {1}).value();
+    ops::ShardingCache cache;
+    ASSIGN_OR_RETURN(const import::PlannedProgram single,
+                     import::PlanExportedProgram(p.program, one, {}, cache));
+    ASSIGN_OR_RETURN(const import::SimulatedRun reference,
+                     import::RunOnSimulatedMesh(*backend, p.program, single, values));
+    for (size_t o = 0; o < run.outputs.size(); ++o) {
+      out << "  against one process: the largest difference is "
+          << MaxDifference(run.outputs[o], reference.outputs[o]) << "\n";
+    }
+  }
+  if (!f.out.empty()) {
+    RETURN_IF_ERROR(WriteNpyFile(f.out, run.outputs[0]));
+    out << "wrote " << f.out << "\n";
+  }
+  return absl::OkStatus();
+}
+
+// The flags `plan` and `run` share.
+void AddPlanFlags(CLI::App& app, PlanFlags& flags) {
+  app.add_option("archive", flags.archive, "the archive torch.export.save wrote")
+      ->required()
+      ->type_name("FILE.pt2");
+  AddMeshShapeFlags(app, flags.mesh, "--mesh");
+  app.add_option("--mesh-dim", flags.mesh_dim, "the tensor-parallel mesh dim (default: the last)");
+  app.add_option("--plan", flags.plan, "a parallelize_module plan file")->type_name("FILE");
+  app.add_option("--tp-plan", flags.tp_plan,
+                 "a Hugging Face tp_plan: a JSON object of module pattern to style (colwise, "
+                 "rowwise, ...)")
+      ->type_name("FILE");
+  app.add_option("--prefix", flags.prefix,
+                 "the base model's prefix the tp_plan's patterns are under (a "
+                 "base_model_tp_plan's: \"model\" for Llama)");
+  app.add_option("--weights", flags.weights,
+                 "a Hugging Face checkpoint directory giving the weights, matched by name")
+      ->type_name("DIR");
 }
 
 }  // namespace
@@ -177,26 +345,21 @@ void AddImportCommands(CLI::App& app, Action* action) {
                          "sharding-propagation pass: each input's placements and what a forward "
                          "moves between ranks",
                          Plan, action);
-  plan.app->add_option("archive", plan.flags->archive, "the archive torch.export.save wrote")
-      ->required()
-      ->type_name("FILE.pt2");
-  AddMeshShapeFlags(*plan.app, plan.flags->mesh, "--mesh");
-  plan.app->add_option("--mesh-dim", plan.flags->mesh_dim,
-                       "the tensor-parallel mesh dim (default: the last)");
-  plan.app->add_option("--plan", plan.flags->plan, "a parallelize_module plan file")
-      ->type_name("FILE");
-  plan.app
-      ->add_option("--tp-plan", plan.flags->tp_plan,
-                   "a Hugging Face tp_plan: a JSON object of module pattern to style "
-                   "(colwise, rowwise, ...)")
-      ->type_name("FILE");
-  plan.app->add_option("--prefix", plan.flags->prefix,
-                       "the base model's prefix the tp_plan's patterns are under (a "
-                       "base_model_tp_plan's: \"model\" for Llama)");
-  plan.app
-      ->add_option("--weights", plan.flags->weights,
-                   "a Hugging Face checkpoint directory giving the weights, matched by name")
-      ->type_name("DIR");
+  AddPlanFlags(*plan.app, *plan.flags);
+  auto run = AddCommand(*group, "run",
+                        "plan an archive as `import plan` does and run it on a simulated mesh in "
+                        "this process (each rank's shards, the plan's collectives block by block, "
+                        "the kernels' local calls): a plan checked before it is deployed",
+                        Run, action);
+  AddPlanFlags(*run.app, *run.flags);
+  run.app
+      ->add_option("--input", run.flags->inputs,
+                   "a user input: NAME=FILE.npy, or FILE.npy for a program of one input")
+      ->type_name("[NAME=]FILE.npy");
+  run.app->add_option("--out", run.flags->out, "write the first output here")
+      ->type_name("FILE.npy");
+  run.app->add_flag("--check", run.flags->check,
+                    "also run the program on one rank and print the largest difference");
   group->group("Commands that need no cluster");
 }
 

@@ -25,9 +25,9 @@
 #include "import/archive_tensors.h"
 #include "import/program_plan.h"
 #include "import/pt2_archive.h"
+#include "import/simulated_run.h"
 #include "nlohmann/json.hpp"
 #include "tests/import/write_zip.h"
-#include "tests/support/simulated_program.h"
 #include "tests/support/test_device.h"
 
 namespace tessera::import {

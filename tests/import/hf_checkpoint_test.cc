@@ -22,7 +22,7 @@
 #include "import/archive_tensors.h"
 #include "import/program_plan.h"
 #include "import/pt2_archive.h"
-#include "tests/support/simulated_program.h"
+#include "import/simulated_run.h"
 #include "tests/support/test_device.h"
 
 namespace tessera::import {

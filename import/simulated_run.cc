@@ -1,4 +1,4 @@
-#include "tests/support/simulated_program.h"
+#include "import/simulated_run.h"
 
 #include <numeric>
 #include <utility>
@@ -9,7 +9,7 @@
 #include "core/status_macros.h"
 #include "kernels/aten/local_call.h"
 
-namespace tessera {
+namespace tessera::import {
 namespace {
 
 // Each rank's shard of every value so far, and the value's spec.
@@ -67,8 +67,8 @@ absl::Status RunCall(kernels::KernelBackend& backend, SimulatedMesh& sim, const 
 }  // namespace
 
 absl::StatusOr<SimulatedRun> RunOnSimulatedMesh(kernels::KernelBackend& backend,
-                                                const import::ExportedProgram& program,
-                                                const import::PlannedProgram& planned,
+                                                const ExportedProgram& program,
+                                                const PlannedProgram& planned,
                                                 std::span<const HostTensor> inputs) {
   if (inputs.size() != program.inputs.size() || planned.values.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("the program takes ", program.inputs.size(),
@@ -83,7 +83,7 @@ absl::StatusOr<SimulatedRun> RunOnSimulatedMesh(kernels::KernelBackend& backend,
     values.specs.push_back(planned.values[i]);
   }
   for (size_t k = 0; k < planned.nodes.size(); ++k) {
-    const import::PlannedNode& node = planned.nodes[k];
+    const PlannedNode& node = planned.nodes[k];
     absl::Status s;
     if (node.call.has_value()) {
       s = RunCall(backend, sim, mesh, *node.call, values);
@@ -107,7 +107,7 @@ absl::StatusOr<SimulatedRun> RunOnSimulatedMesh(kernels::KernelBackend& backend,
       }
     }
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(import::NodeText(program, k), ": ", s.message()));
+      return absl::Status(s.code(), absl::StrCat(NodeText(program, k), ": ", s.message()));
     }
     // Outputs pinned to a layout (a styled module's) are redistributed to it.
     const size_t first = values.shards.size() - node.output_moves.size();
@@ -117,8 +117,8 @@ absl::StatusOr<SimulatedRun> RunOnSimulatedMesh(kernels::KernelBackend& backend,
       absl::StatusOr<std::vector<HostTensor>> moved = sim.Redistribute(
           values.specs[first + o], *node.output_moves[o], std::move(values.shards[first + o]));
       if (!moved.ok()) {
-        return absl::Status(moved.status().code(), absl::StrCat(import::NodeText(program, k), ": ",
-                                                                moved.status().message()));
+        return absl::Status(moved.status().code(),
+                            absl::StrCat(NodeText(program, k), ": ", moved.status().message()));
       }
       values.shards[first + o] = *std::move(moved);
       values.specs[first + o] = planned.values[v];
@@ -136,4 +136,4 @@ absl::StatusOr<SimulatedRun> RunOnSimulatedMesh(kernels::KernelBackend& backend,
   return run;
 }
 
-}  // namespace tessera
+}  // namespace tessera::import
