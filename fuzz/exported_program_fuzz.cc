@@ -2,18 +2,18 @@
 // what it reads (import/program_plan.h), past the zip whose checksums stop most mutations before
 // the JSON: any bytes are refused with a status, or read as a program whose every value is
 // numbered once, which plans on a mesh of two (every value planned) or is refused.
-#include <string_view>
-
+#include "absl/strings/string_view.h"
+#include "core/json.h"
 #include "fuzz/fuzz_check.h"
 #include "import/exported_program.h"
 #include "import/program_plan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;
-  const std::string_view text(reinterpret_cast<const char*>(data), size);
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return 0;
-  absl::StatusOr<import::ExportedProgram> program = import::ParseExportedProgram(j, "fuzz");
+  const absl::string_view text(reinterpret_cast<const char*>(data), size);
+  const absl::StatusOr<nlohmann::json> j = ParseJson(text);
+  if (!j.ok()) return 0;
+  absl::StatusOr<import::ExportedProgram> program = import::ParseExportedProgram(*j, "fuzz");
   if (!program.ok()) {
     FUZZ_CHECK(!program.status().message().empty(), "a refusal says why");
     return 0;

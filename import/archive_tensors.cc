@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
+#include "core/json.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
 #include "import/exported_program.h"
@@ -30,13 +31,19 @@ bool RowMajorFromZero(const json& meta, const Shape& shape) {
   }
   if (strides == nullptr) return true;
   if (!strides->is_array() || strides->size() != shape.size()) return false;
+  // An empty tensor has no bytes to lay out.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return true;
   int64_t expected = 1;
   for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
     const json& s = (*strides)[d];
-    if (!s.is_object() || !s.contains("as_int") || !s["as_int"].is_number_integer()) return false;
-    // A dim of size 1 (or an empty tensor) may carry any stride.
-    if (shape[d] > 1 && s["as_int"].get<int64_t>() != expected) return false;
-    expected *= std::max<int64_t>(shape[d], 1);
+    if (!s.is_object() || !s.contains("as_int")) return false;
+    const absl::StatusOr<int64_t> stride = JsonInt64(s["as_int"]);
+    if (!stride.ok()) return false;
+    // A dim of size 1 may carry any stride.
+    if (shape[d] > 1 && *stride != expected) return false;
+    const std::optional<int64_t> next = CheckedMul(expected, shape[d]);
+    if (!next.has_value()) return false;
+    expected = *next;
   }
   return true;
 }
@@ -49,8 +56,11 @@ absl::Status ReadConfig(const Pt2Zip& zip, const std::string& archive, const std
   if (!config.has_value()) return absl::OkStatus();
   ASSIGN_OR_RETURN(const std::string text, zip.Read(*config, kMaxConfigBytes));
   const std::string what = absl::StrCat(zip.name(), ": ", dir, config_name);
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("config") || !j["config"].is_object()) {
+  absl::StatusOr<json> parsed = ParseJson(text);
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", parsed.status().message()));
+  const json& j = *parsed;
+  if (!j.is_object() || !j.contains("config") || !j["config"].is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is not a tensors' config"));
   }
   for (const auto& [name, entry] : j["config"].items()) {
@@ -70,7 +80,7 @@ absl::Status ReadConfig(const Pt2Zip& zip, const std::string& archive, const std
     ASSIGN_OR_RETURN(t.meta, ReadTensorMeta(entry["tensor_meta"], where));
     if (!RowMajorFromZero(entry["tensor_meta"], t.meta.shape)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, " is not laid out row-major from offset 0 (", entry["tensor_meta"].dump(), ")"));
+          where, " is not laid out row-major from offset 0 (", Shown(entry["tensor_meta"]), ")"));
     }
     const std::string file = dir + entry["path_name"].get<std::string>();
     const std::optional<int64_t> index = zip.Find(file);

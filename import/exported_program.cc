@@ -1,5 +1,6 @@
 #include "import/exported_program.h"
 
+#include <limits>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/checked_math.h"
+#include "core/json.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
 #include "import/pt2_archive.h"
@@ -29,14 +31,14 @@ absl::Status Invalid(const std::string& what, absl::string_view why) {
 }
 
 // The member `key` of the object `j`, or null.
-const json* Get(const json& j, const char* key) {
+const json* Get(const json& j, const std::string& key) {
   if (!j.is_object()) return nullptr;
   auto it = j.find(key);
   return it == j.end() ? nullptr : &*it;
 }
 
 // The string member `key` of `j`: INVALID_ARGUMENT naming `what` otherwise.
-absl::StatusOr<std::string> String(const json& j, const char* key, const std::string& what) {
+absl::StatusOr<std::string> String(const json& j, const std::string& key, const std::string& what) {
   const json* v = Get(j, key);
   if (v == nullptr || !v->is_string()) {
     return Invalid(what, absl::StrCat("has no string '", key, "'"));
@@ -45,8 +47,9 @@ absl::StatusOr<std::string> String(const json& j, const char* key, const std::st
 }
 
 absl::StatusOr<int64_t> Integer(const json& j, const std::string& what) {
-  if (!j.is_number_integer()) return Invalid(what, absl::StrCat(j.dump(), " is not an integer"));
-  return j.get<int64_t>();
+  absl::StatusOr<int64_t> n = JsonInt64(j);
+  if (!n.ok()) return Invalid(what, absl::StrCat(Shown(j), ": ", n.status().message()));
+  return *n;
 }
 
 // The name a tensor argument ({"name": ...}) refers to.
@@ -59,10 +62,10 @@ absl::StatusOr<int64_t> SymInt(const json& j, const std::string& what) {
   if (const json* v = Get(j, "as_int")) return Integer(*v, what);
   if (Get(j, "as_expr") != nullptr || Get(j, "as_name") != nullptr) {
     return absl::UnimplementedError(
-        absl::StrCat(what, ": a symbolic size (", j.dump(),
+        absl::StrCat(what, ": a symbolic size (", Shown(j),
                      "); export with static shapes (no dynamic_shapes) to load the program"));
   }
-  return Invalid(what, absl::StrCat(j.dump(), " is not a size"));
+  return Invalid(what, absl::StrCat(Shown(j), " is not a size"));
 }
 
 }  // namespace
@@ -92,6 +95,25 @@ absl::StatusOr<ops::TensorMeta> ReadTensorMeta(const json& j, const std::string&
 
 namespace {
 
+// `text` split on `sep` where it stands outside brackets and parentheses, as torch's own
+// metadata_split does (a path such as "layers.slice(None, 2, None).0" holds commas).
+std::vector<absl::string_view> SplitOutsideBrackets(absl::string_view text, char sep) {
+  std::vector<absl::string_view> out;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '(' || c == '[' || c == '{') ++depth;
+    if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
+    if (c == sep && depth == 0) {
+      out.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  out.push_back(text.substr(start));
+  return out;
+}
+
 // The modules of a node's nn_module_stack ("L__self__,,Cls;L__self__model,model,Cls"), outermost
 // first, as (FQN, class) pairs.
 std::vector<std::pair<std::string, std::string>> ModuleStack(const json& node) {
@@ -100,8 +122,9 @@ std::vector<std::pair<std::string, std::string>> ModuleStack(const json& node) {
   const json* stack = metadata == nullptr ? nullptr : Get(*metadata, "nn_module_stack");
   if (stack == nullptr || !stack->is_string()) return out;
   const std::string text = stack->get<std::string>();
-  for (absl::string_view frame : absl::StrSplit(text, ';', absl::SkipEmpty())) {
-    std::vector<absl::string_view> fields = absl::StrSplit(frame, ',');
+  for (absl::string_view frame : SplitOutsideBrackets(text, ';')) {
+    if (frame.empty()) continue;
+    const std::vector<absl::string_view> fields = SplitOutsideBrackets(frame, ',');
     if (fields.size() >= 3) out.emplace_back(std::string(fields[1]), std::string(fields[2]));
   }
   return out;
@@ -132,7 +155,7 @@ absl::StatusOr<int> ProgramReader::AddValue(const std::string& name, const std::
   if (values_.contains(name)) {
     return Invalid(where, absl::StrCat("value '", name, "' is written twice"));
   }
-  const json* meta = Get(*tensor_values_, name.c_str());
+  const json* meta = Get(*tensor_values_, name);
   if (meta == nullptr) {
     return Invalid(where, absl::StrCat("value '", name, "' has no entry in tensor_values"));
   }
@@ -184,13 +207,13 @@ absl::Status ProgramReader::ReadSignature(const json& signature) {
       const json* t = Get(*arg, "as_tensor");
       if (t == nullptr) {
         return absl::UnimplementedError(absl::StrCat(
-            where, " is ", arg->dump(), "; import takes tensor inputs only (no Python numbers)"));
+            where, " is ", Shown(*arg), "; import takes tensor inputs only (no Python numbers)"));
       }
       ASSIGN_OR_RETURN(in.name, TensorName(*t, where));
       in.target = in.name;
     } else {
       ASSIGN_OR_RETURN(in.name, TensorName(*arg, where));
-      ASSIGN_OR_RETURN(in.target, String(*body, name_key.c_str(), where));
+      ASSIGN_OR_RETURN(in.target, String(*body, name_key, where));
     }
     RETURN_IF_ERROR(AddValue(in.name, where).status());
     program_.inputs.push_back(std::move(in));
@@ -200,7 +223,7 @@ absl::Status ProgramReader::ReadSignature(const json& signature) {
 
 absl::StatusOr<ops::OpValue> ProgramReader::Argument(const json& arg,
                                                      const std::string& where) const {
-  if (!arg.is_object() || arg.size() != 1) return Invalid(where, arg.dump() + " is no argument");
+  if (!arg.is_object() || arg.size() != 1) return Invalid(where, Shown(arg) + " is no argument");
   const std::string& kind = arg.begin().key();
   const json& v = arg.begin().value();
   if (kind == "as_none") return ops::NoneValue{};
@@ -215,7 +238,7 @@ absl::StatusOr<ops::OpValue> ProgramReader::Argument(const json& arg,
     for (const json& t : v) {
       const json* named = kind == "as_tensors" ? &t : Get(t, "as_tensor");
       if (named == nullptr) {
-        if (Get(t, "as_none") == nullptr) return Invalid(where, t.dump() + " is no tensor");
+        if (Get(t, "as_none") == nullptr) return Invalid(where, Shown(t) + " is no tensor");
         list.indices.push_back(-1);
         continue;
       }
@@ -242,15 +265,22 @@ absl::StatusOr<ops::OpValue> ProgramReader::Argument(const json& arg,
     return ints;
   }
   if (kind == "as_float") {
-    if (!v.is_number()) return Invalid(where, v.dump() + " is not a number");
+    // torch's serializer writes an infinite or NaN float as a string.
+    if (v.is_string()) {
+      const std::string f = v.get<std::string>();
+      if (f == "Infinity") return std::numeric_limits<double>::infinity();
+      if (f == "-Infinity") return -std::numeric_limits<double>::infinity();
+      if (f == "NaN") return std::numeric_limits<double>::quiet_NaN();
+    }
+    if (!v.is_number()) return Invalid(where, Shown(v) + " is not a number");
     return v.get<double>();
   }
   if (kind == "as_bool") {
-    if (!v.is_boolean()) return Invalid(where, v.dump() + " is not a bool");
+    if (!v.is_boolean()) return Invalid(where, Shown(v) + " is not a bool");
     return v.get<bool>();
   }
   if (kind == "as_string") {
-    if (!v.is_string()) return Invalid(where, v.dump() + " is not a string");
+    if (!v.is_string()) return Invalid(where, Shown(v) + " is not a string");
     return v.get<std::string>();
   }
   if (kind == "as_scalar_type") {
@@ -300,11 +330,12 @@ absl::Status ProgramReader::ReadNode(const json& node, int k) {
   if (inputs == nullptr || !inputs->is_array() || outputs == nullptr || !outputs->is_array()) {
     return Invalid(where, "has no inputs and outputs lists");
   }
+  std::vector<std::string> arg_names;  // as the archive names each argument, positional or not
   for (const json& in : *inputs) {
     const json* arg = Get(in, "arg");
     const json* kind = Get(in, "kind");
     ASSIGN_OR_RETURN(const std::string arg_name, String(in, "name", where));
-    if (arg == nullptr || kind == nullptr) return Invalid(where, in.dump() + " is no argument");
+    if (arg == nullptr || kind == nullptr) return Invalid(where, Shown(in) + " is no argument");
     const std::string arg_where = absl::StrCat(where, ", argument '", arg_name, "'");
     ASSIGN_OR_RETURN(const int64_t kind_code, Integer(*kind, arg_where));
     if (kind_code != kPositional && kind_code != kKeyword) {
@@ -314,6 +345,7 @@ absl::Status ProgramReader::ReadNode(const json& node, int k) {
     if (out.op == "aten::to.device" && arg_name == "device") continue;
     ASSIGN_OR_RETURN(ops::OpValue value, Argument(*arg, arg_where));
     out.args.push_back({kind_code == kKeyword ? arg_name : "", std::move(value)});
+    arg_names.push_back(arg_name);
   }
   if (out.op == "aten::_assert_tensor_metadata") {
     // Checked here against the recorded metas, and dropped.
@@ -322,12 +354,12 @@ absl::Status ProgramReader::ReadNode(const json& node, int k) {
       const ops::NamedValue& arg = out.args[i];
       if (const auto* t = std::get_if<ops::TensorRef>(&arg.value); t != nullptr && i == 0) {
         a = &program_.value_metas[t->index];
-      } else if (a != nullptr && arg.name == "dtype") {
+      } else if (a != nullptr && arg_names[i] == "dtype") {
         if (const auto* d = std::get_if<DType>(&arg.value); d != nullptr && *d != a->dtype) {
           return Invalid(where, absl::StrCat("asserts dtype ", DTypeName(*d), " of a ",
                                              DTypeName(a->dtype), " value"));
         }
-      } else if (a != nullptr && (arg.name == "size" || (arg.name.empty() && i == 1))) {
+      } else if (a != nullptr && arg_names[i] == "size") {
         if (const auto* s = std::get_if<std::vector<int64_t>>(&arg.value);
             s != nullptr && *s != a->shape) {
           return Invalid(where, absl::StrCat("asserts size ", ShapeToString(*s), " of a ",
@@ -357,7 +389,7 @@ absl::Status ProgramReader::ReadNode(const json& node, int k) {
       }
     } else {
       return absl::UnimplementedError(
-          absl::StrCat(where, ": an output ", o.dump(), " (import takes tensor outputs)"));
+          absl::StrCat(where, ": an output ", Shown(o), " (import takes tensor outputs)"));
     }
   }
   if (out.outputs.empty()) return Invalid(where, "writes no value");
@@ -405,6 +437,15 @@ absl::StatusOr<ExportedProgram> ProgramReader::Read(const json& model) {
 }
 
 }  // namespace
+
+std::string Shown(const nlohmann::json& value) {
+  size_t most = 160;
+  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (text.size() <= most) return text;
+  // Cut at a character's first byte, so the message stays UTF-8.
+  while (most > 0 && (static_cast<unsigned char>(text[most]) & 0xC0) == 0x80) --most;
+  return absl::StrCat(text.substr(0, most), "...");
+}
 
 const char* InputKindName(InputKind kind) {
   switch (kind) {

@@ -60,6 +60,9 @@ struct ExportedProgram {
   int num_values() const { return static_cast<int>(value_names.size()); }
 };
 
+// A JSON value as messages show it: compact, at most 160 characters (then "..."); never throws.
+std::string Shown(const nlohmann::json& value);
+
 // The dtype of the serializer's ScalarType code (torch/_export/serde/schema.py: 7 float32, 5
 // int64, 12 bool, ...); INVALID_ARGUMENT naming the code for one Tessera has no dtype for.
 absl::StatusOr<DType> DTypeOfScalarType(int64_t code);

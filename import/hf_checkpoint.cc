@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/files/file_bytes.h"
+#include "core/json.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
 
@@ -25,11 +26,12 @@ absl::StatusOr<json> ReadJsonFile(const std::string& path) {
         absl::StrCat(path, " is ", size, " bytes; at most ", kMaxJsonBytes, " are read"));
   }
   ASSIGN_OR_RETURN(const std::string text, ReadFileRange(path, 0, static_cast<size_t>(size)));
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  absl::StatusOr<json> j = ParseJson(text);
+  if (!j.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", j.status().message()));
+  if (!j->is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a JSON object"));
   }
-  return j;
+  return *std::move(j);
 }
 
 // Adds every tensor of the safetensors file at `path` (those `wanted` names only, when given).

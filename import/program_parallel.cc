@@ -1,5 +1,6 @@
 #include "import/program_parallel.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -110,7 +111,7 @@ absl::StatusOr<ProgramPlan> ParseHfTpPlan(const nlohmann::json& tp_plan, const s
                                           int tp_mesh_dim) {
   if (!tp_plan.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a tp_plan is an object of module pattern to style, not ", tp_plan.dump()));
+        absl::StrCat("a tp_plan is an object of module pattern to style, not ", Shown(tp_plan)));
   }
   static const auto* const styles = new std::map<std::string, ModuleStyle>{
       {"colwise", Style(Kind::kColwise, Placement::Shard(-1), "colwise")},
@@ -133,7 +134,7 @@ absl::StatusOr<ProgramPlan> ParseHfTpPlan(const nlohmann::json& tp_plan, const s
   for (const auto& [pattern, value] : tp_plan.items()) {
     if (!value.is_string()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tp_plan '", pattern, "': the style ", value.dump(), " is not a string"));
+          absl::StrCat("tp_plan '", pattern, "': the style ", Shown(value), " is not a string"));
     }
     const std::string name = value.get<std::string>();
     if (name == "packed_colwise" || name == "packed_rowwise") {
@@ -188,7 +189,15 @@ absl::StatusOr<ProgramLayout> LayOutProgram(const ExportedProgram& program, cons
   for (const ProgramNode& node : program.nodes) {
     for (int v : node.outputs) written_in[v] = &node.module;
   }
-  for (const auto& [landed_fqn, p] : landed) {
+  // Inner modules first: where a styled module holds another and they share an output value,
+  // the outer one's layout is the last applied, as torch runs the outer module's output hook last.
+  std::vector<std::pair<std::string, int>> order(landed.begin(), landed.end());
+  auto depth = [](const std::string& fqn) {
+    return fqn.empty() ? 0 : 1 + static_cast<int>(std::count(fqn.begin(), fqn.end(), '.'));
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const auto& a, const auto& b) { return depth(a.first) > depth(b.first); });
+  for (const auto& [landed_fqn, p] : order) {
     const std::string& fqn = landed_fqn;  // a variable the lambdas below can capture
     const ModuleStyle& style = plan.styles[p].second;
     const std::string& type = program.module_types.at(fqn);

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "core/json.h"
 #include "core/ops/op_registry.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -43,7 +44,6 @@ absl::StatusOr<ArchiveModel> ReadArchiveModel(const Pt2Zip& zip) {
     const size_t slash = n.find('/');
     if (slash == absl::string_view::npos) continue;
     const absl::string_view rest = n.substr(slash + 1);
-    if (rest == "archive_format") format = i;
     // The first model (an archive may hold more, by name; torch.export.save writes "model").
     if (!model.has_value() && absl::StartsWith(rest, "models/") && absl::EndsWith(rest, ".json")) {
       model = i;
@@ -55,6 +55,8 @@ absl::StatusOr<ArchiveModel> ReadArchiveModel(const Pt2Zip& zip) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, " holds no <name>/models/*.json: not an archive torch.export.save wrote"));
   }
+  // The format of the model's own folder.
+  format = zip.Find(out.archive + "/archive_format");
   if (format.has_value()) {
     ASSIGN_OR_RETURN(const std::string f, zip.Read(*format, 64));
     if (absl::StripAsciiWhitespace(f) != "pt2") {
@@ -63,10 +65,12 @@ absl::StatusOr<ArchiveModel> ReadArchiveModel(const Pt2Zip& zip) {
     }
   }
   ASSIGN_OR_RETURN(const std::string text, zip.Read(*model, kMaxModelBytes));
-  out.json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (out.json.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", out.model, " is not JSON"));
+  absl::StatusOr<nlohmann::json> parsed = ParseJson(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", out.model, " is not JSON: ", parsed.status().message()));
   }
+  out.json = *std::move(parsed);
   return out;
 }
 
@@ -94,7 +98,9 @@ absl::StatusOr<Pt2Graph> ReadGraph(const Pt2Zip& zip) {
   if (j.contains("schema_version") && j["schema_version"].is_object()) {
     const nlohmann::json& v = j["schema_version"];
     if (v.contains("major") && v.contains("minor")) {
-      graph.schema_version = absl::StrCat(v["major"].dump(), ".", v["minor"].dump());
+      const absl::StatusOr<int64_t> major = JsonInt64(v["major"]);
+      const absl::StatusOr<int64_t> minor = JsonInt64(v["minor"]);
+      if (major.ok() && minor.ok()) graph.schema_version = absl::StrCat(*major, ".", *minor);
     }
   }
   if (j.contains("torch_version") && j["torch_version"].is_string()) {

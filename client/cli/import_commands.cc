@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "core/files/file_bytes.h"
 #include "core/files/npy.h"
+#include "core/json.h"
 #include "core/modules/parallel_plan.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
@@ -89,6 +91,10 @@ absl::StatusOr<Prepared> Prepare(const PlanFlags& f) {
   ASSIGN_OR_RETURN(p.program, import::ParseExportedProgram(p.model.json, f.archive));
   ASSIGN_OR_RETURN(p.stored, import::ListArchiveTensors(*p.zip, p.model.archive));
   ASSIGN_OR_RETURN(p.mesh, MakeMesh(f.mesh));
+  if (f.mesh_dim >= p.mesh->ndim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mesh-dim ", f.mesh_dim, ": the mesh has ", p.mesh->ndim(), " dims"));
+  }
   const int tp = f.mesh_dim >= 0 ? f.mesh_dim : p.mesh->ndim() - 1;
   // The plan: a parallelize_module plan file, a Hugging Face tp_plan, or none (all replicated).
   if (!f.plan.empty() && !f.tp_plan.empty()) {
@@ -110,9 +116,11 @@ absl::StatusOr<Prepared> Prepare(const PlanFlags& f) {
     ASSIGN_OR_RETURN(p.plan, import::ProgramPlanOf(*spec.parallelize, *p.mesh));
   } else if (!f.tp_plan.empty()) {
     ASSIGN_OR_RETURN(const std::string text, ReadText(f.tp_plan));
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return absl::InvalidArgumentError(f.tp_plan + " is not JSON");
-    ASSIGN_OR_RETURN(p.plan, import::ParseHfTpPlan(j, f.prefix, tp));
+    absl::StatusOr<nlohmann::json> j = ParseJson(text);
+    if (!j.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(f.tp_plan, ": ", j.status().message()));
+    }
+    ASSIGN_OR_RETURN(p.plan, import::ParseHfTpPlan(*j, f.prefix, tp));
   }
   if (p.plan.has_value()) {
     ASSIGN_OR_RETURN(p.layout, import::LayOutProgram(p.program, *p.plan, *p.mesh));
@@ -267,14 +275,16 @@ absl::StatusOr<std::vector<HostTensor>> InputValues(const PlanFlags& f, const Pr
   return values;
 }
 
-// The largest |a - b| over the elements, in double.
+// The largest |a - b| over the elements, in double; NaN where one holds a NaN the other does not
+// hold at that element.
 double MaxDifference(const HostTensor& a, const HostTensor& b) {
   return kernels::VisitDType(a.dtype(), [&]<typename T>(std::type_identity<T>) {
     double worst = 0;
     for (int64_t i = 0; i < a.num_elements() && i < b.num_elements(); ++i) {
       const double x = static_cast<double>(kernels::Load(a.data_as<T>()[i]));
       const double y = static_cast<double>(kernels::Load(b.data_as<T>()[i]));
-      worst = std::max(worst, std::abs(x - y));
+      if (std::isnan(x) != std::isnan(y)) return std::numeric_limits<double>::quiet_NaN();
+      if (!std::isnan(x) && x != y) worst = std::max(worst, std::abs(x - y));
     }
     return worst;
   });

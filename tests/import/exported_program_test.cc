@@ -371,6 +371,23 @@ TEST(ExportedProgramErrorsTest, MalformedGraphsAreRefusedNamingWhatIsWrong) {
          }
        },
        absl::StatusCode::kInvalidArgument, "asserts dtype float32 of a bool value"},
+      {"an assertion the graph breaks, its dtype given positionally",
+       [](nlohmann::json& j) {
+         for (nlohmann::json& a :
+              NodeOf(j, "torch.ops.aten._assert_tensor_metadata.default")["inputs"]) {
+           if (a["name"] == "dtype") {
+             a["arg"]["as_scalar_type"] = 7;
+             a["kind"] = 1;
+           }
+         }
+       },
+       absl::StatusCode::kInvalidArgument, "asserts dtype float32 of a bool value"},
+      {"an integer past int64",
+       [](nlohmann::json& j) {
+         j["graph_module"]["graph"]["tensor_values"]["input_ids"]["sizes"][1]["as_int"] =
+             uint64_t{18446744073709551615u};
+       },
+       absl::StatusCode::kInvalidArgument, "18446744073709551615"},
       {"an unknown argument kind",
        [](nlohmann::json& j) {
          NodeOf(j, "torch.ops.aten.rsqrt.default")["inputs"][0]["arg"] = {{"as_graph", 1}};
@@ -393,6 +410,47 @@ TEST(ExportedProgramErrorsTest, MalformedGraphsAreRefusedNamingWhatIsWrong) {
     EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.what;
     EXPECT_THAT(s.message(), HasSubstr("llama.pt2")) << c.what;
   }
+}
+
+// torch writes an infinite or NaN float as a string; a module path may hold commas in brackets.
+TEST(ExportedProgramTest, ReadsTorchsSpellings) {
+  nlohmann::json j = LlamaJson();
+  for (nlohmann::json& n : Nodes(j)) {
+    for (nlohmann::json& a : n["inputs"]) {
+      if (a["arg"].contains("as_float") && a["arg"]["as_float"] == 1e-06) {
+        a["arg"]["as_float"] = "-Infinity";
+      }
+    }
+  }
+  Nodes(j)[0]["metadata"]["nn_module_stack"] =
+      "L__self__,,M;L__self___layers_slice,layers.slice(None, 2, None).0,torch.nn.Embedding";
+  absl::StatusOr<ExportedProgram> program = ParseExportedProgram(j, "llama.pt2");
+  ASSERT_TRUE(program.ok()) << program.status();
+  int infinite = 0;
+  for (const ProgramNode& node : program->nodes) {
+    for (const ops::NamedValue& arg : node.args) {
+      if (const double* d = std::get_if<double>(&arg.value); d != nullptr && std::isinf(*d)) {
+        EXPECT_LT(*d, 0);
+        ++infinite;
+      }
+    }
+  }
+  EXPECT_GE(infinite, 2);
+  EXPECT_EQ(program->nodes[0].module, "layers.slice(None, 2, None).0");
+  EXPECT_EQ(program->module_types.at("layers.slice(None, 2, None).0"), "torch.nn.Embedding");
+}
+
+// Nesting past 64 levels is refused before anything walks it.
+TEST(ExportedProgramErrorsTest, DeepJsonIsRefused) {
+  std::string deep = R"({"graph_module": {"graph": {"nodes": [], "x": )";
+  for (int i = 0; i < 200; ++i) deep += "[";
+  for (int i = 0; i < 200; ++i) deep += "]";
+  deep += "}}}";
+  const std::string path = ::testing::TempDir() + "/deep.pt2";
+  ASSERT_NO_FATAL_FAILURE(WriteZip(path, {{"m/models/model.json", deep}}));
+  const absl::Status s = ReadPt2Graph(path).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("not JSON"), HasSubstr("64")));
 }
 
 TEST(ExportedProgramErrorsTest, PlacementsThatDoNotFitNameTheParameter) {

@@ -221,6 +221,10 @@ TEST(HfCheckpointErrorsTest, ABrokenIndexIsRefusedNamingTheShard) {
   EXPECT_THAT(Match(dir, archive).message(), HasSubstr("not a file in"));
 
   std::ofstream(index) << "{";
+  s = Match(dir, archive);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("model.safetensors.index.json: "));
+  std::ofstream(index) << "[1]";
   EXPECT_THAT(Match(dir, archive).message(), HasSubstr("is not a JSON object"));
 }
 

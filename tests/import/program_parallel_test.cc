@@ -234,6 +234,29 @@ TEST(HfTpPlanTest, StylesAsTransformersReadsThem) {
             std::vector<Placement>{Placement::Shard(1)});
 }
 
+// A styled module inside another: where they share an output value, the outer style's layout is
+// the one it ends in (torch runs the outer module's output hook last).
+TEST(HfTpPlanTest, TheOuterStyleLaysOutASharedOutput) {
+  const ExportedProgram program = ReadProgram("llama");
+  const DeviceMesh mesh = DeviceMesh::Create("cpu", {2}).value();
+  ProgramPlan plan = ParseHfTpPlan({{"model.layers.0.mlp", "sequence_parallel"},
+                                    {"model.layers.0.mlp.down_proj", "rowwise"}},
+                                   "", 0)
+                         .value();
+  absl::StatusOr<ProgramLayout> layout = LayOutProgram(program, plan, mesh);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  int down_proj_outputs = 0;
+  for (size_t k = 0; k < program.nodes.size(); ++k) {
+    if (program.nodes[k].module != "model.layers.0.mlp.down_proj") continue;
+    for (int v : program.nodes[k].outputs) {
+      if (layout->pins[v].empty()) continue;
+      ++down_proj_outputs;
+      EXPECT_EQ(*layout->pins[v][0], Placement::Shard(1)) << program.value_names[v];
+    }
+  }
+  EXPECT_EQ(down_proj_outputs, 1);
+}
+
 TEST(HfTpPlanTest, PlansThatDoNotFitAreRefusedNamingWhy) {
   absl::Status s = ParseHfTpPlan({{"lm_head", "diagonal"}}, "", 0).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
