@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds every target with warnings as errors (CUDA kernels too when
 # nvcc and NCCL are found; GPU tests skip without a device), runs every test with ctest, then
-# each fuzz target for half a minute, then the core tests under ASan and UBSan.
+# each fuzz target for 20 seconds, then the core tests under ASan and UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # How long each step took, said as it ends (CI's budget is the sum).
@@ -28,7 +28,7 @@ step "ctest" "$t"
 t=$SECONDS
 # Every fuzz target under libFuzzer with ASan and UBSan (a clang build in build/fuzz), a short run
 # each; scripts/run-fuzz.sh SECONDS is the long run.
-./scripts/run-fuzz.sh "${TESSERA_FUZZ_SECONDS:-30}"
+./scripts/run-fuzz.sh "${TESSERA_FUZZ_SECONDS:-20}"
 step "the fuzz build and runs" "$t"
 t=$SECONDS
 # The core tests (the sharding model, the planners, the file formats: ctest label core) under ASan
