@@ -3,6 +3,7 @@
 
 #include "tessera/module.h"
 
+#include <filesystem>
 #include <map>
 #include <utility>
 
@@ -11,7 +12,9 @@
 #include "client/session_impl.h"
 #include "core/files/file_bytes.h"
 #include "core/files/safetensors.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
+#include "import/program_weights.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 #include "tessera/session.h"
@@ -143,6 +146,69 @@ absl::StatusOr<Module> LoadModule(Session& session, const std::string& spec_json
   return ModuleAccess::Adopt(session.shared_from_this(), info);
 }
 
+absl::StatusOr<Module> LoadExported(Session& session, const std::string& archive_path,
+                                    const Mesh& mesh, const std::string& name,
+                                    const LoadExportedOptions& options) {
+  const internal::SessionImpl& impl = internal_impl(session);
+  ASSIGN_OR_RETURN(const import::ProgramWeights weights,
+                   import::ProgramWeights::Open(archive_path, options.checkpoint_dir));
+  v1::LoadModuleChunk chunk;
+  v1::LoadModuleHeader* h = chunk.mutable_header();
+  h->set_name(name);
+  h->set_mesh(mesh.name);
+  h->set_plan_json(options.plan_json);
+  h->set_weights_follow(true);
+  v1::ImportedProgram* program = h->mutable_program();
+  try {
+    program->set_program_json(
+        weights.model().json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(archive_path, ": the program does not write as JSON: ", e.what()));
+  }
+  program->set_tp_plan_json(options.tp_plan_json);
+  program->set_tp_prefix(options.tp_prefix);
+  program->set_mesh_dim(options.mesh_dim);
+  program->set_source(std::filesystem::path(archive_path).filename().string());
+  int64_t total = 0;
+  v1::WeightsHeader* entries = chunk.mutable_weights();
+  for (const import::ProgramWeights::Weight& w : weights.weights()) {
+    v1::WeightsEntry* e = entries->add_tensors();
+    e->set_name(w.name);
+    e->set_dtype(ToProto(w.meta.dtype));
+    *e->mutable_shape() = ToProto(w.meta.shape);
+    total += NumElements(w.meta.shape) * static_cast<int64_t>(DTypeSize(w.meta.dtype));
+  }
+  grpc::ClientContext context;
+  impl.Prepare(&context, kTransferTimeout);
+  v1::ModuleInfo info;
+  auto writer = impl.modules->LoadModule(&context, &info);
+  bool open = writer->Write(chunk);
+  // Each weight read whole in turn (the client holds one at a time), sent a chunk at a time.
+  int64_t sent = 0;
+  for (const import::ProgramWeights::Weight& w : weights.weights()) {
+    if (!open) break;
+    absl::StatusOr<HostTensor> t = weights.Read(w);
+    if (!t.ok()) {
+      context.TryCancel();  // nothing of the module is kept
+      writer->Finish().IgnoreError();
+      return t.status();
+    }
+    const std::span<const std::byte> bytes = t->bytes();
+    open = ForEachChunk(bytes.size(), [&](size_t at, size_t n) {
+      v1::LoadModuleChunk data;
+      data.set_data(reinterpret_cast<const char*>(bytes.data()) + at, n);
+      if (!writer->Write(data)) return false;
+      sent += static_cast<int64_t>(n);
+      if (options.progress) options.progress(sent, total);
+      return true;
+    });
+  }
+  writer->WritesDone();
+  RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
+  return ModuleAccess::Adopt(session.shared_from_this(), info);
+}
+
 absl::StatusOr<Module> ParallelizeModule(const Module& module, const std::string& mesh_or_dim,
                                          const std::string& plan_json) {
   ASSIGN_OR_RETURN(internal::SessionImpl* const impl, ImplOf(module));
@@ -222,6 +288,32 @@ absl::StatusOr<ModuleOutput> Module::Forward(const HostTensor& input, Outputs ou
 absl::StatusOr<ModuleOutput> Module::ForwardLocal(std::span<const HostTensor> locals,
                                                   Outputs outputs) const {
   return RunForward(*this, nullptr, locals, outputs);
+}
+
+absl::StatusOr<std::vector<HostTensor>> Module::ForwardMany(
+    std::span<const HostTensor> inputs) const {
+  ASSIGN_OR_RETURN(internal::SessionImpl* const impl, ImplOf(*this));
+  if (inputs.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("module '", name(), "': a forward needs inputs"));
+  }
+  v1::ForwardRequest request;
+  request.set_name(name());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    v1::ModuleInput* in = k == 0 ? request.mutable_input() : request.add_more_inputs();
+    *in->mutable_full() = ToProto(inputs[k]);
+  }
+  grpc::ClientContext context;
+  impl->Prepare(&context, kTransferTimeout);
+  v1::ForwardReply reply;
+  RETURN_IF_ERROR(FromGrpcStatus(impl->modules->Forward(&context, request, &reply)));
+  std::vector<HostTensor> outputs;
+  for (int o = 0; o <= reply.more_outputs_size(); ++o) {
+    absl::StatusOr<HostTensor> t = FromProto(o == 0 ? reply.output() : reply.more_outputs(o - 1));
+    if (!t.ok()) return WithContext(absl::StrCat("output ", o), t.status());
+    outputs.push_back(*std::move(t));
+  }
+  return outputs;
 }
 
 absl::StatusOr<StepResult> Module::Step(const HostTensor& input, const StepOptions& options) const {

@@ -63,6 +63,25 @@ absl::StatusOr<ModuleInfo> FromWire(const v1::ModuleInfo& module) {
   info.unmatched.assign(module.unmatched().begin(), module.unmatched().end());
   for (const v1::PublishedVersion& p : module.published()) info.published.push_back(FromWire(p));
   info.program_steps = module.program_steps();
+  if (module.has_imported()) {
+    const v1::ImportedInfo& in = module.imported();
+    ImportedInfo imported;
+    imported.source = in.source();
+    imported.nodes = in.nodes();
+    for (const auto* edges : {&in.inputs(), &in.outputs()}) {
+      for (const v1::ProgramEdge& e : *edges) {
+        absl::StatusOr<DTensorSpec> spec = FromProto(e.meta());
+        if (!spec.ok())
+          return WithContext(absl::StrCat("program edge '", e.name(), "'"), spec.status());
+        (edges == &in.inputs() ? imported.inputs : imported.outputs)
+            .push_back({e.name(), *std::move(spec)});
+      }
+    }
+    imported.styled.assign(in.styled().begin(), in.styled().end());
+    imported.tp_plan_json = in.tp_plan_json();
+    imported.collectives = in.collectives();
+    info.imported = std::move(imported);
+  }
   return info;
 }
 

@@ -9,11 +9,14 @@ install(TARGETS tessera-coordinator tessera-worker tessera
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT Runtime)
 
 # tessera::client and what it links: tessera::core (the sharding model, whose types the public
-# headers use), and, link-only, the wire vocabulary and the tensor streams.
+# headers use), and, link-only, the wire vocabulary, the tensor streams and the torch.export
+# archive reader (libzip).
 set_target_properties(tessera_core PROPERTIES EXPORT_NAME core)
 set_target_properties(tessera_proto PROPERTIES EXPORT_NAME proto)
 set_target_properties(tessera_transfer PROPERTIES EXPORT_NAME transfer)
-install(TARGETS tessera_client tessera_core tessera_proto tessera_transfer EXPORT TesseraTargets
+set_target_properties(tessera_import PROPERTIES EXPORT_NAME import)
+install(TARGETS tessera_client tessera_core tessera_proto tessera_transfer tessera_import
+  EXPORT TesseraTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Development)
 
 # Headers: the source tree includes core as "core/x.h"; installed, core lives under tessera/, so

@@ -438,6 +438,10 @@ absl::StatusOr<ExportedProgram> ProgramReader::Read(const json& model) {
 
 }  // namespace
 
+std::string MetaText(const Shape& shape, DType dtype) {
+  return absl::StrCat(DTypeName(dtype), ShapeToString(shape));
+}
+
 std::string Shown(const nlohmann::json& value) {
   size_t most = 160;
   std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

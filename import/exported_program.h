@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/ops/op_registry.h"
 #include "core/ops/op_schema.h"
+#include "core/shape.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::import {
@@ -59,6 +60,9 @@ struct ExportedProgram {
 
   int num_values() const { return static_cast<int>(value_names.size()); }
 };
+
+// "float32[2, 8]": how messages show a value's dtype and shape.
+std::string MetaText(const Shape& shape, DType dtype);
 
 // A JSON value as messages show it: compact, at most 160 characters (then "..."); never throws.
 std::string Shown(const nlohmann::json& value);

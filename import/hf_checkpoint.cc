@@ -50,10 +50,6 @@ absl::Status AddFile(const std::string& path, const std::set<std::string>* wante
   return absl::OkStatus();
 }
 
-std::string MetaText(const Shape& shape, DType dtype) {
-  return absl::StrCat(DTypeName(dtype), ShapeToString(shape));
-}
-
 }  // namespace
 
 absl::StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {

@@ -8,7 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/json.h"
 #include "core/sharding/dtensor_spec.h"
+#include "core/status_context.h"
 #include "core/status_macros.h"
 
 namespace tessera::import {
@@ -259,6 +261,45 @@ absl::StatusOr<ProgramLayout> LayOutProgram(const ExportedProgram& program, cons
     }
   }
   return out;
+}
+
+absl::StatusOr<std::optional<ProgramPlan>> ProgramPlanFromText(const std::string& plan_json,
+                                                               const std::string& tp_plan_json,
+                                                               const std::string& prefix,
+                                                               int mesh_dim,
+                                                               const DeviceMesh& mesh) {
+  if (mesh_dim < -1 || mesh_dim >= mesh.ndim()) {
+    return absl::InvalidArgumentError(absl::StrCat("mesh dim ", mesh_dim, ": the mesh ",
+                                                   mesh.ToString(), " has ", mesh.ndim(), " dims"));
+  }
+  if (!plan_json.empty() && !tp_plan_json.empty()) {
+    return absl::InvalidArgumentError(
+        "a parallelize_module plan and a tp_plan are both given; give one");
+  }
+  const int tp = mesh_dim >= 0 ? mesh_dim : mesh.ndim() - 1;
+  if (!plan_json.empty()) {
+    absl::StatusOr<PlanSpec> spec = ParsePlanSpec(plan_json);
+    if (!spec.ok()) return WithContext("plan", spec.status());
+    if (!spec->parallelize.has_value()) {
+      return absl::InvalidArgumentError(
+          "the plan is a distribute_module partition; give a parallelize plan");
+    }
+    if (mesh_dim >= 0) {
+      spec->parallelize->mesh_dim_name.clear();
+      spec->parallelize->mesh_dim_index = mesh_dim;
+    } else if (spec->parallelize->mesh_dim_name.empty()) {
+      spec->parallelize->mesh_dim_index = tp;
+    }
+    ASSIGN_OR_RETURN(ProgramPlan plan, ProgramPlanOf(*spec->parallelize, mesh));
+    return plan;
+  }
+  if (!tp_plan_json.empty()) {
+    absl::StatusOr<nlohmann::json> j = ParseJson(tp_plan_json);
+    if (!j.ok()) return WithContext("tp_plan", j.status());
+    ASSIGN_OR_RETURN(ProgramPlan plan, ParseHfTpPlan(*j, prefix, tp));
+    return plan;
+  }
+  return std::nullopt;
 }
 
 }  // namespace tessera::import

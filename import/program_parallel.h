@@ -61,6 +61,17 @@ absl::StatusOr<ProgramPlan> ProgramPlanOf(const ParallelizePlan& plan, const Dev
 absl::StatusOr<ProgramPlan> ParseHfTpPlan(const nlohmann::json& tp_plan, const std::string& prefix,
                                           int tp_mesh_dim);
 
+// A plan as its text gives it: a parallelize_module plan file (`plan_json`) or a Hugging Face
+// tp_plan (`tp_plan_json`, under `prefix`), at most one of them; neither: nullopt (every parameter
+// replicated). On mesh dim `mesh_dim`, or where it is -1 the plan file's own, else the mesh's last
+// dim. INVALID_ARGUMENT naming what does not parse, a partition plan, both plans given, a mesh dim
+// the mesh lacks.
+absl::StatusOr<std::optional<ProgramPlan>> ProgramPlanFromText(const std::string& plan_json,
+                                                               const std::string& tp_plan_json,
+                                                               const std::string& prefix,
+                                                               int mesh_dim,
+                                                               const DeviceMesh& mesh);
+
 // What a plan gives a program on a mesh: placements for every input (parameters as their
 // module's style lays them out, everything else Replicate) and, per value, the layout it is
 // redistributed to once written (empty: none; else one entry per mesh dim, nullopt where that

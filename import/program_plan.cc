@@ -13,10 +13,6 @@
 namespace tessera::import {
 namespace {
 
-std::string MetaText(const Shape& shape, DType dtype) {
-  return absl::StrCat(DTypeName(dtype), ShapeToString(shape));
-}
-
 // The node's planned output specs, in order.
 absl::StatusOr<std::vector<DTensorSpec>> PlanNode(const ops::OpDef& op, const ProgramNode& node,
                                                   const DeviceMesh& mesh,

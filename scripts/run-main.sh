@@ -12,7 +12,11 @@
 #      user brings it (a spec file, safetensors weights, a Megatron plan file): loads it onto 4
 #      workers, parallelizes it, runs it forward, publishes it and calls it over the KServe v2
 #      inference protocol, trains it one SGD step, compares each with one process, prints what
-#      every daemon's Prometheus /metrics counted, and stops.
+#      every daemon's Prometheus /metrics counted; then the Llama of step 2 loaded onto 4 workers as
+#      `tessera module load llama.pt2` loads it (its program read on the coordinator, laid out by
+#      the tp_plan, the checkpoint's weights streamed to their shards), run forward with one
+#      command per worker, its logits compared with one process and with transformers' own, and
+#      stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -25,4 +29,6 @@ fixtures=tests/fixtures/export
 ./build/main/client/tessera import plan "$fixtures/llama.pt2" --mesh 4 \
   --tp-plan "$fixtures/llama.tp_plan.json" --weights "$fixtures/llama_hf"
 echo
-exec ./build/main/client/tessera up --workers 4 --selfcheck
+exec ./build/main/client/tessera up --workers 4 --selfcheck \
+  --selfcheck-model "$fixtures/llama.pt2" --selfcheck-model-inputs "$fixtures/llama_hf.io.safetensors" \
+  --selfcheck-model-tp-plan "$fixtures/llama.tp_plan.json" --selfcheck-model-weights "$fixtures/llama_hf"

@@ -87,6 +87,15 @@ absl::Status CheckVersion(const std::string& version) {
       absl::StrCat("version '", version, "' must be a positive number (\"1\", \"2\", ...)"));
 }
 
+// FAILED_PRECONDITION for `what` on a module imported from a program, which takes only its own
+// plan, given at load (docs/import.md).
+absl::Status SpecModulesOnly(const ModuleEntry& module, absl::string_view what) {
+  if (module.graph == nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "module '", module.name, "' is imported from a program (", module.graph->source.source(),
+      "); ", what, " takes modules made from a spec only: load the program again with its plan"));
+}
+
 }  // namespace
 
 ModuleService::ModuleService(DTensorTable* tensors, ModuleTable* modules, ServedModels* served,
@@ -163,6 +172,7 @@ absl::Status ModuleService::ApplyPlan(const grpc::ServerContext& context, const 
                                       PlanSpec plan, const std::string& mesh_dim,
                                       v1::ParallelizeModuleReply* reply) {
   ASSIGN_OR_RETURN(std::shared_ptr<ModuleEntry> module, modules_->Find(name));
+  RETURN_IF_ERROR(SpecModulesOnly(*module, "a plan applied after load"));
   // parallelize_module(module, mesh, plan) names the module's own mesh: the plan's dim applies.
   const std::string dim = mesh_dim == module->mesh->name ? "" : mesh_dim;
   {
@@ -287,11 +297,45 @@ absl::Status ModuleService::ForwardImpl(const grpc::ServerContext& context,
                                         const v1::ForwardRequest& request,
                                         v1::ForwardReply& reply) {
   ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> module, modules_->Find(request.name()));
+  if (module->graph != nullptr) return ForwardProgram(context, request, *module, reply);
+  if (!request.more_inputs().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("module '", module->name,
+                                                   "' takes one input; the forward gives ",
+                                                   1 + request.more_inputs_size()));
+  }
   ASSIGN_OR_RETURN(RunInput input, InputFromProto(request.input()));
   ASSIGN_OR_RETURN(const RunOutputs outputs, OutputsFromProto(request.outputs()));
   ASSIGN_OR_RETURN(const RunResult result,
                    runs_.Forward(*module, std::move(input), outputs, TransferDeadline(context)));
   ResultToProto(result, &reply);
+  return absl::OkStatus();
+}
+
+absl::Status ModuleService::ForwardProgram(const grpc::ServerContext& context,
+                                           const v1::ForwardRequest& request, ModuleEntry& module,
+                                           v1::ForwardReply& reply) {
+  if (request.outputs() != v1::OUTPUTS_FULL) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("module '", module.name,
+                     "' is a program: a forward gives its full outputs only (OUTPUTS_FULL)"));
+  }
+  std::vector<HostTensor> inputs;
+  for (int k = 0; k <= request.more_inputs_size(); ++k) {
+    const v1::ModuleInput& in = k == 0 ? request.input() : request.more_inputs(k - 1);
+    if (!in.has_full() || !in.locals().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input ", k, " of module '", module.name,
+                       "': a program's forward takes each input full, not as local tensors"));
+    }
+    absl::StatusOr<HostTensor> t = FromProto(in.full());
+    if (!t.ok()) return WithContext(absl::StrCat("input ", k), t.status());
+    inputs.push_back(*std::move(t));
+  }
+  ASSIGN_OR_RETURN(std::vector<HostTensor> outputs,
+                   runs_.ForwardGraph(module, std::move(inputs), TransferDeadline(context)));
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    *(o == 0 ? reply.mutable_output() : reply.add_more_outputs()) = ToProto(outputs[o]);
+  }
   return absl::OkStatus();
 }
 
@@ -303,6 +347,7 @@ grpc::Status ModuleService::Step(grpc::ServerContext* context, const v1::StepReq
 absl::Status ModuleService::StepImpl(const grpc::ServerContext& context,
                                      const v1::StepRequest& request, v1::StepReply& reply) {
   ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> module, modules_->Find(request.name()));
+  RETURN_IF_ERROR(SpecModulesOnly(*module, "a training step"));
   ASSIGN_OR_RETURN(RunInput input, InputFromProto(request.input()));
   ASSIGN_OR_RETURN(const RunOutputs outputs, OutputsFromProto(request.outputs()));
   StepOptions step;
@@ -429,6 +474,7 @@ absl::Status ModuleService::PublishModuleImpl(const v1::PublishModuleRequest& re
   if (served_ == nullptr) return absl::UnimplementedError("this coordinator serves no models");
   ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> found, modules_->Find(request.name()));
   ModuleEntry& module = *found;
+  RETURN_IF_ERROR(SpecModulesOnly(module, "publishing"));
   v1::PublishedVersion published;
   published.set_model(request.model().empty() ? request.name() : request.model());
   published.set_version(request.version().empty() ? "1" : request.version());

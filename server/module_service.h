@@ -103,6 +103,9 @@ class ModuleService final : public v1::ModuleService::Service {
   absl::Status RemoveModuleImpl(const v1::RemoveModuleRequest& request);
   absl::Status ForwardImpl(const grpc::ServerContext& context, const v1::ForwardRequest& request,
                            v1::ForwardReply& reply);
+  // ForwardImpl for a module imported from a program: its named inputs, full, to its outputs.
+  absl::Status ForwardProgram(const grpc::ServerContext& context, const v1::ForwardRequest& request,
+                              ModuleEntry& module, v1::ForwardReply& reply);
   absl::Status StepImpl(const grpc::ServerContext& context, const v1::StepRequest& request,
                         v1::StepReply& reply);
   absl::Status SaveModuleImpl(const grpc::ServerContext& context,

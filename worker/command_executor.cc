@@ -35,6 +35,10 @@ int64_t MeshOf(const v1::Command& command) {
       return command.save_shard().mesh_id();
     case v1::Command::kLoadShard:
       return command.load_shard().mesh_id();
+    case v1::Command::kLoadGraph:
+      return command.load_graph().mesh_id();
+    case v1::Command::kRunGraph:
+      return command.run_graph().mesh_id();
     default:
       return 0;
   }
@@ -108,6 +112,9 @@ absl::Status CommandExecutor::Run(const v1::Command& command, v1::CommandReply* 
       std::erase_if(programs_, [&](const auto& entry) {
         return entry.second.mesh_id == command.teardown_mesh().mesh_id();
       });
+      std::erase_if(graphs_, [&](const auto& entry) {
+        return entry.second.mesh_id == command.teardown_mesh().mesh_id();
+      });
       meshes_.erase(command.teardown_mesh().mesh_id());
       return absl::OkStatus();
     case v1::Command::kCollective: {
@@ -139,6 +146,7 @@ absl::Status CommandExecutor::Run(const v1::Command& command, v1::CommandReply* 
       return LoadProgram(command.load_program());
     case v1::Command::kDropProgram:
       programs_.erase(command.drop_program().program_id());
+      graphs_.erase(command.drop_program().program_id());
       return absl::OkStatus();
     case v1::Command::kRunProgram:
       return RunProgram(command.run_program(), reply);
@@ -153,6 +161,10 @@ absl::Status CommandExecutor::Run(const v1::Command& command, v1::CommandReply* 
       *reply->add_tensors() = std::move(written);
       return absl::OkStatus();
     }
+    case v1::Command::kLoadGraph:
+      return LoadGraph(command.load_graph());
+    case v1::Command::kRunGraph:
+      return RunGraph(command.run_graph(), reply);
     case v1::Command::kPing:
       return absl::OkStatus();
     case v1::Command::KIND_NOT_SET:

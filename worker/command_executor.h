@@ -83,6 +83,9 @@ class CommandExecutor {
   absl::Status LoadProgram(const v1::LoadProgram& load);
   // Runs a program; fills reply->output (when asked) and reply->tensors.
   absl::Status RunProgram(const v1::RunProgram& run, v1::CommandReply* reply);
+  // Graph programs (graph_commands.cc): installed once, run by one command per forward.
+  absl::Status LoadGraph(const v1::LoadGraph& load);
+  absl::Status RunGraph(const v1::RunGraph& run, v1::CommandReply* reply);
   // Checkpoints (checkpoint_commands.cc): this rank's block written, the index published or read,
   // and a shard loaded from the byte ranges it needs.
   absl::Status SaveShard(const v1::SaveShard& save);
@@ -113,6 +116,12 @@ class CommandExecutor {
     std::unique_ptr<ProgramRunner> runner;
   };
   std::map<int64_t, InstalledProgram> programs_;  // by program id
+  // A graph program as this worker holds it: the mesh it runs on and its steps.
+  struct InstalledGraph {
+    int64_t mesh_id = 0;
+    v1::GraphProgram graph;
+  };
+  std::map<int64_t, InstalledGraph> graphs_;  // by program id, beside programs_
 };
 
 }  // namespace tessera

@@ -60,6 +60,7 @@ struct UpFlags {
   int workers = 0;  // 0: 4 on cpu, one per visible GPU on cuda
   int port = 0;
   bool selfcheck = false;
+  ImportSelfcheck selfcheck_model;  // --selfcheck-model and its files
   bool metrics = true;
   bool tls = false;
   absl::Duration heartbeat_interval = LocalClusterOptions().heartbeat_interval;
@@ -201,6 +202,12 @@ absl::Status RunUpSelfchecks(const LocalCluster& cluster, client::Session& sessi
           RunModuleSelfcheck(cluster.address(), cluster.log_dir() + "/selfcheck", f.device, out);
       !s.ok())
     return s;
+  if (!f.selfcheck_model.archive.empty()) {
+    out << "\n";
+    if (absl::Status s = RunImportSelfcheck(cluster.address(), f.selfcheck_model, f.device, out);
+        !s.ok())
+      return s;
+  }
   if (!options.metrics) return absl::OkStatus();
   out << "\n";
   return PrintMetricsSummary(cluster, out);
@@ -383,6 +390,31 @@ void AddClusterCommands(CLI::App& app, Action* action) {
   up.app->add_flag("--selfcheck", up.flags->selfcheck,
                    "run collectives and a tensor-parallel MLP against a local reference, then "
                    "stop");
+  CLI::Option* model =
+      up.app
+          ->add_option("--selfcheck-model", up.flags->selfcheck_model.archive,
+                       "with --selfcheck: also load this torch.export archive onto 4 workers and "
+                       "check its forward against one process")
+          ->type_name("MODEL.pt2")
+          ->check(CLI::ExistingFile)
+          ->needs("--selfcheck");
+  up.app
+      ->add_option("--selfcheck-model-inputs", up.flags->selfcheck_model.inputs,
+                   "its user inputs by name, and optionally \"logits\" to compare with")
+      ->type_name("IO.safetensors")
+      ->check(CLI::ExistingFile)
+      ->needs(model);
+  model->needs("--selfcheck-model-inputs");
+  up.app
+      ->add_option("--selfcheck-model-tp-plan", up.flags->selfcheck_model.tp_plan,
+                   "lay it out by this Hugging Face tp_plan")
+      ->type_name("TP.json")
+      ->needs(model);
+  up.app
+      ->add_option("--selfcheck-model-weights", up.flags->selfcheck_model.weights,
+                   "its weights from this Hugging Face checkpoint directory")
+      ->type_name("DIR")
+      ->needs(model);
   up.app->add_flag("--metrics,!--no-metrics", up.flags->metrics,
                    "serve Prometheus metrics on /metrics of every daemon, each on a free port "
                    "(printed)");

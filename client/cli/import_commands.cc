@@ -14,8 +14,6 @@
 #include "absl/strings/str_join.h"
 #include "core/files/file_bytes.h"
 #include "core/files/npy.h"
-#include "core/json.h"
-#include "core/modules/parallel_plan.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
 #include "import/archive_tensors.h"
@@ -95,33 +93,23 @@ absl::StatusOr<Prepared> Prepare(const PlanFlags& f) {
     return absl::InvalidArgumentError(
         absl::StrCat("--mesh-dim ", f.mesh_dim, ": the mesh has ", p.mesh->ndim(), " dims"));
   }
-  const int tp = f.mesh_dim >= 0 ? f.mesh_dim : p.mesh->ndim() - 1;
-  // The plan: a parallelize_module plan file, a Hugging Face tp_plan, or none (all replicated).
   if (!f.plan.empty() && !f.tp_plan.empty()) {
     return absl::InvalidArgumentError("give --plan or --tp-plan, not both");
   }
+  std::string plan_text, tp_plan_text;
   if (!f.plan.empty()) {
-    ASSIGN_OR_RETURN(const std::string text, ReadText(f.plan));
-    ASSIGN_OR_RETURN(PlanSpec spec, ParsePlanSpec(text));
-    if (!spec.parallelize.has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(f.plan, " is a distribute_module partition; give a parallelize plan"));
-    }
-    if (f.mesh_dim >= 0) {
-      spec.parallelize->mesh_dim_name.clear();
-      spec.parallelize->mesh_dim_index = f.mesh_dim;
-    } else if (spec.parallelize->mesh_dim_name.empty()) {
-      spec.parallelize->mesh_dim_index = tp;
-    }
-    ASSIGN_OR_RETURN(p.plan, import::ProgramPlanOf(*spec.parallelize, *p.mesh));
-  } else if (!f.tp_plan.empty()) {
-    ASSIGN_OR_RETURN(const std::string text, ReadText(f.tp_plan));
-    absl::StatusOr<nlohmann::json> j = ParseJson(text);
-    if (!j.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(f.tp_plan, ": ", j.status().message()));
-    }
-    ASSIGN_OR_RETURN(p.plan, import::ParseHfTpPlan(*j, f.prefix, tp));
+    ASSIGN_OR_RETURN(plan_text, ReadText(f.plan));
   }
+  if (!f.tp_plan.empty()) {
+    ASSIGN_OR_RETURN(tp_plan_text, ReadText(f.tp_plan));
+  }
+  absl::StatusOr<std::optional<import::ProgramPlan>> plan =
+      import::ProgramPlanFromText(plan_text, tp_plan_text, f.prefix, f.mesh_dim, *p.mesh);
+  if (!plan.ok()) {
+    return absl::Status(plan.status().code(), absl::StrCat(!f.plan.empty() ? f.plan : f.tp_plan,
+                                                           ": ", plan.status().message()));
+  }
+  p.plan = *std::move(plan);
   if (p.plan.has_value()) {
     ASSIGN_OR_RETURN(p.layout, import::LayOutProgram(p.program, *p.plan, *p.mesh));
   }

@@ -1,11 +1,14 @@
 #include "client/cli/module_commands.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <span>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -93,10 +96,49 @@ void PrintSummary(const client::ModuleInfo& m, std::ostream& out) {
   for (const client::PublishedVersion& p : m.published) {
     published.push_back(absl::StrCat(p.model, "/", p.version));
   }
-  out << absl::StrFormat("%-16s mesh %-10s %3d parameters %10d B  %-7s  published: %s\n", m.name,
-                         m.mesh, m.parameters.size(), ParameterBytes(m),
-                         m.plan_json.empty() ? "no plan" : "plan",
-                         published.empty() ? "none" : absl::StrJoin(published, ", "));
+  const bool planned =
+      !m.plan_json.empty() || (m.imported.has_value() && !m.imported->tp_plan_json.empty());
+  out << absl::StrFormat(
+      "%-16s mesh %-10s %3d parameters %10d B  %-7s  published: %s%s\n", m.name, m.mesh,
+      m.parameters.size(), ParameterBytes(m), planned ? "plan" : "no plan",
+      published.empty() ? "none" : absl::StrJoin(published, ", "),
+      m.imported.has_value() ? absl::StrCat("  program ", m.imported->source) : "");
+}
+
+// One line per parameter with its placements, and each rank's local shape and offset.
+void PrintParameters(const client::ModuleInfo& m, std::ostream& out) {
+  out << "  parameters:\n";
+  for (const client::ModuleParameter& p : m.parameters) {
+    out << absl::StrFormat("    %-20s %s%s %s  tensor %s%s\n", p.fqn, DTypeName(p.spec.dtype),
+                           ShapeToString(p.spec.shape), PlacementsToString(p.spec.placements),
+                           p.tensor, p.grad.empty() ? "" : absl::StrCat("  grad ", p.grad));
+    for (size_t i = 0; i < p.shards.size(); ++i) {
+      out << absl::StrFormat("      %-12s local %s at offset %s\n",
+                             RankLabel(p.spec.mesh, static_cast<int64_t>(i)) + ":",
+                             ShapeToString(p.shards[i].shape), ShapeToString(p.shards[i].offset));
+    }
+  }
+}
+
+// What `show` prints of a module imported from a program: its edges, its plan and the modules it
+// styled, then its parameters.
+void PrintImported(const client::ModuleInfo& m, const client::ImportedInfo& p, std::ostream& out) {
+  out << absl::StrFormat("  program %s: %d nodes; a forward runs %d collectives\n", p.source,
+                         p.nodes, p.collectives);
+  for (const auto& [label, edges] :
+       {std::pair{"input ", &p.inputs}, std::pair{"output", &p.outputs}}) {
+    for (const client::ProgramEdgeInfo& e : *edges) {
+      out << absl::StrFormat("  %s %-16s %s%s %s\n", label, e.name, DTypeName(e.spec.dtype),
+                             ShapeToString(e.spec.shape), PlacementsToString(e.spec.placements));
+    }
+  }
+  if (!p.tp_plan_json.empty()) {
+    out << "  tp_plan: " << absl::StripTrailingAsciiWhitespace(p.tp_plan_json) << "\n";
+  } else {
+    PrintPlan(m.plan_json, out);
+  }
+  for (const std::string& s : p.styled) out << "    styled " << s << "\n";
+  PrintParameters(m, out);
 }
 
 // Everything `show` prints: edges, plan, unmatched patterns, published versions, and every
@@ -104,6 +146,10 @@ void PrintSummary(const client::ModuleInfo& m, std::ostream& out) {
 void PrintModule(const client::ModuleInfo& m, std::ostream& out) {
   out << absl::StrFormat("module %s on mesh %s: %d parameters (%d B), a forward of %d steps\n",
                          m.name, m.mesh, m.parameters.size(), ParameterBytes(m), m.program_steps);
+  if (m.imported.has_value()) {
+    PrintImported(m, *m.imported, out);
+    return;
+  }
   // The mesh the parameters are on names its dims; a module without parameters shows indices.
   const std::optional<DeviceMesh> mesh =
       m.parameters.empty() ? std::nullopt : std::optional<DeviceMesh>(m.parameters[0].spec.mesh);
@@ -124,17 +170,7 @@ void PrintModule(const client::ModuleInfo& m, std::ostream& out) {
   for (const client::PublishedVersion& p : m.published) {
     out << "  published: " << PublishedText(p) << "\n";
   }
-  out << "  parameters:\n";
-  for (const client::ModuleParameter& p : m.parameters) {
-    out << absl::StrFormat("    %-20s %s%s %s  tensor %s%s\n", p.fqn, DTypeName(p.spec.dtype),
-                           ShapeToString(p.spec.shape), PlacementsToString(p.spec.placements),
-                           p.tensor, p.grad.empty() ? "" : absl::StrCat("  grad ", p.grad));
-    for (size_t i = 0; i < p.shards.size(); ++i) {
-      out << absl::StrFormat("      %-12s local %s at offset %s\n",
-                             RankLabel(p.spec.mesh, static_cast<int64_t>(i)) + ":",
-                             ShapeToString(p.shards[i].shape), ShapeToString(p.shards[i].offset));
-    }
-  }
+  PrintParameters(m, out);
 }
 
 // The module's name as the first positional of `cmd`.
@@ -151,9 +187,47 @@ struct LoadFlags {
   std::string mesh;
   std::string name;
   std::string plan;
+  std::string tp_plan;  // a program's Hugging Face tp_plan file
+  std::string prefix;   // its patterns' base module
+  int mesh_dim = -1;
 };
 
+// `module load` of a torch.export archive: its weights from the archive or --weights (a Hugging
+// Face checkpoint directory).
+absl::Status LoadProgram(const LoadFlags& f, std::ostream& out) {
+  if (!f.checkpoint.empty() || f.seed != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.spec,
+        " is a program: its weights come from the archive or from --weights (a Hugging "
+        "Face checkpoint directory), not --checkpoint or --seed"));
+  }
+  client::LoadExportedOptions options;
+  if (!f.plan.empty()) {
+    ASSIGN_OR_RETURN(options.plan_json, ReadTextFile(f.plan));
+  }
+  if (!f.tp_plan.empty()) {
+    ASSIGN_OR_RETURN(options.tp_plan_json, ReadTextFile(f.tp_plan));
+  }
+  options.tp_prefix = f.prefix;
+  options.mesh_dim = f.mesh_dim;
+  options.checkpoint_dir = f.weights;
+  ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
+  ASSIGN_OR_RETURN(client::MeshInfo mesh, client::GetMesh(*session, f.mesh));
+  ProgressBar bar("load");
+  options.progress = [&bar](int64_t done, int64_t total) { bar(done, total); };
+  ASSIGN_OR_RETURN(client::Module module,
+                   client::LoadExported(*session, f.spec, mesh, f.name, options));
+  PrintModule(module.info(), out);
+  return absl::OkStatus();
+}
+
 absl::Status Load(const LoadFlags& f, std::ostream& out) {
+  if (absl::EndsWith(f.spec, ".pt2")) return LoadProgram(f, out);
+  if (!f.tp_plan.empty() || !f.prefix.empty() || f.mesh_dim >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tp-plan, --prefix and --mesh-dim lay out a program (FILE.pt2); ", f.spec,
+                     " is a spec: give its plan with --plan"));
+  }
   ASSIGN_OR_RETURN(std::string spec, ReadTextFile(f.spec));
   client::LoadModuleOptions options;
   if (!f.plan.empty()) {
@@ -298,15 +372,78 @@ absl::Status WriteOutputs(client::ModuleOutput output, const DeviceMesh& mesh,
 struct ForwardFlags {
   ClusterFlags cluster;
   std::string name;
-  std::string input;
+  std::vector<std::string> inputs;
   std::string out;
   bool local = false;
 };
 
+// `path` with ".NAME" before its extension: y.npy -> y.past_key.npy.
+std::string NamedPath(const std::string& path, const std::string& name) {
+  std::filesystem::path p(path);
+  return (p.parent_path() / absl::StrCat(p.stem().string(), ".", name, p.extension().string()))
+      .string();
+}
+
+// The forward of a module imported from a program: each input NAME=FILE (or FILE for its one
+// input); the first output to `--out`, each other one beside it by name.
+absl::Status ForwardProgram(const ForwardFlags& f, const client::Module& module,
+                            std::ostream& out) {
+  const client::ImportedInfo& p = *module.info().imported;
+  std::map<std::string, std::string> files;
+  for (const std::string& given : f.inputs) {
+    const size_t eq = given.find('=');
+    if (eq != std::string::npos) {
+      files[given.substr(0, eq)] = given.substr(eq + 1);
+    } else if (p.inputs.size() == 1) {
+      files[p.inputs[0].name] = given;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--input ", given, ": module ", f.name,
+                                                     " takes ", p.inputs.size(),
+                                                     " inputs; name each NAME=FILE"));
+    }
+  }
+  for (const auto& [name, file] : files) {
+    const bool known =
+        std::any_of(p.inputs.begin(), p.inputs.end(),
+                    [&](const client::ProgramEdgeInfo& e) { return e.name == name; });
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat("--input ", name, "=", file, ": module ",
+                                                     f.name, " has no input '", name, "'"));
+    }
+  }
+  std::vector<HostTensor> inputs;
+  for (const client::ProgramEdgeInfo& e : p.inputs) {
+    auto it = files.find(e.name);
+    if (it == files.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("module ", f.name, " takes input '", e.name,
+                                                     "': give --input ", e.name, "=FILE.npy"));
+    }
+    ASSIGN_OR_RETURN(HostTensor t, ReadTensorFile(it->second, ""));
+    inputs.push_back(std::move(t));
+  }
+  ASSIGN_OR_RETURN(std::vector<HostTensor> outputs, module.ForwardMany(inputs));
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const std::string path = o == 0 ? f.out : NamedPath(f.out, p.outputs[o].name);
+    RETURN_IF_ERROR(WriteOutput(path, "output", std::move(outputs[o]), out));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Forward(const ForwardFlags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(HostTensor input, ReadTensorFile(f.input, ""));
   ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
   ASSIGN_OR_RETURN(client::Module module, client::GetModule(*session, f.name));
+  if (module.info().imported.has_value()) {
+    if (f.local) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("module ", f.name, " is a program: its forward gives full outputs only"));
+    }
+    return ForwardProgram(f, module, out);
+  }
+  if (f.inputs.size() != 1 || f.inputs[0].find('=') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("module ", f.name, " takes one input: give --input FILE once"));
+  }
+  ASSIGN_OR_RETURN(HostTensor input, ReadTensorFile(f.inputs[0], ""));
   ASSIGN_OR_RETURN(client::MeshInfo mesh, client::GetMesh(*session, module.info().mesh));
   ASSIGN_OR_RETURN(
       client::ModuleOutput output,
@@ -458,12 +595,17 @@ void AddLoadCommand(CLI::App& module, Action* action) {
                          "seed",
                          Load, action);
   AddClusterFlags(*load.app, load.flags->cluster, /*with_client=*/true);
-  load.app->add_option("spec", load.flags->spec, "the module spec (JSON)")
+  load.app
+      ->add_option("spec", load.flags->spec,
+                   "the module spec (JSON), or a torch.export archive (torch.export.save's .pt2)")
       ->required()
-      ->type_name("SPEC.json");
+      ->type_name("SPEC.json|MODEL.pt2");
   CLI::Option* weights =
-      load.app->add_option("--weights", load.flags->weights, "the parameters, by state_dict name")
-          ->type_name("W.safetensors");
+      load.app
+          ->add_option("--weights", load.flags->weights,
+                       "the parameters, by state_dict name; for a .pt2, a Hugging Face checkpoint "
+                       "directory in place of the archive's weights")
+          ->type_name("W.safetensors|DIR");
   CLI::Option* checkpoint =
       load.app
           ->add_option("--checkpoint", load.flags->checkpoint,
@@ -482,10 +624,22 @@ void AddLoadCommand(CLI::App& module, Action* action) {
   load.app->add_option("--name", load.flags->name, "the module's name")
       ->required()
       ->type_name("NAME");
+  CLI::Option* plan =
+      load.app
+          ->add_option("--plan", load.flags->plan,
+                       "a plan file applied as it loads (default: every parameter Replicate)")
+          ->type_name("PLAN.json");
   load.app
-      ->add_option("--plan", load.flags->plan,
-                   "a plan file applied as it loads (default: every parameter Replicate)")
-      ->type_name("PLAN.json");
+      ->add_option("--tp-plan", load.flags->tp_plan,
+                   "a .pt2's Hugging Face tp_plan (JSON object of pattern to style string)")
+      ->type_name("TP.json")
+      ->excludes(plan);
+  load.app->add_option("--prefix", load.flags->prefix, "the tp_plan's base module (\"model\")")
+      ->type_name("P");
+  load.app
+      ->add_option("--mesh-dim", load.flags->mesh_dim,
+                   "a .pt2's plan on this mesh dim (default: the plan's own, else the last)")
+      ->type_name("D");
 }
 
 void AddParallelizeCommand(CLI::App& module, Action* action) {
@@ -560,9 +714,12 @@ void AddForwardCommand(CLI::App& module, Action* action) {
                             Forward, action);
   AddClusterFlags(*forward.app, forward.flags->cluster, /*with_client=*/true);
   AddModuleArgument(*forward.app, forward.flags->name);
-  forward.app->add_option("--input", forward.flags->input, "the full input (.npy or .safetensors)")
+  forward.app
+      ->add_option("--input", forward.flags->inputs,
+                   "the full input (.npy or .safetensors); a program's inputs each as NAME=FILE "
+                   "(repeated)")
       ->required()
-      ->type_name("x.npy");
+      ->type_name("[NAME=]x.npy");
   forward.app->add_option("--out", forward.flags->out, "the full output (.npy or .safetensors)")
       ->required()
       ->type_name("y.npy");

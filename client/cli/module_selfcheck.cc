@@ -18,7 +18,11 @@
 #include "core/modules/module_spec.h"
 #include "core/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "import/program_plan.h"
+#include "import/program_weights.h"
+#include "import/simulated_run.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "kernels/backend.h"
 #include "reference/module_reference.h"
 #include "tessera/tessera.h"
 
@@ -275,6 +279,84 @@ absl::Status RunModuleSelfcheck(const std::string& address, const std::string& w
     return absl::InternalError(absl::StrCat("module self-check failed: ", failures[0]));
   }
   out << absl::StrFormat("Module self-check passed in %.2f s\n", seconds);
+  return absl::OkStatus();
+}
+
+absl::Status RunImportSelfcheck(const std::string& address, const ImportSelfcheck& model,
+                                const std::string& device, std::ostream& out) {
+  const auto start = std::chrono::steady_clock::now();
+  out << "A model from PyTorch: " << model.archive << "\n";
+  ASSIGN_OR_RETURN(const import::ProgramWeights weights,
+                   import::ProgramWeights::Open(model.archive, model.weights));
+  ASSIGN_OR_RETURN(SafetensorsFile io, ReadSafetensorsFile(model.inputs));
+  const import::ExportedProgram& program = weights.program();
+  // The reference: the program in one process, on the same weights.
+  std::vector<HostTensor> values;
+  std::vector<HostTensor> inputs;
+  size_t next_weight = 0;
+  for (size_t i = 0; i < program.inputs.size(); ++i) {
+    const import::ProgramInput& in = program.inputs[i];
+    if (in.kind == import::InputKind::kUserInput) {
+      auto it = io.tensors.find(in.name);
+      if (it == io.tensors.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(model.inputs, " has no tensor '", in.name, "' for the program's input"));
+      }
+      values.push_back(it->second.Clone());
+      inputs.push_back(it->second.Clone());
+      continue;
+    }
+    ASSIGN_OR_RETURN(HostTensor t, weights.Read(weights.weights()[next_weight++]));
+    values.push_back(std::move(t));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelBackend> backend, kernels::MakeBackend("cpu"));
+  ASSIGN_OR_RETURN(const DeviceMesh one, DeviceMesh::Create("cpu", {1}));
+  ops::ShardingCache cache;
+  ASSIGN_OR_RETURN(const import::PlannedProgram single,
+                   import::PlanExportedProgram(program, one, {}, cache));
+  ASSIGN_OR_RETURN(const import::SimulatedRun reference,
+                   import::RunOnSimulatedMesh(*backend, program, single, values));
+
+  ASSIGN_OR_RETURN(std::shared_ptr<client::Session> session, client::Session::Connect(address));
+  client::Session& s = *session;
+  ASSIGN_OR_RETURN(client::MeshInfo mesh,
+                   client::InitDeviceMesh(s, device, {4}, {"tp"}, "imported"));
+  client::LoadExportedOptions options;
+  if (!model.tp_plan.empty()) {
+    ASSIGN_OR_RETURN(options.tp_plan_json, ReadText(model.tp_plan));
+  }
+  options.checkpoint_dir = model.weights;
+  out << "  tessera module load " << std::filesystem::path(model.archive).filename().string()
+      << " --mesh imported" << (model.tp_plan.empty() ? "" : " --tp-plan ...")
+      << (model.weights.empty() ? "" : " --weights ...") << "\n";
+  ASSIGN_OR_RETURN(client::Module m,
+                   client::LoadExported(s, model.archive, client::Mesh{mesh.name, mesh.mesh},
+                                        "imported", options));
+  const client::ImportedInfo& info = *m.info().imported;
+  out << absl::StrFormat(
+      "    %d nodes of registered ops, %d parameters, buffers and constants; %d modules styled; "
+      "one forward: %d steps per rank, %d collectives, one command per worker\n",
+      info.nodes, m.info().parameters.size(), info.styled.size(), m.info().program_steps,
+      info.collectives);
+  const auto forward_start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::vector<HostTensor> outputs, m.ForwardMany(inputs));
+  const double forward_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - forward_start)
+          .count();
+  std::vector<std::string> failures;
+  Check(absl::StrFormat("forward on 4 workers (%.1f ms) vs one process", forward_ms), outputs[0],
+        reference.outputs[0], failures, out);
+  if (auto it = io.tensors.find("logits"); it != io.tensors.end()) {
+    Check("forward vs the model's own logits", outputs[0], it->second, failures, out);
+  }
+  (void)m.Remove();
+  (void)s.DeleteMesh("imported");
+  if (!failures.empty()) {
+    return absl::InternalError(absl::StrCat("import self-check failed: ", failures[0]));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out << absl::StrFormat("Import self-check passed in %.2f s\n", seconds);
   return absl::OkStatus();
 }
 

@@ -17,6 +17,23 @@ namespace tessera {
 absl::Status RunModuleSelfcheck(const std::string& address, const std::string& workdir,
                                 const std::string& device, std::ostream& out);
 
+// A model brought from PyTorch, on a running cluster of at least 4 workers: what
+// `tessera up --selfcheck --selfcheck-model` names.
+struct ImportSelfcheck {
+  std::string archive;  // a torch.export archive (.pt2)
+  std::string tp_plan;  // a Hugging Face tp_plan file; empty: none
+  std::string weights;  // a Hugging Face checkpoint directory; empty: the archive's weights
+  // A safetensors file of the program's user inputs by name, and optionally "logits" (the model's
+  // own output for them, as transformers computed it).
+  std::string inputs;
+};
+
+// The archive loaded onto a 4-worker mesh of `device` as `tessera module load FILE.pt2` loads it
+// (laid out by the tp_plan), run forward on the inputs, its first output compared with the same
+// program run in one process (import/simulated_run.h) and with the file's logits where it has them.
+absl::Status RunImportSelfcheck(const std::string& address, const ImportSelfcheck& model,
+                                const std::string& device, std::ostream& out);
+
 }  // namespace tessera
 
 #endif  // TESSERA_CLIENT_CLI_MODULE_SELFCHECK_H_

@@ -55,6 +55,23 @@ struct PublishedVersion {
   absl::Duration max_queue_delay = absl::ZeroDuration();
 };
 
+// A value at an imported program's edge: its name and its layout on the mesh.
+struct ProgramEdgeInfo {
+  std::string name;
+  DTensorSpec spec;
+};
+
+// What a module imported from a torch.export program is on its mesh.
+struct ImportedInfo {
+  std::string source;                    // The archive it came from ("llama.pt2").
+  int64_t nodes = 0;                     // Nodes of the program (registered ops).
+  std::vector<ProgramEdgeInfo> inputs;   // Its user inputs, in ForwardMany's order.
+  std::vector<ProgramEdgeInfo> outputs;  // Its outputs, in ForwardMany's order.
+  std::vector<std::string> styled;       // "model.layers.0.self_attn.q_proj: colwise", per module.
+  std::string tp_plan_json;              // The Hugging Face tp_plan it was laid out by, if any.
+  int64_t collectives = 0;               // Collectives of one forward.
+};
+
 // A module as the service holds it.
 struct ModuleInfo {
   std::string name;
@@ -71,7 +88,8 @@ struct ModuleInfo {
   int64_t output_features = 0;         // Full size of the output's last dim.
   std::vector<std::string> unmatched;  // Plan patterns that matched no module.
   std::vector<PublishedVersion> published;
-  int64_t program_steps = 0;  // Steps of the compiled forward.
+  int64_t program_steps = 0;             // Steps of the compiled forward.
+  std::optional<ImportedInfo> imported;  // For a module imported from a program.
 };
 
 // Which outputs a forward or step sends back.
@@ -154,6 +172,9 @@ class Module {
   // module(input) with every rank's local input given (row-major mesh order).
   absl::StatusOr<ModuleOutput> ForwardLocal(std::span<const HostTensor> locals,
                                             Outputs outputs = Outputs::kFull) const;
+  // An imported program's forward: the full value of each of its user inputs, in order
+  // (info().imported->inputs); the full value of each output, in order.
+  absl::StatusOr<std::vector<HostTensor>> ForwardMany(std::span<const HostTensor> inputs) const;
   // A training step on the full input.
   absl::StatusOr<StepResult> Step(const HostTensor& input, const StepOptions& options = {}) const;
   // state_dict(): every parameter whole (with `gradients`, each gradient too, as "<fqn>.grad").
@@ -189,6 +210,29 @@ class Module {
 absl::StatusOr<Module> LoadModule(Session& session, const std::string& spec_json, const Mesh& mesh,
                                   const std::string& name, const ModuleInit& init,
                                   const LoadModuleOptions& options = {});
+// How LoadExported lays a program out and where its weights come from.
+struct LoadExportedOptions {
+  std::string plan_json = {};     // A parallelize_module plan file's text; or
+  std::string tp_plan_json = {};  // a Hugging Face tp_plan ({"layers.*.self_attn.q_proj":
+                                  // "colwise", ...}), its patterns under
+  std::string tp_prefix = {};     // this module ("model"). Neither: every parameter Replicate.
+  int mesh_dim = -1;              // The plan's mesh dim; -1: the plan file's own, else the last.
+  // A Hugging Face checkpoint directory (config.json with model.safetensors or a sharded
+  // model.safetensors.index.json): the weights by state_dict name in place of the archive's
+  // (ties resolved as the archive stores them); empty: the archive's own.
+  std::string checkpoint_dir = {};
+  Progress progress = {};  // Bytes of weights sent, of all.
+};
+
+// Loads the program of the torch.export archive at `archive_path` (torch.export.save's .pt2)
+// onto `mesh` as `name` (docs/import.md): the coordinator reads the program into registered ops
+// (UNIMPLEMENTED listing by name and count the ops the registry lacks, nothing loaded), lays it
+// out by the plan and plans it in one pass; every parameter, buffer and constant then streams to
+// its shards, one tensor read at a time. A weight missing, extra or of another shape is
+// INVALID_ARGUMENT naming it, before any byte reaches a worker.
+absl::StatusOr<Module> LoadExported(Session& session, const std::string& archive_path,
+                                    const Mesh& mesh, const std::string& name,
+                                    const LoadExportedOptions& options = {});
 // parallelize_module(module, mesh_or_dim, plan): `mesh_or_dim` is the module's mesh name (the
 // plan's own mesh dim applies) or a dim of it ("tp", "1"). Returns the module as it is after;
 // info().unmatched lists the plan's patterns that matched no module (torch warns of them).

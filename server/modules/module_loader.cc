@@ -39,6 +39,44 @@ std::map<std::string, ParameterInit> SeedInits(const ModuleSpec& root) {
   return inits;
 }
 
+// OK iff `weights` are exactly the program's parameters, buffers and constants, each with the
+// dtype and shape the program records; INVALID_ARGUMENT naming the first that is missing, extra,
+// given twice or of another dtype or shape.
+absl::Status CheckGraphWeights(const ModuleGraph& graph, const std::vector<WeightsTensor>& weights,
+                               const std::string& module) {
+  std::map<std::string, int> wanted;  // state_dict name -> program input
+  for (int i : graph.weights) wanted[graph.program.inputs[i].target] = i;
+  std::set<std::string> given;
+  for (const WeightsTensor& w : weights) {
+    auto it = wanted.find(w.name);
+    if (it == wanted.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("weights tensor '", w.name,
+                                                     "' is no parameter, buffer or constant of ",
+                                                     "module '", module, "'s program"));
+    }
+    if (!given.insert(w.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights tensor '", w.name, "' is given twice"));
+    }
+    const import::ProgramInput& in = graph.program.inputs[it->second];
+    const ops::TensorMeta& meta = graph.program.value_metas[it->second];
+    if (w.dtype != meta.dtype || w.shape != meta.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weights tensor '", w.name, "' is ", DTypeName(w.dtype), ShapeToString(w.shape), "; ",
+          import::InputKindName(in.kind), " '", w.name, "' of module '", module, "' is ",
+          DTypeName(meta.dtype), ShapeToString(meta.shape)));
+    }
+  }
+  for (const auto& [name, i] : wanted) {
+    if (!given.contains(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the weights lack ", import::InputKindName(graph.program.inputs[i].kind), " '", name,
+          "' of module '", module, "' (", given.size(), " of ", wanted.size(), " given)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::ModuleInfo> ModuleLoader::Load(
@@ -57,6 +95,9 @@ absl::StatusOr<v1::ModuleInfo> ModuleLoader::Load(
   }
   ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, tensors_->meshes().Find(header.mesh()));
   RETURN_IF_ERROR(programs_->MeshReady(*mesh));
+  if (header.has_program()) {
+    return LoadImported(reader, chunk, std::move(mesh), TransferDeadline(context));
+  }
   absl::StatusOr<ModelSpec> spec = ParseModelSpec(header.spec_json());
   if (!spec.ok()) return WithContext("module spec", spec.status());
   PlanSpec plan;
@@ -85,6 +126,71 @@ absl::StatusOr<v1::ModuleInfo> ModuleLoader::Load(
   }
   modules_->Commit(module);
   return ModuleTable::Describe(*module);
+}
+
+absl::StatusOr<v1::ModuleInfo> ModuleLoader::LoadImported(
+    grpc::ServerReaderInterface<v1::LoadModuleChunk>* reader, v1::LoadModuleChunk& chunk,
+    std::shared_ptr<Mesh> mesh, absl::Time deadline) {
+  const v1::LoadModuleHeader header = chunk.header();
+  if (!header.spec_json().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "module '", header.name(), "': the header gives a spec and a program; give one"));
+  }
+  if (!header.weights_follow()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("module '", header.name(),
+                     "' is a program: its weights follow it (weights_follow); a seed or a "
+                     "checkpoint does not fill one"));
+  }
+  RETURN_IF_ERROR(modules_->Reserve(header.name()));
+  const int64_t program_id = modules_->NextProgramId();
+  absl::StatusOr<std::shared_ptr<const ModuleGraph>> graph = BuildModuleGraph(
+      header.program(), header.plan_json(), mesh->mesh, mesh->id, header.name(), program_id);
+  absl::StatusOr<std::vector<WeightsTensor>> weights;
+  if (graph.ok()) weights = ReadWeightsHeader(reader, chunk);
+  absl::Status checked = !graph.ok() ? graph.status() : weights.status();
+  if (checked.ok()) checked = CheckGraphWeights(**graph, *weights, header.name());
+  if (!checked.ok()) {
+    modules_->Unreserve(header.name());
+    return checked;
+  }
+  auto module = std::make_shared<ModuleEntry>(header.name(), mesh, *std::move(graph), program_id);
+  bool program_posted = false;
+  absl::Status recorded = FillImported(reader, chunk, *module, *weights, deadline, program_posted);
+  if (recorded.ok()) {
+    absl::ReaderMutexLock lock(&module->mu);
+    recorded = modules_->Persist(*module);
+  }
+  if (!recorded.ok()) {
+    Discard(*module, program_posted);
+    modules_->Unreserve(module->name);
+    return recorded;
+  }
+  modules_->Commit(module);
+  return ModuleTable::Describe(*module);
+}
+
+absl::Status ModuleLoader::FillImported(grpc::ServerReaderInterface<v1::LoadModuleChunk>* reader,
+                                        v1::LoadModuleChunk& chunk, ModuleEntry& module,
+                                        const std::vector<WeightsTensor>& weights,
+                                        absl::Time deadline, bool& program_posted) {
+  const ModuleGraph& graph = *module.graph;
+  absl::MutexLock lock(&module.mu);
+  module.plan_json = chunk.header().plan_json();
+  module.program.parameters = GraphParameters(graph);
+  std::map<std::string, std::shared_ptr<DTensorEntry>> by_fqn;
+  for (int i : graph.weights) {
+    const std::string& fqn = graph.program.inputs[i].target;
+    ASSIGN_OR_RETURN(std::shared_ptr<DTensorEntry> t,
+                     tensors_->Add(ParameterTensorName(module.name, fqn), module.mesh,
+                                   graph.planned.values[i], ModuleOwner(module.name)));
+    module.parameters.push_back(t);
+    by_fqn[fqn] = std::move(t);
+  }
+  RETURN_IF_ERROR(StreamWeights(reader, chunk, weights, by_fqn, deadline));
+  program_posted = true;
+  RETURN_IF_ERROR(programs_->Install(module, module.program, deadline));
+  return DTensorTable::AwaitWrites(module.parameters, deadline);
 }
 
 absl::Status ModuleLoader::Fill(grpc::ServerReaderInterface<v1::LoadModuleChunk>* reader,

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "core/modules/module_weights.h"
 #include "grpcpp/grpcpp.h"
+#include "server/modules/graph_modules.h"
 #include "server/modules/module_programs.h"
 #include "server/tables/dtensor_table.h"
 #include "server/tables/module_table.h"
@@ -38,6 +39,17 @@ class ModuleLoader {
                                       grpc::ServerReaderInterface<v1::LoadModuleChunk>* reader);
 
  private:
+  // Load for a header that carries a program (graph_modules.h): the program read, laid out and
+  // planned, the weights' header checked against its parameters, buffers and constants before
+  // any byte moves, each weight streamed to its shards, the graph program installed.
+  absl::StatusOr<v1::ModuleInfo> LoadImported(
+      grpc::ServerReaderInterface<v1::LoadModuleChunk>* reader, v1::LoadModuleChunk& chunk,
+      std::shared_ptr<Mesh> mesh, absl::Time deadline);
+  // Makes an imported module's parameters, streams their weights and installs its graph.
+  absl::Status FillImported(grpc::ServerReaderInterface<v1::LoadModuleChunk>* reader,
+                            v1::LoadModuleChunk& chunk, ModuleEntry& module,
+                            const std::vector<WeightsTensor>& weights, absl::Time deadline,
+                            bool& program_posted);
   // Creates the parameters of `module`, fills them (from `chunk` on, for weights) and installs
   // the program (setting `program_posted`); the caller discards the module on failure.
   absl::Status Fill(grpc::ServerReaderInterface<v1::LoadModuleChunk>* reader,

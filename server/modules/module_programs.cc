@@ -79,10 +79,17 @@ absl::Status ModulePrograms::MeshReady(const Mesh& mesh) const {
 absl::Status ModulePrograms::Install(const ModuleEntry& module, const Program& program,
                                      absl::Time deadline) {
   v1::Command command;
-  v1::LoadProgram* load = command.mutable_load_program();
-  load->set_mesh_id(module.mesh->id);
-  load->set_program_id(module.program_id);
-  *load->mutable_program() = ForWorkers(module.name, program);
+  if (module.graph != nullptr) {
+    v1::LoadGraph* load = command.mutable_load_graph();
+    load->set_mesh_id(module.mesh->id);
+    load->set_program_id(module.program_id);
+    *load->mutable_graph() = module.graph->compiled;
+  } else {
+    v1::LoadProgram* load = command.mutable_load_program();
+    load->set_mesh_id(module.mesh->id);
+    load->set_program_id(module.program_id);
+    *load->mutable_program() = ForWorkers(module.name, program);
+  }
   auto write = std::make_shared<TensorWrite>();
   tensors_->Post(*module.mesh, command, write);
   if (!write->done.WaitForNotificationWithDeadline(deadline)) {

@@ -44,8 +44,9 @@ class ModulePrograms {
   // communicators broken and not yet re-formed).
   absl::Status MeshReady(const Mesh& mesh) const;
 
-  // Installs `program` as `module`'s program on every worker of its mesh, after the commands
-  // posted before, and waits for that until `deadline`.
+  // Installs `program` as `module`'s program on every worker of its mesh (an imported module's
+  // graph program in its place), after the commands posted before, and waits for that until
+  // `deadline`.
   absl::Status Install(const ModuleEntry& module, const Program& program, absl::Time deadline);
   // Drops the module's program on its workers (asynchronously).
   void Drop(const ModuleEntry& module);

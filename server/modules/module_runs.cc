@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/modules/program_edges.h"
+#include "core/sharding/simulated_mesh.h"
 #include "core/status_context.h"
 #include "core/status_macros.h"
 #include "proto/convert.h"
@@ -110,6 +111,12 @@ absl::StatusOr<HostTensor> AssembleReplicas(std::vector<HostTensor> locals, cons
   return AssembleEdge(std::move(locals), holders, kept);
 }
 
+// True iff every mesh dim of `spec` replicates it: every rank holds it whole.
+bool AllReplicate(const DTensorSpec& spec) {
+  return std::all_of(spec.placements.begin(), spec.placements.end(),
+                     [](const Placement& p) { return p.is_replicate(); });
+}
+
 // Marks the write of each of `tensors` done with `status`.
 void CompleteWrites(const std::vector<std::shared_ptr<DTensorEntry>>& tensors,
                     const absl::Status& status) {
@@ -205,9 +212,9 @@ std::vector<v1::Command> ModuleRuns::Commands(const ModuleEntry& module,
   return commands;
 }
 
-absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
-    const ModuleEntry& module, std::vector<v1::Command> commands, const std::vector<bool>& returned,
-    absl::Time deadline, std::function<void(const absl::Status&)> done) {
+absl::StatusOr<std::vector<v1::CommandReply>> ModuleRuns::Dispatch(
+    const ModuleEntry& module, std::vector<v1::Command> commands, absl::Time deadline,
+    std::function<void(const absl::Status&)> done) {
   absl::StatusOr<std::vector<WorkerHandle>> workers = tensors_->meshes().ReadyWorkers(*module.mesh);
   if (!workers.ok()) {
     absl::Status ready = programs_->MeshReady(*module.mesh);
@@ -231,10 +238,18 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
   if (!state->status.ok()) {
     return WithContext(absl::StrCat("module '", module.name, "'"), state->status);
   }
+  return std::move(state->replies);
+}
+
+absl::StatusOr<std::vector<HostTensor>> ModuleRuns::Run(
+    const ModuleEntry& module, std::vector<v1::Command> commands, const std::vector<bool>& returned,
+    absl::Time deadline, std::function<void(const absl::Status&)> done) {
+  ASSIGN_OR_RETURN(const std::vector<v1::CommandReply> replies,
+                   Dispatch(module, std::move(commands), deadline, std::move(done)));
   std::vector<HostTensor> outputs;
-  for (size_t r = 0; r < state->replies.size(); ++r) {
+  for (size_t r = 0; r < replies.size(); ++r) {
     if (!returned[r]) continue;
-    absl::StatusOr<HostTensor> out = FromProto(state->replies[r].output());
+    absl::StatusOr<HostTensor> out = FromProto(replies[r].output());
     if (!out.ok()) {
       return absl::DataLossError(absl::StrCat("rank ", r, "'s output: ", out.status().message()));
     }
@@ -351,6 +366,96 @@ absl::StatusOr<RunResult> ModuleRuns::Step(ModuleEntry& module, RunInput input, 
   if (step.sgd.has_value() && step.sgd->momentum() != 0) module.momentum = true;
   if (!out.ok()) return out.status();
   return Result(module, *std::move(out), outputs);
+}
+
+absl::StatusOr<std::vector<HostTensor>> ModuleRuns::ForwardGraph(ModuleEntry& module,
+                                                                 std::vector<HostTensor> inputs,
+                                                                 absl::Time deadline) {
+  absl::ReaderMutexLock lock(&module.mu);
+  if (module.removed) {
+    return absl::NotFoundError(absl::StrCat("module '", module.name, "' was removed"));
+  }
+  if (module.graph == nullptr) {
+    return absl::InternalError(absl::StrCat("module '", module.name, "' is not a program"));
+  }
+  const ModuleGraph& graph = *module.graph;
+  RETURN_IF_ERROR(programs_->MeshReady(*module.mesh));
+  if (inputs.size() != graph.user_inputs.size()) {
+    std::string names;
+    for (int i : graph.user_inputs) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", graph.program.inputs[i].name);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("module '", module.name, "' takes ",
+                                                   graph.user_inputs.size(), " input(s) (", names,
+                                                   "); the forward gives ", inputs.size()));
+  }
+  const DeviceMesh& mesh = module.mesh->mesh;
+  SimulatedMesh layout(mesh);  // splits inputs and joins outputs; moves no data between ranks
+  std::vector<std::vector<HostTensor>> locals;  // per input: one for all ranks, or one per rank
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const int i = graph.user_inputs[k];
+    const ops::TensorMeta& meta = graph.program.value_metas[i];
+    if (inputs[k].dtype() != meta.dtype || inputs[k].shape() != meta.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", graph.program.inputs[i].name, "' of module '", module.name,
+                       "' is ", DTypeName(inputs[k].dtype()), ShapeToString(inputs[k].shape()),
+                       "; the program was exported for ", DTypeName(meta.dtype),
+                       ShapeToString(meta.shape), " (its shapes are static)"));
+    }
+    const DTensorSpec& spec = graph.planned.values[i];
+    std::vector<HostTensor> parts;
+    if (AllReplicate(spec)) {
+      parts.push_back(std::move(inputs[k]));
+    } else {
+      ASSIGN_OR_RETURN(parts, layout.Distribute(inputs[k], spec));
+    }
+    locals.push_back(std::move(parts));
+  }
+  // The outputs come back from rank 0 alone when every one is replicated, else from every rank.
+  bool replicated = true;
+  for (int v : graph.program.outputs) replicated &= AllReplicate(graph.planned.values[v]);
+  std::vector<v1::Command> commands(static_cast<size_t>(mesh.size()));
+  for (size_t r = 0; r < commands.size(); ++r) {
+    v1::RunGraph* run = commands[r].mutable_run_graph();
+    run->set_mesh_id(module.mesh->id);
+    run->set_program_id(module.program_id);
+    for (const std::vector<HostTensor>& parts : locals) {
+      *run->add_inputs() = ToProto(parts[parts.size() == 1 ? 0 : r]);
+    }
+    run->set_return_outputs(!replicated || r == 0);
+  }
+  ASSIGN_OR_RETURN(const std::vector<v1::CommandReply> replies,
+                   Dispatch(module, std::move(commands), deadline, nullptr));
+  std::vector<HostTensor> outputs;
+  for (size_t o = 0; o < graph.program.outputs.size(); ++o) {
+    const DTensorSpec& spec = graph.planned.values[graph.program.outputs[o]];
+    std::vector<HostTensor> shards;
+    for (size_t r = 0; r < replies.size() && (!replicated || r == 0); ++r) {
+      if (replies[r].outputs_size() != static_cast<int>(graph.program.outputs.size())) {
+        return absl::DataLossError(absl::StrCat("rank ", r, " sent ", replies[r].outputs_size(),
+                                                " outputs of module '", module.name, "'; it has ",
+                                                graph.program.outputs.size()));
+      }
+      absl::StatusOr<HostTensor> t = FromProto(replies[r].outputs(static_cast<int>(o)));
+      if (!t.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("rank ", r, "'s output ", o, ": ", t.status().message()));
+      }
+      shards.push_back(*std::move(t));
+    }
+    if (replicated) {
+      outputs.push_back(std::move(shards[0]));
+      continue;
+    }
+    absl::StatusOr<HostTensor> full = layout.FullTensor(spec, std::move(shards));
+    if (!full.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("the ranks' output '", graph.program.output_names[o], "' of module '",
+                       module.name, "' does not make one tensor: ", full.status().message()));
+    }
+    outputs.push_back(*std::move(full));
+  }
+  return outputs;
 }
 
 std::shared_ptr<ModelRunner> ModuleRuns::RunnerFor(std::shared_ptr<ModuleEntry> module) {

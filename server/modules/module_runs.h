@@ -63,6 +63,15 @@ class ModuleRuns {
   absl::StatusOr<RunResult> Step(ModuleEntry& module, RunInput input, StepOptions step,
                                  RunOutputs outputs, absl::Time deadline);
 
+  // An imported module's forward (module.graph set): `inputs` the full value of each user input of
+  // its program, in order; the full value of each output. One RunGraph command per worker, each
+  // carrying its rank's part of every input; only the ranks an output is put together from send
+  // theirs back. INVALID_ARGUMENT naming an input whose dtype or shape is not the one the program
+  // was exported with.
+  absl::StatusOr<std::vector<HostTensor>> ForwardGraph(ModuleEntry& module,
+                                                       std::vector<HostTensor> inputs,
+                                                       absl::Time deadline);
+
   // What serves a published module: a forward of a full input batch to the full output.
   std::shared_ptr<ModelRunner> RunnerFor(std::shared_ptr<ModuleEntry> module);
   // How long a served forward may take.
@@ -98,6 +107,10 @@ class ModuleRuns {
                                               const std::vector<bool>& returned,
                                               absl::Time deadline,
                                               std::function<void(const absl::Status&)> done);
+  // Run's dispatch: every rank's reply, in rank order.
+  absl::StatusOr<std::vector<v1::CommandReply>> Dispatch(
+      const ModuleEntry& module, std::vector<v1::Command> commands, absl::Time deadline,
+      std::function<void(const absl::Status&)> done);
   // The reply of a run from the outputs of the ranks ReturnedOutputs named.
   static absl::StatusOr<RunResult> Result(const ModuleEntry& module, std::vector<HostTensor> locals,
                                           RunOutputs outputs) ABSL_SHARED_LOCKS_REQUIRED(module.mu);

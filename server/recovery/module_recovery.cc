@@ -130,6 +130,7 @@ void ModuleRecovery::ServeAgain(const std::shared_ptr<ModuleEntry>& module,
 absl::Status ModuleRecovery::Restore(const v1::ModuleRecord& record) {
   const std::string& name = record.name();
   ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, tensors_->meshes().Find(record.mesh()));
+  if (record.has_program()) return RestoreImported(record, std::move(mesh));
   absl::StatusOr<ModelSpec> spec = ParseModelSpec(record.spec_json());
   if (!spec.ok()) return WithContext("module spec", spec.status());
   ASSIGN_OR_RETURN(CompiledPlan compiled,
@@ -165,6 +166,26 @@ absl::Status ModuleRecovery::Restore(const v1::ModuleRecord& record) {
   if (!lost.ok()) spdlog::error("module '{}' recovered unusable: {}", name, lost.ToString());
   // The plan it took, no longer pending.
   if (record.has_pending_plan()) RETURN_IF_ERROR(modules_->Persist(*module));
+  modules_->CommitRecovered(module, std::move(lost));
+  return absl::OkStatus();
+}
+
+absl::Status ModuleRecovery::RestoreImported(const v1::ModuleRecord& record,
+                                             std::shared_ptr<Mesh> mesh) {
+  const std::string& name = record.name();
+  const int64_t program_id = modules_->NextProgramId();
+  ASSIGN_OR_RETURN(std::shared_ptr<const ModuleGraph> graph,
+                   BuildModuleGraph(record.program(), record.plan_json(), mesh->mesh, mesh->id,
+                                    name, program_id));
+  auto module = std::make_shared<ModuleEntry>(name, mesh, std::move(graph), program_id);
+  absl::MutexLock lock(&module->mu);
+  module->plan_json = record.plan_json();
+  module->program.parameters = GraphParameters(*module->graph);
+  // Each parameter must be back with the layout its plan gives it and every block held.
+  absl::Status lost = FindParameters(*module);
+  if (lost.ok()) lost = programs_->MeshReady(*mesh);
+  if (lost.ok()) lost = programs_->Install(*module, module->program, absl::Now() + kInstallWait);
+  if (!lost.ok()) spdlog::error("module '{}' recovered unusable: {}", name, lost.ToString());
   modules_->CommitRecovered(module, std::move(lost));
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "server/cluster/state_store.h"
+#include "server/modules/graph_modules.h"
 #include "server/modules/module_programs.h"
 #include "server/tables/dtensor_table.h"
 #include "server/tables/module_table.h"
@@ -48,6 +49,9 @@ class ModuleRecovery {
   bool Follows(const std::string& module, const Program& program) const;
   // Recovers the module of `record`; an error if it could not be entered at all.
   absl::Status Restore(const v1::ModuleRecord& record);
+  // Restore for a module imported from a program: built again from the recorded program and plan
+  // for `mesh`, its parameters found, its graph program installed anew.
+  absl::Status RestoreImported(const v1::ModuleRecord& record, std::shared_ptr<Mesh> mesh);
   // Restore's parts, each called under the module's mu.
   // Finds the parameters of `module`'s program by name; DATA_LOSS naming the first that is not
   // back whole, laid out as the program places it.

@@ -30,6 +30,14 @@ ModuleEntry::ModuleEntry(std::string name, std::shared_ptr<Mesh> mesh, ModelSpec
       dtype(ParameterDType(this->spec.input)),
       program_id(program_id) {}
 
+ModuleEntry::ModuleEntry(std::string name, std::shared_ptr<Mesh> mesh,
+                         std::shared_ptr<const ModuleGraph> graph, int64_t program_id)
+    : name(std::move(name)),
+      mesh(std::move(mesh)),
+      dtype(DType::kFloat32),
+      program_id(program_id),
+      graph(std::move(graph)) {}
+
 std::string ParameterTensorName(const std::string& module, const std::string& fqn) {
   return absl::StrCat(module, ".", fqn);
 }
@@ -70,6 +78,7 @@ v1::ModuleRecord ModuleTable::Record(const ModuleEntry& module) {
   record.set_spec_json(module.spec_json);
   record.set_plan_json(module.plan_json);
   record.set_mesh_dim(module.mesh_dim);
+  if (module.graph != nullptr) *record.mutable_program() = module.graph->source;
   for (const v1::PublishedVersion& p : module.published) *record.add_published() = p;
   return record;
 }
@@ -223,6 +232,28 @@ v1::ModuleInfo ModuleTable::Describe(const ModuleEntry& module) {
   for (const std::string& u : program.unmatched) info.add_unmatched(u);
   for (const v1::PublishedVersion& p : module.published) *info.add_published() = p;
   info.set_program_steps(static_cast<int64_t>(program.forward.size()));
+  if (module.graph != nullptr) {
+    const ModuleGraph& g = *module.graph;
+    info.set_program_steps(g.compiled.steps_size());
+    v1::ImportedInfo* imported = info.mutable_imported();
+    imported->set_source(g.source.source());
+    imported->set_nodes(static_cast<int64_t>(g.program.nodes.size()));
+    for (int i : g.user_inputs) {
+      v1::ProgramEdge* e = imported->add_inputs();
+      e->set_name(g.program.inputs[i].name);
+      *e->mutable_meta() = ToProto(g.planned.values[i]);
+    }
+    for (size_t o = 0; o < g.program.outputs.size(); ++o) {
+      v1::ProgramEdge* e = imported->add_outputs();
+      e->set_name(g.program.output_names[o]);
+      *e->mutable_meta() = ToProto(g.planned.values[g.program.outputs[o]]);
+    }
+    for (const auto& [fqn, style] : g.layout.assigned) {
+      imported->add_styled(absl::StrCat(fqn, ": ", style));
+    }
+    imported->set_tp_plan_json(g.source.tp_plan_json());
+    imported->set_collectives(g.collectives);
+  }
   return info;
 }
 

@@ -18,6 +18,7 @@
 #include "server/cluster/state_store.h"
 #include "server/tables/dtensor_table.h"
 #include "server/tables/mesh_table.h"
+#include "server/tables/module_graph.h"
 #include "tessera/v1/module.pb.h"
 #include "tessera/v1/state.pb.h"
 
@@ -30,6 +31,9 @@ namespace tessera {
 struct ModuleEntry {
   ModuleEntry(std::string name, std::shared_ptr<Mesh> mesh, ModelSpec spec, std::string spec_json,
               int64_t program_id);
+  // A module imported from a program: `graph` set, its spec empty.
+  ModuleEntry(std::string name, std::shared_ptr<Mesh> mesh,
+              std::shared_ptr<const ModuleGraph> graph, int64_t program_id);
 
   const std::string name;
   const std::shared_ptr<Mesh> mesh;
@@ -37,6 +41,9 @@ struct ModuleEntry {
   const std::string spec_json;  // as ModelSpecToJson writes it
   const DType dtype;            // of every parameter (ParameterDType)
   const int64_t program_id;     // the workers' id of its program
+  // An imported program (its program's parameters listed in `program.parameters`, its forward
+  // the graph's); null for a module made from a spec.
+  const std::shared_ptr<const ModuleGraph> graph;
 
   mutable absl::Mutex mu;
   std::string plan_json ABSL_GUARDED_BY(mu);  // as PlanSpecToJson writes it; empty: no plan

@@ -28,6 +28,7 @@
 #include "import/simulated_run.h"
 #include "nlohmann/json.hpp"
 #include "tests/import/write_zip.h"
+#include "tests/support/exported_models.h"
 #include "tests/support/test_device.h"
 
 namespace tessera::import {
@@ -201,28 +202,6 @@ TEST_P(ExportedProgramTest, PlansOnEveryMeshWithTorchsShapes) {
   }
 }
 
-// Each program input's full value: parameters, buffers and constants as the archive stores them,
-// the token ids the model was exported on (<model>.io.safetensors).
-std::vector<HostTensor> ProgramInputs(const std::string& model, const ExportedProgram& program,
-                                      const SafetensorsFile& io) {
-  absl::StatusOr<Pt2Zip> zip = Pt2Zip::Open(ArchivePath(model));
-  EXPECT_TRUE(zip.ok()) << zip.status();
-  absl::StatusOr<std::vector<ArchiveTensor>> tensors = ListArchiveTensors(*zip, model);
-  EXPECT_TRUE(tensors.ok()) << tensors.status();
-  std::vector<HostTensor> out;
-  for (const ProgramInput& in : program.inputs) {
-    if (in.kind == InputKind::kUserInput) {
-      out.push_back(io.tensors.at(in.name).Clone());
-      continue;
-    }
-    for (const ArchiveTensor& t : *tensors) {
-      if (t.name == in.target) out.push_back(ReadArchiveTensor(*zip, t).value());
-    }
-  }
-  EXPECT_EQ(out.size(), program.inputs.size());
-  return out;
-}
-
 // The program run on a simulated mesh gives transformers' logits: on one rank, replicated on
 // several (each rank computes the whole), and with tensor-parallel parameter placements, where
 // propagation shards the activations and reduces the rowwise products.
@@ -233,7 +212,8 @@ TEST_P(ExportedProgramTest, RunsAsTransformersOnEveryMesh) {
   absl::StatusOr<SafetensorsFile> io =
       ReadSafetensorsFile(absl::StrCat(kFixtures, "/", model, ".io.safetensors"));
   ASSERT_TRUE(io.ok()) << io.status();
-  const std::vector<HostTensor> inputs = ProgramInputs(model, *program, *io);
+  const std::vector<HostTensor> inputs =
+      testing::ArchiveProgramInputs(ArchivePath(model), model, *program, *io);
   ASSERT_EQ(inputs.size(), program->inputs.size());
   const HostTensor& want = io->tensors.at("logits");
   std::unique_ptr<kernels::KernelBackend> backend = testing::TestBackendForRank(0).value();
@@ -259,12 +239,7 @@ TEST_P(ExportedProgramTest, RunsAsTransformersOnEveryMesh) {
       const HostTensor& got = run->outputs[0];
       ASSERT_EQ(got.shape(), want.shape()) << what;
       ASSERT_EQ(got.dtype(), DType::kFloat32) << what;
-      double worst = 0;
-      for (int64_t i = 0; i < want.num_elements(); ++i) {
-        const double w = want.data_as<float>()[i];
-        const double g = got.data_as<float>()[i];
-        worst = std::max(worst, std::abs(g - w) / (1e-5 + 1e-4 * std::abs(w)));
-      }
+      const double worst = testing::LogitsError(got, want);
       EXPECT_LE(worst, 1.0) << what << ": the logits differ from transformers' by " << worst
                             << " of the tolerance";
       if (mesh.size() == 1) {

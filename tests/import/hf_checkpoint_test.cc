@@ -23,6 +23,7 @@
 #include "import/program_plan.h"
 #include "import/pt2_archive.h"
 #include "import/simulated_run.h"
+#include "tests/support/exported_models.h"
 #include "tests/support/test_device.h"
 
 namespace tessera::import {
@@ -48,15 +49,6 @@ Archive ReadArchive(const std::string& model) {
   a.tensors = ListArchiveTensors(zip, model).value();
   for (const ArchiveTensor& t : a.tensors) a.entries[t.name] = t.entry;
   return a;
-}
-
-double WorstError(const HostTensor& got, const HostTensor& want) {
-  double worst = 0;
-  for (int64_t i = 0; i < want.num_elements(); ++i) {
-    const double w = want.data_as<float>()[i];
-    worst = std::max(worst, std::abs(got.data_as<float>()[i] - w) / (1e-5 + 1e-4 * std::abs(w)));
-  }
-  return worst;
 }
 
 class HfCheckpointTest : public ::testing::TestWithParam<std::string> {};
@@ -116,9 +108,10 @@ TEST_P(HfCheckpointTest, TheProgramOnTheCheckpointsWeightsGivesItsLogits) {
     absl::StatusOr<SimulatedRun> run =
         RunOnSimulatedMesh(*backend, archive.program, *planned, inputs);
     ASSERT_TRUE(run.ok()) << run.status();
-    EXPECT_LE(WorstError(run->outputs[0], io.tensors.at("logits")), 1.0) << mesh.ToString();
+    EXPECT_LE(testing::LogitsError(run->outputs[0], io.tensors.at("logits")), 1.0)
+        << mesh.ToString();
     // Not the archive's own weights' logits.
-    EXPECT_GT(WorstError(run->outputs[0], archive_io.tensors.at("logits")), 100.0);
+    EXPECT_GT(testing::LogitsError(run->outputs[0], archive_io.tensors.at("logits")), 100.0);
   }
 }
 

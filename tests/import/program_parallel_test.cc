@@ -21,6 +21,7 @@
 #include "import/program_plan.h"
 #include "import/pt2_archive.h"
 #include "import/simulated_run.h"
+#include "tests/support/exported_models.h"
 #include "tests/support/test_device.h"
 
 namespace tessera::import {
@@ -38,21 +39,6 @@ ExportedProgram ReadProgram(const std::string& model) {
   Pt2Zip zip = Pt2Zip::Open(Fixture(model, ".pt2")).value();
   ArchiveModel m = ReadArchiveModel(zip).value();
   return ParseExportedProgram(m.json, model).value();
-}
-
-std::vector<HostTensor> ProgramInputs(const std::string& model, const ExportedProgram& program,
-                                      const SafetensorsFile& io) {
-  Pt2Zip zip = Pt2Zip::Open(Fixture(model, ".pt2")).value();
-  std::map<std::string, ArchiveTensor> tensors;
-  const std::vector<ArchiveTensor> listed = ListArchiveTensors(zip, model).value();
-  for (const ArchiveTensor& t : listed) tensors[t.name] = t;
-  std::vector<HostTensor> out;
-  for (const ProgramInput& in : program.inputs) {
-    out.push_back(in.kind == InputKind::kUserInput
-                      ? io.tensors.at(in.name).Clone()
-                      : ReadArchiveTensor(zip, tensors.at(in.target)).value());
-  }
-  return out;
 }
 
 nlohmann::json ReadJson(const std::string& path) {
@@ -122,7 +108,8 @@ TEST_P(ProgramParallelTest, GivesTransformersLogitsOnEveryMesh) {
   const Case c = GetParam();
   const ExportedProgram program = ReadProgram(c.model);
   const SafetensorsFile io = ReadSafetensorsFile(Fixture(c.model, ".io.safetensors")).value();
-  const std::vector<HostTensor> inputs = ProgramInputs(c.model, program, io);
+  const std::vector<HostTensor> inputs =
+      testing::ArchiveProgramInputs(Fixture(c.model, ".pt2"), c.model, program, io);
   const HostTensor& want = io.tensors.at("logits");
   std::unique_ptr<kernels::KernelBackend> backend = testing::TestBackendForRank(0).value();
   for (const Shape& shape : {Shape{2}, Shape{3}, Shape{4}, Shape{2, 2}}) {
@@ -192,11 +179,7 @@ TEST_P(ProgramParallelTest, GivesTransformersLogitsOnEveryMesh) {
     ASSERT_TRUE(run.ok()) << what << ": " << run.status();
     const HostTensor& got = run->outputs[0];
     ASSERT_EQ(got.shape(), want.shape()) << what;
-    double worst = 0;
-    for (int64_t i = 0; i < want.num_elements(); ++i) {
-      const double w = want.data_as<float>()[i];
-      worst = std::max(worst, std::abs(got.data_as<float>()[i] - w) / (1e-5 + 1e-4 * std::abs(w)));
-    }
+    const double worst = testing::LogitsError(got, want);
     EXPECT_LE(worst, 1.0) << what << ": the logits differ from transformers' by " << worst
                           << " of the tolerance";
     EXPECT_GT(run->bytes_moved, 0) << what;

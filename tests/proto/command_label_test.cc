@@ -59,6 +59,10 @@ INSTANTIATE_TEST_SUITE_P(
                       LabelCase{"load_shard (mesh 7, sequence 12)",
                                 [](v1::Command& c) { c.mutable_load_shard()->set_mesh_id(7); }},
                       LabelCase{"ping (sequence 12)", [](v1::Command& c) { c.mutable_ping(); }},
+                      LabelCase{"load_graph (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_load_graph()->set_mesh_id(7); }},
+                      LabelCase{"run_graph (mesh 7, sequence 12)",
+                                [](v1::Command& c) { c.mutable_run_graph()->set_mesh_id(7); }},
                       LabelCase{"empty command (sequence 12)", [](v1::Command&) {}}));
 
 struct FieldsCase {
@@ -91,7 +95,7 @@ TEST(CommandLabelTest, EveryKindIsCovered) {
   const google::protobuf::OneofDescriptor* kind =
       v1::Command::descriptor()->FindOneofByName("kind");
   ASSERT_NE(kind, nullptr);
-  EXPECT_EQ(kind->field_count(), 16);
+  EXPECT_EQ(kind->field_count(), 18);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 """Models from transformers, exported with torch.export and saved with save_pretrained here, run by
 `tessera import run` on simulated meshes with their own tp_plan and with torchtitan-style
-parallelize_module plans: the logits equal transformers' within fp32 tolerance. Needs torch and
-transformers (PyPI); skips without them."""
+parallelize_module plans, and loaded onto the cluster with tessera.load_module: the logits equal
+transformers' within fp32 tolerance. Needs torch and transformers (PyPI); skips without them."""
 
 import json
 import os
@@ -100,3 +100,23 @@ def test_logits_equal_transformers(exported, mesh, plan):
 def test_one_rank_equals_transformers(exported):
     name, d, want = exported
     np.testing.assert_allclose(run(d, "--mesh", "1"), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mesh", ["world", "grid"])
+@pytest.mark.parametrize("plan", ["tp_plan", "torch"])
+def test_on_the_cluster_logits_equal_transformers(exported, session, meshes, mesh, plan):
+    """The archive loaded onto the cluster (tessera.load_module("model.pt2")) with the checkpoint's
+    weights: one graph program per worker gives transformers' logits."""
+    tessera = pytest.importorskip("tessera", reason="build the tessera_python target")
+    name, d, want = exported
+    if plan == "tp_plan" and not (d / "tp_plan.json").exists():
+        pytest.skip(f"{name} has no tp_plan in transformers")
+    layout = ({"tp_plan": json.loads((d / "tp_plan.json").read_text())} if plan == "tp_plan"
+              else {"plan": TORCH_PLANS[name]})
+    m = tessera.load_module(d / "model.pt2", mesh=meshes[mesh], weights=d / "hf",
+                            name=f"peer-{name}-{mesh}-{plan}", **layout)
+    try:
+        got = m(np.load(d / "ids.npy"))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    finally:
+        m.remove()

@@ -171,11 +171,46 @@ class Module:
         return ModuleOutput(full, locals_, from_proto(reply.output_layout.placement),
                             reply.output_layout.is_dtensor, reply.tp_mesh_dim)
 
-    def forward(self, input: Any = None, *, locals: Optional[Sequence[Any]] = None,
+    @property
+    def imported(self) -> Any:
+        """For a module loaded from a torch.export archive, its ImportedInfo (source, nodes, the
+        user inputs and outputs by name with their layouts, the modules styled); else None."""
+        return self.info.imported if self.info.HasField("imported") else None
+
+    def _forward_program(self, inputs: Sequence[Any]) -> Any:
+        """An imported program's forward: its user inputs in order, its outputs back."""
+        names = [e.name for e in self.info.imported.inputs]
+        if len(inputs) != len(names):
+            raise InvalidArgument(f"module '{self.name}' takes {len(names)} input(s) "
+                                  f"({', '.join(names)}); given {len(inputs)}")
+        request = pb.module.ForwardRequest(name=self.name)
+        kind = "numpy"
+        for k, t in enumerate(inputs):
+            b = as_buffer(t)
+            kind = b.kind if k == 0 else kind
+            target = request.input if k == 0 else request.more_inputs.add()
+            target.full.CopyFrom(inline_tensor(b))
+        reply = self.session.transport.module_call("Forward", request, transfer=True)
+        outs = []
+        for o, t in enumerate([reply.output, *reply.more_outputs]):
+            dtype, array = read_inline(t, f"output {o} of module '{self.name}'")
+            outs.append(wrap_output(array.copy(), dtype, kind))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def forward(self, input: Any = None, *more: Any, locals: Optional[Sequence[Any]] = None,
                 outputs: str = "full") -> Any:
         """module(input): the full input (a numpy array or CPU torch tensor), cut by the input
         layout on the workers; or ``locals``, every rank's local input. Returns the full output
-        (same kind as the input), or with ``outputs="local"``/``"both"`` a ModuleOutput."""
+        (same kind as the input), or with ``outputs="local"``/``"both"`` a ModuleOutput. A module
+        imported from a torch.export archive takes each of its user inputs in order (``more``
+        after the first) and returns its output (a tuple of them where it has several)."""
+        if self.info.HasField("imported"):
+            if locals is not None or outputs != "full":
+                raise InvalidArgument(f"module '{self.name}' is a program: its forward takes its "
+                                      "inputs full and gives its full outputs")
+            return self._forward_program((input, *more))
+        if more:
+            raise InvalidArgument(f"module '{self.name}' takes one input; given {1 + len(more)}")
         message, kind = self._input(input, locals)
         reply = self.session.transport.module_call(
             "Forward", pb.module.ForwardRequest(name=self.name, input=message,
@@ -306,10 +341,56 @@ def _weights_from_tensors(tensors: Mapping[str, Any]) -> Tuple[Any, Iterator[byt
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
+def _load_program(path: Union[str, "os.PathLike[str]"], mesh: DeviceMesh, weights: Any,
+                  name: str, plan: Any, tp_plan: Any, tp_prefix: str, mesh_dim: Optional[int],
+                  progress: ProgressArg) -> Module:
+    """load_module of a torch.export archive: its program and weights on one LoadModule stream."""
+    from .parallel import plan_json
+    from .pt2 import open_archive
+
+    if plan is not None and tp_plan is not None:
+        raise InvalidArgument("give plan= (a parallelize_module plan) or tp_plan=, not both")
+    if weights is not None and not isinstance(weights, (str, pathlib.Path)):
+        raise InvalidArgument("an archive's weights= is a Hugging Face checkpoint directory")
+    archive = open_archive(path, weights)
+    tp_text = "" if tp_plan is None else (tp_plan if isinstance(tp_plan, str)
+                                           else json.dumps(dict(tp_plan)))
+    header = pb.module.LoadModuleHeader(
+        name=name, mesh=mesh.name, plan_json="" if plan is None else plan_json(plan),
+        weights_follow=True,
+        program=pb.module.ImportedProgram(
+            program_json=archive.program_json, tp_plan_json=tp_text, tp_prefix=tp_prefix,
+            mesh_dim=-1 if mesh_dim is None else int(mesh_dim),
+            source=pathlib.Path(path).name))
+    weights_header = pb.module.WeightsHeader(tensors=[
+        pb.module.WeightsEntry(name=w.name, dtype=w.dtype.number,
+                               shape=pb.types.Shape(dims=list(w.shape))) for w in archive.weights])
+    bar = Progress(sum(w.nbytes for w in archive.weights), f"load_module {name}", progress)
+
+    def data() -> Iterator[bytes]:
+        for w in archive.weights:
+            for piece in archive.chunks(w, CHUNK_BYTES):
+                yield piece
+                bar.add(len(piece))
+
+    try:
+        info = mesh.session.transport.load_module(header, weights_header, data())
+    finally:
+        bar.close()
+    return Module(mesh.session, info, mesh)
+
+
 def load_module(spec: Any, *, mesh: DeviceMesh, weights: Any = None, seed: Optional[int] = None,
                 name: Optional[str] = None, plan: Any = None, progress: ProgressArg = None,
-                checkpoint: Union[str, "os.PathLike[str]", None] = None) -> Module:
+                checkpoint: Union[str, "os.PathLike[str]", None] = None, tp_plan: Any = None,
+                tp_prefix: str = "", mesh_dim: Optional[int] = None) -> Module:
     """Loads a module onto ``mesh``.
+
+    ``spec`` may also be the path of a torch.export archive (``torch.export.save``'s ``.pt2``,
+    docs/import.md): its program is read on the coordinator, laid out by ``plan`` (a
+    parallelize_module plan) or ``tp_plan`` (a Hugging Face tp_plan, a dict or JSON text, its
+    patterns under ``tp_prefix``) on ``mesh_dim``, its weights from the archive or from
+    ``weights``, a Hugging Face checkpoint directory; ``module(*inputs)`` runs it.
 
     ``spec``: the module spec (dict, JSON text, path to a JSON file, or what tessera.export
     returned). ``weights``: a safetensors path (streamed a chunk at a time) or a dict of tensors
@@ -321,6 +402,18 @@ def load_module(spec: Any, *, mesh: DeviceMesh, weights: Any = None, seed: Optio
     from .export import Exported
     from .parallel import plan_json
 
+    if isinstance(spec, (str, pathlib.Path)) and str(spec).endswith(".pt2"):
+        if seed is not None or checkpoint is not None:
+            raise InvalidArgument(f"{spec} is a program: its weights come from the archive or "
+                                  "from weights= (a Hugging Face checkpoint directory)")
+        name = name or f"module-{secrets.token_hex(4)}"
+        if not _NAME.match(name):
+            raise InvalidArgument(f"module name '{name}': letters, digits, '_' and '-' only")
+        return _load_program(spec, mesh, weights, name, plan, tp_plan, tp_prefix, mesh_dim,
+                             progress)
+    if tp_plan is not None or mesh_dim is not None or tp_prefix:
+        raise InvalidArgument("tp_plan=, tp_prefix= and mesh_dim= lay out a torch.export archive "
+                              "(a .pt2); a spec takes plan=")
     if isinstance(spec, Exported):
         if weights is None and seed is None and checkpoint is None:
             weights = spec.weights_path
