@@ -12,7 +12,7 @@ import os
 import pathlib
 import zipfile
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Tuple, Union
 
 from . import dtypes as _dt
 from . import safetensors as _st
