@@ -2,7 +2,10 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "metrics/registry.h"
 #include "proto/grpc_status.h"
@@ -27,13 +30,18 @@ absl::Status Infer(const ServedModels& models, const inference::ModelInferReques
                    absl::Time deadline, inference::ModelInferResponse* response) {
   ASSIGN_OR_RETURN(std::shared_ptr<const ServedModel> model,
                    models.Find(request.model_name(), request.model_version()));
-  ASSIGN_OR_RETURN(HostTensor input, ReadModelInput(request, *model));
-  RETURN_IF_ERROR(CheckRequestedOutputs(request, *model));
-  ASSIGN_OR_RETURN(HostTensor output, model->runner->Run(input, deadline));
+  ASSIGN_OR_RETURN(std::vector<HostTensor> inputs, ReadModelInputs(request, *model));
+  ASSIGN_OR_RETURN(const std::vector<int> asked, RequestedOutputs(request, *model));
+  ASSIGN_OR_RETURN(const std::vector<HostTensor> outputs,
+                   model->runner->RunAll(std::move(inputs), deadline));
+  if (outputs.size() != model->outputs.size()) {
+    return absl::InternalError(absl::StrCat("model '", model->name, "' gave ", outputs.size(),
+                                            " outputs; it has ", model->outputs.size()));
+  }
   response->set_model_name(model->name);
   response->set_model_version(model->version);
   response->set_id(request.id());
-  AppendModelOutput(*model, output, response);
+  for (int o : asked) AppendModelOutput(*model, o, outputs[o], response);
   return absl::OkStatus();
 }
 
@@ -82,8 +90,8 @@ grpc::Status InferenceService::ModelMetadata(grpc::ServerContext*,
     }
   }
   response->set_platform("tessera");
-  Describe((*model)->input, response->add_inputs());
-  Describe((*model)->output, response->add_outputs());
+  for (const ServedTensor& t : (*model)->inputs) Describe(t, response->add_inputs());
+  for (const ServedTensor& t : (*model)->outputs) Describe(t, response->add_outputs());
   return grpc::Status::OK;
 }
 

@@ -474,7 +474,13 @@ absl::Status ModuleService::PublishModuleImpl(const v1::PublishModuleRequest& re
   if (served_ == nullptr) return absl::UnimplementedError("this coordinator serves no models");
   ASSIGN_OR_RETURN(const std::shared_ptr<ModuleEntry> found, modules_->Find(request.name()));
   ModuleEntry& module = *found;
-  RETURN_IF_ERROR(SpecModulesOnly(module, "publishing"));
+  if (module.graph != nullptr && request.max_batch_size() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("module '", module.name,
+                     "' is a program exported with static shapes: dynamic batching "
+                     "(max_batch_size ",
+                     request.max_batch_size(), ") would change them; publish it with 0"));
+  }
   v1::PublishedVersion published;
   published.set_model(request.model().empty() ? request.name() : request.model());
   published.set_version(request.version().empty() ? "1" : request.version());
@@ -511,8 +517,22 @@ ServedModel ModuleService::Served(std::shared_ptr<ModuleEntry> module,
   ServedModel model;
   model.name = published.model();
   model.version = published.version();
-  model.input = {"input", program.input.dtype, program.input.shape};
-  model.output = {"output", program.output_dtype, OutputShapeFor(program, program.input.shape)};
+  if (module->graph != nullptr) {
+    // An imported program: its user inputs and outputs by name, with their static shapes.
+    const ModuleGraph& g = *module->graph;
+    for (int i : g.user_inputs) {
+      model.inputs.push_back({g.program.inputs[i].name, g.program.value_metas[i].dtype,
+                              g.program.value_metas[i].shape});
+    }
+    for (size_t o = 0; o < g.program.outputs.size(); ++o) {
+      const ops::TensorMeta& meta = g.program.value_metas[g.program.outputs[o]];
+      model.outputs.push_back({g.program.output_names[o], meta.dtype, meta.shape});
+    }
+  } else {
+    model.inputs = {{"input", program.input.dtype, program.input.shape}};
+    model.outputs = {
+        {"output", program.output_dtype, OutputShapeFor(program, program.input.shape)}};
+  }
   model.batching.max_batch_size = published.max_batch_size();
   model.batching.max_queue_delay = absl::Microseconds(published.max_queue_delay_us());
   model.runner = runs_.RunnerFor(std::move(module));

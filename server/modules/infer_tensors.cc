@@ -31,9 +31,18 @@ constexpr absl::string_view kDatatypesWithoutDType[] = {"INT16", "UINT16", "UINT
                                                         "BYTES"};
 
 // "input 'x' of model 'mlp' version 1", for messages.
-std::string InputOf(const ServedModel& model) {
-  return absl::StrCat("input '", model.input.name, "' of model '", model.name, "' version ",
+std::string InputOf(const ServedModel& model, const ServedTensor& input) {
+  return absl::StrCat("input '", input.name, "' of model '", model.name, "' version ",
                       model.version);
+}
+
+// "'input_ids', 'attention_mask'": the names of `tensors`, for messages.
+std::string NamesOf(const std::vector<ServedTensor>& tensors) {
+  std::string names;
+  for (const ServedTensor& t : tensors) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", "'", t.name, "'");
+  }
+  return names;
 }
 
 // The datatypes a model's input takes, for messages.
@@ -49,15 +58,15 @@ bool Takes(DType model_dtype, DType datatype) {
 }
 
 // OK when `shape` fits the model's `expected`: same rank, same size wherever expected is not -1.
-absl::Status CheckShape(const Shape& shape, const ServedModel& model) {
-  const Shape& expected = model.input.shape;
+absl::Status CheckShape(const Shape& shape, const ServedModel& model, const ServedTensor& input) {
+  const Shape& expected = input.shape;
   bool fits = shape.size() == expected.size();
   for (size_t d = 0; fits && d < shape.size(); ++d) {
     fits = expected[d] == -1 || expected[d] == shape[d];
   }
   if (!fits) {
     return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeToString(shape), " does not fit ",
-                                                   InputOf(model), ", of shape ",
+                                                   InputOf(model, input), ", of shape ",
                                                    ShapeToString(expected), " (-1: any size)"));
   }
   return absl::OkStatus();
@@ -67,12 +76,12 @@ absl::Status CheckShape(const Shape& shape, const ServedModel& model) {
 // of which must be exact in T.
 template <typename T, typename Values>
 absl::StatusOr<HostTensor> FromValues(DType dtype, const Shape& shape, const Values& values,
-                                      absl::string_view field, const ServedModel& model) {
+                                      absl::string_view field, const std::string& what) {
   using Value = typename Values::value_type;
   const int64_t n = NumElements(shape);
   if (values.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(InputOf(model), " has ", values.size(), " ",
-                                                   field, " values; shape ", ShapeToString(shape),
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", values.size(), " ", field,
+                                                   " values; shape ", ShapeToString(shape),
                                                    " needs ", n));
   }
   ASSIGN_OR_RETURN(HostTensor tensor, HostTensor::Uninitialized(dtype, shape));
@@ -82,7 +91,7 @@ absl::StatusOr<HostTensor> FromValues(DType dtype, const Shape& shape, const Val
     if constexpr (!std::is_same_v<T, Value>) {
       if (static_cast<Value>(static_cast<T>(v)) != v) {
         return absl::InvalidArgumentError(absl::StrCat(field, " value ", v, " at position ", i,
-                                                       " of ", InputOf(model), " is not a ",
+                                                       " of ", what, " is not a ",
                                                        KServeDatatype(dtype)));
       }
     }
@@ -94,27 +103,27 @@ absl::StatusOr<HostTensor> FromValues(DType dtype, const Shape& shape, const Val
 // The input from its typed contents, the field of `dtype`.
 absl::StatusOr<HostTensor> FromContents(DType dtype, const Shape& shape,
                                         const inference::InferTensorContents& c,
-                                        const ServedModel& model) {
+                                        const std::string& what) {
   switch (dtype) {
     case DType::kFloat32:
-      return FromValues<float>(dtype, shape, c.fp32_contents(), "fp32_contents", model);
+      return FromValues<float>(dtype, shape, c.fp32_contents(), "fp32_contents", what);
     case DType::kFloat64:
-      return FromValues<double>(dtype, shape, c.fp64_contents(), "fp64_contents", model);
+      return FromValues<double>(dtype, shape, c.fp64_contents(), "fp64_contents", what);
     case DType::kInt8:
-      return FromValues<int8_t>(dtype, shape, c.int_contents(), "int_contents", model);
+      return FromValues<int8_t>(dtype, shape, c.int_contents(), "int_contents", what);
     case DType::kInt32:
-      return FromValues<int32_t>(dtype, shape, c.int_contents(), "int_contents", model);
+      return FromValues<int32_t>(dtype, shape, c.int_contents(), "int_contents", what);
     case DType::kInt64:
-      return FromValues<int64_t>(dtype, shape, c.int64_contents(), "int64_contents", model);
+      return FromValues<int64_t>(dtype, shape, c.int64_contents(), "int64_contents", what);
     case DType::kUInt8:
-      return FromValues<uint8_t>(dtype, shape, c.uint_contents(), "uint_contents", model);
+      return FromValues<uint8_t>(dtype, shape, c.uint_contents(), "uint_contents", what);
     case DType::kBool:
-      return FromValues<bool>(dtype, shape, c.bool_contents(), "bool_contents", model);
+      return FromValues<bool>(dtype, shape, c.bool_contents(), "bool_contents", what);
     case DType::kFloat16:
     case DType::kBFloat16:
       break;
   }
-  return absl::InvalidArgumentError(absl::StrCat(InputOf(model), " is ", KServeDatatype(dtype),
+  return absl::InvalidArgumentError(absl::StrCat(what, " is ", KServeDatatype(dtype),
                                                  ", which has no typed contents: send it in "
                                                  "raw_input_contents"));
 }
@@ -149,81 +158,118 @@ absl::StatusOr<DType> DTypeOfKServeDatatype(absl::string_view datatype) {
   return absl::InvalidArgumentError(absl::StrCat("unknown datatype '", datatype, "'"));
 }
 
-absl::StatusOr<HostTensor> ReadModelInput(const inference::ModelInferRequest& request,
-                                          const ServedModel& model) {
-  if (request.inputs_size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("model '", model.name, "' takes one input ('",
-                                                   model.input.name, "'); the request has ",
-                                                   request.inputs_size()));
-  }
-  const inference::ModelInferRequest::InferInputTensor& input = request.inputs(0);
-  if (input.name() != model.input.name) {
-    return absl::InvalidArgumentError(absl::StrCat("model '", model.name, "' has no input '",
-                                                   input.name(), "'; its input is '",
-                                                   model.input.name, "'"));
-  }
-  absl::StatusOr<DType> datatype = DTypeOfKServeDatatype(input.datatype());
+namespace {
+
+// Request input `k` as model input `input`'s tensor; `raw` its raw_input_contents entry, if any.
+absl::StatusOr<HostTensor> ReadInput(const inference::ModelInferRequest::InferInputTensor& in,
+                                     const std::string* raw, const ServedModel& model,
+                                     const ServedTensor& input) {
+  const std::string what = InputOf(model, input);
+  absl::StatusOr<DType> datatype = DTypeOfKServeDatatype(in.datatype());
   if (!datatype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", datatype.status().message()));
+  }
+  if (!Takes(input.dtype, *datatype)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(InputOf(model), ": ", datatype.status().message()));
+        absl::StrCat(what, " takes ", Accepted(input.dtype), ", not ", in.datatype()));
   }
-  if (!Takes(model.input.dtype, *datatype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        InputOf(model), " takes ", Accepted(model.input.dtype), ", not ", input.datatype()));
-  }
-  const Shape shape(input.shape().begin(), input.shape().end());
+  const Shape shape(in.shape().begin(), in.shape().end());
   if (absl::Status s = ValidateShape(shape); !s.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("shape ", ShapeToString(shape), " of ", InputOf(model), ": ", s.message()));
+        absl::StrCat("shape ", ShapeToString(shape), " of ", what, ": ", s.message()));
   }
-  RETURN_IF_ERROR(CheckShape(shape, model));
-
+  RETURN_IF_ERROR(CheckShape(shape, model, input));
   HostTensor tensor;
-  if (request.raw_input_contents_size() > 0) {
-    if (request.raw_input_contents_size() != 1) {
+  if (raw != nullptr) {
+    if (in.has_contents()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("the request has ", request.raw_input_contents_size(),
-                       " raw_input_contents entries for its 1 input"));
+          absl::StrCat(what, " sets both contents and raw_input_contents; send one of them"));
     }
-    if (input.has_contents()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          InputOf(model), " sets both contents and raw_input_contents; send one of them"));
-    }
-    const std::string& raw = request.raw_input_contents(0);
     // Its byte count must fit in int64 before it is compared.
     RETURN_IF_ERROR(ValidateTensorShape(*datatype, shape));
     const int64_t needed = NumElements(shape) * static_cast<int64_t>(DTypeSize(*datatype));
-    if (static_cast<int64_t>(raw.size()) != needed) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "raw_input_contents of ", InputOf(model), " hold ", raw.size(), " bytes; shape ",
-          ShapeToString(shape), " of ", input.datatype(), " needs ", needed));
+    if (static_cast<int64_t>(raw->size()) != needed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("raw_input_contents of ", what, " hold ", raw->size(), " bytes; shape ",
+                       ShapeToString(shape), " of ", in.datatype(), " needs ", needed));
     }
-    ASSIGN_OR_RETURN(
-        tensor,
-        HostTensor::FromBytes(*datatype, shape, std::as_bytes(std::span(raw.data(), raw.size()))));
+    ASSIGN_OR_RETURN(tensor,
+                     HostTensor::FromBytes(*datatype, shape,
+                                           std::as_bytes(std::span(raw->data(), raw->size()))));
   } else {
-    ASSIGN_OR_RETURN(tensor, FromContents(*datatype, shape, input.contents(), model));
+    ASSIGN_OR_RETURN(tensor, FromContents(*datatype, shape, in.contents(), what));
   }
-  if (tensor.dtype() == model.input.dtype) return tensor;
-  return Converted(tensor, model.input.dtype);
+  if (tensor.dtype() == input.dtype) return tensor;
+  return Converted(tensor, input.dtype);
 }
 
-absl::Status CheckRequestedOutputs(const inference::ModelInferRequest& request,
-                                   const ServedModel& model) {
-  for (const auto& asked : request.outputs()) {
-    if (asked.name() != model.output.name) {
-      return absl::InvalidArgumentError(absl::StrCat("model '", model.name, "' has no output '",
-                                                     asked.name(), "'; its output is '",
-                                                     model.output.name, "'"));
+}  // namespace
+
+absl::StatusOr<std::vector<HostTensor>> ReadModelInputs(const inference::ModelInferRequest& request,
+                                                        const ServedModel& model) {
+  const size_t n = model.inputs.size();
+  if (static_cast<size_t>(request.inputs_size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", model.name, "' takes ", n == 1 ? "one input" : absl::StrCat(n, " inputs"), " (",
+        NamesOf(model.inputs), "); the request has ", request.inputs_size()));
+  }
+  if (request.raw_input_contents_size() > 0 &&
+      request.raw_input_contents_size() != request.inputs_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request has ", request.raw_input_contents_size(),
+                     " raw_input_contents entries for its ", request.inputs_size(), " input",
+                     request.inputs_size() == 1 ? "" : "s"));
+  }
+  std::vector<int> at(n, -1);  // the request's index of each model input
+  for (int k = 0; k < request.inputs_size(); ++k) {
+    const std::string& name = request.inputs(k).name();
+    size_t i = 0;
+    while (i < n && model.inputs[i].name != name) ++i;
+    if (i == n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", model.name, "' has no input '", name, "'; its input",
+                       n == 1 ? " is " : "s are ", NamesOf(model.inputs)));
     }
+    if (at[i] >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the request gives input '", name, "' of model '", model.name, "' twice"));
+    }
+    at[i] = k;
   }
-  return absl::OkStatus();
+  std::vector<HostTensor> tensors;
+  for (size_t i = 0; i < n; ++i) {
+    const int k = at[i];
+    const std::string* raw =
+        request.raw_input_contents_size() > 0 ? &request.raw_input_contents(k) : nullptr;
+    ASSIGN_OR_RETURN(HostTensor t, ReadInput(request.inputs(k), raw, model, model.inputs[i]));
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
 }
 
-void AppendModelOutput(const ServedModel& model, const HostTensor& output,
+absl::StatusOr<std::vector<int>> RequestedOutputs(const inference::ModelInferRequest& request,
+                                                  const ServedModel& model) {
+  std::vector<int> indices;
+  for (const auto& asked : request.outputs()) {
+    size_t o = 0;
+    while (o < model.outputs.size() && model.outputs[o].name != asked.name()) ++o;
+    if (o == model.outputs.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", model.name, "' has no output '", asked.name(), "'; its output",
+                       model.outputs.size() == 1 ? " is " : "s are ", NamesOf(model.outputs)));
+    }
+    indices.push_back(static_cast<int>(o));
+  }
+  if (indices.empty()) {
+    for (size_t o = 0; o < model.outputs.size(); ++o) indices.push_back(static_cast<int>(o));
+  }
+  return indices;
+}
+
+void AppendModelOutput(const ServedModel& model, int index, const HostTensor& output,
                        inference::ModelInferResponse* response) {
   inference::ModelInferResponse::InferOutputTensor* out = response->add_outputs();
-  out->set_name(model.output.name);
+  out->set_name(model.outputs[index].name);
   out->set_datatype(std::string(KServeDatatype(output.dtype())));
   for (int64_t size : output.shape()) out->add_shape(size);
   response->add_raw_output_contents(reinterpret_cast<const char*>(output.data()), output.nbytes());

@@ -36,6 +36,30 @@ class PublishedModule : public ModelRunner {
   std::shared_ptr<ModuleEntry> module_;
 };
 
+// A published imported program's forward: its named inputs to its outputs.
+class PublishedProgram : public ModelRunner {
+ public:
+  PublishedProgram(ModuleRuns* runs, std::shared_ptr<ModuleEntry> module)
+      : runs_(runs), module_(std::move(module)) {}
+
+  absl::StatusOr<HostTensor> Run(const HostTensor& input, absl::Time deadline) override {
+    std::vector<HostTensor> inputs;
+    inputs.push_back(input.Clone());
+    ASSIGN_OR_RETURN(std::vector<HostTensor> outputs, RunAll(std::move(inputs), deadline));
+    return std::move(outputs[0]);
+  }
+
+  absl::StatusOr<std::vector<HostTensor>> RunAll(std::vector<HostTensor> inputs,
+                                                 absl::Time deadline) override {
+    return runs_->ForwardGraph(*module_, std::move(inputs),
+                               std::min(deadline, absl::Now() + ModuleRuns::kServedTimeout));
+  }
+
+ private:
+  ModuleRuns* runs_;
+  std::shared_ptr<ModuleEntry> module_;
+};
+
 // The outcome of a run, shared with the callback that completes it.
 struct RunState {
   absl::Notification done;
@@ -459,6 +483,9 @@ absl::StatusOr<std::vector<HostTensor>> ModuleRuns::ForwardGraph(ModuleEntry& mo
 }
 
 std::shared_ptr<ModelRunner> ModuleRuns::RunnerFor(std::shared_ptr<ModuleEntry> module) {
+  if (module->graph != nullptr) {
+    return std::make_shared<PublishedProgram>(this, std::move(module));
+  }
   return std::make_shared<PublishedModule>(this, std::move(module));
 }
 

@@ -185,6 +185,7 @@ absl::Status ModuleRecovery::RestoreImported(const v1::ModuleRecord& record,
   absl::Status lost = FindParameters(*module);
   if (lost.ok()) lost = programs_->MeshReady(*mesh);
   if (lost.ok()) lost = programs_->Install(*module, module->program, absl::Now() + kInstallWait);
+  ServeAgain(module, record, lost.ok());
   if (!lost.ok()) spdlog::error("module '{}' recovered unusable: {}", name, lost.ToString());
   modules_->CommitRecovered(module, std::move(lost));
   return absl::OkStatus();

@@ -2,6 +2,8 @@
 #define TESSERA_SERVER_TABLES_MODEL_RUNNER_H_
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -23,6 +25,19 @@ class ModelRunner {
   // INVALID_ARGUMENT naming the shape or dtype for an input the model cannot take;
   // DEADLINE_EXCEEDED once `deadline` (the call's) passes; other codes as the forward failed.
   virtual absl::StatusOr<HostTensor> Run(const HostTensor& input, absl::Time deadline) = 0;
+  // A model of several inputs or outputs: every input in the model's order, every output back in
+  // its order. By default the one input through Run.
+  virtual absl::StatusOr<std::vector<HostTensor>> RunAll(std::vector<HostTensor> inputs,
+                                                         absl::Time deadline) {
+    if (inputs.size() != 1) {
+      return absl::InternalError("a runner of one input was given several");
+    }
+    absl::StatusOr<HostTensor> out = Run(inputs[0], deadline);
+    if (!out.ok()) return out.status();
+    std::vector<HostTensor> outs;
+    outs.push_back(*std::move(out));
+    return outs;
+  }
 };
 
 }  // namespace tessera

@@ -63,6 +63,17 @@ absl::Status ServedModels::Publish(ServedModel model) {
     return absl::InvalidArgumentError(absl::StrCat("model '", model.name, "' has max_batch_size ",
                                                    model.batching.max_batch_size, " (0 is off)"));
   }
+  if (model.inputs.empty() || model.outputs.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model.name, "' has no inputs or no outputs"));
+  }
+  if (model.batching.max_batch_size > 0 &&
+      (model.inputs.size() != 1 || model.outputs.size() != 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model.name, "' has ", model.inputs.size(), " inputs and ",
+                     model.outputs.size(), " outputs; dynamic batching (max_batch_size ",
+                     model.batching.max_batch_size, ") takes models of one of each"));
+  }
   absl::MutexLock lock(&mu_);
   auto at = std::lower_bound(models_.begin(), models_.end(), model,
                              [](const std::shared_ptr<const ServedModel>& m, const ServedModel& x) {

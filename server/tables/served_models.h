@@ -24,12 +24,15 @@ struct ServedTensor {
   Shape shape;
 };
 
-// A model published for serving: name, version, its single input and output, its runner.
+// A model published for serving: name, version, its inputs and outputs in order (a module's one
+// of each; an imported program's named ones), its runner. Dynamic batching takes models of one
+// input.
 struct ServedModel {
   std::string name;
-  std::string version;  // "1", "2", ...
-  ServedTensor input;   // dtype is the dtype requests may send; others convert where they can
-  ServedTensor output;
+  std::string version;               // "1", "2", ...
+  std::vector<ServedTensor> inputs;  // each dtype the dtype requests may send; others convert
+                                     // where they can
+  std::vector<ServedTensor> outputs;
   BatchingOptions batching;
   std::shared_ptr<ModelRunner> runner;
 };

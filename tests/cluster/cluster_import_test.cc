@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "core/files/safetensors.h"
 #include "grpcpp/grpcpp.h"
 #include "import/program_weights.h"
+#include "inference/grpc_predict_v2.grpc.pb.h"
 #include "proto/convert.h"
 #include "proto/grpc_status.h"
 #include "tessera/tessera.h"
@@ -284,6 +286,70 @@ TEST_F(ImportedModuleTest, AWrongInputIsRefusedAndTheModuleStays) {
   absl::StatusOr<std::vector<HostTensor>> out = m->ForwardMany(right);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_LE(testing::LogitsError((*out)[0], io.tensors.at("logits")), 1.0);
+}
+
+// Published, a program serves over KServe v2 with its named inputs and outputs: ModelMetadata
+// states them with their static shapes; ModelInfer gives transformers' logits; requests that do
+// not fit, and dynamic batching (which would change the static shapes), are refused.
+TEST_F(ImportedModuleTest, PublishedItServesItsNamedInputsOverKServe) {
+  absl::StatusOr<Module> m = client::LoadExported(S(), Fixture("llama.pt2"), M("four"), "llama",
+                                                  OptionsFor("llama", Plan::kTpPlan, true));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(StatusIs(m->Publish({.max_batch_size = 4}).status(),
+                       absl::StatusCode::kInvalidArgument, {"static shapes", "max_batch_size 4"}));
+  absl::StatusOr<client::PublishedVersion> published = m->Publish({.model = "lm"});
+  ASSERT_TRUE(published.ok()) << published.status();
+  auto kserve = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(shared->cluster.cluster->address(), grpc::InsecureChannelCredentials()));
+  const std::string output = m->info().imported->outputs[0].name;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(absl::Seconds(30)));
+    inference::ModelMetadataRequest request;
+    request.set_name("lm");
+    inference::ModelMetadataResponse meta;
+    ASSERT_TRUE(kserve->ModelMetadata(&context, request, &meta).ok());
+    ASSERT_EQ(meta.inputs_size(), 1);
+    EXPECT_EQ(meta.inputs(0).name(), "input_ids");
+    EXPECT_EQ(meta.inputs(0).datatype(), "INT64");
+    EXPECT_EQ(std::vector<int64_t>(meta.inputs(0).shape().begin(), meta.inputs(0).shape().end()),
+              (std::vector<int64_t>{1, 6}));
+    ASSERT_EQ(meta.outputs_size(), 1);
+    EXPECT_EQ(meta.outputs(0).name(), output);
+    EXPECT_EQ(meta.outputs(0).datatype(), "FP32");
+  }
+  const SafetensorsFile io = ReadSafetensorsFile(Fixture("llama_hf.io.safetensors")).value();
+  const HostTensor& ids = io.tensors.at("input_ids");
+  const auto infer = [&](const std::string& name, const Shape& shape,
+                         inference::ModelInferResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(absl::Seconds(30)));
+    inference::ModelInferRequest request;
+    request.set_model_name("lm");
+    auto* in = request.add_inputs();
+    in->set_name(name);
+    in->set_datatype("INT64");
+    for (int64_t d : shape) in->add_shape(d);
+    request.add_raw_input_contents(reinterpret_cast<const char*>(ids.data()),
+                                   static_cast<size_t>(NumElements(shape)) * 8);
+    request.add_outputs()->set_name(output);
+    return FromGrpcStatus(kserve->ModelInfer(&context, request, response));
+  };
+  inference::ModelInferResponse response;
+  ASSERT_TRUE(infer("input_ids", ids.shape(), &response).ok());
+  ASSERT_EQ(response.outputs_size(), 1);
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  const std::string& raw = response.raw_output_contents(0);
+  const HostTensor logits = HostTensor::FromBytes(DType::kFloat32, io.tensors.at("logits").shape(),
+                                                  std::as_bytes(std::span(raw.data(), raw.size())))
+                                .value();
+  EXPECT_LE(testing::LogitsError(logits, io.tensors.at("logits")), 1.0);
+  inference::ModelInferResponse refused;
+  EXPECT_TRUE(StatusIs(infer("input_ids", {1, 3}, &refused), absl::StatusCode::kInvalidArgument,
+                       {"input 'input_ids' of model 'lm'", "[1, 6]"}));
+  EXPECT_TRUE(StatusIs(infer("token_type_ids", ids.shape(), &refused),
+                       absl::StatusCode::kInvalidArgument, {"no input 'token_type_ids'"}));
+  ASSERT_TRUE(client::Unpublish(S(), "lm").ok());
 }
 
 // A LoadModule stream written by hand: `program_json` with the weights' header `weights` (and no

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,9 +36,18 @@ ServedModel VectorModel(DType dtype) {
   ServedModel m;
   m.name = "v";
   m.version = "1";
-  m.input = {"v", dtype, {-1}};
-  m.output = {"out", dtype, {-1}};
+  m.inputs = {{"v", dtype, {-1}}};
+  m.outputs = {{"out", dtype, {-1}}};
   return m;
+}
+
+// The one input of a request to a model of one input.
+absl::StatusOr<HostTensor> ReadModelInput(const inference::ModelInferRequest& request,
+                                          const ServedModel& model) {
+  absl::StatusOr<std::vector<HostTensor>> inputs = ReadModelInputs(request, model);
+  if (!inputs.ok()) return inputs.status();
+  EXPECT_EQ(inputs->size(), 1u);
+  return std::move((*inputs)[0]);
 }
 
 inference::ModelInferRequest VectorRequest(const std::string& datatype, int64_t n) {
@@ -133,7 +143,7 @@ TEST(InferTensorsTest, WritesTheOutputAsRawContents) {
   ServedModel model = VectorModel(DType::kInt32);
   HostTensor out = HostTensor::FromValues<int32_t>(DType::kInt32, {2, 2}, {1, -2, 3, -4});
   inference::ModelInferResponse response;
-  AppendModelOutput(model, out, &response);
+  AppendModelOutput(model, 0, out, &response);
   ASSERT_EQ(response.outputs_size(), 1);
   EXPECT_EQ(response.outputs(0).name(), "out");
   EXPECT_EQ(response.outputs(0).datatype(), "INT32");
@@ -143,6 +153,102 @@ TEST(InferTensorsTest, WritesTheOutputAsRawContents) {
   ASSERT_EQ(response.raw_output_contents_size(), 1);
   EXPECT_EQ(response.raw_output_contents(0),
             std::string(reinterpret_cast<const char*>(out.data()), out.nbytes()));
+}
+
+// A model of named inputs, as an imported program publishes: input_ids INT64 [2, 3] and
+// attention_mask INT64 [2, 3]; outputs logits and hidden.
+ServedModel ProgramModel() {
+  ServedModel m;
+  m.name = "lm";
+  m.version = "1";
+  m.inputs = {{"input_ids", DType::kInt64, {2, 3}}, {"attention_mask", DType::kInt64, {2, 3}}};
+  m.outputs = {{"logits", DType::kFloat32, {2, 3, 5}}, {"hidden", DType::kFloat32, {2, 3, 4}}};
+  return m;
+}
+
+void AddInput(inference::ModelInferRequest& r, const std::string& name, int64_t fill) {
+  auto* in = r.add_inputs();
+  in->set_name(name);
+  in->set_datatype("INT64");
+  in->add_shape(2);
+  in->add_shape(3);
+  for (int i = 0; i < 6; ++i) in->mutable_contents()->add_int64_contents(fill + i);
+}
+
+TEST(InferTensorsTest, NamedInputsComeInTheModelsOrderWhateverTheRequestsOrder) {
+  inference::ModelInferRequest r;
+  AddInput(r, "attention_mask", 100);
+  AddInput(r, "input_ids", 0);
+  absl::StatusOr<std::vector<HostTensor>> inputs = ReadModelInputs(r, ProgramModel());
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  ASSERT_EQ(inputs->size(), 2u);
+  EXPECT_EQ(Values<int64_t>((*inputs)[0]), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(Values<int64_t>((*inputs)[1]), (std::vector<int64_t>{100, 101, 102, 103, 104, 105}));
+  // Raw contents follow the request's order.
+  inference::ModelInferRequest raw;
+  for (const auto& [name, fill] :
+       {std::pair<std::string, int64_t>{"attention_mask", 7}, {"input_ids", 9}}) {
+    auto* in = raw.add_inputs();
+    in->set_name(name);
+    in->set_datatype("INT64");
+    in->add_shape(2);
+    in->add_shape(3);
+    std::vector<int64_t> v(6, fill);
+    raw.add_raw_input_contents(reinterpret_cast<const char*>(v.data()), v.size() * 8);
+  }
+  inputs = ReadModelInputs(raw, ProgramModel());
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  EXPECT_EQ(Values<int64_t>((*inputs)[0]), std::vector<int64_t>(6, 9));
+  EXPECT_EQ(Values<int64_t>((*inputs)[1]), std::vector<int64_t>(6, 7));
+}
+
+TEST(InferTensorsTest, NamedInputsMissingUnknownOrTwiceAreRefused) {
+  inference::ModelInferRequest one;
+  AddInput(one, "input_ids", 0);
+  EXPECT_TRUE(StatusIs(ReadModelInputs(one, ProgramModel()).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       {"takes 2 inputs ('input_ids', 'attention_mask')", "has 1"}));
+  inference::ModelInferRequest unknown;
+  AddInput(unknown, "input_ids", 0);
+  AddInput(unknown, "token_type_ids", 0);
+  EXPECT_TRUE(StatusIs(ReadModelInputs(unknown, ProgramModel()).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       {"no input 'token_type_ids'", "its inputs are 'input_ids'"}));
+  inference::ModelInferRequest twice;
+  AddInput(twice, "input_ids", 0);
+  AddInput(twice, "input_ids", 0);
+  EXPECT_TRUE(StatusIs(ReadModelInputs(twice, ProgramModel()).status(),
+                       absl::StatusCode::kInvalidArgument, {"gives input 'input_ids'", "twice"}));
+  inference::ModelInferRequest shape;
+  AddInput(shape, "input_ids", 0);
+  AddInput(shape, "attention_mask", 0);
+  shape.mutable_inputs(1)->set_shape(1, 2);
+  EXPECT_TRUE(StatusIs(ReadModelInputs(shape, ProgramModel()).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       {"input 'attention_mask' of model 'lm'", "[2, 3]"}));
+  inference::ModelInferRequest raw_count;
+  AddInput(raw_count, "input_ids", 0);
+  AddInput(raw_count, "attention_mask", 0);
+  raw_count.add_raw_input_contents(std::string(48, '\0'));
+  EXPECT_TRUE(StatusIs(ReadModelInputs(raw_count, ProgramModel()).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       {"1 raw_input_contents entries for its 2 inputs"}));
+}
+
+TEST(InferTensorsTest, RequestedOutputsAreTheOnesAskedForInTheirOrder) {
+  inference::ModelInferRequest none;
+  absl::StatusOr<std::vector<int>> all = RequestedOutputs(none, ProgramModel());
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, (std::vector<int>{0, 1}));
+  inference::ModelInferRequest hidden;
+  hidden.add_outputs()->set_name("hidden");
+  absl::StatusOr<std::vector<int>> one = RequestedOutputs(hidden, ProgramModel());
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, (std::vector<int>{1}));
+  hidden.add_outputs()->set_name("attentions");
+  EXPECT_TRUE(StatusIs(RequestedOutputs(hidden, ProgramModel()).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       {"no output 'attentions'", "its outputs are 'logits', 'hidden'"}));
 }
 
 }  // namespace

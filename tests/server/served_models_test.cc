@@ -27,8 +27,8 @@ ServedModel Model(std::string name, std::string version, int64_t max_batch_size 
   ServedModel m;
   m.name = std::move(name);
   m.version = std::move(version);
-  m.input = {"x", DType::kFloat32, {-1, 4}};
-  m.output = {"y", DType::kFloat32, {-1, 4}};
+  m.inputs = {{"x", DType::kFloat32, {-1, 4}}};
+  m.outputs = {{"y", DType::kFloat32, {-1, 4}}};
   m.batching.max_batch_size = max_batch_size;
   m.runner = std::make_shared<Identity>();
   return m;

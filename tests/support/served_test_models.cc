@@ -85,8 +85,8 @@ ServedModel AffineModel(std::string name, std::string version, std::shared_ptr<A
   ServedModel m;
   m.name = std::move(name);
   m.version = std::move(version);
-  m.input = {"x", DType::kFloat32, {-1, 3}};
-  m.output = {"y", DType::kFloat32, {-1, 2}};
+  m.inputs = {{"x", DType::kFloat32, {-1, 3}}};
+  m.outputs = {{"y", DType::kFloat32, {-1, 2}}};
   m.batching = batching;
   m.runner = std::move(runner);
   return m;
@@ -96,8 +96,8 @@ ServedModel TwicePlusOneBf16Model() {
   ServedModel m;
   m.name = "twice_plus_one";
   m.version = "1";
-  m.input = {"x", DType::kBFloat16, {-1, 4}};
-  m.output = {"y", DType::kBFloat16, {-1, 4}};
+  m.inputs = {{"x", DType::kBFloat16, {-1, 4}}};
+  m.outputs = {{"y", DType::kBFloat16, {-1, 4}}};
   m.runner = std::make_shared<TwicePlusOneBf16>();
   return m;
 }
@@ -106,8 +106,8 @@ ServedModel IdsModel() {
   ServedModel m;
   m.name = "ids";
   m.version = "1";
-  m.input = {"ids", DType::kInt64, {-1}};
-  m.output = {"y", DType::kFloat32, {-1, 2}};
+  m.inputs = {{"ids", DType::kInt64, {-1}}};
+  m.outputs = {{"y", DType::kFloat32, {-1, 2}}};
   m.runner = std::make_shared<Ids>();
   return m;
 }
@@ -116,8 +116,8 @@ ServedModel BrokenModel(absl::Status failure) {
   ServedModel m;
   m.name = "broken";
   m.version = "1";
-  m.input = {"x", DType::kFloat32, {-1, 3}};
-  m.output = {"y", DType::kFloat32, {-1, 2}};
+  m.inputs = {{"x", DType::kFloat32, {-1, 3}}};
+  m.outputs = {{"y", DType::kFloat32, {-1, 2}}};
   m.runner = std::make_shared<Failing>(std::move(failure));
   return m;
 }
