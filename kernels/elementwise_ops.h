@@ -153,7 +153,12 @@ TESSERA_HOST_DEVICE BinaryResult<kOp, C> ApplyBinary(C a, C b) {
     if constexpr (kOp == BinaryOp::kSub) return a - b;
     if constexpr (kOp == BinaryOp::kMul) return a * b;
     if constexpr (kOp == BinaryOp::kDiv) return a / b;
-    if constexpr (kOp == BinaryOp::kPow) return Math::Pow(a, b);
+    if constexpr (kOp == BinaryOp::kPow) {
+      // x ** 2 (an RMSNorm's square) as one rounded product, the value pow rounds to, as torch's
+      // own kernel computes it, without pow's cost.
+      if (b == C(2)) return a * a;
+      return Math::Pow(a, b);
+    }
     if constexpr (kOp == BinaryOp::kRemainder) return Remainder<Math>(a, b);
     if constexpr (kOp == BinaryOp::kFloorDivide) return FloorDivide<Math>(a, b);
     if constexpr (kOp >= BinaryOp::kBitwiseAnd) return a;  // rejected for floating dtypes
