@@ -120,3 +120,29 @@ def test_on_the_cluster_logits_equal_transformers(exported, session, meshes, mes
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     finally:
         m.remove()
+
+
+def test_export_and_load_a_torch_module(session, meshes, tmp_path):
+    """tessera.export(module, example_inputs, path) and load_module(module, example_inputs=...):
+    a transformers model straight from its object, its own weights, with its tp_plan."""
+    tessera = pytest.importorskip("tessera", reason="build the tessera_python target")
+    cls, config = models()["llama"]
+    torch.manual_seed(3)
+    model = cls(config).eval()
+    ids = torch.randint(0, 64, (2, 5))
+    with torch.no_grad():
+        want = model(ids).logits.numpy()
+    path = tessera.export(model, (ids,), tmp_path / "llama.pt2")
+    assert path.exists()
+    m = tessera.load_module(path, mesh=meshes["world"], tp_plan=dict(model.tp_plan),
+                            name="peer-exported")
+    try:
+        np.testing.assert_allclose(m(ids.numpy()), want, rtol=1e-4, atol=1e-5)
+    finally:
+        m.remove()
+    m = tessera.load_module(model, example_inputs=(ids,), mesh=meshes["grid"],
+                            tp_plan=dict(model.tp_plan), mesh_dim=1, name="peer-direct")
+    try:
+        np.testing.assert_allclose(m(ids.numpy()), want, rtol=1e-4, atol=1e-5)
+    finally:
+        m.remove()

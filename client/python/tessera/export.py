@@ -1,6 +1,8 @@
-"""``tessera.export(torch_module, directory)``: a PyTorch module as a Tessera module spec (JSON,
-docs/modules.md) and its state_dict as safetensors, which ``load_module`` takes, so that a
-model moves to the service in one call.
+"""``tessera.export(torch_module, example_inputs, "m.pt2")``: the module as torch.export exports
+it (any model: its graph of ATen ops), which ``load_module("m.pt2", mesh=...)`` loads
+(docs/import.md). ``tessera.export(torch_module, directory)``: a PyTorch module as a Tessera
+module spec (JSON, docs/modules.md) and its state_dict as safetensors, which ``load_module``
+takes, so that a model moves to the service in one call.
 
 Modules map by type: Linear, Embedding, LayerNorm, RMSNorm, ReLU, SiLU, GELU, Dropout, Sequential,
 ModuleList; any other module with children becomes a "Module" whose forward runs its children in
@@ -19,7 +21,7 @@ from . import dtypes as _dt
 from . import safetensors as _st
 from .errors import InvalidArgument, Unimplemented
 
-__all__ = ["Exported", "export", "module_spec"]
+__all__ = ["Exported", "export", "export_program", "module_spec"]
 
 
 @dataclass
@@ -134,12 +136,43 @@ def spec_first_is_embedding(spec: Dict[str, Any]) -> bool:
     return bool(children) and spec_first_is_embedding(children[0])
 
 
-def export(torch_module: Any, directory: Union[str, "os.PathLike[str]"], *,
-           name: str = "model", input_dtype: Any = None,
-           input_shape: Optional[Sequence[int]] = None) -> Exported:
-    """Writes ``<directory>/<name>.json`` (the spec) and ``<directory>/<name>.safetensors`` (the
-    state_dict; with the safetensors package when installed, else by hand) and returns both,
-    ready for ``tessera.load_module(exported, mesh=...)``."""
+def export_program(torch_module: Any, example_inputs: Sequence[Any],
+                   path: Union[str, "os.PathLike[str]"]) -> pathlib.Path:
+    """``torch.export.export(module.eval(), example_inputs)`` saved with ``torch.export.save`` to
+    ``path`` (a ``.pt2``), the archive ``load_module`` takes (docs/import.md): the graph of ATen
+    ops as torch exports it, every node an op of the registry, with static shapes."""
+    import torch
+
+    path = pathlib.Path(path)
+    if path.suffix != ".pt2":
+        raise InvalidArgument(f"{path}: a torch.export archive is named *.pt2")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    was_training = getattr(torch_module, "training", False)
+    torch_module.eval()
+    try:
+        exported = torch.export.export(torch_module, tuple(example_inputs))
+    finally:
+        if was_training:
+            torch_module.train()
+    torch.export.save(exported, str(path))
+    return path
+
+
+def export(torch_module: Any, directory: Union[str, "os.PathLike[str]", Sequence[Any]],
+           path: Union[str, "os.PathLike[str]", None] = None, *, name: str = "model",
+           input_dtype: Any = None, input_shape: Optional[Sequence[int]] = None) -> Any:
+    """``export(module, example_inputs, "m.pt2")``: the module as torch.export exports it, saved
+    for ``load_module("m.pt2", ...)`` (export_program); returns the path.
+
+    ``export(module, directory)``: writes ``<directory>/<name>.json`` (the spec) and
+    ``<directory>/<name>.safetensors`` (the state_dict; with the safetensors package when
+    installed, else by hand) and returns both, ready for ``tessera.load_module(exported,
+    mesh=...)``."""
+    if path is not None:
+        if isinstance(directory, (str, pathlib.Path)):
+            raise InvalidArgument("export(module, example_inputs, path): example_inputs is a "
+                                  "tuple of tensors")
+        return export_program(torch_module, directory, path)
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     spec = module_spec(torch_module, input_dtype=input_dtype, input_shape=input_shape)

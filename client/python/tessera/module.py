@@ -383,14 +383,17 @@ def _load_program(path: Union[str, "os.PathLike[str]"], mesh: DeviceMesh, weight
 def load_module(spec: Any, *, mesh: DeviceMesh, weights: Any = None, seed: Optional[int] = None,
                 name: Optional[str] = None, plan: Any = None, progress: ProgressArg = None,
                 checkpoint: Union[str, "os.PathLike[str]", None] = None, tp_plan: Any = None,
-                tp_prefix: str = "", mesh_dim: Optional[int] = None) -> Module:
+                tp_prefix: str = "", mesh_dim: Optional[int] = None,
+                example_inputs: Optional[Sequence[Any]] = None) -> Module:
     """Loads a module onto ``mesh``.
 
     ``spec`` may also be the path of a torch.export archive (``torch.export.save``'s ``.pt2``,
     docs/import.md): its program is read on the coordinator, laid out by ``plan`` (a
     parallelize_module plan) or ``tp_plan`` (a Hugging Face tp_plan, a dict or JSON text, its
     patterns under ``tp_prefix``) on ``mesh_dim``, its weights from the archive or from
-    ``weights``, a Hugging Face checkpoint directory; ``module(*inputs)`` runs it.
+    ``weights``, a Hugging Face checkpoint directory; ``module(*inputs)`` runs it. Or ``spec`` is
+    a torch module itself with ``example_inputs``: exported with torch.export first (``tessera.
+    export(module, example_inputs, path)``), its weights its own.
 
     ``spec``: the module spec (dict, JSON text, path to a JSON file, or what tessera.export
     returned). ``weights``: a safetensors path (streamed a chunk at a time) or a dict of tensors
@@ -402,6 +405,17 @@ def load_module(spec: Any, *, mesh: DeviceMesh, weights: Any = None, seed: Optio
     from .export import Exported
     from .parallel import plan_json
 
+    if example_inputs is not None:
+        # A torch module itself: exported (torch.export) to a temporary archive, loaded from it.
+        import tempfile
+
+        from .export import export_program
+
+        with tempfile.TemporaryDirectory(prefix="tessera-export-") as tmp:
+            path = export_program(spec, example_inputs, pathlib.Path(tmp) / "module.pt2")
+            return load_module(path, mesh=mesh, weights=weights, name=name, plan=plan,
+                               progress=progress, tp_plan=tp_plan, tp_prefix=tp_prefix,
+                               mesh_dim=mesh_dim)
     if isinstance(spec, (str, pathlib.Path)) and str(spec).endswith(".pt2"):
         if seed is not None or checkpoint is not None:
             raise InvalidArgument(f"{spec} is a program: its weights come from the archive or "
