@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "core/files/safetensors.h"
 #include "grpcpp/grpcpp.h"
 #include "import/program_weights.h"
@@ -509,6 +510,42 @@ TEST(ImportedModuleRecovery, AnImportedModuleSurvivesACoordinatorKill) {
   absl::StatusOr<Module> gone =
       testing::RetryUnavailable([&] { return client::GetModule(admin, "qwen2"); });
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound) << gone.status();
+  cluster.Stop();
+}
+
+// A worker of a 2x2 mesh killed and started again empty: once the mesh takes it back, an imported
+// module laid out on tp (replicated along dp, so every block has a replica) is built again for the
+// mesh set up anew, its parameters repaired from the replicas and its graph program installed;
+// its logits are bit for bit what they were.
+TEST(ImportedModuleRejoin, AnImportedModuleIsReinstalledWhenItsMeshTakesAWorkerBack) {
+  testing::TestCluster cluster;
+  ASSERT_TRUE(cluster.Start(testing::TestClusterOptions(4)).ok()) << cluster.LogHint();
+  Session& admin = *cluster.client;
+  absl::StatusOr<client::MeshInfo> grid =
+      client::InitDeviceMesh(admin, testing::TestDevice(), {2, 2}, {"dp", "tp"}, "grid", {});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  client::LoadExportedOptions options = OptionsFor("llama", Plan::kTpPlan, true);
+  options.mesh_dim = 1;
+  absl::StatusOr<Module> m = client::LoadExported(
+      admin, Fixture("llama.pt2"), client::Mesh{grid->name, grid->mesh}, "llama", options);
+  ASSERT_TRUE(m.ok()) << m.status() << cluster.LogHint();
+  const SafetensorsFile io = ReadSafetensorsFile(Fixture("llama_hf.io.safetensors")).value();
+  const std::vector<HostTensor> inputs = Inputs(io.tensors.at("input_ids").Clone());
+  absl::StatusOr<std::vector<HostTensor>> before = m->ForwardMany(inputs);
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  ASSERT_TRUE(cluster.cluster->KillWorker(2).ok());
+  ASSERT_TRUE(cluster.cluster->RestartWorker(2).ok()) << cluster.LogHint();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  absl::StatusOr<std::vector<HostTensor>> after = absl::UnavailableError("not yet");
+  while (absl::Now() < deadline) {
+    absl::StatusOr<Module> back = client::GetModule(admin, "llama");
+    after = back.ok() ? back->ForwardMany(inputs) : back.status();
+    if (after.ok() || after.status().code() == absl::StatusCode::kDataLoss) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_TRUE(after.ok()) << after.status() << cluster.LogHint();
+  EXPECT_TRUE((*after)[0].BitEqual((*before)[0])) << "the logits differ from before";
   cluster.Stop();
 }
 
