@@ -1,6 +1,7 @@
 #include "import/hf_checkpoint.h"
 
 #include <filesystem>
+#include <initializer_list>
 #include <set>
 #include <utility>
 
@@ -113,8 +114,10 @@ absl::StatusOr<HostTensor> ReadCheckpointTensor(const CheckpointTensor& tensor) 
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
 }
 
-absl::StatusOr<ProgramPlan> HfPlanOf(const HfCheckpoint& checkpoint, const std::string& prefix,
-                                     int tp_mesh_dim) {
+namespace {
+
+// config.json's base_model_tp_plan; INVALID_ARGUMENT saying so where it has none.
+absl::StatusOr<const json*> BaseModelTpPlan(const HfCheckpoint& checkpoint) {
   const json& c = checkpoint.config;
   if (!c.contains("base_model_tp_plan") || c["base_model_tp_plan"].is_null()) {
     const std::string type =
@@ -124,7 +127,44 @@ absl::StatusOr<ProgramPlan> HfPlanOf(const HfCheckpoint& checkpoint, const std::
         "') carries no base_model_tp_plan (transformers keeps a model's plan in its class): give "
         "the plan as a file, such as json.dump(model.tp_plan, f)"));
   }
-  return ParseHfTpPlan(c["base_model_tp_plan"], prefix, tp_mesh_dim);
+  return &c["base_model_tp_plan"];
+}
+
+}  // namespace
+
+absl::StatusOr<ProgramPlan> HfPlanOf(const HfCheckpoint& checkpoint, const std::string& prefix,
+                                     int tp_mesh_dim) {
+  ASSIGN_OR_RETURN(const json* plan, BaseModelTpPlan(checkpoint));
+  return ParseHfTpPlan(*plan, prefix, tp_mesh_dim);
+}
+
+absl::StatusOr<std::string> HfTpPlanText(const HfCheckpoint& checkpoint) {
+  ASSIGN_OR_RETURN(const json* plan, BaseModelTpPlan(checkpoint));
+  if (!plan->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        checkpoint.dir, "/config.json: base_model_tp_plan is ", Shown(*plan), ", not an object"));
+  }
+  return plan->dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string BaseModelPrefix(const HfCheckpoint& checkpoint) {
+  const json& c = checkpoint.config;
+  if (!c.contains("model_type") || !c["model_type"].is_string()) return "";
+  const std::string type = c["model_type"];
+  for (const auto& [t, prefix] :
+       std::initializer_list<std::pair<const char*, const char*>>{{"llama", "model"},
+                                                                  {"qwen2", "model"},
+                                                                  {"qwen3", "model"},
+                                                                  {"mistral", "model"},
+                                                                  {"mixtral", "model"},
+                                                                  {"gemma", "model"},
+                                                                  {"gemma2", "model"},
+                                                                  {"phi3", "model"},
+                                                                  {"gpt2", "transformer"},
+                                                                  {"bert", "bert"}}) {
+    if (type == t) return prefix;
+  }
+  return "";
 }
 
 absl::StatusOr<WeightSources> MatchCheckpoint(

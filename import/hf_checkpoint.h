@@ -45,6 +45,12 @@ absl::StatusOr<HostTensor> ReadCheckpointTensor(const CheckpointTensor& tensor);
 // keeps it in the model's class: give the plan as a file then).
 absl::StatusOr<ProgramPlan> HfPlanOf(const HfCheckpoint& checkpoint, const std::string& prefix,
                                      int tp_mesh_dim);
+// The same plan as JSON text (what a load sends as its tp_plan), with HfPlanOf's error.
+absl::StatusOr<std::string> HfTpPlanText(const HfCheckpoint& checkpoint);
+// The module a config's model_type keeps its base model under, which its base_model_tp_plan is
+// relative to, as transformers names it ("model" for llama, qwen2, mistral; "transformer" for
+// gpt2; "bert" for bert); "" for a type this table lacks.
+std::string BaseModelPrefix(const HfCheckpoint& checkpoint);
 
 // Where each program input's value comes from when a checkpoint gives the weights: a parameter
 // or buffer by its state_dict name from the checkpoint, or else from the archive (a tied weight

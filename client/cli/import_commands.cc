@@ -100,11 +100,21 @@ absl::StatusOr<Prepared> Prepare(const PlanFlags& f) {
   if (!f.plan.empty()) {
     ASSIGN_OR_RETURN(plan_text, ReadText(f.plan));
   }
-  if (!f.tp_plan.empty()) {
+  std::string prefix = f.prefix;
+  if (f.tp_plan == "hf") {
+    // The checkpoint's own plan, config.json's base_model_tp_plan.
+    if (f.weights.empty()) {
+      return absl::InvalidArgumentError(
+          "--tp-plan hf takes the plan of the checkpoint's config.json: give --weights DIR");
+    }
+    ASSIGN_OR_RETURN(const import::HfCheckpoint checkpoint, import::OpenHfCheckpoint(f.weights));
+    ASSIGN_OR_RETURN(tp_plan_text, import::HfTpPlanText(checkpoint));
+    if (prefix.empty()) prefix = import::BaseModelPrefix(checkpoint);
+  } else if (!f.tp_plan.empty()) {
     ASSIGN_OR_RETURN(tp_plan_text, ReadText(f.tp_plan));
   }
   absl::StatusOr<std::optional<import::ProgramPlan>> plan =
-      import::ProgramPlanFromText(plan_text, tp_plan_text, f.prefix, f.mesh_dim, *p.mesh);
+      import::ProgramPlanFromText(plan_text, tp_plan_text, prefix, f.mesh_dim, *p.mesh);
   if (!plan.ok()) {
     return absl::Status(plan.status().code(), absl::StrCat(!f.plan.empty() ? f.plan : f.tp_plan,
                                                            ": ", plan.status().message()));
@@ -320,8 +330,9 @@ void AddPlanFlags(CLI::App& app, PlanFlags& flags) {
   app.add_option("--plan", flags.plan, "a parallelize_module plan file")->type_name("FILE");
   app.add_option("--tp-plan", flags.tp_plan,
                  "a Hugging Face tp_plan: a JSON object of module pattern to style (colwise, "
-                 "rowwise, ...)")
-      ->type_name("FILE");
+                 "rowwise, ...); hf: the base_model_tp_plan of --weights' config.json (its prefix "
+                 "from its model_type unless --prefix)")
+      ->type_name("FILE|hf");
   app.add_option("--prefix", flags.prefix,
                  "the base model's prefix the tp_plan's patterns are under (a "
                  "base_model_tp_plan's: \"model\" for Llama)");

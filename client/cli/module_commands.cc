@@ -19,6 +19,7 @@
 #include "core/files/safetensors.h"
 #include "core/json.h"
 #include "core/status_macros.h"
+#include "import/hf_checkpoint.h"
 #include "tessera/tessera.h"
 
 namespace tessera::cli {
@@ -205,10 +206,19 @@ absl::Status LoadProgram(const LoadFlags& f, std::ostream& out) {
   if (!f.plan.empty()) {
     ASSIGN_OR_RETURN(options.plan_json, ReadTextFile(f.plan));
   }
-  if (!f.tp_plan.empty()) {
+  options.tp_prefix = f.prefix;
+  if (f.tp_plan == "hf") {
+    // The checkpoint's own plan, config.json's base_model_tp_plan.
+    if (f.weights.empty()) {
+      return absl::InvalidArgumentError(
+          "--tp-plan hf takes the plan of the checkpoint's config.json: give --weights DIR");
+    }
+    ASSIGN_OR_RETURN(const import::HfCheckpoint checkpoint, import::OpenHfCheckpoint(f.weights));
+    ASSIGN_OR_RETURN(options.tp_plan_json, import::HfTpPlanText(checkpoint));
+    if (options.tp_prefix.empty()) options.tp_prefix = import::BaseModelPrefix(checkpoint);
+  } else if (!f.tp_plan.empty()) {
     ASSIGN_OR_RETURN(options.tp_plan_json, ReadTextFile(f.tp_plan));
   }
-  options.tp_prefix = f.prefix;
   options.mesh_dim = f.mesh_dim;
   options.checkpoint_dir = f.weights;
   ASSIGN_OR_RETURN(auto session, ConnectClient(f.cluster));
@@ -631,8 +641,9 @@ void AddLoadCommand(CLI::App& module, Action* action) {
           ->type_name("PLAN.json");
   load.app
       ->add_option("--tp-plan", load.flags->tp_plan,
-                   "a .pt2's Hugging Face tp_plan (JSON object of pattern to style string)")
-      ->type_name("TP.json")
+                   "a .pt2's Hugging Face tp_plan (JSON object of pattern to style string), or hf: "
+                   "the base_model_tp_plan of --weights' config.json")
+      ->type_name("TP.json|hf")
       ->excludes(plan);
   load.app->add_option("--prefix", load.flags->prefix, "the tp_plan's base module (\"model\")")
       ->type_name("P");

@@ -91,6 +91,22 @@ grep -q "is a program: its weights come from the archive" "${work}/err.txt" || {
 expect_exit 1 module step llama --input "${work}/llama_hf.input_ids.npy"
 grep -q "FAILED_PRECONDITION: module 'llama' is imported from a program" "${work}/err.txt" || { cat "${work}/err.txt"; fail "step"; }
 
+# --tp-plan hf: a checkpoint whose config.json carries its base_model_tp_plan (relative to the
+# base model, "model" for model_type llama) lays it out.
+cp -r "${fixtures}/llama_hf" "${work}/llama_hf_plan"
+"${py}" - "${work}/llama_hf_plan/config.json" "${fixtures}/llama.tp_plan.json" << 'PY'
+import json, sys
+config, plan = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+config["base_model_tp_plan"] = {k[len("model."):]: v for k, v in plan.items() if k.startswith("model.")}
+json.dump(config, open(sys.argv[1], "w"))
+PY
+"${tessera}" module load "${fixtures}/llama.pt2" --mesh world --name llama_hf_plan --tp-plan hf \
+    --weights "${work}/llama_hf_plan" > "${work}/hf_plan.txt"
+grep -q "styled model.layers.0.self_attn.q_proj: colwise" "${work}/hf_plan.txt" || { cat "${work}/hf_plan.txt"; fail "--tp-plan hf"; }
+"${tessera}" module forward llama_hf_plan --input "${work}/llama_hf.input_ids.npy" --out "${work}/hf_plan.npy"
+close "${work}/hf_plan.npy" "${work}/llama_hf.logits.npy"
+"${tessera}" module rm llama_hf_plan
+
 # GPT-2 with a parallelize_module plan, on the archive's own weights (the Conv1D sharded as the
 # transposed Linear it is).
 cat > "${work}/gpt2_plan.json" << 'JSON'

@@ -234,6 +234,19 @@ TEST(HfCheckpointErrorsTest, APlanFromTheConfigOrSayWhyNot) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->styles.size(), 1u);
   EXPECT_EQ(plan->styles[0].first, "model.layers.*.mlp.up_proj");
+  // As text, for a load; the prefix from the config's model_type.
+  absl::StatusOr<std::string> text = HfTpPlanText(*c);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, R"({"layers.*.mlp.up_proj":"colwise"})");
+  EXPECT_EQ(BaseModelPrefix(*c), "model");
+  c->config["model_type"] = "gpt2";
+  EXPECT_EQ(BaseModelPrefix(*c), "transformer");
+  c->config["model_type"] = "no-such-model";
+  EXPECT_EQ(BaseModelPrefix(*c), "");
+  c->config["base_model_tp_plan"] = {1, 2};
+  EXPECT_THAT(HfTpPlanText(*c).status().message(), HasSubstr("not an object"));
+  c->config.erase("base_model_tp_plan");
+  EXPECT_THAT(HfTpPlanText(*c).status().message(), HasSubstr("carries no base_model_tp_plan"));
 }
 
 }  // namespace

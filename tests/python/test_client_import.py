@@ -107,3 +107,25 @@ def test_bad_archives_checkpoints_and_inputs_are_refused(session, meshes, tmp_pa
         np.testing.assert_allclose(m(ids), io("llama")["logits"], rtol=1e-4, atol=1e-5)
     finally:
         m.remove()
+
+
+def test_the_checkpoints_own_plan(session, meshes, tmp_path):
+    """tp_plan="hf": config.json's base_model_tp_plan, relative to the base model ("model")."""
+    ckpt = tmp_path / "llama_hf"
+    shutil.copytree(FIXTURES / "llama_hf", ckpt)
+    with pytest.raises(tessera.InvalidArgument, match="carries no base_model_tp_plan"):
+        tessera.load_module(FIXTURES / "llama.pt2", mesh=meshes["world"], tp_plan="hf",
+                            weights=ckpt, name="bad")
+    config = json.loads((ckpt / "config.json").read_text())
+    plan = json.loads((FIXTURES / "llama.tp_plan.json").read_text())
+    config["base_model_tp_plan"] = {k[len("model."):]: v for k, v in plan.items()
+                                    if k.startswith("model.")}
+    (ckpt / "config.json").write_text(json.dumps(config))
+    m = tessera.load_module(FIXTURES / "llama.pt2", mesh=meshes["world"], tp_plan="hf",
+                            weights=ckpt, name="py-llama-hf-plan")
+    try:
+        assert any(s.startswith("model.layers.0.self_attn.q_proj: colwise") for s in m.imported.styled)
+        want = io("llama_hf")
+        np.testing.assert_allclose(m(want["input_ids"]), want["logits"], rtol=1e-4, atol=1e-5)
+    finally:
+        m.remove()

@@ -27,6 +27,11 @@ from .transport import inline_tensor, pb, read_inline
 __all__ = ["Module", "ModuleOutput", "StepResult", "load_module", "get_module", "list_modules"]
 
 _OUTPUTS = {"full": 0, "local": 1, "both": 2}
+# The module a config's model_type keeps its base model under (its base_model_tp_plan is relative
+# to it), as transformers names it; import/hf_checkpoint.h's BaseModelPrefix.
+_BASE_MODEL_PREFIX = {"llama": "model", "qwen2": "model", "qwen3": "model", "mistral": "model",
+                      "mixtral": "model", "gemma": "model", "gemma2": "model", "phi3": "model",
+                      "gpt2": "transformer", "bert": "bert"}
 
 
 @dataclass
@@ -353,6 +358,18 @@ def _load_program(path: Union[str, "os.PathLike[str]"], mesh: DeviceMesh, weight
     if weights is not None and not isinstance(weights, (str, pathlib.Path)):
         raise InvalidArgument("an archive's weights= is a Hugging Face checkpoint directory")
     archive = open_archive(path, weights)
+    if tp_plan == "hf":
+        # The checkpoint's own plan: its config.json's base_model_tp_plan, under the base model.
+        if weights is None:
+            raise InvalidArgument('tp_plan="hf" takes the plan of the checkpoint\'s config.json: '
+                                  "give weights= (its directory)")
+        config = json.loads((pathlib.Path(weights) / "config.json").read_text())
+        if not isinstance(config.get("base_model_tp_plan"), dict):
+            raise InvalidArgument(f"{weights}/config.json (model_type "
+                                  f"'{config.get('model_type', '?')}') carries no "
+                                  "base_model_tp_plan: give the plan, such as model.tp_plan")
+        tp_plan = config["base_model_tp_plan"]
+        tp_prefix = tp_prefix or _BASE_MODEL_PREFIX.get(config.get("model_type", ""), "")
     tp_text = "" if tp_plan is None else (tp_plan if isinstance(tp_plan, str)
                                            else json.dumps(dict(tp_plan)))
     header = pb.module.LoadModuleHeader(
@@ -390,7 +407,8 @@ def load_module(spec: Any, *, mesh: DeviceMesh, weights: Any = None, seed: Optio
     ``spec`` may also be the path of a torch.export archive (``torch.export.save``'s ``.pt2``,
     docs/import.md): its program is read on the coordinator, laid out by ``plan`` (a
     parallelize_module plan) or ``tp_plan`` (a Hugging Face tp_plan, a dict or JSON text, its
-    patterns under ``tp_prefix``) on ``mesh_dim``, its weights from the archive or from
+    patterns under ``tp_prefix``; ``"hf"``: the checkpoint's config.json's base_model_tp_plan) on
+    ``mesh_dim``, its weights from the archive or from
     ``weights``, a Hugging Face checkpoint directory; ``module(*inputs)`` runs it. Or ``spec`` is
     a torch module itself with ``example_inputs``: exported with torch.export first (``tessera.
     export(module, example_inputs, path)``), its weights its own.
