@@ -114,15 +114,19 @@ absl::StatusOr<v1::ModuleInfo> ModuleLoader::Load(
   bool program_posted = false;
   const absl::Status filled =
       Fill(reader, chunk, *module, std::move(compiled), TransferDeadline(context), program_posted);
-  absl::Status recorded = filled;
+  return Enter(std::move(module), filled, program_posted);
+}
+
+absl::StatusOr<v1::ModuleInfo> ModuleLoader::Enter(std::shared_ptr<ModuleEntry> module,
+                                                   absl::Status filled, bool program_posted) {
   if (filled.ok()) {
     absl::ReaderMutexLock lock(&module->mu);
-    recorded = modules_->Persist(*module);
+    filled = modules_->Persist(*module);
   }
-  if (!recorded.ok()) {
+  if (!filled.ok()) {
     Discard(*module, program_posted);
     modules_->Unreserve(module->name);
-    return recorded;
+    return filled;
   }
   modules_->Commit(module);
   return ModuleTable::Describe(*module);
@@ -156,18 +160,9 @@ absl::StatusOr<v1::ModuleInfo> ModuleLoader::LoadImported(
   }
   auto module = std::make_shared<ModuleEntry>(header.name(), mesh, *std::move(graph), program_id);
   bool program_posted = false;
-  absl::Status recorded = FillImported(reader, chunk, *module, *weights, deadline, program_posted);
-  if (recorded.ok()) {
-    absl::ReaderMutexLock lock(&module->mu);
-    recorded = modules_->Persist(*module);
-  }
-  if (!recorded.ok()) {
-    Discard(*module, program_posted);
-    modules_->Unreserve(module->name);
-    return recorded;
-  }
-  modules_->Commit(module);
-  return ModuleTable::Describe(*module);
+  const absl::Status filled =
+      FillImported(reader, chunk, *module, *weights, deadline, program_posted);
+  return Enter(std::move(module), filled, program_posted);
 }
 
 absl::Status ModuleLoader::FillImported(grpc::ServerReaderInterface<v1::LoadModuleChunk>* reader,

@@ -71,6 +71,10 @@ class ModuleLoader {
   // dtype.
   absl::Status FillFromCheckpoint(const ModuleEntry& module, const std::string& path,
                                   absl::Time deadline);
+  // Records the module once `filled` (its parameters and program) and enters it under its
+  // reserved name; otherwise, or if the record fails, frees what it made and gives the name back.
+  absl::StatusOr<v1::ModuleInfo> Enter(std::shared_ptr<ModuleEntry> module, absl::Status filled,
+                                       bool program_posted);
   // Frees what a failed load of `module` made.
   void Discard(ModuleEntry& module, bool program_posted);
 

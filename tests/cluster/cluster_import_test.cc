@@ -61,44 +61,6 @@ const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment([] {
 Session& S() { return *shared->session; }
 const client::Mesh& M(const std::string& name) { return shared->meshes.at(name); }
 
-// torchtitan-style parallelize_module plans on the models' FQNs (as the transformers peer test's).
-const std::map<std::string, std::string>& TorchPlans() {
-  static const auto* plans = new std::map<std::string, std::string>{{"llama", R"json({"plan": {
-        "model.embed_tokens": {"style": "RowwiseParallel", "input_layouts": "Replicate()"},
-        "model.layers.*.self_attn.q_proj": "ColwiseParallel",
-        "model.layers.*.self_attn.k_proj": "ColwiseParallel",
-        "model.layers.*.self_attn.v_proj": "ColwiseParallel",
-        "model.layers.*.self_attn.o_proj": "RowwiseParallel",
-        "model.layers.*.mlp.gate_proj": "ColwiseParallel",
-        "model.layers.*.mlp.up_proj": "ColwiseParallel",
-        "model.layers.*.mlp.down_proj": "RowwiseParallel",
-        "lm_head": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json"},
-                                                                    {"qwen2", R"json({"plan": {
-        "model.layers.*.self_attn.q_proj": "ColwiseParallel",
-        "model.layers.*.self_attn.k_proj": "ColwiseParallel",
-        "model.layers.*.self_attn.v_proj": "ColwiseParallel",
-        "model.layers.*.self_attn.o_proj": "RowwiseParallel",
-        "model.layers.*.mlp.gate_proj": "ColwiseParallel",
-        "model.layers.*.mlp.up_proj": "ColwiseParallel",
-        "model.layers.*.mlp.down_proj": "RowwiseParallel",
-        "lm_head": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json"},
-                                                                    {"gpt2", R"json({"plan": {
-        "transformer.h.*.attn.c_proj": "RowwiseParallel",
-        "transformer.h.*.mlp.c_fc": "ColwiseParallel",
-        "transformer.h.*.mlp.c_proj": "RowwiseParallel",
-        "lm_head": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json"},
-                                                                    {"bert", R"json({"plan": {
-        "bert.encoder.layer.*.attention.self.query": "ColwiseParallel",
-        "bert.encoder.layer.*.attention.self.key": "ColwiseParallel",
-        "bert.encoder.layer.*.attention.self.value": "ColwiseParallel",
-        "bert.encoder.layer.*.attention.output.dense": "RowwiseParallel",
-        "bert.encoder.layer.*.intermediate.dense": "ColwiseParallel",
-        "bert.encoder.layer.*.output.dense": "RowwiseParallel",
-        "cls.predictions.decoder": {"style": "ColwiseParallel",
-                                    "output_layouts": "Replicate()"}}})json"}};
-  return *plans;
-}
-
 // A forward's inputs, moved in (HostTensor does not copy).
 template <typename... T>
 std::vector<HostTensor> Inputs(T... tensors) {
@@ -121,7 +83,7 @@ const char* PlanName(Plan p) {
 client::LoadExportedOptions OptionsFor(const std::string& model, Plan plan, bool checkpoint) {
   client::LoadExportedOptions options;
   if (plan == Plan::kTpPlan) options.tp_plan_json = ReadText(Fixture(model + ".tp_plan.json"));
-  if (plan == Plan::kTorch) options.plan_json = TorchPlans().at(model);
+  if (plan == Plan::kTorch) options.plan_json = testing::TorchStylePlan(model);
   if (checkpoint) options.checkpoint_dir = Fixture(model + "_hf");
   return options;
 }
@@ -281,8 +243,9 @@ TEST_F(ImportedModuleTest, AWrongInputIsRefusedAndTheModuleStays) {
   // Ops a program module does not take.
   EXPECT_TRUE(StatusIs(m->Step(ids).status(), absl::StatusCode::kFailedPrecondition,
                        {"'bert' is imported from a program (bert.pt2)", "a training step"}));
-  EXPECT_TRUE(StatusIs(client::ParallelizeModule(*m, "two", TorchPlans().at("bert")).status(),
-                       absl::StatusCode::kFailedPrecondition, {"imported from a program"}));
+  EXPECT_TRUE(
+      StatusIs(client::ParallelizeModule(*m, "two", testing::TorchStylePlan("bert")).status(),
+               absl::StatusCode::kFailedPrecondition, {"imported from a program"}));
   const std::vector<HostTensor> right = Inputs(ids.Clone());
   absl::StatusOr<std::vector<HostTensor>> out = m->ForwardMany(right);
   ASSERT_TRUE(out.ok()) << out.status();

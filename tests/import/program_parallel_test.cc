@@ -56,38 +56,6 @@ std::vector<Placement> InputPlacements(const ExportedProgram& program, const Pro
   return {};
 }
 
-// torchtitan-style parallelize_module plans on each model's FQNs.
-std::string TorchPlan(const std::string& model) {
-  if (model == "llama" || model == "qwen2") {
-    return R"json({"plan": {
-      "model.embed_tokens": {"style": "RowwiseParallel", "input_layouts": "Replicate()"},
-      "model.layers.*.input_layernorm": "SequenceParallel",
-      "model.layers.*.self_attn.q_proj": "ColwiseParallel",
-      "model.layers.*.self_attn.k_proj": "ColwiseParallel",
-      "model.layers.*.self_attn.v_proj": "ColwiseParallel",
-      "model.layers.*.self_attn.o_proj": "RowwiseParallel",
-      "model.layers.*.mlp.gate_proj": "ColwiseParallel",
-      "model.layers.*.mlp.up_proj": "ColwiseParallel",
-      "model.layers.*.mlp.down_proj": "RowwiseParallel",
-      "lm_head": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json";
-  }
-  if (model == "gpt2") {
-    return R"json({"plan": {
-      "transformer.h.*.attn.c_proj": "RowwiseParallel",
-      "transformer.h.*.mlp.c_fc": "ColwiseParallel",
-      "transformer.h.*.mlp.c_proj": "RowwiseParallel",
-      "lm_head": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json";
-  }
-  return R"json({"plan": {
-    "bert.encoder.layer.*.attention.self.query": "ColwiseParallel",
-    "bert.encoder.layer.*.attention.self.key": "ColwiseParallel",
-    "bert.encoder.layer.*.attention.self.value": "ColwiseParallel",
-    "bert.encoder.layer.*.attention.output.dense": "RowwiseParallel",
-    "bert.encoder.layer.*.intermediate.dense": "ColwiseParallel",
-    "bert.encoder.layer.*.output.dense": "RowwiseParallel",
-    "cls.predictions.decoder": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json";
-}
-
 struct Case {
   std::string model;
   bool hf = false;  // the model's own tp_plan; else TorchPlan
@@ -97,7 +65,7 @@ class ProgramParallelTest : public ::testing::TestWithParam<Case> {};
 
 absl::StatusOr<ProgramPlan> PlanFor(const Case& c, const DeviceMesh& mesh, int tp_dim) {
   if (c.hf) return ParseHfTpPlan(ReadJson(Fixture(c.model, ".tp_plan.json")), "", tp_dim);
-  absl::StatusOr<PlanSpec> spec = ParsePlanSpec(TorchPlan(c.model));
+  absl::StatusOr<PlanSpec> spec = ParsePlanSpec(testing::TorchStylePlan(c.model));
   if (!spec.ok()) return spec.status();
   ParallelizePlan plan = *spec->parallelize;
   plan.mesh_dim_index = tp_dim;

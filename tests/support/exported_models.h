@@ -75,6 +75,40 @@ inline std::vector<HostTensor> ArchiveProgramInputs(const std::string& archive_p
   return out;
 }
 
+// A torchtitan-style parallelize_module plan on the FQNs of fixture model `model` (llama, qwen2,
+// gpt2, bert): attention and MLP projections colwise then rowwise, the LM head colwise with its
+// output gathered; Llama's and Qwen2's embedding vocab-parallel and input norms sequence-parallel.
+inline std::string TorchStylePlan(const std::string& model) {
+  if (model == "llama" || model == "qwen2") {
+    return R"json({"plan": {
+      "model.embed_tokens": {"style": "RowwiseParallel", "input_layouts": "Replicate()"},
+      "model.layers.*.input_layernorm": "SequenceParallel",
+      "model.layers.*.self_attn.q_proj": "ColwiseParallel",
+      "model.layers.*.self_attn.k_proj": "ColwiseParallel",
+      "model.layers.*.self_attn.v_proj": "ColwiseParallel",
+      "model.layers.*.self_attn.o_proj": "RowwiseParallel",
+      "model.layers.*.mlp.gate_proj": "ColwiseParallel",
+      "model.layers.*.mlp.up_proj": "ColwiseParallel",
+      "model.layers.*.mlp.down_proj": "RowwiseParallel",
+      "lm_head": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json";
+  }
+  if (model == "gpt2") {
+    return R"json({"plan": {
+      "transformer.h.*.attn.c_proj": "RowwiseParallel",
+      "transformer.h.*.mlp.c_fc": "ColwiseParallel",
+      "transformer.h.*.mlp.c_proj": "RowwiseParallel",
+      "lm_head": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json";
+  }
+  return R"json({"plan": {
+    "bert.encoder.layer.*.attention.self.query": "ColwiseParallel",
+    "bert.encoder.layer.*.attention.self.key": "ColwiseParallel",
+    "bert.encoder.layer.*.attention.self.value": "ColwiseParallel",
+    "bert.encoder.layer.*.attention.output.dense": "RowwiseParallel",
+    "bert.encoder.layer.*.intermediate.dense": "ColwiseParallel",
+    "bert.encoder.layer.*.output.dense": "RowwiseParallel",
+    "cls.predictions.decoder": {"style": "ColwiseParallel", "output_layouts": "Replicate()"}}})json";
+}
+
 }  // namespace tessera::testing
 
 #endif  // TESSERA_TESTS_SUPPORT_EXPORTED_MODELS_H_
