@@ -13,23 +13,7 @@ fixtures="$2"
 work="$3"
 rm -rf "${work}" && mkdir -p "${work}"
 
-py=""
-for candidate in "${PYTHON3:-}" python3 /usr/bin/python3; do
-  if [[ -n "${candidate}" ]] && "${candidate}" -c "import numpy" 2> /dev/null; then
-    py="${candidate}"
-    break
-  fi
-done
-[[ -n "${py}" ]] || { echo "no python3 with numpy: run scripts/install-deps.sh"; exit 1; }
-
-fail() { echo "FAILED: $*"; exit 1; }
-expect_exit() {
-  local want="$1"
-  shift
-  local got=0
-  "${tessera}" "$@" > "${work}/out.txt" 2> "${work}/err.txt" || got=$?
-  [[ "${got}" == "${want}" ]] || { cat "${work}/out.txt" "${work}/err.txt"; fail "tessera $* exited ${got}, not ${want}"; }
-}
+source "$(dirname "$0")/cli_common.sh"
 
 # input_ids and logits of a fixture's .io.safetensors as .npy files; then a comparison.
 "${py}" - "${fixtures}" "${work}" << 'PY'
@@ -56,15 +40,7 @@ print('logits within rtol 1e-4, atol 1e-5 of transformers\'; largest difference'
 " "$1" "$2"
 }
 
-"${tessera}" up --workers 4 > "${work}/up.log" 2>&1 &
-up=$!
-trap 'kill ${up} 2>/dev/null; wait ${up} 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-  grep -q "coordinator at" "${work}/up.log" && break
-  sleep 0.1
-done
-export TESSERA_COORDINATOR="$(grep -m1 -o 'coordinator at [0-9.:]*' "${work}/up.log" | cut -d' ' -f3)"
-[[ -n "${TESSERA_COORDINATOR}" ]] || { cat "${work}/up.log"; exit 1; }
+start_up --workers 4
 
 # Llama with its own tp_plan and the checkpoint's weights, on the 4 workers.
 "${tessera}" module load "${fixtures}/llama.pt2" --mesh world --name llama \

@@ -15,25 +15,7 @@ work="$2"
 mlp="$(dirname "$0")/cli_module_mlp.py"
 rm -rf "${work}" && mkdir -p "${work}"
 
-# A python3 with numpy (python3-numpy, from scripts/install-deps.sh).
-py=""
-for candidate in "${PYTHON3:-}" python3 /usr/bin/python3; do
-  if [[ -n "${candidate}" ]] && "${candidate}" -c "import numpy" 2> /dev/null; then
-    py="${candidate}"
-    break
-  fi
-done
-[[ -n "${py}" ]] || { echo "no python3 with numpy: run scripts/install-deps.sh"; exit 1; }
-
-fail() { echo "FAILED: $*"; exit 1; }
-# Runs tessera, expecting it to exit with code $1; its stderr goes to ${work}/err.txt.
-expect_exit() {
-  local want="$1"
-  shift
-  local got=0
-  "${tessera}" "$@" > "${work}/out.txt" 2> "${work}/err.txt" || got=$?
-  [[ "${got}" == "${want}" ]] || { cat "${work}/out.txt" "${work}/err.txt"; fail "tessera $* exited ${got}, not ${want}"; }
-}
+source "$(dirname "$0")/cli_common.sh"
 
 # --help on every module subcommand.
 for sub in load parallelize distribute show list rm export-plan forward step save publish unpublish; do
@@ -45,15 +27,7 @@ done
 
 "${py}" "${mlp}" write "${work}"
 
-"${tessera}" up --workers 3 --checkpoint_root "${work}" > "${work}/up.log" 2>&1 &
-up=$!
-trap 'kill ${up} 2>/dev/null; wait ${up} 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-  grep -q "coordinator at" "${work}/up.log" && break
-  sleep 0.1
-done
-export TESSERA_COORDINATOR="$(grep -m1 -o 'coordinator at [0-9.:]*' "${work}/up.log" | cut -d' ' -f3)"
-[[ -n "${TESSERA_COORDINATOR}" ]] || { cat "${work}/up.log"; exit 1; }
+start_up --workers 3 --checkpoint_root "${work}"
 
 # Loaded without a plan: every parameter Replicate, every rank holding all of it.
 "${tessera}" module load "${work}/spec.json" --weights "${work}/weights.safetensors" \

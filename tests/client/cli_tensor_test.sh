@@ -11,15 +11,7 @@ tessera="$1"
 work="$2"
 rm -rf "${work}" && mkdir -p "${work}"
 
-# A python3 with numpy (python3-numpy, from scripts/install-deps.sh).
-py=""
-for candidate in "${PYTHON3:-}" python3 /usr/bin/python3; do
-  if [[ -n "${candidate}" ]] && "${candidate}" -c "import numpy" 2> /dev/null; then
-    py="${candidate}"
-    break
-  fi
-done
-[[ -n "${py}" ]] || { echo "no python3 with numpy: run scripts/install-deps.sh"; exit 1; }
+source "$(dirname "$0")/cli_common.sh"
 "${tessera}" demo --workdir "${work}/demo" --size 64 > /dev/null
 input="${work}/demo/weight.npy"
 
@@ -43,15 +35,7 @@ for want in layout plan shard reshard unshard demo up status "mesh create" "mesh
   printf '%s\n' "${helped[@]}" | grep -qx "${want}" || { echo "tessera ${want} --help not checked"; exit 1; }
 done
 
-"${tessera}" up --workers 2 --checkpoint_root "${work}" > "${work}/up.log" 2>&1 &
-up=$!
-trap 'kill ${up} 2>/dev/null; wait ${up} 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-  grep -q "coordinator at" "${work}/up.log" && break
-  sleep 0.1
-done
-export TESSERA_COORDINATOR="$(grep -m1 -o 'coordinator at [0-9.:]*' "${work}/up.log" | cut -d' ' -f3)"
-[[ -n "${TESSERA_COORDINATOR}" ]] || { cat "${work}/up.log"; exit 1; }
+start_up --workers 2 --checkpoint_root "${work}"
 
 "${tessera}" tensor put "${input}" --mesh world --placements "S(1)" --name w | tee "${work}/put.txt"
 grep -q "^w .* ready " "${work}/put.txt"  # put returned after the workers wrote it

@@ -314,16 +314,8 @@ def _weights_from_file(path: Union[str, "os.PathLike[str]"]) -> Tuple[Any, Itera
                                shape=pb.types.Shape(dims=list(e.shape))) for e in entries])
 
     def data() -> Iterator[bytes]:
-        with open(path, "rb") as f:
-            for e in entries:
-                f.seek(start + e.begin)
-                left = e.end - e.begin
-                while left > 0:
-                    piece = f.read(min(CHUNK_BYTES, left))
-                    if not piece:
-                        raise InvalidArgument(f"{path}: tensor '{e.name}' is cut short")
-                    left -= len(piece)
-                    yield piece
+        for e in entries:
+            yield from _st.tensor_chunks(path, start, e, CHUNK_BYTES)
 
     return header, data(), sum(e.end - e.begin for e in entries)
 

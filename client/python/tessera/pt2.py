@@ -184,15 +184,7 @@ class Archive:
                     yield piece
             return
         file, e, start = where
-        with open(file, "rb") as f:
-            f.seek(start + e.begin)
-            left = e.end - e.begin
-            while left > 0:
-                piece = f.read(min(size, left))
-                if not piece:
-                    raise InvalidArgument(f"{file}: tensor '{e.name}' is cut short")
-                left -= len(piece)
-                yield piece
+        yield from _st.tensor_chunks(file, start, e, size)
 
 
 def open_archive(path: Union[str, "os.PathLike[str]"],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from . import dtypes as _dt
 from .errors import InvalidArgument
 from .interop import HostBuffer, as_buffer, wrap_output
 
-__all__ = ["SafetensorsEntry", "read_header", "write", "read"]
+__all__ = ["SafetensorsEntry", "read_header", "tensor_chunks", "write", "read"]
 
 _BY_CODE = {d.safetensors: d for d in _dt.all_dtypes}
 
@@ -54,6 +54,21 @@ def read_header(path: "os.PathLike[str] | str") -> Tuple[List[SafetensorsEntry],
         entries.append(SafetensorsEntry(name, _BY_CODE[e["dtype"]], tuple(e["shape"]), begin, end))
     entries.sort(key=lambda e: e.begin)
     return entries, 8 + size
+
+
+def tensor_chunks(path: "os.PathLike[str] | str", start: int, entry: SafetensorsEntry,
+                  size: int) -> Iterator[bytes]:
+    """The bytes of tensor `entry` of the file at `path` (its data from `start`), `size` at a
+    time, never the whole tensor; InvalidArgument where the file is cut short."""
+    with open(path, "rb") as f:
+        f.seek(start + entry.begin)
+        left = entry.end - entry.begin
+        while left > 0:
+            piece = f.read(min(size, left))
+            if not piece:
+                raise InvalidArgument(f"{path}: tensor '{entry.name}' is cut short")
+            left -= len(piece)
+            yield piece
 
 
 def write(path: "os.PathLike[str] | str", tensors: Mapping[str, Any],
