@@ -19,9 +19,10 @@ struct Values {
 };
 
 // Runs one planned call whose inputs are values of `values` (prepared.input_of), appending its
-// outputs to `values`.
+// outputs to `values`: all of them for a program's node, the first alone for an op graph's (which
+// numbers one value per node, core/ops/op_graph.h).
 absl::Status RunCall(kernels::KernelBackend& backend, SimulatedMesh& sim, const DeviceMesh& mesh,
-                     const ops::PlannedCall& planned, Values& values) {
+                     const ops::PlannedCall& planned, Values& values, bool first_only = false) {
   const ops::OpPlan& plan = *planned.plan;
   std::vector<std::vector<HostTensor>> moved;
   std::vector<DTensorSpec> laid_out;
@@ -57,7 +58,7 @@ absl::Status RunCall(kernels::KernelBackend& backend, SimulatedMesh& sim, const 
       outputs[o].push_back(std::move(h));
     }
   }
-  for (size_t o = 0; o < outputs.size(); ++o) {
+  for (size_t o = 0; o < (first_only ? 1 : outputs.size()); ++o) {
     values.shards.push_back(std::move(outputs[o]));
     values.specs.push_back(o == 0 ? plan.output : plan.more_outputs[o - 1]);
   }
@@ -98,7 +99,7 @@ absl::StatusOr<SimulatedRun> RunOnSimulatedMesh(kernels::KernelBackend& backend,
         graph.specs.push_back(values.specs[v]);
       }
       for (const ops::PlannedCall& call : d.planned.nodes) {
-        s = RunCall(backend, sim, mesh, call, graph);
+        s = RunCall(backend, sim, mesh, call, graph, /*first_only=*/true);
         if (!s.ok()) break;
       }
       if (s.ok()) {

@@ -71,7 +71,9 @@ class Compiler {
                                : absl::StrCat(names_[outputs[0]], "/d", j, "_", o));
           }
           Call(call, ins, outs);
-          inner.insert(inner.end(), outs.begin(), outs.end());
+          // An op graph numbers each node's first output only (core/ops/op_graph.h); the others
+          // are written and freed unread.
+          inner.push_back(outs[0]);
         }
         written.push_back(d.planned.values.back());
       }
